@@ -1,0 +1,42 @@
+#pragma once
+/// @file
+/// CAF type IDs and atoms of Astraeus. Register them on every actor system
+/// with `cfg.add_message_types<caf::id_block::astraeus>()` (see
+/// runtime/actor_system_setup.hpp, which does it for you).
+
+#include <caf/type_id.hpp>
+
+#include "messages/astraeus.pb.h"
+#include "messages/inspect.hpp"
+
+CAF_BEGIN_TYPE_ID_BLOCK(astraeus, caf::first_custom_type_id)
+
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::MachineReport))
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::MachineView))
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::MachineList))
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::Hello))
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::Welcome))
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::Request))
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::Response))
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::Frame))
+
+  /// Asks an actor for its current view.
+  CAF_ADD_ATOM(astraeus, astraeus::atom, get, "get")
+  /// Sets or clears a machine's cordon flag.
+  CAF_ADD_ATOM(astraeus, astraeus::atom, cordon, "cordon")
+  /// Turns a machine's maintenance on or off.
+  CAF_ADD_ATOM(astraeus, astraeus::atom, maintenance, "maintenanc")
+  /// A machine's heartbeat deadline passed (timer message to itself).
+  CAF_ADD_ATOM(astraeus, astraeus::atom, lapse, "lapse")
+  /// An agent connected (true) or its gate session ended (false).
+  CAF_ADD_ATOM(astraeus, astraeus::atom, connected, "connected")
+  /// Registers a machine by name and identity.
+  CAF_ADD_ATOM(astraeus, astraeus::atom, enrol, "enrol")
+  /// The agent's report timer fired.
+  CAF_ADD_ATOM(astraeus, astraeus::atom, tick, "tick")
+  /// The agent should (re)connect to the gate.
+  CAF_ADD_ATOM(astraeus, astraeus::atom, reconnect, "reconnect")
+  /// A gate connection's hello deadline passed.
+  CAF_ADD_ATOM(astraeus, astraeus::atom, deadline, "deadline")
+
+CAF_END_TYPE_ID_BLOCK(astraeus)
