@@ -1,1 +1,336 @@
-// placeholder
+#include "actors/agent.hpp"
+
+#include <cctype>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <system_error>
+
+#include <caf/actor_system.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/io/system_messages.hpp>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+
+#include "messages/error.hpp"
+#include "messages/type_ids.hpp"
+#include "runtime/frame_codec.hpp"
+
+namespace astraeus {
+
+namespace fs = std::filesystem;
+using caf::io::connection_handle;
+using caf::io::receive_policy;
+
+namespace {
+
+int64_t unix_ms_now() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+           std::chrono::system_clock::now().time_since_epoch())
+    .count();
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back())))
+    s.pop_back();
+  size_t i = 0;
+  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i])))
+    ++i;
+  return s.substr(i);
+}
+
+caf::expected<std::string> read_small_file(const fs::path& path) {
+  std::ifstream in{path};
+  if (!in)
+    return caf::make_error(ec::store_failure,
+                           "cannot read " + path.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return trim(ss.str());
+}
+
+caf::error write_private_file(const fs::path& path, const std::string& text) {
+  auto tmp = path;
+  tmp += ".tmp";
+  {
+    std::ofstream out{tmp, std::ios::trunc};
+    if (!out || !(out << text << '\n') || !out.flush())
+      return caf::make_error(ec::store_failure, "cannot write " + tmp.string());
+  }
+  ::chmod(tmp.c_str(), 0600);
+  std::error_code err;
+  fs::rename(tmp, path, err);
+  if (err)
+    return caf::make_error(ec::store_failure,
+                           "cannot write " + path.string() + ": " + err.message());
+  return caf::none;
+}
+
+bool is_hex_id(const std::string& s) {
+  if (s.size() != 32)
+    return false;
+  for (auto c : s)
+    if (!std::isxdigit(static_cast<unsigned char>(c)))
+      return false;
+  return true;
+}
+
+std::string random_machine_id() {
+  std::random_device rd;
+  std::string out;
+  static constexpr char digits[] = "0123456789abcdef";
+  for (int i = 0; i < 32; ++i)
+    out.push_back(digits[rd() % 16]);
+  return out;
+}
+
+} // namespace
+
+caf::expected<agent_identity>
+load_or_create_identity(const std::string& data_dir,
+                        const std::string& requested_name,
+                        const std::string& hostname) {
+  std::error_code err;
+  fs::create_directories(data_dir, err);
+  if (err)
+    return caf::make_error(ec::store_failure, "cannot create the agent's data "
+                                              "folder "
+                                                + data_dir + ": "
+                                                + err.message());
+  ::chmod(data_dir.c_str(), 0700);
+  agent_identity out;
+  auto id_path = fs::path{data_dir} / "machine-id";
+  if (fs::exists(id_path)) {
+    auto id = read_small_file(id_path);
+    if (!id)
+      return id.error();
+    if (!is_hex_id(*id))
+      return caf::make_error(ec::invalid_config,
+                             id_path.string()
+                               + " does not hold a machine id (32 hex digits); "
+                                 "restore it from a backup, or remove it to "
+                                 "give this machine a new identity");
+    out.machine_id = *id;
+  } else {
+    out.machine_id = random_machine_id();
+    if (auto e = write_private_file(id_path, out.machine_id))
+      return e;
+  }
+  auto name_path = fs::path{data_dir} / "name";
+  if (!requested_name.empty()) {
+    out.name = requested_name;
+  } else if (fs::exists(name_path)) {
+    auto name = read_small_file(name_path);
+    if (!name)
+      return name.error();
+    out.name = *name;
+  }
+  if (out.name.empty())
+    out.name = hostname;
+  auto stored = fs::exists(name_path) ? read_small_file(name_path)
+                                      : caf::expected<std::string>{std::string{}};
+  if (!stored || *stored != out.name)
+    if (auto e = write_private_file(name_path, out.name))
+      return e;
+  return out;
+}
+
+caf::error agent_config::validate() const {
+  if (identity.name.empty() || identity.machine_id.empty())
+    return caf::make_error(ec::invalid_config, "agent: no machine identity");
+  if (controller_host.empty() || controller_port == 0)
+    return caf::make_error(ec::invalid_config,
+                           "controller.address/port: not set");
+  if (report_interval.count() <= 0)
+    return caf::make_error(ec::invalid_config,
+                           "report.interval: must be positive");
+  if (reconnect_min.count() <= 0 || reconnect_max < reconnect_min)
+    return caf::make_error(ec::invalid_config,
+                           "reconnect.min_backoff/max_backoff: need 0 < min "
+                           "<= max");
+  return caf::none;
+}
+
+v1::MachineReport make_report(const agent_config& config, uint64_t sequence) {
+  v1::MachineReport report;
+  report.set_machine(config.identity.name);
+  report.set_sequence(sequence);
+  report.set_sent_unix_ms(unix_ms_now());
+  report.set_agent_version(ASTRAEUS_VERSION);
+  *report.mutable_facts() = read_host_facts(config.host);
+  return report;
+}
+
+namespace {
+
+using agent_ptr = caf::io::stateful_broker<agent_state>*;
+
+void send_frame(agent_ptr self, const v1::Frame& frame) {
+  auto& st = self->state;
+  if (!st.connected)
+    return;
+  auto bytes = encode_frame(frame);
+  auto& buf = self->wr_buf(st.connection);
+  auto first = reinterpret_cast<const char*>(bytes.data());
+  buf.insert(buf.end(), first, first + bytes.size());
+  self->flush(st.connection);
+}
+
+void send_report(agent_ptr self) {
+  auto& st = self->state;
+  if (!st.welcomed)
+    return;
+  v1::Frame frame;
+  *frame.mutable_report() = make_report(st.config, ++st.sequence);
+  for (const auto& w : frame.report().facts().warnings())
+    spdlog::debug("agent {}: {}", st.config.identity.name, w);
+  send_frame(self, frame);
+}
+
+void schedule_reconnect(agent_ptr self) {
+  auto& st = self->state;
+  // Exponential back-off with +-20 % jitter, so a fleet that lost the
+  // controller does not reconnect in lock step.
+  static thread_local std::minstd_rand rng{std::random_device{}()};
+  std::uniform_real_distribution<double> jitter{0.8, 1.2};
+  auto delay = std::chrono::duration_cast<caf::timespan>(
+    st.backoff * jitter(rng));
+  self->delayed_send(self, delay, atom::reconnect_v);
+  st.backoff = std::min(st.backoff * 2, st.config.reconnect_max);
+}
+
+void drop_connection(agent_ptr self, const std::string& why) {
+  auto& st = self->state;
+  if (!st.connected)
+    return;
+  spdlog::warn("agent {}: disconnected from {}:{}: {}", st.config.identity.name,
+               st.config.controller_host, st.config.controller_port, why);
+  self->close(st.connection);
+  st.connected = false;
+  st.welcomed = false;
+  st.pending_body = 0;
+  schedule_reconnect(self);
+}
+
+void on_frame(agent_ptr self, v1::Frame& frame) {
+  auto& st = self->state;
+  const auto& name = st.config.identity.name;
+  switch (frame.body_case()) {
+    case v1::Frame::kWelcome:
+      st.welcomed = true;
+      st.backoff = st.config.reconnect_min;
+      st.failed_attempts = 0;
+      spdlog::info("agent {}: connected to cluster '{}' at {}:{} (controller "
+                   "{})",
+                   name, frame.welcome().cluster(), st.config.controller_host,
+                   st.config.controller_port,
+                   frame.welcome().controller_version());
+      send_report(self);
+      return;
+    case v1::Frame::kRefusal:
+      spdlog::error("agent {}: the controller refused this agent: {}", name,
+                    frame.refusal().reason());
+      // Keep trying slowly: an admin may fix the cause on the controller.
+      st.backoff = st.config.reconnect_max;
+      drop_connection(self, "refused");
+      return;
+    default:
+      spdlog::warn("agent {}: ignoring an unexpected {} frame", name,
+                   frame_kind(frame));
+  }
+}
+
+} // namespace
+
+caf::behavior agent(caf::io::stateful_broker<agent_state>* self,
+                    agent_config config) {
+  self->state.config = std::move(config);
+  self->state.backoff = self->state.config.reconnect_min;
+  self->send(self, atom::reconnect_v);
+  self->delayed_send(self, self->state.config.report_interval, atom::tick_v);
+  return {
+    [self](atom::reconnect) {
+      auto& st = self->state;
+      if (st.connected)
+        return;
+      auto hdl = self->add_tcp_scribe(st.config.controller_host,
+                                      st.config.controller_port);
+      if (!hdl) {
+        if (st.failed_attempts++ % 10 == 0)
+          spdlog::warn("agent {}: cannot reach the controller at {}:{}: {} "
+                       "(retrying with back-off up to {} s)",
+                       st.config.identity.name, st.config.controller_host,
+                       st.config.controller_port, self->system().render(hdl.error()),
+                       std::chrono::duration_cast<std::chrono::seconds>(
+                         st.config.reconnect_max)
+                         .count());
+        schedule_reconnect(self);
+        return;
+      }
+      st.connection = *hdl;
+      st.connected = true;
+      st.pending_body = 0;
+      self->configure_read(st.connection,
+                           receive_policy::exactly(frame_header_size));
+      v1::Frame frame;
+      auto* hello = frame.mutable_hello();
+      hello->set_protocol_version(protocol_version);
+      hello->set_role(v1::AGENT);
+      hello->set_machine_name(st.config.identity.name);
+      hello->set_machine_id(st.config.identity.machine_id);
+      hello->set_software_version(ASTRAEUS_VERSION);
+      send_frame(self, frame);
+    },
+    [self](atom::tick) {
+      send_report(self);
+      self->delayed_send(self, self->state.config.report_interval, atom::tick_v);
+    },
+    [self](caf::io::new_data_msg& msg) {
+      auto& st = self->state;
+      if (!st.connected || msg.handle != st.connection)
+        return;
+      const char* data = reinterpret_cast<const char*>(msg.buf.data());
+      if (st.pending_body == 0) {
+        auto len = decode_frame_length(data, st.config.frame_cap_bytes);
+        if (!len) {
+          drop_connection(self, render_error(len.error()));
+          return;
+        }
+        st.pending_body = *len;
+        self->configure_read(st.connection, receive_policy::exactly(*len));
+        return;
+      }
+      st.pending_body = 0;
+      self->configure_read(st.connection,
+                           receive_policy::exactly(frame_header_size));
+      auto frame = decode_frame_body(data, msg.buf.size());
+      if (!frame) {
+        drop_connection(self, render_error(frame.error()));
+        return;
+      }
+      on_frame(self, *frame);
+    },
+    [self](const caf::io::connection_closed_msg& msg) {
+      auto& st = self->state;
+      if (!st.connected || msg.handle != st.connection)
+        return;
+      st.connected = false;
+      st.welcomed = false;
+      spdlog::warn("agent {}: the controller closed the connection; "
+                   "reconnecting",
+                   st.config.identity.name);
+      schedule_reconnect(self);
+    },
+  };
+}
+
+caf::expected<caf::actor> spawn_agent(caf::actor_system& sys,
+                                      agent_config config) {
+  if (auto err = config.validate())
+    return err;
+  return caf::actor{sys.middleman().spawn_broker(agent, std::move(config))};
+}
+
+} // namespace astraeus

@@ -1,1 +1,232 @@
-// placeholder
+#include "actors/cluster_actor.hpp"
+
+#include <algorithm>
+#include <cctype>
+
+#include <caf/event_based_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <spdlog/spdlog.h>
+
+#include "actors/machine_actor.hpp"
+#include "messages/error.hpp"
+#include "store/store.hpp"
+
+namespace astraeus {
+
+namespace {
+
+int64_t unix_ms_now() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+           std::chrono::system_clock::now().time_since_epoch())
+    .count();
+}
+
+v1::Response error_response(uint64_t id, const caf::error& err) {
+  v1::Response out;
+  out.set_id(id);
+  auto* e = out.mutable_error();
+  if (err.category() == caf::atom("astraeus"))
+    e->set_code(to_string(static_cast<ec>(err.code())));
+  else
+    e->set_code(caf::to_string(err.category()));
+  e->set_message(render_error(err));
+  return out;
+}
+
+} // namespace
+
+bool valid_machine_name(const std::string& name) {
+  if (name.empty() || name.size() > 63 || !std::isalnum(static_cast<unsigned char>(name[0])))
+    return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'
+           || c == '.';
+  });
+}
+
+caf::error cluster_config::validate() const {
+  if (!store)
+    return caf::make_error(ec::invalid_config, "cluster: no store");
+  if (heartbeat_lapse.count() <= 0 || request_timeout.count() <= 0)
+    return caf::make_error(ec::invalid_config,
+                           "cluster: durations must be positive");
+  return caf::none;
+}
+
+cluster_actor::behavior_type
+cluster(cluster_actor::stateful_pointer<cluster_state> self,
+        cluster_config config) {
+  if (auto err = config.validate()) {
+    spdlog::error("cluster: {}", render_error(err));
+    self->quit(err);
+    return cluster_actor::behavior_type::make_empty_behavior();
+  }
+  self->state.config = std::move(config);
+  auto spawn_machine = [self](v1::MachineRecord record) {
+    auto& st = self->state;
+    machine_config cfg;
+    auto name = record.name();
+    auto identity = record.machine_id();
+    cfg.record = std::move(record);
+    cfg.heartbeat_lapse = st.config.heartbeat_lapse;
+    cfg.pressure = st.config.pressure;
+    cfg.store = st.config.store;
+    auto handle = self->spawn<caf::linked>(machine, std::move(cfg));
+    st.identities[name] = std::move(identity);
+    st.machines[name] = handle;
+    return handle;
+  };
+  // Restore every stored machine: Idle (or Maintenance) until it reports.
+  size_t restored = 0;
+  auto err = self->state.config.store->for_each(
+    family::machines, [&](std::string_view key, std::string_view bytes) {
+      v1::MachineRecord rec;
+      if (!rec.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))
+          || rec.name() != key) {
+        spdlog::error("cluster: stored machine record '{}' does not parse; "
+                      "left in the store untouched",
+                      std::string{key});
+        return true;
+      }
+      spawn_machine(std::move(rec));
+      ++restored;
+      return true;
+    });
+  if (err)
+    spdlog::error("cluster: cannot read stored machines: {}", render_error(err));
+  spdlog::info("cluster: {} machine(s) restored from the store", restored);
+
+  // Asks `m` something and turns the answer into a Response for request `id`.
+  auto view_response = [](uint64_t id, const v1::MachineView& view) {
+    v1::Response out;
+    out.set_id(id);
+    *out.mutable_machine() = view;
+    return out;
+  };
+  return {
+    [self, spawn_machine](atom::enrol, v1::Hello& hello,
+                          uint64_t session) -> caf::result<machine_actor> {
+      auto& st = self->state;
+      const auto& name = hello.machine_name();
+      if (!valid_machine_name(name))
+        return caf::make_error(ec::invalid_request,
+                               "machine name '" + name
+                                 + "' is not a valid hostname (1-63 letters, "
+                                   "digits, '-', '_', '.')");
+      if (hello.machine_id().empty())
+        return caf::make_error(ec::invalid_request,
+                               "machine " + name + " sent no machine identity");
+      machine_actor handle;
+      if (auto i = st.machines.find(name); i != st.machines.end()) {
+        if (st.identities[name] != hello.machine_id())
+          return caf::make_error(
+            ec::identity_mismatch,
+            "machine name " + name
+              + " is registered to another machine identity; give this agent "
+                "another --name, or reuse the original agent's data folder");
+        handle = i->second;
+      } else {
+        v1::MachineRecord rec;
+        rec.set_name(name);
+        rec.set_machine_id(hello.machine_id());
+        rec.set_registered_unix_ms(unix_ms_now());
+        rec.set_agent_version(hello.software_version());
+        if (auto err = st.config.store->put(family::machines, name, rec, true))
+          return err;
+        spdlog::info("cluster: machine {} registered (Idle until it reports)",
+                     name);
+        handle = spawn_machine(std::move(rec));
+      }
+      self->send(handle, atom::connected_v, session, true);
+      return handle;
+    },
+    [self, view_response](v1::Request& req) -> caf::result<v1::Response> {
+      auto& st = self->state;
+      auto id = req.id();
+      auto timeout = st.config.request_timeout;
+      auto find = [&](const std::string& name) -> caf::expected<machine_actor> {
+        auto i = st.machines.find(name);
+        if (i == st.machines.end())
+          return caf::make_error(ec::no_such_machine,
+                                 "no machine named " + name);
+        return i->second;
+      };
+      // Forwards one question to a machine actor, answering on `rp`.
+      auto ask = [&](const std::string& name, auto... xs)
+        -> caf::result<v1::Response> {
+        auto m = find(name);
+        if (!m)
+          return error_response(id, m.error());
+        auto rp = self->make_response_promise<v1::Response>();
+        self->request(*m, timeout, xs...)
+          .then(
+            [rp, id, view_response](v1::MachineView& view) mutable {
+              rp.deliver(view_response(id, view));
+            },
+            [rp, id](caf::error& err) mutable {
+              rp.deliver(error_response(id, err));
+            });
+        return rp;
+      };
+      switch (req.body_case()) {
+        case v1::Request::kListMachines: {
+          auto rp = self->make_response_promise<v1::Response>();
+          auto result = std::make_shared<v1::Response>();
+          result->set_id(id);
+          result->mutable_machines();
+          if (st.machines.empty()) {
+            rp.deliver(*result);
+            return rp;
+          }
+          auto pending = std::make_shared<size_t>(st.machines.size());
+          auto done = [rp, result, pending]() mutable {
+            if (--*pending > 0)
+              return;
+            auto* list = result->mutable_machines()->mutable_machines();
+            std::sort(list->begin(), list->end(),
+                      [](const auto& a, const auto& b) {
+                        return a.name() < b.name();
+                      });
+            rp.deliver(*result);
+          };
+          for (auto& [name, m] : st.machines)
+            self->request(m, timeout, atom::get_v)
+              .then(
+                [result, done](v1::MachineView& view) mutable {
+                  *result->mutable_machines()->add_machines() = std::move(view);
+                  done();
+                },
+                [done, name = name](caf::error& err) mutable {
+                  spdlog::warn("cluster: machine {} did not answer: {}", name,
+                               render_error(err));
+                  done();
+                });
+          return rp;
+        }
+        case v1::Request::kGetMachine:
+          return ask(req.get_machine().name(), atom::get_v);
+        case v1::Request::kSetCordon:
+          return ask(req.set_cordon().name(), atom::cordon_v,
+                     req.set_cordon().cordoned());
+        case v1::Request::kSetMaintenance:
+          return ask(req.set_maintenance().name(), atom::maintenance_v,
+                     req.set_maintenance().maintenance());
+        case v1::Request::BODY_NOT_SET:
+          break;
+      }
+      return error_response(id, caf::make_error(ec::invalid_request,
+                                                "request carries no known body "
+                                                "(is astra newer than the "
+                                                "controller?)"));
+    },
+    [self](atom::get, const std::string& name) -> caf::result<machine_actor> {
+      auto& st = self->state;
+      auto i = st.machines.find(name);
+      if (i == st.machines.end())
+        return caf::make_error(ec::no_such_machine, "no machine named " + name);
+      return i->second;
+    },
+  };
+}
+
+} // namespace astraeus

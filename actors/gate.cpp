@@ -1,1 +1,291 @@
-// placeholder
+#include "actors/gate.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/io/doorman.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/io/network/multiplexer.hpp>
+#include <caf/io/system_messages.hpp>
+#include <spdlog/spdlog.h>
+
+#include "messages/error.hpp"
+#include "messages/type_ids.hpp"
+#include "runtime/frame_codec.hpp"
+
+namespace astraeus {
+
+using caf::io::connection_handle;
+using caf::io::receive_policy;
+
+caf::error gate_config::validate() const {
+  if (!cluster)
+    return caf::make_error(ec::invalid_config, "gate: no cluster actor");
+  if (frame_cap_bytes < 1024 || frame_cap_bytes > (64u << 20))
+    return caf::make_error(ec::invalid_config,
+                           "gate.frame_cap: must be between 1 KiB and 64 MiB");
+  if (hello_timeout.count() <= 0 || request_timeout.count() <= 0)
+    return caf::make_error(ec::invalid_config,
+                           "gate: timeouts must be positive");
+  return caf::none;
+}
+
+namespace {
+
+using gate_ptr = caf::io::stateful_broker<gate_state>*;
+
+void write_frame(gate_ptr self, connection_handle hdl, const v1::Frame& frame) {
+  auto bytes = encode_frame(frame);
+  auto& buf = self->wr_buf(hdl);
+  auto first = reinterpret_cast<const char*>(bytes.data());
+  buf.insert(buf.end(), first, first + bytes.size());
+  self->flush(hdl);
+}
+
+/// Ends a peer's session: tells its machine actor, forgets the connection.
+void forget(gate_ptr self, connection_handle hdl) {
+  auto i = self->state.connections.find(hdl);
+  if (i == self->state.connections.end())
+    return;
+  if (i->second.machine_handle)
+    self->send(i->second.machine_handle, atom::connected_v, i->second.session,
+               false);
+  self->state.connections.erase(i);
+}
+
+/// Closes a connection after telling the peer why, and logs it.
+void refuse(gate_ptr self, connection_handle hdl, ec code,
+            const std::string& reason) {
+  auto i = self->state.connections.find(hdl);
+  if (i == self->state.connections.end())
+    return;
+  spdlog::warn("gate: closing {}{}: {}", i->second.peer,
+               i->second.machine.empty() ? "" : " (machine " + i->second.machine + ")",
+               reason);
+  v1::Frame frame;
+  frame.mutable_refusal()->set_code(to_string(code));
+  frame.mutable_refusal()->set_reason(reason);
+  write_frame(self, hdl, frame);
+  forget(self, hdl);
+  self->close(hdl);
+}
+
+void refuse(gate_ptr self, connection_handle hdl, const caf::error& err) {
+  auto code = err.category() == caf::atom("astraeus")
+                ? static_cast<ec>(err.code())
+                : ec::protocol_violation;
+  refuse(self, hdl, code, render_error(err));
+}
+
+void welcome(gate_ptr self, connection_handle hdl) {
+  auto& cfg = self->state.config;
+  v1::Frame frame;
+  auto* w = frame.mutable_welcome();
+  w->set_protocol_version(protocol_version);
+  w->set_controller_version(ASTRAEUS_VERSION);
+  w->set_cluster(cfg.cluster_name);
+  w->set_report_interval_seconds(cfg.report_interval_seconds);
+  write_frame(self, hdl, frame);
+}
+
+void on_hello(gate_ptr self, connection_handle hdl, gate_connection& conn,
+              v1::Hello& hello) {
+  conn.hello_seen = true;
+  if (hello.protocol_version() != protocol_version) {
+    refuse(self, hdl, ec::incompatible_protocol,
+           "protocol version " + std::to_string(hello.protocol_version())
+             + " is not supported: this controller (" ASTRAEUS_VERSION
+               ") speaks version "
+             + std::to_string(protocol_version)
+             + "; install the controller's version of the agent and astra");
+    return;
+  }
+  conn.role = hello.role();
+  switch (hello.role()) {
+    case v1::CLI:
+      conn.welcomed = true;
+      welcome(self, hdl);
+      return;
+    case v1::AGENT: {
+      conn.machine = hello.machine_name();
+      auto session = conn.session;
+      self
+        ->request(self->state.config.cluster,
+                  self->state.config.request_timeout, atom::enrol_v,
+                  std::move(hello), session)
+        .then(
+          [self, hdl, session](machine_actor& handle) {
+            auto i = self->state.connections.find(hdl);
+            if (i == self->state.connections.end()
+                || i->second.session != session) {
+              // Gone while enrolling.
+              self->send(handle, atom::connected_v, session, false);
+              return;
+            }
+            i->second.machine_handle = handle;
+            i->second.welcomed = true;
+            spdlog::info("gate: machine {} connected from {}", i->second.machine,
+                         i->second.peer);
+            welcome(self, hdl);
+          },
+          [self, hdl](caf::error& err) { refuse(self, hdl, err); });
+      return;
+    }
+    default:
+      refuse(self, hdl, ec::protocol_violation,
+             "hello names no known role (agent or cli)");
+  }
+}
+
+void on_frame(gate_ptr self, connection_handle hdl, gate_connection& conn,
+              v1::Frame& frame) {
+  if (!conn.hello_seen) {
+    if (!frame.has_hello()) {
+      refuse(self, hdl, ec::protocol_violation,
+             "sent a " + std::string{frame_kind(frame)}
+               + " frame before its hello");
+      return;
+    }
+    on_hello(self, hdl, conn, *frame.mutable_hello());
+    return;
+  }
+  if (!conn.welcomed) {
+    refuse(self, hdl, ec::protocol_violation,
+           "sent a " + std::string{frame_kind(frame)}
+             + " frame before its hello was answered");
+    return;
+  }
+  if (conn.role == v1::AGENT && frame.has_report()) {
+    auto& report = *frame.mutable_report();
+    if (report.machine() != conn.machine) {
+      // A machine may speak only for itself.
+      refuse(self, hdl, ec::protocol_violation,
+             "sent a report for machine '" + report.machine()
+               + "' but is connected as '" + conn.machine + "'");
+      return;
+    }
+    self->send(conn.machine_handle, std::move(report));
+    return;
+  }
+  if (conn.role == v1::CLI && frame.has_request()) {
+    auto id = frame.request().id();
+    auto session = conn.session;
+    self
+      ->request(self->state.config.cluster, self->state.config.request_timeout,
+                std::move(*frame.mutable_request()))
+      .then(
+        [self, hdl, session](v1::Response& resp) {
+          auto i = self->state.connections.find(hdl);
+          if (i == self->state.connections.end() || i->second.session != session)
+            return;
+          v1::Frame out;
+          *out.mutable_response() = std::move(resp);
+          write_frame(self, hdl, out);
+        },
+        [self, hdl, session, id](caf::error& err) {
+          auto i = self->state.connections.find(hdl);
+          if (i == self->state.connections.end() || i->second.session != session)
+            return;
+          v1::Frame out;
+          auto* resp = out.mutable_response();
+          resp->set_id(id);
+          resp->mutable_error()->set_code(
+            err.category() == caf::atom("astraeus")
+              ? to_string(static_cast<ec>(err.code()))
+              : "unavailable");
+          resp->mutable_error()->set_message(
+            err == caf::sec::request_timeout
+              ? "the controller did not answer in time"
+              : render_error(err));
+          write_frame(self, hdl, out);
+        });
+    return;
+  }
+  refuse(self, hdl, ec::protocol_violation,
+         "sent an unexpected " + std::string{frame_kind(frame)} + " frame");
+}
+
+} // namespace
+
+caf::behavior gate(caf::io::stateful_broker<gate_state>* self,
+                   gate_config config, caf::io::doorman_ptr doorman) {
+  self->state.config = std::move(config);
+  self->add_doorman(std::move(doorman));
+  return {
+    [self](const caf::io::new_connection_msg& msg) {
+      auto& conn = self->state.connections[msg.handle];
+      conn.peer = self->remote_addr(msg.handle) + ":"
+                  + std::to_string(self->remote_port(msg.handle));
+      conn.session = self->state.next_session++;
+      self->configure_read(msg.handle, receive_policy::exactly(frame_header_size));
+      self->delayed_send(self, self->state.config.hello_timeout,
+                         atom::deadline_v, msg.handle, conn.session);
+      spdlog::debug("gate: connection from {}", conn.peer);
+    },
+    [self](caf::io::new_data_msg& msg) {
+      auto hdl = msg.handle;
+      auto i = self->state.connections.find(hdl);
+      if (i == self->state.connections.end())
+        return;
+      auto& conn = i->second;
+      const char* data = reinterpret_cast<const char*>(msg.buf.data());
+      if (conn.pending_body == 0) {
+        auto len = decode_frame_length(data, self->state.config.frame_cap_bytes);
+        if (!len) {
+          refuse(self, hdl, len.error());
+          return;
+        }
+        conn.pending_body = *len;
+        self->configure_read(hdl, receive_policy::exactly(*len));
+        return;
+      }
+      conn.pending_body = 0;
+      self->configure_read(hdl, receive_policy::exactly(frame_header_size));
+      auto frame = decode_frame_body(data, msg.buf.size());
+      if (!frame) {
+        refuse(self, hdl, frame.error());
+        return;
+      }
+      on_frame(self, hdl, conn, *frame);
+    },
+    [self](const caf::io::connection_closed_msg& msg) {
+      auto i = self->state.connections.find(msg.handle);
+      if (i != self->state.connections.end())
+        spdlog::debug("gate: {} disconnected", i->second.peer);
+      forget(self, msg.handle);
+    },
+    [self](atom::deadline, connection_handle hdl, uint64_t session) {
+      auto i = self->state.connections.find(hdl);
+      if (i == self->state.connections.end() || i->second.session != session
+          || i->second.hello_seen)
+        return;
+      refuse(self, hdl, ec::timeout,
+             "sent no hello within "
+               + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  self->state.config.hello_timeout)
+                                  .count())
+               + " ms");
+    },
+    [self](const caf::io::acceptor_closed_msg&) {
+      spdlog::error("gate: the listening socket closed");
+    },
+  };
+}
+
+caf::expected<std::pair<caf::actor, uint16_t>>
+spawn_gate(caf::actor_system& sys, gate_config config) {
+  if (auto err = config.validate())
+    return err;
+  auto& mm = sys.middleman();
+  auto where = config.listen_address + ":" + std::to_string(config.port);
+  auto dm = mm.backend().new_tcp_doorman(config.port,
+                                         config.listen_address.c_str(), true);
+  if (!dm)
+    return caf::make_error(ec::invalid_config,
+                           "cannot listen on " + where + ": "
+                             + sys.render(dm.error()));
+  auto port = (*dm)->port();
+  config.port = port;
+  auto hdl = mm.spawn_broker(gate, std::move(config), std::move(*dm));
+  return std::make_pair(caf::actor{hdl}, port);
+}
+
+} // namespace astraeus

@@ -1,1 +1,213 @@
-// placeholder
+#include "actors/machine_actor.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "messages/error.hpp"
+#include "store/store.hpp"
+
+namespace astraeus {
+
+namespace {
+
+/// How often an Up machine's facts are written to the store at most (they
+/// are also written on every transition to Up), so that `astra machine`
+/// shows recent facts after a controller restart without a write per report.
+constexpr int64_t facts_store_interval_ms = 10 * 60 * 1000;
+
+int64_t unix_ms_now() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+           std::chrono::system_clock::now().time_since_epoch())
+    .count();
+}
+
+} // namespace
+
+const std::string& to_string(v1::Machine::State state) {
+  return v1::Machine::State_Name(state);
+}
+
+caf::error machine_config::validate() const {
+  if (record.name().empty())
+    return caf::make_error(ec::invalid_config, "machine: empty name");
+  if (heartbeat_lapse.count() <= 0)
+    return caf::make_error(ec::invalid_config,
+                           "machine: heartbeat lapse must be positive");
+  return caf::none;
+}
+
+v1::Machine::State machine_state::shown_state() const {
+  return config.record.maintenance() ? v1::Machine::Maintenance : liveness;
+}
+
+bool machine_state::schedulable() const {
+  return shown_state() == v1::Machine::Up && !config.record.cordoned()
+         && !pressure.memory && !pressure.disk;
+}
+
+v1::MachineView machine_state::view() const {
+  v1::MachineView out;
+  const auto& rec = config.record;
+  out.set_name(rec.name());
+  out.set_state(shown_state());
+  out.set_cordoned(rec.cordoned());
+  out.set_memory_pressure(pressure.memory);
+  out.set_disk_pressure(pressure.disk);
+  for (const auto& reason : pressure.reasons)
+    out.add_pressure_reasons(reason);
+  out.set_schedulable(schedulable());
+  out.set_registered_unix_ms(rec.registered_unix_ms());
+  out.set_last_report_unix_ms(last_report_unix_ms);
+  out.set_state_since_unix_ms(state_since_unix_ms);
+  *out.mutable_facts() = facts;
+  out.set_machine_id(rec.machine_id());
+  *out.mutable_labels() = rec.labels();
+  out.set_agent_version(rec.agent_version());
+  out.set_connected(session != 0);
+  return out;
+}
+
+machine_actor::behavior_type
+machine(machine_actor::stateful_pointer<machine_state> self,
+        machine_config config) {
+  if (auto err = config.validate()) {
+    spdlog::error("machine: {}", render_error(err));
+    self->quit(err);
+    return machine_actor::behavior_type::make_empty_behavior();
+  }
+  auto& st = self->state;
+  st.config = std::move(config);
+  st.facts = st.config.record.last_facts();
+  st.last_report_unix_ms = st.config.record.last_report_unix_ms();
+  st.pressure = evaluate_pressure(st.facts, st.config.pressure);
+  st.state_since_unix_ms = unix_ms_now();
+  // The lapse runs from the moment this actor starts: a machine that never
+  // reports to this controller goes from Idle to Down.
+  st.last_report = self->clock().now();
+  st.lapse_timer_pending = true;
+  self->delayed_send(self, st.config.heartbeat_lapse, atom::lapse_v);
+  auto name = [self]() -> const std::string& {
+    return self->state.config.record.name();
+  };
+  auto set_liveness = [self, name](v1::Machine::State next, const char* why) {
+    auto& st = self->state;
+    if (st.liveness == next)
+      return;
+    auto before = st.shown_state();
+    st.liveness = next;
+    if (!st.config.record.maintenance())
+      st.state_since_unix_ms = unix_ms_now();
+    spdlog::info("machine {}: {} -> {} ({}){}", name(), to_string(before),
+                 to_string(next), why,
+                 st.config.record.maintenance() ? ", stays in Maintenance" : "");
+  };
+  // Writes the record; `sync` for what a user is told about.
+  auto persist = [self, name](bool sync) -> caf::error {
+    auto& st = self->state;
+    if (!st.config.store)
+      return caf::none;
+    auto& rec = st.config.record;
+    *rec.mutable_last_facts() = st.facts;
+    rec.set_last_report_unix_ms(st.last_report_unix_ms);
+    if (auto err = st.config.store->put(family::machines, rec.name(), rec, sync)) {
+      spdlog::error("machine {}: cannot store its record: {}", name(),
+                    render_error(err));
+      return err;
+    }
+    st.facts_stored_unix_ms = unix_ms_now();
+    return caf::none;
+  };
+  return {
+    [self, set_liveness, persist](v1::MachineReport& report) {
+      auto& st = self->state;
+      st.last_report = self->clock().now();
+      st.last_report_unix_ms = unix_ms_now();
+      st.facts = std::move(*report.mutable_facts());
+      auto was_pressured = st.pressure.memory || st.pressure.disk;
+      st.pressure = evaluate_pressure(st.facts, st.config.pressure);
+      auto pressured = st.pressure.memory || st.pressure.disk;
+      if (pressured != was_pressured) {
+        if (pressured)
+          spdlog::warn("machine {}: under pressure, takes no new work: {}",
+                       st.config.record.name(), st.pressure.reasons.front());
+        else
+          spdlog::info("machine {}: pressure cleared, takes new work again",
+                       st.config.record.name());
+      }
+      auto came_up = st.liveness != v1::Machine::Up;
+      if (came_up)
+        set_liveness(v1::Machine::Up, "report received");
+      if (!report.agent_version().empty()
+          && report.agent_version() != st.config.record.agent_version()) {
+        st.config.record.set_agent_version(report.agent_version());
+        came_up = true;
+      }
+      if (came_up
+          || st.last_report_unix_ms - st.facts_stored_unix_ms
+               > facts_store_interval_ms)
+        persist(false);
+      if (!st.lapse_timer_pending) {
+        st.lapse_timer_pending = true;
+        self->delayed_send(self, st.config.heartbeat_lapse, atom::lapse_v);
+      }
+    },
+    [self](atom::get) -> v1::MachineView { return self->state.view(); },
+    [self, persist, name](atom::cordon,
+                          bool on) -> caf::result<v1::MachineView> {
+      auto& rec = self->state.config.record;
+      if (rec.cordoned() != on) {
+        rec.set_cordoned(on);
+        if (auto err = persist(true)) {
+          rec.set_cordoned(!on);
+          return err;
+        }
+        spdlog::info("machine {}: {}", name(), on ? "cordoned" : "uncordoned");
+      }
+      return self->state.view();
+    },
+    [self, persist, name](atom::maintenance,
+                          bool on) -> caf::result<v1::MachineView> {
+      auto& st = self->state;
+      auto& rec = st.config.record;
+      if (rec.maintenance() != on) {
+        auto before = st.shown_state();
+        rec.set_maintenance(on);
+        if (auto err = persist(true)) {
+          rec.set_maintenance(!on);
+          return err;
+        }
+        st.state_since_unix_ms = unix_ms_now();
+        spdlog::info("machine {}: {} -> {} (maintenance {})", name(),
+                     to_string(before), to_string(st.shown_state()),
+                     on ? "on" : "off");
+      }
+      return st.view();
+    },
+    [self, name](atom::connected, uint64_t session, bool up) {
+      auto& st = self->state;
+      if (up) {
+        st.session = session;
+      } else if (st.session == session) {
+        st.session = 0;
+        spdlog::info("machine {}: agent disconnected", name());
+      }
+    },
+    [self, set_liveness](atom::lapse) {
+      auto& st = self->state;
+      st.lapse_timer_pending = false;
+      auto now = self->clock().now();
+      auto deadline = st.last_report + st.config.heartbeat_lapse;
+      if (now >= deadline) {
+        // Lapsed: Up (or Idle, never reported) becomes Down. The timer is
+        // re-armed by the next report.
+        if (st.liveness != v1::Machine::Down)
+          set_liveness(v1::Machine::Down, "heartbeat lapsed");
+        return;
+      }
+      // A report came since the timer was set: wait for the rest.
+      st.lapse_timer_pending = true;
+      self->delayed_send(self, deadline - now, atom::lapse_v);
+    },
+  };
+}
+
+} // namespace astraeus

@@ -1,1 +1,172 @@
-int main() { return 0; }
+// astra: the Astraeus command line. Talks to the controller's gate.
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+#include "bin/cli_format.hpp"
+#include "messages/error.hpp"
+#include "runtime/gate_client.hpp"
+
+using namespace astraeus;
+
+namespace {
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+           std::chrono::system_clock::now().time_since_epoch())
+    .count();
+}
+
+struct options {
+  std::string addr;
+  std::string output = "table";
+  double timeout_s = 10;
+};
+
+/// Sends one request and prints its answer; returns the exit code:
+/// 0 ok, 1 the controller answered with an error, 3 unreachable.
+int call(const options& opts, v1::Request req,
+         const std::function<std::string(const v1::Response&)>& table) {
+  auto addr = parse_gate_address(opts.addr);
+  if (!addr) {
+    std::fprintf(stderr, "astra: %s\n", render_error(addr.error()).c_str());
+    return 2;
+  }
+  auto timeout = std::chrono::milliseconds{
+    static_cast<int64_t>(opts.timeout_s * 1000)};
+  auto client = gate_client::connect_cli(*addr, timeout);
+  if (!client) {
+    std::fprintf(stderr, "astra: %s\n", render_error(client.error()).c_str());
+    if (client.error() == ec::unreachable)
+      std::fprintf(stderr, "astra: is the controller running? Start one with "
+                           "`astraeus dev`, or point astra at yours with "
+                           "--addr or ASTRAEUS_ADDR.\n");
+    return 3;
+  }
+  auto resp = client->call(std::move(req), timeout);
+  if (!resp) {
+    std::fprintf(stderr, "astra: %s\n", render_error(resp.error()).c_str());
+    return 3;
+  }
+  if (resp->has_error()) {
+    if (opts.output == "json")
+      std::fputs((cli::to_json(resp->error()) + "\n").c_str(), stdout);
+    std::fprintf(stderr, "astra: %s\n", resp->error().message().c_str());
+    return 1;
+  }
+  if (opts.output == "json") {
+    if (resp->has_machines())
+      std::fputs((cli::to_json(resp->machines()) + "\n").c_str(), stdout);
+    else if (resp->has_machine())
+      std::fputs((cli::to_json(resp->machine()) + "\n").c_str(), stdout);
+  } else {
+    std::fputs(table(*resp).c_str(), stdout);
+  }
+  return 0;
+}
+
+/// Adds every command to `app` (also used under `astra astraeus ...`).
+void add_commands(CLI::App& app, options& opts, int& rc) {
+  auto* machines = app.add_subcommand("machines", "list machines");
+  machines->callback([&] {
+    v1::Request req;
+    req.mutable_list_machines();
+    rc = call(opts, req, [](const v1::Response& r) {
+      return cli::format_machine_list(r.machines(), now_ms());
+    });
+  });
+  auto* machine = app.add_subcommand("machine", "show one machine in full");
+  static std::string name;
+  machine->add_option("NAME", name, "machine name")->required();
+  machine->callback([&] {
+    v1::Request req;
+    req.mutable_get_machine()->set_name(name);
+    rc = call(opts, req, [](const v1::Response& r) {
+      return cli::format_machine(r.machine(), now_ms());
+    });
+  });
+  auto flag_command = [&](const char* cmd, const char* help,
+                          std::function<void(v1::Request&, const std::string&)> fill,
+                          std::function<std::string(const v1::MachineView&)> said) {
+    auto* sub = app.add_subcommand(cmd, help);
+    auto target = std::make_shared<std::string>();
+    sub->add_option("NAME", *target, "machine name")->required();
+    sub->callback([&opts, &rc, fill, said, target] {
+      v1::Request req;
+      fill(req, *target);
+      rc = call(opts, req, [said](const v1::Response& r) {
+        return said(r.machine());
+      });
+    });
+  };
+  flag_command(
+    "cordon", "stop new work landing on a machine; what runs there continues",
+    [](v1::Request& r, const std::string& n) {
+      r.mutable_set_cordon()->set_name(n);
+      r.mutable_set_cordon()->set_cordoned(true);
+    },
+    [](const v1::MachineView& m) { return "machine " + m.name() + " cordoned\n"; });
+  flag_command(
+    "uncordon", "let new work land on a machine again",
+    [](v1::Request& r, const std::string& n) {
+      r.mutable_set_cordon()->set_name(n);
+      r.mutable_set_cordon()->set_cordoned(false);
+    },
+    [](const v1::MachineView& m) { return "machine " + m.name() + " uncordoned\n"; });
+  auto* maint = app.add_subcommand(
+    "maintenance", "take a machine out of service (on) or return it (off)");
+  static std::string maint_name, maint_mode;
+  maint->add_option("NAME", maint_name, "machine name")->required();
+  maint->add_option("MODE", maint_mode, "on or off")
+    ->required()
+    ->check(CLI::IsMember({"on", "off"}));
+  maint->callback([&] {
+    v1::Request req;
+    req.mutable_set_maintenance()->set_name(maint_name);
+    req.mutable_set_maintenance()->set_maintenance(maint_mode == "on");
+    rc = call(opts, req, [](const v1::Response& r) {
+      return "machine " + r.machine().name() + " is "
+             + v1::Machine::State_Name(r.machine().state()) + "\n";
+    });
+  });
+  auto* version = app.add_subcommand("version", "print astra's version");
+  version->callback([&] {
+    std::printf("astra %s (protocol 1)\n", ASTRAEUS_VERSION);
+    rc = 0;
+  });
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"astra: the Astraeus command line"};
+  app.require_subcommand(1);
+  options opts;
+  if (auto env = std::getenv("ASTRAEUS_ADDR"); env != nullptr && *env != '\0')
+    opts.addr = env;
+  else
+    opts.addr = default_gate_address;
+  app.add_option("--addr", opts.addr,
+                 "controller gate HOST:PORT (env ASTRAEUS_ADDR; default "
+                 "127.0.0.1:7450)");
+  app.add_option("-o,--output", opts.output, "table or json")
+    ->check(CLI::IsMember({"table", "json"}));
+  app.add_option("--timeout", opts.timeout_s, "seconds to wait for the controller");
+  app.fallthrough();
+  int rc = 0;
+  add_commands(app, opts, rc);
+  // The seeds write `astra astraeus <command>`: accept that spelling too.
+  auto* prefixed = app.add_subcommand("astraeus", "the same commands, as the docs spell them");
+  prefixed->require_subcommand(1);
+  prefixed->fallthrough();
+  options& popts = opts;
+  (void) popts;
+  int rc2 = 0;
+  add_commands(*prefixed, opts, rc2);
+  CLI11_PARSE(app, argc, argv);
+  return prefixed->parsed() ? rc2 : rc;
+}

@@ -1,1 +1,307 @@
+#include "bin/cli_format.hpp"
 
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <sstream>
+
+#include <google/protobuf/util/json_util.h>
+
+#include "actors/machine_pressure.hpp"
+
+namespace astraeus::cli {
+
+namespace {
+
+std::string yes_no(bool x) {
+  return x ? "yes" : "no";
+}
+
+std::string percent(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f%%", x);
+  return buf;
+}
+
+std::string format_time(int64_t unix_ms) {
+  if (unix_ms <= 0)
+    return "never";
+  std::time_t t = unix_ms / 1000;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
+
+std::string format_pressure(const v1::Pressure& p) {
+  if (!p.present())
+    return "not reported";
+  return "some " + percent(p.some_avg10()) + " / " + percent(p.some_avg60())
+         + " / " + percent(p.some_avg300()) + ", full " + percent(p.full_avg10())
+         + " / " + percent(p.full_avg60()) + " / " + percent(p.full_avg300())
+         + " (10s / 60s / 300s)";
+}
+
+std::string format_duration(uint64_t seconds) {
+  char buf[64];
+  if (seconds >= 86400)
+    std::snprintf(buf, sizeof(buf), "%llud %lluh",
+                  static_cast<unsigned long long>(seconds / 86400),
+                  static_cast<unsigned long long>(seconds % 86400 / 3600));
+  else if (seconds >= 3600)
+    std::snprintf(buf, sizeof(buf), "%lluh %llum",
+                  static_cast<unsigned long long>(seconds / 3600),
+                  static_cast<unsigned long long>(seconds % 3600 / 60));
+  else
+    std::snprintf(buf, sizeof(buf), "%llum %llus",
+                  static_cast<unsigned long long>(seconds / 60),
+                  static_cast<unsigned long long>(seconds % 60));
+  return buf;
+}
+
+std::string pressure_cell(const v1::MachineView& m) {
+  std::string out;
+  if (m.memory_pressure())
+    out = "memory";
+  if (m.disk_pressure())
+    out += out.empty() ? "disk" : ",disk";
+  return out.empty() ? "-" : out;
+}
+
+std::string memory_cell(const v1::Memory& mem) {
+  if (mem.total_bytes() == 0)
+    return "?";
+  return format_bytes(mem.available_bytes()) + " free of "
+         + format_bytes(mem.total_bytes());
+}
+
+std::string indent(const std::string& text, const std::string& pad) {
+  std::stringstream in{text};
+  std::string line, out;
+  while (std::getline(in, line))
+    out += pad + line + "\n";
+  return out;
+}
+
+} // namespace
+
+std::string render_table(const std::vector<std::string>& header,
+                         const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width(header.size(), 0);
+  for (size_t i = 0; i < header.size(); ++i)
+    width[i] = header[i].size();
+  for (const auto& row : rows)
+    for (size_t i = 0; i < row.size() && i < width.size(); ++i)
+      width[i] = std::max(width[i], row[i].size());
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string out;
+    for (size_t i = 0; i < cells.size() && i < width.size(); ++i) {
+      out += cells[i];
+      if (i + 1 < cells.size())
+        out += std::string(width[i] - cells[i].size() + 2, ' ');
+    }
+    return out + "\n";
+  };
+  std::string out = line(header);
+  for (const auto& row : rows)
+    out += line(row);
+  return out;
+}
+
+std::string format_age(int64_t then_unix_ms, int64_t now_unix_ms) {
+  if (then_unix_ms <= 0)
+    return "never";
+  auto s = std::max<int64_t>(0, (now_unix_ms - then_unix_ms) / 1000);
+  char buf[32];
+  if (s < 120)
+    std::snprintf(buf, sizeof(buf), "%llds ago", static_cast<long long>(s));
+  else if (s < 7200)
+    std::snprintf(buf, sizeof(buf), "%lldm ago", static_cast<long long>(s / 60));
+  else if (s < 172800)
+    std::snprintf(buf, sizeof(buf), "%lldh ago", static_cast<long long>(s / 3600));
+  else
+    std::snprintf(buf, sizeof(buf), "%lldd ago", static_cast<long long>(s / 86400));
+  return buf;
+}
+
+std::string format_machine_list(const v1::MachineList& list,
+                                int64_t now_unix_ms) {
+  if (list.machines().empty())
+    return "No machines yet. Start an agent: astraeus-agent --controller "
+           "HOST:PORT\n";
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& m : list.machines()) {
+    const auto& f = m.facts();
+    rows.push_back({m.name(), v1::Machine::State_Name(m.state()),
+                    yes_no(m.cordoned()), pressure_cell(m),
+                    f.cpu().logical_cpus() ? std::to_string(f.cpu().logical_cpus())
+                                           : "?",
+                    memory_cell(f.memory()),
+                    f.gpus().read_as().empty() ? "?" : f.gpus().read_as(),
+                    format_age(m.last_report_unix_ms(), now_unix_ms)});
+  }
+  return render_table({"NAME", "STATE", "CORDONED", "PRESSURE", "CPUS",
+                       "MEMORY", "GPUS", "LAST REPORT"},
+                      rows);
+}
+
+std::string format_machine(const v1::MachineView& m, int64_t now_unix_ms) {
+  const auto& f = m.facts();
+  std::ostringstream out;
+  auto row = [&](const char* key, const std::string& value) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%-13s", key);
+    out << buf << value << "\n";
+  };
+  row("Machine:", m.name());
+  row("State:", v1::Machine::State_Name(m.state()) + " since "
+                  + format_time(m.state_since_unix_ms()) + " ("
+                  + format_age(m.state_since_unix_ms(), now_unix_ms) + ")");
+  row("Cordoned:", yes_no(m.cordoned()));
+  std::string work = m.schedulable() ? "yes" : "no";
+  if (!m.schedulable()) {
+    std::vector<std::string> why;
+    if (m.state() != v1::Machine::Up)
+      why.push_back("not Up");
+    if (m.cordoned())
+      why.push_back("cordoned");
+    if (m.memory_pressure())
+      why.push_back("memory pressure");
+    if (m.disk_pressure())
+      why.push_back("disk pressure");
+    std::string joined;
+    for (const auto& w : why)
+      joined += (joined.empty() ? "" : ", ") + w;
+    work += " (" + joined + ")";
+  }
+  row("New work:", work);
+  if (m.pressure_reasons().empty()) {
+    row("Pressure:", "none");
+  } else {
+    std::string first = m.pressure_reasons(0);
+    row("Pressure:", first);
+    for (int i = 1; i < m.pressure_reasons_size(); ++i)
+      row("", m.pressure_reasons(i));
+  }
+  row("Agent:", (m.agent_version().empty() ? std::string{"?"} : m.agent_version())
+                  + (m.connected() ? ", connected" : ", not connected")
+                  + "; last report " + format_age(m.last_report_unix_ms(), now_unix_ms));
+  row("Identity:", m.machine_id());
+  row("Registered:", format_time(m.registered_unix_ms()));
+  std::string labels;
+  for (const auto& [k, v] : m.labels())
+    labels += (labels.empty() ? "" : ", ") + k + "=" + v;
+  row("Labels:", labels.empty() ? "none" : labels);
+
+  out << "\nSystem\n";
+  row("  Hostname:", f.hostname());
+  row("  OS:", f.os());
+  row("  Kernel:", f.kernel());
+  row("  Uptime:", f.uptime_seconds() ? format_duration(f.uptime_seconds()) : "?");
+  out << "\nCPU\n";
+  row("  Model:", f.cpu().model().empty() ? "?" : f.cpu().model());
+  row("  Arch:", f.cpu().architecture());
+  row("  CPUs:", std::to_string(f.cpu().logical_cpus()) + " logical, "
+                   + std::to_string(f.cpu().physical_cores()) + " physical cores, "
+                   + std::to_string(f.cpu().sockets()) + " socket(s), "
+                   + std::to_string(f.cpu().numa_nodes()) + " NUMA node(s)");
+  row("  Pressure:", format_pressure(f.cpu_pressure()));
+  out << "\nMemory\n";
+  row("  Total:", format_bytes(f.memory().total_bytes()));
+  row("  Available:", format_bytes(f.memory().available_bytes()));
+  row("  Swap:", format_bytes(f.memory().swap_free_bytes()) + " free of "
+                   + format_bytes(f.memory().swap_total_bytes()));
+  row("  Pressure:", format_pressure(f.memory().pressure()));
+  out << "\nI/O\n";
+  row("  Pressure:", format_pressure(f.io_pressure()));
+
+  out << "\nDisks\n";
+  if (f.disks().empty()) {
+    out << "  none\n";
+  } else {
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& d : f.disks()) {
+      std::string raid = d.raid_level().empty()
+                           ? "-"
+                           : d.raid_level() + " " + d.raid_state();
+      rows.push_back({d.name(), d.kind(), format_bytes(d.size_bytes()),
+                      d.model().empty() ? "-" : d.model(), raid});
+    }
+    out << indent(render_table({"NAME", "KIND", "SIZE", "MODEL", "RAID"}, rows), "  ");
+  }
+  out << "\nFilesystems\n";
+  if (f.filesystems().empty()) {
+    out << "  none\n";
+  } else {
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& fs : f.filesystems()) {
+      char used[16] = "-";
+      if (fs.size_bytes() > 0)
+        std::snprintf(used, sizeof(used), "%.0f%%",
+                      100.0 - 100.0 * static_cast<double>(fs.free_bytes())
+                                / static_cast<double>(fs.size_bytes()));
+      std::string flags = fs.shared() ? "shared" : "local";
+      if (fs.read_only())
+        flags += ",ro";
+      rows.push_back({fs.mount_point(), fs.type(), format_bytes(fs.size_bytes()),
+                      format_bytes(fs.free_bytes()), used, flags, fs.device()});
+    }
+    out << indent(render_table({"MOUNT", "TYPE", "SIZE", "FREE", "USED", "KIND",
+                                "DEVICE"},
+                               rows),
+                  "  ");
+  }
+  out << "\nNetwork\n";
+  if (f.interfaces().empty()) {
+    out << "  none\n";
+  } else {
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& n : f.interfaces())
+      rows.push_back({n.name(), n.kind(), n.operstate(),
+                      n.speed_mbps() > 0 ? std::to_string(n.speed_mbps()) + " Mb/s"
+                                         : "-",
+                      std::to_string(n.mtu()), n.mac_address(),
+                      n.virtual_() ? "virtual" : "device"});
+    out << indent(render_table({"NAME", "KIND", "STATE", "SPEED", "MTU", "MAC",
+                                "BACKED BY"},
+                               rows),
+                  "  ");
+  }
+  out << "\nInfiniBand / RoCE\n";
+  if (f.rdma_ports().empty()) {
+    out << "  none\n";
+  } else {
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& p : f.rdma_ports())
+      rows.push_back({p.device() + "/" + std::to_string(p.port()), p.link_layer(),
+                      p.state(), p.phys_state(), p.rate(),
+                      p.netdev().empty() ? "-" : p.netdev()});
+    out << indent(render_table({"PORT", "LINK LAYER", "STATE", "PHYS", "RATE",
+                                "NETDEV"},
+                               rows),
+                  "  ");
+  }
+  out << "\nGPUs\n";
+  row("  Read as:", f.gpus().read_as().empty() ? "?" : f.gpus().read_as());
+  if (!f.gpus().detail().empty())
+    row("  Detail:", f.gpus().detail());
+  if (!f.warnings().empty()) {
+    out << "\nWarnings (host files the agent could not read)\n";
+    for (const auto& w : f.warnings())
+      out << "  " << w << "\n";
+  }
+  return out.str();
+}
+
+std::string to_json(const google::protobuf::Message& msg) {
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.add_whitespace = true;
+  opts.always_print_primitive_fields = true;
+  opts.preserve_proto_field_names = true;
+  std::string out;
+  (void) google::protobuf::util::MessageToJsonString(msg, &out, opts);
+  return out;
+}
+
+} // namespace astraeus::cli

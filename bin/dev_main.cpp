@@ -1,1 +1,151 @@
-int main() { return 0; }
+// astraeus: `astraeus dev` runs a one-machine cluster in one process: the
+// controller (store in a local folder) and an agent for this machine.
+
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+
+#include <CLI/CLI.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/send.hpp>
+#include <spdlog/spdlog.h>
+
+#include "actors/controller.hpp"
+#include "bin/process.hpp"
+#include "messages/error.hpp"
+#include "runtime/config.hpp"
+#include "runtime/logging.hpp"
+#include "runtime/system_setup.hpp"
+#include "store/store.hpp"
+
+using namespace astraeus;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string astra_command() {
+  std::error_code err;
+  auto self = fs::read_symlink("/proc/self/exe", err);
+  if (!err) {
+    auto sibling = self.parent_path() / "astra";
+    if (fs::exists(sibling) && self.parent_path() != "/usr/local/bin"
+        && self.parent_path() != "/usr/bin")
+      return sibling.string();
+  }
+  return "astra";
+}
+
+int run_dev(const std::string& data_dir, const bin::overrides& ctl_flags,
+            const bin::overrides& agent_flags, const std::string& log_level,
+            const sigset_t& signals) {
+  auto env = environment_map();
+  bin::overrides cf = ctl_flags;
+  cf.emplace_back("store.path", (fs::path{data_dir} / "controller").string());
+  if (!log_level.empty())
+    cf.emplace_back("log.level", log_level);
+  auto ccfg = load_controller_config(std::nullopt, env, cf);
+  if (!ccfg) {
+    std::fprintf(stderr, "astraeus dev: %s\n", render_error(ccfg.error()).c_str());
+    return 2;
+  }
+  bin::overrides af = agent_flags;
+  af.emplace_back("data.path", (fs::path{data_dir} / "agent").string());
+  af.emplace_back("controller.address", ccfg->listen_address == "0.0.0.0"
+                                          ? "127.0.0.1"
+                                          : ccfg->listen_address);
+  if (!log_level.empty())
+    af.emplace_back("log.level", log_level);
+  auto acfg = load_agent_config(std::nullopt, env, af);
+  if (!acfg) {
+    std::fprintf(stderr, "astraeus dev: %s\n", render_error(acfg.error()).c_str());
+    return 2;
+  }
+  if (auto err = setup_logging("dev", ccfg->log_level, ccfg->log_file)) {
+    std::fprintf(stderr, "astraeus dev: %s\n", render_error(err).c_str());
+    return 2;
+  }
+  caf::actor_system_config sys_cfg;
+  configure_actor_system(sys_cfg);
+  caf::actor_system sys{sys_cfg};
+  auto ctl = start_controller(sys, *ccfg);
+  if (!ctl) {
+    std::fprintf(stderr, "astraeus dev: cannot start the controller: %s\n",
+                 render_error(ctl.error()).c_str());
+    return 1;
+  }
+  acfg->controller_port = ctl->port;
+  auto agent = start_agent(sys, *acfg);
+  if (!agent) {
+    std::fprintf(stderr, "astraeus dev: cannot start the agent: %s\n",
+                 render_error(agent.error()).c_str());
+    stop_controller(sys, *ctl);
+    return 1;
+  }
+  auto name = acfg->name.empty() ? local_hostname() : acfg->name;
+  auto addr = ccfg->listen_address + ":" + std::to_string(ctl->port);
+  auto astra = astra_command();
+  auto flag = ctl->port == 7450 ? std::string{}
+                                : " --addr " + addr;
+  std::printf("Astraeus dev cluster '%s' is running: a controller and an agent "
+              "for this machine, in one process.\n"
+              "  gate    %s  (astra reaches it with no flags; from elsewhere set "
+              "ASTRAEUS_ADDR)\n"
+              "  store   %s\n"
+              "  agent   machine '%s', identity in %s\n"
+              "Try:     %s%s machines\n"
+              "         %s%s machine %s\n"
+              "Stop with Ctrl-C.\n",
+              ccfg->cluster_name.c_str(), addr.c_str(), ctl->store->path().c_str(),
+              name.c_str(), acfg->data_dir.c_str(), astra.c_str(), flag.c_str(),
+              astra.c_str(), flag.c_str(), name.c_str());
+  std::fflush(stdout);
+  auto sig = bin::wait_for_stop_signal(signals);
+  spdlog::info("dev: signal {}, stopping", sig);
+  caf::anon_send_exit(*agent, caf::exit_reason::user_shutdown);
+  stop_controller(sys, *ctl);
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  auto signals = bin::block_stop_signals();
+  CLI::App app{"astraeus: Astraeus in one process"};
+  app.require_subcommand(1);
+  auto* dev = app.add_subcommand(
+    "dev", "run a one-machine cluster: controller and agent in one process, "
+           "store in a local folder");
+  std::string data_dir = default_data_dir("dev");
+  std::string log_level;
+  bin::overrides ctl_flags;
+  bin::overrides agent_flags;
+  dev->add_option("--data-dir", data_dir,
+                  "folder for the store and the agent's identity")
+    ->capture_default_str();
+  auto ctl = [&](const char* name, const char* key, const char* help) {
+    dev->add_option_function<std::string>(
+      name, [&ctl_flags, key](const std::string& v) { ctl_flags.emplace_back(key, v); },
+      help);
+  };
+  auto agt = [&](const char* name, const char* key, const char* help) {
+    dev->add_option_function<std::string>(
+      name, [&agent_flags, key](const std::string& v) { agent_flags.emplace_back(key, v); },
+      help);
+  };
+  ctl("--listen", "listen.address", "gate address (default 127.0.0.1)");
+  ctl("--port", "listen.port", "gate port (default 7450; 0 picks a free one)");
+  ctl("--heartbeat-lapse", "heartbeat.lapse", "Down after this long without a report (default 60s)");
+  agt("--name", "machine.name", "this machine's name (default: the hostname)");
+  agt("--report-interval", "report.interval", "how often the agent reports (default 10s)");
+  agt("--host-root", "host.root", "read /proc and /sys under this root");
+  dev->add_option("--log-level", log_level, "trace|debug|info|warn|error|off");
+  auto* version = app.add_subcommand("version", "print the version");
+  CLI11_PARSE(app, argc, argv);
+  if (version->parsed()) {
+    std::printf("astraeus %s (protocol 1)\n", ASTRAEUS_VERSION);
+    return 0;
+  }
+  return run_dev(data_dir, ctl_flags, agent_flags, log_level, signals);
+}

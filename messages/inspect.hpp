@@ -3,7 +3,7 @@
 /// The one generic `inspect` overload that makes every Protobuf message of
 /// package `astraeus.v1` a CAF message type (found by ADL). Serialization
 /// stores the message's wire bytes; deserialization parses them back and
-/// fails with `caf::sec::load_callback_failed` on bytes that do not parse.
+/// fails with `caf::sec::runtime_error` on bytes that do not parse.
 /// String conversion (CAF's logs, test output) uses `ShortDebugString()`.
 /// Source: shared/notes/caf-0.17.md, "Types and errors".
 
@@ -36,7 +36,7 @@ inspect(Inspector& f, T& x) {
     std::string bytes;
     auto parse = [&]() -> caf::error {
       if (!x.ParseFromString(bytes))
-        return caf::make_error(caf::sec::load_callback_failed);
+        return caf::make_error(caf::sec::runtime_error);
       return caf::none;
     };
     return f(name, bytes, caf::meta::load_callback(parse));

@@ -1,0 +1,82 @@
+#pragma once
+/// @file
+/// The agent actor: runs on every machine. It connects out to the
+/// controller's gate (reconnecting by itself with exponential back-off),
+/// says hello with the machine's name and identity, then sends a report of
+/// the host's facts at once and every report interval.
+/// Source: shared/seeds/machines.md ("What it reports"), shared/DESIGN.md.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include <caf/error.hpp>
+#include <caf/expected.hpp>
+#include <caf/fwd.hpp>
+#include <caf/io/broker.hpp>
+#include <caf/io/connection_handle.hpp>
+
+#include "runtime/host_facts.hpp"
+
+namespace astraeus {
+
+/// The identity an agent keeps in its data folder, so that a restarted or
+/// reinstalled agent keeps its name and identity.
+struct agent_identity {
+  std::string name;        ///< machine name: --name, else the stored one, else the hostname
+  std::string machine_id;  ///< 32 hex digits, random, created on first start
+};
+
+/// Loads the identity from `data_dir` (files `machine-id` and `name`, mode
+/// 0600), creating the folder and the files on first start. A non-empty
+/// `requested_name` (the agent's --name) wins over the stored name and is
+/// stored. Errors: ec::store_failure naming the path when the folder or a
+/// file cannot be created, read or written; ec::invalid_config when a
+/// stored machine-id is not 32 hex digits.
+caf::expected<agent_identity>
+load_or_create_identity(const std::string& data_dir,
+                        const std::string& requested_name,
+                        const std::string& hostname);
+
+/// Validated settings of the agent actor.
+struct agent_config {
+  std::string controller_host = "127.0.0.1";  ///< the gate's host
+  uint16_t controller_port = 7450;            ///< the gate's port
+  agent_identity identity;                    ///< name and machine id
+  caf::timespan report_interval = std::chrono::seconds{10};
+  caf::timespan reconnect_min = std::chrono::milliseconds{500};
+  caf::timespan reconnect_max = std::chrono::seconds{30};
+  uint64_t frame_cap_bytes = 1u << 20;        ///< largest frame accepted, bytes
+  HostReaderOptions host;                     ///< where host facts are read
+
+  /// Errors: ec::invalid_config naming the field.
+  caf::error validate() const;
+};
+
+/// The agent's state.
+struct agent_state {
+  /// Actor name for CAF.
+  static inline const char* name = "agent";
+  agent_config config;
+  caf::io::connection_handle connection;  ///< valid while connected
+  bool connected = false;                 ///< TCP connection up
+  bool welcomed = false;                  ///< the gate accepted the hello
+  uint32_t pending_body = 0;              ///< body bytes being read; 0 = header
+  uint64_t sequence = 0;                  ///< reports sent by this agent run
+  caf::timespan backoff{};                ///< next reconnect delay
+  uint32_t failed_attempts = 0;           ///< connection attempts since last success
+};
+
+/// The agent's behaviour. Handles `atom::reconnect` (try to connect),
+/// `atom::tick` (send a report when connected) and the broker's I/O events.
+caf::behavior agent(caf::io::stateful_broker<agent_state>* self,
+                    agent_config config);
+
+/// Spawns the agent; it starts connecting at once. Errors: the config's.
+caf::expected<caf::actor> spawn_agent(caf::actor_system& sys,
+                                      agent_config config);
+
+/// Builds one report from the host's facts (what the agent sends).
+v1::MachineReport make_report(const agent_config& config, uint64_t sequence);
+
+} // namespace astraeus

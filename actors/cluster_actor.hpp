@@ -1,0 +1,62 @@
+#pragma once
+/// @file
+/// The cluster actor: the controller's front door. It keeps the machine
+/// registry (name -> machine actor), registers machines on an agent's first
+/// hello, restores every stored machine at start, and answers the CLI's
+/// requests by asking the machine actors.
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include <caf/error.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include "actors/interfaces.hpp"
+#include "actors/machine_pressure.hpp"
+
+namespace astraeus {
+
+class Store;
+
+/// Validated settings of the cluster actor.
+struct cluster_config {
+  /// The controller's store; required.
+  std::shared_ptr<Store> store;
+  /// Heartbeat lapse handed to every machine actor (> 0).
+  caf::timespan heartbeat_lapse = std::chrono::seconds{60};
+  /// Pressure thresholds handed to every machine actor.
+  pressure_thresholds pressure;
+  /// How long the cluster waits for a machine actor's answer.
+  caf::timespan request_timeout = std::chrono::seconds{10};
+  /// Shown in the welcome and by `astra`.
+  std::string cluster_name = "default";
+
+  /// Errors: ec::invalid_config when the store is missing or a duration <= 0.
+  caf::error validate() const;
+};
+
+/// The state of the cluster actor.
+struct cluster_state {
+  /// Actor name for CAF.
+  static inline const char* name = "cluster";
+  /// Settings, validated at spawn.
+  cluster_config config;
+  /// Every known machine by name.
+  std::unordered_map<std::string, machine_actor> machines;
+  /// Machine identity by name, to refuse a second identity for one name.
+  std::unordered_map<std::string, std::string> identities;
+};
+
+/// The cluster actor's behaviour (handlers: actors/interfaces.hpp).
+cluster_actor::behavior_type
+cluster(cluster_actor::stateful_pointer<cluster_state> self,
+        cluster_config config);
+
+/// Whether `name` is a valid machine name: 1-63 characters of letters,
+/// digits, '-', '_' and '.', starting with a letter or digit (a hostname).
+bool valid_machine_name(const std::string& name);
+
+} // namespace astraeus

@@ -1,0 +1,52 @@
+#pragma once
+/// @file
+/// Every typed actor interface of Astraeus, in one place: a reader learns the
+/// whole system's messaging here. One line per handler says what it does and
+/// how it fails. Handlers fail with `astraeus::ec` errors (messages/error.hpp).
+
+#include <cstdint>
+#include <string>
+
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+
+#include "messages/type_ids.hpp"
+
+namespace astraeus {
+
+/// One machine on the controller (the "node actor"): the state machine
+/// Idle -> Up -> Down, Maintenance, plus the cordon and pressure flags.
+/// Source: shared/seeds/machines.md ("States").
+using machine_actor = caf::typed_actor<
+  // A report from the machine's agent: restarts the heartbeat, Idle/Down ->
+  // Up (never out of Maintenance), refreshes facts and pressure.
+  caf::reacts_to<v1::MachineReport>,
+  // The machine as the CLI shows it.
+  caf::replies_to<atom::get>::with<v1::MachineView>,
+  // Sets (true) or clears (false) the cordon; stored with sync before the
+  // answer. Fails with ec::store_failure when the store write fails.
+  caf::replies_to<atom::cordon, bool>::with<v1::MachineView>,
+  // Turns maintenance on or off; stored with sync before the answer.
+  // Fails with ec::store_failure when the store write fails.
+  caf::replies_to<atom::maintenance, bool>::with<v1::MachineView>,
+  // The agent's gate session `session` started (true) or ended (false).
+  caf::reacts_to<atom::connected, uint64_t, bool>,
+  // Timer: the heartbeat deadline may have passed (sent to itself).
+  caf::reacts_to<atom::lapse>>;
+
+/// The controller's front door: the machine registry and the CLI's requests.
+using cluster_actor = caf::typed_actor<
+  // An agent's hello for gate session `session`: registers the machine (Idle)
+  // on first contact, marks it connected, and returns its machine actor,
+  // the only actor that session may address. Fails with
+  // ec::identity_mismatch when the name belongs to another machine identity,
+  // ec::invalid_request when the name is empty or malformed,
+  // ec::store_failure when the registration cannot be stored.
+  caf::replies_to<atom::enrol, v1::Hello, uint64_t>::with<machine_actor>,
+  // A CLI request (list, show, cordon, maintenance); failures are carried
+  // in Response.error (e.g. no_such_machine: "no machine named gpu-09").
+  caf::replies_to<v1::Request>::with<v1::Response>,
+  // Looks up a machine actor by name. Fails with ec::no_such_machine.
+  caf::replies_to<atom::get, std::string>::with<machine_actor>>;
+
+} // namespace astraeus

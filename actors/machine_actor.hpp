@@ -1,0 +1,84 @@
+#pragma once
+/// @file
+/// The machine actor: one per machine on the controller. Its states are the
+/// seed's (shared/seeds/machines.md, "States"):
+/// - `Idle`: registered, has not reported yet (also after a controller
+///   restart, until the agent's first report to this controller);
+/// - `Up`: reporting;
+/// - `Down`: no report for the heartbeat lapse (default 60 s);
+/// - `Maintenance`: taken out of service by an admin; reports never end it.
+/// Cordon and pressure are flags beside the state; either stops new work.
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <caf/actor_clock.hpp>
+#include <caf/error.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include "actors/interfaces.hpp"
+#include "actors/machine_pressure.hpp"
+#include "messages/astraeus.pb.h"
+
+namespace astraeus {
+
+class Store;
+
+/// Validated settings of one machine actor.
+struct machine_config {
+  /// The stored record: name, identity, cordon, maintenance, last facts.
+  v1::MachineRecord record;
+  /// A machine is `Down` once no report arrived for this long (> 0).
+  caf::timespan heartbeat_lapse = std::chrono::seconds{60};
+  /// Thresholds for memory and disk pressure.
+  pressure_thresholds pressure;
+  /// Where the record is kept; null keeps it in memory only (benchmarks).
+  std::shared_ptr<Store> store;
+
+  /// Errors: ec::invalid_config when the name is empty or the lapse <= 0.
+  caf::error validate() const;
+};
+
+/// The state of one machine actor.
+struct machine_state {
+  /// Actor name for CAF.
+  static inline const char* name = "machine";
+  /// Settings, validated at spawn.
+  machine_config config;
+  /// Liveness as the heartbeat sees it: Idle, Up or Down. The shown state is
+  /// Maintenance whenever `config.record.maintenance()` is set.
+  v1::Machine::State liveness = v1::Machine::Idle;
+  /// When the last report arrived, on the actor clock (virtual in tests).
+  caf::actor_clock::time_point last_report{};
+  /// Whether a lapse timer message is in flight (at most one at a time).
+  bool lapse_timer_pending = false;
+  /// The current gate session of its agent; 0 = not connected.
+  uint64_t session = 0;
+  /// The last report's facts and derived pressure.
+  v1::HostFacts facts;
+  pressure_verdict pressure;
+  /// Wall-clock times for display, Unix milliseconds.
+  int64_t last_report_unix_ms = 0;
+  int64_t state_since_unix_ms = 0;
+  /// Wall-clock time the record was last written with facts (Unix ms).
+  int64_t facts_stored_unix_ms = 0;
+
+  /// The state users see: Maintenance overrides liveness.
+  v1::Machine::State shown_state() const;
+  /// Whether the machine takes new work: Up, not cordoned, no pressure.
+  bool schedulable() const;
+  /// The machine as `astra machine` shows it.
+  v1::MachineView view() const;
+};
+
+/// The machine actor's behaviour (see actors/interfaces.hpp for handlers).
+machine_actor::behavior_type
+machine(machine_actor::stateful_pointer<machine_state> self,
+        machine_config config);
+
+/// "Idle", "Up", "Down", "Maintenance".
+const std::string& to_string(v1::Machine::State state);
+
+} // namespace astraeus

@@ -1,0 +1,31 @@
+#pragma once
+/// @file
+/// How `astra` prints: aligned tables for people, JSON for scripts.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <google/protobuf/message.h>
+
+#include "messages/astraeus.pb.h"
+
+namespace astraeus::cli {
+
+/// A table with a header row; columns are padded to their widest cell.
+std::string render_table(const std::vector<std::string>& header,
+                         const std::vector<std::vector<std::string>>& rows);
+
+/// `astra machines`: one line per machine.
+std::string format_machine_list(const v1::MachineList& list, int64_t now_unix_ms);
+
+/// `astra machine NAME`: one machine in full.
+std::string format_machine(const v1::MachineView& view, int64_t now_unix_ms);
+
+/// Any message as JSON with the schema's field names, every field printed.
+std::string to_json(const google::protobuf::Message& msg);
+
+/// "4s ago", "3m ago", "2h ago", "5d ago"; "never" for 0.
+std::string format_age(int64_t then_unix_ms, int64_t now_unix_ms);
+
+} // namespace astraeus::cli

@@ -1,0 +1,49 @@
+#pragma once
+/// @file
+/// What the long-running programs (controller, agent, dev) share: signal
+/// handling and the mapping of command-line flags onto config keys.
+
+#include <csignal>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <pthread.h>
+
+namespace astraeus::bin {
+
+/// Blocks SIGINT and SIGTERM in this thread and in every thread started
+/// after it (call first in main), so `wait_for_stop_signal` can take them.
+inline sigset_t block_stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+/// Waits for SIGINT or SIGTERM; returns its number.
+inline int wait_for_stop_signal(const sigset_t& set) {
+  int sig = 0;
+  sigwait(&set, &sig);
+  return sig;
+}
+
+/// Config overrides collected from flags, as (key, value) pairs.
+using overrides = std::vector<std::pair<std::string, std::string>>;
+
+/// Splits each "key=value" of `--set`; a text without '=' becomes a key
+/// with an empty value (the loader then names the key in its error).
+inline void add_set_overrides(overrides& out,
+                              const std::vector<std::string>& sets) {
+  for (const auto& s : sets) {
+    auto eq = s.find('=');
+    if (eq == std::string::npos)
+      out.emplace_back(s, "");
+    else
+      out.emplace_back(s.substr(0, eq), s.substr(eq + 1));
+  }
+}
+
+} // namespace astraeus::bin

@@ -1,0 +1,143 @@
+#pragma once
+/// @file
+/// The store: one RocksDB database per process, one column family per kind
+/// of record, Protobuf values. RocksDB stays behind this header (pimpl), so
+/// its users need no RocksDB headers. See DESIGN.md, "Store".
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <caf/error.hpp>
+#include <caf/expected.hpp>
+#include <google/protobuf/message.h>
+
+#include "messages/error.hpp"
+
+namespace astraeus {
+
+/// The kinds of record the store holds, one RocksDB column family each
+/// (named as `to_string` spells them). Families only grow: never renumber or
+/// rename one.
+enum class family : uint8_t {
+  machines,
+  gpus,
+  faults,
+  runs,
+  workers,
+  tokens,
+  validations,
+  audit,
+};
+
+/// How many families there are (`audit` is the last).
+inline constexpr size_t family_count = 8;
+
+/// The column family's name, e.g. "machines".
+const char* to_string(family f);
+
+/// One RocksDB database with a column family per `family`. Thread-safe:
+/// actors on several threads may share one `Store` through a
+/// `std::shared_ptr`. Keys are arbitrary bytes, ordered bytewise. Nothing
+/// throws; every failure is a `caf::error` whose text names the store's path.
+class Store {
+public:
+  /// Opens (creating if missing) the database in the folder `path`,
+  /// creating the folder, its parents and any missing column family. Column
+  /// families found on disk that this version does not know are opened too
+  /// and left alone.
+  /// Errors: `ec::store_failure` naming `path` when the folder cannot be
+  /// created or is not a folder, when another process (or another `Store`
+  /// in this process) holds the database ("... is in use by another
+  /// process"), or with RocksDB's status text for any other failure.
+  static caf::expected<std::unique_ptr<Store>> open(const std::string& path);
+
+  /// Flushes nothing extra (every acknowledged write is already in the WAL)
+  /// and closes the database, releasing its lock.
+  ~Store();
+
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  /// Writes `value`'s wire bytes under `key` in family `f`, replacing any
+  /// value there. With `sync` (the default) the write is on disk before this
+  /// returns: use it for every write a user or peer is told about.
+  /// Errors: `ec::store_failure` naming the path, family and key.
+  caf::error put(family f, std::string_view key,
+                 const google::protobuf::Message& value, bool sync = true);
+
+  /// Writes `bytes` as they are under `key` in family `f`. For tests and
+  /// tools that must store bytes which are not a valid message (e.g. to
+  /// check that readers report `ec::corrupt_record`); code that stores
+  /// records uses `put`.
+  /// Errors: `ec::store_failure` naming the path, family and key.
+  caf::error put_raw(family f, std::string_view key, std::string_view bytes,
+                     bool sync = true);
+
+  /// Reads the value under `key` in family `f` into `out`: true when found
+  /// and parsed, false when absent (`out` is then left untouched).
+  /// Errors: `ec::corrupt_record` naming the family and key when the bytes
+  /// do not parse as `out`'s type; `ec::store_failure` when RocksDB fails.
+  caf::expected<bool> get(family f, std::string_view key,
+                          google::protobuf::Message& out);
+
+  /// Removes `key` from family `f`; removing an absent key is no error.
+  /// `sync` as for `put`.
+  /// Errors: `ec::store_failure` naming the path, family and key.
+  caf::error erase(family f, std::string_view key, bool sync = true);
+
+  /// Calls `fn(key, bytes)` for every entry of family `f` in bytewise key
+  /// order, from one consistent snapshot, until `fn` returns false. The
+  /// views are valid only during the call.
+  /// Errors: `ec::store_failure` when RocksDB fails while iterating (the
+  /// entries already visited were visited).
+  caf::error
+  for_each(family f,
+           const std::function<bool(std::string_view key,
+                                    std::string_view bytes)>& fn);
+
+  /// Every entry of family `f` parsed as `T` (a generated Protobuf message),
+  /// as (key, value) pairs in bytewise key order.
+  /// Errors: the first value that does not parse fails the whole load with
+  /// `ec::corrupt_record` naming the family and key (we never silently drop
+  /// a record); `ec::store_failure` as for `for_each`.
+  template <class T>
+  caf::expected<std::vector<std::pair<std::string, T>>> load_all(family f) {
+    std::vector<std::pair<std::string, T>> out;
+    caf::error bad;
+    auto err = for_each(f, [&](std::string_view key, std::string_view bytes) {
+      T value;
+      if (!value.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+        bad = corrupt(f, key, T::descriptor()->full_name());
+        return false;
+      }
+      out.emplace_back(std::string{key}, std::move(value));
+      return true;
+    });
+    if (err)
+      return err;
+    if (bad)
+      return bad;
+    return out;
+  }
+
+  /// The folder the database lives in, as given to `open`.
+  const std::string& path() const;
+
+private:
+  struct impl;
+
+  explicit Store(std::unique_ptr<impl> ptr);
+
+  /// The `ec::corrupt_record` error for `key` in `f` not parsing as `type`.
+  caf::error corrupt(family f, std::string_view key,
+                     const std::string& type) const;
+
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace astraeus
