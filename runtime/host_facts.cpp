@@ -528,7 +528,10 @@ void HostReader::read_filesystems() {
     filesystem.set_read_only(read_only);
     std::optional<FilesystemUsage> usage;
     try {
-      usage = statfs(full(mount.mount_point.empty() ? "/" : mount.mount_point));
+      auto point = mount.mount_point;
+      if (point.empty() || point.front() != '/')
+        point.insert(point.begin(), '/');  // never let garbage escape the root
+      usage = statfs(full(point));
     } catch (const std::exception&) {
       usage = std::nullopt;  // an injected statfs must not take the report down
     }
@@ -556,7 +559,7 @@ void HostReader::read_interfaces() {
     if (auto text = read_required(dir + "/mtu")) {
       auto mtu = to_u64(*text);
       if (!mtu || *mtu > UINT32_MAX)
-        warn(dir + "/mtu", "not a number: " + quote(*text));
+        warn(dir + "/mtu", "not an MTU: " + quote(*text));
       else
         interface.set_mtu(static_cast<uint32_t>(*mtu));
     }

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -41,27 +42,27 @@ struct FakeStatfs {
 };
 
 template <class Repeated, class Pred>
-auto find_if(const Repeated& items, Pred pred) -> decltype(&*items.begin()) {
+auto find_item(const Repeated& items, Pred pred) -> decltype(&*items.begin()) {
   auto it = std::find_if(items.begin(), items.end(), pred);
   return it == items.end() ? nullptr : &*it;
 }
 
 const v1::Disk* disk(const v1::HostFacts& facts, const std::string& name) {
-  return find_if(facts.disks(), [&](const v1::Disk& d) { return d.name() == name; });
+  return find_item(facts.disks(), [&](const v1::Disk& d) { return d.name() == name; });
 }
 
 const v1::Filesystem* filesystem(const v1::HostFacts& facts, const std::string& mount_point) {
-  return find_if(facts.filesystems(),
+  return find_item(facts.filesystems(),
                  [&](const v1::Filesystem& f) { return f.mount_point() == mount_point; });
 }
 
 const v1::NetworkInterface* interface(const v1::HostFacts& facts, const std::string& name) {
-  return find_if(facts.interfaces(),
+  return find_item(facts.interfaces(),
                  [&](const v1::NetworkInterface& i) { return i.name() == name; });
 }
 
 const v1::RdmaPort* rdma_port(const v1::HostFacts& facts, const std::string& device) {
-  return find_if(facts.rdma_ports(), [&](const v1::RdmaPort& p) { return p.device() == device; });
+  return find_item(facts.rdma_ports(), [&](const v1::RdmaPort& p) { return p.device() == device; });
 }
 
 std::string all_warnings(const v1::HostFacts& facts) {
@@ -714,6 +715,60 @@ TEST(HostFacts, ParseMounts) {
   EXPECT_EQ(mounts[2].mount_point, "/mnt/a b");
   EXPECT_EQ(mounts[2].options, "ro,vers=4.2");
   EXPECT_TRUE(parse_mounts("").empty());
+}
+
+TEST(HostFacts, ParsersSurviveTruncationAndRandomBytes) {
+  const std::vector<std::string> valid = {
+    "some avg10=1.50 avg60=2.25 avg300=3.00 total=123\nfull avg10=0.50 avg60=0.25 avg300=0.10 total=45\n",
+    "MemTotal:       16384000 kB\nMemAvailable:   8192000 kB\nSwapTotal: 2048 kB\nSwapFree: 1024 kB\n",
+    "0-3,8-11\n",
+    "400 Gb/sec (4X NDR)\n",
+    "4: ACTIVE\n",
+    "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\n",
+    "306.80 561.67\n",
+    "processor\t: 0\nmodel name\t: X\nphysical id\t: 0\ncore id\t: 0\n",
+    "/dev/sda1 /mnt/a\\040b ext4 rw 0 0\n",
+  };
+  auto run_all = [](const std::string& text) {
+    v1::Pressure pressure;
+    v1::Memory memory;
+    parse_pressure(text, pressure);
+    parse_meminfo(text, memory);
+    parse_cpu_list(text);
+    parse_ib_rate(text);
+    parse_ib_state(text);
+    parse_os_release_pretty_name(text);
+    parse_uptime(text);
+    parse_cpuinfo(text);
+    parse_mounts(text);
+    decode_mount_escapes(text);
+    to_valid_utf8(text);
+  };
+  // Every prefix of a valid file: what a read cut short would give.
+  for (const auto& text : valid)
+    for (size_t n = 0; n <= text.size(); ++n)
+      run_all(text.substr(0, n));
+  // A truncated meminfo never yields a half-read total.
+  const std::string meminfo = valid[1];
+  for (size_t n = 0; n < meminfo.find("MemAvailable") + 20; ++n) {
+    v1::Memory memory;
+    EXPECT_FALSE(parse_meminfo(meminfo.substr(0, n), memory)) << n;
+  }
+  std::mt19937 random{20240601};
+  std::uniform_int_distribution<int> byte{0, 255};
+  std::uniform_int_distribution<size_t> length{0, 300};
+  for (int round = 0; round < 3000; ++round) {
+    std::string text(length(random), '\0');
+    for (auto& c : text)
+      c = static_cast<char>(byte(random));
+    // Half the rounds: a valid file with a few bytes replaced.
+    if (round % 2 == 0) {
+      text = valid[static_cast<size_t>(round / 2) % valid.size()];
+      for (int k = 0; k < 3; ++k)
+        text[static_cast<size_t>(byte(random)) % text.size()] = static_cast<char>(byte(random));
+    }
+    run_all(text);
+  }
 }
 
 TEST(HostFacts, ClassifyFilesystem) {

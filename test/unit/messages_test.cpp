@@ -14,11 +14,11 @@ TEST(Messages, ProtobufRoundTripsThroughCafSerializers) {
   report.set_machine("gpu-01");
   report.set_sequence(7);
   report.mutable_facts()->mutable_cpu()->set_logical_cpus(64);
-  std::vector<caf::byte> buf;
-  caf::binary_serializer sink{nullptr, buf};
+  std::vector<char> buf;
+  caf::binary_serializer sink{static_cast<caf::execution_unit*>(nullptr), buf};
   ASSERT_FALSE(sink(report));
   v1::MachineReport copy;
-  caf::binary_deserializer source{nullptr, buf};
+  caf::binary_deserializer source{static_cast<caf::execution_unit*>(nullptr), buf};
   ASSERT_FALSE(source(copy));
   EXPECT_EQ(copy.machine(), "gpu-01");
   EXPECT_EQ(copy.sequence(), 7u);
@@ -26,12 +26,12 @@ TEST(Messages, ProtobufRoundTripsThroughCafSerializers) {
 }
 
 TEST(Messages, GarbageBytesFailToLoad) {
-  std::vector<caf::byte> buf;
-  caf::binary_serializer sink{nullptr, buf};
+  std::vector<char> buf;
+  caf::binary_serializer sink{static_cast<caf::execution_unit*>(nullptr), buf};
   std::string garbage = "\xff\xff\xff\xff\x0f";
   ASSERT_FALSE(sink(garbage));
   v1::MachineReport copy;
-  caf::binary_deserializer source{nullptr, buf};
+  caf::binary_deserializer source{static_cast<caf::execution_unit*>(nullptr), buf};
   EXPECT_TRUE(static_cast<bool>(source(copy)));
 }
 

@@ -1,0 +1,266 @@
+// The machine actor's state machine on virtual time: Idle -> Up -> Down,
+// Maintenance, cordon and pressure (shared/seeds/machines.md, "States").
+
+#include "actor_fixture.hpp"
+
+#include <caf/typed_event_based_actor.hpp>
+
+#include "actors/machine_actor.hpp"
+#include "store/store.hpp"
+
+using namespace astraeus;
+using namespace std::chrono_literals;
+using State = v1::Machine::State;
+
+namespace {
+
+v1::MachineReport report_of(const std::string& name, uint64_t avail_mib = 16384) {
+  v1::MachineReport r;
+  r.set_machine(name);
+  auto* mem = r.mutable_facts()->mutable_memory();
+  mem->set_total_bytes(32ull << 30);
+  mem->set_available_bytes(avail_mib << 20);
+  auto* fs = r.mutable_facts()->add_filesystems();
+  fs->set_mount_point("/");
+  fs->set_type("ext4");
+  fs->set_size_bytes(100ull << 30);
+  fs->set_free_bytes(50ull << 30);
+  r.mutable_facts()->mutable_cpu()->set_logical_cpus(64);
+  return r;
+}
+
+class MachineActor : public test::actor_test {
+protected:
+  machine_actor spawn_machine(std::shared_ptr<Store> store = nullptr,
+                              v1::MachineRecord rec = {}) {
+    machine_config mc;
+    if (rec.name().empty())
+      rec.set_name("gpu-01");
+    mc.record = rec;
+    mc.heartbeat_lapse = 60s;
+    mc.store = std::move(store);
+    auto m = spawn(machine, std::move(mc));
+    run();
+    return m;
+  }
+
+  State state_of(const machine_actor& m) {
+    return ask<v1::MachineView>(m, atom::get_v).state();
+  }
+
+  void report(const machine_actor& m, v1::MachineReport r = report_of("gpu-01")) {
+    (*self)->send(m, std::move(r));
+    run();
+  }
+};
+
+} // namespace
+
+TEST_F(MachineActor, IsIdleUntilItsFirstReport) {
+  auto m = spawn_machine();
+  EXPECT_EQ(state_of(m), v1::Machine::Idle);
+  auto view = ask<v1::MachineView>(m, atom::get_v);
+  EXPECT_FALSE(view.schedulable());
+  EXPECT_EQ(view.last_report_unix_ms(), 0);
+}
+
+TEST_F(MachineActor, IsUpOnAReport) {
+  auto m = spawn_machine();
+  report(m);
+  auto view = ask<v1::MachineView>(m, atom::get_v);
+  EXPECT_EQ(view.state(), v1::Machine::Up);
+  EXPECT_TRUE(view.schedulable());
+  EXPECT_EQ(view.facts().cpu().logical_cpus(), 64u);
+  EXPECT_GT(view.last_report_unix_ms(), 0);
+}
+
+TEST_F(MachineActor, StaysUpJustBeforeTheLapseAndIsDownAtIt) {
+  auto m = spawn_machine();
+  report(m);
+  advance(60s - 1ms);
+  EXPECT_EQ(state_of(m), v1::Machine::Up);
+  advance(1ms);
+  EXPECT_EQ(state_of(m), v1::Machine::Down);
+  EXPECT_FALSE(ask<v1::MachineView>(m, atom::get_v).schedulable());
+}
+
+TEST_F(MachineActor, EveryReportRestartsTheHeartbeat) {
+  auto m = spawn_machine();
+  report(m);
+  advance(30s);
+  report(m);  // the deadline is now 30 s + 60 s
+  advance(40s);
+  EXPECT_EQ(state_of(m), v1::Machine::Up) << "Down at 70 s despite a report at 30 s";
+  advance(20s - 1ms);
+  EXPECT_EQ(state_of(m), v1::Machine::Up);
+  advance(1ms);
+  EXPECT_EQ(state_of(m), v1::Machine::Down);
+}
+
+TEST_F(MachineActor, AReportAfterDownBringsItBackUp) {
+  auto m = spawn_machine();
+  report(m);
+  advance(61s);
+  ASSERT_EQ(state_of(m), v1::Machine::Down);
+  report(m);
+  EXPECT_EQ(state_of(m), v1::Machine::Up);
+  // And the heartbeat is armed again.
+  advance(60s);
+  EXPECT_EQ(state_of(m), v1::Machine::Down);
+}
+
+TEST_F(MachineActor, AMachineThatNeverReportsGoesDownAfterTheLapse) {
+  auto m = spawn_machine();
+  advance(59s);
+  EXPECT_EQ(state_of(m), v1::Machine::Idle);
+  advance(1s);
+  EXPECT_EQ(state_of(m), v1::Machine::Down);
+}
+
+TEST_F(MachineActor, MaintenanceIgnoresReports) {
+  auto m = spawn_machine();
+  report(m);
+  auto view = ask<v1::MachineView>(m, atom::maintenance_v, true);
+  EXPECT_EQ(view.state(), v1::Machine::Maintenance);
+  report(m);
+  advance(10s);
+  report(m);
+  EXPECT_EQ(state_of(m), v1::Machine::Maintenance);
+  EXPECT_FALSE(ask<v1::MachineView>(m, atom::get_v).schedulable());
+  // Off again: the liveness underneath shows (reports kept it Up).
+  view = ask<v1::MachineView>(m, atom::maintenance_v, false);
+  EXPECT_EQ(view.state(), v1::Machine::Up);
+}
+
+TEST_F(MachineActor, MaintenanceOffShowsDownWhenReportsStopped) {
+  auto m = spawn_machine();
+  report(m);
+  ask<v1::MachineView>(m, atom::maintenance_v, true);
+  advance(120s);
+  EXPECT_EQ(state_of(m), v1::Machine::Maintenance);
+  EXPECT_EQ(ask<v1::MachineView>(m, atom::maintenance_v, false).state(),
+            v1::Machine::Down);
+}
+
+TEST_F(MachineActor, CordonStopsNewWorkButKeepsTheState) {
+  auto m = spawn_machine();
+  report(m);
+  auto view = ask<v1::MachineView>(m, atom::cordon_v, true);
+  EXPECT_TRUE(view.cordoned());
+  EXPECT_EQ(view.state(), v1::Machine::Up);
+  EXPECT_FALSE(view.schedulable());
+  view = ask<v1::MachineView>(m, atom::cordon_v, false);
+  EXPECT_FALSE(view.cordoned());
+  EXPECT_TRUE(view.schedulable());
+}
+
+TEST_F(MachineActor, MemoryPressureStopsNewWorkUntilItRecovers) {
+  auto m = spawn_machine();
+  report(m, report_of("gpu-01", 50));  // 50 MiB available of 32 GiB
+  auto view = ask<v1::MachineView>(m, atom::get_v);
+  EXPECT_EQ(view.state(), v1::Machine::Up);
+  EXPECT_TRUE(view.memory_pressure());
+  EXPECT_FALSE(view.schedulable());
+  ASSERT_EQ(view.pressure_reasons_size(), 1);
+  EXPECT_NE(view.pressure_reasons(0).find("memory available"), std::string::npos)
+    << view.pressure_reasons(0);
+  report(m);
+  view = ask<v1::MachineView>(m, atom::get_v);
+  EXPECT_FALSE(view.memory_pressure());
+  EXPECT_TRUE(view.schedulable());
+}
+
+TEST_F(MachineActor, DiskPressureStopsNewWork) {
+  auto m = spawn_machine();
+  auto r = report_of("gpu-01");
+  r.mutable_facts()->mutable_filesystems(0)->set_free_bytes(5ull << 30);  // 5 %
+  report(m, r);
+  auto view = ask<v1::MachineView>(m, atom::get_v);
+  EXPECT_TRUE(view.disk_pressure());
+  EXPECT_FALSE(view.schedulable());
+  EXPECT_NE(view.pressure_reasons(0).find("disk /"), std::string::npos);
+}
+
+TEST_F(MachineActor, CordonAndMaintenanceAreStoredBeforeTheAnswer) {
+  test::temp_dir dir;
+  {
+    auto store = Store::open(dir.path() + "/db");
+    ASSERT_TRUE(store) << render_error(store.error());
+    std::shared_ptr<Store> db{std::move(*store)};
+    auto m = spawn_machine(db);
+    report(m);
+    ask<v1::MachineView>(m, atom::cordon_v, true);
+    ask<v1::MachineView>(m, atom::maintenance_v, true);
+    v1::MachineRecord rec;
+    auto found = db->get(family::machines, "gpu-01", rec);
+    ASSERT_TRUE(found && *found);
+    EXPECT_TRUE(rec.cordoned());
+    EXPECT_TRUE(rec.maintenance());
+    EXPECT_EQ(rec.last_facts().cpu().logical_cpus(), 64u);
+    caf::anon_send_exit(m, caf::exit_reason::user_shutdown);
+    run();
+  }
+  // A new actor from the stored record starts in Maintenance, cordoned.
+  auto store = Store::open(dir.path() + "/db");
+  ASSERT_TRUE(store);
+  std::shared_ptr<Store> db{std::move(*store)};
+  v1::MachineRecord rec;
+  ASSERT_TRUE(*db->get(family::machines, "gpu-01", rec));
+  auto m = spawn_machine(db, rec);
+  auto view = ask<v1::MachineView>(m, atom::get_v);
+  EXPECT_EQ(view.state(), v1::Machine::Maintenance);
+  EXPECT_TRUE(view.cordoned());
+  EXPECT_EQ(view.facts().cpu().logical_cpus(), 64u) << "last facts kept";
+}
+
+TEST_F(MachineActor, ConnectedFollowsTheCurrentSessionOnly) {
+  auto m = spawn_machine();
+  (*self)->send(m, atom::connected_v, uint64_t{1}, true);
+  (*self)->send(m, atom::connected_v, uint64_t{2}, true);
+  // The old session's close arrives after the new one began.
+  (*self)->send(m, atom::connected_v, uint64_t{1}, false);
+  run();
+  EXPECT_TRUE(ask<v1::MachineView>(m, atom::get_v).connected());
+  (*self)->send(m, atom::connected_v, uint64_t{2}, false);
+  run();
+  EXPECT_FALSE(ask<v1::MachineView>(m, atom::get_v).connected());
+}
+
+TEST(MachinePressure, UnknownValuesAreNoPressure) {
+  v1::HostFacts facts;
+  auto verdict = evaluate_pressure(facts, pressure_thresholds{});
+  EXPECT_FALSE(verdict.memory);
+  EXPECT_FALSE(verdict.disk);
+}
+
+TEST(MachinePressure, PsiMemoryStallsArePressure) {
+  v1::HostFacts facts;
+  facts.mutable_memory()->set_total_bytes(64ull << 30);
+  facts.mutable_memory()->set_available_bytes(32ull << 30);
+  auto* psi = facts.mutable_memory()->mutable_pressure();
+  psi->set_present(true);
+  psi->set_full_avg10(35.0);
+  auto verdict = evaluate_pressure(facts, pressure_thresholds{});
+  EXPECT_TRUE(verdict.memory);
+  EXPECT_NE(verdict.reasons.at(0).find("PSI"), std::string::npos);
+}
+
+TEST(MachinePressure, SharedAndUnwatchedFilesystemsDoNotCount) {
+  v1::HostFacts facts;
+  auto* nfs = facts.add_filesystems();
+  nfs->set_mount_point("/");
+  nfs->set_shared(true);
+  nfs->set_size_bytes(100);
+  nfs->set_free_bytes(1);
+  auto* boot = facts.add_filesystems();
+  boot->set_mount_point("/boot/efi");
+  boot->set_size_bytes(100);
+  boot->set_free_bytes(1);
+  EXPECT_FALSE(evaluate_pressure(facts, pressure_thresholds{}).disk);
+}
+
+TEST(MachinePressure, FormatsBytesInBinaryUnits) {
+  EXPECT_EQ(format_bytes(0), "0 B");
+  EXPECT_EQ(format_bytes(512ull << 20), "512 MiB");
+  EXPECT_EQ(format_bytes(1536ull << 20), "1.5 GiB");
+}
