@@ -8,6 +8,7 @@ find_package(spdlog CONFIG REQUIRED)
 find_package(yaml-cpp CONFIG REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(SODIUM REQUIRED IMPORTED_TARGET libsodium)
+pkg_check_modules(LIBPCI REQUIRED IMPORTED_TARGET libpci)
 
 # CAF 0.17.6 ships neither a CMake package nor a .pc file.
 if(NOT TARGET caf::core)
