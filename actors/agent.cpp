@@ -14,6 +14,7 @@
 
 #include <filesystem>
 
+#include "actors/probe_actor.hpp"
 #include "messages/error.hpp"
 #include "messages/type_ids.hpp"
 #include "runtime/frame_codec.hpp"
@@ -153,14 +154,35 @@ caf::error agent_config::validate() const {
   return caf::none;
 }
 
-v1::MachineReport make_report(const agent_config& config, uint64_t sequence) {
+v1::MachineReport make_report(const agent_config& config, uint64_t sequence,
+                              const v1::GpuSection* gpus) {
   v1::MachineReport report;
   report.set_machine(config.identity.name);
   report.set_sequence(sequence);
   report.set_sent_unix_ms(unix_ms_now());
   report.set_agent_version(ASTRAEUS_VERSION);
   *report.mutable_facts() = read_host_facts(config.host);
+  if (gpus != nullptr)
+    *report.mutable_facts()->mutable_gpus() = *gpus;
   return report;
+}
+
+bool gpu_section_changed(const v1::GpuSection& before,
+                         const v1::GpuSection& after) {
+  if (before.read_as() != after.read_as()
+      || before.gpus_size() != after.gpus_size()
+      || before.bus_size() != after.bus_size()
+      || before.conditions_size() != after.conditions_size())
+    return true;
+  for (int i = 0; i < before.gpus_size(); ++i)
+    if (before.gpus(i).id() != after.gpus(i).id()
+        || before.gpus(i).status() != after.gpus(i).status())
+      return true;
+  for (int i = 0; i < before.conditions_size(); ++i)
+    if (before.conditions(i).status() != after.conditions(i).status()
+        || before.conditions(i).reason() != after.conditions(i).reason())
+      return true;
+  return false;
 }
 
 namespace {
@@ -183,7 +205,8 @@ void send_report(agent_ptr self) {
   if (!st.welcomed)
     return;
   v1::Frame frame;
-  *frame.mutable_report() = make_report(st.config, ++st.sequence);
+  *frame.mutable_report() = make_report(st.config, ++st.sequence,
+                                        st.gpus_known ? &st.gpus : nullptr);
   for (const auto& w : frame.report().facts().warnings())
     spdlog::debug("agent {}: {}", st.config.identity.name, w);
   send_frame(self, frame);
@@ -242,12 +265,67 @@ void on_frame(agent_ptr self, v1::Frame& frame) {
   }
 }
 
+bool rdma_up(const agent_config& cfg) {
+  // Cheap enough to read again: a few small sysfs files.
+  auto facts = read_host_facts(cfg.host);
+  for (const auto& p : facts.rdma_ports())
+    if (p.state() == "ACTIVE")
+      return true;
+  return false;
+}
+
+/// Starts a discovery pass unless one is in flight. The heartbeat never
+/// waits for it: reports go out with the last section. The probe answers
+/// with a plain message, so a pass that finishes late still lands.
+void start_discovery(agent_ptr self) {
+  auto& st = self->state;
+  if (st.discovering)
+    return;
+  st.discovering = true;
+  ++st.pass;
+  self->send(st.probe, atom::discovered_v, rdma_up(st.config));
+  // NVML has its own per-call deadlines; this bound catches anything else
+  // that hangs (a wedged sysfs read, nvidia-smi).
+  auto bound = st.config.gpu.nvml.call_deadline * 4
+               + st.config.gpu.nvidia_smi_deadline + std::chrono::seconds{5};
+  self->delayed_send(self, bound, atom::deadline_v, st.pass);
+}
+
+void on_discovered(agent_ptr self, v1::GpuSection& section) {
+  auto& st = self->state;
+  st.discovering = false;
+  auto changed = !st.gpus_known || gpu_section_changed(st.gpus, section);
+  st.gpus = std::move(section);
+  st.gpus_known = true;
+  if (changed)
+    send_report(self);
+}
+
+void on_discovery_deadline(agent_ptr self, uint64_t pass) {
+  auto& st = self->state;
+  if (!st.discovering || pass != st.pass)
+    return;
+  spdlog::error("agent {}: GPU discovery has not finished; reporting the last "
+                "known GPUs as unresponsive",
+                st.config.identity.name);
+  st.gpus.set_read_as("unresponsive");
+  st.gpus.set_detail("GPU discovery did not finish within its bound; the last "
+                     "known GPUs are kept");
+  for (auto& g : *st.gpus.mutable_gpus())
+    g.set_status("unresponsive");
+  st.gpus_known = true;
+  send_report(self);
+}
+
 } // namespace
 
 caf::behavior agent(caf::io::stateful_broker<agent_state>* self,
                     agent_config config) {
   self->state.config = std::move(config);
   self->state.backoff = self->state.config.reconnect_min;
+  self->state.probe = self->spawn<caf::detached + caf::linked>(
+    probe, self->state.config.gpu);
+  start_discovery(self);
   self->send(self, atom::reconnect_v);
   self->delayed_send(self, self->state.config.report_interval, atom::tick_v);
   return {
@@ -283,8 +361,11 @@ caf::behavior agent(caf::io::stateful_broker<agent_state>* self,
       hello->set_software_version(ASTRAEUS_VERSION);
       send_frame(self, frame);
     },
+    [self](v1::GpuSection& section) { on_discovered(self, section); },
+    [self](atom::deadline, uint64_t pass) { on_discovery_deadline(self, pass); },
     [self](atom::tick) {
       send_report(self);
+      start_discovery(self);
       self->delayed_send(self, self->state.config.report_interval, atom::tick_v);
     },
     [self](caf::io::new_data_msg& msg) {

@@ -16,6 +16,8 @@
 #include <caf/io/broker.hpp>
 #include <caf/io/connection_handle.hpp>
 
+#include "actors/interfaces.hpp"
+#include "runtime/gpu_discovery.hpp"
 #include "runtime/host_facts.hpp"
 
 namespace astraeus {
@@ -48,6 +50,7 @@ struct agent_config {
   caf::timespan reconnect_max = std::chrono::seconds{30};
   uint64_t frame_cap_bytes = 1u << 20;        ///< largest frame accepted, bytes
   HostReaderOptions host;                     ///< where host facts are read
+  gpu_discovery_options gpu;                  ///< where GPUs are looked for
 
   /// Errors: ec::invalid_config naming the field.
   caf::error validate() const;
@@ -65,6 +68,11 @@ struct agent_state {
   uint64_t sequence = 0;                  ///< reports sent by this agent run
   caf::timespan backoff{};                ///< next reconnect delay
   uint32_t failed_attempts = 0;           ///< connection attempts since last success
+  probe_actor probe;                      ///< GPU discovery, on its own thread
+  bool discovering = false;               ///< a discovery pass is in flight
+  uint64_t pass = 0;                      ///< number of the latest pass
+  v1::GpuSection gpus;                    ///< the last discovery pass
+  bool gpus_known = false;                ///< a pass has finished
 };
 
 /// The agent's behaviour. Handles `atom::reconnect` (try to connect),
@@ -76,7 +84,14 @@ caf::behavior agent(caf::io::stateful_broker<agent_state>* self,
 caf::expected<caf::actor> spawn_agent(caf::actor_system& sys,
                                       agent_config config);
 
-/// Builds one report from the host's facts (what the agent sends).
-v1::MachineReport make_report(const agent_config& config, uint64_t sequence);
+/// Builds one report from the host's facts and the last GPU section (what
+/// the agent sends).
+v1::MachineReport make_report(const agent_config& config, uint64_t sequence,
+                              const v1::GpuSection* gpus = nullptr);
+
+/// Whether two GPU sections differ in what a user or the scheduler acts on
+/// (the GPU set, their status, how they were read, conditions), so the new
+/// one is reported at once rather than at the next heartbeat.
+bool gpu_section_changed(const v1::GpuSection& before, const v1::GpuSection& after);
 
 } // namespace astraeus

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <tuple>
 
 #include <caf/event_based_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <spdlog/spdlog.h>
 
+#include "actors/gather.hpp"
 #include "actors/machine_actor.hpp"
 #include "messages/error.hpp"
 #include "store/store.hpp"
@@ -151,6 +153,16 @@ cluster(cluster_actor::stateful_pointer<cluster_state> self,
                                  "no machine named " + name);
         return i->second;
       };
+      auto machine_handles = [&] {
+        std::vector<machine_actor> out;
+        out.reserve(st.machines.size());
+        for (auto& [name, m] : st.machines)
+          out.push_back(m);
+        return out;
+      };
+      auto warn_no_answer = [](const caf::error& err) {
+        spdlog::warn("cluster: a machine did not answer: {}", render_error(err));
+      };
       // Forwards one question to a machine actor, answering on `rp`.
       auto ask = [&](const std::string& name, auto... xs)
         -> caf::result<v1::Response> {
@@ -171,36 +183,54 @@ cluster(cluster_actor::stateful_pointer<cluster_state> self,
       switch (req.body_case()) {
         case v1::Request::kListMachines: {
           auto rp = self->make_response_promise<v1::Response>();
-          auto result = std::make_shared<v1::Response>();
-          result->set_id(id);
-          result->mutable_machines();
-          if (st.machines.empty()) {
-            rp.deliver(*result);
-            return rp;
+          gather<v1::MachineView>(
+            self, machine_handles(), timeout,
+            [rp, id](std::vector<v1::MachineView> views) mutable {
+              std::sort(views.begin(), views.end(),
+                        [](const auto& a, const auto& b) {
+                          return a.name() < b.name();
+                        });
+              v1::Response out;
+              out.set_id(id);
+              auto* list = out.mutable_machines();
+              for (auto& v : views)
+                *list->add_machines() = std::move(v);
+              rp.deliver(std::move(out));
+            },
+            warn_no_answer, atom::get_v);
+          return rp;
+        }
+        case v1::Request::kListGpus: {
+          std::vector<machine_actor> targets;
+          const auto& only = req.list_gpus().machine();
+          if (only.empty()) {
+            targets = machine_handles();
+          } else {
+            auto m = find(only);
+            if (!m)
+              return error_response(id, m.error());
+            targets.push_back(*m);
           }
-          auto pending = std::make_shared<size_t>(st.machines.size());
-          auto done = [rp, result, pending]() mutable {
-            if (--*pending > 0)
-              return;
-            auto* list = result->mutable_machines()->mutable_machines();
-            std::sort(list->begin(), list->end(),
-                      [](const auto& a, const auto& b) {
-                        return a.name() < b.name();
-                      });
-            rp.deliver(*result);
-          };
-          for (auto& [name, m] : st.machines)
-            self->request(m, timeout, atom::get_v)
-              .then(
-                [result, done](v1::MachineView& view) mutable {
-                  *result->mutable_machines()->add_machines() = std::move(view);
-                  done();
-                },
-                [done, name = name](caf::error& err) mutable {
-                  spdlog::warn("cluster: machine {} did not answer: {}", name,
-                               render_error(err));
-                  done();
-                });
+          auto rp = self->make_response_promise<v1::Response>();
+          gather<std::vector<v1::GpuView>>(
+            self, targets, timeout,
+            [rp, id](std::vector<std::vector<v1::GpuView>> per_machine) mutable {
+              std::vector<v1::GpuView> all;
+              for (auto& views : per_machine)
+                for (auto& v : views)
+                  all.push_back(std::move(v));
+              std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
+                return std::tie(a.machine(), a.gpu().pci_address(), a.gpu().id())
+                       < std::tie(b.machine(), b.gpu().pci_address(), b.gpu().id());
+              });
+              v1::Response out;
+              out.set_id(id);
+              auto* list = out.mutable_gpus();
+              for (auto& v : all)
+                *list->add_gpus() = std::move(v);
+              rp.deliver(std::move(out));
+            },
+            warn_no_answer, atom::gpus_v);
           return rp;
         }
         case v1::Request::kGetMachine:

@@ -81,6 +81,10 @@ caf::expected<caf::actor> start_agent(caf::actor_system& sys,
   ac.reconnect_max = cfg.reconnect_max;
   ac.frame_cap_bytes = cfg.frame_cap_bytes;
   ac.host.root = cfg.host_root;
+  ac.gpu.root = cfg.host_root;
+  ac.gpu.nvml.library = cfg.nvml_library;
+  ac.gpu.nvml.call_deadline = cfg.nvml_call_deadline;
+  ac.gpu.nvidia_smi = cfg.nvidia_smi;
   return spawn_agent(sys, std::move(ac));
 }
 

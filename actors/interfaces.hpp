@@ -14,6 +14,17 @@
 
 namespace astraeus {
 
+/// One GPU on the controller, keyed by its id (UUID for NVIDIA, unique_id
+/// or the PCI address for AMD): its facts, health and holder.
+/// Source: shared/DESIGN.md ("Actors"), shared/seeds/gpus.md.
+using gpu_actor = caf::typed_actor<
+  // Fresh facts from its machine's report.
+  caf::reacts_to<v1::Gpu>,
+  // Its machine went Up (true) or stopped being Up (false).
+  caf::reacts_to<atom::machine_up, bool>,
+  // The GPU as `astra gpus` shows it.
+  caf::replies_to<atom::get>::with<v1::GpuView>>;
+
 /// One machine on the controller (the "node actor"): the state machine
 /// Idle -> Up -> Down, Maintenance, plus the cordon and pressure flags.
 /// Source: shared/seeds/machines.md ("States").
@@ -32,7 +43,15 @@ using machine_actor = caf::typed_actor<
   // The agent's gate session `session` started (true) or ended (false).
   caf::reacts_to<atom::connected, uint64_t, bool>,
   // Timer: the heartbeat deadline may have passed (sent to itself).
-  caf::reacts_to<atom::lapse>>;
+  caf::reacts_to<atom::lapse>,
+  // Its GPUs, sorted by PCI address.
+  caf::replies_to<atom::gpus>::with<std::vector<v1::GpuView>>>;
+
+/// The agent's discovery: runs GPU discovery passes on a thread of its own
+/// (spawned detached), so a slow driver never holds up the agent's heartbeat.
+using probe_actor = caf::typed_actor<
+  // One discovery pass; `rdma_up`: the machine has an active RDMA port.
+  caf::replies_to<atom::discovered, bool>::with<v1::GpuSection>>;
 
 /// The controller's front door: the machine registry and the CLI's requests.
 using cluster_actor = caf::typed_actor<
@@ -43,7 +62,7 @@ using cluster_actor = caf::typed_actor<
   // ec::invalid_request when the name is empty or malformed,
   // ec::store_failure when the registration cannot be stored.
   caf::replies_to<atom::enrol, v1::Hello, uint64_t>::with<machine_actor>,
-  // A CLI request (list, show, cordon, maintenance); failures are carried
+  // A CLI request (list, show, cordon, maintenance, GPUs); failures are carried
   // in Response.error (e.g. no_such_machine: "no machine named gpu-09").
   caf::replies_to<v1::Request>::with<v1::Response>,
   // Looks up a machine actor by name. Fails with ec::no_such_machine.

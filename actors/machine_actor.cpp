@@ -1,7 +1,14 @@
 #include "actors/machine_actor.hpp"
 
+#include <algorithm>
+#include <set>
+
+#include <caf/exit_reason.hpp>
+#include <caf/send.hpp>
 #include <spdlog/spdlog.h>
 
+#include "actors/gather.hpp"
+#include "actors/gpu_actor.hpp"
 #include "messages/error.hpp"
 #include "store/store.hpp"
 
@@ -18,6 +25,13 @@ int64_t unix_ms_now() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
            std::chrono::system_clock::now().time_since_epoch())
     .count();
+}
+
+/// Whether a GPU section lists every GPU the driver has (so a GPU missing
+/// from it is gone), rather than the last known ones.
+bool complete_read(const v1::GpuSection& section) {
+  return section.read_as() == "driver: healthy"
+         || section.read_as() == "nvidia-smi" || section.read_as() == "no-gpu";
 }
 
 } // namespace
@@ -88,10 +102,43 @@ machine(machine_actor::stateful_pointer<machine_state> self,
   auto name = [self]() -> const std::string& {
     return self->state.config.record.name();
   };
+  // Keeps one GPU actor per reported GPU id.
+  auto sync_gpus = [self](bool up) {
+    auto& st = self->state;
+    const auto& section = st.facts.gpus();
+    std::set<std::string> seen;
+    for (const auto& g : section.gpus()) {
+      if (g.id().empty())
+        continue;
+      seen.insert(g.id());
+      auto i = st.gpus.find(g.id());
+      if (i == st.gpus.end())
+        st.gpus.emplace(g.id(), self->template spawn<caf::linked>(
+                                  gpu, st.config.record.name(), g, up));
+      else
+        self->send(i->second, g);
+    }
+    if (!complete_read(section))
+      return;
+    for (auto i = st.gpus.begin(); i != st.gpus.end();) {
+      if (seen.count(i->first) == 0) {
+        spdlog::info("machine {}: GPU {} is gone", st.config.record.name(),
+                     i->first);
+        self->unlink_from(i->second);
+        caf::anon_send_exit(i->second, caf::exit_reason::user_shutdown);
+        i = st.gpus.erase(i);
+      } else {
+        ++i;
+      }
+    }
+  };
+  sync_gpus(false);
   auto set_liveness = [self, name](v1::Machine::State next, const char* why) {
     auto& st = self->state;
     if (st.liveness == next)
       return;
+    for (auto& [id, g] : st.gpus)
+      self->send(g, atom::machine_up_v, next == v1::Machine::Up);
     auto before = st.shown_state();
     st.liveness = next;
     if (!st.config.record.maintenance())
@@ -117,7 +164,7 @@ machine(machine_actor::stateful_pointer<machine_state> self,
     return caf::none;
   };
   return {
-    [self, set_liveness, persist](v1::MachineReport& report) {
+    [self, set_liveness, persist, sync_gpus](v1::MachineReport& report) {
       auto& st = self->state;
       st.last_report = self->clock().now();
       st.last_report_unix_ms = unix_ms_now();
@@ -136,6 +183,7 @@ machine(machine_actor::stateful_pointer<machine_state> self,
       auto came_up = st.liveness != v1::Machine::Up;
       if (came_up)
         set_liveness(v1::Machine::Up, "report received");
+      sync_gpus(true);
       if (!report.agent_version().empty()
           && report.agent_version() != st.config.record.agent_version()) {
         st.config.record.set_agent_version(report.agent_version());
@@ -151,6 +199,22 @@ machine(machine_actor::stateful_pointer<machine_state> self,
       }
     },
     [self](atom::get) -> v1::MachineView { return self->state.view(); },
+    [self](atom::gpus) -> caf::result<std::vector<v1::GpuView>> {
+      auto rp = self->make_response_promise<std::vector<v1::GpuView>>();
+      std::vector<gpu_actor> targets;
+      for (auto& [id, g] : self->state.gpus)
+        targets.push_back(g);
+      gather<v1::GpuView>(
+        self, targets, std::chrono::seconds{5},
+        [rp](std::vector<v1::GpuView> views) mutable {
+          std::sort(views.begin(), views.end(), [](const auto& a, const auto& b) {
+            return a.gpu().pci_address() < b.gpu().pci_address();
+          });
+          rp.deliver(std::move(views));
+        },
+        nullptr, atom::get_v);
+      return rp;
+    },
     [self, persist, name](atom::cordon,
                           bool on) -> caf::result<v1::MachineView> {
       auto& rec = self->state.config.record;

@@ -10,6 +10,7 @@
 /// Cordon and pressure are flags beside the state; either stops new work.
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -64,6 +65,9 @@ struct machine_state {
   int64_t state_since_unix_ms = 0;
   /// Wall-clock time the record was last written with facts (Unix ms).
   int64_t facts_stored_unix_ms = 0;
+  /// One GPU actor per GPU id, spawned from reports (and from the stored
+  /// facts at start, so a Down machine still lists its last known GPUs).
+  std::map<std::string, gpu_actor> gpus;
 
   /// The state users see: Maintenance overrides liveness.
   v1::Machine::State shown_state() const;

@@ -63,6 +63,8 @@ int call(const options& opts, v1::Request req,
       std::fputs((cli::to_json(resp->machines()) + "\n").c_str(), stdout);
     else if (resp->has_machine())
       std::fputs((cli::to_json(resp->machine()) + "\n").c_str(), stdout);
+    else if (resp->has_gpus())
+      std::fputs((cli::to_json(resp->gpus()) + "\n").c_str(), stdout);
   } else {
     std::fputs(table(*resp).c_str(), stdout);
   }
@@ -87,6 +89,16 @@ void add_commands(CLI::App& app, options& opts, int& rc) {
     req.mutable_get_machine()->set_name(name);
     rc = call(opts, req, [](const v1::Response& r) {
       return cli::format_machine(r.machine(), now_ms());
+    });
+  });
+  auto* gpus = app.add_subcommand("gpus", "list the GPUs of every machine");
+  static std::string gpus_machine;
+  gpus->add_option("--machine", gpus_machine, "only this machine's GPUs");
+  gpus->callback([&] {
+    v1::Request req;
+    req.mutable_list_gpus()->set_machine(gpus_machine);
+    rc = call(opts, req, [](const v1::Response& r) {
+      return cli::format_gpu_list(r.gpus(), now_ms());
     });
   });
   auto flag_command = [&](const char* cmd, const char* help,

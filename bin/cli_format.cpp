@@ -138,7 +138,9 @@ std::string format_machine_list(const v1::MachineList& list,
                     f.cpu().logical_cpus() ? std::to_string(f.cpu().logical_cpus())
                                            : "?",
                     memory_cell(f.memory()),
-                    f.gpus().read_as().empty() ? "?" : f.gpus().read_as(),
+                    f.gpus().gpus().empty()
+                      ? (f.gpus().read_as().empty() ? "?" : f.gpus().read_as())
+                      : std::to_string(f.gpus().gpus_size()) + " (" + f.gpus().read_as() + ")",
                     format_age(m.last_report_unix_ms(), now_unix_ms)});
   }
   return render_table({"NAME", "STATE", "CORDONED", "PRESSURE", "CPUS",
@@ -282,14 +284,133 @@ std::string format_machine(const v1::MachineView& m, int64_t now_unix_ms) {
                                rows),
                   "  ");
   }
-  out << "\nGPUs\n";
-  row("  Read as:", f.gpus().read_as().empty() ? "?" : f.gpus().read_as());
-  if (!f.gpus().detail().empty())
-    row("  Detail:", f.gpus().detail());
+  out << "\n" << format_gpu_section(f.gpus());
   if (!f.warnings().empty()) {
     out << "\nWarnings (host files the agent could not read)\n";
     for (const auto& w : f.warnings())
       out << "  " << w << "\n";
+  }
+  return out.str();
+}
+
+namespace {
+
+template <class Opt>
+std::string or_unknown(bool has, Opt value, const char* unit, int precision = 0) {
+  if (!has)
+    return "-";
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%.*f%s", precision, static_cast<double>(value), unit);
+  return buf;
+}
+
+std::string gpu_memory_cell(const v1::Gpu& g) {
+  if (!g.has_memory_total_bytes())
+    return "-";
+  std::string used = g.has_memory_used_bytes() ? format_bytes(g.memory_used_bytes()) : "?";
+  return used + " / " + format_bytes(g.memory_total_bytes());
+}
+
+std::string numa_cell(const v1::Gpu& g) {
+  return g.has_numa_node() ? std::to_string(g.numa_node()) : "-";
+}
+
+std::string health_cell(const v1::GpuView& v) {
+  std::string out = v.health().empty() ? "Healthy" : v.health();
+  if (v.gpu().status() == "unresponsive" || v.gpu().status() == "lost")
+    out += " (" + v.gpu().status() + ")";
+  return out;
+}
+
+} // namespace
+
+std::string format_gpu_list(const v1::GpuList& list, int64_t now_unix_ms) {
+  if (list.gpus().empty())
+    return "No GPUs reported.\n";
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& v : list.gpus()) {
+    const auto& g = v.gpu();
+    rows.push_back({v.machine(), g.id(), g.model().empty() ? "-" : g.model(),
+                    gpu_memory_cell(g),
+                    or_unknown(g.has_utilization_percent(), g.utilization_percent(), "%"),
+                    or_unknown(g.has_temperature_c(), g.temperature_c(), " C"),
+                    or_unknown(g.has_power_watts(), g.power_watts(), " W"),
+                    numa_cell(g), health_cell(v),
+                    v.holder().empty() ? "-" : v.holder(),
+                    v.machine_up() ? "now" : "last seen " + format_age(v.last_seen_unix_ms(), now_unix_ms)});
+  }
+  return render_table({"MACHINE", "ID", "MODEL", "MEMORY", "UTIL", "TEMP",
+                       "POWER", "NUMA", "HEALTH", "HOLDER", "SEEN"},
+                      rows);
+}
+
+std::string format_gpu_section(const v1::GpuSection& s) {
+  std::ostringstream out;
+  out << "GPUs\n";
+  out << "  Read as:   " << (s.read_as().empty() ? "?" : s.read_as()) << "\n";
+  if (!s.detail().empty())
+    out << "  Detail:    " << s.detail() << "\n";
+  if (!s.gpus().empty()) {
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& g : s.gpus()) {
+      int active = 0;
+      for (const auto& l : g.nvlinks())
+        active += l.active() ? 1 : 0;
+      rows.push_back({g.has_index() ? std::to_string(g.index()) : "-", g.id(),
+                      g.model(), g.pci_address(), numa_cell(g),
+                      gpu_memory_cell(g), g.architecture().empty() ? "-" : g.architecture(),
+                      g.nvlinks().empty() ? "-" : std::to_string(active) + "/" + std::to_string(g.nvlinks_size()),
+                      g.status().empty() ? "ok" : g.status()});
+    }
+    out << indent(render_table({"INDEX", "ID", "MODEL", "PCI", "NUMA", "MEMORY",
+                                "ARCH", "NVLINK", "STATUS"},
+                               rows),
+                  "  ");
+    for (const auto& g : s.gpus())
+      if (!g.status_detail().empty())
+        out << "  " << g.id() << ": " << g.status_detail() << "\n";
+  }
+  const auto& c = s.capabilities();
+  if (c.count() > 0) {
+    out << "  Summary:   " << c.count() << "x " << c.model() << " (" << c.vendor();
+    if (!c.architecture().empty())
+      out << ", " << c.architecture();
+    out << ")";
+    if (!c.driver_version().empty())
+      out << ", driver " << c.driver_version();
+    if (!c.cuda_version().empty())
+      out << ", CUDA " << c.cuda_version();
+    if (!c.rocm_version().empty())
+      out << ", ROCm " << c.rocm_version();
+    out << "\n";
+    out << "             data-centre " << yes_no(c.data_centre()) << ", NVLink "
+        << yes_no(c.nvlink()) << ", NVSwitch fabric " << yes_no(c.nvswitch_fabric())
+        << ", IMEX channels " << c.imex_channels() << ", RDMA " << yes_no(c.rdma());
+    if (!c.nvlink_domain().empty())
+      out << ", NVLink domain " << c.nvlink_domain();
+    out << "\n";
+  }
+  if (!s.bus().empty()) {
+    out << "\nGPUs on the bus\n";
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& b : s.bus())
+      rows.push_back({b.pci_address(), b.vendor(), b.name().empty() ? b.device_id() : b.name(),
+                      b.driver().empty() ? "none" : b.driver(),
+                      b.missing().empty() ? "-" : b.missing()});
+    out << indent(render_table({"PCI", "VENDOR", "DEVICE", "DRIVER", "MISSING"}, rows), "  ");
+  }
+  if (!s.conditions().empty()) {
+    out << "\nConditions\n";
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& cond : s.conditions())
+      rows.push_back({cond.type(), cond.status() ? "True" : "False", cond.reason(),
+                      cond.message()});
+    out << indent(render_table({"CONDITION", "STATUS", "REASON", "MESSAGE"}, rows), "  ");
+  }
+  if (!s.tried().empty() && s.gpus().empty()) {
+    out << "\nDiscovery tried\n";
+    for (const auto& t : s.tried())
+      out << "  " << t << "\n";
   }
   return out.str();
 }

@@ -22,6 +22,13 @@ std::string format_machine_list(const v1::MachineList& list, int64_t now_unix_ms
 /// `astra machine NAME`: one machine in full.
 std::string format_machine(const v1::MachineView& view, int64_t now_unix_ms);
 
+/// `astra gpus`: one line per GPU.
+std::string format_gpu_list(const v1::GpuList& list, int64_t now_unix_ms);
+
+/// The GPU part of `astra machine NAME`: how they were read, the GPUs, the
+/// GPUs on the bus, conditions and capabilities.
+std::string format_gpu_section(const v1::GpuSection& section);
+
 /// Any message as JSON with the schema's field names, every field printed.
 std::string to_json(const google::protobuf::Message& msg);
 

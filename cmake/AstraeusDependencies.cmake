@@ -9,6 +9,10 @@ find_package(yaml-cpp CONFIG REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(SODIUM REQUIRED IMPORTED_TARGET libsodium)
 pkg_check_modules(LIBPCI REQUIRED IMPORTED_TARGET libpci)
+# jemalloc for the programs: reports are allocated on the gate's thread and
+# freed on the machine actors' threads, where glibc's malloc serialises
+# (bench/RESULTS.md).
+pkg_check_modules(JEMALLOC REQUIRED IMPORTED_TARGET jemalloc)
 
 # CAF 0.17.6 ships neither a CMake package nor a .pc file.
 if(NOT TARGET caf::core)

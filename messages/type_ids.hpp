@@ -19,6 +19,11 @@ CAF_BEGIN_TYPE_ID_BLOCK(astraeus, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::Request))
   CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::Response))
   CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::Frame))
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::Gpu))
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::GpuView))
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::GpuList))
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::GpuSection))
+  CAF_ADD_TYPE_ID(astraeus, (std::vector<astraeus::v1::GpuView>))
 
   /// Asks an actor for its current view.
   CAF_ADD_ATOM(astraeus, astraeus::atom, get, "get")
@@ -36,6 +41,12 @@ CAF_BEGIN_TYPE_ID_BLOCK(astraeus, caf::first_custom_type_id)
   CAF_ADD_ATOM(astraeus, astraeus::atom, tick, "tick")
   /// The agent should (re)connect to the gate.
   CAF_ADD_ATOM(astraeus, astraeus::atom, reconnect, "reconnect")
+  /// Asks a machine for its GPUs.
+  CAF_ADD_ATOM(astraeus, astraeus::atom, gpus, "gpus")
+  /// Tells a GPU actor whether its machine is Up.
+  CAF_ADD_ATOM(astraeus, astraeus::atom, machine_up, "machineup")
+  /// The agent's GPU discovery pass finished (probe -> agent).
+  CAF_ADD_ATOM(astraeus, astraeus::atom, discovered, "discovered")
   /// A gate connection's hello deadline passed.
   CAF_ADD_ATOM(astraeus, astraeus::atom, deadline, "deadline")
 

@@ -101,6 +101,14 @@ struct AgentConfig {
   /// host.root: prefix for /proc and /sys (tests point it at a fixture tree;
   /// non-empty).
   std::string host_root = "/";
+  /// gpu.nvml_library: the NVML library dlopen'ed at run time (non-empty).
+  std::string nvml_library = "libnvidia-ml.so.1";
+  /// gpu.nvidia_smi: the nvidia-smi program used where NVML cannot be
+  /// loaded (non-empty).
+  std::string nvidia_smi = "nvidia-smi";
+  /// gpu.call_deadline: how long one NVML call may take before its GPU (or
+  /// the driver) is reported unresponsive (10ms-1m).
+  std::chrono::milliseconds nvml_call_deadline{2000};
   /// reconnect.min_backoff: first wait before reconnecting (10ms-1h).
   std::chrono::milliseconds reconnect_min{500};
   /// reconnect.max_backoff: longest wait between reconnects (10ms-24h, and

@@ -1,1 +1,275 @@
-// placeholder
+#include "runtime/gpu_discovery.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+#include <spdlog/spdlog.h>
+
+#include "runtime/amd_gpus.hpp"
+#include "runtime/nvidia_smi.hpp"
+#include "runtime/pci_bus.hpp"
+
+namespace astraeus {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string join(const std::vector<std::string>& parts, const char* sep) {
+  std::string out;
+  for (const auto& p : parts)
+    out += (out.empty() ? "" : sep) + p;
+  return out;
+}
+
+fs::path under(const std::string& root, const char* path) {
+  return fs::path{root} / fs::path{path}.relative_path();
+}
+
+uint32_t count_imex_channels(const std::string& root) {
+  std::error_code err;
+  uint32_t n = 0;
+  for (auto it = fs::directory_iterator{under(root, "/dev/nvidia-caps-imex-channels"), err};
+       !err && it != fs::directory_iterator{}; it.increment(err))
+    if (it->path().filename().string().rfind("channel", 0) == 0)
+      ++n;
+  return n;
+}
+
+v1::Condition condition(const char* type, bool status, const char* reason,
+                        std::string message) {
+  v1::Condition c;
+  c.set_type(type);
+  c.set_status(status);
+  c.set_reason(reason);
+  c.set_message(std::move(message));
+  return c;
+}
+
+} // namespace
+
+v1::GpuCapabilities summarise_gpus(const std::vector<v1::Gpu>& gpus) {
+  v1::GpuCapabilities out;
+  if (gpus.empty())
+    return out;
+  // The most common model describes the machine.
+  std::map<std::string, int> models;
+  for (const auto& g : gpus)
+    ++models[g.model()];
+  auto top = std::max_element(models.begin(), models.end(),
+                              [](auto& a, auto& b) { return a.second < b.second; });
+  out.set_model(top->first);
+  out.set_count(static_cast<uint32_t>(gpus.size()));
+  bool all_data_centre = true;
+  for (const auto& g : gpus) {
+    if (out.vendor().empty())
+      out.set_vendor(g.vendor());
+    if (g.model() == top->first && out.architecture().empty())
+      out.set_architecture(g.architecture());
+    if (out.driver_version().empty())
+      out.set_driver_version(g.driver_version());
+    all_data_centre = all_data_centre && g.data_centre();
+    for (const auto& link : g.nvlinks()) {
+      if (link.active())
+        out.set_nvlink(true);
+      if (link.remote_kind() == "switch")
+        out.set_nvswitch_fabric(true);
+    }
+    if (g.fabric().state() == "completed" && !g.fabric().cluster_uuid().empty()) {
+      out.set_nvswitch_fabric(true);
+      if (out.nvlink_domain().empty())
+        out.set_nvlink_domain(g.fabric().cluster_uuid() + "/"
+                              + std::to_string(g.fabric().clique_id()));
+    }
+  }
+  out.set_data_centre(all_data_centre);
+  return out;
+}
+
+gpu_discovery::gpu_discovery(gpu_discovery_options opts)
+  : opts_(std::move(opts)) {
+  opts_.nvml.sysfs_root = opts_.root;
+  nvml_ = std::make_unique<nvml_prober>(opts_.nvml);
+}
+
+gpu_discovery::~gpu_discovery() = default;
+
+v1::GpuSection gpu_discovery::discover(bool rdma_up) {
+  v1::GpuSection out;
+  std::vector<v1::Gpu> gpus;
+  std::vector<std::string> tried;
+  enum class nvidia_read { none, driver, smi, unresponsive, unavailable };
+  auto nvidia = nvidia_read::none;
+  std::string nvidia_problem;
+  std::string driver_version, cuda_version;
+
+  auto nv = nvml_->probe();
+  const auto& lib = opts_.nvml.library;
+  switch (nv.status) {
+    case nvml_result::driver_status::ok:
+      tried.push_back("NVML " + lib + ": driver " + nv.driver_version + ", "
+                      + std::to_string(nv.gpus.size()) + " GPU(s)");
+      nvidia = nv.gpus.empty() ? nvidia_read::none : nvidia_read::driver;
+      driver_version = nv.driver_version;
+      cuda_version = nv.cuda_version;
+      for (auto& g : nv.gpus) {
+        if (g.driver_version().empty())
+          g.set_driver_version(nv.driver_version);
+        gpus.push_back(g);
+      }
+      last_nvidia_ = nv.gpus;
+      break;
+    case nvml_result::driver_status::unresponsive:
+      tried.push_back("NVML " + lib + ": unresponsive (" + nv.detail + ")");
+      nvidia = nvidia_read::unresponsive;
+      nvidia_problem = nv.detail;
+      break;
+    case nvml_result::driver_status::init_failed:
+    case nvml_result::driver_status::not_loaded: {
+      tried.push_back("NVML " + lib + ": "
+                      + (nv.status == nvml_result::driver_status::not_loaded
+                           ? "not loaded ("
+                           : "init failed (")
+                      + nv.detail + ")");
+      auto smi = read_nvidia_smi(opts_.nvidia_smi, opts_.nvidia_smi_deadline);
+      if (smi.ok) {
+        tried.push_back("nvidia-smi " + opts_.nvidia_smi + ": "
+                        + std::to_string(smi.gpus.size()) + " GPU(s)"
+                        + (smi.detail.empty() ? "" : " (" + smi.detail + ")"));
+        if (!smi.gpus.empty()) {
+          nvidia = nvidia_read::smi;
+          driver_version = smi.driver_version;
+          cuda_version = smi.cuda_version;
+          for (auto& g : smi.gpus) {
+            if (g.driver_version().empty())
+              g.set_driver_version(smi.driver_version);
+            gpus.push_back(g);
+          }
+          last_nvidia_ = smi.gpus;
+        }
+      } else {
+        tried.push_back("nvidia-smi " + opts_.nvidia_smi + ": " + smi.detail);
+        if (nv.status == nvml_result::driver_status::init_failed
+            || !last_nvidia_.empty()) {
+          // The driver is there (or was) but does not answer.
+          nvidia = nvidia_read::unavailable;
+          nvidia_problem = nv.detail;
+        }
+      }
+      break;
+    }
+  }
+  if (nvidia == nvidia_read::unresponsive || nvidia == nvidia_read::unavailable) {
+    // Keep the last known GPUs, marked as not answering.
+    for (auto g : last_nvidia_) {
+      g.set_status(nvidia == nvidia_read::unresponsive ? "unresponsive" : "unavailable");
+      g.set_status_detail(nvidia_problem);
+      gpus.push_back(std::move(g));
+    }
+  }
+
+  auto amd = read_amd_gpus(opts_.root);
+  tried.push_back("amdgpu sysfs: " + std::to_string(amd.gpus.size()) + " GPU(s)");
+  for (const auto& w : amd.warnings)
+    if (logged_.insert(w).second)
+      spdlog::warn("discovery: {}", w);
+  for (auto& g : amd.gpus) {
+    if (g.driver_version().empty())
+      g.set_driver_version(amd.driver_version);
+    gpus.push_back(std::move(g));
+  }
+
+  auto bus = scan_pci_gpus(opts_.root);
+  tried.push_back("PCI bus: " + std::to_string(bus.gpus.size())
+                  + " display/3D controller(s)");
+  for (const auto& w : bus.warnings)
+    if (logged_.insert(w).second)
+      spdlog::warn("discovery: {}", w);
+
+  for (const auto& g : gpus)
+    for (const auto& u : g.unknown_fields())
+      if (logged_.insert(g.id() + " " + u).second)
+        spdlog::info("discovery: GPU {}: {}", g.id(), u);
+
+  // Which bus GPUs a driver also reported.
+  std::set<std::string> reported;
+  for (const auto& g : gpus)
+    reported.insert(g.pci_address());
+  std::vector<const v1::BusGpu*> missing;
+  for (auto& b : bus.gpus) {
+    b.set_reported_by_driver(reported.count(b.pci_address()) > 0);
+    if (!b.missing().empty())
+      missing.push_back(&b);
+    *out.add_bus() = b;
+  }
+
+  // How the GPUs were read.
+  bool any_driver = !gpus.empty() && nvidia != nvidia_read::unresponsive
+                    && nvidia != nvidia_read::unavailable;
+  if (nvidia == nvidia_read::unresponsive) {
+    out.set_read_as("unresponsive");
+    out.set_detail(nvidia_problem + "; the last known GPUs are kept");
+  } else if (nvidia == nvidia_read::unavailable) {
+    out.set_read_as("unavailable");
+    out.set_detail(nvidia_problem + "; the last known GPUs are kept");
+  } else if (nvidia == nvidia_read::smi) {
+    out.set_read_as("nvidia-smi");
+  } else if (any_driver) {
+    out.set_read_as("driver: healthy");
+  } else {
+    out.set_read_as("no-gpu");
+    out.set_detail("no GPU found: " + join(tried, "; "));
+  }
+  for (auto& g : gpus)
+    *out.add_gpus() = std::move(g);
+  for (auto& t : tried)
+    out.add_tried(std::move(t));
+
+  // Conditions.
+  if (nvidia == nvidia_read::unresponsive) {
+    *out.add_conditions() = condition("GPU subsystem ready", false,
+                                      "DriverUnresponsive", nvidia_problem);
+  } else if (nvidia == nvidia_read::unavailable) {
+    *out.add_conditions() = condition("GPU subsystem ready", false,
+                                      "DriverUnavailable", nvidia_problem);
+  } else if (!missing.empty()) {
+    const auto& b = *missing.front();
+    const char* reason = "DriverNotInstalled";
+    if (b.driver() == "nouveau")
+      reason = "WrongDriver";
+    else if (b.driver() == "vfio-pci")
+      reason = "GPUPassedThrough";
+    std::vector<std::string> lines;
+    for (const auto* m : missing)
+      lines.push_back(m->pci_address() + " ("
+                      + (m->name().empty() ? m->device_id() : m->name())
+                      + "): " + m->missing());
+    *out.add_conditions() = condition("GPU subsystem ready", false, reason,
+                                      join(lines, "; "));
+  } else if (out.gpus_size() > 0) {
+    *out.add_conditions() = condition(
+      "GPU subsystem ready", true, "DriverResponding",
+      (nvidia == nvidia_read::smi ? std::string{"nvidia-smi"} : "the driver")
+        + " answered for " + std::to_string(out.gpus_size()) + " GPU(s)");
+  } else {
+    *out.add_conditions() = condition("GPU subsystem ready", true, "NoGPU",
+                                      "no GPU on this machine");
+  }
+  *out.add_conditions() = condition("GPUs healthy", true, "AllGPUsHealthy",
+                                    "no GPU is fenced");
+
+  // Capabilities.
+  std::vector<v1::Gpu> listed{out.gpus().begin(), out.gpus().end()};
+  auto caps = summarise_gpus(listed);
+  if (caps.driver_version().empty())
+    caps.set_driver_version(driver_version);
+  caps.set_cuda_version(cuda_version);
+  caps.set_rocm_version(amd.rocm_version);
+  caps.set_imex_channels(count_imex_channels(opts_.root));
+  caps.set_rdma(rdma_up);
+  *out.mutable_capabilities() = std::move(caps);
+  return out;
+}
+
+} // namespace astraeus
