@@ -6,7 +6,9 @@
 #include <sstream>
 #include <system_error>
 
+#include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
+#include <caf/send.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/io/system_messages.hpp>
 #include <spdlog/spdlog.h>
@@ -205,8 +207,13 @@ void send_report(agent_ptr self) {
   if (!st.welcomed)
     return;
   v1::Frame frame;
+  v1::GpuSection gpus = st.gpus;
+  if (!st.gpus_known)
+    gpus.set_read_as("no-gpu");
+  if (st.latches)
+    st.latches->annotate(gpus);
   *frame.mutable_report() = make_report(st.config, ++st.sequence,
-                                        st.gpus_known ? &st.gpus : nullptr);
+                                        st.gpus_known || st.latches ? &gpus : nullptr);
   for (const auto& w : frame.report().facts().warnings())
     spdlog::debug("agent {}: {}", st.config.identity.name, w);
   send_frame(self, frame);
@@ -237,11 +244,65 @@ void drop_connection(agent_ptr self, const std::string& why) {
   schedule_reconnect(self);
 }
 
+/// A GPU event from the kernel log: latch it (durably) and report a new
+/// latch at once.
+void on_kernel_event(agent_ptr self, const v1::KernelEvent& ke) {
+  auto& st = self->state;
+  if (!st.latches)
+    return;
+  gpu_event ev;
+  for (auto k : {gpu_event_kind::xid, gpu_event_kind::fallen_off_bus,
+                 gpu_event_kind::amd_reset_begin, gpu_event_kind::amd_reset_succeeded,
+                 gpu_event_kind::amd_reset_failed, gpu_event_kind::amd_ring_timeout})
+    if (ke.kind() == to_string(k))
+      ev.kind = k;
+  ev.pci_address = ke.pci_address();
+  if (ke.has_xid())
+    ev.xid = ke.xid();
+  ev.text = ke.text();
+  ev.sequence = ke.sequence();
+  ev.timestamp_us = ke.timestamp_us();
+  auto latched = st.latches->on_event(ev, st.gpus, unix_ms_now());
+  if (!latched) {
+    spdlog::error("agent {}: cannot store a fault latch: {}",
+                  st.config.identity.name, render_error(latched.error()));
+    return;
+  }
+  if (*latched)
+    send_report(self);
+}
+
+void on_clear_fault(agent_ptr self, const v1::ClearFaultCommand& cmd) {
+  auto& st = self->state;
+  v1::Frame frame;
+  auto* reply = frame.mutable_clear_fault_reply();
+  reply->set_id(cmd.id());
+  reply->set_uuid(cmd.gpu());
+  if (!st.latches) {
+    reply->set_error("this agent keeps no fault latches");
+  } else if (auto cleared = st.latches->clear(cmd.gpu()); !cleared) {
+    reply->set_error(render_error(cleared.error()));
+  } else {
+    reply->set_cleared(*cleared);
+  }
+  send_frame(self, frame);
+  if (reply->cleared())
+    send_report(self);
+}
+
 void on_frame(agent_ptr self, v1::Frame& frame) {
   auto& st = self->state;
   const auto& name = st.config.identity.name;
   switch (frame.body_case()) {
+    case v1::Frame::kClearFault:
+      on_clear_fault(self, frame.clear_fault());
+      return;
     case v1::Frame::kWelcome:
+      if (st.latches && frame.welcome().xid_policy().entries_size() > 0)
+        if (auto err = st.latches->set_policy(
+              xid_policy::from_table(frame.welcome().xid_policy())))
+          spdlog::error("agent {}: cannot keep the Xid policy: {}", name,
+                        render_error(err));
       st.welcomed = true;
       st.backoff = st.config.reconnect_min;
       st.failed_attempts = 0;
@@ -295,6 +356,14 @@ void on_discovered(agent_ptr self, v1::GpuSection& section) {
   auto& st = self->state;
   st.discovering = false;
   auto changed = !st.gpus_known || gpu_section_changed(st.gpus, section);
+  if (st.latches) {
+    auto latched = st.latches->on_readings(section, unix_ms_now());
+    if (!latched)
+      spdlog::error("agent {}: cannot store a fault latch: {}",
+                    st.config.identity.name, render_error(latched.error()));
+    else if (*latched)
+      changed = true;
+  }
   st.gpus = std::move(section);
   st.gpus_known = true;
   if (changed)
@@ -325,6 +394,36 @@ caf::behavior agent(caf::io::stateful_broker<agent_state>* self,
   self->state.backoff = self->state.config.reconnect_min;
   self->state.probe = self->spawn<caf::detached + caf::linked>(
     probe, self->state.config.gpu);
+  if (self->state.config.store) {
+    auto latches = fault_latches::load(self->state.config.store,
+                                       read_boot_id(self->state.config.host.root));
+    if (!latches)
+      spdlog::error("agent: cannot load the fault latches: {}",
+                    render_error(latches.error()));
+    else
+      self->state.latches.emplace(std::move(*latches));
+  }
+  if (!self->state.config.kmsg_path.empty()) {
+    auto handle = caf::actor_cast<caf::actor>(self);
+    auto path = self->state.config.kmsg_path;
+    self->state.kmsg = std::make_unique<kmsg_reader>(
+      path,
+      [handle](gpu_event ev) {
+        v1::KernelEvent ke;
+        ke.set_kind(to_string(ev.kind));
+        ke.set_pci_address(ev.pci_address);
+        if (ev.xid)
+          ke.set_xid(*ev.xid);
+        ke.set_text(ev.text);
+        ke.set_sequence(ev.sequence);
+        ke.set_timestamp_us(ev.timestamp_us);
+        caf::anon_send(handle, std::move(ke));
+      },
+      [path](std::string error) {
+        spdlog::warn("agent: kernel log {}: {}", path, error);
+      });
+    self->state.kmsg->start();
+  }
   start_discovery(self);
   self->send(self, atom::reconnect_v);
   self->delayed_send(self, self->state.config.report_interval, atom::tick_v);
@@ -362,6 +461,7 @@ caf::behavior agent(caf::io::stateful_broker<agent_state>* self,
       send_frame(self, frame);
     },
     [self](v1::GpuSection& section) { on_discovered(self, section); },
+    [self](v1::KernelEvent& ev) { on_kernel_event(self, ev); },
     [self](atom::deadline, uint64_t pass) { on_discovery_deadline(self, pass); },
     [self](atom::tick) {
       send_report(self);

@@ -8,6 +8,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 
 #include <caf/error.hpp>
@@ -18,9 +20,13 @@
 
 #include "actors/interfaces.hpp"
 #include "runtime/gpu_discovery.hpp"
+#include "runtime/fault_latch.hpp"
 #include "runtime/host_facts.hpp"
+#include "runtime/kmsg.hpp"
 
 namespace astraeus {
+
+class Store;
 
 /// The identity an agent keeps in its data folder, so that a restarted or
 /// reinstalled agent keeps its name and identity.
@@ -51,6 +57,10 @@ struct agent_config {
   uint64_t frame_cap_bytes = 1u << 20;        ///< largest frame accepted, bytes
   HostReaderOptions host;                     ///< where host facts are read
   gpu_discovery_options gpu;                  ///< where GPUs are looked for
+  /// The agent's store (fault latches); required.
+  std::shared_ptr<Store> store;
+  /// The kernel log to watch for GPU faults; empty: none.
+  std::string kmsg_path = "/dev/kmsg";
 
   /// Errors: ec::invalid_config naming the field.
   caf::error validate() const;
@@ -73,6 +83,8 @@ struct agent_state {
   uint64_t pass = 0;                      ///< number of the latest pass
   v1::GpuSection gpus;                    ///< the last discovery pass
   bool gpus_known = false;                ///< a pass has finished
+  std::optional<fault_latches> latches;   ///< the machine's fault latches
+  std::unique_ptr<kmsg_reader> kmsg;      ///< the kernel-log reader thread
 };
 
 /// The agent's behaviour. Handles `atom::reconnect` (try to connect),

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <tuple>
 
+#include <caf/actor_cast.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <spdlog/spdlog.h>
@@ -139,7 +141,8 @@ cluster(cluster_actor::stateful_pointer<cluster_state> self,
                      name);
         handle = spawn_machine(std::move(rec));
       }
-      self->send(handle, atom::connected_v, session, true);
+      self->send(handle, atom::connected_v, session, true,
+                 caf::actor_cast<caf::actor>(self->current_sender()));
       return handle;
     },
     [self, view_response](v1::Request& req) -> caf::result<v1::Response> {
@@ -241,6 +244,56 @@ cluster(cluster_actor::stateful_pointer<cluster_state> self,
         case v1::Request::kSetMaintenance:
           return ask(req.set_maintenance().name(), atom::maintenance_v,
                      req.set_maintenance().maintenance());
+        case v1::Request::kClearFault: {
+          const auto& cf = req.clear_fault();
+          auto m = find(cf.machine());
+          auto target = cf.machine() + "/" + cf.gpu();
+          auto audit = [self, target](const std::string& result) {
+            v1::AuditRecord rec;
+            rec.set_unix_ms(unix_ms_now());
+            rec.set_who("cli");
+            rec.set_action("clear-fault");
+            rec.set_target(target);
+            rec.set_result(result);
+            char key[64];
+            std::snprintf(key, sizeof(key), "%020lld-%08llu",
+                          static_cast<long long>(rec.unix_ms()),
+                          static_cast<unsigned long long>(++self->state.audit_seq));
+            if (auto err = self->state.config.store->put(family::audit, key, rec, true))
+              spdlog::error("cluster: cannot store an audit record: {}",
+                            render_error(err));
+            spdlog::info("cluster: audit: {} clear-fault {}: {}", rec.who(), target,
+                         result);
+          };
+          if (!m) {
+            audit("refused: " + render_error(m.error()));
+            return error_response(id, m.error());
+          }
+          if (cf.gpu().empty())
+            return error_response(id, caf::make_error(ec::invalid_request,
+                                                      "name the GPU to clear"));
+          auto rp = self->make_response_promise<v1::Response>();
+          self->request(*m, timeout, atom::clear_v, cf.gpu())
+            .then(
+              [rp, id, audit](v1::ClearFaultResult& result) mutable {
+                audit(result.cleared() ? "cleared" : "nothing latched");
+                v1::Response out;
+                out.set_id(id);
+                *out.mutable_cleared() = std::move(result);
+                rp.deliver(std::move(out));
+              },
+              [rp, id, audit](caf::error& err) mutable {
+                audit("failed: " + render_error(err));
+                rp.deliver(error_response(id, err));
+              });
+          return rp;
+        }
+        case v1::Request::kXidPolicy: {
+          v1::Response out;
+          out.set_id(id);
+          *out.mutable_xids() = st.config.xid_policy;
+          return out;
+        }
         case v1::Request::BODY_NOT_SET:
           break;
       }

@@ -33,6 +33,8 @@ struct cluster_config {
   caf::timespan request_timeout = std::chrono::seconds{10};
   /// Shown in the welcome and by `astra`.
   std::string cluster_name = "default";
+  /// The fleet's Xid policy (`astra xids`).
+  v1::XidPolicyTable xid_policy;
 
   /// Errors: ec::invalid_config when the store is missing or a duration <= 0.
   caf::error validate() const;
@@ -48,6 +50,8 @@ struct cluster_state {
   std::unordered_map<std::string, machine_actor> machines;
   /// Machine identity by name, to refuse a second identity for one name.
   std::unordered_map<std::string, std::string> identities;
+  /// Makes audit keys unique within one millisecond.
+  uint64_t audit_seq = 0;
 };
 
 /// The cluster actor's behaviour (handlers: actors/interfaces.hpp).

@@ -1,5 +1,7 @@
 #include "actors/controller.hpp"
 
+#include <filesystem>
+
 #include <unistd.h>
 
 #include <caf/actor_system.hpp>
@@ -11,6 +13,8 @@
 #include "actors/agent.hpp"
 #include "actors/cluster_actor.hpp"
 #include "actors/gate.hpp"
+#include "messages/error.hpp"
+#include "runtime/xid_policy.hpp"
 #include "store/store.hpp"
 
 namespace astraeus {
@@ -38,6 +42,19 @@ caf::expected<controller_handles> start_controller(caf::actor_system& sys,
   cc.pressure.memory_available_min_percent = cfg.memory_available_min_percent;
   cc.pressure.memory_psi_full_avg10_max = cfg.memory_psi_full_avg10_max;
   cc.pressure.disk_free_min_percent = cfg.disk_free_min_percent;
+  xid_policy policy;
+  auto fence = parse_xid_list(cfg.xid_fence);
+  auto at_risk = parse_xid_list(cfg.xid_at_risk);
+  auto record = parse_xid_list(cfg.xid_record);
+  for (auto [key, list] : {std::pair{"xid.fence", &fence},
+                           std::pair{"xid.at_risk", &at_risk},
+                           std::pair{"xid.record", &record}})
+    if (!*list)
+      return caf::make_error(ec::invalid_config,
+                             std::string{key} + ": " + render_error(list->error()));
+  if (auto err = policy.override_with(*fence, *at_risk, *record))
+    return err;
+  cc.xid_policy = policy.table();
   if (auto err = cc.validate())
     return err;
   out.cluster = sys.spawn(cluster, std::move(cc));
@@ -49,6 +66,7 @@ caf::expected<controller_handles> start_controller(caf::actor_system& sys,
   gc.request_timeout = cfg.request_timeout;
   gc.cluster_name = cfg.cluster_name;
   gc.cluster = out.cluster;
+  gc.xid_policy = policy.table();
   auto gate = spawn_gate(sys, std::move(gc));
   if (!gate) {
     caf::anon_send_exit(out.cluster, caf::exit_reason::user_shutdown);
@@ -72,7 +90,12 @@ caf::expected<caf::actor> start_agent(caf::actor_system& sys,
                                           local_hostname());
   if (!identity)
     return identity.error();
+  auto store = Store::open((std::filesystem::path{cfg.data_dir} / "store").string());
+  if (!store)
+    return store.error();
   agent_config ac;
+  ac.store = std::shared_ptr<Store>{std::move(*store)};
+  ac.kmsg_path = cfg.kmsg_path;
   ac.controller_host = cfg.controller_address;
   ac.controller_port = cfg.controller_port;
   ac.identity = std::move(*identity);

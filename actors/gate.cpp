@@ -1,5 +1,7 @@
 #include "actors/gate.hpp"
 
+#include <algorithm>
+
 #include <caf/actor_system.hpp>
 #include <caf/io/doorman.hpp>
 #include <caf/io/middleman.hpp>
@@ -47,7 +49,19 @@ void forget(gate_ptr self, connection_handle hdl) {
     return;
   if (i->second.machine_handle)
     self->send(i->second.machine_handle, atom::connected_v, i->second.session,
-               false);
+               false, caf::actor{});
+  // Commands still waiting for this agent's answer fail now.
+  auto& pending = self->state.pending_clears;
+  for (auto p = pending.begin(); p != pending.end();) {
+    if (p->second.session == i->second.session) {
+      p->second.promise.deliver(caf::make_error(
+        ec::not_connected, "machine " + i->second.machine
+                             + " disconnected before answering"));
+      p = pending.erase(p);
+    } else {
+      ++p;
+    }
+  }
   self->state.connections.erase(i);
 }
 
@@ -83,6 +97,7 @@ void welcome(gate_ptr self, connection_handle hdl) {
   w->set_controller_version(ASTRAEUS_VERSION);
   w->set_cluster(cfg.cluster_name);
   w->set_report_interval_seconds(cfg.report_interval_seconds);
+  *w->mutable_xid_policy() = cfg.xid_policy;
   write_frame(self, hdl, frame);
 }
 
@@ -117,7 +132,8 @@ void on_hello(gate_ptr self, connection_handle hdl, gate_connection& conn,
             if (i == self->state.connections.end()
                 || i->second.session != session) {
               // Gone while enrolling.
-              self->send(handle, atom::connected_v, session, false);
+              self->send(handle, atom::connected_v, session, false,
+                         caf::actor{});
               return;
             }
             i->second.machine_handle = handle;
@@ -151,6 +167,19 @@ void on_frame(gate_ptr self, connection_handle hdl, gate_connection& conn,
     refuse(self, hdl, ec::protocol_violation,
            "sent a " + std::string{frame_kind(frame)}
              + " frame before its hello was answered");
+    return;
+  }
+  if (conn.role == v1::AGENT && frame.has_clear_fault_reply()) {
+    const auto& reply = frame.clear_fault_reply();
+    auto& pending = self->state.pending_clears;
+    auto p = pending.find(reply.id());
+    if (p == pending.end() || p->second.session != conn.session) {
+      refuse(self, hdl, ec::protocol_violation,
+             "answered a clear-fault command it was not sent");
+      return;
+    }
+    p->second.promise.deliver(reply);
+    pending.erase(p);
     return;
   }
   if (conn.role == v1::AGENT && frame.has_report()) {
@@ -263,6 +292,26 @@ caf::behavior gate(caf::io::stateful_broker<gate_state>* self,
                                   self->state.config.hello_timeout)
                                   .count())
                + " ms");
+    },
+    [self](atom::clear, uint64_t session,
+           std::string& gpu) -> caf::result<v1::ClearFaultReply> {
+      auto& st = self->state;
+      auto i = std::find_if(st.connections.begin(), st.connections.end(),
+                            [&](const auto& kv) {
+                              return kv.second.session == session
+                                     && kv.second.welcomed;
+                            });
+      if (i == st.connections.end())
+        return caf::make_error(ec::not_connected,
+                               "the machine's agent is not connected");
+      auto id = st.next_command++;
+      auto rp = self->make_response_promise<v1::ClearFaultReply>();
+      st.pending_clears.emplace(id, gate_state::pending_clear{session, rp});
+      v1::Frame frame;
+      frame.mutable_clear_fault()->set_id(id);
+      frame.mutable_clear_fault()->set_gpu(std::move(gpu));
+      write_frame(self, i->first, frame);
+      return rp;
     },
     [self](const caf::io::acceptor_closed_msg&) {
       spdlog::error("gate: the listening socket closed");

@@ -20,6 +20,7 @@
 #include <caf/fwd.hpp>
 #include <caf/io/broker.hpp>
 #include <caf/io/connection_handle.hpp>
+#include <caf/typed_response_promise.hpp>
 
 #include "actors/interfaces.hpp"
 
@@ -41,6 +42,8 @@ struct gate_config {
   uint32_t report_interval_seconds = 10;
   /// Cluster name sent in the welcome.
   std::string cluster_name = "default";
+  /// The fleet's Xid policy, sent to agents in the welcome.
+  v1::XidPolicyTable xid_policy;
   /// The cluster actor; required.
   cluster_actor cluster;
 
@@ -67,6 +70,14 @@ struct gate_state {
   gate_config config;
   std::map<caf::io::connection_handle, gate_connection> connections;
   uint64_t next_session = 1;
+  /// A clear-fault command waiting for its agent's answer.
+  struct pending_clear {
+    uint64_t session;
+    caf::typed_response_promise<v1::ClearFaultReply> promise;
+  };
+  /// Commands by id.
+  std::map<uint64_t, pending_clear> pending_clears;
+  uint64_t next_command = 1;
 };
 
 /// The gate's behaviour; see `spawn_gate`.

@@ -2,35 +2,77 @@
 
 #include <chrono>
 
+#include <spdlog/spdlog.h>
+
 namespace astraeus {
 
 v1::GpuView gpu_state::view() const {
   v1::GpuView out;
   out.set_machine(machine);
   *out.mutable_gpu() = facts;
-  out.set_health("Healthy");
+  out.set_health(verdict.health);
+  for (const auto& r : verdict.reasons)
+    out.add_health_reasons(r);
   out.set_holder(holder);
   out.set_last_seen_unix_ms(last_seen_unix_ms);
   out.set_machine_up(machine_up);
   return out;
 }
 
+namespace {
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+           std::chrono::system_clock::now().time_since_epoch())
+    .count();
+}
+
+std::string joined(const std::vector<std::string>& xs) {
+  std::string out;
+  for (const auto& x : xs)
+    out += (out.empty() ? "" : "; ") + x;
+  return out;
+}
+
+/// Re-judges the GPU and tells its machine when the health changed.
+void judge(gpu_actor::stateful_pointer<gpu_state> self) {
+  auto& st = self->state;
+  auto before = st.verdict;
+  st.verdict = evaluate_health(st.facts, st.history, !st.holder.empty(), now_ms());
+  if (st.verdict.health == before.health && st.verdict.reasons == before.reasons)
+    return;
+  if (st.verdict.health != before.health)
+    spdlog::log(st.verdict.health == "Healthy" ? spdlog::level::info
+                                               : spdlog::level::warn,
+                "gpu {} on {}: {} -> {}{}{}", st.facts.id(), st.machine,
+                before.health, st.verdict.health,
+                st.verdict.reasons.empty() ? "" : ": ", joined(st.verdict.reasons));
+  if (st.machine_handle)
+    self->send(st.machine_handle, atom::health_v, st.facts.id(), st.verdict.health,
+               joined(st.verdict.reasons));
+}
+
+} // namespace
+
 gpu_actor::behavior_type gpu(gpu_actor::stateful_pointer<gpu_state> self,
                              std::string machine, v1::Gpu facts,
-                             bool machine_up) {
-  auto now_ms = [] {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-  };
-  self->state.machine = std::move(machine);
-  self->state.facts = std::move(facts);
-  self->state.machine_up = machine_up;
-  self->state.last_seen_unix_ms = machine_up ? now_ms() : 0;
+                             bool machine_up, machine_actor machine_handle) {
+  auto& st = self->state;
+  st.machine = std::move(machine);
+  st.facts = std::move(facts);
+  st.machine_up = machine_up;
+  st.machine_handle = std::move(machine_handle);
+  st.last_seen_unix_ms = machine_up ? now_ms() : 0;
+  if (machine_up)
+    st.history.add(st.facts, self->clock().now(), health_thresholds{}.window);
+  judge(self);
   return {
-    [self, now_ms](v1::Gpu& facts) {
-      self->state.facts = std::move(facts);
-      self->state.last_seen_unix_ms = now_ms();
+    [self](v1::Gpu& facts) {
+      auto& st = self->state;
+      st.facts = std::move(facts);
+      st.last_seen_unix_ms = now_ms();
+      st.history.add(st.facts, self->clock().now(), health_thresholds{}.window);
+      judge(self);
     },
     [self](atom::machine_up, bool up) { self->state.machine_up = up; },
     [self](atom::get) { return self->state.view(); },

@@ -12,6 +12,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
+#include "actors/gpu_health.hpp"
 #include "actors/interfaces.hpp"
 #include "messages/astraeus.pb.h"
 
@@ -31,14 +32,21 @@ struct gpu_state {
   bool machine_up = false;
   /// The worker holding it; empty = free.
   std::string holder;
+  /// Counter samples over the last 24 h, on the actor clock.
+  gpu_health_history history;
+  /// Health and why, from the last facts.
+  health_verdict verdict;
+  /// Its machine actor, told when the health changes.
+  machine_actor machine_handle;
 
   /// The GPU as `astra gpus` shows it.
   v1::GpuView view() const;
 };
 
 /// The GPU actor's behaviour; `facts` are its first facts (id required).
+/// `machine_handle` is told (atom::health) whenever the health changes.
 gpu_actor::behavior_type gpu(gpu_actor::stateful_pointer<gpu_state> self,
                              std::string machine, v1::Gpu facts,
-                             bool machine_up);
+                             bool machine_up, machine_actor machine_handle);
 
 } // namespace astraeus

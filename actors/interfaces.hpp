@@ -25,6 +25,13 @@ using gpu_actor = caf::typed_actor<
   // The GPU as `astra gpus` shows it.
   caf::replies_to<atom::get>::with<v1::GpuView>>;
 
+/// The gate, as the machine actors see it: delivers commands to an agent's
+/// session and returns the agent's answer.
+using gate_command_actor = caf::typed_actor<
+  // Clears GPU `gpu` on the agent of `session`. Fails with ec::not_connected
+  // when the session is gone, ec::timeout when the agent does not answer.
+  caf::replies_to<atom::clear, uint64_t, std::string>::with<v1::ClearFaultReply>>;
+
 /// One machine on the controller (the "node actor"): the state machine
 /// Idle -> Up -> Down, Maintenance, plus the cordon and pressure flags.
 /// Source: shared/seeds/machines.md ("States").
@@ -40,8 +47,15 @@ using machine_actor = caf::typed_actor<
   // Turns maintenance on or off; stored with sync before the answer.
   // Fails with ec::store_failure when the store write fails.
   caf::replies_to<atom::maintenance, bool>::with<v1::MachineView>,
-  // The agent's gate session `session` started (true) or ended (false).
-  caf::reacts_to<atom::connected, uint64_t, bool>,
+  // The agent's gate session `session` started (true, with the gate that
+  // holds it) or ended (false).
+  caf::reacts_to<atom::connected, uint64_t, bool, caf::actor>,
+  // A GPU's health changed: id, health, reasons joined by "; ".
+  caf::reacts_to<atom::health, std::string, std::string, std::string>,
+  // Clears a GPU's fault latch on the machine (delivered to its agent).
+  // Fails with ec::not_connected when the agent is not connected, and with
+  // the agent's error when the clear fails there.
+  caf::replies_to<atom::clear, std::string>::with<v1::ClearFaultResult>,
   // Timer: the heartbeat deadline may have passed (sent to itself).
   caf::reacts_to<atom::lapse>,
   // Its GPUs, sorted by PCI address.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include <caf/actor_cast.hpp>
 #include <caf/exit_reason.hpp>
 #include <caf/send.hpp>
 #include <spdlog/spdlog.h>
@@ -77,6 +78,24 @@ v1::MachineView machine_state::view() const {
   *out.mutable_labels() = rec.labels();
   out.set_agent_version(rec.agent_version());
   out.set_connected(session != 0);
+  // "GPUs healthy" is the controller's judgement, not the agent's.
+  auto* section = out.mutable_facts()->mutable_gpus();
+  auto* conds = section->mutable_conditions();
+  for (auto i = conds->begin(); i != conds->end();) {
+    if (i->type() == "GPUs healthy")
+      i = conds->erase(i);
+    else
+      ++i;
+  }
+  std::string faults;
+  for (const auto& [id, hr] : gpu_health)
+    if (hr.first == "Faulty")
+      faults += (faults.empty() ? "" : "; ") + id + ": " + hr.second;
+  auto* c = section->add_conditions();
+  c->set_type("GPUs healthy");
+  c->set_status(faults.empty());
+  c->set_reason(faults.empty() ? "AllGPUsHealthy" : "GPUFault");
+  c->set_message(faults.empty() ? "no GPU is fenced" : faults);
   return out;
 }
 
@@ -114,7 +133,8 @@ machine(machine_actor::stateful_pointer<machine_state> self,
       auto i = st.gpus.find(g.id());
       if (i == st.gpus.end())
         st.gpus.emplace(g.id(), self->template spawn<caf::linked>(
-                                  gpu, st.config.record.name(), g, up));
+                                  gpu, st.config.record.name(), g, up,
+                                  caf::actor_cast<machine_actor>(self)));
       else
         self->send(i->second, g);
     }
@@ -126,6 +146,7 @@ machine(machine_actor::stateful_pointer<machine_state> self,
                      i->first);
         self->unlink_from(i->second);
         caf::anon_send_exit(i->second, caf::exit_reason::user_shutdown);
+        st.gpu_health.erase(i->first);
         i = st.gpus.erase(i);
       } else {
         ++i;
@@ -246,14 +267,49 @@ machine(machine_actor::stateful_pointer<machine_state> self,
       }
       return st.view();
     },
-    [self, name](atom::connected, uint64_t session, bool up) {
+    [self, name](atom::connected, uint64_t session, bool up, caf::actor& gate) {
       auto& st = self->state;
       if (up) {
         st.session = session;
+        st.gate = std::move(gate);
       } else if (st.session == session) {
         st.session = 0;
+        st.gate = nullptr;
         spdlog::info("machine {}: agent disconnected", name());
       }
+    },
+    [self](atom::health, std::string& id, std::string& health,
+           std::string& reasons) {
+      auto& st = self->state;
+      if (st.gpus.count(id) == 0)
+        return;
+      st.gpu_health[id] = {std::move(health), std::move(reasons)};
+    },
+    [self, name](atom::clear,
+                 std::string& gpu_id) -> caf::result<v1::ClearFaultResult> {
+      auto& st = self->state;
+      if (st.session == 0 || !st.gate)
+        return caf::make_error(ec::not_connected,
+                               "machine " + name()
+                                 + " is not connected: a fault is cleared on "
+                                   "the machine itself; start its agent and "
+                                   "try again");
+      auto rp = self->make_response_promise<v1::ClearFaultResult>();
+      self->request(st.gate, std::chrono::seconds{10}, atom::clear_v, st.session,
+                    gpu_id)
+        .then(
+          [rp](v1::ClearFaultReply& reply) mutable {
+            if (!reply.error().empty()) {
+              rp.deliver(caf::make_error(ec::store_failure, reply.error()));
+              return;
+            }
+            v1::ClearFaultResult out;
+            out.set_uuid(reply.uuid());
+            out.set_cleared(reply.cleared());
+            rp.deliver(std::move(out));
+          },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
     },
     [self, set_liveness](atom::lapse) {
       auto& st = self->state;

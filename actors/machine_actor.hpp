@@ -57,6 +57,10 @@ struct machine_state {
   bool lapse_timer_pending = false;
   /// The current gate session of its agent; 0 = not connected.
   uint64_t session = 0;
+  /// The gate holding that session (delivers commands such as clear-fault).
+  caf::actor gate;
+  /// Each GPU's health and reasons, as its GPU actor last said.
+  std::map<std::string, std::pair<std::string, std::string>> gpu_health;
   /// The last report's facts and derived pressure.
   v1::HostFacts facts;
   pressure_verdict pressure;

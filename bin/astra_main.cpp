@@ -65,6 +65,10 @@ int call(const options& opts, v1::Request req,
       std::fputs((cli::to_json(resp->machine()) + "\n").c_str(), stdout);
     else if (resp->has_gpus())
       std::fputs((cli::to_json(resp->gpus()) + "\n").c_str(), stdout);
+    else if (resp->has_cleared())
+      std::fputs((cli::to_json_compact(resp->cleared()) + "\n").c_str(), stdout);
+    else if (resp->has_xids())
+      std::fputs((cli::to_json(resp->xids()) + "\n").c_str(), stdout);
   } else {
     std::fputs(table(*resp).c_str(), stdout);
   }
@@ -99,6 +103,33 @@ void add_commands(CLI::App& app, options& opts, int& rc) {
     req.mutable_list_gpus()->set_machine(gpus_machine);
     rc = call(opts, req, [](const v1::Response& r) {
       return cli::format_gpu_list(r.gpus(), now_ms());
+    });
+  });
+  auto* gpu_cmd = app.add_subcommand("gpu", "act on one GPU");
+  gpu_cmd->require_subcommand(1);
+  auto* clear = gpu_cmd->add_subcommand(
+    "clear-fault",
+    "clear a GPU's latched fault (after the GPU was reset or replaced); the "
+    "machine must be connected");
+  static std::string clear_machine, clear_gpu;
+  clear->add_option("MACHINE", clear_machine, "machine name")->required();
+  clear->add_option("GPU-ID", clear_gpu, "GPU id (UUID, or the AMD id)")->required();
+  clear->callback([&] {
+    v1::Request req;
+    req.mutable_clear_fault()->set_machine(clear_machine);
+    req.mutable_clear_fault()->set_gpu(clear_gpu);
+    // The answer is JSON either way, as the API returns it.
+    auto json_opts = opts;
+    json_opts.output = "json";
+    rc = call(json_opts, req, [](const v1::Response&) { return std::string{}; });
+  });
+  auto* xids = app.add_subcommand("xids", "print the Xid policy in force: which "
+                                          "Xids fence, mark at-risk or are recorded");
+  xids->callback([&] {
+    v1::Request req;
+    req.mutable_xid_policy();
+    rc = call(opts, req, [](const v1::Response& r) {
+      return cli::format_xid_policy(r.xids());
     });
   });
   auto flag_command = [&](const char* cmd, const char* help,

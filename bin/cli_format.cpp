@@ -317,6 +317,8 @@ std::string numa_cell(const v1::Gpu& g) {
 
 std::string health_cell(const v1::GpuView& v) {
   std::string out = v.health().empty() ? "Healthy" : v.health();
+  if (!v.health_reasons().empty())
+    out += ": " + v.health_reasons(0);
   if (v.gpu().status() == "unresponsive" || v.gpu().status() == "lost")
     out += " (" + v.gpu().status() + ")";
   return out;
@@ -366,9 +368,18 @@ std::string format_gpu_section(const v1::GpuSection& s) {
                                 "ARCH", "NVLINK", "STATUS"},
                                rows),
                   "  ");
-    for (const auto& g : s.gpus())
+    for (const auto& g : s.gpus()) {
       if (!g.status_detail().empty())
         out << "  " << g.id() << ": " << g.status_detail() << "\n";
+      for (const auto& f : g.latches())
+        out << "  " << g.id() << ": FAULT " << f.reason() << " (" << f.source()
+            << ", " << f.count() << "x, last " << format_time(f.last_seen_unix_ms())
+            << "): " << f.evidence() << "\n";
+      for (const auto& inc : g.incidents())
+        out << "  " << g.id() << ": " << inc.action() << " "
+            << (inc.has_xid() ? "Xid " + std::to_string(inc.xid()) : inc.kind())
+            << " (" << inc.count() << "x): " << inc.text() << "\n";
+    }
   }
   const auto& c = s.capabilities();
   if (c.count() > 0) {
@@ -389,6 +400,13 @@ std::string format_gpu_section(const v1::GpuSection& s) {
     if (!c.nvlink_domain().empty())
       out << ", NVLink domain " << c.nvlink_domain();
     out << "\n";
+  }
+  if (!s.unmapped_incidents().empty()) {
+    out << "\nKernel events that map to no GPU\n";
+    for (const auto& inc : s.unmapped_incidents())
+      out << "  " << (inc.pci_address().empty() ? "?" : inc.pci_address()) << " "
+          << (inc.has_xid() ? "Xid " + std::to_string(inc.xid()) : inc.kind()) << " ("
+          << inc.count() << "x, " << inc.action() << "): " << inc.text() << "\n";
   }
   if (!s.bus().empty()) {
     out << "\nGPUs on the bus\n";
@@ -413,6 +431,26 @@ std::string format_gpu_section(const v1::GpuSection& s) {
       out << "  " << t << "\n";
   }
   return out.str();
+}
+
+std::string format_xid_policy(const v1::XidPolicyTable& table) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& e : table.entries())
+    rows.push_back({std::to_string(e.xid()), e.action(),
+                    e.overridden() ? "config" : "built-in", e.meaning()});
+  return render_table({"XID", "ACTION", "FROM", "MEANING"}, rows)
+         + "Any other Xid: " + table.default_action()
+         + ". Override in the controller's config: xid.fence, xid.at_risk, "
+           "xid.record.\n";
+}
+
+std::string to_json_compact(const google::protobuf::Message& msg) {
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.always_print_primitive_fields = true;
+  opts.preserve_proto_field_names = true;
+  std::string out;
+  (void) google::protobuf::util::MessageToJsonString(msg, &out, opts);
+  return out;
 }
 
 std::string to_json(const google::protobuf::Message& msg) {

@@ -29,6 +29,12 @@ std::string format_gpu_list(const v1::GpuList& list, int64_t now_unix_ms);
 /// GPUs on the bus, conditions and capabilities.
 std::string format_gpu_section(const v1::GpuSection& section);
 
+/// `astra xids`: the Xid policy table.
+std::string format_xid_policy(const v1::XidPolicyTable& table);
+
+/// A message as one-line JSON, e.g. {"uuid":"GPU-...","cleared":true}.
+std::string to_json_compact(const google::protobuf::Message& msg);
+
 /// Any message as JSON with the schema's field names, every field printed.
 std::string to_json(const google::protobuf::Message& msg);
 

@@ -21,6 +21,7 @@ const char* to_string(ec x) {
     case ec::unreachable: return "unreachable";
     case ec::host_read_failure: return "host_read_failure";
     case ec::timeout: return "timeout";
+    case ec::not_connected: return "not_connected";
   }
   return "unknown";
 }

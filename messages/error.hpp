@@ -45,6 +45,8 @@ enum class ec : uint8_t {
   host_read_failure,
   /// The peer said nothing before its deadline.
   timeout,
+  /// The machine's agent is not connected (e.g. to clear a fault).
+  not_connected,
 };
 
 /// The stable name of `x`, e.g. "no_such_machine".

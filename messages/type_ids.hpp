@@ -24,6 +24,10 @@ CAF_BEGIN_TYPE_ID_BLOCK(astraeus, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::GpuList))
   CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::GpuSection))
   CAF_ADD_TYPE_ID(astraeus, (std::vector<astraeus::v1::GpuView>))
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::ClearFaultResult))
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::ClearFaultReply))
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::XidPolicyTable))
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::KernelEvent))
 
   /// Asks an actor for its current view.
   CAF_ADD_ATOM(astraeus, astraeus::atom, get, "get")
@@ -47,6 +51,10 @@ CAF_BEGIN_TYPE_ID_BLOCK(astraeus, caf::first_custom_type_id)
   CAF_ADD_ATOM(astraeus, astraeus::atom, machine_up, "machineup")
   /// The agent's GPU discovery pass finished (probe -> agent).
   CAF_ADD_ATOM(astraeus, astraeus::atom, discovered, "discovered")
+  /// Clears a GPU's fault latch (controller -> machine -> gate -> agent).
+  CAF_ADD_ATOM(astraeus, astraeus::atom, clear, "clear")
+  /// A GPU actor's health changed (gpu -> machine).
+  CAF_ADD_ATOM(astraeus, astraeus::atom, health, "health")
   /// A gate connection's hello deadline passed.
   CAF_ADD_ATOM(astraeus, astraeus::atom, deadline, "deadline")
 

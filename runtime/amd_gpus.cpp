@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -12,11 +11,9 @@
 #include <string_view>
 #include <utility>
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include "runtime/host_facts.hpp"
 #include "runtime/pci_bus.hpp"
+#include "runtime/sysfs_text.hpp"
 
 namespace astraeus {
 
@@ -24,76 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr std::string_view whitespace = " \t\n\r\f\v";
 constexpr size_t max_file_bytes = 1u << 20;
-
-std::string_view trim(std::string_view text) {
-  auto first = text.find_first_not_of(whitespace);
-  if (first == std::string_view::npos)
-    return {};
-  auto last = text.find_last_not_of(whitespace);
-  return text.substr(first, last - first + 1);
-}
-
-std::vector<std::string_view> split_lines(std::string_view text) {
-  std::vector<std::string_view> lines;
-  while (!text.empty()) {
-    auto end = text.find('\n');
-    auto line = trim(text.substr(0, end));
-    if (!line.empty())
-      lines.push_back(line);
-    if (end == std::string_view::npos)
-      break;
-    text.remove_prefix(end + 1);
-  }
-  return lines;
-}
-
-bool starts_with(std::string_view text, std::string_view prefix) {
-  return text.substr(0, prefix.size()) == prefix;
-}
-
-bool all_digits(std::string_view text) {
-  return !text.empty()
-         && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
-std::optional<uint64_t> to_u64(std::string_view text) {
-  text = trim(text);
-  uint64_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc{} || end != text.data() + text.size())
-    return std::nullopt;
-  return value;
-}
-
-std::optional<int64_t> to_i64(std::string_view text) {
-  text = trim(text);
-  int64_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc{} || end != text.data() + text.size())
-    return std::nullopt;
-  return value;
-}
-
-std::optional<uint32_t> to_hex(std::string_view text) {
-  text = trim(text);
-  if (starts_with(text, "0x") || starts_with(text, "0X"))
-    text.remove_prefix(2);
-  uint32_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, 16);
-  if (text.empty() || ec != std::errc{} || end != text.data() + text.size())
-    return std::nullopt;
-  return value;
-}
-
-std::string lower(std::string_view text) {
-  std::string out{text};
-  for (auto& c : out)
-    if (c >= 'A' && c <= 'Z')
-      c = static_cast<char>(c - 'A' + 'a');
-  return out;
-}
 
 std::string shown_value(std::string_view text) {
   text = trim(text);
@@ -118,73 +46,52 @@ struct reader {
   }
 
   // The file's text; nullopt when absent (silently) or unreadable (with a
-  // warning).
+  // warning). sysfs attributes fail at read time (EIO, ENODEV, EBUSY while
+  // the GPU resets, EOPNOTSUPP where the firmware lacks the value).
   std::optional<std::string> text(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      if (errno != ENOENT && errno != ENOTDIR)
-        warn(path, std::strerror(errno));
+    auto file = read_small_file(path, max_file_bytes);
+    if (file.too_large) {
+      warn(path, "larger than " + std::to_string(max_file_bytes) + " bytes");
       return std::nullopt;
     }
-    std::string out;
-    char buf[4096];
-    while (true) {
-      ssize_t n = ::read(fd, buf, sizeof buf);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n < 0) {
-        // sysfs attributes fail at read time (EIO, ENODEV, EBUSY while the
-        // GPU resets, EOPNOTSUPP where the firmware lacks the value).
-        warn(path, std::strerror(errno));
-        ::close(fd);
-        return std::nullopt;
-      }
-      if (n == 0)
-        break;
-      out.append(buf, static_cast<size_t>(n));
-      if (out.size() > max_file_bytes) {
-        warn(path, "larger than " + std::to_string(max_file_bytes) + " bytes");
-        ::close(fd);
-        return std::nullopt;
-      }
+    if (file.error != 0) {
+      if (file.opened || (file.error != ENOENT && file.error != ENOTDIR))
+        warn(path, std::strerror(file.error));
+      return std::nullopt;
     }
-    ::close(fd);
-    return out;
+    return std::move(file.text);
+  }
+
+  // The file's number (parse: parse_u64 or parse_i64); nullopt with a
+  // warning when it is empty or not a number, silently when absent.
+  template <typename Parse>
+  auto number(const std::string& path, Parse parse) -> decltype(parse(std::string_view{})) {
+    auto t = text(path);
+    if (!t)
+      return std::nullopt;
+    if (trim(*t).empty()) {
+      warn(path, "empty");
+      return std::nullopt;
+    }
+    auto v = parse(*t);
+    if (!v)
+      warn(path, "not a number " + shown_value(*t));
+    return v;
   }
 
   std::optional<uint64_t> u64(const std::string& path) {
-    auto t = text(path);
-    if (!t)
-      return std::nullopt;
-    if (trim(*t).empty()) {
-      warn(path, "empty");
-      return std::nullopt;
-    }
-    auto v = to_u64(*t);
-    if (!v)
-      warn(path, "not a number " + shown_value(*t));
-    return v;
+    return number(path, parse_u64);
   }
 
   std::optional<int64_t> i64(const std::string& path) {
-    auto t = text(path);
-    if (!t)
-      return std::nullopt;
-    if (trim(*t).empty()) {
-      warn(path, "empty");
-      return std::nullopt;
-    }
-    auto v = to_i64(*t);
-    if (!v)
-      warn(path, "not a number " + shown_value(*t));
-    return v;
+    return number(path, parse_i64);
   }
 };
 
 // "KEY=value" lines of a uevent file.
 std::map<std::string, std::string> parse_uevent(std::string_view text) {
   std::map<std::string, std::string> values;
-  for (auto line : split_lines(text)) {
+  for (auto line : nonblank_lines(text)) {
     auto eq = line.find('=');
     if (eq != std::string_view::npos)
       values[std::string{line.substr(0, eq)}] = std::string{trim(line.substr(eq + 1))};
@@ -204,7 +111,7 @@ std::vector<std::pair<uint64_t, std::string>> numbered_entries(const std::string
     auto digits = std::string_view{name}.substr(prefix.size());
     if (!all_digits(digits))
       continue;
-    if (auto n = to_u64(digits))
+    if (auto n = parse_u64(digits))
       out.emplace_back(*n, name);
   }
   std::sort(out.begin(), out.end());
@@ -226,10 +133,10 @@ std::optional<pci_location> parse_pci_address(std::string_view address) {
   auto dot = address.find('.', c1 + 1);
   if (c2 == std::string_view::npos || dot == std::string_view::npos || dot < c2)
     return std::nullopt;
-  auto domain = to_hex(address.substr(0, c1));
-  auto bus = to_hex(address.substr(c1 + 1, c2 - c1 - 1));
-  auto device = to_hex(address.substr(c2 + 1, dot - c2 - 1));
-  auto function = to_hex(address.substr(dot + 1));
+  auto domain = parse_hex_u32(address.substr(0, c1));
+  auto bus = parse_hex_u32(address.substr(c1 + 1, c2 - c1 - 1));
+  auto device = parse_hex_u32(address.substr(c2 + 1, dot - c2 - 1));
+  auto function = parse_hex_u32(address.substr(dot + 1));
   if (!domain || !bus || !device || !function || *bus > 0xff || *device > 0x1f || *function > 7)
     return std::nullopt;
   return pci_location{*domain, (*bus << 8) | (*device << 3) | *function};
@@ -252,7 +159,7 @@ std::vector<kfd_node> read_kfd_nodes(reader& r) {
     if (!text)
       continue;
     std::map<std::string, std::string> props;
-    for (auto line : split_lines(*text)) {
+    for (auto line : nonblank_lines(*text)) {
       auto space = line.find_first_of(" \t");
       if (space == std::string_view::npos)
         continue;
@@ -263,7 +170,7 @@ std::vector<kfd_node> read_kfd_nodes(reader& r) {
       r.warn(path, "no gfx_target_version");
       continue;
     }
-    auto version = to_u64(gfx->second);
+    auto version = parse_u64(gfx->second);
     if (!version) {
       r.warn(path, "gfx_target_version is not a number " + shown_value(gfx->second));
       continue;
@@ -274,7 +181,7 @@ std::vector<kfd_node> read_kfd_nodes(reader& r) {
     node.name = name;
     node.gfx_target_version = *version;
     if (auto it = props.find("location_id"); it != props.end()) {
-      if (auto v = to_u64(it->second); v && *v <= UINT32_MAX)
+      if (auto v = parse_u64(it->second); v && *v <= UINT32_MAX)
         node.location_id = static_cast<uint32_t>(*v);
       else
         r.warn(path, "location_id is not a number " + shown_value(it->second));
@@ -282,7 +189,7 @@ std::vector<kfd_node> read_kfd_nodes(reader& r) {
       r.warn(path, "no location_id");
     }
     if (auto it = props.find("domain"); it != props.end()) {
-      if (auto v = to_u64(it->second); v && *v <= UINT32_MAX)
+      if (auto v = parse_u64(it->second); v && *v <= UINT32_MAX)
         node.domain = static_cast<uint32_t>(*v);
       else
         r.warn(path, "domain is not a number " + shown_value(it->second));
@@ -305,7 +212,7 @@ void read_hwmon(reader& r, const std::string& device, v1::Gpu& gpu) {
     for (int i = 1; i <= 16; ++i) {
       std::string prefix = hw + "/" + std::string{kind} + std::to_string(i);
       if (auto label = r.text(prefix + "_label"))
-        by_label.emplace(lower(trim(*label)), prefix + "_input");
+        by_label.emplace(ascii_lower(trim(*label)), prefix + "_input");
     }
     return by_label;
   };
@@ -358,13 +265,13 @@ void read_ras(reader& r, const std::string& device, v1::Gpu& gpu) {
   const std::string umc = device + "/ras/umc_err_count";
   if (auto text = r.text(umc)) {
     bool ue_seen = false, ce_seen = false;
-    for (auto line : split_lines(*text)) {
+    for (auto line : nonblank_lines(*text)) {
       auto colon = line.find(':');
       if (colon == std::string_view::npos)
         continue;
       auto key = trim(line.substr(0, colon));
       auto value = trim(line.substr(colon + 1));
-      auto n = to_u64(value);
+      auto n = parse_u64(value);
       if (key == "ue") {
         ue_seen = true;
         if (n)
@@ -384,7 +291,7 @@ void read_ras(reader& r, const std::string& device, v1::Gpu& gpu) {
                       + " line");
   }
   if (auto text = r.text(device + "/ras/gpu_vram_bad_pages"))
-    gpu.set_bad_vram_pages(split_lines(*text).size());
+    gpu.set_bad_vram_pages(nonblank_lines(*text).size());
 }
 
 struct model_entry {
@@ -453,11 +360,7 @@ std::string amd_model_from_device_id(uint16_t device_id, uint64_t vram_bytes) {
 
 amd_result read_amd_gpus(const std::string& root_in) {
   amd_result result;
-  std::string root = root_in;
-  while (root.size() > 1 && root.back() == '/')
-    root.pop_back();
-  if (root == "/")
-    root.clear();
+  const std::string root = root_prefix(root_in);
   reader r{root, result.warnings};
   const std::string drm = root + "/sys/class/drm";
 
@@ -470,7 +373,7 @@ amd_result read_amd_gpus(const std::string& root_in) {
     auto uevent = parse_uevent(*text);
     auto slot = uevent.find("PCI_SLOT_NAME");
     if (slot != uevent.end())
-      render_by_address.emplace(lower(slot->second), "/dev/dri/" + name);
+      render_by_address.emplace(ascii_lower(slot->second), "/dev/dri/" + name);
   }
 
   size_t xcp_cards = 0;
@@ -498,10 +401,10 @@ amd_result read_amd_gpus(const std::string& root_in) {
     gpu.set_status("ok");
     gpu.set_index(static_cast<uint32_t>(std::min<uint64_t>(number, UINT32_MAX)));
     gpu.set_card(name);
-    gpu.set_pci_address(to_valid_utf8(lower(slot->second)));
+    gpu.set_pci_address(to_valid_utf8(ascii_lower(slot->second)));
 
     if (auto uid = r.text(device + "/unique_id")) {
-      auto id = lower(trim(*uid));
+      auto id = ascii_lower(trim(*uid));
       if (starts_with(id, "0x"))
         id = id.substr(2);
       if (!id.empty())
@@ -518,7 +421,7 @@ amd_result read_amd_gpus(const std::string& root_in) {
     // Device id: the "device" file, else PCI_ID=1002:74A1.
     std::optional<uint32_t> device_id;
     if (auto t = r.text(device + "/device")) {
-      device_id = to_hex(*t);
+      device_id = parse_hex_u32(*t);
       if (!device_id)
         r.warn(device + "/device", "not a hex number " + shown_value(*t));
     }
@@ -526,7 +429,7 @@ amd_result read_amd_gpus(const std::string& root_in) {
       if (auto it = uevent.find("PCI_ID"); it != uevent.end()) {
         auto colon = it->second.find(':');
         if (colon != std::string::npos)
-          device_id = to_hex(std::string_view{it->second}.substr(colon + 1));
+          device_id = parse_hex_u32(std::string_view{it->second}.substr(colon + 1));
       }
     }
     if (device_id && *device_id > 0xffff)
@@ -613,7 +516,7 @@ amd_result read_amd_gpus(const std::string& root_in) {
   }
 
   if (auto t = r.text(root + "/opt/rocm/.info/version")) {
-    auto lines = split_lines(*t);
+    auto lines = nonblank_lines(*t);
     if (!lines.empty())
       result.rocm_version = to_valid_utf8(lines.front());
   }

@@ -78,6 +78,11 @@ struct ControllerConfig {
   double disk_free_min_percent = 10;
   /// cluster.name: the cluster's name (non-empty).
   std::string cluster_name = "default";
+  /// xid.fence / xid.at_risk / xid.record: comma-separated Xid numbers
+  /// whose action overrides the built-in table (runtime/xid_policy.hpp).
+  std::string xid_fence;
+  std::string xid_at_risk;
+  std::string xid_record;
   /// log.level: trace, debug, info, warn, error or off.
   std::string log_level = "info";
   /// log.file: file to log to; empty logs to stderr.
@@ -101,6 +106,9 @@ struct AgentConfig {
   /// host.root: prefix for /proc and /sys (tests point it at a fixture tree;
   /// non-empty).
   std::string host_root = "/";
+  /// kmsg.path: the kernel log watched for GPU faults (Xid lines, AMD
+  /// resets); empty: none.
+  std::string kmsg_path = "/dev/kmsg";
   /// gpu.nvml_library: the NVML library dlopen'ed at run time (non-empty).
   std::string nvml_library = "libnvidia-ml.so.1";
   /// gpu.nvidia_smi: the nvidia-smi program used where NVML cannot be

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -15,10 +14,10 @@
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
 
-#include <fcntl.h>
 #include <sys/statvfs.h>
 #include <sys/utsname.h>
-#include <unistd.h>
+
+#include "runtime/sysfs_text.hpp"
 
 namespace astraeus {
 
@@ -30,28 +29,6 @@ namespace fs = std::filesystem;
 // or a broken file that never ends. /proc/cpuinfo of a 512-CPU machine is
 // well under 1 MiB.
 constexpr size_t max_file_bytes = 16u << 20;
-
-constexpr std::string_view whitespace = " \t\n\r\f\v";
-
-std::string_view trim(std::string_view text) {
-  auto first = text.find_first_not_of(whitespace);
-  if (first == std::string_view::npos)
-    return {};
-  auto last = text.find_last_not_of(whitespace);
-  return text.substr(first, last - first + 1);
-}
-
-std::vector<std::string_view> split_lines(std::string_view text) {
-  std::vector<std::string_view> lines;
-  while (!text.empty()) {
-    auto end = text.find('\n');
-    lines.push_back(text.substr(0, end));
-    if (end == std::string_view::npos)
-      break;
-    text.remove_prefix(end + 1);
-  }
-  return lines;
-}
 
 std::vector<std::string_view> split_fields(std::string_view line) {
   std::vector<std::string_view> fields;
@@ -67,45 +44,6 @@ std::vector<std::string_view> split_fields(std::string_view line) {
     pos = end;
   }
   return fields;
-}
-
-// Whole text (trimmed) as an unsigned number; no sign, no trailing garbage.
-std::optional<uint64_t> to_u64(std::string_view text) {
-  text = trim(text);
-  uint64_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc{} || end != text.data() + text.size())
-    return std::nullopt;
-  return value;
-}
-
-std::optional<int64_t> to_i64(std::string_view text) {
-  text = trim(text);
-  int64_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc{} || end != text.data() + text.size())
-    return std::nullopt;
-  return value;
-}
-
-// A finite decimal number; from_chars is locale-independent, unlike strtod.
-std::optional<double> to_double(std::string_view text) {
-  double value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value,
-                                   std::chars_format::general);
-  if (text.empty() || ec != std::errc{} || end != text.data() + text.size()
-      || !std::isfinite(value))
-    return std::nullopt;
-  return value;
-}
-
-bool starts_with(std::string_view text, std::string_view prefix) {
-  return text.substr(0, prefix.size()) == prefix;
-}
-
-bool all_digits(std::string_view text) {
-  return !text.empty()
-         && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 // Orders names as people expect: nvme2n1 before nvme10n1, mlx5_2 before
@@ -145,38 +83,6 @@ bool natural_less(const std::string& a, const std::string& b) {
   return a.size() - i < b.size() - j;
 }
 
-struct FileText {
-  int error = 0;  // errno of open/read; 0 when read
-  std::string text;
-};
-
-FileText read_whole_file(const std::string& path) {
-  FileText result;
-  // Plain read(2) rather than ifstream: sysfs reports conditions such as
-  // "link down" through errno (speed gives EINVAL), and we need it.
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    result.error = errno;
-    return result;
-  }
-  char buf[8192];
-  while (result.text.size() < max_file_bytes) {
-    ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      result.error = errno;
-      result.text.clear();
-      break;
-    }
-    if (n == 0)
-      break;
-    result.text.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return result;
-}
-
 std::optional<FilesystemUsage> default_statfs(const std::string& path) {
   struct statvfs st{};
   if (::statvfs(path.c_str(), &st) != 0)
@@ -209,11 +115,8 @@ std::string describe_error(int error) {
 // and starts with '/', which is also how warnings name it.
 class HostReader {
 public:
-  HostReader(const HostReaderOptions& opts, v1::HostFacts& facts) : opts_(opts), facts_(facts) {
-    prefix_ = opts.root;
-    while (!prefix_.empty() && prefix_.back() == '/')
-      prefix_.pop_back();
-  }
+  HostReader(const HostReaderOptions& opts, v1::HostFacts& facts)
+      : opts_(opts), facts_(facts), prefix_(root_prefix(opts.root)) {}
 
   std::string full(std::string_view rel) const {
     return prefix_ + std::string{rel};
@@ -225,7 +128,7 @@ public:
 
   /// A file every Linux has: absent or unreadable is a warning.
   std::optional<std::string> read_required(std::string_view rel) {
-    auto file = read_whole_file(full(rel));
+    auto file = read_small_file(full(rel), max_file_bytes);
     if (file.error != 0) {
       warn(rel, describe_error(file.error));
       return std::nullopt;
@@ -236,7 +139,7 @@ public:
   /// A file the kernel may lack (a feature not built, not supported by
   /// this device): absent is no warning, other read errors are.
   std::optional<std::string> read_optional(std::string_view rel) {
-    auto file = read_whole_file(full(rel));
+    auto file = read_small_file(full(rel), max_file_bytes);
     if (file.error == ENOENT || file.error == ENOTDIR || file.error == EOPNOTSUPP)
       return std::nullopt;
     if (file.error != 0) {
@@ -246,8 +149,8 @@ public:
     return std::move(file.text);
   }
 
-  FileText raw(std::string_view rel) const {
-    return read_whole_file(full(rel));
+  small_file raw(std::string_view rel) const {
+    return read_small_file(full(rel), max_file_bytes);
   }
 
   bool is_dir(std::string_view rel) const {
@@ -375,8 +278,8 @@ void HostReader::read_cpu() {
         continue;  // offline CPUs have no topology
       auto package_text = read_optional(topo + "/physical_package_id");
       auto core_text = read_optional(topo + "/core_id");
-      auto package = package_text ? to_i64(*package_text) : std::nullopt;
-      auto core = core_text ? to_i64(*core_text) : std::nullopt;
+      auto package = package_text ? parse_i64(*package_text) : std::nullopt;
+      auto core = core_text ? parse_i64(*core_text) : std::nullopt;
       if (package_text && !package)
         warn(topo + "/physical_package_id", "not a number");
       if (core_text && !core)
@@ -439,7 +342,7 @@ void HostReader::read_disks() {
     disk.set_name(name);
 
     if (auto text = read_required(dir + "/size")) {
-      auto sectors = to_u64(*text);
+      auto sectors = parse_u64(*text);
       uint64_t bytes = 0;
       // `size` is in 512-byte sectors whatever the device's block size.
       if (!sectors || __builtin_mul_overflow(*sectors, uint64_t{512}, &bytes))
@@ -451,7 +354,7 @@ void HostReader::read_disks() {
       auto text = read_optional(rel);
       if (!text)
         return false;
-      auto value = to_u64(*text);
+      auto value = parse_u64(*text);
       if (!value || *value > 1) {
         warn(rel, "not 0 or 1");
         return false;
@@ -475,7 +378,7 @@ void HostReader::read_disks() {
       // (absent for raid0) counts the missing ones, which is what a user
       // needs to see.
       if (auto text = read_optional(dir + "/md/degraded")) {
-        auto missing = to_u64(*text);
+        auto missing = parse_u64(*text);
         if (!missing)
           warn(dir + "/md/degraded", "not a number");
         else if (*missing > 0)
@@ -557,7 +460,7 @@ void HostReader::read_interfaces() {
     if (auto text = read_required(dir + "/operstate"))
       interface.set_operstate(std::string{trim(*text)});
     if (auto text = read_required(dir + "/mtu")) {
-      auto mtu = to_u64(*text);
+      auto mtu = parse_u64(*text);
       if (!mtu || *mtu > UINT32_MAX)
         warn(dir + "/mtu", "not an MTU: " + quote(*text));
       else
@@ -568,7 +471,7 @@ void HostReader::read_interfaces() {
     // A down or virtual link answers EINVAL (or the file is absent): speed
     // unknown, which is normal, not a fault.
     if (speed_file.error == 0) {
-      auto speed = to_i64(speed_file.text);
+      auto speed = parse_i64(speed_file.text);
       if (!speed)
         warn(dir + "/speed", "not a number: " + quote(speed_file.text));
       // Some drivers report unknown as 65535 or (u32)-1 rather than -1.
@@ -579,7 +482,7 @@ void HostReader::read_interfaces() {
       warn(dir + "/speed", describe_error(speed_file.error));
     }
     if (auto text = read_required(dir + "/type")) {
-      auto type = to_u64(*text);
+      auto type = parse_u64(*text);
       if (!type)
         warn(dir + "/type", "not a number");
       else if (*type == 1)
@@ -606,7 +509,7 @@ void HostReader::read_rdma() {
     auto netdevs = list(dir + "/device/net");
     std::vector<std::pair<uint32_t, std::string>> ports;
     for (const auto& name : list(dir + "/ports")) {
-      auto number = to_u64(name);
+      auto number = parse_u64(name);
       if (!number || *number == 0 || *number > UINT32_MAX)
         continue;
       ports.emplace_back(static_cast<uint32_t>(*number), name);
@@ -646,7 +549,7 @@ void HostReader::read_rdma() {
         if (netdevs.size() > 1) {
           for (const auto& netdev : netdevs) {
             auto text = read_optional(dir + "/device/net/" + netdev + "/dev_port");
-            auto dev_port = text ? to_u64(*text) : std::nullopt;
+            auto dev_port = text ? parse_u64(*text) : std::nullopt;
             if (dev_port && *dev_port + 1 == number) {
               chosen = netdev;
               break;
@@ -671,13 +574,13 @@ bool parse_pressure_line(const std::vector<std::string_view>& fields, double (&a
     auto value = fields[i].substr(eq + 1);
     int slot = key == "avg10" ? 0 : key == "avg60" ? 1 : key == "avg300" ? 2 : -1;
     if (slot >= 0) {
-      auto number = to_double(value);
+      auto number = parse_double(value);
       if (!number || *number < 0 || *number > 100)
         return false;
       avg[slot] = *number;
       seen[slot] = true;
     } else if (key == "total") {
-      if (!to_u64(value))
+      if (!parse_u64(value))
         return false;
     }
     // Other keys: a newer kernel's addition, harmless.
@@ -737,7 +640,7 @@ bool parse_meminfo(std::string_view text, v1::Memory& out) {
     auto fields = split_fields(line.substr(colon + 1));
     if (fields.size() != 2 || fields[1] != "kB")
       return false;
-    auto kb = to_u64(fields[0]);
+    auto kb = parse_u64(fields[0]);
     uint64_t bytes = 0;
     if (!kb || __builtin_mul_overflow(*kb, uint64_t{1024}, &bytes))
       return false;
@@ -763,11 +666,11 @@ std::optional<uint32_t> parse_cpu_list(std::string_view text) {
     auto comma = text.find(',');
     auto item = text.substr(0, comma);
     auto dash = item.find('-');
-    auto first = to_u64(item.substr(0, dash));
-    auto last = dash == std::string_view::npos ? first : to_u64(item.substr(dash + 1));
-    // to_u64 trims, so reject inner spaces here: "0 -3" is not cpulist.
+    auto first = parse_u64(item.substr(0, dash));
+    auto last = dash == std::string_view::npos ? first : parse_u64(item.substr(dash + 1));
+    // parse_u64 trims, so reject inner spaces here: "0 -3" is not cpulist.
     if (!first || !last || *last < *first || *last >= max_cpu
-        || item.find_first_of(whitespace) != std::string_view::npos)
+        || item.find_first_of(text_whitespace) != std::string_view::npos)
       return std::nullopt;
     ranges.emplace_back(*first, *last);
     if (comma == std::string_view::npos)
@@ -791,7 +694,7 @@ std::optional<double> parse_ib_rate(std::string_view text) {
   auto fields = split_fields(trim(text));
   if (fields.size() < 2 || fields[1] != "Gb/sec")
     return std::nullopt;
-  auto rate = to_double(fields[0]);
+  auto rate = parse_double(fields[0]);
   if (!rate || *rate < 0)
     return std::nullopt;
   return rate;
@@ -803,7 +706,7 @@ std::optional<std::string> parse_ib_state(std::string_view text) {
   if (colon == std::string_view::npos || !all_digits(text.substr(0, colon)))
     return std::nullopt;
   auto name = trim(text.substr(colon + 1));
-  if (name.empty() || name.find_first_of(whitespace) != std::string_view::npos)
+  if (name.empty() || name.find_first_of(text_whitespace) != std::string_view::npos)
     return std::nullopt;
   return std::string{name};
 }
@@ -840,7 +743,7 @@ std::optional<uint64_t> parse_uptime(std::string_view text) {
   auto fields = split_fields(trim(text));
   if (fields.empty())
     return std::nullopt;
-  auto seconds = to_double(fields[0]);
+  auto seconds = parse_double(fields[0]);
   // 1.8e19 is the largest double under 2^64.
   if (!seconds || *seconds < 0 || *seconds >= 18446744073709549568.0)
     return std::nullopt;
@@ -880,17 +783,17 @@ std::optional<CpuInfo> parse_cpuinfo(std::string_view text) {
     if (key == "processor") {
       // 32-bit ARM also has "Processor : ARMv7 ..." (capital P), which is
       // not an entry; lower-case "processor" always carries a number.
-      if (!to_u64(value))
+      if (!parse_u64(value))
         return std::nullopt;
       close_block();
       in_block = true;
       ++info.processors;
     } else if (key == "physical id") {
-      package = to_u64(value);
+      package = parse_u64(value);
       if (!package)
         return std::nullopt;
     } else if (key == "core id") {
-      core = to_u64(value);
+      core = parse_u64(value);
       if (!core)
         return std::nullopt;
     } else if (key == "model name" && model_name.empty()) {

@@ -3,13 +3,11 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <charconv>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <set>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -27,6 +25,8 @@
 #endif
 
 #include "runtime/host_facts.hpp"
+#include "runtime/nvml.hpp"
+#include "runtime/sysfs_text.hpp"
 
 extern char** environ;
 
@@ -36,56 +36,12 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-constexpr std::string_view whitespace = " \t\n\r\f\v";
-
 // Output of one run is capped: nvidia-smi prints a few hundred bytes per
 // GPU; anything near this is not nvidia-smi.
 constexpr size_t max_output_bytes = 4u << 20;
 
-std::string_view trim(std::string_view text) {
-  auto first = text.find_first_not_of(whitespace);
-  if (first == std::string_view::npos)
-    return {};
-  auto last = text.find_last_not_of(whitespace);
-  return text.substr(first, last - first + 1);
-}
-
-std::vector<std::string_view> split(std::string_view text, char sep) {
-  std::vector<std::string_view> parts;
-  while (true) {
-    auto end = text.find(sep);
-    parts.push_back(text.substr(0, end));
-    if (end == std::string_view::npos)
-      break;
-    text.remove_prefix(end + 1);
-  }
-  return parts;
-}
-
-std::vector<std::string_view> split_lines(std::string_view text) {
-  std::vector<std::string_view> lines;
-  for (auto line : split(text, '\n')) {
-    line = trim(line);
-    if (!line.empty())
-      lines.push_back(line);
-  }
-  return lines;
-}
-
-bool starts_with(std::string_view text, std::string_view prefix) {
-  return text.substr(0, prefix.size()) == prefix;
-}
-
 bool contains(std::string_view text, std::string_view part) {
   return text.find(part) != std::string_view::npos;
-}
-
-std::string lower(std::string_view text) {
-  std::string out{text};
-  for (auto& c : out)
-    if (c >= 'A' && c <= 'Z')
-      c = static_cast<char>(c - 'A' + 'a');
-  return out;
 }
 
 // A short, printable excerpt of program output for a detail line.
@@ -97,24 +53,6 @@ std::string excerpt(std::string_view text, size_t max = 200) {
   if (text.size() > max)
     out += "...";
   return to_valid_utf8(out);
-}
-
-std::optional<uint64_t> to_u64(std::string_view text) {
-  uint64_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc{} || end != text.data() + text.size())
-    return std::nullopt;
-  return value;
-}
-
-std::optional<double> to_double(std::string_view text) {
-  double value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value,
-                                   std::chars_format::general);
-  if (text.empty() || ec != std::errc{} || end != text.data() + text.size()
-      || !std::isfinite(value))
-    return std::nullopt;
-  return value;
 }
 
 // ---------------------------------------------------------------------------
@@ -436,7 +374,7 @@ classified classify(std::string_view value) {
 }
 
 std::optional<bool> yes_no(std::string_view value) {
-  auto v = lower(value);
+  auto v = ascii_lower(value);
   if (v == "yes" || v == "1" || v == "true" || v == "active")
     return true;
   if (v == "no" || v == "0" || v == "false" || v == "not active")
@@ -475,10 +413,10 @@ struct row_reader {
     auto v = get(field, value);
     if (!v)
       return std::nullopt;
-    if (auto n = to_u64(*v))
+    if (auto n = parse_u64(*v))
       return n;
     // Some drivers print integral values with decimals ("81559.00").
-    if (auto d = to_double(*v); d && *d >= 0 && *d < 1.8e19)
+    if (auto d = parse_double(*v); d && *d >= 0 && *d < 1.8e19)
       return static_cast<uint64_t>(std::llround(*d));
     unparseable(field, *v);
     return std::nullopt;
@@ -488,7 +426,7 @@ struct row_reader {
     auto v = get(field, value);
     if (!v)
       return std::nullopt;
-    if (auto d = to_double(*v))
+    if (auto d = parse_double(*v))
       return d;
     unparseable(field, *v);
     return std::nullopt;
@@ -601,7 +539,7 @@ std::optional<v1::Gpu> parse_row(const std::vector<std::string_view>& columns,
     } else if (f == "compute_cap") {
       if (auto v = r.get(f, value)) {
         auto arch = nvidia_architecture(*v);
-        if (!arch.empty() || to_double(*v)) {
+        if (!arch.empty() || parse_double(*v)) {
           gpu.set_compute_capability(std::string{*v});
           gpu.set_architecture(arch);
         } else {
@@ -647,14 +585,14 @@ std::optional<v1::Gpu> parse_handle_failure(std::string_view line) {
   gpu.set_vendor("nvidia");
   auto rest = line.substr(at + marker.size());
   rest = trim(rest);
-  if (starts_with(lower(rest.substr(0, 3)), "gpu"))
+  if (starts_with(ascii_lower(rest.substr(0, 3)), "gpu"))
     rest.remove_prefix(3);
   // "<index>:" when the text after "GPU" is digits then ':' then a PCI id.
   size_t digits = 0;
   while (digits < rest.size() && rest[digits] >= '0' && rest[digits] <= '9')
     ++digits;
   if (digits > 0 && digits < rest.size() && rest[digits] == ':' && digits <= 3) {
-    if (auto n = to_u64(rest.substr(0, digits)))
+    if (auto n = parse_u64(rest.substr(0, digits)))
       gpu.set_index(static_cast<uint32_t>(*n));
   }
   // The PCI address: the first "<hex>:<hex>:<hex>.<digit>" at a word start.
@@ -745,31 +683,15 @@ const std::vector<std::string>& nvidia_smi_gpu_fields() {
 }
 
 std::optional<std::string> normalize_pci_bus_id(std::string_view bus_id) {
+  // nvml::normalise_pci_address also takes "3b:00.0" (no domain); here the
+  // domain is required, as nvidia-smi always prints it.
   bus_id = trim(bus_id);
-  auto parts = split(bus_id, ':');
-  if (parts.size() != 3)
+  if (std::count(bus_id.begin(), bus_id.end(), ':') != 2 || starts_with(bus_id, ":"))
     return std::nullopt;
-  auto dot = parts[2].find('.');
-  if (dot == std::string_view::npos)
+  auto address = nvml::normalise_pci_address(bus_id);
+  if (address.empty())
     return std::nullopt;
-  auto hex = [](std::string_view text, size_t max_digits) -> std::optional<uint32_t> {
-    if (text.empty() || text.size() > max_digits)
-      return std::nullopt;
-    uint32_t value = 0;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, 16);
-    if (ec != std::errc{} || end != text.data() + text.size())
-      return std::nullopt;
-    return value;
-  };
-  auto domain = hex(parts[0], 8);
-  auto bus = hex(parts[1], 2);
-  auto device = hex(parts[2].substr(0, dot), 2);
-  auto function = hex(parts[2].substr(dot + 1), 1);
-  if (!domain || !bus || !device || !function || *device > 0x1f || *function > 7)
-    return std::nullopt;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%04x:%02x:%02x.%x", *domain, *bus, *device, *function);
-  return std::string{buf};
+  return address;
 }
 
 std::string nvidia_architecture(std::string_view compute_capability) {
@@ -777,53 +699,21 @@ std::string nvidia_architecture(std::string_view compute_capability) {
   auto dot = cc.find('.');
   if (dot == std::string_view::npos)
     return {};
-  auto major = to_u64(cc.substr(0, dot));
-  auto minor = to_u64(cc.substr(dot + 1));
-  if (!major || !minor)
+  auto major_text = cc.substr(0, dot);
+  auto minor_text = cc.substr(dot + 1);
+  if (!all_digits(major_text) || !all_digits(minor_text))
     return {};
-  switch (*major) {
-  case 3:
-    return "kepler";
-  case 5:
-    return "maxwell";
-  case 6:
-    return "pascal";
-  case 7:
-    return *minor == 5 ? "turing" : (*minor == 0 || *minor == 2) ? "volta" : "";
-  case 8:
-    if (*minor == 9)
-      return "ada";
-    return (*minor == 0 || *minor == 6 || *minor == 7) ? "ampere" : "";
-  case 9:
-    return *minor == 0 ? "hopper" : "";
-  case 10:
-  case 11:
-  case 12:
-    return "blackwell";
-  default:
+  auto major = parse_u64(major_text);
+  auto minor = parse_u64(minor_text);
+  if (!major || !minor || *major > 1000)
     return {};
-  }
+  // The table names no minor past 9: a larger one stays larger in an int.
+  return nvml::architecture_from_compute_capability(
+      static_cast<int>(*major), static_cast<int>(std::min<uint64_t>(*minor, 1000)));
 }
 
 bool nvidia_data_centre_model(std::string_view name) {
-  static const std::set<std::string> boards = {
-      "v100", "t4",   "p100", "p40",  "p4",   "a100", "a800", "a30",   "a40",   "a10",
-      "a10g", "a16",  "a2",   "l4",   "l20",  "l40",  "l40s", "h20",   "h100",  "h200",
-      "h800", "gh200", "b100", "b200", "b300", "gb200", "gb300"};
-  auto text = lower(name);
-  std::string word;
-  for (size_t i = 0; i <= text.size(); ++i) {
-    char c = i < text.size() ? text[i] : ' ';
-    if (c == ' ' || c == '-' || c == '_' || c == '/') {
-      // Every Tesla-branded board ("Tesla V100-SXM2-32GB", "Tesla T4") is one.
-      if (boards.count(word) || word == "tesla")
-        return true;
-      word.clear();
-    } else {
-      word += c;
-    }
-  }
-  return false;
+  return nvml::is_data_centre_model(name);
 }
 
 nvidia_smi_result parse_nvidia_smi_csv(std::string_view text,
@@ -832,7 +722,7 @@ nvidia_smi_result parse_nvidia_smi_csv(std::string_view text,
   size_t skipped = 0;
   std::string first_skipped;
   bool no_devices = false;
-  for (auto line : split_lines(text)) {
+  for (auto line : nonblank_lines(text)) {
     if (auto lost = parse_handle_failure(line)) {
       result.gpus.push_back(std::move(*lost));
       continue;
@@ -872,7 +762,7 @@ nvidia_smi_result parse_nvidia_smi_csv(std::string_view text,
 
 size_t apply_nvidia_smi_remapped_rows(std::string_view text, std::vector<v1::Gpu>& gpus) {
   size_t updated = 0;
-  for (auto line : split_lines(text)) {
+  for (auto line : nonblank_lines(text)) {
     auto columns = split(line, ',');
     if (columns.size() != 5)
       continue;
@@ -897,7 +787,7 @@ size_t apply_nvidia_smi_remapped_rows(std::string_view text, std::vector<v1::Gpu
 }
 
 std::string parse_nvidia_smi_cuda_version(std::string_view text) {
-  for (auto line : split_lines(text)) {
+  for (auto line : nonblank_lines(text)) {
     if (!starts_with(line, "CUDA Version"))
       continue;
     auto colon = line.find(':');
@@ -938,7 +828,7 @@ nvidia_smi_result read_nvidia_smi(const std::string& program, std::chrono::milli
   // "Unable to determine the device handle ..." goes to stderr on some
   // drivers; it names a lost GPU either way.
   std::string text = run.out;
-  for (auto line : split_lines(run.err))
+  for (auto line : nonblank_lines(run.err))
     if (contains(line, "Unable to determine the device handle for"))
       text += "\n" + std::string{line};
   auto parsed = parse_nvidia_smi_csv(text, fields);

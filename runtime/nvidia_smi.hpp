@@ -113,21 +113,21 @@ std::string parse_nvidia_smi_cuda_version(std::string_view text);
 
 /// "00000000:3B:00.0" (nvidia-smi, NVML) -> "0000:3b:00.0" (sysfs: domain
 /// at least four hex digits, lower case); nullopt unless the text is
-/// <domain>:<bus>:<device>.<function> in hex.
+/// <domain>:<bus>:<device>.<function> in hex. nvml::normalise_pci_address
+/// with the domain required.
 std::optional<std::string> normalize_pci_bus_id(std::string_view bus_id);
 
-/// Architecture from a CUDA compute capability "<major>.<minor>":
-/// 3.x kepler, 5.x maxwell, 6.x pascal, 7.0 and 7.2 volta, 7.5 turing,
-/// 8.0 8.6 8.7 ampere, 8.9 ada, 9.0 hopper, 10.x 11.x 12.x blackwell;
-/// empty when unknown.
+/// Architecture from a CUDA compute capability "<major>.<minor>" (digits
+/// only, surrounding whitespace ignored) through
+/// nvml::architecture_from_compute_capability: 3.x kepler, 5.x maxwell, 6.x
+/// pascal, 7.0 and 7.2 volta, 7.5 turing, 8.0 8.6 8.7 ampere, 8.9 ada, 9.x
+/// hopper, 10.x 11.x 12.x blackwell; empty when unknown or not of that form.
 std::string nvidia_architecture(std::string_view compute_capability);
 
-/// Whether an NVIDIA model name is a data-centre board: "Tesla ..." names,
-/// and names with one of these words (split at spaces and '-'): V100, T4,
-/// P100, P40, P4, A100, A800, A30, A40, A10, A10G, A16, A2, L4, L20, L40,
-/// L40S, H20, H100, H200, H800, GH200, B100, B200, B300, GB200, GB300.
-/// "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3" are; "NVIDIA GeForce
-/// RTX 4090", "NVIDIA RTX A6000" are not.
+/// Whether an NVIDIA model name is a data-centre board: the same as
+/// nvml::is_data_centre_model (one table; "Tesla ..." names and the
+/// families listed there). "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
+/// are; "NVIDIA GeForce RTX 4090", "NVIDIA RTX A6000" are not.
 bool nvidia_data_centre_model(std::string_view name);
 
 } // namespace astraeus

@@ -1032,8 +1032,8 @@ std::string architecture_from_compute_capability(int major, int minor) {
 }
 
 bool is_data_centre_model(std::string_view name) {
-  // Data-centre families, longest first where one is a prefix of another
-  // is irrelevant: a family must end at a non-digit (see nvml.hpp).
+  // A family must end at a non-digit (see nvml.hpp): "A10G" and "L40S"
+  // match, "RTX A2000" does not.
   static const char* const families[] = {
       "H100", "H200", "H800", "H20",  "GH200", "A100", "A800", "A30",  "A40",
       "A10",  "A16",  "A2",   "L40",  "L20",   "L4",   "B100", "B200", "B300",
@@ -1044,10 +1044,13 @@ bool is_data_centre_model(std::string_view name) {
     c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   std::size_t pos = 0;
   while (pos < upper.size()) {
-    std::size_t end = upper.find_first_of(" -", pos);
+    std::size_t end = upper.find_first_of(" -_/", pos);
     if (end == std::string::npos)
       end = upper.size();
     std::string_view word(upper.data() + pos, end - pos);
+    // Every Tesla-branded board ("Tesla K80", "Tesla T4") is one.
+    if (word == "TESLA")
+      return true;
     for (const char* family : families) {
       std::string_view f(family);
       if (word.size() >= f.size() && word.substr(0, f.size()) == f &&

@@ -116,21 +116,25 @@ namespace nvml {
 /// "00000000:3B:00.0" (NVML's busId), "0000:3b:00.0" or "3b:00.0" ->
 /// "0000:3b:00.0": lower case, a 4-digit domain (a domain over 0xffff is
 /// kept whole, without leading zeros). Empty when `text` is not a PCI
-/// address.
+/// address. The one PCI-address normaliser: normalize_pci_bus_id
+/// (nvidia_smi.hpp) is this with the domain required.
 std::string normalise_pci_address(std::string_view text);
 
-/// Architecture name of an NVIDIA compute capability: 3.x kepler, 5.x
+/// Architecture name of an NVIDIA compute capability (the one table of
+/// them; nvidia-smi's compute_cap goes through it too): 3.x kepler, 5.x
 /// maxwell, 6.x pascal, 7.0 and 7.2 volta, 7.5 turing, 8.0/8.6/8.7 ampere,
 /// 8.9 ada, 9.x hopper, 10.x to 12.x blackwell; empty when not known.
 std::string architecture_from_compute_capability(int major, int minor);
 
-/// Whether an NVML name is a data-centre board. Matches, case-insensitively,
-/// a word of the name (words split at spaces and '-') that starts with one
-/// of these families and does not continue with a digit: H100 H200 H800 H20
-/// GH200 A100 A800 A30 A40 A10 A16 A2 L40 L20 L4 B100 B200 B300 GB200 GB300
-/// V100 T4 P100 P40 P4. So "NVIDIA H100 80GB HBM3", "NVIDIA A10G",
-/// "NVIDIA L40S", "Tesla V100-SXM2-32GB" match; "NVIDIA RTX A4000",
-/// "NVIDIA GeForce RTX 4090" do not.
+/// Whether an NVIDIA model name (NVML's or nvidia-smi's) is a data-centre
+/// board: the one table of them. Matches, case-insensitively, a word of the
+/// name (words split at spaces, '-', '_' and '/') that is "Tesla" (every
+/// Tesla-branded board, "Tesla K80" too), or that starts with one of these
+/// families and does not continue with a digit: H100 H200 H800 H20 GH200
+/// A100 A800 A30 A40 A10 A16 A2 L40 L20 L4 B100 B200 B300 GB200 GB300 V100
+/// T4 P100 P40 P4. So "NVIDIA H100 80GB HBM3", "NVIDIA A10G", "NVIDIA L40S",
+/// "Tesla V100-SXM2-32GB" match; "NVIDIA RTX A4000", "NVIDIA RTX A2000",
+/// "NVIDIA GeForce RTX 4090" and "" do not.
 bool is_data_centre_model(std::string_view name);
 
 /// CUDA driver version as NVML gives it (1000 * major + 10 * minor) ->

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <csetjmp>
 #include <cstdarg>
 #include <cstdio>
@@ -12,9 +11,6 @@
 #include <optional>
 #include <string_view>
 
-#include <fcntl.h>
-#include <unistd.h>
-
 extern "C" {
 #include <pci/pci.h>
 }
@@ -22,6 +18,7 @@ extern "C" {
 #include <spdlog/spdlog.h>
 
 #include "runtime/host_facts.hpp"
+#include "runtime/sysfs_text.hpp"
 
 namespace astraeus {
 
@@ -29,16 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr std::string_view whitespace = " \t\n\r\f\v";
 constexpr size_t max_file_bytes = 1u << 20;
-
-std::string_view trim(std::string_view text) {
-  auto first = text.find_first_not_of(whitespace);
-  if (first == std::string_view::npos)
-    return {};
-  auto last = text.find_last_not_of(whitespace);
-  return text.substr(first, last - first + 1);
-}
 
 // A small sysfs file: its text, or absent (ENOENT, ENOTDIR), or an error.
 struct file_read {
@@ -49,71 +37,25 @@ struct file_read {
 };
 
 file_read read_file(const std::string& path) {
+  auto file = read_small_file(path, max_file_bytes);
   file_read r;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno != ENOENT && errno != ENOTDIR) {
-      r.exists = true;
-      r.error = std::strerror(errno);
-    }
-    return r;
-  }
-  r.exists = true;
-  char buf[4096];
-  while (true) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0) {
-      r.error = std::strerror(errno);
-      ::close(fd);
-      return r;
-    }
-    if (n == 0)
-      break;
-    r.text.append(buf, static_cast<size_t>(n));
-    if (r.text.size() > max_file_bytes) {
-      r.error = "larger than " + std::to_string(max_file_bytes) + " bytes";
-      ::close(fd);
-      return r;
-    }
-  }
-  ::close(fd);
-  r.ok = true;
+  r.exists = file.opened || (file.error != ENOENT && file.error != ENOTDIR);
+  if (file.too_large)
+    r.error = "larger than " + std::to_string(max_file_bytes) + " bytes";
+  else if (file.error != 0)
+    r.error = std::strerror(file.error);
+  else
+    r.ok = true;
+  r.text = std::move(file.text);
   return r;
-}
-
-std::optional<uint32_t> parse_hex(std::string_view text) {
-  text = trim(text);
-  if (text.substr(0, 2) == "0x" || text.substr(0, 2) == "0X")
-    text.remove_prefix(2);
-  uint32_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, 16);
-  if (text.empty() || ec != std::errc{} || end != text.data() + text.size())
-    return std::nullopt;
-  return value;
-}
-
-std::optional<int64_t> parse_int(std::string_view text) {
-  text = trim(text);
-  int64_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc{} || end != text.data() + text.size())
-    return std::nullopt;
-  return value;
 }
 
 // The value of "KEY=value" in a uevent file; nullopt when there is no such
 // line.
 std::optional<std::string> uevent_value(std::string_view text, std::string_view key) {
-  while (!text.empty()) {
-    auto end = text.find('\n');
-    auto line = trim(text.substr(0, end));
-    if (line.size() > key.size() && line.substr(0, key.size()) == key && line[key.size()] == '=')
+  for (auto line : nonblank_lines(text)) {
+    if (line.size() > key.size() && starts_with(line, key) && line[key.size()] == '=')
       return std::string{line.substr(key.size() + 1)};
-    if (end == std::string_view::npos)
-      break;
-    text.remove_prefix(end + 1);
   }
   return std::nullopt;
 }
@@ -256,11 +198,7 @@ std::string pci_missing_text(const std::string& vendor, const std::string& drive
 
 bus_scan scan_pci_gpus(const std::string& root_in) {
   bus_scan scan;
-  std::string root = root_in;
-  while (root.size() > 1 && root.back() == '/')
-    root.pop_back();
-  if (root == "/")
-    root.clear();
+  const std::string root = root_prefix(root_in);
   const std::string dir = root + "/sys/bus/pci/devices";
 
   std::error_code err;
@@ -282,7 +220,7 @@ bus_scan scan_pci_gpus(const std::string& root_in) {
       warn("class", class_file.exists ? class_file.error : "missing");
       continue;
     }
-    auto pci_class = parse_hex(class_file.text);
+    auto pci_class = parse_hex_u32(class_file.text);
     if (!pci_class) {
       warn("class", "not a hex number '" + std::string{trim(class_file.text)} + "'");
       continue;
@@ -296,7 +234,7 @@ bus_scan scan_pci_gpus(const std::string& root_in) {
     for (auto [file, out] : {std::pair{"vendor", &vendor_id}, std::pair{"device", &device_id}}) {
       auto f = read_file(base + "/" + file);
       if (f.ok) {
-        *out = parse_hex(f.text);
+        *out = parse_hex_u32(f.text);
         if (!*out)
           warn(file, "not a hex number '" + std::string{trim(f.text)} + "'");
       } else if (f.exists) {
@@ -309,9 +247,9 @@ bus_scan scan_pci_gpus(const std::string& root_in) {
         auto colon = id->find(':');
         if (colon != std::string::npos) {
           if (!vendor_id)
-            vendor_id = parse_hex(std::string_view{*id}.substr(0, colon));
+            vendor_id = parse_hex_u32(std::string_view{*id}.substr(0, colon));
           if (!device_id)
-            device_id = parse_hex(std::string_view{*id}.substr(colon + 1));
+            device_id = parse_hex_u32(std::string_view{*id}.substr(colon + 1));
         }
       }
     }
@@ -343,7 +281,7 @@ bus_scan scan_pci_gpus(const std::string& root_in) {
 
     auto numa = read_file(base + "/numa_node");
     if (numa.ok) {
-      auto node = parse_int(numa.text);
+      auto node = parse_i64(numa.text);
       if (!node || *node < -1 || *node > INT32_MAX)
         warn("numa_node", "not a number '" + std::string{trim(numa.text)} + "'");
       else if (*node >= 0)

@@ -215,13 +215,13 @@ TEST_F(MachineActor, CordonAndMaintenanceAreStoredBeforeTheAnswer) {
 
 TEST_F(MachineActor, ConnectedFollowsTheCurrentSessionOnly) {
   auto m = spawn_machine();
-  (*self)->send(m, atom::connected_v, uint64_t{1}, true);
-  (*self)->send(m, atom::connected_v, uint64_t{2}, true);
+  (*self)->send(m, atom::connected_v, uint64_t{1}, true, caf::actor{});
+  (*self)->send(m, atom::connected_v, uint64_t{2}, true, caf::actor{});
   // The old session's close arrives after the new one began.
-  (*self)->send(m, atom::connected_v, uint64_t{1}, false);
+  (*self)->send(m, atom::connected_v, uint64_t{1}, false, caf::actor{});
   run();
   EXPECT_TRUE(ask<v1::MachineView>(m, atom::get_v).connected());
-  (*self)->send(m, atom::connected_v, uint64_t{2}, false);
+  (*self)->send(m, atom::connected_v, uint64_t{2}, false, caf::actor{});
   run();
   EXPECT_FALSE(ask<v1::MachineView>(m, atom::get_v).connected());
 }

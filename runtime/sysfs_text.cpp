@@ -1,0 +1,149 @@
+#include "runtime/sysfs_text.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <system_error>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace astraeus {
+
+namespace {
+
+// The whole of `text` as an integer of type T in `base`; no trimming.
+template <typename T>
+std::optional<T> whole_integer(std::string_view text, int base = 10) {
+  T value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, base);
+  if (text.empty() || ec != std::errc{} || end != text.data() + text.size())
+    return std::nullopt;
+  return value;
+}
+
+} // namespace
+
+std::string_view trim(std::string_view text) {
+  auto first = text.find_first_not_of(text_whitespace);
+  if (first == std::string_view::npos)
+    return {};
+  auto last = text.find_last_not_of(text_whitespace);
+  return text.substr(first, last - first + 1);
+}
+
+bool starts_with(std::string_view text, std::string_view prefix) {
+  return text.substr(0, prefix.size()) == prefix;
+}
+
+bool all_digits(std::string_view text) {
+  return !text.empty()
+         && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+std::string ascii_lower(std::string_view text) {
+  std::string out{text};
+  for (auto& c : out)
+    if (c >= 'A' && c <= 'Z')
+      c = static_cast<char>(c - 'A' + 'a');
+  return out;
+}
+
+std::vector<std::string_view> split(std::string_view text, char sep) {
+  std::vector<std::string_view> parts;
+  while (true) {
+    auto end = text.find(sep);
+    parts.push_back(text.substr(0, end));
+    if (end == std::string_view::npos)
+      break;
+    text.remove_prefix(end + 1);
+  }
+  return parts;
+}
+
+std::vector<std::string_view> split_lines(std::string_view text) {
+  std::vector<std::string_view> lines;
+  while (!text.empty()) {
+    auto end = text.find('\n');
+    lines.push_back(text.substr(0, end));
+    if (end == std::string_view::npos)
+      break;
+    text.remove_prefix(end + 1);
+  }
+  return lines;
+}
+
+std::vector<std::string_view> nonblank_lines(std::string_view text) {
+  std::vector<std::string_view> lines;
+  for (auto line : split_lines(text)) {
+    line = trim(line);
+    if (!line.empty())
+      lines.push_back(line);
+  }
+  return lines;
+}
+
+std::optional<uint64_t> parse_u64(std::string_view text) {
+  return whole_integer<uint64_t>(trim(text));
+}
+
+std::optional<int64_t> parse_i64(std::string_view text) {
+  return whole_integer<int64_t>(trim(text));
+}
+
+std::optional<uint32_t> parse_hex_u32(std::string_view text) {
+  text = trim(text);
+  if (starts_with(text, "0x") || starts_with(text, "0X"))
+    text.remove_prefix(2);
+  return whole_integer<uint32_t>(text, 16);
+}
+
+std::optional<double> parse_double(std::string_view text) {
+  double value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value,
+                                   std::chars_format::general);
+  if (text.empty() || ec != std::errc{} || end != text.data() + text.size()
+      || !std::isfinite(value))
+    return std::nullopt;
+  return value;
+}
+
+small_file read_small_file(const std::string& path, std::size_t max_bytes) {
+  small_file result;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    result.error = errno;
+    return result;
+  }
+  result.opened = true;
+  char buf[8192];
+  while (true) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      result.error = errno;
+      result.text.clear();
+      break;
+    }
+    if (n == 0)
+      break;
+    result.text.append(buf, static_cast<std::size_t>(n));
+    if (result.text.size() > max_bytes) {
+      result.too_large = true;
+      result.text.resize(max_bytes);
+      break;
+    }
+  }
+  ::close(fd);
+  return result;
+}
+
+std::string root_prefix(std::string_view root) {
+  while (!root.empty() && root.back() == '/')
+    root.remove_suffix(1);
+  return std::string{root};
+}
+
+} // namespace astraeus

@@ -1,0 +1,63 @@
+#pragma once
+/// @file
+/// What Astraeus does on each NVIDIA Xid: fence the GPU (`Faulty`), mark it
+/// `AtRisk`, or record the event as history. The built-in table follows the
+/// seed (shared/seeds/gpus.md, "What fences a GPU": Xid 48, 63, 74, 79, 92,
+/// 95, 119, 120, 149 and 154 fence) with meanings from NVIDIA's Xid catalogue;
+/// every entry can be overridden in the controller's config (`xid.fence`,
+/// `xid.at_risk`, `xid.record`), and `astra xids` prints the table in force.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <caf/expected.hpp>
+
+#include "messages/astraeus.pb.h"
+
+namespace astraeus {
+
+/// The action for one Xid.
+enum class xid_action { fence, at_risk, record };
+
+/// "fence", "at-risk", "record".
+const char* to_string(xid_action a);
+
+/// The fleet's Xid policy: built-in table plus overrides.
+class xid_policy {
+public:
+  /// The built-in table (the seed's fatal list fences; everything else is
+  /// recorded).
+  xid_policy();
+
+  /// Applies overrides: each list is Xid numbers. An Xid in two lists is
+  /// an error naming it. Errors: ec::invalid_config.
+  caf::error override_with(const std::vector<uint32_t>& fence,
+                           const std::vector<uint32_t>& at_risk,
+                           const std::vector<uint32_t>& record);
+
+  /// The action for `xid` (record for Xids not in the table).
+  xid_action action(uint32_t xid) const;
+
+  /// The table as `astra xids` shows it, sorted by Xid.
+  v1::XidPolicyTable table() const;
+
+  /// Loads a table sent by the controller (unknown actions are ignored).
+  static xid_policy from_table(const v1::XidPolicyTable& table);
+
+private:
+  struct entry {
+    xid_action action;
+    std::string meaning;
+    bool overridden = false;
+  };
+  std::map<uint32_t, entry> entries_;
+};
+
+/// Parses "48, 63,74" into numbers. Errors: ec::invalid_config naming the
+/// bad item.
+caf::expected<std::vector<uint32_t>> parse_xid_list(std::string_view text);
+
+} // namespace astraeus
