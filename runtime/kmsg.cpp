@@ -561,7 +561,9 @@ void kmsg_reader::run() {
       }
       if (newline == std::string_view::npos)
         return;
-      if (!discarding)
+      if (discarding)
+        lines_.fetch_add(1);  // counted, though dropped
+      else
         take_line(pending);
       pending.clear();
       discarding = false;
@@ -569,7 +571,9 @@ void kmsg_reader::run() {
     }
   };
   auto flush = [&]() {
-    if (!pending.empty() && !discarding)
+    if (discarding)
+      lines_.fetch_add(1);
+    else if (!pending.empty())
       take_line(pending);
     pending.clear();
     discarding = false;

@@ -136,8 +136,8 @@ public:
   /// signals) and joins it; idempotent. Called from a callback, it only
   /// asks the thread to end after that callback returns.
   void stop();
-  /// Complete lines read so far, records and continuation lines alike,
-  /// counted before the line's event is delivered.
+  /// Complete lines read so far, records, continuation lines and dropped
+  /// overlong lines alike, counted before the line's event is delivered.
   uint64_t lines_read() const;
 
 private:

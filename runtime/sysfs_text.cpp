@@ -63,14 +63,9 @@ std::vector<std::string_view> split(std::string_view text, char sep) {
 }
 
 std::vector<std::string_view> split_lines(std::string_view text) {
-  std::vector<std::string_view> lines;
-  while (!text.empty()) {
-    auto end = text.find('\n');
-    lines.push_back(text.substr(0, end));
-    if (end == std::string_view::npos)
-      break;
-    text.remove_prefix(end + 1);
-  }
+  auto lines = split(text, '\n');
+  if (lines.back().empty())
+    lines.pop_back();  // after a final '\n', or the empty text
   return lines;
 }
 

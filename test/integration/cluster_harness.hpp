@@ -134,8 +134,13 @@ inline std::vector<std::string> child_environment() {
 /// binary (PR_SET_PDEATHSIG) should that be killed.
 class process {
 public:
-  process(std::vector<std::string> argv, fs::path out_file, fs::path err_file)
+  /// `extra_env`: "NAME=value" entries added to the child's environment
+  /// (after the ASTRAEUS_* variables of ours were left out), e.g. the NVML
+  /// stand-in's fixture.
+  process(std::vector<std::string> argv, fs::path out_file, fs::path err_file,
+          std::vector<std::string> extra_env = {})
     : argv_(std::move(argv)),
+      extra_env_(std::move(extra_env)),
       out_file_(std::move(out_file)),
       err_file_(std::move(err_file)) {
     start();
@@ -238,6 +243,7 @@ private:
       args.push_back(a.data());
     args.push_back(nullptr);
     env_ = child_environment();
+    env_.insert(env_.end(), extra_env_.begin(), extra_env_.end());
     std::vector<char*> envp;
     for (auto& e : env_)
       envp.push_back(e.data());
@@ -280,6 +286,7 @@ private:
   }
 
   std::vector<std::string> argv_;
+  std::vector<std::string> extra_env_;
   std::vector<std::string> env_;
   fs::path out_file_;
   fs::path err_file_;

@@ -330,6 +330,9 @@ TEST(Kmsg, ParsesPlainDmesgLines) {
   r = parse_kmsg_line("3 GPUs found");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->message, "3 GPUs found");
+  r = parse_kmsg_line("-6,1,2,-;x");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->message, "-6,1,2,-;x");
 }
 
 TEST(Kmsg, IgnoresContinuationAndEmptyLines) {
@@ -427,7 +430,7 @@ TEST(Kmsg, OtherMessagesAreNoEvents) {
 }
 
 TEST(Kmsg, GarbageGivesNullopt) {
-  for (auto line : {"6,12", "6,12,", "6,12,34", "6,12,34;x", "6,,34,-;x", "6,a,34,-;x", "-6,1,2,-;x",
+  for (auto line : {"6,12", "6,12,", "6,12,34", "6,12,34;x", "6,,34,-;x", "6,a,34,-;x",
                     "99999999999999999999,1,2,-;x", "2147483648,1,2,-;x", "6,99999999999999999999,2,-;x",
                     "6,1,18446744073709551616,-;x", "[99999999999999999999.000000] x",
                     "[18446744073709.551616] x", "[12.] x", "[12.1234567890] x", "[12.5 x", "<6 x",
@@ -580,15 +583,17 @@ TEST(Kmsg, ReaderFollowsAFifoAcrossWriterReopens) {
   std::thread again([&] {
     int fd = open_writer(path);
     ASSERT_GE(fd, 0);
-    EXPECT_TRUE(write_all(fd, first + second));
+    // A last event, so that every line before it was counted when it comes.
+    EXPECT_TRUE(write_all(fd, first + second + "NVRM: Xid (PCI:0000:01:00): 31, sentinel\n"));
     ::close(fd);
   });
   again.join();
-  ASSERT_TRUE(got.wait_for_events(2 * want.size()));
+  ASSERT_TRUE(got.wait_for_events(2 * want.size() + 1));
   auto events = got.events();
-  expect_same_events(std::vector<gpu_event>(events.begin() + static_cast<long>(want.size()), events.end()),
+  EXPECT_EQ(events.back().text, "NVRM: Xid (PCI:0000:01:00): 31, sentinel");
+  expect_same_events(std::vector<gpu_event>(events.begin() + static_cast<long>(want.size()), events.end() - 1),
                      want);
-  EXPECT_EQ(reader.lines_read(), 2 * lines.size());
+  EXPECT_EQ(reader.lines_read(), 2 * lines.size() + 1);
 
   auto before = std::chrono::steady_clock::now();
   reader.stop();
