@@ -151,7 +151,7 @@ std::string event_text(std::string_view message) {
 /// (function 0 when absent) and sets `*used` to the characters consumed.
 std::optional<std::string> parse_pci(std::string_view text, bool need_function, size_t* used) {
   size_t i = 0;
-  while (i < text.size() && hex_value(text[i]) >= 0)
+  while (i < text.size() && i <= 8 && hex_value(text[i]) >= 0)
     ++i;
   size_t domain_digits = i;
   if (domain_digits < 4 || domain_digits > 8)
@@ -289,8 +289,12 @@ std::optional<gpu_event_kind> amd_kind(std::string_view body) {
       return gpu_event_kind::amd_reset_failed;
     return std::nullopt;
   }
-  if (starts_with(body, "*ERROR* ring ")) {
-    body.remove_prefix(13);
+  // "*ERROR* ring gfx timeout, ..." (DRM_ERROR, drm_err); "ring gfx
+  // timeout, ..." (dev_err, since Linux 6.10).
+  if (starts_with(body, "*ERROR* "))
+    body.remove_prefix(8);
+  if (starts_with(body, "ring ")) {
+    body.remove_prefix(5);
     auto name_end = body.find(' ');
     if (name_end == 0 || name_end == std::string_view::npos)
       return std::nullopt;
@@ -455,15 +459,20 @@ kmsg_reader::~kmsg_reader() {
 }
 
 void kmsg_reader::start() {
-  if (thread_.joinable())
-    return;
+  if (thread_.joinable()) {
+    if (running_)
+      return;
+    stop();  // it ended by itself (a regular file read to its end)
+  }
   stopping_ = false;
+  running_ = true;
   // Without an eventfd the thread still ends: it then polls with a short
   // timeout and checks stopping_.
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   try {
     thread_ = std::thread([this] { run(); });
   } catch (...) {
+    running_ = false;
     report(path_ + ": cannot start the reader thread");
     if (wake_fd_ >= 0)
       ::close(wake_fd_);
@@ -499,6 +508,12 @@ void kmsg_reader::report(const std::string& error) {
 }
 
 void kmsg_reader::run() {
+  struct mark_ended {
+    std::atomic<bool>& running;
+    ~mark_ended() {
+      running = false;
+    }
+  } ended{running_};
   // Without an eventfd (wake_fd_ -1, which poll ignores) every wait is cut
   // into 100 ms slices so that stop() is still seen promptly.
   const int slice_ms = wake_fd_ >= 0 ? -1 : 100;

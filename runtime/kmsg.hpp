@@ -59,7 +59,7 @@ enum class gpu_event_kind {
   amd_reset_begin,      ///< "amdgpu <pci>: amdgpu: GPU reset begin!"
   amd_reset_succeeded,  ///< "amdgpu <pci>: amdgpu: GPU reset(<n>) succeeded!"
   amd_reset_failed,     ///< "GPU reset(<n>) failed", "ASIC reset failed with error, ..."
-  amd_ring_timeout,     ///< "*ERROR* ring <name> timeout, ..."
+  amd_ring_timeout,     ///< "[*ERROR* ]ring <name> timeout, ..."
 };
 
 /// A GPU event from the kernel log.
@@ -97,6 +97,9 @@ struct gpu_event {
 /// one from the kernel, so operators can inject test events.
 std::optional<gpu_event> parse_gpu_event(const kmsg_record& record);
 
+/// The kernel log the agent reads unless configured otherwise.
+inline constexpr const char* kmsg_default_path = "/dev/kmsg";
+
 /// "xid", "fallen_off_bus", "amd_reset_begin", "amd_reset_succeeded",
 /// "amd_reset_failed", "amd_ring_timeout"; "unknown" for any other value.
 const char* to_string(gpu_event_kind kind);
@@ -124,13 +127,16 @@ public:
   /// Nothing starts before start(). `on_error` may be empty.
   kmsg_reader(std::string path, std::function<void(gpu_event)> on_event,
               std::function<void(std::string)> on_error = nullptr);
-  /// Calls stop().
+  /// Calls stop(). Must not run on the reader's own thread (from a
+  /// callback).
   ~kmsg_reader();
   kmsg_reader(const kmsg_reader&) = delete;
   kmsg_reader& operator=(const kmsg_reader&) = delete;
 
   /// Starts the reading thread; does nothing while it runs. May be called
-  /// again after stop() (it then reads from the start again).
+  /// again after stop(), or after the thread ended by itself (a regular
+  /// file read to its end): it then reads from the start again. start()
+  /// and stop() are for one owner thread, not to be called concurrently.
   void start();
   /// Ends the thread promptly (it waits in poll(2) on an eventfd that stop
   /// signals) and joins it; idempotent. Called from a callback, it only
@@ -149,6 +155,7 @@ private:
   std::function<void(std::string)> on_error_;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> running_{false};
   std::atomic<uint64_t> lines_{0};
   int wake_fd_ = -1;
 };

@@ -405,8 +405,9 @@ protected:
     EXPECT_EQ(c.value("status", !healthy), healthy) << c.dump();
     EXPECT_EQ(c.value("reason", ""), healthy ? "AllGPUsHealthy" : "GPUFault")
       << c.dump();
-    if (!message_part.empty())
+    if (!message_part.empty()) {
       EXPECT_TRUE(contains(c.value("message", ""), message_part)) << c.dump();
+    }
   }
 
   temp_dir dir_{"astraeus-health"};

@@ -404,6 +404,11 @@ TEST(Kmsg, RecognisesDriverVariants) {
   ASSERT_TRUE(e);
   EXPECT_EQ(e->kind, gpu_event_kind::amd_ring_timeout);
   EXPECT_EQ(e->pci_address, "0000:c1:00.0");
+  // dev_err since Linux 6.10 (amdgpu's dev_fmt adds "amdgpu: ").
+  e = event_of("amdgpu 0000:c1:00.0: amdgpu: ring gfx_0.0.0 timeout, signaled seq=8, emitted seq=9");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->kind, gpu_event_kind::amd_ring_timeout);
+  EXPECT_EQ(e->pci_address, "0000:c1:00.0");
   e = event_of("[drm:amdgpu_job_timedout] *ERROR* ring sdma1 timeout, but soft recovered");
   ASSERT_TRUE(e);
   EXPECT_EQ(e->kind, gpu_event_kind::amd_ring_timeout);
@@ -419,6 +424,7 @@ TEST(Kmsg, OtherMessagesAreNoEvents) {
            "[drm] ring gfx timeout",
            "[drm:i915_hangcheck [i915]] *ERROR* ring rcs0 timeout",
            "[drm:radeon_fence_check_lockup [radeon]] *ERROR* ring 0 timeout",
+           "amdgpu 0000:c1:00.0: amdgpu: ring gfx_0.0.0 test failed (-110)",
            // Text that only quotes a driver line is not from the driver.
            "audit: type=1105 msg='cmd=echo NVRM: Xid (PCI:0000:3b:00): 79, fake'",
            "kernel: NVRM: Xid (PCI:0000:3b:00): 79, fake",
@@ -544,6 +550,10 @@ TEST(Kmsg, ReaderReadsAllOfARegularFile) {
   events.pop_back();
   expect_same_events(events, want);
   EXPECT_EQ(reader.lines_read(), lines.size() + 1);
+  // Stopped and started again, it reads the file again.
+  reader.stop();
+  reader.start();
+  ASSERT_TRUE(got.wait_for_events(2 * (want.size() + 1)));
   reader.stop();
   EXPECT_TRUE(got.errors().empty());
 }

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Builds the kernel-log fuzz target (test/fuzz/kmsg_fuzz.cpp, libFuzzer with
+# ASan and UBSan) with clang and runs it for N seconds on the seed corpus in
+# test/fuzz/corpus/kmsg. Exits non-zero when it finds a crash, a leak, a
+# sanitizer report or a broken invariant; the input that did it is kept in
+# <build>/fuzz-artifacts/kmsg/.
+#
+# Usage: test/fuzz/run_kmsg_fuzz.sh [seconds]   (default 20)
+# Environment:
+#   CXX                      a clang++ (default: clang++-14, else clang++)
+#   ASTRAEUS_FUZZ_BUILD_DIR  build folder (default: <repo>/build-fuzz)
+#   ASTRAEUS_FUZZ_JOBS       ninja -j (default: 2)
+set -euo pipefail
+
+seconds="${1:-20}"
+if ! [[ "$seconds" =~ ^[1-9][0-9]*$ ]]; then
+  echo "usage: $0 [seconds]" >&2
+  exit 2
+fi
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+build="${ASTRAEUS_FUZZ_BUILD_DIR:-$repo/build-fuzz}"
+jobs="${ASTRAEUS_FUZZ_JOBS:-2}"
+
+cxx="${CXX:-}"
+if [[ -z "$cxx" ]]; then
+  for candidate in clang++-14 clang++; do
+    if command -v "$candidate" > /dev/null; then
+      cxx="$candidate"
+      break
+    fi
+  done
+fi
+if [[ -z "$cxx" ]] || ! "$cxx" --version 2> /dev/null | grep -qi clang; then
+  echo "$0: needs clang++ (with libclang-rt for libFuzzer); set CXX" >&2
+  exit 2
+fi
+
+if [[ ! -f "$build/CMakeCache.txt" ]]; then
+  CXX="$cxx" cmake -S "$repo" -B "$build" -G Ninja -DASTRAEUS_BUILD_BENCH=OFF
+fi
+if ! ninja -C "$build" -t targets all | grep -q '^kmsg_fuzz:'; then
+  echo "$0: $build has no kmsg_fuzz target: configured with a compiler other than clang," \
+       "or libFuzzer is not usable (see the cmake output)" >&2
+  exit 2
+fi
+ninja -C "$build" -j "$jobs" kmsg_fuzz
+
+# New inputs go to a scratch folder, not into the seed corpus in the tree.
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+artifacts="$build/fuzz-artifacts/kmsg"
+mkdir -p "$artifacts"
+
+"$build/test/fuzz/kmsg_fuzz" \
+  -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+  -print_final_stats=1 -artifact_prefix="$artifacts/" \
+  "$work" "$repo/test/fuzz/corpus/kmsg"
