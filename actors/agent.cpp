@@ -1,5 +1,6 @@
 #include "actors/agent.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <fstream>
 #include <random>
@@ -214,6 +215,11 @@ void send_report(agent_ptr self) {
     st.latches->annotate(gpus);
   *frame.mutable_report() = make_report(st.config, ++st.sequence,
                                         st.gpus_known || st.latches ? &gpus : nullptr);
+  // Remembered for the next discovery pass's capability summary, so host
+  // facts are read once per tick.
+  const auto& ports = frame.report().facts().rdma_ports();
+  st.rdma_up = std::any_of(ports.begin(), ports.end(),
+                           [](const auto& p) { return p.state() == "ACTIVE"; });
   for (const auto& w : frame.report().facts().warnings())
     spdlog::debug("agent {}: {}", st.config.identity.name, w);
   send_frame(self, frame);
@@ -326,15 +332,6 @@ void on_frame(agent_ptr self, v1::Frame& frame) {
   }
 }
 
-bool rdma_up(const agent_config& cfg) {
-  // Cheap enough to read again: a few small sysfs files.
-  auto facts = read_host_facts(cfg.host);
-  for (const auto& p : facts.rdma_ports())
-    if (p.state() == "ACTIVE")
-      return true;
-  return false;
-}
-
 /// Starts a discovery pass unless one is in flight. The heartbeat never
 /// waits for it: reports go out with the last section. The probe answers
 /// with a plain message, so a pass that finishes late still lands.
@@ -344,7 +341,7 @@ void start_discovery(agent_ptr self) {
     return;
   st.discovering = true;
   ++st.pass;
-  self->send(st.probe, atom::discovered_v, rdma_up(st.config));
+  self->send(st.probe, atom::discovered_v, st.rdma_up);
   // NVML has its own per-call deadlines; this bound catches anything else
   // that hangs (a wedged sysfs read, nvidia-smi).
   auto bound = st.config.gpu.nvml.call_deadline * 4

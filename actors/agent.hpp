@@ -81,6 +81,7 @@ struct agent_state {
   probe_actor probe;                      ///< GPU discovery, on its own thread
   bool discovering = false;               ///< a discovery pass is in flight
   uint64_t pass = 0;                      ///< number of the latest pass
+  bool rdma_up = false;                   ///< an RDMA port was ACTIVE in the last report
   v1::GpuSection gpus;                    ///< the last discovery pass
   bool gpus_known = false;                ///< a pass has finished
   std::optional<fault_latches> latches;   ///< the machine's fault latches

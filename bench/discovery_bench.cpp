@@ -2,6 +2,7 @@
 // and the report's size in bytes (plain main; figures in bench/RESULTS.md).
 //
 //   discovery_bench [--passes N] [--root DIR] [--nvml-fixture FILE]
+//                   [--nvml-library PATH]   (a real libnvidia-ml.so.1 on a GPU host)
 //
 // Per pass it times, after a few warm-up passes:
 //   - gpu_discovery::discover on the NVML stand-in serving
@@ -108,6 +109,7 @@ int main(int argc, char** argv) {
   std::string root = source + "/test/fixtures/hosts/dgx-h100";
   std::string nvml_fixture = source + "/test/fixtures/nvml/h100x8.json";
   std::string pci_root = source + "/test/fixtures/pci";
+  std::string nvml_library = ASTRAEUS_NVML_STAND_IN;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     bool has_value = i + 1 < argc;
@@ -117,8 +119,11 @@ int main(int argc, char** argv) {
       root = argv[++i];
     else if (arg == "--nvml-fixture" && has_value)
       nvml_fixture = argv[++i];
+    else if (arg == "--nvml-library" && has_value)
+      nvml_library = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--passes N] [--root DIR] [--nvml-fixture FILE]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--passes N] [--root DIR] [--nvml-fixture FILE] "
+                           "[--nvml-library PATH]\n", argv[0]);
       return 2;
     }
   }
@@ -135,7 +140,7 @@ int main(int argc, char** argv) {
 
   gpu_discovery_options opts;
   opts.root = root;
-  opts.nvml.library = ASTRAEUS_NVML_STAND_IN;
+  opts.nvml.library = nvml_library;
   opts.nvidia_smi = "/nonexistent/nvidia-smi";  // never the fallback here
   gpu_discovery discovery{opts};
 
@@ -149,14 +154,14 @@ int main(int argc, char** argv) {
   full.set_agent_version(ASTRAEUS_VERSION);
   *full.mutable_facts() = facts;
   *full.mutable_facts()->mutable_gpus() = section;
-  std::printf("root %s\nNVML %s\nfixture %s\n", root.c_str(), ASTRAEUS_NVML_STAND_IN,
+  std::printf("root %s\nNVML %s\nfixture %s\n", root.c_str(), nvml_library.c_str(),
               nvml_fixture.c_str());
   std::printf("GPU section: read_as %s, %d GPU(s), %d bus device(s), %d condition(s), "
               "%d unknown field note(s) on GPU 0\n",
               section.read_as().c_str(), section.gpus_size(), section.bus_size(),
               section.conditions_size(),
               section.gpus_size() > 0 ? section.gpus(0).unknown_fields_size() : 0);
-  if (section.read_as() != "driver: healthy" || section.gpus_size() != 8) {
+  if (section.read_as() != "driver: healthy" || section.gpus_size() == 0) {
     std::fprintf(stderr, "discovery did not read the stand-in (read_as %s: %s)\n",
                  section.read_as().c_str(), section.detail().c_str());
     return 1;
@@ -173,7 +178,7 @@ int main(int argc, char** argv) {
               facts_only.SerializeAsString().size());
 
   const int warmup = 5;
-  report("gpu_discovery::discover (NVML stand-in, 8 x H100)",
+  report("gpu_discovery::discover",
          measure(passes, warmup, [&] { section = discovery.discover(true); }));
   report("read_host_facts (dgx-h100)", measure(passes, warmup, [&] { facts = read_host_facts(host); }));
   report("scan_pci_gpus (test/fixtures/pci, 8 devices)",

@@ -65,6 +65,7 @@
 #include "messages/error.hpp"
 #include "runtime/config.hpp"
 #include "runtime/gate_client.hpp"
+#include "runtime/host_facts.hpp"
 #include "runtime/system_setup.hpp"
 
 using namespace astraeus;
@@ -504,7 +505,22 @@ int main(int argc, char** argv) {
     clear_all(false);
   }
 
-  // 5. Raw fdatasync again, after the events.
+  // 5. What the immediate report costs the agent before it is sent: it
+  // reads every host fact again (actors/agent.cpp, make_report). Same tree.
+  std::vector<double> host_facts;
+  {
+    HostReaderOptions ho;
+    ho.root = acfg.host_root;
+    for (int i = 0; i < 1000; ++i) {
+      auto t0 = steady::now();
+      auto f = read_host_facts(ho);
+      host_facts.push_back(ms(steady::now() - t0));
+      if (f.hostname().empty() && i == 0)
+        std::fprintf(stderr, "note: no hostname read from %s\n", ho.root.c_str());
+    }
+  }
+
+  // 6. Raw fdatasync again, after the events.
   auto raw_after = raw_fdatasync(fsync_probe, opt.fsyncs, true);
   auto raw_all = raw_before;
   raw_all.insert(raw_all.end(), raw_after.begin(), raw_after.end());
@@ -531,6 +547,8 @@ int main(int argc, char** argv) {
   std::printf("clears (not part of the target):\n");
   print_row("clear-fault request -> answer", summarize(clears));
   print_row("clear-fault request -> un-fenced", summarize(unfence));
+  std::printf("diagnostic (not part of the target):\n");
+  print_row("read_host_facts(dgx-h100 tree), per report", summarize(host_facts));
   std::printf("as a client sees it (tight ListGpus poll loop, nothing subtracted):\n");
   print_row("write -> ListGpus shows Faulty", summarize(polled));
   bool p99_ok = s_fence.p99 <= 2.0;

@@ -41,6 +41,8 @@ std::string nvml_fixture(const std::string& name) {
 }
 const std::string h100x8 = nvml_fixture("h100x8.json");
 const std::string h100x8_replaced = nvml_fixture("h100x8_3a_replaced.json");
+/// h100x8.json with 500 PCIe replays on the GPU at 0000:3a:00.0 (0 there).
+const std::string h100x8_replays = nvml_fixture("h100x8_3a_replays.json");
 const std::string dgx_root = std::string{ASTRAEUS_SOURCE_DIR}
                              + "/test/fixtures/hosts/dgx-h100";
 
@@ -171,7 +173,8 @@ protected:
   /// The agent of gpu-01: NVML stand-in serving `fixture`, kernel log from
   /// the FIFO, host facts from the DGX H100 tree, data in <dir>/agent.
   process* start_agent(const std::string& fixture = h100x8,
-                       const std::string& interval = "200ms") {
+                       const std::string& interval = "200ms",
+                       const std::string& kmsg_path = {}) {
     std::vector<std::string> argv{program("astraeus-agent"),
                                   "--controller", addr(),
                                   "--data-dir", agent_dir().string(),
@@ -180,7 +183,9 @@ protected:
                                   "--host-root", dgx_root,
                                   "--set", std::string{"gpu.nvml_library="}
                                              + ASTRAEUS_NVML_STAND_IN,
-                                  "--set", "kmsg.path=" + fifo_.string(),
+                                  "--set", "kmsg.path="
+                                             + (kmsg_path.empty() ? fifo_.string()
+                                                                  : kmsg_path),
                                   "--set", "reconnect.min_backoff=100ms",
                                   "--set", "reconnect.max_backoff=500ms"};
     agent_ = spawn("agent", std::move(argv),
@@ -505,6 +510,34 @@ TEST_F(Health, RepeatsFoldIntoOneLatchWithACount) {
     << l.dump(2);
 }
 
+// A fatal Xid that is already in the kernel log when the agent starts (the
+// agent reads /dev/kmsg from its first retained record, so this is what an
+// Xid logged while the agent was down or before it started looks like): it
+// fences the GPU like one read later. The log is a regular file here, read
+// once from its start, as the device is.
+//
+// Fails at the time of writing: the agent handles the record before its
+// first GPU discovery finished, finds no GPU at 0000:3a:00.0, keeps it as an
+// unmapped incident (action "fence") and moves its kernel-log position past
+// it, so the GPU is never fenced (actors/agent.cpp, on_kernel_event).
+TEST_F(Health, FatalXidAlreadyInTheLogWhenTheAgentStartsFences) {
+  start_controller();
+  ASSERT_TRUE(wait_ready(ctl_));
+  auto log = dir_ / "kmsg.log";
+  write_text(log, "6,1,10,-;Linux version 6.1.0-18-amd64\n"
+                    + xid_line(400, "0000:3a:00", 79));
+  start_agent(h100x8, "200ms", log.string());
+  ASSERT_TRUE(wait_gpus_discovered());
+  auto v = wait_health(pci_3a, "Faulty", 3s);
+  if (v)
+    expect_fenced_3a(79);
+  auto m = astra_machine();
+  EXPECT_EQ(m["facts"]["gpus"].value("unmapped_incidents", json::array()),
+            json::array())
+    << "the Xid of a GPU that is there was kept as mapping to no GPU";
+  expect_condition(false, "Xid 79 fault");
+}
+
 // -- 2. the latch is durable --------------------------------------------------------
 
 // kill -9 and a restart on the same data folder: still Faulty, before any
@@ -543,6 +576,40 @@ TEST_F(Health, LatchSurvivesKill9AndRestart) {
   EXPECT_EQ(as_u64(l["first_seen_unix_ms"]), static_cast<uint64_t>(first_seen))
     << "the latch is not the stored one";
   expect_condition(false, "Xid 79 fault");
+}
+
+// An agent restart is not a new set of GPUs: the controller keeps its GPU
+// actors (and their 24 h counter history) across it. Here the GPU at 3a
+// logged 500 PCIe replays while the agent was restarting (0 before, 500
+// after): more than 100 in 24 h, so it is AtRisk.
+//
+// Fails at the time of writing: before its first discovery pass the
+// restarted agent reports a GPU section read as "no-gpu" (actors/agent.cpp,
+// send_report), which the machine actor takes as a complete read
+// (actors/machine_actor.cpp, complete_read): it drops every GPU actor ("GPU
+// ... is gone") and makes new ones a moment later, with no history.
+TEST_F(Health, AgentRestartKeepsTheGpusAndTheirHistory) {
+  ASSERT_TRUE(start_cluster());
+  auto before = wait_gpu(pci_3a, [](const v1::GpuView& g) {
+    return g.gpu().has_pcie_replays() && g.gpu().pcie_replays() == 0;
+  });
+  ASSERT_TRUE(before) << "no PCIe replay count for the GPU at " << pci_3a;
+  EXPECT_EQ(before->health(), "Healthy");
+  kill_agent();
+  start_agent(h100x8_replays);
+  auto after = wait_gpu(pci_3a, [](const v1::GpuView& g) {
+    return g.gpu().pcie_replays() == 500 && g.machine_up();
+  });
+  ASSERT_TRUE(after) << "the restarted agent's readings did not arrive";
+  ASSERT_TRUE(wait_gpus_discovered());
+  std::this_thread::sleep_for(400ms);
+  EXPECT_FALSE(contains(ctl_->err(), "is gone"))
+    << "the controller dropped GPUs that are still there:\n"
+    << tail(ctl_->err());
+  auto g = astra_gpu(pci_3a);
+  EXPECT_EQ(g.value("health", ""), "AtRisk") << g.dump(2).substr(0, 3000);
+  EXPECT_EQ(g.value("health_reasons", json::array()),
+            json::array({"500 PCIe replays in 24 h (> 100)"}));
 }
 
 // The controller keeps the last known fault while the machine is Down.
