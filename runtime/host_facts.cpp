@@ -913,37 +913,6 @@ FilesystemClass classify_filesystem(std::string_view type) {
   return FilesystemClass::pseudo;
 }
 
-std::string to_valid_utf8(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  size_t i = 0;
-  while (i < text.size()) {
-    auto byte = static_cast<unsigned char>(text[i]);
-    // Length and smallest code point of the sequence this byte starts.
-    size_t length = byte < 0x80 ? 1 : (byte & 0xe0) == 0xc0 ? 2 : (byte & 0xf0) == 0xe0 ? 3
-                                    : (byte & 0xf8) == 0xf0 ? 4 : 0;
-    uint32_t code = length == 1 ? byte : length == 2 ? byte & 0x1f : length == 3 ? byte & 0x0f
-                                                                              : byte & 0x07;
-    bool valid = length > 0 && i + length <= text.size();
-    for (size_t k = 1; valid && k < length; ++k) {
-      auto next = static_cast<unsigned char>(text[i + k]);
-      valid = (next & 0xc0) == 0x80;
-      code = (code << 6) | (next & 0x3f);
-    }
-    // Reject overlong forms, surrogates and code points past U+10FFFF.
-    static constexpr uint32_t smallest[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (valid && (code < smallest[length] || (code >= 0xd800 && code <= 0xdfff) || code > 0x10ffff))
-      valid = false;
-    if (valid) {
-      out.append(text.substr(i, length));
-      i += length;
-    } else {
-      out.append("\xEF\xBF\xBD");  // U+FFFD, then resynchronise on the next byte
-      ++i;
-    }
-  }
-  return out;
-}
 
 namespace {
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "messages/astraeus.pb.h"
+#include "runtime/sysfs_text.hpp"
 
 namespace astraeus {
 
@@ -129,12 +130,6 @@ struct MountEntry {
 /// than four fields are skipped and counted in `*malformed_lines` when
 /// given.
 std::vector<MountEntry> parse_mounts(std::string_view text, size_t* malformed_lines = nullptr);
-
-/// `text` with every byte sequence that is not valid UTF-8 replaced by
-/// U+FFFD. Host files may hold any bytes (a Latin-1 mount point, a garbage
-/// model), but proto3 string fields must be UTF-8 or the receiver cannot
-/// parse the whole report; read_host_facts passes every string through this.
-std::string to_valid_utf8(std::string_view text);
 
 /// How the reader treats a filesystem type.
 enum class FilesystemClass {

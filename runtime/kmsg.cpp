@@ -1,4 +1,5 @@
 #include "runtime/kmsg.hpp"
+#include "runtime/sysfs_text.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -22,7 +23,6 @@ namespace astraeus {
 
 namespace {
 
-constexpr std::string_view whitespace = " \t\n\r\f\v";
 constexpr size_t max_text_bytes = 512;
 constexpr size_t max_line_bytes = 64 * 1024;
 constexpr size_t read_buffer_bytes = 16 * 1024;  // > the kernel's largest record (8 KiB)
@@ -51,21 +51,9 @@ char to_lower(char c) {
   return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
 }
 
-std::string_view trim(std::string_view text) {
-  auto first = text.find_first_not_of(whitespace);
-  if (first == std::string_view::npos)
-    return {};
-  auto last = text.find_last_not_of(whitespace);
-  return text.substr(first, last - first + 1);
-}
-
 std::string_view trim_left(std::string_view text) {
-  auto first = text.find_first_not_of(whitespace);
+  auto first = text.find_first_not_of(text_whitespace);
   return first == std::string_view::npos ? std::string_view{} : text.substr(first);
-}
-
-bool starts_with(std::string_view text, std::string_view prefix) {
-  return text.substr(0, prefix.size()) == prefix;
 }
 
 bool starts_with_nocase(std::string_view text, std::string_view prefix) {
@@ -98,43 +86,11 @@ size_t digit_run(std::string_view text) {
   return n;
 }
 
-/// `text` with every byte sequence that is not valid UTF-8 replaced by
-/// U+FFFD (overlong forms, surrogates and code points past U+10FFFF are
-/// invalid too).
-std::string valid_utf8(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  size_t i = 0;
-  while (i < text.size()) {
-    auto byte = static_cast<unsigned char>(text[i]);
-    size_t length = byte < 0x80 ? 1 : (byte & 0xe0) == 0xc0 ? 2 : (byte & 0xf0) == 0xe0 ? 3
-                                    : (byte & 0xf8) == 0xf0 ? 4 : 0;
-    uint32_t code = length == 1 ? byte : length == 2 ? byte & 0x1fu : length == 3 ? byte & 0x0fu
-                                                                                : byte & 0x07u;
-    bool valid = length > 0 && i + length <= text.size();
-    for (size_t k = 1; valid && k < length; ++k) {
-      auto next = static_cast<unsigned char>(text[i + k]);
-      valid = (next & 0xc0) == 0x80;
-      code = (code << 6) | (next & 0x3fu);
-    }
-    static constexpr uint32_t smallest[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (valid && (code < smallest[length] || (code >= 0xd800 && code <= 0xdfff) || code > 0x10ffff))
-      valid = false;
-    if (valid) {
-      out.append(text.substr(i, length));
-      i += length;
-    } else {
-      out.append("\xEF\xBF\xBD");
-      ++i;
-    }
-  }
-  return out;
-}
 
 /// The event text: trimmed, valid UTF-8, at most max_text_bytes, cut at a
 /// character boundary.
 std::string event_text(std::string_view message) {
-  std::string text = valid_utf8(trim(message));
+  std::string text = to_valid_utf8(trim(message));
   if (text.size() > max_text_bytes) {
     size_t cut = max_text_bytes;
     while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xc0) == 0x80)

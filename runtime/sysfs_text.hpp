@@ -101,4 +101,10 @@ small_file read_small_file(const std::string& path, std::size_t max_bytes = std:
 /// "/tmp/fixture/sys/...".
 std::string root_prefix(std::string_view root);
 
+/// `text` with every byte sequence that is not valid UTF-8 replaced by
+/// U+FFFD. Host files may hold any bytes (a Latin-1 mount point, a garbage
+/// model), but proto3 string fields must be UTF-8 or the receiver cannot
+/// parse the whole report; read_host_facts passes every string through this.
+std::string to_valid_utf8(std::string_view text);
+
 }  // namespace astraeus
