@@ -256,6 +256,17 @@ void on_kernel_event(agent_ptr self, const v1::KernelEvent& ke) {
   auto& st = self->state;
   if (!st.latches)
     return;
+  if (!st.gpus_known) {
+    // Events are mapped to GPUs by PCI address: hold them until the first
+    // discovery pass says which GPUs there are (the kernel log is read from
+    // its start, so a fault logged before the agent started arrives now).
+    // Bounded: a kernel log full of GPU events before the first pass keeps
+    // the newest ones.
+    if (st.early_events.size() >= 10000)
+      st.early_events.erase(st.early_events.begin());
+    st.early_events.push_back(ke);
+    return;
+  }
   gpu_event ev;
   for (auto k : {gpu_event_kind::xid, gpu_event_kind::fallen_off_bus,
                  gpu_event_kind::amd_reset_begin, gpu_event_kind::amd_reset_succeeded,
@@ -349,6 +360,14 @@ void start_discovery(agent_ptr self) {
   self->delayed_send(self, bound, atom::deadline_v, st.pass);
 }
 
+/// Handles the kernel events held back until GPUs were known.
+void drain_early_events(agent_ptr self) {
+  auto early = std::move(self->state.early_events);
+  self->state.early_events.clear();
+  for (const auto& ke : early)
+    on_kernel_event(self, ke);
+}
+
 void on_discovered(agent_ptr self, v1::GpuSection& section) {
   auto& st = self->state;
   st.discovering = false;
@@ -363,6 +382,7 @@ void on_discovered(agent_ptr self, v1::GpuSection& section) {
   }
   st.gpus = std::move(section);
   st.gpus_known = true;
+  drain_early_events(self);
   if (changed)
     send_report(self);
 }
@@ -380,6 +400,7 @@ void on_discovery_deadline(agent_ptr self, uint64_t pass) {
   for (auto& g : *st.gpus.mutable_gpus())
     g.set_status("unresponsive");
   st.gpus_known = true;
+  drain_early_events(self);
   send_report(self);
 }
 

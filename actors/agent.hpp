@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <caf/error.hpp>
 #include <caf/expected.hpp>
@@ -86,6 +87,8 @@ struct agent_state {
   bool gpus_known = false;                ///< a pass has finished
   std::optional<fault_latches> latches;   ///< the machine's fault latches
   std::unique_ptr<kmsg_reader> kmsg;      ///< the kernel-log reader thread
+  /// Kernel events that arrived before the first discovery pass.
+  std::vector<v1::KernelEvent> early_events;
 };
 
 /// The agent's behaviour. Handles `atom::reconnect` (try to connect),
