@@ -203,25 +203,41 @@ void send_frame(agent_ptr self, const v1::Frame& frame) {
   self->flush(st.connection);
 }
 
-void send_report(agent_ptr self) {
+/// Sends a report. `fresh`: read the host's facts now (the heartbeat);
+/// otherwise reuse the last ones read, so a report sent at once for a new
+/// fault latch or a cleared one costs no host reads.
+void send_report(agent_ptr self, bool fresh = false) {
   auto& st = self->state;
   if (!st.welcomed)
     return;
+  if (fresh || !st.facts_known) {
+    st.host_facts = read_host_facts(st.config.host);
+    st.facts_known = true;
+    // Remembered for the next discovery pass's capability summary.
+    const auto& ports = st.host_facts.rdma_ports();
+    st.rdma_up = std::any_of(ports.begin(), ports.end(),
+                             [](const auto& p) { return p.state() == "ACTIVE"; });
+    for (const auto& w : st.host_facts.warnings())
+      spdlog::debug("agent {}: {}", st.config.identity.name, w);
+  }
   v1::Frame frame;
-  v1::GpuSection gpus = st.gpus;
-  if (!st.gpus_known)
-    gpus.set_read_as("no-gpu");
+  auto* report = frame.mutable_report();
+  report->set_machine(st.config.identity.name);
+  report->set_sequence(++st.sequence);
+  report->set_sent_unix_ms(unix_ms_now());
+  report->set_agent_version(ASTRAEUS_VERSION);
+  auto* facts = report->mutable_facts();
+  *facts = st.host_facts;
+  auto* gpus = facts->mutable_gpus();
+  *gpus = st.gpus;
+  if (!st.gpus_known) {
+    // Not "no-gpu": the controller must not take this for a complete read
+    // and forget the GPUs it knows (and their 24 h history).
+    gpus->set_read_as("pending");
+    gpus->set_detail("GPU discovery has not finished yet");
+  }
   if (st.latches)
-    st.latches->annotate(gpus);
-  *frame.mutable_report() = make_report(st.config, ++st.sequence,
-                                        st.gpus_known || st.latches ? &gpus : nullptr);
-  // Remembered for the next discovery pass's capability summary, so host
-  // facts are read once per tick.
-  const auto& ports = frame.report().facts().rdma_ports();
-  st.rdma_up = std::any_of(ports.begin(), ports.end(),
-                           [](const auto& p) { return p.state() == "ACTIVE"; });
-  for (const auto& w : frame.report().facts().warnings())
-    spdlog::debug("agent {}: {}", st.config.identity.name, w);
+    st.latches->annotate(*gpus);
   send_frame(self, frame);
 }
 
@@ -328,7 +344,7 @@ void on_frame(agent_ptr self, v1::Frame& frame) {
                    name, frame.welcome().cluster(), st.config.controller_host,
                    st.config.controller_port,
                    frame.welcome().controller_version());
-      send_report(self);
+      send_report(self, true);
       return;
     case v1::Frame::kRefusal:
       spdlog::error("agent {}: the controller refused this agent: {}", name,
@@ -482,7 +498,7 @@ caf::behavior agent(caf::io::stateful_broker<agent_state>* self,
     [self](v1::KernelEvent& ev) { on_kernel_event(self, ev); },
     [self](atom::deadline, uint64_t pass) { on_discovery_deadline(self, pass); },
     [self](atom::tick) {
-      send_report(self);
+      send_report(self, true);
       start_discovery(self);
       self->delayed_send(self, self->state.config.report_interval, atom::tick_v);
     },

@@ -83,6 +83,8 @@ struct agent_state {
   bool discovering = false;               ///< a discovery pass is in flight
   uint64_t pass = 0;                      ///< number of the latest pass
   bool rdma_up = false;                   ///< an RDMA port was ACTIVE in the last report
+  v1::HostFacts host_facts;               ///< the host facts last read (each tick)
+  bool facts_known = false;               ///< host_facts has been read
   v1::GpuSection gpus;                    ///< the last discovery pass
   bool gpus_known = false;                ///< a pass has finished
   std::optional<fault_latches> latches;   ///< the machine's fault latches

@@ -29,7 +29,8 @@ int64_t unix_ms_now() {
 }
 
 /// Whether a GPU section lists every GPU the driver has (so a GPU missing
-/// from it is gone), rather than the last known ones.
+/// from it is gone), rather than the last known ones ("unresponsive",
+/// "unavailable") or none yet ("pending": discovery has not finished).
 bool complete_read(const v1::GpuSection& section) {
   return section.read_as() == "driver: healthy"
          || section.read_as() == "nvidia-smi" || section.read_as() == "no-gpu";

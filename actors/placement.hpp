@@ -433,8 +433,8 @@ private:
   };
   std::optional<plan> earliest_start(const placement_request& request, int64_t now);
   allocation_id hold_free_part(const std::vector<gpu_set>& gpus, const std::string& run);
-  queue_decision start(const placement_request& request, placement where, int64_t now,
-                       bool backfilled);
+  std::optional<queue_decision> start(const placement_request& request, placement where,
+                                      int64_t now, bool backfilled);
 
   placement_index& index_;
   queue_options options_;
