@@ -117,6 +117,15 @@ struct alloc_rec {
   bool suspended = false;
 };
 
+// Allocations live in a slot map: id = generation << 32 | (slot + 1), so a
+// look-up is an array access and a released id is not issued again until
+// its slot was reused 2^32 times. A free slot keeps its buffers.
+struct alloc_slot {
+  uint32_t generation = 0;
+  bool live = false;
+  alloc_rec rec;
+};
+
 // A worker class of a gang: every rank asking for g GPUs.
 struct demand {
   uint32_t g = 0;
@@ -242,8 +251,9 @@ struct placement_index::state {
   std::array<std::unordered_map<std::string, uint32_t>, t_cluster> group_ids;
   std::map<std::vector<uint32_t>, uint32_t> selector_by_labels;
   std::vector<selector_rec> selectors;
-  std::unordered_map<allocation_id, alloc_rec> allocations;
-  allocation_id next_allocation = 1;
+  std::vector<alloc_slot> alloc_slots;
+  std::vector<uint32_t> alloc_free;
+  size_t alloc_live = 0;
   static const std::string empty;
 
   // Planning scratch, reused so that placing allocates little.
@@ -253,6 +263,8 @@ struct placement_index::state {
   std::vector<std::pair<uint64_t, uint32_t>> candidates;
   std::vector<demand> classes;
   std::vector<uint32_t> label_scratch;
+  std::vector<gpu_set> sets_scratch;
+  std::vector<machine_id> one_machine;
   std::string key_scratch;
 
   // -- labels and groups ---------------------------------------------------
@@ -549,8 +561,36 @@ struct placement_index::state {
 
   // -- holding -------------------------------------------------------------
 
-  allocation_id hold_checked(std::string owner, std::vector<gpu_set> sets) {
-    allocation_id a = next_allocation++;
+  alloc_rec* find_alloc(allocation_id a) {
+    uint64_t low = a & 0xffffffffu;
+    if (low == 0 || low > alloc_slots.size())
+      return nullptr;
+    alloc_slot& slot = alloc_slots[low - 1];
+    if (!slot.live || slot.generation != static_cast<uint32_t>(a >> 32))
+      return nullptr;
+    return &slot.rec;
+  }
+
+  const alloc_rec* find_alloc(allocation_id a) const {
+    return const_cast<state*>(this)->find_alloc(a);
+  }
+
+  allocation_id hold_checked(const std::string& owner, const std::vector<gpu_set>& sets) {
+    uint32_t slot;
+    if (!alloc_free.empty()) {
+      slot = alloc_free.back();
+      alloc_free.pop_back();
+    } else {
+      slot = static_cast<uint32_t>(alloc_slots.size());
+      alloc_slots.emplace_back();
+    }
+    alloc_slot& as = alloc_slots[slot];
+    as.live = true;
+    as.rec.owner.assign(owner);
+    as.rec.gpus.assign(sets.begin(), sets.end());
+    as.rec.suspended = false;
+    ++alloc_live;
+    allocation_id a = (static_cast<uint64_t>(as.generation) << 32) | (uint64_t{slot} + 1);
     for (const auto& set : sets) {
       machine_rec& m = machines[set.machine];
       counts before = count_of(m);
@@ -559,8 +599,18 @@ struct placement_index::state {
       m.held |= set.gpus;
       changed(set.machine, before);
     }
-    allocations.emplace(a, alloc_rec{std::move(owner), std::move(sets), false});
     return a;
+  }
+
+  void drop_alloc(allocation_id a) {
+    alloc_slot& as = alloc_slots[(a & 0xffffffffu) - 1];
+    as.live = false;
+    ++as.generation;
+    as.rec.owner.clear();
+    as.rec.gpus.clear();
+    as.rec.suspended = false;
+    alloc_free.push_back(static_cast<uint32_t>((a & 0xffffffffu) - 1));
+    --alloc_live;
   }
 
   // Sorts by machine and merges; false if two sets overlap.
@@ -586,20 +636,28 @@ struct placement_index::state {
     for (const auto& set : sets) {
       machine_rec& m = machines[set.machine];
       counts before = count_of(m);
+      gpu_mask freed = 0;
+      bool dropped = false;
       for (gpu_mask b = set.gpus; b; b &= b - 1) {
         unsigned s = lowest(b);
         if (s >= m.gpus.size())
           continue;
         gpu_rec& g = m.gpus[s];
-        if (g.holder == a)
+        if (a != 0 && g.holder == a) {
           g.holder = 0;
-        if (forget && g.gone && g.holder == 0)
+          freed |= bit(s);
+        }
+        if (forget && g.gone && g.holder == 0) {
           drop_slot(m, s);
+          dropped = true;
+        }
       }
-      if (forget)
+      m.held &= ~freed;
+      if (dropped) {
         while (!m.gpus.empty() && !m.gpus.back().id && m.gpus.back().holder == 0)
           m.gpus.pop_back();
-      rebuild_masks(m);
+        rebuild_masks(m);
+      }
       changed(set.machine, before);
     }
   }
@@ -953,13 +1011,13 @@ allocation_id placement_index::holder(gpu_ref g) const {
 }
 
 std::vector<gpu_set> placement_index::allocation_gpus(allocation_id a) const {
-  auto it = st_->allocations.find(a);
-  return it == st_->allocations.end() ? std::vector<gpu_set>{} : it->second.gpus;
+  const alloc_rec* rec = st_->find_alloc(a);
+  return rec ? rec->gpus : std::vector<gpu_set>{};
 }
 
 std::string placement_index::allocation_owner(allocation_id a) const {
-  auto it = st_->allocations.find(a);
-  return it == st_->allocations.end() ? std::string{} : it->second.owner;
+  const alloc_rec* rec = st_->find_alloc(a);
+  return rec ? rec->owner : std::string{};
 }
 
 placement_totals placement_index::totals() const {
@@ -975,7 +1033,7 @@ placement_totals placement_index::totals() const {
     t.free_at_risk += popcount(m.free_at_risk());
     t.fenced += popcount(m.present & ~m.healthy & ~m.at_risk);
   }
-  t.allocations = st_->allocations.size();
+  t.allocations = st_->alloc_live;
   return t;
 }
 
@@ -1127,8 +1185,23 @@ placement_result placement_index::place(const placement_request& request) {
       unsigned f = need;
       while (f < cluster.by_free.size() && cluster.by_free[f].empty())
         ++f;
+      // With AtRisk GPUs: the machine that needs the fewest of them (the
+      // most free healthy GPUs), looking at a bounded number per count.
+      const std::vector<machine_id>* fewest_at_risk = nullptr;
+      if (k == kind_usable && f < cluster.by_free.size()) {
+        const bucket_list& healthy = sel.groups[t_cluster][0].kind[kind_healthy];
+        for (size_t h = std::min<size_t>(need, healthy.by_free.size()); h-- > 0 && !fewest_at_risk;) {
+          const auto& b = healthy.by_free[h];
+          for (size_t i = 0; i < b.size() && i < 64; ++i)
+            if (popcount(S.machines[b[i]].free_usable()) >= need) {
+              fewest_at_risk = &S.one_machine;
+              S.one_machine.assign(1, b[i]);
+              break;
+            }
+        }
+      }
       if (f < cluster.by_free.size()) {
-        const auto& bucket = cluster.by_free[f];
+        const auto& bucket = fewest_at_risk ? *fewest_at_risk : cluster.by_free[f];
         size_t look = (need > 1) ? std::min<size_t>(bucket.size(), S.options.quality_lookahead) : 1;
         machine_id best = bucket[0];
         uint64_t best_penalty = UINT64_MAX;
@@ -1239,20 +1312,43 @@ placement_result placement_index::place(const placement_request& request) {
       placement_tier::site};
     for (unsigned ti = 0; ti < 4; ++ti) {
       const auto& groups = sel.groups[tiers[ti]];
-      S.candidates.clear();
+      auto fits = [&](const bucket_list& bl) {
+        return bl.members > 0 && bl.free_sum >= sh.gpus &&
+               bl.capacity(sh.gmax) >= sh.workers_gmax && bl.capacity(sh.gmin) >= sh.workers;
+      };
+      // The best-fitting group (least free GPUs left over, then the lowest
+      // id); the others, in that order, only if packing fails there.
+      uint64_t best_slack = UINT64_MAX;
+      uint32_t best_group = 0;
+      size_t feasible = 0;
       for (uint32_t g = 0; g < groups.size(); ++g) {
         const bucket_list& bl = groups[g].kind[k];
-        if (bl.members == 0 || bl.free_sum < sh.gpus)
+        if (!fits(bl))
           continue;
-        if (bl.capacity(sh.gmax) < sh.workers_gmax || bl.capacity(sh.gmin) < sh.workers)
-          continue;
-        S.candidates.emplace_back(bl.free_sum - sh.gpus, g);
+        ++feasible;
+        if (bl.free_sum - sh.gpus < best_slack) {
+          best_slack = bl.free_sum - sh.gpus;
+          best_group = g;
+        }
       }
-      std::sort(S.candidates.begin(), S.candidates.end());
-      for (const auto& [slack, g] : S.candidates) {
+      if (feasible == 0)
+        continue;
+      S.candidates.clear();
+      S.candidates.emplace_back(best_slack, best_group);
+      bool listed_all = feasible == 1;
+      for (size_t ci_ = 0; ci_ < S.candidates.size(); ++ci_) {
+        uint32_t g = S.candidates[ci_].second;
         const bucket_list& bl = groups[g].kind[k];
-        if (!plan_in(bl))
+        if (!plan_in(bl)) {
+          if (!listed_all) {
+            listed_all = true;
+            for (uint32_t other = 0; other < groups.size(); ++other)
+              if (other != best_group && fits(groups[other].kind[k]))
+                S.candidates.emplace_back(groups[other].kind[k].free_sum - sh.gpus, other);
+            std::sort(S.candidates.begin() + 1, S.candidates.end());
+          }
           continue;
+        }
         // Concrete GPUs, machine by machine: larger workers first.
         std::vector<std::pair<gpu_mask, gpu_mask>> avail(S.chosen.size());
         gpu_mask uses_at_risk = 0;
@@ -1325,8 +1421,8 @@ caf::expected<allocation_id> placement_index::commit(const placement& where) {
     return invalid("placement of " + where.run + " names an unknown label set");
   if (where.workers.empty())
     return invalid("placement of " + where.run + " has no workers");
-  std::vector<gpu_set> sets;
-  sets.reserve(where.workers.size());
+  std::vector<gpu_set>& sets = S.sets_scratch;
+  sets.clear();
   for (const auto& w : where.workers) {
     if (w.machine >= S.machines.size() || S.machines[w.machine].removed)
       return unknown_machine(w.machine);
@@ -1345,7 +1441,7 @@ caf::expected<allocation_id> placement_index::commit(const placement& where) {
   }
   if (!state::merge_sets(sets))
     return invalid("placement of " + where.run + " gives a GPU to two workers");
-  return S.hold_checked(where.run, std::move(sets));
+  return S.hold_checked(where.run, sets);
 }
 
 caf::expected<allocation_id> placement_index::hold(std::string owner,
@@ -1370,7 +1466,7 @@ caf::expected<allocation_id> placement_index::hold(std::string owner,
   }
   sets.erase(std::remove_if(sets.begin(), sets.end(), [](const gpu_set& s) { return !s.gpus; }),
              sets.end());
-  return S.hold_checked(std::move(owner), std::move(sets));
+  return S.hold_checked(owner, sets);
 }
 
 caf::expected<allocation_id> placement_index::restore(std::string owner,
@@ -1387,31 +1483,30 @@ caf::expected<allocation_id> placement_index::restore(std::string owner,
 
 caf::error placement_index::release(allocation_id a) {
   auto& S = *st_;
-  auto it = S.allocations.find(a);
-  if (it == S.allocations.end())
+  alloc_rec* rec = S.find_alloc(a);
+  if (!rec)
     return invalid("no allocation " + std::to_string(a));
-  alloc_rec rec = std::move(it->second);
-  S.allocations.erase(it);
-  S.free_sets(rec.gpus, a, true); // also forgets GPUs that left the machine meanwhile
+  S.free_sets(rec->gpus, rec->suspended ? 0 : a, true); // also forgets GPUs that left
+  S.drop_alloc(a);
   return {};
 }
 
 caf::error placement_index::suspend(allocation_id a) {
   auto& S = *st_;
-  auto it = S.allocations.find(a);
-  if (it == S.allocations.end() || it->second.suspended)
+  alloc_rec* rec = S.find_alloc(a);
+  if (!rec || rec->suspended)
     return invalid("no held allocation " + std::to_string(a));
-  it->second.suspended = true;
-  S.free_sets(it->second.gpus, a, false);
+  rec->suspended = true;
+  S.free_sets(rec->gpus, a, false);
   return {};
 }
 
 caf::error placement_index::resume(allocation_id a) {
   auto& S = *st_;
-  auto it = S.allocations.find(a);
-  if (it == S.allocations.end() || !it->second.suspended)
+  alloc_rec* rec = S.find_alloc(a);
+  if (!rec || !rec->suspended)
     return invalid("no suspended allocation " + std::to_string(a));
-  for (const auto& set : it->second.gpus) {
+  for (const auto& set : rec->gpus) {
     const machine_rec& m = S.machines[set.machine];
     for (gpu_mask b = set.gpus; b; b &= b - 1) {
       unsigned s = lowest(b);
@@ -1419,7 +1514,7 @@ caf::error placement_index::resume(allocation_id a) {
         return invalid("a GPU of allocation " + std::to_string(a) + " was taken meanwhile");
     }
   }
-  for (const auto& set : it->second.gpus) {
+  for (const auto& set : rec->gpus) {
     machine_rec& m = S.machines[set.machine];
     counts before = count_of(m);
     for (gpu_mask b = set.gpus; b; b &= b - 1)
@@ -1427,7 +1522,7 @@ caf::error placement_index::resume(allocation_id a) {
     m.held |= set.gpus;
     S.changed(set.machine, before);
   }
-  it->second.suspended = false;
+  rec->suspended = false;
   return {};
 }
 
@@ -1461,8 +1556,8 @@ std::string placement_index::check_invariants() const {
         return fail("GPU both present and gone on " + m.name);
       if (g.holder) {
         held |= bit(s);
-        auto a = S.allocations.find(g.holder);
-        if (a == S.allocations.end() || a->second.suspended)
+        const alloc_rec* a = S.find_alloc(g.holder);
+        if (!a || a->suspended)
           return fail("GPU " + *g.id + " held by a dead or suspended allocation");
         seen[g.holder].push_back({id, bit(s)});
       }
@@ -1553,7 +1648,14 @@ std::string placement_index::check_invariants() const {
       return fail("cluster bucket does not hold every schedulable machine");
   }
   // Allocations hold exactly their GPUs.
-  for (const auto& [a, rec] : S.allocations) {
+  size_t live = 0;
+  for (size_t slot = 0; slot < S.alloc_slots.size(); ++slot) {
+    const alloc_slot& as = S.alloc_slots[slot];
+    if (!as.live)
+      continue;
+    ++live;
+    allocation_id a = (static_cast<uint64_t>(as.generation) << 32) | (slot + 1);
+    const alloc_rec& rec = as.rec;
     if (rec.suspended)
       continue;
     auto it = seen.find(a);
@@ -1573,6 +1675,11 @@ std::string placement_index::check_invariants() const {
           return fail("allocation " + std::to_string(a) + " lost a GPU");
       }
   }
+  if (live != S.alloc_live || S.alloc_free.size() + live != S.alloc_slots.size())
+    return fail("allocation slot counts disagree");
+  for (const auto& [g_unused, holders] : seen)
+    if (!S.find_alloc(g_unused))
+      return fail("a GPU is held by an unknown allocation");
   return {};
 }
 

@@ -47,7 +47,8 @@ namespace astraeus {
 using machine_id = uint32_t;
 
 /// What holds GPUs: a committed placement, a restored hold or a queue's
-/// reservation. Issued in increasing order from 1, never reused; 0 = none.
+/// reservation; 0 = none. Unique: a released id is not issued again (a slot
+/// number with a generation count, 2^32 reuses of one slot before it wraps).
 using allocation_id = uint64_t;
 
 /// One bit per GPU slot of a machine (bit i = slot i).

@@ -157,6 +157,22 @@ TEST(Placement, AtRiskOnlyWhenNoHealthyGpusFit) {
   EXPECT_EQ(p->workers[0].machine, a);
   EXPECT_EQ(p->workers[0].gpus & bits({4, 5, 6, 7}), bits({4, 5, 6, 7}));
   EXPECT_TRUE(p->uses_at_risk);
+  // Falling back, the machine needing the fewest AtRisk GPUs wins over the
+  // best-fitting one: gpu-c fits exactly but would use 5 AtRisk GPUs.
+  {
+    placement_index two;
+    auto c = add(two, dgx("gpu-c"));
+    auto d = add(two, dgx("gpu-d"));
+    hold(two, c, bits({6, 7}));           // 6 free: 1 healthy (5), 5 at risk
+    for (int i = 0; i < 5; ++i)
+      ASSERT_FALSE(two.set_gpu_health("gpu-c-g" + std::to_string(i), gpu_health::at_risk));
+    for (int i = 5; i < 8; ++i)           // 8 free: 5 healthy, 3 at risk
+      ASSERT_FALSE(two.set_gpu_health("gpu-d-g" + std::to_string(i), gpu_health::at_risk));
+    auto q = placed(two.place(single("six", 6)));
+    ASSERT_TRUE(q);
+    EXPECT_EQ(q->workers[0].machine, d);
+    EXPECT_EQ(q->workers[0].gpus & bits({0, 1, 2, 3, 4}), bits({0, 1, 2, 3, 4}));
+  }
   // Once a machine with six healthy GPUs exists, it wins.
   auto b = add(idx, dgx("gpu-b"));
   p = placed(idx.place(single("six", 6)));
