@@ -1,0 +1,149 @@
+#pragma once
+/// @file
+/// The run spec a user writes: parsed from a spec file (JSON or YAML, the
+/// same fields) into `v1::RunSpec`, validated, and written back as YAML.
+/// `astra run --name NAME --gpus 8 --workers 2 --image IMG -- CMD ...` fills
+/// the same message from flags and goes through the same validation.
+///
+/// A spec file (shared/seeds/inside-a-worker.md; every field optional
+/// unless `validate_run_spec` says otherwise):
+///
+/// ```yaml
+/// name: llm-train            # 1-63 letters, digits, '-'; starts with a letter or digit
+/// image: ghcr.io/acme/train:1.4
+/// command: [torchrun, train.py]   # a list is run as is (no shell);
+///                                 # a string S means [sh, -c, S]
+/// args: [--epochs, "3"]      # appended to command (needs command)
+/// env: {NCCL_DEBUG: INFO}    # values: any scalar, kept as written
+/// gpus: 8                    # whole GPUs per worker, 0-64
+/// cpus: 16                   # CPU cores per worker (fractions allowed)
+/// memory: 256GiB             # per worker: 256M (= MiB), 16G, 16GiB, 1.5G, bytes
+/// workers: 2                 # a plain worker count; or task_groups:
+/// task_groups:
+///   - {name: launcher, size: 1, leader: true}
+///   - {name: trainers, size: 4}
+/// array: {size: 10}          # copies of the run, 0-10000
+/// pool: h100                 # machines must carry pool=h100
+/// labels: {topology.astraeus.io/site: east}
+/// gpu_requests: {healthy_only: true}
+/// time_limit: 2h             # or time_limit_seconds: 7200
+/// workspace: vision
+/// ```
+///
+/// Choices:
+/// - JSON is read by the YAML parser (JSON is YAML); one code path, the
+///   same errors and line numbers for both.
+/// - Types are strict: a number field takes a number, not a quoted string
+///   (`"gpus": "8"` is an error); a text field (name, image, env values,
+///   labels, ...) takes any scalar as written (`OMP_NUM_THREADS: 8` is "8").
+///   A null (`pool: ~`, `"pool": null`, `pool:`) is the same as leaving the
+///   field out; a null inside a list or map (`command: [~]`) is an error.
+/// - Without `workers` and without `task_groups` a run has 1 worker.
+/// - A key given twice in one map is an error.
+///
+/// Errors are `ec::invalid_request`, rendered (`render_error`) as
+/// `SOURCE:LINE: FIELD: WHAT`, e.g.
+/// `runs/llm.yaml:9: task_groups[1].sizee: unknown field (did you mean size?)`;
+/// validation errors have no source: `task_groups: two groups are named
+/// 'trainer'`.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <caf/error.hpp>
+#include <caf/expected.hpp>
+
+#include "messages/astraeus.pb.h"
+#include "messages/error.hpp"
+
+namespace astraeus {
+
+/// The largest spec text `parse_run_spec` reads, in bytes (1 MiB).
+inline constexpr size_t max_run_spec_bytes = 1 << 20;
+
+/// The most GPUs one worker may ask for (a machine has at most 64 slots).
+inline constexpr uint32_t max_run_gpus_per_worker = 64;
+
+/// The largest `array.size`.
+inline constexpr uint32_t max_run_array_size = 10000;
+
+/// The longest time limit, in seconds (30 days).
+inline constexpr uint64_t max_run_time_limit_seconds = 30ull * 24 * 3600;
+
+/// Parses a run spec file's text, JSON or YAML, into a `v1::RunSpec`.
+/// Only the structure is checked here (known fields, types, units); call
+/// `validate_run_spec` on the result before submitting it.
+///
+/// Fields and where they go: name, image, workspace, pool -> the same;
+/// `command` (a list of strings, or a string S meaning `[sh, -c, S]`) and
+/// `args` (a list, appended to command; an error without command, as the
+/// message has no separate args) -> `command`; env, labels (maps of text)
+/// -> the same; gpus -> `gpus_per_worker`; cpus (a number >= 0) ->
+/// `cpus_per_worker`; memory (`parse_memory_size` text or a number of
+/// bytes) -> `memory_bytes_per_worker`; workers; task_groups (a list of
+/// {name, size, leader}); array.size -> `array_size`;
+/// gpu_requests.healthy_only -> `healthy_only`; time_limit_seconds (a
+/// whole number of seconds) or time_limit (a duration: "2h", "90m",
+/// "1h30m", "1d", "45s", or a number of seconds; not both) ->
+/// `time_limit_seconds`. `workers` is 1 when neither workers nor
+/// task_groups is given.
+///
+/// @param text the file's contents (at most `max_run_spec_bytes`).
+/// @param source names the file in errors, e.g. "runs/llm.yaml".
+/// @returns the spec, or `ec::invalid_request` naming the source, the line
+///   and the field path, e.g. `x.yaml:7: task_groups[1].sizee: unknown
+///   field (did you mean size?)`, `x.json:3: gpus: expected a whole number,
+///   got the string "8"`, `x.yaml:4: memory: "12X" is not a memory size
+///   (...)`, `x.yaml:2:5: syntax error: ...` (line and column).
+caf::expected<v1::RunSpec> parse_run_spec(std::string_view text,
+                                          std::string_view source);
+
+/// Checks a spec before it is submitted (from a file or from `astra run`
+/// flags): name valid (1-63 letters, digits and '-', starting with a letter
+/// or digit); an image or a command; a non-empty program (`command[0]`);
+/// workers >= 1 without task_groups, and not workers > 1 with task_groups;
+/// task_groups: names valid (as a run name) and unique, sizes >= 1, at most
+/// one marked leader (when none is, the first group leads); at most 2^32-1
+/// workers in all; gpus <= 64 per worker; cpus finite and >= 0;
+/// array.size <= 10000; time limit <= 30 days; env names non-empty without
+/// '='; label keys non-empty; `labels.pool` not different from `pool`.
+/// @returns `caf::none`, or the first problem as `ec::invalid_request` in
+///   user words naming the field: "task_groups: two groups are named
+///   'trainer'", "gpus: at most 64 GPUs per worker, got 65".
+caf::error validate_run_spec(const v1::RunSpec& spec);
+
+/// Total workers of a run: the sum of its group sizes with task_groups,
+/// else `workers` (so 0 for an unvalidated spec without either).
+/// Saturates at UINT32_MAX (which `validate_run_spec` rejects).
+uint32_t run_world_size(const v1::RunSpec& spec);
+
+/// The run's worker groups in rank order as (group name, size) pairs: the
+/// leader group first (so rank 0 is the leader), then the other groups in
+/// the spec's order. Without task_groups: one pair ("default", workers).
+/// The leader group is the first one marked `leader`, or the first group
+/// when none is marked.
+std::vector<std::pair<std::string, uint32_t>>
+run_groups_in_rank_order(const v1::RunSpec& spec);
+
+/// Parses a memory size as users write it for runs, case-insensitive:
+/// a number of bytes ("1073741824", optionally with "B"); K, M, G, T
+/// (powers of 1024, Docker/Slurm style: "256M" = 256 MiB), also spelled
+/// Ki/Mi/Gi/Ti or KiB/MiB/GiB/TiB; KB, MB, GB, TB (powers of 1000, as in
+/// the process config). A fraction is allowed with a unit ("1.5G") and is
+/// rounded down to a whole byte.
+/// @returns bytes, or `ec::invalid_request` quoting the text:
+///   `"12X" is not a memory size (use 256M, 16G, 16GiB, 1.5G or a number
+///   of bytes)`, `"99999999T" is too large for a memory size`.
+caf::expected<uint64_t> parse_memory_size(std::string_view text);
+
+/// The spec as YAML text in the spec-file syntax (fields in the order of
+/// the example above; fields at their defaults left out; maps sorted by
+/// key; memory as "256MiB" when a whole number of MiB/GiB/..., else bytes;
+/// the time limit as `time_limit_seconds`). `parse_run_spec(to_yaml(s))`
+/// gives `s` back for every spec that `validate_run_spec` accepts.
+std::string to_yaml(const v1::RunSpec& spec);
+
+} // namespace astraeus
