@@ -105,8 +105,21 @@ load_or_create_identity(const std::string& data_dir,
                                                 + err.message());
   ::chmod(data_dir.c_str(), 0700);
   agent_identity out;
+  // Checked without exceptions: a folder this user cannot read is an error
+  // naming it, not a crash.
+  auto exists = [](const fs::path& p) -> caf::expected<bool> {
+    std::error_code ec_;
+    auto found = fs::exists(p, ec_);
+    if (ec_)
+      return caf::make_error(ec::store_failure,
+                             "cannot read " + p.string() + ": " + ec_.message());
+    return found;
+  };
   auto id_path = fs::path{data_dir} / "machine-id";
-  if (fs::exists(id_path)) {
+  auto id_exists = exists(id_path);
+  if (!id_exists)
+    return id_exists.error();
+  if (*id_exists) {
     auto id = read_small_file(id_path);
     if (!id)
       return id.error();
@@ -125,7 +138,9 @@ load_or_create_identity(const std::string& data_dir,
   auto name_path = fs::path{data_dir} / "name";
   if (!requested_name.empty()) {
     out.name = requested_name;
-  } else if (fs::exists(name_path)) {
+  } else if (auto name_exists = exists(name_path); !name_exists) {
+    return name_exists.error();
+  } else if (*name_exists) {
     auto name = read_small_file(name_path);
     if (!name)
       return name.error();
@@ -133,8 +148,11 @@ load_or_create_identity(const std::string& data_dir,
   }
   if (out.name.empty())
     out.name = hostname;
-  auto stored = fs::exists(name_path) ? read_small_file(name_path)
-                                      : caf::expected<std::string>{std::string{}};
+  auto name_exists = exists(name_path);
+  if (!name_exists)
+    return name_exists.error();
+  auto stored = *name_exists ? read_small_file(name_path)
+                             : caf::expected<std::string>{std::string{}};
   if (!stored || *stored != out.name)
     if (auto e = write_private_file(name_path, out.name))
       return e;

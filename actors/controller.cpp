@@ -90,6 +90,14 @@ caf::expected<caf::actor> start_agent(caf::actor_system& sys,
                                           local_hostname());
   if (!identity)
     return identity.error();
+  // The controller refuses such a name for good: say so now, not by
+  // retrying forever.
+  if (!valid_machine_name(identity->name))
+    return caf::make_error(ec::invalid_config,
+                           "machine.name: '" + identity->name
+                             + "' is not a valid machine name (1-63 letters, "
+                               "digits, '-', '_', '.', starting with a letter "
+                               "or digit)");
   auto store = Store::open((std::filesystem::path{cfg.data_dir} / "store").string());
   if (!store)
     return store.error();

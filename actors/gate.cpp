@@ -329,8 +329,10 @@ spawn_gate(caf::actor_system& sys, gate_config config) {
                                          config.listen_address.c_str(), true);
   if (!dm)
     return caf::make_error(ec::invalid_config,
-                           "cannot listen on " + where + ": "
-                             + sys.render(dm.error()));
+                           "cannot listen on " + where
+                             + ": the port is in use (another controller or "
+                               "`astraeus dev`?) or the address is not this "
+                               "machine's");
   auto port = (*dm)->port();
   config.port = port;
   auto hdl = mm.spawn_broker(gate, std::move(config), std::move(*dm));

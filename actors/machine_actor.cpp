@@ -36,6 +36,18 @@ bool complete_read(const v1::GpuSection& section) {
          || section.read_as() == "nvidia-smi" || section.read_as() == "no-gpu";
 }
 
+/// What of a GPU section must survive a controller restart: how it was
+/// read, the GPU ids and statuses, and their latches.
+std::string gpu_fingerprint(const v1::GpuSection& section) {
+  std::string out = section.read_as();
+  for (const auto& g : section.gpus()) {
+    out += "|" + g.id() + ":" + g.status();
+    for (const auto& f : g.latches())
+      out += "," + f.reason() + "#" + std::to_string(f.count());
+  }
+  return out;
+}
+
 } // namespace
 
 const std::string& to_string(v1::Machine::State state) {
@@ -161,13 +173,16 @@ machine(machine_actor::stateful_pointer<machine_state> self,
       return;
     for (auto& [id, g] : st.gpus)
       self->send(g, atom::machine_up_v, next == v1::Machine::Up);
-    auto before = st.shown_state();
+    auto before = st.liveness;
     st.liveness = next;
-    if (!st.config.record.maintenance())
-      st.state_since_unix_ms = unix_ms_now();
-    spdlog::info("machine {}: {} -> {} ({}){}", name(), to_string(before),
-                 to_string(next), why,
-                 st.config.record.maintenance() ? ", stays in Maintenance" : "");
+    if (st.config.record.maintenance()) {
+      spdlog::info("machine {}: in Maintenance; underneath {} -> {} ({})",
+                   name(), to_string(before), to_string(next), why);
+      return;
+    }
+    st.state_since_unix_ms = unix_ms_now();
+    spdlog::info("machine {}: {} -> {} ({})", name(), to_string(before),
+                 to_string(next), why);
   };
   // Writes the record; `sync` for what a user is told about.
   auto persist = [self, name](bool sync) -> caf::error {
@@ -209,6 +224,13 @@ machine(machine_actor::stateful_pointer<machine_state> self,
       if (!report.agent_version().empty()
           && report.agent_version() != st.config.record.agent_version()) {
         st.config.record.set_agent_version(report.agent_version());
+        came_up = true;
+      }
+      // The controller keeps a copy of the GPUs and their faults, so they
+      // show while the machine is Down and after a controller restart.
+      auto gpu_print = gpu_fingerprint(st.facts.gpus());
+      if (gpu_print != st.stored_gpu_fingerprint) {
+        st.stored_gpu_fingerprint = gpu_print;
         came_up = true;
       }
       if (came_up

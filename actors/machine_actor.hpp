@@ -69,6 +69,8 @@ struct machine_state {
   int64_t state_since_unix_ms = 0;
   /// Wall-clock time the record was last written with facts (Unix ms).
   int64_t facts_stored_unix_ms = 0;
+  /// The GPU picture last stored (read_as, ids, statuses, latches).
+  std::string stored_gpu_fingerprint;
   /// One GPU actor per GPU id, spawned from reports (and from the stored
   /// facts at start, so a Down machine still lists its last known GPUs).
   std::map<std::string, gpu_actor> gpus;

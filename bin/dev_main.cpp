@@ -88,16 +88,19 @@ int run_dev(const std::string& data_dir, const bin::overrides& ctl_flags,
   auto astra = astra_command();
   auto flag = ctl->port == 7450 ? std::string{}
                                 : " --addr " + addr;
+  auto reach = ctl->port == 7450
+                 ? std::string{"astra reaches it with no flags"}
+                 : "astra: --addr " + addr + " or ASTRAEUS_ADDR=" + addr;
   std::printf("Astraeus dev cluster '%s' is running: a controller and an agent "
               "for this machine, in one process.\n"
-              "  gate    %s  (astra reaches it with no flags; from elsewhere set "
-              "ASTRAEUS_ADDR)\n"
+              "  gate    %s  (%s)\n"
               "  store   %s\n"
               "  agent   machine '%s', identity in %s\n"
               "Try:     %s%s machines\n"
               "         %s%s machine %s\n"
               "Stop with Ctrl-C.\n",
-              ccfg->cluster_name.c_str(), addr.c_str(), ctl->store->path().c_str(),
+              ccfg->cluster_name.c_str(), addr.c_str(), reach.c_str(),
+              ctl->store->path().c_str(),
               name.c_str(), acfg->data_dir.c_str(), astra.c_str(), flag.c_str(),
               astra.c_str(), flag.c_str(), name.c_str());
   std::fflush(stdout);

@@ -67,8 +67,9 @@ TEST(FrameCodec, TruncatedBodiesAreMalformed) {
     auto frame = decode_frame_body(body.data(), n);
     // A prefix either fails to parse or parses to a different frame; it
     // never yields the original hello.
-    if (frame)
+    if (frame) {
       EXPECT_NE(frame->hello().machine_name(), "gpu-01") << "prefix " << n;
+    }
   }
 }
 

@@ -207,3 +207,38 @@ TEST_F(GpuActors, TheClusterListsEveryMachinesGpusAndAuditsClears) {
   resp = ask<v1::Response>(c, xids);
   EXPECT_TRUE(resp.has_xids());
 }
+
+TEST_F(GpuActors, ARestartedControllerStillShowsALatchReportedAfterTheMachineCameUp) {
+  test::temp_dir dir;
+  auto open_cluster = [&] {
+    auto s = Store::open(dir.path() + "/c");
+    EXPECT_TRUE(s);
+    cluster_config cc;
+    cc.store = std::shared_ptr<Store>{std::move(*s)};
+    auto c = spawn(cluster, std::move(cc));
+    run();
+    return c;
+  };
+  v1::Hello hello;
+  hello.set_protocol_version(1);
+  hello.set_role(v1::AGENT);
+  hello.set_machine_name("gpu-01");
+  hello.set_machine_id("id1");
+  {
+    auto c = open_cluster();
+    auto m = ask<machine_actor>(c, atom::enrol_v, hello, uint64_t{1});
+    (*self)->send(m, report_with_gpus(false));  // Up: stored
+    run();
+    (*self)->send(m, report_with_gpus(true));   // a latch, while Up
+    run();
+    caf::anon_send_exit(c, caf::exit_reason::user_shutdown);
+    run();
+  }
+  auto c = open_cluster();
+  v1::Request list;
+  list.mutable_list_gpus();
+  auto resp = ask<v1::Response>(c, list);
+  ASSERT_EQ(resp.gpus().gpus_size(), 2);
+  EXPECT_EQ(resp.gpus().gpus(1).health(), "Faulty");
+  EXPECT_FALSE(resp.gpus().gpus(1).machine_up());
+}
