@@ -1,4 +1,5 @@
 #include "runtime/config.hpp"
+#include "runtime/sysfs_text.hpp"
 
 #include <pwd.h>
 #include <unistd.h>
@@ -33,24 +34,6 @@ constexpr uint64_t no_limit = std::numeric_limits<uint64_t>::max();
 
 // -- text helpers -----------------------------------------------------------
 
-std::string lower(std::string_view x) {
-  std::string out{x};
-  for (auto& c : out)
-    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-std::string_view trim(std::string_view x) {
-  auto is_space = [](char c) {
-    return std::isspace(static_cast<unsigned char>(c)) != 0;
-  };
-  while (!x.empty() && is_space(x.front()))
-    x.remove_prefix(1);
-  while (!x.empty() && is_space(x.back()))
-    x.remove_suffix(1);
-  return x;
-}
-
 std::string quote(std::string_view x) {
   std::string out = "\"";
   for (auto c : x) {
@@ -78,7 +61,7 @@ split_number(std::string_view text) {
   }
   if (i == 0)
     return std::nullopt;
-  return std::make_pair(value, lower(trim(text.substr(i))));
+  return std::make_pair(value, ascii_lower(trim(text.substr(i))));
 }
 
 std::optional<uint64_t> parse_uint(std::string_view text) {
@@ -152,7 +135,7 @@ std::optional<double> parse_percent(std::string_view text) {
 }
 
 std::optional<bool> parse_bool(std::string_view text) {
-  auto x = lower(trim(text));
+  auto x = ascii_lower(trim(text));
   if (x == "true" || x == "yes" || x == "on" || x == "1")
     return true;
   if (x == "false" || x == "no" || x == "off" || x == "0")
@@ -266,7 +249,7 @@ key_def<C> choice_key(std::string key, std::string C::*m, std::string what,
   return {std::move(key), "one of " + list,
           [m, what, list, choices](C& c, const std::string& text)
             -> std::optional<std::string> {
-            auto x = lower(trim(text));
+            auto x = ascii_lower(trim(text));
             if (std::find(choices.begin(), choices.end(), x) == choices.end())
               return "is not a " + what + " (use " + list + ")";
             c.*m = x;

@@ -1,4 +1,5 @@
 #include "runtime/run_spec.hpp"
+#include "runtime/sysfs_text.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -28,24 +29,6 @@ constexpr uint64_t u64_max = std::numeric_limits<uint64_t>::max();
 constexpr uint64_t u32_max = std::numeric_limits<uint32_t>::max();
 
 // -- text helpers -----------------------------------------------------------
-
-std::string lower(std::string_view x) {
-  std::string out{x};
-  for (auto& c : out)
-    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-std::string_view trim(std::string_view x) {
-  auto is_space = [](char c) {
-    return std::isspace(static_cast<unsigned char>(c)) != 0;
-  };
-  while (!x.empty() && is_space(x.front()))
-    x.remove_prefix(1);
-  while (!x.empty() && is_space(x.back()))
-    x.remove_suffix(1);
-  return x;
-}
 
 bool is_digit(char c) {
   return std::isdigit(static_cast<unsigned char>(c)) != 0;
@@ -132,7 +115,7 @@ const char* name_rule = "use 1-63 letters, digits and '-', starting with a "
 /// Parses a duration of whole seconds: a number of seconds, or one or more
 /// <number><unit> with units d, h, m, s ("2h", "1h30m", "45s").
 std::optional<uint64_t> parse_seconds(std::string_view text) {
-  auto x = lower(trim(text));
+  auto x = ascii_lower(trim(text));
   if (x.empty())
     return std::nullopt;
   if (std::all_of(x.begin(), x.end(), is_digit)) {
@@ -433,7 +416,7 @@ private:
 
   bool boolean(const YAML::Node& x, const std::string& path) {
     if (plain(x)) {
-      auto s = lower(x.Scalar());
+      auto s = ascii_lower(x.Scalar());
       if (s == "true")
         return true;
       if (s == "false")
@@ -546,7 +529,7 @@ caf::expected<uint64_t> parse_memory_size(std::string_view text) {
   }
   if (whole_digits.empty() && fraction_digits.empty())
     return invalid();
-  auto unit = lower(trim(x.substr(i)));
+  auto unit = ascii_lower(trim(x.substr(i)));
   static const std::pair<const char*, uint64_t> units[] = {
     {"", 1},          {"b", 1},
     {"k", KiB},       {"ki", KiB},      {"kib", KiB},
