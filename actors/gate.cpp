@@ -311,7 +311,20 @@ caf::behavior gate(caf::io::stateful_broker<gate_state>* self,
       frame.mutable_clear_fault()->set_id(id);
       frame.mutable_clear_fault()->set_gpu(std::move(gpu));
       write_frame(self, i->first, frame);
+      // An agent that never answers must not leave the command behind.
+      self->delayed_send(self, self->state.config.request_timeout,
+                         atom::clear_v, id);
       return rp;
+    },
+    [self](atom::clear, uint64_t id) {
+      auto& pending = self->state.pending_clears;
+      auto p = pending.find(id);
+      if (p == pending.end())
+        return;
+      p->second.promise.deliver(caf::make_error(
+        ec::timeout, "the machine's agent did not answer the clear-fault "
+                     "command in time"));
+      pending.erase(p);
     },
     [self](const caf::io::acceptor_closed_msg&) {
       spdlog::error("gate: the listening socket closed");
