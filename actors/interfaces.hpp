@@ -82,4 +82,28 @@ using cluster_actor = caf::typed_actor<
   // Looks up a machine actor by name. Fails with ec::no_such_machine.
   caf::replies_to<atom::get, std::string>::with<machine_actor>>;
 
+/// The scheduler: keeps every run (family `runs`) and places waiting runs'
+/// workers onto concrete GPUs, all or nothing, after every change.
+/// Source: issue "The scheduler"; actors/placement.hpp (the engine).
+using scheduler_actor = caf::typed_actor<
+  // Submits a run: validated, stored Waiting with sync, then a schedule pass;
+  // answers the run as it is after the pass. Fails with ec::invalid_request
+  // naming the problem (bad spec, a run of that name exists),
+  // ec::store_failure when it cannot be stored.
+  caf::replies_to<atom::submit, v1::RunSpec>::with<v1::Run>,
+  // The run named so. Fails with ec::invalid_request: "no run named X".
+  caf::replies_to<atom::get, std::string>::with<v1::Run>,
+  // Every run, sorted by name.
+  caf::replies_to<atom::runs>::with<v1::RunList>,
+  // Deletes a run: releases its GPUs, erases it from the store with sync,
+  // answers its last state (Stopped). Fails with ec::invalid_request (no
+  // such run), ec::store_failure when the erase fails.
+  caf::replies_to<atom::remove, std::string>::with<v1::Run>,
+  // A machine's snapshot: adds or updates it (labels, schedulable, GPUs and
+  // their health); held GPUs stay held. Bad snapshots are logged and dropped.
+  caf::reacts_to<v1::SchedulerMachine>,
+  // A run's workers finished: releases its GPUs, the run is Stopped (stored
+  // with sync). An unknown or not placed run is logged and ignored.
+  caf::reacts_to<atom::complete, std::string>>;
+
 } // namespace astraeus

@@ -57,5 +57,17 @@ CAF_BEGIN_TYPE_ID_BLOCK(astraeus, caf::first_custom_type_id)
   CAF_ADD_ATOM(astraeus, astraeus::atom, health, "health")
   /// A gate connection's hello deadline passed.
   CAF_ADD_ATOM(astraeus, astraeus::atom, deadline, "deadline")
+  /// Scheduler: submits a run.
+  CAF_ADD_ATOM(astraeus, astraeus::atom, submit, "submit")
+  /// Scheduler: lists every run.
+  CAF_ADD_ATOM(astraeus, astraeus::atom, runs, "runs")
+  /// Scheduler: deletes a run, releasing its GPUs.
+  CAF_ADD_ATOM(astraeus, astraeus::atom, remove, "remove")
+  /// Scheduler: a run's workers finished.
+  CAF_ADD_ATOM(astraeus, astraeus::atom, complete, "complete")
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::RunSpec))
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::Run))
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::RunList))
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::SchedulerMachine))
 
 CAF_END_TYPE_ID_BLOCK(astraeus)

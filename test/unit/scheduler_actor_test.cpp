@@ -1,0 +1,297 @@
+// The scheduler actor: runs submitted, placed onto concrete GPUs from machine
+// snapshots, deleted, completed, and resumed after a restart. Deterministic:
+// CAF's test coordinator, no sleeping.
+
+#include "actor_fixture.hpp"
+
+#include <set>
+#include <vector>
+
+#include "actors/scheduler_actor.hpp"
+#include "store/store.hpp"
+
+using namespace astraeus;
+
+namespace {
+
+/// A machine with `n` GPUs named "<name>-gpu<i>": the first half on NUMA
+/// node 0, the rest on node 1; `health[i]` when given.
+v1::SchedulerMachine machine_of(const std::string& name, int n,
+                                std::vector<std::string> health = {}) {
+  v1::SchedulerMachine m;
+  m.set_name(name);
+  m.set_schedulable(true);
+  (*m.mutable_labels())["pool"] = "h100";
+  for (int i = 0; i < n; ++i) {
+    auto* g = m.add_gpus();
+    g->set_id(name + "-gpu" + std::to_string(i));
+    g->set_numa_node(i < n / 2 ? 0 : 1);
+    g->set_health(i < static_cast<int>(health.size()) ? health[i] : "Healthy");
+  }
+  return m;
+}
+
+v1::RunSpec spec_of(const std::string& name, uint32_t gpus, uint32_t workers = 1) {
+  v1::RunSpec s;
+  s.set_name(name);
+  s.set_image("ghcr.io/acme/train:1");
+  s.add_command("train");
+  s.set_gpus_per_worker(gpus);
+  s.set_workers(workers);
+  return s;
+}
+
+std::set<std::string> gpus_of(const v1::Run& run) {
+  std::set<std::string> out;
+  for (const auto& w : run.workers())
+    out.insert(w.gpu_ids().begin(), w.gpu_ids().end());
+  return out;
+}
+
+class SchedulerActor : public test::actor_test {
+protected:
+  SchedulerActor() {
+    auto s = Store::open(dir.path() + "/controller");
+    if (!s)
+      ADD_FAILURE() << render_error(s.error());
+    else
+      db = std::shared_ptr<Store>{std::move(*s)};
+  }
+
+  scheduler_actor spawn_scheduler() {
+    scheduler_config sc;
+    sc.store = db;
+    auto s = spawn(scheduler, std::move(sc));
+    run();
+    return s;
+  }
+
+  void snapshot(const scheduler_actor& s, v1::SchedulerMachine m) {
+    (*self)->send(s, std::move(m));
+    run();
+  }
+
+  v1::Run submit(const scheduler_actor& s, v1::RunSpec spec) {
+    return ask<v1::Run>(s, atom::submit_v, std::move(spec));
+  }
+
+  v1::Run get(const scheduler_actor& s, const std::string& name) {
+    return ask<v1::Run>(s, atom::get_v, name);
+  }
+
+  v1::Run stored(const std::string& name) {
+    v1::Run out;
+    auto found = db->get(family::runs, name, out);
+    EXPECT_TRUE(found && *found) << "run " << name << " is not stored";
+    return out;
+  }
+
+  test::temp_dir dir;
+  std::shared_ptr<Store> db;
+};
+
+} // namespace
+
+TEST_F(SchedulerActor, PlacesARunOnConcreteGpusWithNumaNodes) {
+  auto s = spawn_scheduler();
+  snapshot(s, machine_of("gpu-01", 8));
+  auto spec = spec_of("train", 4, 2);
+  spec.set_pool("h100");
+  auto run = submit(s, spec);
+  ASSERT_EQ(run.state(), "Placed") << run.ShortDebugString();
+  ASSERT_EQ(run.workers_size(), 2);
+  EXPECT_EQ(run.leader_machine(), "gpu-01");
+  EXPECT_GT(run.placed_unix_ms(), 0);
+  std::set<int> numa;
+  for (int r = 0; r < 2; ++r) {
+    const auto& w = run.workers(r);
+    EXPECT_EQ(w.rank(), static_cast<uint32_t>(r));
+    EXPECT_EQ(w.group(), "default");
+    EXPECT_EQ(w.machine(), "gpu-01");
+    EXPECT_EQ(w.state(), "Placed");
+    ASSERT_EQ(w.gpu_ids_size(), 4);
+    for (const auto& id : w.gpu_ids()) {
+      EXPECT_EQ(id.rfind("gpu-01-gpu", 0), 0u) << id;
+      // Each worker's GPUs are on its NUMA node.
+      int i = std::stoi(id.substr(10));
+      EXPECT_EQ(i < 4 ? 0 : 1, w.numa_node()) << id;
+    }
+    numa.insert(w.numa_node());
+  }
+  EXPECT_EQ(numa, (std::set<int>{0, 1}));
+  EXPECT_EQ(gpus_of(run).size(), 8u);
+  // Stored as answered, and shown the same by get and list.
+  EXPECT_EQ(stored("train").ShortDebugString(), run.ShortDebugString());
+  EXPECT_EQ(get(s, "train").ShortDebugString(), run.ShortDebugString());
+  auto list = ask<v1::RunList>(s, atom::runs_v);
+  ASSERT_EQ(list.runs_size(), 1);
+  EXPECT_EQ(list.runs(0).spec().name(), "train");
+}
+
+TEST_F(SchedulerActor, ARunThatDoesNotFitWaitsUntilTheFirstIsDeleted) {
+  auto s = spawn_scheduler();
+  snapshot(s, machine_of("gpu-01", 8));
+  auto a = submit(s, spec_of("big", 6));
+  ASSERT_EQ(a.state(), "Placed");
+  auto b = submit(s, spec_of("next", 4));
+  EXPECT_EQ(b.state(), "Waiting");
+  EXPECT_EQ(b.workers_size(), 0);
+  EXPECT_EQ(b.waiting_reason(),
+            "waiting: needs 4 GPUs on one machine; best machine has 2");
+  EXPECT_EQ(stored("next").state(), "Waiting");
+  auto gone = ask<v1::Run>(s, atom::remove_v, std::string{"big"});
+  EXPECT_EQ(gone.state(), "Stopped");
+  v1::Run none;
+  auto found = db->get(family::runs, "big", none);
+  ASSERT_TRUE(found);
+  EXPECT_FALSE(*found);
+  auto err = ask_error<v1::Run>(s, atom::get_v, std::string{"big"});
+  EXPECT_EQ(err, ec::invalid_request);
+  EXPECT_EQ(render_error(err), "no run named big");
+  b = get(s, "next");
+  EXPECT_EQ(b.state(), "Placed");
+  EXPECT_TRUE(b.waiting_reason().empty());
+  EXPECT_EQ(gpus_of(b).size(), 4u);
+  EXPECT_EQ(stored("next").state(), "Placed");
+}
+
+TEST_F(SchedulerActor, AFaultyGpuIsNeverAssigned) {
+  auto s = spawn_scheduler();
+  snapshot(s, machine_of("gpu-01", 8, {"Faulty"}));
+  auto a = submit(s, spec_of("seven", 7));
+  ASSERT_EQ(a.state(), "Placed");
+  EXPECT_EQ(gpus_of(a).count("gpu-01-gpu0"), 0u);
+  auto b = submit(s, spec_of("one", 1));
+  EXPECT_EQ(b.state(), "Waiting");
+  // A later snapshot fences GPUs the first run holds: once it is deleted,
+  // they are not given out either.
+  snapshot(s, machine_of("gpu-01", 8, {"Faulty", "Faulty", "Faulty", "Faulty",
+                                       "Faulty", "Faulty", "Faulty", "Healthy"}));
+  EXPECT_EQ(get(s, "one").state(), "Waiting");
+  ask<v1::Run>(s, atom::remove_v, std::string{"seven"});
+  b = get(s, "one");
+  ASSERT_EQ(b.state(), "Placed");
+  EXPECT_EQ(gpus_of(b), (std::set<std::string>{"gpu-01-gpu7"}));
+}
+
+TEST_F(SchedulerActor, HealthyOnlyWaitsWhenOnlyAtRiskGpusAreFree) {
+  auto s = spawn_scheduler();
+  snapshot(s, machine_of("gpu-01", 2, {"Healthy", "AtRisk"}));
+  auto a = submit(s, spec_of("first", 1));
+  ASSERT_EQ(a.state(), "Placed");
+  EXPECT_EQ(gpus_of(a), (std::set<std::string>{"gpu-01-gpu0"}));
+  auto strict = spec_of("strict", 1);
+  strict.set_healthy_only(true);
+  auto b = submit(s, strict);
+  EXPECT_EQ(b.state(), "Waiting");
+  EXPECT_NE(b.waiting_reason().find("healthy"), std::string::npos) << b.waiting_reason();
+  // A run that accepts AtRisk GPUs takes the last one.
+  auto c = submit(s, spec_of("lenient", 1));
+  ASSERT_EQ(c.state(), "Placed");
+  EXPECT_EQ(gpus_of(c), (std::set<std::string>{"gpu-01-gpu1"}));
+  EXPECT_EQ(get(s, "strict").state(), "Waiting");
+}
+
+TEST_F(SchedulerActor, RefusesADuplicateNameAndABadSpec) {
+  auto s = spawn_scheduler();
+  submit(s, spec_of("train", 1));
+  auto err = ask_error<v1::Run>(s, atom::submit_v, spec_of("train", 2));
+  EXPECT_EQ(err, ec::invalid_request);
+  EXPECT_EQ(render_error(err), "a run named train already exists");
+  auto bad = spec_of("bad", 65);
+  err = ask_error<v1::Run>(s, atom::submit_v, bad);
+  EXPECT_EQ(err, ec::invalid_request);
+  EXPECT_NE(render_error(err).find("gpus"), std::string::npos) << render_error(err);
+  EXPECT_EQ(ask<v1::RunList>(s, atom::runs_v).runs_size(), 1);
+}
+
+TEST_F(SchedulerActor, CompletionFreesTheGpusForTheNextRun) {
+  auto s = spawn_scheduler();
+  snapshot(s, machine_of("gpu-01", 8));
+  submit(s, spec_of("a", 8));
+  EXPECT_EQ(submit(s, spec_of("b", 8)).state(), "Waiting");
+  (*self)->send(s, atom::complete_v, std::string{"a"});
+  run();
+  EXPECT_EQ(get(s, "a").state(), "Stopped");
+  EXPECT_EQ(stored("a").state(), "Stopped");
+  EXPECT_EQ(get(s, "b").state(), "Placed");
+}
+
+TEST_F(SchedulerActor, ARestartedSchedulerResumesEveryRun) {
+  std::set<std::string> held;
+  {
+    auto s = spawn_scheduler();
+    snapshot(s, machine_of("gpu-01", 8));
+    auto a = submit(s, spec_of("placed", 6));
+    ASSERT_EQ(a.state(), "Placed");
+    held = gpus_of(a);
+    EXPECT_EQ(submit(s, spec_of("waits", 4)).state(), "Waiting");
+    caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+    run();
+  }
+  auto s = spawn_scheduler();
+  auto a = get(s, "placed");
+  EXPECT_EQ(a.state(), "Placed");
+  EXPECT_EQ(gpus_of(a), held);
+  EXPECT_EQ(get(s, "waits").state(), "Waiting");
+  // The machine reports again: the placed run keeps its GPUs; a new run
+  // cannot take them.
+  snapshot(s, machine_of("gpu-01", 8));
+  EXPECT_EQ(gpus_of(get(s, "placed")), held);
+  EXPECT_EQ(get(s, "waits").state(), "Waiting");
+  auto c = submit(s, spec_of("small", 2));
+  ASSERT_EQ(c.state(), "Placed");
+  for (const auto& id : gpus_of(c))
+    EXPECT_EQ(held.count(id), 0u) << id;
+  EXPECT_EQ(submit(s, spec_of("more", 1)).state(), "Waiting");
+  // Completing the restored run frees its GPUs for the waiting one.
+  (*self)->send(s, atom::complete_v, std::string{"placed"});
+  run();
+  EXPECT_EQ(get(s, "waits").state(), "Placed");
+}
+
+TEST_F(SchedulerActor, AMachineThatStopsTakingWorkKeepsItsRunsGpus) {
+  auto s = spawn_scheduler();
+  snapshot(s, machine_of("gpu-01", 8));
+  auto a = submit(s, spec_of("a", 4));
+  ASSERT_EQ(a.state(), "Placed");
+  auto down = machine_of("gpu-01", 8);
+  down.set_schedulable(false);
+  snapshot(s, down);
+  EXPECT_EQ(get(s, "a").ShortDebugString(), a.ShortDebugString());
+  auto b = submit(s, spec_of("b", 1));
+  EXPECT_EQ(b.state(), "Waiting");
+  EXPECT_NE(b.waiting_reason().find("takes new work"), std::string::npos)
+    << b.waiting_reason();
+  snapshot(s, machine_of("gpu-01", 8));
+  b = get(s, "b");
+  ASSERT_EQ(b.state(), "Placed");
+  for (const auto& id : gpus_of(b))
+    EXPECT_EQ(gpus_of(a).count(id), 0u) << id;
+}
+
+TEST_F(SchedulerActor, ARestartHoldsEachGpuOfARunAsSoonAsItsMachineReports) {
+  std::set<std::string> held;
+  {
+    auto s = spawn_scheduler();
+    snapshot(s, machine_of("gpu-01", 4));
+    snapshot(s, machine_of("gpu-02", 4));
+    auto a = submit(s, spec_of("wide", 4, 2));
+    ASSERT_EQ(a.state(), "Placed") << a.ShortDebugString();
+    held = gpus_of(a);
+    ASSERT_EQ(held.size(), 8u);
+    caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+    run();
+  }
+  auto s = spawn_scheduler();
+  // Only one of its machines is back: its GPUs are held for the run anyway.
+  snapshot(s, machine_of("gpu-01", 4));
+  EXPECT_EQ(submit(s, spec_of("new", 1)).state(), "Waiting");
+  snapshot(s, machine_of("gpu-02", 4));
+  EXPECT_EQ(get(s, "new").state(), "Waiting");
+  EXPECT_EQ(gpus_of(get(s, "wide")), held);
+  (*self)->send(s, atom::complete_v, std::string{"wide"});
+  run();
+  EXPECT_EQ(get(s, "wide").state(), "Stopped");
+  EXPECT_EQ(get(s, "new").state(), "Placed");
+}
