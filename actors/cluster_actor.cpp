@@ -75,6 +75,7 @@ cluster(cluster_actor::stateful_pointer<cluster_state> self,
     cfg.heartbeat_lapse = st.config.heartbeat_lapse;
     cfg.pressure = st.config.pressure;
     cfg.store = st.config.store;
+    cfg.scheduler = st.config.scheduler;
     auto handle = self->spawn<caf::linked>(machine, std::move(cfg));
     st.identities[name] = std::move(identity);
     st.machines[name] = handle;
@@ -293,6 +294,46 @@ cluster(cluster_actor::stateful_pointer<cluster_state> self,
           out.set_id(id);
           *out.mutable_xids() = st.config.xid_policy;
           return out;
+        }
+        case v1::Request::kSubmitRun:
+        case v1::Request::kListRuns:
+        case v1::Request::kGetRun:
+        case v1::Request::kDeleteRun: {
+          if (!st.config.scheduler)
+            return error_response(id, caf::make_error(ec::invalid_request,
+                                                      "this controller runs no "
+                                                      "scheduler"));
+          auto rp = self->make_response_promise<v1::Response>();
+          auto on_run = [rp, id](v1::Run& run) mutable {
+            v1::Response out;
+            out.set_id(id);
+            *out.mutable_run() = std::move(run);
+            rp.deliver(std::move(out));
+          };
+          auto on_error = [rp, id](caf::error& err) mutable {
+            rp.deliver(error_response(id, err));
+          };
+          auto& sched = st.config.scheduler;
+          if (req.has_submit_run())
+            self->request(sched, timeout, atom::submit_v, req.submit_run().spec())
+              .then(on_run, on_error);
+          else if (req.has_get_run())
+            self->request(sched, timeout, atom::get_v, req.get_run().name())
+              .then(on_run, on_error);
+          else if (req.has_delete_run())
+            self->request(sched, timeout, atom::remove_v, req.delete_run().name())
+              .then(on_run, on_error);
+          else
+            self->request(sched, timeout, atom::runs_v)
+              .then(
+                [rp, id](v1::RunList& runs) mutable {
+                  v1::Response out;
+                  out.set_id(id);
+                  *out.mutable_runs() = std::move(runs);
+                  rp.deliver(std::move(out));
+                },
+                on_error);
+          return rp;
         }
         case v1::Request::BODY_NOT_SET:
           break;

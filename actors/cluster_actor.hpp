@@ -35,6 +35,9 @@ struct cluster_config {
   std::string cluster_name = "default";
   /// The fleet's Xid policy (`astra xids`).
   v1::XidPolicyTable xid_policy;
+  /// The scheduler, told of every machine's snapshot; null: none (runs are
+  /// refused).
+  scheduler_actor scheduler;
 
   /// Errors: ec::invalid_config when the store is missing or a duration <= 0.
   caf::error validate() const;

@@ -13,6 +13,7 @@
 #include "actors/agent.hpp"
 #include "actors/cluster_actor.hpp"
 #include "actors/gate.hpp"
+#include "actors/scheduler_actor.hpp"
 #include "messages/error.hpp"
 #include "runtime/xid_policy.hpp"
 #include "store/store.hpp"
@@ -55,6 +56,12 @@ caf::expected<controller_handles> start_controller(caf::actor_system& sys,
   if (auto err = policy.override_with(*fence, *at_risk, *record))
     return err;
   cc.xid_policy = policy.table();
+  scheduler_config sc;
+  sc.store = out.store;
+  if (auto err = sc.validate())
+    return err;
+  out.scheduler = sys.spawn(scheduler, std::move(sc));
+  cc.scheduler = out.scheduler;
   if (auto err = cc.validate())
     return err;
   out.cluster = sys.spawn(cluster, std::move(cc));
@@ -70,6 +77,7 @@ caf::expected<controller_handles> start_controller(caf::actor_system& sys,
   auto gate = spawn_gate(sys, std::move(gc));
   if (!gate) {
     caf::anon_send_exit(out.cluster, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(out.scheduler, caf::exit_reason::user_shutdown);
     return gate.error();
   }
   out.gate = gate->first;
@@ -82,6 +90,8 @@ void stop_controller(caf::actor_system&, const controller_handles& h) {
     caf::anon_send_exit(h.gate, caf::exit_reason::user_shutdown);
   if (h.cluster)
     caf::anon_send_exit(h.cluster, caf::exit_reason::user_shutdown);
+  if (h.scheduler)
+    caf::anon_send_exit(h.scheduler, caf::exit_reason::user_shutdown);
 }
 
 caf::expected<caf::actor> start_agent(caf::actor_system& sys,

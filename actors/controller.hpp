@@ -25,6 +25,7 @@ class Store;
 struct controller_handles {
   std::shared_ptr<Store> store;  ///< the open store (data_dir)
   cluster_actor cluster;         ///< the front door
+  scheduler_actor scheduler;     ///< places runs onto GPUs
   caf::actor gate;               ///< the gate broker
   uint16_t port = 0;             ///< the port the gate listens on
 };

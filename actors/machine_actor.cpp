@@ -72,6 +72,38 @@ bool machine_state::schedulable() const {
          && !pressure.memory && !pressure.disk;
 }
 
+v1::SchedulerMachine machine_state::scheduler_view() const {
+  v1::SchedulerMachine out;
+  out.set_name(config.record.name());
+  out.set_schedulable(schedulable());
+  *out.mutable_labels() = config.record.labels();
+  const auto& gpus = facts.gpus().gpus();
+  std::map<std::string, uint32_t> index_of;
+  for (int i = 0; i < gpus.size(); ++i)
+    index_of[gpus[i].pci_address()] = static_cast<uint32_t>(i);
+  for (const auto& g : gpus) {
+    if (g.id().empty())
+      continue;
+    auto* sg = out.add_gpus();
+    sg->set_id(g.id());
+    sg->set_numa_node(g.has_numa_node() ? g.numa_node() : -1);
+    auto h = gpu_health.find(g.id());
+    sg->set_health(h == gpu_health.end() ? "Healthy" : h->second.first);
+    // A GPU that does not answer is not placed onto.
+    if (g.status() == "unresponsive" || g.status() == "lost"
+        || g.status() == "unavailable")
+      sg->set_health("Faulty");
+    std::set<uint32_t> peers;
+    for (const auto& l : g.nvlinks())
+      if (l.active())
+        if (auto p = index_of.find(l.remote_pci_address()); p != index_of.end())
+          peers.insert(p->second);
+    for (auto p : peers)
+      sg->add_nvlink_peers(p);
+  }
+  return out;
+}
+
 v1::MachineView machine_state::view() const {
   v1::MachineView out;
   const auto& rec = config.record;
@@ -134,6 +166,18 @@ machine(machine_actor::stateful_pointer<machine_state> self,
   auto name = [self]() -> const std::string& {
     return self->state.config.record.name();
   };
+  // Tells the scheduler when what it places by changed.
+  auto tell_scheduler = [self] {
+    auto& st = self->state;
+    if (!st.config.scheduler)
+      return;
+    auto snap = st.scheduler_view();
+    auto bytes = snap.SerializeAsString();
+    if (bytes == st.scheduler_snapshot)
+      return;
+    st.scheduler_snapshot = std::move(bytes);
+    self->send(st.config.scheduler, std::move(snap));
+  };
   // Keeps one GPU actor per reported GPU id.
   auto sync_gpus = [self](bool up) {
     auto& st = self->state;
@@ -167,7 +211,9 @@ machine(machine_actor::stateful_pointer<machine_state> self,
     }
   };
   sync_gpus(false);
-  auto set_liveness = [self, name](v1::Machine::State next, const char* why) {
+  tell_scheduler();
+  auto set_liveness = [self, name, tell_scheduler](v1::Machine::State next,
+                                                  const char* why) {
     auto& st = self->state;
     if (st.liveness == next)
       return;
@@ -183,6 +229,7 @@ machine(machine_actor::stateful_pointer<machine_state> self,
     st.state_since_unix_ms = unix_ms_now();
     spdlog::info("machine {}: {} -> {} ({})", name(), to_string(before),
                  to_string(next), why);
+    tell_scheduler();
   };
   // Writes the record; `sync` for what a user is told about.
   auto persist = [self, name](bool sync) -> caf::error {
@@ -201,7 +248,8 @@ machine(machine_actor::stateful_pointer<machine_state> self,
     return caf::none;
   };
   return {
-    [self, set_liveness, persist, sync_gpus](v1::MachineReport& report) {
+    [self, set_liveness, persist, sync_gpus,
+     tell_scheduler](v1::MachineReport& report) {
       auto& st = self->state;
       st.last_report = self->clock().now();
       st.last_report_unix_ms = unix_ms_now();
@@ -241,6 +289,7 @@ machine(machine_actor::stateful_pointer<machine_state> self,
         st.lapse_timer_pending = true;
         self->delayed_send(self, st.config.heartbeat_lapse, atom::lapse_v);
       }
+      tell_scheduler();
     },
     [self](atom::get) -> v1::MachineView { return self->state.view(); },
     [self](atom::gpus) -> caf::result<std::vector<v1::GpuView>> {
@@ -259,7 +308,7 @@ machine(machine_actor::stateful_pointer<machine_state> self,
         nullptr, atom::get_v);
       return rp;
     },
-    [self, persist, name](atom::cordon,
+    [self, persist, name, tell_scheduler](atom::cordon,
                           bool on) -> caf::result<v1::MachineView> {
       auto& rec = self->state.config.record;
       if (rec.cordoned() != on) {
@@ -269,10 +318,11 @@ machine(machine_actor::stateful_pointer<machine_state> self,
           return err;
         }
         spdlog::info("machine {}: {}", name(), on ? "cordoned" : "uncordoned");
+        tell_scheduler();
       }
       return self->state.view();
     },
-    [self, persist, name](atom::maintenance,
+    [self, persist, name, tell_scheduler](atom::maintenance,
                           bool on) -> caf::result<v1::MachineView> {
       auto& st = self->state;
       auto& rec = st.config.record;
@@ -287,6 +337,7 @@ machine(machine_actor::stateful_pointer<machine_state> self,
         spdlog::info("machine {}: {} -> {} (maintenance {})", name(),
                      to_string(before), to_string(st.shown_state()),
                      on ? "on" : "off");
+        tell_scheduler();
       }
       return st.view();
     },
@@ -301,12 +352,13 @@ machine(machine_actor::stateful_pointer<machine_state> self,
         spdlog::info("machine {}: agent disconnected", name());
       }
     },
-    [self](atom::health, std::string& id, std::string& health,
-           std::string& reasons) {
+    [self, tell_scheduler](atom::health, std::string& id, std::string& health,
+                           std::string& reasons) {
       auto& st = self->state;
       if (st.gpus.count(id) == 0)
         return;
       st.gpu_health[id] = {std::move(health), std::move(reasons)};
+      tell_scheduler();
     },
     [self, name](atom::clear,
                  std::string& gpu_id) -> caf::result<v1::ClearFaultResult> {

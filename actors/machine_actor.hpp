@@ -37,6 +37,9 @@ struct machine_config {
   pressure_thresholds pressure;
   /// Where the record is kept; null keeps it in memory only (benchmarks).
   std::shared_ptr<Store> store;
+  /// The scheduler, sent a snapshot whenever what it places by changes;
+  /// null: none.
+  scheduler_actor scheduler;
 
   /// Errors: ec::invalid_config when the name is empty or the lapse <= 0.
   caf::error validate() const;
@@ -71,6 +74,11 @@ struct machine_state {
   int64_t facts_stored_unix_ms = 0;
   /// The GPU picture last stored (read_as, ids, statuses, latches).
   std::string stored_gpu_fingerprint;
+  /// The last snapshot sent to the scheduler (to send only changes).
+  std::string scheduler_snapshot;
+
+  /// What the scheduler places by: schedulable, labels, GPUs and health.
+  v1::SchedulerMachine scheduler_view() const;
   /// One GPU actor per GPU id, spawned from reports (and from the stored
   /// facts at start, so a Down machine still lists its last known GPUs).
   std::map<std::string, gpu_actor> gpus;

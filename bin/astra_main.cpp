@@ -3,13 +3,16 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
+#include <sstream>
 
 #include <CLI/CLI.hpp>
 
 #include "bin/cli_format.hpp"
 #include "messages/error.hpp"
 #include "runtime/gate_client.hpp"
+#include "runtime/run_spec.hpp"
 
 using namespace astraeus;
 
@@ -69,6 +72,10 @@ int call(const options& opts, v1::Request req,
       std::fputs((cli::to_json_compact(resp->cleared()) + "\n").c_str(), stdout);
     else if (resp->has_xids())
       std::fputs((cli::to_json(resp->xids()) + "\n").c_str(), stdout);
+    else if (resp->has_run())
+      std::fputs((cli::to_json(resp->run()) + "\n").c_str(), stdout);
+    else if (resp->has_runs())
+      std::fputs((cli::to_json(resp->runs()) + "\n").c_str(), stdout);
   } else {
     std::fputs(table(*resp).c_str(), stdout);
   }
@@ -130,6 +137,124 @@ void add_commands(CLI::App& app, options& opts, int& rc) {
     req.mutable_xid_policy();
     rc = call(opts, req, [](const v1::Response& r) {
       return cli::format_xid_policy(r.xids());
+    });
+  });
+  // Runs (the scheduler).
+  auto* run = app.add_subcommand(
+    "run", "submit a run: astra run --name NAME --gpus 8 --workers 2 --image IMG "
+           "-- CMD ARGS..., or astra run -f spec.yaml; astra run show NAME");
+  run->require_subcommand(0, 1);
+  static std::string run_name, run_image, run_file, run_mem, run_pool;
+  static uint32_t run_gpus = 0, run_workers = 1;
+  static double run_cpus = 0;
+  static uint64_t run_time_limit = 0;
+  static bool run_healthy_only = false;
+  static std::vector<std::string> run_command, run_env;
+  run->add_option("--name", run_name, "run name");
+  run->add_option("--image", run_image, "OCI image or root filesystem");
+  run->add_option("-f,--file", run_file, "run spec file (JSON or YAML)");
+  run->add_option("--gpus", run_gpus, "whole GPUs per worker");
+  run->add_option("--workers", run_workers, "number of workers (a gang)");
+  run->add_option("--cpus", run_cpus, "CPU cores per worker");
+  run->add_option("--mem", run_mem, "memory per worker, e.g. 256M, 16G");
+  run->add_option("--pool", run_pool, "pool the machines must be in");
+  run->add_option("--env", run_env, "KEY=VALUE, repeatable");
+  run->add_flag("--healthy-only", run_healthy_only, "never AtRisk GPUs: wait instead");
+  run->add_option("--time-limit-seconds", run_time_limit, "stop after this long");
+  run->add_option("command", run_command, "command and arguments (after --)");
+  auto* show = run->add_subcommand("show", "show one run: state, and per worker "
+                                           "rank, group, machine, GPUs, NUMA node");
+  static std::string show_name;
+  show->add_option("NAME", show_name, "run name")->required();
+  show->callback([&] {
+    v1::Request req;
+    req.mutable_get_run()->set_name(show_name);
+    rc = call(opts, req, [](const v1::Response& r) {
+      return cli::format_run(r.run(), now_ms());
+    });
+  });
+  run->callback([&, run, show] {
+    if (show->parsed())
+      return;
+    v1::RunSpec spec;
+    if (!run_file.empty()) {
+      std::ifstream in{run_file};
+      if (!in) {
+        std::fprintf(stderr, "astra: cannot read %s\n", run_file.c_str());
+        rc = 2;
+        return;
+      }
+      std::stringstream text;
+      text << in.rdbuf();
+      auto parsed = parse_run_spec(text.str(), run_file);
+      if (!parsed) {
+        std::fprintf(stderr, "astra: %s\n", render_error(parsed.error()).c_str());
+        rc = 2;
+        return;
+      }
+      spec = std::move(*parsed);
+    }
+    if (!run_name.empty())
+      spec.set_name(run_name);
+    if (!run_image.empty())
+      spec.set_image(run_image);
+    if (run->count("--gpus") > 0)
+      spec.set_gpus_per_worker(run_gpus);
+    if (run->count("--workers") > 0 || (run_file.empty() && spec.task_groups().empty()))
+      spec.set_workers(run_workers);
+    if (run_cpus > 0)
+      spec.set_cpus_per_worker(run_cpus);
+    if (!run_mem.empty()) {
+      auto bytes = parse_memory_size(run_mem);
+      if (!bytes) {
+        std::fprintf(stderr, "astra: --mem: %s\n", render_error(bytes.error()).c_str());
+        rc = 2;
+        return;
+      }
+      spec.set_memory_bytes_per_worker(*bytes);
+    }
+    if (!run_pool.empty())
+      spec.set_pool(run_pool);
+    if (run_healthy_only)
+      spec.set_healthy_only(true);
+    if (run_time_limit > 0)
+      spec.set_time_limit_seconds(run_time_limit);
+    for (const auto& kv : run_env) {
+      auto eq = kv.find('=');
+      (*spec.mutable_env())[kv.substr(0, eq)] = eq == std::string::npos ? "" : kv.substr(eq + 1);
+    }
+    if (!run_command.empty()) {
+      spec.clear_command();
+      for (const auto& c : run_command)
+        spec.add_command(c);
+    }
+    if (auto err = validate_run_spec(spec)) {
+      std::fprintf(stderr, "astra: %s\n", render_error(err).c_str());
+      rc = 2;
+      return;
+    }
+    v1::Request req;
+    *req.mutable_submit_run()->mutable_spec() = spec;
+    rc = call(opts, req, [](const v1::Response& r) {
+      return cli::format_submitted(r.run());
+    });
+  });
+  auto* runs = app.add_subcommand("runs", "list runs");
+  runs->callback([&] {
+    v1::Request req;
+    req.mutable_list_runs();
+    rc = call(opts, req, [](const v1::Response& r) {
+      return cli::format_run_list(r.runs(), now_ms());
+    });
+  });
+  auto* del = app.add_subcommand("delete", "stop a run and free its GPUs");
+  static std::string del_name;
+  del->add_option("NAME", del_name, "run name")->required();
+  del->callback([&] {
+    v1::Request req;
+    req.mutable_delete_run()->set_name(del_name);
+    rc = call(opts, req, [](const v1::Response& r) {
+      return "run " + r.run().spec().name() + " deleted\n";
     });
   });
   auto flag_command = [&](const char* cmd, const char* help,

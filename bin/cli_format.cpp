@@ -433,6 +433,83 @@ std::string format_gpu_section(const v1::GpuSection& s) {
   return out.str();
 }
 
+namespace {
+
+uint32_t worker_count(const v1::RunSpec& spec) {
+  if (spec.task_groups().empty())
+    return spec.workers() == 0 ? 1 : spec.workers();
+  uint32_t n = 0;
+  for (const auto& g : spec.task_groups())
+    n += g.size();
+  return n;
+}
+
+} // namespace
+
+std::string format_run_list(const v1::RunList& list, int64_t now_unix_ms) {
+  if (list.runs().empty())
+    return "No runs.\n";
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& r : list.runs())
+    rows.push_back({r.spec().name(), r.state(), std::to_string(worker_count(r.spec())),
+                    std::to_string(r.spec().gpus_per_worker()),
+                    r.leader_machine().empty() ? "-" : r.leader_machine(),
+                    format_age(r.submitted_unix_ms(), now_unix_ms),
+                    r.waiting_reason().empty() ? "-" : r.waiting_reason()});
+  return render_table({"NAME", "STATE", "WORKERS", "GPUS/WORKER", "LEADER",
+                       "SUBMITTED", "WHY WAITING"},
+                      rows);
+}
+
+std::string format_run(const v1::Run& r, int64_t now_unix_ms) {
+  std::ostringstream out;
+  out << "Run:         " << r.spec().name() << "\n";
+  out << "State:       " << r.state() << "\n";
+  if (!r.waiting_reason().empty())
+    out << "Waiting:     " << r.waiting_reason() << "\n";
+  out << "Submitted:   " << format_time(r.submitted_unix_ms()) << " ("
+      << format_age(r.submitted_unix_ms(), now_unix_ms) << ")\n";
+  if (r.placed_unix_ms() > 0)
+    out << "Placed:      " << format_time(r.placed_unix_ms()) << "\n";
+  out << "Leader:      " << (r.leader_machine().empty() ? "-" : r.leader_machine()) << "\n";
+  out << "Image:       " << (r.spec().image().empty() ? "-" : r.spec().image()) << "\n";
+  std::string cmd;
+  for (const auto& c : r.spec().command())
+    cmd += (cmd.empty() ? "" : " ") + c;
+  out << "Command:     " << (cmd.empty() ? "-" : cmd) << "\n";
+  out << "Per worker:  " << r.spec().gpus_per_worker() << " GPU(s)";
+  if (r.spec().healthy_only())
+    out << ", healthy GPUs only";
+  if (!r.spec().pool().empty())
+    out << ", pool " << r.spec().pool();
+  out << "\n";
+  if (!r.workers().empty()) {
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& w : r.workers()) {
+      std::string gpus;
+      for (const auto& g : w.gpu_ids())
+        gpus += (gpus.empty() ? "" : ",") + g;
+      rows.push_back({std::to_string(w.rank()), w.group(), w.machine(),
+                      gpus.empty() ? "-" : gpus,
+                      w.numa_node() >= 0 ? std::to_string(w.numa_node()) : "-",
+                      w.state().empty() ? "-" : w.state()});
+    }
+    out << "\nWorkers\n"
+        << indent(render_table({"RANK", "GROUP", "MACHINE", "GPUS", "NUMA", "STATE"}, rows),
+                  "  ");
+  }
+  return out.str();
+}
+
+std::string format_submitted(const v1::Run& r) {
+  std::string out = r.spec().name() + " submitted: " + r.state();
+  if (!r.waiting_reason().empty())
+    out += " (" + r.waiting_reason() + ")";
+  else if (!r.leader_machine().empty())
+    out += " (leader on " + r.leader_machine() + ")";
+  return out + "\n";
+}
+
 std::string format_xid_policy(const v1::XidPolicyTable& table) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& e : table.entries())

@@ -29,6 +29,15 @@ std::string format_gpu_list(const v1::GpuList& list, int64_t now_unix_ms);
 /// GPUs on the bus, conditions and capabilities.
 std::string format_gpu_section(const v1::GpuSection& section);
 
+/// `astra runs`: one line per run.
+std::string format_run_list(const v1::RunList& list, int64_t now_unix_ms);
+
+/// `astra run show NAME`: the run and its workers.
+std::string format_run(const v1::Run& run, int64_t now_unix_ms);
+
+/// What `astra run` says after submitting.
+std::string format_submitted(const v1::Run& run);
+
 /// `astra xids`: the Xid policy table.
 std::string format_xid_policy(const v1::XidPolicyTable& table);
 

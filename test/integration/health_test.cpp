@@ -867,3 +867,41 @@ TEST_F(Health, BrokenXidFenceConfigStopsTheController) {
 }
 
 } // namespace
+
+// End to end through `astra run`: the scheduler never assigns a Foreign or a
+// Faulty GPU. On the h100x8 stand-in only the GPUs at 3a and ba are idle
+// (Healthy); the six busy ones are Foreign.
+TEST_F(Health, AFencedGpuIsNeverOfferedForAssignment) {
+  ASSERT_TRUE(start_cluster());
+  ASSERT_TRUE(wait_health(pci_3a, "Healthy", 5s));
+  // Fence 3a: only ba is left.
+  ASSERT_TRUE(kmsg(xid_line(900, "0000:3a:00", 79)));
+  ASSERT_TRUE(wait_health(pci_3a, "Faulty", 3s));
+  auto two = astra({"run", "--name", "two", "--gpus", "2", "--image", "img", "--", "true"});
+  ASSERT_EQ(two.rc, 0) << two.err;
+  EXPECT_TRUE(contains(two.out, "Waiting")) << two.out;
+  auto one = astra({"run", "--name", "one", "--gpus", "1", "--image", "img", "--", "true"});
+  ASSERT_EQ(one.rc, 0) << one.err;
+  auto show = astra({"run", "show", "one", "-o", "json"});
+  ASSERT_EQ(show.rc, 0) << show.err;
+  auto run = json::parse(show.out);
+  ASSERT_EQ(run.value("state", ""), "Placed") << show.out;
+  auto ids = run["workers"][0]["gpu_ids"];
+  ASSERT_EQ(ids.size(), 1u) << show.out;
+  EXPECT_EQ(ids[0].get<std::string>(), astra_gpu(pci_ba).value("gpu", json::object()).value("id", ""))
+    << "the only GPU that is neither Faulty nor Foreign";
+  // Clearing the fault lets the waiting run... still wait (one GPU left),
+  // but a 1-GPU run now lands on 3a.
+  auto cleared = astra({"gpu", "clear-fault", machine_name, uuid_3a});
+  ASSERT_EQ(cleared.rc, 0) << cleared.err;
+  ASSERT_TRUE(wait_health(pci_3a, "Healthy", 3s));
+  auto three = astra({"run", "--name", "three", "--gpus", "1", "--image", "img", "--", "true"});
+  ASSERT_EQ(three.rc, 0) << three.err;
+  auto runs = astra({"runs", "-o", "json"});
+  auto doc = json::parse(runs.out);
+  int placed = 0;
+  for (const auto& r : doc.value("runs", json::array()))
+    if (r.value("state", "") == "Placed")
+      ++placed;
+  EXPECT_EQ(placed, 2) << runs.out;
+}
