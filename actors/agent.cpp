@@ -19,6 +19,7 @@
 
 #include "actors/probe_actor.hpp"
 #include "messages/error.hpp"
+#include "runtime/wall_clock.hpp"
 #include "messages/type_ids.hpp"
 #include "runtime/frame_codec.hpp"
 
@@ -29,12 +30,6 @@ using caf::io::connection_handle;
 using caf::io::receive_policy;
 
 namespace {
-
-int64_t unix_ms_now() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-           std::chrono::system_clock::now().time_since_epoch())
-    .count();
-}
 
 std::string trim(std::string s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back())))

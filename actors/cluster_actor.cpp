@@ -13,17 +13,12 @@
 #include "actors/gather.hpp"
 #include "actors/machine_actor.hpp"
 #include "messages/error.hpp"
+#include "runtime/wall_clock.hpp"
 #include "store/store.hpp"
 
 namespace astraeus {
 
 namespace {
-
-int64_t unix_ms_now() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-           std::chrono::system_clock::now().time_since_epoch())
-    .count();
-}
 
 v1::Response error_response(uint64_t id, const caf::error& err) {
   v1::Response out;

@@ -1,5 +1,7 @@
 #include "actors/gpu_actor.hpp"
 
+#include "runtime/wall_clock.hpp"
+
 #include <chrono>
 
 #include <spdlog/spdlog.h>
@@ -21,12 +23,6 @@ v1::GpuView gpu_state::view() const {
 
 namespace {
 
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-           std::chrono::system_clock::now().time_since_epoch())
-    .count();
-}
-
 std::string joined(const std::vector<std::string>& xs) {
   std::string out;
   for (const auto& x : xs)
@@ -38,7 +34,7 @@ std::string joined(const std::vector<std::string>& xs) {
 void judge(gpu_actor::stateful_pointer<gpu_state> self) {
   auto& st = self->state;
   auto before = st.verdict;
-  st.verdict = evaluate_health(st.facts, st.history, !st.holder.empty(), now_ms());
+  st.verdict = evaluate_health(st.facts, st.history, !st.holder.empty(), unix_ms_now());
   if (st.verdict.health == before.health && st.verdict.reasons == before.reasons)
     return;
   if (st.verdict.health != before.health)
@@ -62,7 +58,7 @@ gpu_actor::behavior_type gpu(gpu_actor::stateful_pointer<gpu_state> self,
   st.facts = std::move(facts);
   st.machine_up = machine_up;
   st.machine_handle = std::move(machine_handle);
-  st.last_seen_unix_ms = machine_up ? now_ms() : 0;
+  st.last_seen_unix_ms = machine_up ? unix_ms_now() : 0;
   if (machine_up)
     st.history.add(st.facts, self->clock().now(), health_thresholds{}.window);
   judge(self);
@@ -70,7 +66,7 @@ gpu_actor::behavior_type gpu(gpu_actor::stateful_pointer<gpu_state> self,
     [self](v1::Gpu& facts) {
       auto& st = self->state;
       st.facts = std::move(facts);
-      st.last_seen_unix_ms = now_ms();
+      st.last_seen_unix_ms = unix_ms_now();
       st.history.add(st.facts, self->clock().now(), health_thresholds{}.window);
       judge(self);
     },

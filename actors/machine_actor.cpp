@@ -11,6 +11,7 @@
 #include "actors/gather.hpp"
 #include "actors/gpu_actor.hpp"
 #include "messages/error.hpp"
+#include "runtime/wall_clock.hpp"
 #include "store/store.hpp"
 
 namespace astraeus {
@@ -21,12 +22,6 @@ namespace {
 /// are also written on every transition to Up), so that `astra machine`
 /// shows recent facts after a controller restart without a write per report.
 constexpr int64_t facts_store_interval_ms = 10 * 60 * 1000;
-
-int64_t unix_ms_now() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-           std::chrono::system_clock::now().time_since_epoch())
-    .count();
-}
 
 /// Whether a GPU section lists every GPU the driver has (so a GPU missing
 /// from it is gone), rather than the last known ones ("unresponsive",

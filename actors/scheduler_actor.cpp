@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "messages/error.hpp"
+#include "runtime/wall_clock.hpp"
 #include "runtime/run_spec.hpp"
 #include "store/store.hpp"
 
@@ -15,12 +16,6 @@ namespace astraeus {
 namespace {
 
 using self_ptr = scheduler_actor::stateful_pointer<scheduler_state>;
-
-int64_t unix_ms_now() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-           std::chrono::system_clock::now().time_since_epoch())
-    .count();
-}
 
 /// Seconds on the actor clock (virtual in tests): the queue's `now`.
 int64_t clock_seconds(self_ptr self) {

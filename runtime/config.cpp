@@ -163,19 +163,6 @@ std::string show_bytes(uint64_t x) {
   return std::to_string(x) + "B";
 }
 
-/// The shortest text without an exponent that reads back as exactly `x`
-/// ("20", "7.5"), else the full-precision form.
-std::string show_number(double x) {
-  char buf[64];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof(buf), "%.*g", precision, x);
-    if (std::strchr(buf, 'e') == nullptr && std::strtod(buf, nullptr) == x)
-      return buf;
-  }
-  std::snprintf(buf, sizeof(buf), "%.17g", x);
-  return buf;
-}
-
 std::string env_name(std::string_view key) {
   std::string out = "ASTRAEUS_";
   for (auto c : key)
@@ -183,23 +170,6 @@ std::string env_name(std::string_view key) {
                     : static_cast<char>(
                       std::toupper(static_cast<unsigned char>(c)));
   return out;
-}
-
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j)
-    row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1,
-                         diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
 }
 
 // -- the key tables ---------------------------------------------------------

@@ -67,35 +67,6 @@ std::string quote_short(std::string_view x) {
   return quote(x.substr(0, 57)) + "...";
 }
 
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j)
-    row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1,
-                         diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
-/// The shortest text without an exponent that reads back as exactly `x`.
-std::string show_number(double x) {
-  char buf[64];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof(buf), "%.*g", precision, x);
-    if (std::strchr(buf, 'e') == nullptr && std::strtod(buf, nullptr) == x)
-      return buf;
-  }
-  std::snprintf(buf, sizeof(buf), "%.17g", x);
-  return buf;
-}
-
 caf::error spec_error(std::string text) {
   return caf::make_error(ec::invalid_request, std::move(text));
 }

@@ -107,4 +107,12 @@ std::string root_prefix(std::string_view root);
 /// parse the whole report; read_host_facts passes every string through this.
 std::string to_valid_utf8(std::string_view text);
 
+/// Levenshtein distance between `a` and `b` (insertions, deletions and
+/// substitutions of one byte each), for "did you mean ...?" hints.
+size_t edit_distance(std::string_view a, std::string_view b);
+
+/// The shortest text without an exponent that reads back as exactly `x`
+/// ("20", "7.5"), else the full-precision form; for config and spec output.
+std::string show_number(double x);
+
 }  // namespace astraeus
