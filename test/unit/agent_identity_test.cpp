@@ -9,6 +9,7 @@
 
 #include "actor_fixture.hpp"
 #include "actors/agent.hpp"
+#include "actors/controller.hpp"
 
 using namespace astraeus;
 
@@ -66,4 +67,22 @@ TEST(AgentReport, CarriesTheNameSequenceAndHostFacts) {
   EXPECT_EQ(report.sequence(), 7u);
   EXPECT_EQ(report.facts().cpu().logical_cpus(), 224u);
   EXPECT_GT(report.sent_unix_ms(), 0);
+}
+
+// A name the controller would refuse for good stops the agent at start,
+// with the reason, instead of reconnecting forever.
+class AgentStart : public test::actor_test {};
+
+TEST_F(AgentStart, AnInvalidMachineNameIsRefusedAtStart) {
+  test::temp_dir dir;
+  AgentConfig cfg;
+  cfg.data_dir = dir.path();
+  cfg.name = "bad name";
+  cfg.kmsg_path.clear();
+  auto agent = start_agent(sys, cfg);
+  ASSERT_FALSE(agent);
+  EXPECT_EQ(agent.error(), ec::invalid_config);
+  EXPECT_NE(render_error(agent.error()).find("'bad name' is not a valid machine name"),
+            std::string::npos)
+    << render_error(agent.error());
 }
