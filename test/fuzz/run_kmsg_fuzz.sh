@@ -31,7 +31,7 @@ if [[ -z "$cxx" ]]; then
     fi
   done
 fi
-if [[ -z "$cxx" ]] || ! "$cxx" --version 2> /dev/null | grep -qi clang; then
+if [[ -z "$cxx" ]] || ! grep -qi clang <<< "$("$cxx" --version 2> /dev/null)"; then
   echo "$0: needs clang++ (with libclang-rt for libFuzzer); set CXX" >&2
   exit 2
 fi
@@ -39,7 +39,10 @@ fi
 if [[ ! -f "$build/CMakeCache.txt" ]]; then
   CXX="$cxx" cmake -S "$repo" -B "$build" -G Ninja -DASTRAEUS_BUILD_BENCH=OFF
 fi
-if ! ninja -C "$build" -t targets all | grep -q '^kmsg_fuzz:'; then
+# Read the whole list first: with pipefail, 'ninja | grep -q' fails whenever
+# grep exits on its first match before ninja has finished writing (SIGPIPE).
+targets="$(ninja -C "$build" -t targets all)"
+if ! grep -q '^kmsg_fuzz:' <<< "$targets"; then
   echo "$0: $build has no kmsg_fuzz target: configured with a compiler other than clang," \
        "or libFuzzer is not usable (see the cmake output)" >&2
   exit 2
