@@ -251,6 +251,9 @@ void send_report(agent_ptr self, bool fresh = false) {
   }
   if (st.latches)
     st.latches->annotate(*gpus);
+  report->set_address(st.address);
+  if (st.workers)
+    *report->mutable_workers() = st.workers->statuses(st.config.identity.name);
   send_frame(self, frame);
 }
 
@@ -336,10 +339,36 @@ void on_clear_fault(agent_ptr self, const v1::ClearFaultCommand& cmd) {
     send_report(self);
 }
 
+/// Applies the controller's worker set and answers with the workers held.
+void on_worker_orders(agent_ptr self, const v1::WorkerOrders& orders) {
+  auto& st = self->state;
+  const auto& name = st.config.identity.name;
+  if (!st.workers) {
+    spdlog::error("agent {}: worker orders ignored: this agent has no worker "
+                  "store", name);
+    return;
+  }
+  auto held = st.workers->apply(name, orders);
+  if (!held) {
+    // Not acknowledged: the controller sends the set again.
+    spdlog::error("agent {}: cannot take the controller's workers: {}", name,
+                  render_error(held.error()));
+    return;
+  }
+  spdlog::info("agent {}: holds {} worker(s) (generation {})", name,
+               held->workers_size(), held->generation());
+  v1::Frame frame;
+  *frame.mutable_worker_statuses() = std::move(*held);
+  send_frame(self, frame);
+}
+
 void on_frame(agent_ptr self, v1::Frame& frame) {
   auto& st = self->state;
   const auto& name = st.config.identity.name;
   switch (frame.body_case()) {
+    case v1::Frame::kWorkerOrders:
+      on_worker_orders(self, frame.worker_orders());
+      return;
     case v1::Frame::kClearFault:
       on_clear_fault(self, frame.clear_fault());
       return;
@@ -350,6 +379,17 @@ void on_frame(agent_ptr self, v1::Frame& frame) {
           spdlog::error("agent {}: cannot keep the Xid policy: {}", name,
                         render_error(err));
       st.welcomed = true;
+      st.address = st.config.advertise_address;
+      if (st.address.empty()) {
+        auto route = route_source_address(st.config.controller_host,
+                                          st.config.controller_port);
+        if (route)
+          st.address = *route;
+        else
+          spdlog::warn("agent {}: no address to advertise ({}); set "
+                       "machine.advertise_address",
+                       name, render_error(route.error()));
+      }
       st.backoff = st.config.reconnect_min;
       st.failed_attempts = 0;
       spdlog::info("agent {}: connected to cluster '{}' at {}:{} (controller "
@@ -449,6 +489,12 @@ caf::behavior agent(caf::io::stateful_broker<agent_state>* self,
                     render_error(latches.error()));
     else
       self->state.latches.emplace(std::move(*latches));
+    auto workers = worker_ledger::load(self->state.config.store);
+    if (!workers)
+      spdlog::error("agent: cannot load its workers: {}",
+                    render_error(workers.error()));
+    else
+      self->state.workers.emplace(std::move(*workers));
   }
   if (!self->state.config.kmsg_path.empty()) {
     auto handle = caf::actor_cast<caf::actor>(self);

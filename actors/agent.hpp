@@ -24,6 +24,7 @@
 #include "runtime/fault_latch.hpp"
 #include "runtime/host_facts.hpp"
 #include "runtime/kmsg.hpp"
+#include "runtime/worker_ledger.hpp"
 
 namespace astraeus {
 
@@ -60,6 +61,9 @@ struct agent_config {
   gpu_discovery_options gpu;                  ///< where GPUs are looked for
   /// The agent's store (fault latches); required.
   std::shared_ptr<Store> store;
+  /// The address other machines reach this one by; empty: the source
+  /// address of the route to the controller (`route_source_address`).
+  std::string advertise_address;
   /// The kernel log to watch for GPU faults; empty: none.
   std::string kmsg_path = "/dev/kmsg";
 
@@ -88,6 +92,8 @@ struct agent_state {
   v1::GpuSection gpus;                    ///< the last discovery pass
   bool gpus_known = false;                ///< a pass has finished
   std::optional<fault_latches> latches;   ///< the machine's fault latches
+  std::optional<worker_ledger> workers;   ///< the workers handed to this machine
+  std::string address;                    ///< advertised in reports (MASTER_ADDR)
   std::unique_ptr<kmsg_reader> kmsg;      ///< the kernel-log reader thread
   /// Kernel events that arrived before the first discovery pass.
   std::vector<v1::KernelEvent> early_events;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <random>
 #include <tuple>
 
 #include <caf/actor_cast.hpp>
@@ -41,6 +42,57 @@ bool valid_machine_name(const std::string& name) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'
            || c == '.';
   });
+}
+
+caf::error validate_workspace(v1::Workspace& ws) {
+  const auto& n = ws.name();
+  auto word = [](const std::string& s) {
+    return !s.empty() && s.size() <= 63
+           && std::isalnum(static_cast<unsigned char>(s[0]))
+           && std::all_of(s.begin(), s.end(), [](char c) {
+                return std::isalnum(static_cast<unsigned char>(c)) || c == '-';
+              });
+  };
+  if (!word(n))
+    return caf::make_error(ec::invalid_request,
+                           "workspace name '" + n
+                             + "': use 1-63 letters, digits and '-', starting "
+                               "with a letter or digit");
+  if (ws.organisation().empty())
+    ws.set_organisation("default");
+  else if (!word(ws.organisation()))
+    return caf::make_error(ec::invalid_request,
+                           "organisation '" + ws.organisation()
+                             + "': use 1-63 letters, digits and '-'");
+  for (const auto& [k, v] : ws.grants())
+    if (k.empty() || v.empty() || k.find('=') != std::string::npos)
+      return caf::make_error(ec::invalid_request,
+                             "grant '" + k + "=" + v
+                               + "': give each grant as KEY=VALUE, e.g. pool=h100");
+  return caf::none;
+}
+
+caf::error apply_workspace(const v1::Workspace* ws, v1::RunSpec& spec) {
+  if (spec.workspace().empty())
+    spec.set_workspace(default_workspace);
+  if (ws == nullptr)
+    return caf::none;
+  for (const auto& [k, v] : ws->grants()) {
+    std::string asked;
+    if (k == "pool" && !spec.pool().empty())
+      asked = spec.pool();
+    else if (auto i = spec.labels().find(k); i != spec.labels().end())
+      asked = i->second;
+    if (!asked.empty() && asked != v)
+      return caf::make_error(ec::invalid_request,
+                             "workspace " + ws->name() + " is granted " + k + "="
+                               + v + "; the run asks for " + k + "=" + asked);
+    if (k == "pool")
+      spec.set_pool(v);
+    else
+      (*spec.mutable_labels())[k] = v;
+  }
+  return caf::none;
 }
 
 caf::error cluster_config::validate() const {
@@ -95,6 +147,13 @@ cluster(cluster_actor::stateful_pointer<cluster_state> self,
   if (err)
     spdlog::error("cluster: cannot read stored machines: {}", render_error(err));
   spdlog::info("cluster: {} machine(s) restored from the store", restored);
+  auto loaded = self->state.config.store->load_all<v1::Workspace>(family::workspaces);
+  if (!loaded)
+    spdlog::error("cluster: cannot read stored workspaces: {}",
+                  render_error(loaded.error()));
+  else
+    for (auto& [key, ws] : *loaded)
+      self->state.workspaces[key] = std::move(ws);
 
   // Asks `m` something and turns the answer into a Response for request `id`.
   auto view_response = [](uint64_t id, const v1::MachineView& view) {
@@ -290,6 +349,42 @@ cluster(cluster_actor::stateful_pointer<cluster_state> self,
           *out.mutable_xids() = st.config.xid_policy;
           return out;
         }
+        case v1::Request::kCreateWorkspace: {
+          auto ws = req.create_workspace().workspace();
+          if (auto err = validate_workspace(ws))
+            return error_response(id, err);
+          if (st.workspaces.count(ws.name()))
+            return error_response(id, caf::make_error(ec::invalid_request,
+                                                      "a workspace named " + ws.name()
+                                                        + " already exists"));
+          char ns[16];
+          std::snprintf(ns, sizeof(ns), "ws-%06x",
+                        static_cast<unsigned>(std::random_device{}() & 0xffffffu));
+          ws.set_namespace_(ns);
+          ws.set_created_unix_ms(unix_ms_now());
+          if (auto err = st.config.store->put(family::workspaces, ws.name(), ws, true))
+            return error_response(id, err);
+          st.workspaces[ws.name()] = ws;
+          spdlog::info("cluster: workspace {} created (organisation {}, {} grant(s))",
+                       ws.name(), ws.organisation(), ws.grants_size());
+          v1::Response out;
+          out.set_id(id);
+          *out.mutable_workspace() = std::move(ws);
+          return out;
+        }
+        case v1::Request::kListWorkspaces: {
+          v1::Response out;
+          out.set_id(id);
+          auto* list = out.mutable_workspaces();
+          if (!st.workspaces.count(default_workspace)) {
+            auto* d = list->add_workspaces();
+            d->set_name(default_workspace);
+            d->set_organisation("default");
+          }
+          for (const auto& [name, ws] : st.workspaces)
+            *list->add_workspaces() = ws;
+          return out;
+        }
         case v1::Request::kSubmitRun:
         case v1::Request::kListRuns:
         case v1::Request::kGetRun:
@@ -298,6 +393,24 @@ cluster(cluster_actor::stateful_pointer<cluster_state> self,
             return error_response(id, caf::make_error(ec::invalid_request,
                                                       "this controller runs no "
                                                       "scheduler"));
+          // The workspace is resolved before any promise is made.
+          v1::RunSpec spec;
+          if (req.has_submit_run()) {
+              spec = req.submit_run().spec();
+              auto wname = spec.workspace().empty() ? std::string{default_workspace}
+                                                    : spec.workspace();
+              auto w = st.workspaces.find(wname);
+              if (w == st.workspaces.end() && wname != default_workspace)
+                return error_response(
+                  id, caf::make_error(ec::invalid_request,
+                                      "no workspace named " + wname
+                                        + "; create it with: astra workspace create "
+                                        + wname + " --grant pool=NAME"));
+              if (auto err = apply_workspace(w == st.workspaces.end() ? nullptr
+                                                                      : &w->second,
+                                             spec))
+                return error_response(id, err);
+          }
           auto rp = self->make_response_promise<v1::Response>();
           auto on_run = [rp, id](v1::Run& run) mutable {
             v1::Response out;
@@ -309,9 +422,10 @@ cluster(cluster_actor::stateful_pointer<cluster_state> self,
             rp.deliver(error_response(id, err));
           };
           auto& sched = st.config.scheduler;
-          if (req.has_submit_run())
-            self->request(sched, timeout, atom::submit_v, req.submit_run().spec())
+          if (req.has_submit_run()) {
+            self->request(sched, timeout, atom::submit_v, std::move(spec))
               .then(on_run, on_error);
+          }
           else if (req.has_get_run())
             self->request(sched, timeout, atom::get_v, req.get_run().name())
               .then(on_run, on_error);

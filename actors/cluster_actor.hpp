@@ -6,6 +6,7 @@
 /// requests by asking the machine actors.
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -55,12 +56,31 @@ struct cluster_state {
   std::unordered_map<std::string, std::string> identities;
   /// Makes audit keys unique within one millisecond.
   uint64_t audit_seq = 0;
+  /// Every workspace by name (family `workspaces`).
+  std::map<std::string, v1::Workspace> workspaces;
 };
 
 /// The cluster actor's behaviour (handlers: actors/interfaces.hpp).
 cluster_actor::behavior_type
 cluster(cluster_actor::stateful_pointer<cluster_state> self,
         cluster_config config);
+
+/// The workspace every run without one is submitted to; it exists without
+/// being created and is granted nothing (all machines) until created with
+/// grants.
+inline constexpr const char* default_workspace = "default";
+
+/// Checks a workspace to create and fills what the controller decides
+/// (organisation "default" when empty). Errors: ec::invalid_request naming
+/// the bad name or grant.
+caf::error validate_workspace(v1::Workspace& ws);
+
+/// Submits `spec` into workspace `ws` (null: the default workspace, granted
+/// nothing): every grant becomes a label the run's machines must carry.
+/// Errors: ec::invalid_request when the run asks for a pool or label that
+/// contradicts a grant ("workspace research is granted pool=h100; the run
+/// asks for pool=a100").
+caf::error apply_workspace(const v1::Workspace* ws, v1::RunSpec& spec);
 
 /// Whether `name` is a valid machine name: 1-63 characters of letters,
 /// digits, '-', '_' and '.', starting with a letter or digit (a hostname).

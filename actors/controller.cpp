@@ -115,6 +115,7 @@ caf::expected<caf::actor> start_agent(caf::actor_system& sys,
   ac.store = std::shared_ptr<Store>{std::move(*store)};
   ac.kmsg_path = cfg.kmsg_path;
   ac.controller_host = cfg.controller_address;
+  ac.advertise_address = cfg.advertise_address;
   ac.controller_port = cfg.controller_port;
   ac.identity = std::move(*identity);
   ac.report_interval = cfg.report_interval;

@@ -101,6 +101,14 @@ void welcome(gate_ptr self, connection_handle hdl) {
   write_frame(self, hdl, frame);
 }
 
+/// The connection of welcomed session `session`, or end().
+auto welcomed_session(gate_state& st, uint64_t session) {
+  return std::find_if(st.connections.begin(), st.connections.end(),
+                      [&](const auto& kv) {
+                        return kv.second.session == session && kv.second.welcomed;
+                      });
+}
+
 void on_hello(gate_ptr self, connection_handle hdl, gate_connection& conn,
               v1::Hello& hello) {
   conn.hello_seen = true;
@@ -180,6 +188,17 @@ void on_frame(gate_ptr self, connection_handle hdl, gate_connection& conn,
     }
     p->second.promise.deliver(reply);
     pending.erase(p);
+    return;
+  }
+  if (conn.role == v1::AGENT && frame.has_worker_statuses()) {
+    auto& statuses = *frame.mutable_worker_statuses();
+    if (!statuses.machine().empty() && statuses.machine() != conn.machine) {
+      refuse(self, hdl, ec::protocol_violation,
+             "sent worker statuses for machine '" + statuses.machine()
+               + "' but is connected as '" + conn.machine + "'");
+      return;
+    }
+    self->send(conn.machine_handle, std::move(statuses));
     return;
   }
   if (conn.role == v1::AGENT && frame.has_report()) {
@@ -296,11 +315,7 @@ caf::behavior gate(caf::io::stateful_broker<gate_state>* self,
     [self](atom::clear, uint64_t session,
            std::string& gpu) -> caf::result<v1::ClearFaultReply> {
       auto& st = self->state;
-      auto i = std::find_if(st.connections.begin(), st.connections.end(),
-                            [&](const auto& kv) {
-                              return kv.second.session == session
-                                     && kv.second.welcomed;
-                            });
+      auto i = welcomed_session(st, session);
       if (i == st.connections.end())
         return caf::make_error(ec::not_connected,
                                "the machine's agent is not connected");
@@ -315,6 +330,17 @@ caf::behavior gate(caf::io::stateful_broker<gate_state>* self,
       self->delayed_send(self, self->state.config.request_timeout,
                          atom::clear_v, id);
       return rp;
+    },
+    [self](atom::assign, uint64_t session, v1::WorkerOrders& orders) {
+      auto& st = self->state;
+      auto i = welcomed_session(st, session);
+      // Gone or not welcomed yet: the machine sends the set again after the
+      // agent's next report.
+      if (i == st.connections.end())
+        return;
+      v1::Frame frame;
+      *frame.mutable_worker_orders() = std::move(orders);
+      write_frame(self, i->first, frame);
     },
     [self](atom::clear, uint64_t id) {
       auto& pending = self->state.pending_clears;

@@ -30,7 +30,11 @@ using gpu_actor = caf::typed_actor<
 using gate_command_actor = caf::typed_actor<
   // Clears GPU `gpu` on the agent of `session`. Fails with ec::not_connected
   // when the session is gone, ec::timeout when the agent does not answer.
-  caf::replies_to<atom::clear, uint64_t, std::string>::with<v1::ClearFaultReply>>;
+  caf::replies_to<atom::clear, uint64_t, std::string>::with<v1::ClearFaultReply>,
+  // Hands the agent of `session` the whole set of workers its machine should
+  // hold (a worker_orders frame); dropped when the session is gone (the
+  // machine sends the set again when its agent reconnects).
+  caf::reacts_to<atom::assign, uint64_t, v1::WorkerOrders>>;
 
 /// One machine on the controller (the "node actor"): the state machine
 /// Idle -> Up -> Down, Maintenance, plus the cordon and pressure flags.
@@ -59,7 +63,14 @@ using machine_actor = caf::typed_actor<
   // Timer: the heartbeat deadline may have passed (sent to itself).
   caf::reacts_to<atom::lapse>,
   // Its GPUs, sorted by PCI address.
-  caf::replies_to<atom::gpus>::with<std::vector<v1::GpuView>>>;
+  caf::replies_to<atom::gpus>::with<std::vector<v1::GpuView>>,
+  // From the scheduler: the whole set of workers this machine should hold.
+  // Sent to the agent now if connected, else at its next connection, and
+  // again after each report until the agent acknowledges that generation.
+  caf::reacts_to<atom::assign, v1::WorkerOrders>,
+  // From the gate: the workers the agent holds (its answer to the orders).
+  // Passed on to the scheduler when it differs from the last one.
+  caf::reacts_to<v1::WorkerStatuses>>;
 
 /// The agent's discovery: runs GPU discovery passes on a thread of its own
 /// (spawned detached), so a slow driver never holds up the agent's heartbeat.
@@ -104,6 +115,15 @@ using scheduler_actor = caf::typed_actor<
   caf::reacts_to<v1::SchedulerMachine>,
   // A run's workers finished: releases its GPUs, the run is Stopped (stored
   // with sync). An unknown or not placed run is logged and ignored.
-  caf::reacts_to<atom::complete, std::string>>;
+  caf::reacts_to<atom::complete, std::string>,
+  // A machine actor introduces itself: the scheduler sends it the workers
+  // placed on it now and after every change.
+  caf::reacts_to<atom::attach, std::string, machine_actor>,
+  // A machine's agent says which workers it holds: they are acknowledged;
+  // after the machine was Down, a worker it no longer holds has failed.
+  caf::reacts_to<v1::WorkerStatuses>,
+  // Internal: writes the runs changed since the last flush in one batch
+  // with sync, then answers the requests waiting for it (group commit).
+  caf::reacts_to<atom::tick>>;
 
 } // namespace astraeus

@@ -71,6 +71,8 @@ v1::SchedulerMachine machine_state::scheduler_view() const {
   v1::SchedulerMachine out;
   out.set_name(config.record.name());
   out.set_schedulable(schedulable());
+  out.set_down(liveness == v1::Machine::Down);
+  out.set_address(config.record.address());
   *out.mutable_labels() = config.record.labels();
   const auto& gpus = facts.gpus().gpus();
   std::map<std::string, uint32_t> index_of;
@@ -206,7 +208,32 @@ machine(machine_actor::stateful_pointer<machine_state> self,
     }
   };
   sync_gpus(false);
+  if (st.config.scheduler)
+    self->send(st.config.scheduler, atom::attach_v, name(),
+               caf::actor_cast<machine_actor>(self));
   tell_scheduler();
+  // Hands the agent the worker set, when connected and not yet applied.
+  auto send_orders = [self] {
+    auto& st = self->state;
+    if (!st.orders_known || st.session == 0 || !st.gate
+        || st.acked_generation == st.orders.generation())
+      return;
+    self->send(caf::actor_cast<gate_command_actor>(st.gate), atom::assign_v,
+               st.session, st.orders);
+  };
+  // The agent's worker list, from its answer frame or a report.
+  auto on_statuses = [self, send_orders](v1::WorkerStatuses& statuses) {
+    auto& st = self->state;
+    statuses.set_machine(st.config.record.name());
+    st.acked_generation = statuses.generation();
+    auto bytes = statuses.SerializeAsString();
+    if (bytes != st.last_statuses) {
+      st.last_statuses = std::move(bytes);
+      if (st.config.scheduler)
+        self->send(st.config.scheduler, std::move(statuses));
+    }
+    send_orders();
+  };
   auto set_liveness = [self, name, tell_scheduler](v1::Machine::State next,
                                                   const char* why) {
     auto& st = self->state;
@@ -216,6 +243,8 @@ machine(machine_actor::stateful_pointer<machine_state> self,
       self->send(g, atom::machine_up_v, next == v1::Machine::Up);
     auto before = st.liveness;
     st.liveness = next;
+    if (next == v1::Machine::Down)
+      st.last_statuses.clear();
     if (st.config.record.maintenance()) {
       spdlog::info("machine {}: in Maintenance; underneath {} -> {} ({})",
                    name(), to_string(before), to_string(next), why);
@@ -243,9 +272,13 @@ machine(machine_actor::stateful_pointer<machine_state> self,
     return caf::none;
   };
   return {
-    [self, set_liveness, persist, sync_gpus,
-     tell_scheduler](v1::MachineReport& report) {
+    [self, set_liveness, persist, sync_gpus, tell_scheduler, on_statuses,
+     send_orders](v1::MachineReport& report) {
       auto& st = self->state;
+      bool address_changed = !report.address().empty()
+                             && report.address() != st.config.record.address();
+      if (address_changed)
+        st.config.record.set_address(report.address());
       st.last_report = self->clock().now();
       st.last_report_unix_ms = unix_ms_now();
       st.facts = std::move(*report.mutable_facts());
@@ -269,6 +302,7 @@ machine(machine_actor::stateful_pointer<machine_state> self,
         st.config.record.set_agent_version(report.agent_version());
         came_up = true;
       }
+      came_up = came_up || address_changed;
       // The controller keeps a copy of the GPUs and their faults, so they
       // show while the machine is Down and after a controller restart.
       auto gpu_print = gpu_fingerprint(st.facts.gpus());
@@ -285,6 +319,10 @@ machine(machine_actor::stateful_pointer<machine_state> self,
         self->delayed_send(self, st.config.heartbeat_lapse, atom::lapse_v);
       }
       tell_scheduler();
+      if (report.has_workers())
+        on_statuses(*report.mutable_workers());
+      else
+        send_orders();
     },
     [self](atom::get) -> v1::MachineView { return self->state.view(); },
     [self](atom::gpus) -> caf::result<std::vector<v1::GpuView>> {
@@ -336,17 +374,29 @@ machine(machine_actor::stateful_pointer<machine_state> self,
       }
       return st.view();
     },
-    [self, name](atom::connected, uint64_t session, bool up, caf::actor& gate) {
+    [self, name, send_orders](atom::connected, uint64_t session, bool up,
+                              caf::actor& gate) {
       auto& st = self->state;
       if (up) {
         st.session = session;
         st.gate = std::move(gate);
+        // A new session: whatever the agent applied, it says so again.
+        st.acked_generation = 0;
+        st.last_statuses.clear();
+        send_orders();
       } else if (st.session == session) {
         st.session = 0;
         st.gate = nullptr;
         spdlog::info("machine {}: agent disconnected", name());
       }
     },
+    [self, send_orders](atom::assign, v1::WorkerOrders& orders) {
+      auto& st = self->state;
+      st.orders = std::move(orders);
+      st.orders_known = true;
+      send_orders();
+    },
+    [on_statuses](v1::WorkerStatuses& statuses) { on_statuses(statuses); },
     [self, tell_scheduler](atom::health, std::string& id, std::string& health,
                            std::string& reasons) {
       auto& st = self->state;

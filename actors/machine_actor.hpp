@@ -76,6 +76,16 @@ struct machine_state {
   std::string stored_gpu_fingerprint;
   /// The last snapshot sent to the scheduler (to send only changes).
   std::string scheduler_snapshot;
+  /// The workers the scheduler placed here (whole set) and whether any set
+  /// came yet.
+  v1::WorkerOrders orders;
+  bool orders_known = false;
+  /// The generation of orders the agent last said it applied.
+  uint64_t acked_generation = 0;
+  /// The agent's last worker list passed to the scheduler (wire bytes;
+  /// cleared when the agent disconnects or the machine goes Down, so the
+  /// first list after its return always reaches the scheduler).
+  std::string last_statuses;
 
   /// What the scheduler places by: schedulable, labels, GPUs and health.
   v1::SchedulerMachine scheduler_view() const;

@@ -24,20 +24,59 @@ int64_t clock_seconds(self_ptr self) {
     .count();
 }
 
-caf::error persist(scheduler_state& st, const v1::Run& run, bool sync) {
-  auto err = st.config.store->put(family::runs, run.spec().name(), run, sync);
-  if (err)
-    spdlog::error("scheduler: cannot store run {}: {}", run.spec().name(),
-                  render_error(err));
-  return err;
+bool live(const v1::Run& run) {
+  const auto& s = run.state();
+  return s != run_state::waiting && s != run_state::stopped && s != run_state::failed;
 }
 
-std::vector<std::string> held_gpu_ids(const v1::Run& run) {
+/// Schedules the group commit (once per burst).
+void mark(self_ptr self, const std::string& run) {
+  auto& st = self->state;
+  st.dirty_runs.insert(run);
+  if (!st.flush_pending) {
+    st.flush_pending = true;
+    self->send(self, atom::tick_v);
+  }
+}
+
+void mark_machine(self_ptr self, const std::string& machine) {
+  self->state.dirty_machines.insert(machine);
+  if (!self->state.flush_pending) {
+    self->state.flush_pending = true;
+    self->send(self, atom::tick_v);
+  }
+}
+
+/// The GPU ids the workers of copy `copy` (-1: all) hold.
+std::vector<std::string> held_gpu_ids(const v1::Run& run, int32_t copy = -2) {
   std::vector<std::string> out;
   for (const auto& w : run.workers())
-    for (const auto& id : w.gpu_ids())
-      out.push_back(id);
+    if (copy == -2 || w.array_index() == copy)
+      for (const auto& id : w.gpu_ids())
+        out.push_back(id);
   return out;
+}
+
+/// Records which machines a live run has workers on (and forgets a run
+/// that is no longer live); those machines get their new worker sets.
+void index_run(self_ptr self, const v1::Run& run) {
+  auto& st = self->state;
+  const auto& name = run.spec().name();
+  std::set<std::string> now;
+  if (live(run))
+    for (const auto& w : run.workers())
+      now.insert(w.machine());
+  for (auto it = st.runs_on.begin(); it != st.runs_on.end();) {
+    if (!now.count(it->first) && it->second.erase(name))
+      mark_machine(self, it->first);
+    if (it->second.empty())
+      it = st.runs_on.erase(it);
+    else
+      ++it;
+  }
+  for (const auto& m : now)
+    if (st.runs_on[m].insert(name).second)
+      mark_machine(self, m);
 }
 
 void set_run_state(v1::Run& run, const char* state) {
@@ -46,53 +85,75 @@ void set_run_state(v1::Run& run, const char* state) {
     w.set_state(state);
 }
 
-/// Releases the piecewise holds of a run still re-adopting its GPUs.
-void drop_restore(scheduler_state& st, const std::string& name) {
-  auto it = st.restoring.find(name);
+/// Releases the piecewise holds of a copy still re-adopting its GPUs.
+void drop_restore(scheduler_state& st, const std::string& qname) {
+  auto it = st.restoring.find(qname);
   if (it == st.restoring.end())
     return;
   for (auto a : it->second.pieces)
     if (auto err = st.index->release(a))
       spdlog::error("scheduler: run {}: cannot release a restored hold: {}",
-                    name, render_error(err));
+                    qname, render_error(err));
   st.restoring.erase(it);
 }
 
-/// Releases whatever a run holds (running, restoring) or takes it out of
-/// the queue (waiting).
-void release_run(scheduler_state& st, const std::string& name) {
-  if (st.restoring.count(name)) {
-    drop_restore(st, name);
-  } else if (st.queue->allocation_of(name)) {
-    if (auto err = st.queue->complete(name))
-      spdlog::error("scheduler: run {}: cannot release its GPUs: {}", name,
-                    render_error(err));
-  } else {
-    // Waiting: leaves the queue. Stopped or Failed: nothing to release.
-    static_cast<void>(st.queue->cancel(name));
+/// Releases whatever each copy of a run holds (running, restoring) or takes
+/// it out of the queue (waiting).
+void release_run(scheduler_state& st, const v1::Run& run) {
+  for (const auto& qname : queue_names_of(run.spec())) {
+    st.waiting.erase(qname);
+    if (st.restoring.count(qname)) {
+      drop_restore(st, qname);
+    } else if (st.queue->allocation_of(qname)) {
+      if (auto err = st.queue->complete(qname))
+        spdlog::error("scheduler: run {}: cannot release its GPUs: {}", qname,
+                      render_error(err));
+    } else {
+      // Waiting: leaves the queue. Stopped or Failed: nothing to release.
+      static_cast<void>(st.queue->cancel(qname));
+    }
   }
 }
 
-/// Holds, for each run still re-adopting, the GPUs its machines now list;
-/// once all are there, holds them as one allocation and adopts the run.
+/// Whether any copy of the run holds GPUs or is re-adopting them.
+bool holds_gpus(const scheduler_state& st, const v1::Run& run) {
+  for (const auto& qname : queue_names_of(run.spec()))
+    if (st.restoring.count(qname) || st.queue->allocation_of(qname))
+      return true;
+  return false;
+}
+
+/// Ends a run: releases its GPUs, sets its state, stores it.
+void finish_run(self_ptr self, v1::Run& run, const char* state,
+                const std::string& why) {
+  auto& st = self->state;
+  release_run(st, run);
+  set_run_state(run, state);
+  run.set_waiting_reason(why);
+  index_run(self, run);
+  mark(self, run.spec().name());
+}
+
+/// Holds, for each copy still re-adopting, the GPUs its machines now list;
+/// once all are there, holds them as one allocation and adopts the copy.
 void restore_pass(self_ptr self) {
   auto& st = self->state;
   for (auto it = st.restoring.begin(); it != st.restoring.end();) {
-    const auto& name = it->first;
+    const auto& qname = it->first;
     auto& r = it->second;
     for (auto id = r.missing.begin(); id != r.missing.end();) {
       auto g = st.index->find_gpu(*id);
       if (!g || st.index->holder(*g) != 0) {
         if (g)
-          spdlog::error("scheduler: run {}: its GPU {} is held by {}", name,
+          spdlog::error("scheduler: run {}: its GPU {} is held by {}", qname,
                         *id,
                         st.index->allocation_owner(st.index->holder(*g)));
         ++id;
         continue;
       }
-      auto a = st.index->restore(name, {*id});
+      auto a = st.index->restore(qname, {*id});
       if (!a) {
-        spdlog::error("scheduler: run {}: cannot hold GPU {}: {}", name, *id,
+        spdlog::error("scheduler: run {}: cannot hold GPU {}: {}", qname, *id,
                       render_error(a.error()));
         ++id;
         continue;
@@ -104,41 +165,66 @@ void restore_pass(self_ptr self) {
       ++it;
       continue;
     }
-    // Every GPU is there: one allocation for the whole run (nothing runs
+    // Every GPU is there: one allocation for the whole copy (nothing runs
     // between the releases and the restore).
-    const auto& run = st.runs[name];
+    auto [run_name, copy] = parse_queue_name(qname);
+    const auto& run = st.runs[run_name];
     for (auto a : r.pieces)
       st.index->release(a);
     r.pieces.clear();
-    auto all = st.index->restore(name, held_gpu_ids(run));
+    auto ids = held_gpu_ids(run, copy);
+    auto all = st.index->restore(qname, ids);
     if (!all) {
-      spdlog::error("scheduler: run {}: cannot re-adopt its GPUs: {}", name,
+      spdlog::error("scheduler: run {}: cannot re-adopt its GPUs: {}", qname,
                     render_error(all.error()));
       ++it;
       continue;
     }
     int64_t elapsed = std::max<int64_t>(0, (unix_ms_now() - run.placed_unix_ms()) / 1000);
-    auto err = st.queue->adopt(name, *all, clock_seconds(self) - elapsed,
+    auto err = st.queue->adopt(qname, *all, clock_seconds(self) - elapsed,
                                static_cast<int64_t>(run.spec().time_limit_seconds()));
     if (err) {
-      spdlog::error("scheduler: run {}: cannot adopt it: {}", name, render_error(err));
+      spdlog::error("scheduler: run {}: cannot adopt it: {}", qname, render_error(err));
       st.index->release(*all);
       ++it;
       continue;
     }
-    spdlog::info("scheduler: run {} re-adopted its {} GPU(s)", name,
-                 held_gpu_ids(run).size());
+    spdlog::info("scheduler: run {} re-adopted its {} GPU(s)", qname, ids.size());
     it = st.restoring.erase(it);
   }
 }
 
-/// One pass of the queue: placed runs are stored with sync; waiting runs get
-/// the engine's reason.
+/// The waiting reason a run shows: the engine's words, and for an array how
+/// many copies still wait.
+std::string waiting_reason_of(const scheduler_state& st, const v1::Run& run) {
+  auto names = queue_names_of(run.spec());
+  size_t waiting = 0;
+  const waiting_reason* first = nullptr;
+  for (const auto& qname : names)
+    if (st.waiting.count(qname)) {
+      ++waiting;
+      if (!first)
+        first = st.queue->waiting(qname);
+    }
+  if (waiting == 0)
+    return {};
+  std::string why = first ? first->message : "waiting: not scheduled yet";
+  if (run.spec().array_size() > 0)
+    return std::to_string(waiting) + " of " + std::to_string(names.size())
+           + " copies waiting; " + why;
+  return why;
+}
+
+/// One pass of the queue: placed runs get their workers and are marked for
+/// the group commit; waiting runs get the engine's reason.
 void schedule_pass(self_ptr self) {
   auto& st = self->state;
   auto decisions = st.queue->schedule(clock_seconds(self));
+  std::set<std::string> touched;
   for (auto& d : decisions) {
-    auto it = st.runs.find(d.run);
+    auto [run_name, copy] = parse_queue_name(d.run);
+    st.waiting.erase(d.run);
+    auto it = st.runs.find(run_name);
     if (it == st.runs.end()) {
       spdlog::error("scheduler: placed unknown run {}; releasing it", d.run);
       st.queue->complete(d.run);
@@ -146,7 +232,14 @@ void schedule_pass(self_ptr self) {
     }
     auto& run = it->second;
     auto groups = run_groups_in_rank_order(run.spec());
-    run.clear_workers();
+    // Drop what an earlier placement of this copy left (none normally).
+    auto* ws = run.mutable_workers();
+    ws->erase(std::remove_if(ws->begin(), ws->end(),
+                             [copy = copy](const auto& w) {
+                               return w.array_index() == copy;
+                             }),
+              ws->end());
+    std::string leader_machine;
     for (const auto& pw : d.where.workers) {
       auto* w = run.add_workers();
       w->set_rank(pw.rank);
@@ -156,25 +249,130 @@ void schedule_pass(self_ptr self) {
       for (auto& id : st.index->gpu_ids(pw.machine, pw.gpus))
         w->add_gpu_ids(std::move(id));
       w->set_numa_node(pw.numa_node);
+      w->set_state(run_state::placed);
+      w->set_array_index(copy);
+      w->set_name(worker_name(run_name, copy, pw.rank));
+      if (pw.rank == d.where.leader)
+        leader_machine = w->machine();
     }
-    set_run_state(run, run_state::placed);
-    run.clear_waiting_reason();
-    run.set_placed_unix_ms(unix_ms_now());
-    if (d.where.leader < static_cast<uint32_t>(run.workers_size()))
-      run.set_leader_machine(run.workers(static_cast<int>(d.where.leader)).machine());
-    persist(st, run, true);
+    run.set_state(run_state::placed);
+    run.set_copies_placed(run.copies_placed() + 1);
+    if (run.placed_unix_ms() == 0)
+      run.set_placed_unix_ms(unix_ms_now());
+    if (run.leader_machine().empty() && !leader_machine.empty()) {
+      run.set_leader_machine(leader_machine);
+      auto f = st.machine_facts_by_name.find(leader_machine);
+      run.set_master_addr(f != st.machine_facts_by_name.end()
+                              && !f->second.address.empty()
+                            ? f->second.address
+                            : leader_machine);
+    }
+    touched.insert(run_name);
     spdlog::info("scheduler: run {} placed ({} worker(s), {})", d.run,
-                 run.workers_size(), to_string(d.where.tier));
+                 d.where.workers.size(), to_string(d.where.tier));
   }
-  for (auto& [name, run] : st.runs) {
-    if (run.state() != run_state::waiting)
+  for (const auto& name : touched) {
+    auto& run = st.runs[name];
+    run.set_waiting_reason(waiting_reason_of(st, run));
+    index_run(self, run);
+    mark(self, name);
+  }
+  for (const auto& qname : st.waiting) {
+    auto run_name = parse_queue_name(qname).first;
+    auto it = st.runs.find(run_name);
+    if (it == st.runs.end() || touched.count(run_name))
       continue;
-    if (const auto* why = st.queue->waiting(name);
-        why && why->message != run.waiting_reason()) {
-      run.set_waiting_reason(why->message);
-      persist(st, run, false);
+    auto why = waiting_reason_of(st, it->second);
+    if (why != it->second.waiting_reason()) {
+      it->second.set_waiting_reason(std::move(why));
+      mark(self, run_name);
     }
   }
+}
+
+/// The worker set of `machine`: every worker of a live run placed there.
+v1::WorkerOrders orders_for(scheduler_state& st, const std::string& machine) {
+  v1::WorkerOrders out;
+  out.set_machine(machine);
+  auto& gen = st.generation[machine];
+  gen = gen == 0 ? st.generation_base : gen + 1;
+  out.set_generation(gen);
+  auto on = st.runs_on.find(machine);
+  if (on == st.runs_on.end())
+    return out;
+  for (const auto& run_name : on->second) {
+    auto it = st.runs.find(run_name);
+    if (it == st.runs.end())
+      continue;
+    const auto& run = it->second;
+    std::map<int32_t, uint32_t> world;
+    for (const auto& w : run.workers())
+      ++world[w.array_index()];
+    for (const auto& w : run.workers()) {
+      if (w.machine() != machine)
+        continue;
+      auto* o = out.add_workers();
+      o->set_worker(w.name());
+      o->set_run(run_name);
+      o->set_rank(w.rank());
+      o->set_group(w.group());
+      o->set_group_rank(w.group_rank());
+      o->set_world_size(world[w.array_index()]);
+      *o->mutable_gpu_ids() = w.gpu_ids();
+      o->set_numa_node(w.numa_node());
+      o->set_master_addr(run.master_addr());
+      o->set_master_port(master_port);
+      *o->mutable_spec() = run.spec();
+      o->set_array_index(w.array_index());
+      o->set_leader_machine(run.leader_machine());
+    }
+  }
+  return out;
+}
+
+/// The group commit: one batch with sync for every run changed since the
+/// last flush, then the answers, then the machines' new worker sets.
+void flush(self_ptr self) {
+  auto& st = self->state;
+  st.flush_pending = false;
+  std::vector<Store::change> changes;
+  changes.reserve(st.dirty_runs.size());
+  for (const auto& name : st.dirty_runs) {
+    auto it = st.runs.find(name);
+    if (it == st.runs.end())
+      changes.push_back({family::runs, name, std::nullopt});
+    else
+      changes.push_back({family::runs, name, it->second.SerializeAsString()});
+  }
+  auto err = st.config.store->write(changes, true);
+  if (err) {
+    // Kept dirty: the next change tries again. Nobody is told of a run that
+    // is not on disk.
+    spdlog::error("scheduler: cannot store {} run(s): {}", changes.size(),
+                  render_error(err));
+    for (auto& [rp, run] : st.replies)
+      rp.deliver(err);
+    for (auto& [rp, name] : st.run_replies)
+      rp.deliver(err);
+  } else {
+    st.dirty_runs.clear();
+    for (auto& [rp, run] : st.replies)
+      rp.deliver(std::move(run));
+    for (auto& [rp, name] : st.run_replies) {
+      auto it = st.runs.find(name);
+      if (it != st.runs.end())
+        rp.deliver(it->second);
+      else
+        rp.deliver(caf::make_error(ec::invalid_request, "no run named " + name));
+    }
+    // Agents act only on what is on disk here.
+    for (const auto& m : st.dirty_machines)
+      if (auto h = st.machines.find(m); h != st.machines.end())
+        self->send(h->second, atom::assign_v, orders_for(st, m));
+    st.dirty_machines.clear();
+  }
+  st.replies.clear();
+  st.run_replies.clear();
 }
 
 caf::error no_such_run(const std::string& name) {
@@ -183,15 +381,44 @@ caf::error no_such_run(const std::string& name) {
 
 } // namespace
 
+std::vector<std::string> queue_names_of(const v1::RunSpec& spec) {
+  if (spec.array_size() == 0)
+    return {spec.name()};
+  std::vector<std::string> out;
+  out.reserve(spec.array_size());
+  for (uint32_t i = 0; i < spec.array_size(); ++i)
+    out.push_back(spec.name() + "[" + std::to_string(i) + "]");
+  return out;
+}
+
+std::pair<std::string, int32_t> parse_queue_name(const std::string& queue_name) {
+  auto open = queue_name.rfind('[');
+  if (open == std::string::npos || queue_name.empty() || queue_name.back() != ']')
+    return {queue_name, -1};
+  auto digits = queue_name.substr(open + 1, queue_name.size() - open - 2);
+  if (digits.empty() || digits.size() > 9
+      || !std::all_of(digits.begin(), digits.end(),
+                      [](char c) { return c >= '0' && c <= '9'; }))
+    return {queue_name, -1};
+  return {queue_name.substr(0, open), static_cast<int32_t>(std::stoul(digits))};
+}
+
+std::string worker_name(const std::string& run, int32_t copy, uint32_t rank) {
+  if (copy < 0)
+    return run + "-" + std::to_string(rank);
+  return run + "[" + std::to_string(copy) + "]-" + std::to_string(rank);
+}
+
 caf::error scheduler_config::validate() const {
   if (!store)
     return caf::make_error(ec::invalid_config, "scheduler: no store");
   return caf::none;
 }
 
-placement_request placement_request_of(const v1::RunSpec& spec) {
+placement_request placement_request_of(const v1::RunSpec& spec,
+                                       const std::string& queue_name) {
   placement_request out;
-  out.run = spec.name();
+  out.run = queue_name.empty() ? spec.name() : queue_name;
   for (auto& [name, size] : run_groups_in_rank_order(spec))
     out.groups.push_back(worker_group{name, size, spec.gpus_per_worker()});
   out.leader_group = 0;
@@ -247,8 +474,9 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
   st.config = std::move(config);
   st.index = std::make_unique<placement_index>(st.config.placement);
   st.queue = std::make_unique<scheduler_queue>(*st.index, st.config.queue);
+  st.generation_base = static_cast<uint64_t>(unix_ms_now()) * 1000;
 
-  // Load every stored run: waiting ones queue again in submission order;
+  // Load every stored run: waiting copies queue again in submission order;
   // placed ones re-adopt their GPUs as their machines' snapshots arrive.
   auto loaded = st.config.store->load_all<v1::Run>(family::runs);
   if (!loaded) {
@@ -269,27 +497,42 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
                     key, run.spec().name());
       continue;
     }
-    const auto& state = run.state();
-    if (state == run_state::placed || state == run_state::running
-        || state == run_state::stopping) {
-      auto ids = held_gpu_ids(run);
-      if (ids.empty()) {
-        spdlog::error("scheduler: stored run {} is {} without GPUs; it waits again",
-                      key, state);
-        set_run_state(run, run_state::waiting);
-      } else {
-        st.restoring[key].missing.insert(ids.begin(), ids.end());
-      }
+    // Runs stored before arrays and worker names existed.
+    for (auto& w : *run.mutable_workers()) {
+      if (run.spec().array_size() == 0)
+        w.set_array_index(-1);
+      if (w.name().empty())
+        w.set_name(worker_name(key, w.array_index(), w.rank()));
     }
-    if (run.state() == run_state::waiting) {
-      run.clear_workers();
-      if (auto err = st.queue->submit(placement_request_of(run.spec()), now))
-        spdlog::error("scheduler: cannot queue stored run {}: {}", key,
+    if (run.state() == run_state::stopped || run.state() == run_state::failed) {
+      st.runs.emplace(key, std::move(run));
+      continue;
+    }
+    for (const auto& qname : queue_names_of(run.spec())) {
+      auto copy = parse_queue_name(qname).second;
+      auto ids = held_gpu_ids(run, copy);
+      if (!ids.empty()) {
+        st.restoring[qname].missing.insert(ids.begin(), ids.end());
+        continue;
+      }
+      if (auto err = st.queue->submit(placement_request_of(run.spec(), qname), now))
+        spdlog::error("scheduler: cannot queue stored run {}: {}", qname,
                       render_error(err));
+      else
+        st.waiting.insert(qname);
+    }
+    if (run.workers_size() == 0 && run.state() != run_state::waiting) {
+      spdlog::error("scheduler: stored run {} is {} without workers; it waits again",
+                    key, run.state());
+      run.set_state(run_state::waiting);
     }
     st.runs.emplace(key, std::move(run));
   }
-  spdlog::info("scheduler: {} run(s) loaded, {} re-adopting GPUs",
+  for (auto& [key, run] : st.runs)
+    if (live(run))
+      for (const auto& w : run.workers())
+        st.runs_on[w.machine()].insert(key);
+  spdlog::info("scheduler: {} run(s) loaded, {} copies re-adopting GPUs",
                st.runs.size(), st.restoring.size());
 
   return {
@@ -310,16 +553,26 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
       run.set_state(run_state::waiting);
       run.set_waiting_reason("waiting: not scheduled yet");
       run.set_submitted_unix_ms(unix_ms_now());
-      if (auto err = persist(st, run, true))
-        return err;
-      if (auto err = st.queue->submit(placement_request_of(run.spec()),
-                                      clock_seconds(self))) {
-        st.config.store->erase(family::runs, name, true);
-        return err;
+      auto now = clock_seconds(self);
+      std::vector<std::string> queued;
+      for (const auto& qname : queue_names_of(run.spec())) {
+        if (auto err = st.queue->submit(placement_request_of(run.spec(), qname), now)) {
+          for (const auto& q : queued) {
+            static_cast<void>(st.queue->cancel(q));
+            st.waiting.erase(q);
+          }
+          return err;
+        }
+        queued.push_back(qname);
+        st.waiting.insert(qname);
       }
       st.runs.emplace(name, std::move(run));
+      mark(self, name);
       schedule_pass(self);
-      return st.runs[name];
+      // Answered once the run (as the pass left it) is on disk.
+      auto rp = self->make_response_promise<v1::Run>();
+      st.run_replies.emplace_back(rp, name);
+      return rp;
     },
     [self](atom::get, const std::string& name) -> caf::result<v1::Run> {
       auto& st = self->state;
@@ -339,18 +592,18 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
       auto it = st.runs.find(name);
       if (it == st.runs.end())
         return no_such_run(name);
-      if (auto err = st.config.store->erase(family::runs, name, true)) {
-        spdlog::error("scheduler: cannot erase run {}: {}", name, render_error(err));
-        return err;
-      }
       v1::Run out = std::move(it->second);
       st.runs.erase(it);
-      release_run(st, name);
+      release_run(st, out);
       if (out.state() != run_state::failed)
         set_run_state(out, run_state::stopped);
+      index_run(self, out);
+      mark(self, name);
       spdlog::info("scheduler: run {} deleted", name);
       schedule_pass(self);
-      return out;
+      auto rp = self->make_response_promise<v1::Run>();
+      st.replies.emplace_back(rp, std::move(out));
+      return rp;
     },
     [self](v1::SchedulerMachine& m) {
       auto& st = self->state;
@@ -369,6 +622,20 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
                       render_error(err));
         return;
       }
+      auto& facts = st.machine_facts_by_name[m.name()];
+      facts.address = m.address();
+      if (m.down() && !facts.down) {
+        // Its workers are Down and keep their GPUs until it is back.
+        if (auto on = st.runs_on.find(m.name()); on != st.runs_on.end())
+          for (const auto& run_name : on->second) {
+            auto& run = st.runs[run_name];
+            for (auto& w : *run.mutable_workers())
+              if (w.machine() == m.name())
+                w.set_state(run_state::down);
+            mark(self, run_name);
+          }
+      }
+      facts.down = m.down();
       restore_pass(self);
       schedule_pass(self);
     },
@@ -380,17 +647,70 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
         return;
       }
       auto& run = it->second;
-      if (!st.restoring.count(name) && !st.queue->allocation_of(name)) {
+      if (!holds_gpus(st, run)) {
         spdlog::warn("scheduler: completion of run {} ({}) ignored: not placed",
                      name, run.state());
         return;
       }
-      release_run(st, name);
-      set_run_state(run, run_state::stopped);
-      persist(st, run, true);
+      finish_run(self, run, run_state::stopped, "");
       spdlog::info("scheduler: run {} stopped", name);
       schedule_pass(self);
     },
+    [self](atom::attach, const std::string& machine, machine_actor& handle) {
+      auto& st = self->state;
+      st.machines[machine] = std::move(handle);
+      // Its worker set, even an empty one: the agent drops what it holds
+      // for runs that ended meanwhile.
+      mark_machine(self, machine);
+    },
+    [self](v1::WorkerStatuses& statuses) {
+      auto& st = self->state;
+      const auto& machine = statuses.machine();
+      auto on = st.runs_on.find(machine);
+      if (on == st.runs_on.end())
+        return;
+      std::map<std::string, const v1::WorkerStatus*> held;
+      for (const auto& w : statuses.workers())
+        held[w.worker()] = &w;
+      std::vector<std::pair<std::string, std::string>> lost;
+      for (const auto& run_name : on->second) {
+        auto& run = st.runs[run_name];
+        bool changed = false;
+        for (auto& w : *run.mutable_workers()) {
+          if (w.machine() != machine)
+            continue;
+          auto h = held.find(w.name());
+          if (h == held.end()) {
+            if (w.acknowledged())
+              lost.emplace_back(run_name, w.name());
+            continue;
+          }
+          const auto& agent_state = h->second->state();
+          auto next = agent_state == "Running" ? run_state::running
+                                               : run_state::assigned;
+          if (!w.acknowledged() || w.state() != next) {
+            w.set_acknowledged(true);
+            w.set_state(next);
+            changed = true;
+          }
+        }
+        if (changed)
+          mark(self, run_name);
+      }
+      std::set<std::string> failed;
+      for (const auto& [run_name, worker] : lost) {
+        if (!failed.insert(run_name).second)
+          continue;
+        auto& run = st.runs[run_name];
+        auto why = "worker " + worker + " was lost: machine " + machine
+                   + " no longer holds it";
+        spdlog::warn("scheduler: run {} failed: {}", run_name, why);
+        finish_run(self, run, run_state::failed, why);
+      }
+      if (!failed.empty())
+        schedule_pass(self);
+    },
+    [self](atom::tick) { flush(self); },
   };
 }
 

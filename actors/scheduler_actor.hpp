@@ -6,14 +6,27 @@
 /// from machine snapshots (`v1::SchedulerMachine`) and one `scheduler_queue`.
 ///
 /// - A schedule pass runs after every submit, snapshot, completion and
-///   delete, with `now` from the actor clock (virtual in tests). Placed runs
-///   are stored with sync before any answer.
+///   delete, with `now` from the actor clock (virtual in tests).
+/// - Group commit: every run changed while the mailbox is busy is written
+///   in one RocksDB batch with sync (an `atom::tick` the actor sends itself
+///   after the first change, so it runs after the messages already queued);
+///   only then are the waiting requests answered and the machines sent
+///   their new worker sets. A user is never told of a run that is not on
+///   disk, and one fsync serves a whole burst of submissions.
 /// - Waiting runs carry the engine's waiting reason.
-/// - At start every stored run is loaded: waiting runs queue again in their
-///   submission order; placed runs re-adopt their GPUs as soon as the
-///   snapshots of their machines name them (each GPU is held for the run
-///   the moment it appears, so no new run can take it meanwhile).
-/// Not wired to the machine actors or the CLI yet.
+/// - Every machine actor attaches itself; after each change the scheduler
+///   sends it the whole set of workers placed on it (`v1::WorkerOrders`),
+///   which its agent acknowledges (`v1::WorkerStatuses`): the worker is then
+///   `Assigned`. A machine that goes Down (snapshot `down`) has its workers
+///   shown `Down`, GPUs kept; when its agent reports again, a worker it
+///   acknowledged before and no longer holds has failed, and so has its run.
+/// - `array.size` N runs N copies of the run, each placed on its own (queue
+///   names `<run>[i]`), workers named `<run>[i]-<rank>`.
+/// - At start every stored run is loaded: waiting runs (and copies) queue
+///   again in their submission order; placed ones re-adopt their GPUs as
+///   soon as the snapshots of their machines name them (each GPU is held
+///   for the run the moment it appears, so no new run can take it
+///   meanwhile).
 
 #include <cstdint>
 #include <map>
@@ -25,6 +38,7 @@
 #include <caf/error.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
+#include <caf/typed_response_promise.hpp>
 
 #include "actors/interfaces.hpp"
 #include "actors/placement.hpp"
@@ -38,6 +52,8 @@ class Store;
 namespace run_state {
 inline constexpr const char* waiting = "Waiting";
 inline constexpr const char* placed = "Placed";
+inline constexpr const char* assigned = "Assigned";
+inline constexpr const char* down = "Down";
 inline constexpr const char* running = "Running";
 inline constexpr const char* stopping = "Stopping";
 inline constexpr const char* stopped = "Stopped";
@@ -78,8 +94,36 @@ struct scheduler_state {
   std::unique_ptr<scheduler_queue> queue;
   /// Every run by name.
   std::map<std::string, v1::Run> runs;
-  /// Placed runs still re-adopting their GPUs after a restart.
+  /// Placed runs (queue names: the run, or `<run>[i]` for an array copy)
+  /// still re-adopting their GPUs after a restart.
   std::map<std::string, run_restore> restoring;
+  /// Queue names of the runs and copies now waiting.
+  std::set<std::string> waiting;
+  /// The attached machine actors by machine name.
+  std::map<std::string, machine_actor> machines;
+  /// What the last snapshot of each machine said: address, Down.
+  struct machine_facts {
+    std::string address;
+    bool down = false;
+  };
+  std::map<std::string, machine_facts> machine_facts_by_name;
+  /// Live runs (placed, not stopped) with a worker on each machine.
+  std::map<std::string, std::set<std::string>> runs_on;
+  /// Generation of the worker set last sent to each machine.
+  std::map<std::string, uint64_t> generation;
+  /// First generation of this actor's life: later than any of a previous
+  /// run of the controller (wall-clock based), so agents never mistake a new
+  /// set for one they have applied.
+  uint64_t generation_base = 0;
+  /// Group commit: runs changed since the last flush (erased ones are no
+  /// longer in `runs`), requests answered after it, machines whose worker
+  /// set changed, and whether the flush message is on its way.
+  std::set<std::string> dirty_runs;
+  std::vector<std::pair<caf::typed_response_promise<v1::Run>, v1::Run>> replies;
+  std::vector<std::pair<caf::typed_response_promise<v1::Run>, std::string>>
+    run_replies;
+  std::set<std::string> dirty_machines;
+  bool flush_pending = false;
 };
 
 /// The scheduler actor's behaviour (handlers: actors/interfaces.hpp).
@@ -89,7 +133,22 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
 
 /// The engine's request for a run spec: groups in rank order (leader group
 /// first), `pool` and `labels` as required labels, healthy_only, time limit.
-placement_request placement_request_of(const v1::RunSpec& spec);
+/// `queue_name`: the run's name, or `<run>[i]` for copy i of an array.
+placement_request placement_request_of(const v1::RunSpec& spec,
+                                       const std::string& queue_name = {});
+
+/// The queue names of a run: its name, or `<run>[0]` .. `<run>[N-1]` for an
+/// array of size N (`array.size`; source: shared/seeds/inside-a-worker.md,
+/// "Arrays").
+std::vector<std::string> queue_names_of(const v1::RunSpec& spec);
+
+/// The run and copy index a queue name stands for: ("train", -1) for
+/// "train", ("sweep", 3) for "sweep[3]".
+std::pair<std::string, int32_t> parse_queue_name(const std::string& queue_name);
+
+/// A worker's name: `<run>-<rank>`, or `<run>[<copy>]-<rank>` in an array.
+std::string worker_name(const std::string& run, int32_t copy, uint32_t rank);
+
 
 /// The engine's machine for a snapshot. Health words as `parse_gpu_health`
 /// reads them (empty = Healthy). Errors: ec::invalid_request for an unknown

@@ -145,7 +145,8 @@ void add_commands(CLI::App& app, options& opts, int& rc) {
            "-- CMD ARGS..., or astra run -f spec.yaml; astra run show NAME");
   run->require_subcommand(0, 1);
   static std::string run_name, run_image, run_file, run_mem, run_pool;
-  static uint32_t run_gpus = 0, run_workers = 1;
+  static uint32_t run_gpus = 0, run_workers = 1, run_array = 0;
+  static std::string run_workspace;
   static double run_cpus = 0;
   static uint64_t run_time_limit = 0;
   static bool run_healthy_only = false;
@@ -158,6 +159,11 @@ void add_commands(CLI::App& app, options& opts, int& rc) {
   run->add_option("--cpus", run_cpus, "CPU cores per worker");
   run->add_option("--mem", run_mem, "memory per worker, e.g. 256M, 16G");
   run->add_option("--pool", run_pool, "pool the machines must be in");
+  run->add_option("--workspace", run_workspace,
+                  "workspace to run in (default: default); its grants are "
+                  "labels the machines must carry");
+  run->add_option("--array-size", run_array,
+                  "run N copies, each placed on its own (array.size)");
   run->add_option("--env", run_env, "KEY=VALUE, repeatable");
   run->add_flag("--healthy-only", run_healthy_only, "never AtRisk GPUs: wait instead");
   run->add_option("--time-limit-seconds", run_time_limit, "stop after this long");
@@ -215,6 +221,10 @@ void add_commands(CLI::App& app, options& opts, int& rc) {
     }
     if (!run_pool.empty())
       spec.set_pool(run_pool);
+    if (!run_workspace.empty())
+      spec.set_workspace(run_workspace);
+    if (run->count("--array-size") > 0)
+      spec.set_array_size(run_array);
     if (run_healthy_only)
       spec.set_healthy_only(true);
     if (run_time_limit > 0)
@@ -245,6 +255,46 @@ void add_commands(CLI::App& app, options& opts, int& rc) {
     req.mutable_list_runs();
     rc = call(opts, req, [](const v1::Response& r) {
       return cli::format_run_list(r.runs(), now_ms());
+    });
+  });
+  // Workspaces: where runs go, and the pools (labels) granted to them.
+  auto* workspace = app.add_subcommand("workspace", "create a workspace: astra workspace "
+                                                    "create NAME --grant pool=h100");
+  workspace->require_subcommand(1);
+  auto* ws_create = workspace->add_subcommand("create", "create a workspace granted labels");
+  static std::string ws_name, ws_org;
+  static std::vector<std::string> ws_grants;
+  ws_create->add_option("NAME", ws_name, "workspace name")->required();
+  ws_create->add_option("--grant", ws_grants,
+                        "KEY=VALUE label its machines must carry, e.g. pool=h100; "
+                        "repeatable");
+  ws_create->add_option("--organisation", ws_org, "organisation (default: default)");
+  ws_create->callback([&] {
+    v1::Request req;
+    auto* ws = req.mutable_create_workspace()->mutable_workspace();
+    ws->set_name(ws_name);
+    ws->set_organisation(ws_org);
+    for (const auto& g : ws_grants) {
+      auto eq = g.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == g.size()) {
+        std::fprintf(stderr, "astra: --grant %s: give KEY=VALUE, e.g. pool=h100\n",
+                     g.c_str());
+        rc = 2;
+        return;
+      }
+      (*ws->mutable_grants())[g.substr(0, eq)] = g.substr(eq + 1);
+    }
+    rc = call(opts, req, [](const v1::Response& r) {
+      return "workspace " + r.workspace().name() + " created (namespace "
+             + r.workspace().namespace_() + ")\n";
+    });
+  });
+  auto* workspaces = app.add_subcommand("workspaces", "list workspaces and their grants");
+  workspaces->callback([&] {
+    v1::Request req;
+    req.mutable_list_workspaces();
+    rc = call(opts, req, [](const v1::Response& r) {
+      return cli::format_workspaces(r.workspaces());
     });
   });
   auto* del = app.add_subcommand("delete", "stop a run and free its GPUs");

@@ -8,6 +8,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include "actors/machine_pressure.hpp"
+#include "runtime/run_spec.hpp"
 
 namespace astraeus::cli {
 
@@ -457,7 +458,7 @@ std::string format_run_list(const v1::RunList& list, int64_t now_unix_ms) {
                     format_age(r.submitted_unix_ms(), now_unix_ms),
                     r.waiting_reason().empty() ? "-" : r.waiting_reason()});
   return render_table({"NAME", "STATE", "WORKERS", "GPUS/WORKER", "LEADER",
-                       "SUBMITTED", "WHY WAITING"},
+                       "SUBMITTED", "WHY"},
                       rows);
 }
 
@@ -472,6 +473,11 @@ std::string format_run(const v1::Run& r, int64_t now_unix_ms) {
   if (r.placed_unix_ms() > 0)
     out << "Placed:      " << format_time(r.placed_unix_ms()) << "\n";
   out << "Leader:      " << (r.leader_machine().empty() ? "-" : r.leader_machine()) << "\n";
+  if (!r.master_addr().empty())
+    out << "MASTER_ADDR: " << r.master_addr() << ":" << master_port << "\n";
+  if (r.spec().array_size() > 0)
+    out << "Array:       " << r.copies_placed() << " of " << r.spec().array_size()
+        << " copies placed\n";
   out << "Image:       " << (r.spec().image().empty() ? "-" : r.spec().image()) << "\n";
   std::string cmd;
   for (const auto& c : r.spec().command())
@@ -489,16 +495,35 @@ std::string format_run(const v1::Run& r, int64_t now_unix_ms) {
       std::string gpus;
       for (const auto& g : w.gpu_ids())
         gpus += (gpus.empty() ? "" : ",") + g;
-      rows.push_back({std::to_string(w.rank()), w.group(), w.machine(),
-                      gpus.empty() ? "-" : gpus,
+      rows.push_back({w.name().empty() ? "-" : w.name(), std::to_string(w.rank()),
+                      w.group(), w.machine(), gpus.empty() ? "-" : gpus,
                       w.numa_node() >= 0 ? std::to_string(w.numa_node()) : "-",
-                      w.state().empty() ? "-" : w.state()});
+                      w.state().empty() ? "-" : w.state(),
+                      w.acknowledged() ? "yes" : "not yet"});
     }
     out << "\nWorkers\n"
-        << indent(render_table({"RANK", "GROUP", "MACHINE", "GPUS", "NUMA", "STATE"}, rows),
+        << indent(render_table({"WORKER", "RANK", "GROUP", "MACHINE", "GPUS", "NUMA",
+                                "STATE", "AGENT HAS IT"},
+                               rows),
                   "  ");
   }
   return out.str();
+}
+
+std::string format_workspaces(const v1::WorkspaceList& list) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& w : list.workspaces()) {
+    std::vector<std::string> grants;
+    for (const auto& [k, v] : w.grants())
+      grants.push_back(k + "=" + v);
+    std::sort(grants.begin(), grants.end());
+    std::string g;
+    for (const auto& x : grants)
+      g += (g.empty() ? "" : ",") + x;
+    rows.push_back({w.name(), w.organisation(), w.namespace_().empty() ? "-" : w.namespace_(),
+                    g.empty() ? "(all machines)" : g});
+  }
+  return render_table({"NAME", "ORGANISATION", "NAMESPACE", "GRANTS"}, rows);
 }
 
 std::string format_submitted(const v1::Run& r) {

@@ -35,6 +35,10 @@ std::string format_run_list(const v1::RunList& list, int64_t now_unix_ms);
 /// `astra run show NAME`: the run and its workers.
 std::string format_run(const v1::Run& run, int64_t now_unix_ms);
 
+/// `astra workspaces`: name, organisation, namespace and grants (labels
+/// their machines must carry), one row each.
+std::string format_workspaces(const v1::WorkspaceList& list);
+
 /// What `astra run` says after submitting.
 std::string format_submitted(const v1::Run& run);
 

@@ -373,6 +373,10 @@ const std::vector<key_def<AgentConfig>>& agent_keys() {
              "TCP port of the controller's gate"),
     text_key("machine.name", &C::name, false,
              "this machine's name in the cluster; empty uses the host name"),
+    text_key("machine.advertise_address", &C::advertise_address, false,
+             "the address other machines reach this one by (MASTER_ADDR of "
+             "runs led from here); empty: the source address of the route "
+             "to the controller"),
     text_key("data.path", &C::data_dir, false,
              "folder of the agent's RocksDB (fault latches), created if "
              "missing",

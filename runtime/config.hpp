@@ -97,6 +97,10 @@ struct AgentConfig {
   uint16_t controller_port = 7450;
   /// machine.name: this machine's name; empty means the host name.
   std::string name;
+  /// machine.advertise_address: the address other machines reach this one
+  /// by (a run led from here gets it as MASTER_ADDR); empty: the source
+  /// address of this machine's route to the controller.
+  std::string advertise_address;
   /// data.path: folder of the agent's RocksDB (fault latches). Empty in a
   /// default-constructed struct; the loaders fill it with
   /// `default_data_dir("agent")`.

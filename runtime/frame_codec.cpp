@@ -54,6 +54,8 @@ std::string_view frame_kind(const v1::Frame& frame) {
     case v1::Frame::kResponse: return "response";
     case v1::Frame::kClearFault: return "clear-fault";
     case v1::Frame::kClearFaultReply: return "clear-fault-reply";
+    case v1::Frame::kWorkerOrders: return "worker-orders";
+    case v1::Frame::kWorkerStatuses: return "worker-statuses";
     case v1::Frame::BODY_NOT_SET: break;
   }
   return "empty";

@@ -61,6 +61,10 @@
 
 namespace astraeus {
 
+/// The rendezvous port every run's workers are told (`MASTER_PORT`).
+/// Source: shared/seeds/inside-a-worker.md ("Rendezvous").
+inline constexpr uint32_t master_port = 29500;
+
 /// The largest spec text `parse_run_spec` reads, in bytes (1 MiB).
 inline constexpr size_t max_run_spec_bytes = 1 << 20;
 

@@ -6,6 +6,7 @@
 #include <system_error>
 
 #include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
 #include <rocksdb/iterator.h>
 #include <rocksdb/options.h>
 #include <rocksdb/slice.h>
@@ -18,6 +19,7 @@ namespace {
 constexpr std::array<family, family_count> all_families = {
   family::machines, family::gpus,    family::faults,      family::runs,
   family::workers,  family::tokens,  family::validations, family::audit,
+  family::workspaces,
 };
 
 rocksdb::Slice slice(std::string_view x) {
@@ -53,6 +55,7 @@ const char* to_string(family f) {
     case family::tokens: return "tokens";
     case family::validations: return "validations";
     case family::audit: return "audit";
+    case family::workspaces: return "workspaces";
   }
   return "unknown";
 }
@@ -200,6 +203,27 @@ caf::error Store::erase(family f, std::string_view key, bool sync) {
   if (!s.ok())
     return store_error(impl_->path, "cannot erase " + impl_->where(f, key)
                                       + ": " + s.ToString());
+  return caf::none;
+}
+
+caf::error Store::write(const std::vector<change>& changes, bool sync) {
+  if (changes.empty())
+    return caf::none;
+  rocksdb::WriteBatch batch;
+  for (const auto& c : changes) {
+    auto s = c.value ? batch.Put(impl_->handle(c.f), slice(c.key), slice(*c.value))
+                     : batch.Delete(impl_->handle(c.f), slice(c.key));
+    if (!s.ok())
+      return store_error(impl_->path, "cannot batch " + impl_->where(c.f, c.key)
+                                        + ": " + s.ToString());
+  }
+  rocksdb::WriteOptions opts;
+  opts.sync = sync;
+  auto s = impl_->db->Write(opts, &batch);
+  if (!s.ok())
+    return store_error(impl_->path, "cannot write a batch of "
+                                      + std::to_string(changes.size())
+                                      + " change(s): " + s.ToString());
   return caf::none;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -32,10 +33,11 @@ enum class family : uint8_t {
   tokens,
   validations,
   audit,
+  workspaces,
 };
 
-/// How many families there are (`audit` is the last).
-inline constexpr size_t family_count = 8;
+/// How many families there are (`workspaces` is the last).
+inline constexpr size_t family_count = 9;
 
 /// The column family's name, e.g. "machines".
 const char* to_string(family f);
@@ -89,6 +91,21 @@ public:
   /// `sync` as for `put`.
   /// Errors: `ec::store_failure` naming the path, family and key.
   caf::error erase(family f, std::string_view key, bool sync = true);
+
+  /// One change of a `write` batch: `value` set = put those bytes, unset =
+  /// erase the key.
+  struct change {
+    family f;
+    std::string key;
+    std::optional<std::string> value;
+  };
+
+  /// Applies every change atomically, in order, with one write (and, with
+  /// `sync`, one fsync): the group commit of actors that answer many
+  /// requests per disk write. An empty batch writes nothing.
+  /// Errors: `ec::store_failure` naming the path and the number of changes;
+  /// then none of them was applied.
+  caf::error write(const std::vector<change>& changes, bool sync = true);
 
   /// Calls `fn(key, bytes)` for every entry of family `f` in bytewise key
   /// order, from one consistent snapshot, until `fn` returns false. The

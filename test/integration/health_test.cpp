@@ -905,3 +905,74 @@ TEST_F(Health, AFencedGpuIsNeverOfferedForAssignment) {
       ++placed;
   EXPECT_EQ(placed, 2) << runs.out;
 }
+
+// --- Assignments reach the agent; workspaces ------------------------------
+
+namespace {
+
+json run_json(const command_result& r) {
+  try {
+    return json::parse(r.out);
+  } catch (...) {
+    return json::object();
+  }
+}
+
+} // namespace
+
+TEST_F(Health, AssignmentsReachTheAgentAreDownWithItAndBackAfterItsRestart) {
+  ASSERT_TRUE(start_cluster());
+  auto sub = astra({"run", "--name", "train", "--gpus", "2", "--image", "img", "--", "true"});
+  ASSERT_EQ(sub.rc, 0) << sub.err;
+  auto worker_state = [&] {
+    auto w = run_json(astra({"run", "show", "train", "-o", "json"}))["workers"];
+    return w.is_array() && !w.empty() ? w[0].value("state", "") : std::string{};
+  };
+  ASSERT_TRUE(wait_until([&] { return worker_state() == "Assigned"; }, 5s))
+    << astra({"run", "show", "train"}).out;
+  auto run = run_json(astra({"run", "show", "train", "-o", "json"}));
+  EXPECT_EQ(run.value("master_addr", ""), "127.0.0.1");
+  EXPECT_EQ(run["workers"][0].value("name", ""), "train-0");
+  EXPECT_TRUE(run["workers"][0].value("acknowledged", false));
+  auto shown = astra({"run", "show", "train"});
+  EXPECT_TRUE(contains(shown.out, "MASTER_ADDR: 127.0.0.1:29500")) << shown.out;
+  // The agent dies: once the machine is Down its worker is Down, GPUs kept.
+  kill_agent();
+  ASSERT_TRUE(wait_until([&] { return worker_state() == "Down"; }, 6s))
+    << astra({"run", "show", "train"}).out;
+  EXPECT_EQ(run_json(astra({"run", "show", "train", "-o", "json"}))["workers"][0]["gpu_ids"].size(),
+            2u);
+  // Back with the same data folder: it still holds the worker.
+  start_agent();
+  ASSERT_TRUE(wait_until([&] { return worker_state() == "Assigned"; }, 6s))
+    << astra({"run", "show", "train"}).out;
+  EXPECT_EQ(run_json(astra({"run", "show", "train", "-o", "json"})).value("state", ""), "Placed");
+}
+
+TEST_F(Health, AWorkspaceRunsOnlyOnTheLabelsItWasGranted) {
+  ASSERT_TRUE(start_cluster());
+  auto made = astra({"workspace", "create", "research", "--grant", "pool=a100"});
+  ASSERT_EQ(made.rc, 0) << made.err;
+  EXPECT_TRUE(contains(made.out, "workspace research created (namespace ws-")) << made.out;
+  auto list = astra({"workspaces"});
+  EXPECT_TRUE(contains(list.out, "pool=a100")) << list.out;
+  EXPECT_TRUE(contains(list.out, "(all machines)")) << list.out;
+  // This machine carries no pool=a100: the run waits and says so.
+  auto r1 = astra({"run", "--name", "r1", "--workspace", "research", "--gpus", "1",
+                   "--image", "img", "--", "true"});
+  ASSERT_EQ(r1.rc, 0) << r1.err;
+  EXPECT_TRUE(contains(r1.out, "Waiting")) << r1.out;
+  EXPECT_TRUE(contains(r1.out, "a100")) << r1.out;
+  auto clash = astra({"run", "--name", "r2", "--workspace", "research", "--pool", "h100",
+                      "--gpus", "1", "--image", "img", "--", "true"});
+  EXPECT_NE(clash.rc, 0);
+  EXPECT_TRUE(contains(clash.err, "workspace research is granted pool=a100; the run asks for pool=h100"))
+    << clash.err;
+  auto none = astra({"run", "--name", "r3", "--workspace", "nope", "--gpus", "1",
+                     "--image", "img", "--", "true"});
+  EXPECT_NE(none.rc, 0);
+  EXPECT_TRUE(contains(none.err, "no workspace named nope")) << none.err;
+  auto open = astra({"run", "--name", "r4", "--gpus", "1", "--image", "img", "--", "true"});
+  ASSERT_EQ(open.rc, 0) << open.err;
+  EXPECT_TRUE(contains(open.out, "Placed")) << open.out;
+}

@@ -211,3 +211,39 @@ TEST_F(ClusterActor, AStoredRecordThatDoesNotParseIsLeftAloneAndTheRestLoad) {
   EXPECT_TRUE(found) << "the unreadable record must not be deleted";
   EXPECT_EQ(raw, "\xff\xff\xff");
 }
+
+TEST(Workspaces, GrantsBecomeLabelsTheRunsMachinesMustCarry) {
+  v1::Workspace ws;
+  ws.set_name("research");
+  (*ws.mutable_grants())["pool"] = "h100";
+  (*ws.mutable_grants())["site"] = "ams";
+  ASSERT_FALSE(validate_workspace(ws));
+  EXPECT_EQ(ws.organisation(), "default");
+  v1::RunSpec spec;
+  spec.set_name("train");
+  spec.set_workspace("research");
+  ASSERT_FALSE(apply_workspace(&ws, spec));
+  EXPECT_EQ(spec.pool(), "h100");
+  EXPECT_EQ(spec.labels().at("site"), "ams");
+  // Asking for the granted pool again is fine; another one is not.
+  ASSERT_FALSE(apply_workspace(&ws, spec));
+  spec.set_pool("a100");
+  auto err = apply_workspace(&ws, spec);
+  EXPECT_EQ(render_error(err), "workspace research is granted pool=h100; the run asks for pool=a100");
+  // The default workspace grants nothing.
+  v1::RunSpec plain;
+  plain.set_name("x");
+  ASSERT_FALSE(apply_workspace(nullptr, plain));
+  EXPECT_EQ(plain.workspace(), "default");
+  EXPECT_TRUE(plain.pool().empty());
+}
+
+TEST(Workspaces, BadNamesAndGrantsAreRefused) {
+  v1::Workspace ws;
+  ws.set_name("no spaces");
+  EXPECT_NE(render_error(validate_workspace(ws)).find("workspace name 'no spaces'"),
+            std::string::npos);
+  ws.set_name("ok");
+  (*ws.mutable_grants())["pool"] = "";
+  EXPECT_NE(render_error(validate_workspace(ws)).find("KEY=VALUE"), std::string::npos);
+}

@@ -3,6 +3,7 @@
 
 #include "actor_fixture.hpp"
 
+#include <caf/event_based_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
 #include "actors/machine_actor.hpp"
@@ -224,6 +225,107 @@ TEST_F(MachineActor, ConnectedFollowsTheCurrentSessionOnly) {
   (*self)->send(m, atom::connected_v, uint64_t{2}, false, caf::actor{});
   run();
   EXPECT_FALSE(ask<v1::MachineView>(m, atom::get_v).connected());
+}
+
+namespace {
+
+/// Stands in for the gate and the scheduler: keeps what a machine sends.
+struct machine_outbox {
+  std::vector<std::pair<uint64_t, v1::WorkerOrders>> orders;  // session, set
+  std::vector<v1::SchedulerMachine> snapshots;
+  std::vector<v1::WorkerStatuses> statuses;
+  std::vector<std::string> attached;
+};
+
+caf::behavior outbox_actor(caf::event_based_actor*, std::shared_ptr<machine_outbox> box) {
+  return {
+    [box](atom::assign, uint64_t session, v1::WorkerOrders& o) {
+      box->orders.emplace_back(session, std::move(o));
+    },
+    [box](v1::SchedulerMachine& m) { box->snapshots.push_back(std::move(m)); },
+    [box](v1::WorkerStatuses& s) { box->statuses.push_back(std::move(s)); },
+    [box](atom::attach, std::string& name, machine_actor&) { box->attached.push_back(name); },
+  };
+}
+
+v1::WorkerOrders orders_of(uint64_t generation, std::vector<std::string> workers) {
+  v1::WorkerOrders o;
+  o.set_machine("gpu-01");
+  o.set_generation(generation);
+  for (auto& w : workers)
+    o.add_workers()->set_worker(w);
+  return o;
+}
+
+} // namespace
+
+class MachineWorkers : public MachineActor {
+protected:
+  machine_actor spawn_wired() {
+    box = std::make_shared<machine_outbox>();
+    stub = spawn(outbox_actor, box);
+    machine_config mc;
+    mc.record.set_name("gpu-01");
+    mc.heartbeat_lapse = 60s;
+    mc.scheduler = caf::actor_cast<scheduler_actor>(stub);
+    auto m = spawn(machine, std::move(mc));
+    run();
+    return m;
+  }
+  std::shared_ptr<machine_outbox> box;
+  caf::actor stub;
+};
+
+TEST_F(MachineWorkers, HandsItsAgentTheWorkerSetAndResendsUntilAcknowledged) {
+  auto m = spawn_wired();
+  ASSERT_EQ(box->attached, (std::vector<std::string>{"gpu-01"}));
+  // Not connected: kept for later.
+  (*self)->send(m, atom::assign_v, orders_of(7, {"a-0"}));
+  run();
+  EXPECT_TRUE(box->orders.empty());
+  (*self)->send(m, atom::connected_v, uint64_t{3}, true, stub);
+  run();
+  ASSERT_EQ(box->orders.size(), 1u);
+  EXPECT_EQ(box->orders[0].first, 3u);
+  EXPECT_EQ(box->orders[0].second.generation(), 7u);
+  // A report that does not show generation 7 applied: sent again.
+  report(m);
+  EXPECT_EQ(box->orders.size(), 2u);
+  // The agent's answer: acknowledged, passed on to the scheduler.
+  v1::WorkerStatuses held;
+  held.set_generation(7);
+  auto* w = held.add_workers();
+  w->set_worker("a-0");
+  w->set_state("Assigned");
+  (*self)->send(m, held);
+  run();
+  ASSERT_EQ(box->statuses.size(), 1u);
+  EXPECT_EQ(box->statuses[0].machine(), "gpu-01");
+  auto r = report_of("gpu-01");
+  *r.mutable_workers() = held;
+  report(m, r);
+  EXPECT_EQ(box->orders.size(), 2u) << "nothing resent once applied";
+  EXPECT_EQ(box->statuses.size(), 1u) << "an unchanged list is not passed on again";
+}
+
+TEST_F(MachineWorkers, GoingDownTellsTheSchedulerAndTheFirstListAfterReachesIt) {
+  auto m = spawn_wired();
+  auto r = report_of("gpu-01");
+  r.set_address("10.0.0.11");
+  auto* w = r.mutable_workers()->add_workers();
+  w->set_worker("a-0");
+  report(m, r);
+  ASSERT_FALSE(box->snapshots.empty());
+  EXPECT_FALSE(box->snapshots.back().down());
+  EXPECT_EQ(box->snapshots.back().address(), "10.0.0.11");
+  EXPECT_EQ(box->statuses.size(), 1u);
+  advance(61s);
+  EXPECT_EQ(state_of(m), v1::Machine::Down);
+  EXPECT_TRUE(box->snapshots.back().down());
+  EXPECT_FALSE(box->snapshots.back().schedulable());
+  report(m, r);
+  EXPECT_FALSE(box->snapshots.back().down());
+  EXPECT_EQ(box->statuses.size(), 2u) << "the same list, after Down, is passed on again";
 }
 
 TEST(MachinePressure, UnknownValuesAreNoPressure) {

@@ -7,6 +7,8 @@
 #include <set>
 #include <vector>
 
+#include <caf/event_based_actor.hpp>
+
 #include "actors/scheduler_actor.hpp"
 #include "store/store.hpp"
 
@@ -294,4 +296,212 @@ TEST_F(SchedulerActor, ARestartHoldsEachGpuOfARunAsSoonAsItsMachineReports) {
   run();
   EXPECT_EQ(get(s, "wide").state(), "Stopped");
   EXPECT_EQ(get(s, "new").state(), "Placed");
+}
+
+// --- Assignments, machines going Down, arrays, MASTER_ADDR ---------------
+
+namespace {
+
+/// Stands in for a machine actor: keeps every worker set it is sent.
+struct orders_log {
+  std::vector<v1::WorkerOrders> sets;
+  const v1::WorkerOrders& last() const { return sets.back(); }
+};
+
+caf::behavior orders_recorder(caf::event_based_actor*, std::shared_ptr<orders_log> log) {
+  return {
+    [log](atom::assign, v1::WorkerOrders& orders) { log->sets.push_back(std::move(orders)); },
+  };
+}
+
+v1::WorkerStatuses holding(const std::string& machine,
+                           std::vector<std::string> workers, uint64_t generation = 0) {
+  v1::WorkerStatuses out;
+  out.set_machine(machine);
+  out.set_generation(generation);
+  for (auto& w : workers) {
+    auto* s = out.add_workers();
+    s->set_worker(w);
+    s->set_state("Assigned");
+  }
+  return out;
+}
+
+} // namespace
+
+class SchedulerAssignments : public SchedulerActor {
+protected:
+  std::shared_ptr<orders_log> attach(const scheduler_actor& s, const std::string& machine) {
+    auto log = std::make_shared<orders_log>();
+    auto rec = spawn(orders_recorder, log);
+    (*self)->send(s, atom::attach_v, machine, caf::actor_cast<machine_actor>(rec));
+    run();
+    return log;
+  }
+
+  void tell(const scheduler_actor& s, v1::WorkerStatuses st) {
+    (*self)->send(s, std::move(st));
+    run();
+  }
+};
+
+TEST_F(SchedulerAssignments, AMachineGetsItsWorkersOnceTheyAreStoredAndTheAgentAcknowledges) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  ASSERT_EQ(log->sets.size(), 1u) << "an attached machine learns its (empty) set";
+  EXPECT_EQ(log->last().workers_size(), 0);
+  auto m = machine_of("gpu-01", 8);
+  m.set_address("10.0.0.11");
+  snapshot(s, m);
+  auto run = submit(s, spec_of("train", 4, 2));
+  ASSERT_EQ(run.state(), "Placed");
+  ASSERT_EQ(log->sets.size(), 2u);
+  const auto& set = log->last();
+  EXPECT_EQ(set.machine(), "gpu-01");
+  EXPECT_GT(set.generation(), log->sets[0].generation());
+  ASSERT_EQ(set.workers_size(), 2);
+  for (int r = 0; r < 2; ++r) {
+    const auto& o = set.workers(r);
+    EXPECT_EQ(o.worker(), "train-" + std::to_string(r));
+    EXPECT_EQ(o.run(), "train");
+    EXPECT_EQ(o.rank(), static_cast<uint32_t>(r));
+    EXPECT_EQ(o.world_size(), 2u);
+    EXPECT_EQ(o.master_addr(), "10.0.0.11");
+    EXPECT_EQ(o.master_port(), 29500u);
+    EXPECT_EQ(o.array_index(), -1);
+    EXPECT_EQ(o.gpu_ids_size(), 4);
+    EXPECT_EQ(o.spec().name(), "train");
+  }
+  // The set went out after the run was on disk.
+  EXPECT_EQ(stored("train").state(), "Placed");
+  EXPECT_EQ(run.master_addr(), "10.0.0.11");
+  EXPECT_FALSE(run.workers(0).acknowledged());
+  // The agent holds them: Assigned, stored.
+  tell(s, holding("gpu-01", {"train-0", "train-1"}, set.generation()));
+  auto now = get(s, "train");
+  for (const auto& w : now.workers()) {
+    EXPECT_TRUE(w.acknowledged()) << w.name();
+    EXPECT_EQ(w.state(), "Assigned") << w.name();
+  }
+  EXPECT_TRUE(stored("train").workers(1).acknowledged());
+  // Deleting the run hands the machine a set without them.
+  ask<v1::Run>(s, atom::remove_v, std::string{"train"});
+  EXPECT_EQ(log->last().workers_size(), 0);
+}
+
+TEST_F(SchedulerAssignments, MasterAddrIsTheLeaderMachinesAddress) {
+  auto s = spawn_scheduler();
+  for (auto [name, addr] : {std::pair{"gpu-01", "10.0.0.11"}, std::pair{"gpu-02", "10.0.0.12"}}) {
+    auto m = machine_of(name, 8);
+    m.set_address(addr);
+    snapshot(s, m);
+  }
+  auto run = submit(s, spec_of("gang", 8, 2));
+  ASSERT_EQ(run.state(), "Placed");
+  ASSERT_EQ(run.workers_size(), 2);
+  EXPECT_EQ(run.leader_machine(), run.workers(0).machine());
+  EXPECT_EQ(run.master_addr(), run.leader_machine() == "gpu-01" ? "10.0.0.11" : "10.0.0.12");
+  EXPECT_NE(run.workers(0).machine(), run.workers(1).machine());
+}
+
+TEST_F(SchedulerAssignments, WorkersOfADownMachineAreDownAndKeepTheirGpusUntilItIsBack) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  snapshot(s, machine_of("gpu-01", 8));
+  auto a = submit(s, spec_of("a", 4));
+  tell(s, holding("gpu-01", {"a-0"}, log->last().generation()));
+  auto down = machine_of("gpu-01", 8);
+  down.set_schedulable(false);
+  down.set_down(true);
+  snapshot(s, down);
+  auto seen = get(s, "a");
+  EXPECT_EQ(seen.workers(0).state(), "Down");
+  EXPECT_EQ(gpus_of(seen), gpus_of(a));
+  EXPECT_EQ(stored("a").workers(0).state(), "Down");
+  // Back: the agent still holds it.
+  snapshot(s, machine_of("gpu-01", 8));
+  EXPECT_EQ(get(s, "a").workers(0).state(), "Down") << "until the agent says";
+  tell(s, holding("gpu-01", {"a-0"}, log->last().generation()));
+  EXPECT_EQ(get(s, "a").workers(0).state(), "Assigned");
+  EXPECT_EQ(get(s, "a").state(), "Placed");
+}
+
+TEST_F(SchedulerAssignments, AWorkerTheMachineNoLongerHoldsFailsItsRunAndFreesItsGpus) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  snapshot(s, machine_of("gpu-01", 8));
+  submit(s, spec_of("a", 8));
+  EXPECT_EQ(submit(s, spec_of("b", 8)).state(), "Waiting");
+  tell(s, holding("gpu-01", {"a-0"}, log->last().generation()));
+  auto down = machine_of("gpu-01", 8);
+  down.set_schedulable(false);
+  down.set_down(true);
+  snapshot(s, down);
+  snapshot(s, machine_of("gpu-01", 8));
+  // It came back with an empty data folder: a-0 is gone.
+  tell(s, holding("gpu-01", {}));
+  auto a = get(s, "a");
+  EXPECT_EQ(a.state(), "Failed");
+  EXPECT_NE(a.waiting_reason().find("worker a-0 was lost"), std::string::npos)
+    << a.waiting_reason();
+  EXPECT_EQ(stored("a").state(), "Failed");
+  EXPECT_EQ(get(s, "b").state(), "Placed") << "a's GPUs are free again";
+  ASSERT_FALSE(log->sets.empty());
+  ASSERT_EQ(log->last().workers_size(), 1);
+  EXPECT_EQ(log->last().workers(0).worker(), "b-0");
+}
+
+TEST_F(SchedulerAssignments, AnArrayPlacesEachCopyOnItsOwn) {
+  auto s = spawn_scheduler();
+  snapshot(s, machine_of("gpu-01", 2));
+  auto spec = spec_of("sweep", 1);
+  spec.set_array_size(3);
+  auto sweep = submit(s, spec);
+  EXPECT_EQ(sweep.state(), "Placed");
+  EXPECT_EQ(sweep.copies_placed(), 2u);
+  ASSERT_EQ(sweep.workers_size(), 2);
+  std::set<std::string> names;
+  for (const auto& w : sweep.workers())
+    names.insert(w.name());
+  EXPECT_EQ(names, (std::set<std::string>{"sweep[0]-0", "sweep[1]-0"}));
+  EXPECT_EQ(sweep.waiting_reason().rfind("1 of 3 copies waiting; ", 0), 0u)
+    << sweep.waiting_reason();
+  // A restart keeps the placed copies and queues the third again.
+  caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+  run();
+  auto s2 = spawn_scheduler();
+  snapshot(s2, machine_of("gpu-01", 3));
+  auto again = get(s2, "sweep");
+  ASSERT_EQ(again.workers_size(), 3) << again.ShortDebugString();
+  EXPECT_EQ(again.copies_placed(), 3u);
+  EXPECT_EQ(again.waiting_reason(), "");
+  EXPECT_EQ(gpus_of(again).size(), 3u);
+}
+
+TEST_F(SchedulerAssignments, ARestartedSchedulerHandsEachMachineItsWorkersAgain) {
+  {
+    auto s = spawn_scheduler();
+    snapshot(s, machine_of("gpu-01", 8));
+    submit(s, spec_of("a", 2));
+    caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+    run();
+  }
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  ASSERT_EQ(log->sets.size(), 1u);
+  ASSERT_EQ(log->last().workers_size(), 1);
+  EXPECT_EQ(log->last().workers(0).worker(), "a-0");
+}
+
+TEST(SchedulerNames, QueueAndWorkerNames) {
+  v1::RunSpec spec;
+  spec.set_name("sweep");
+  EXPECT_EQ(queue_names_of(spec), (std::vector<std::string>{"sweep"}));
+  spec.set_array_size(2);
+  EXPECT_EQ(queue_names_of(spec), (std::vector<std::string>{"sweep[0]", "sweep[1]"}));
+  EXPECT_EQ(parse_queue_name("sweep[12]"), (std::pair<std::string, int32_t>{"sweep", 12}));
+  EXPECT_EQ(parse_queue_name("train"), (std::pair<std::string, int32_t>{"train", -1}));
+  EXPECT_EQ(parse_queue_name("odd[x]"), (std::pair<std::string, int32_t>{"odd[x]", -1}));
+  EXPECT_EQ(worker_name("train", -1, 3), "train-3");
+  EXPECT_EQ(worker_name("sweep", 2, 0), "sweep[2]-0");
 }
