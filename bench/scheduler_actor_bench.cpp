@@ -402,10 +402,17 @@ void run_size(caf::actor_system& sys, size_t machines, const options& opt) {
       std::printf("slurm-shape: %zu jobs, %zu placed, %.4f s, %.0f placements/s\n", r.submitted,
                   r.placed, r.wall_s, static_cast<double>(r.placed) / r.wall_s);
     } else {
-      const uint64_t level = gpus * opt.fill_percent / 100;
-      const std::string at = " at " + std::to_string(opt.fill_percent) + " %";
+      uint64_t level = gpus * opt.fill_percent / 100;
       auto singles = [&rng, &n] { return single_request(rng, n++); };
-      phase("fill to " + std::to_string(opt.fill_percent) + " % with single workers", 0, level, opt.window, singles);
+      phase("fill to " + std::to_string(opt.fill_percent) + " % with single workers", 0, level,
+            opt.window, singles);
+      // The later phases hold the level reached (lower if --seconds cut the
+      // fill short).
+      level = std::min(level, live.held);
+      char at_buf[64];
+      std::snprintf(at_buf, sizeof at_buf, " at %.1f %%",
+                    100.0 * static_cast<double>(level) / static_cast<double>(gpus));
+      const std::string at = at_buf;
       if (opt.ops)
         phase("single-worker mix" + at, opt.ops, level, opt.window, singles);
       if (opt.serial_ops)
