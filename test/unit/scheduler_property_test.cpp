@@ -10,7 +10,8 @@
 //   - a healthy_only run never gets an AtRisk GPU;
 //   - gangs are all or nothing (a waiting run holds nothing; a placed run
 //     has every worker with all its GPUs), and a live run keeps the same
-//     GPUs until it stops (also while its machine is Down);
+//     GPUs until it stops; a run on a Down machine stays live (keeps its
+//     GPUs) unless the test completes or deletes it;
 //   - every GPU id assigned exists on the machine the worker names.
 // Deterministic: seeded PRNG, CAF's test coordinator. On a failure the seed
 // and the whole step sequence are printed; replay one seed with
@@ -68,6 +69,7 @@ protected:
     machines_.clear();
     runs_.clear();
     held_.clear();
+    machines_of_.clear();
     rng_.seed(seed);
     // Completions of runs that are not placed are logged as warnings.
     spdlog::set_level(spdlog::level::err);
@@ -166,6 +168,7 @@ private:
   }
 
   void random_step() {
+    target_.clear();
     auto roll = pick(100);
     if (roll < 34 || runs_.empty()) {
       // Submit: a single worker of 1/2/4/8 GPUs, or a gang of 2-4 workers
@@ -194,11 +197,13 @@ private:
       ask<v1::Run>(sched_, atom::submit_v, std::move(spec));
     } else if (roll < 50) {
       auto name = any_run_name();
+      target_ = name;
       note("complete " + name);
       (*self)->send(sched_, atom::complete_v, name);
       run();
     } else if (roll < 60) {
       auto name = any_run_name();
+      target_ = name;
       note("delete " + name);
       ask<v1::Run>(sched_, atom::remove_v, name);
       runs_.erase(name);
@@ -246,6 +251,7 @@ private:
     auto list = ask<v1::RunList>(sched_, atom::runs_v);
     std::map<std::string, std::string> owner; // GPU id -> run
     std::map<std::string, std::set<std::string>> now_held;
+    std::map<std::string, std::set<std::string>> now_machines;
     for (const auto& run : list.runs()) {
       const auto& name = run.spec().name();
       auto want = runs_.find(name);
@@ -266,6 +272,7 @@ private:
       std::set<uint32_t> ranks;
       for (const auto& w : run.workers()) {
         ranks.insert(w.rank());
+        now_machines[name].insert(w.machine());
         if (w.gpu_ids_size() != static_cast<int>(r.gpus))
           return fail("run " + name + ": worker " + std::to_string(w.rank()) + " has "
                       + std::to_string(w.gpu_ids_size()) + " GPUs, asked "
@@ -312,7 +319,18 @@ private:
       }
       now_held[name] = std::move(gpus);
     }
+    // A Down machine's workers keep their GPUs until it comes back: a run
+    // on one stays live unless this step completed or deleted it.
+    for (const auto& [name, machines] : machines_of_) {
+      if (now_held.count(name) || name == target_)
+        continue;
+      for (const auto& mname : machines)
+        if (const auto* m = machine_named(mname); m && m->down)
+          return fail("run " + name + " gave up its GPUs while its machine " + mname
+                      + " is Down");
+    }
     held_ = std::move(now_held);
+    machines_of_ = std::move(now_machines);
     return true;
   }
 
@@ -332,6 +350,8 @@ private:
   std::vector<model_machine> machines_;
   std::map<std::string, model_run> runs_;
   std::map<std::string, std::set<std::string>> held_; // live run -> its GPUs
+  std::map<std::string, std::set<std::string>> machines_of_; // live run -> its machines
+  std::string target_; // the run this step completed or deleted, if any
   uint64_t next_run_ = 0;
   scheduler_actor sched_;
 };
