@@ -24,126 +24,28 @@
 //     site's h100 machines, and at 95 % with a head of 3 % of the machines;
 //   - memory: VmRSS / VmHWM from /proc/self/status.
 
-#include <algorithm>
-#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "actors/placement.hpp"
+#include "sim_cluster.hpp"
 
 using namespace astraeus;
+using namespace astraeus::bench;
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
-
-double ns_since(clock_type::time_point t0) {
-  return std::chrono::duration<double, std::nano>(clock_type::now() - t0).count();
-}
-
-// Nearest-rank percentile of sorted values.
-double percentile(const std::vector<double>& sorted, double p) {
-  if (sorted.empty())
-    return 0;
-  auto rank = static_cast<size_t>(p / 100.0 * static_cast<double>(sorted.size()) + 0.999999);
-  return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
-}
-
-void print_latency(const char* what, std::vector<double> ns) {
-  std::sort(ns.begin(), ns.end());
-  double sum = 0;
-  for (double x : ns)
-    sum += x;
-  std::printf("  %-28s n %7zu  mean %7.2f  p50 %7.2f  p99 %7.2f  p99.9 %8.2f  max %8.2f us\n",
-              what, ns.size(), ns.empty() ? 0 : sum / static_cast<double>(ns.size()) / 1e3,
-              percentile(ns, 50) / 1e3, percentile(ns, 99) / 1e3, percentile(ns, 99.9) / 1e3,
-              ns.empty() ? 0 : ns.back() / 1e3);
-}
-
-// VmRSS and VmHWM in MiB.
-std::pair<double, double> memory_mib() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  double rss = 0, hwm = 0;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0)
-      rss = std::strtod(line.c_str() + 6, nullptr) / 1024.0;
-    if (line.rfind("VmHWM:", 0) == 0)
-      hwm = std::strtod(line.c_str() + 6, nullptr) / 1024.0;
-  }
-  return {rss, hwm};
-}
-
-std::string uuid(std::mt19937_64& rng) {
-  char buf[48];
-  uint64_t a = rng(), b = rng();
-  std::snprintf(buf, sizeof buf, "GPU-%08" PRIx64 "-%04" PRIx64 "-%04" PRIx64 "-%04" PRIx64
-                "-%012" PRIx64,
-                a >> 32, (a >> 16) & 0xffff, a & 0xffff, b >> 48, b & uint64_t{0xffffffffffff});
-  return buf;
-}
-
-const char* pool_of(size_t i) {
-  return i % 5 == 4 ? "a100" : "h100";
-}
-
 void build(placement_index& idx, size_t machines, std::mt19937_64& rng) {
   for (size_t i = 0; i < machines; ++i) {
-    machine_spec m;
-    m.name = "gpu-" + std::to_string(i);
-    size_t site = i < machines / 2 ? 0 : 1;
-    size_t rack = i / 32;
-    m.labels = {{"pool", pool_of(i)},
-                {topology_label::site, site ? "ams" : "fra"},
-                {topology_label::rack, "r" + std::to_string(rack)},
-                {topology_label::fabric, "ib" + std::to_string(i / 512)}};
-    if (rack % 4 == 0)
-      m.labels[topology_label::nvlink_domain] = "nvl" + std::to_string(i / 8);
-    bool pairs = i % 10 == 9;
-    for (unsigned g = 0; g < 8; ++g) {
-      gpu_spec s;
-      s.id = uuid(rng);
-      s.numa_node = g < 4 ? 0 : 1;
-      s.nvlink_peers = pairs ? gpu_mask{1} << (g ^ 1u) : 0xffull & ~(gpu_mask{1} << g);
-      uint64_t roll = rng() % 100;
-      s.health = roll < 2 ? gpu_health::faulty : roll < 3 ? gpu_health::at_risk : gpu_health::healthy;
-      m.gpus.push_back(std::move(s));
-    }
-    if (!idx.add_machine(m)) {
+    if (!idx.add_machine(sim_machine(i, machines, rng))) {
       std::fprintf(stderr, "add_machine failed\n");
       std::exit(1);
     }
   }
-}
-
-placement_request single_request(std::mt19937_64& rng, uint64_t n) {
-  static const uint32_t sizes[] = {1, 2, 4, 8};
-  uint64_t roll = rng() % 100;
-  uint32_t g = sizes[roll < 40 ? 0 : roll < 65 ? 1 : roll < 85 ? 2 : 3];
-  placement_request r;
-  r.run = "run-" + std::to_string(n);
-  r.groups = {worker_group{"default", 1, g}};
-  r.required_labels = {{"pool", rng() % 5 == 4 ? "a100" : "h100"}};
-  r.healthy_only = rng() % 10 == 0;
-  return r;
-}
-
-placement_request gang_request(std::mt19937_64& rng, uint64_t n) {
-  uint32_t machines = 2 + static_cast<uint32_t>(rng() % 15); // 2..16
-  placement_request r;
-  r.run = "gang-" + std::to_string(n);
-  if (rng() % 2)
-    r.groups = {worker_group{"default", machines, 8}};
-  else
-    r.groups = {worker_group{"default", machines * 2, 4}};
-  r.required_labels = {{"pool", rng() % 5 == 4 ? "a100" : "h100"}};
-  return r;
 }
 
 // Live allocations and how many GPUs they hold, kept by the bench (the
@@ -388,13 +290,7 @@ int main(int argc, char** argv) {
     std::string arg = argv[i];
     bool has_value = i + 1 < argc;
     if (arg == "--machines" && has_value) {
-      sizes.clear();
-      std::string list = argv[++i];
-      for (size_t pos = 0; pos < list.size();) {
-        size_t comma = list.find(',', pos);
-        sizes.push_back(std::strtoull(list.substr(pos, comma - pos).c_str(), nullptr, 10));
-        pos = comma == std::string::npos ? list.size() : comma + 1;
-      }
+      sizes = parse_sizes(argv[++i]);
     } else if (arg == "--ops" && has_value) {
       ops = std::strtoull(argv[++i], nullptr, 10);
     } else if (arg == "--gangs" && has_value) {

@@ -1,0 +1,506 @@
+// The scheduler actor on a simulated cluster, measured through its mailbox
+// (plain main; figures in bench/RESULTS.md).
+//
+//   scheduler_actor_bench [--machines N[,N...]] [--fill PCT] [--ops N]
+//                         [--serial-ops N] [--gang-ops N] [--window N]
+//                         [--seconds S] [--threads N] [--seed S] [--dir DIR]
+//                         [--slurm-shape JOBS] [--fenced PCT] [--at-risk PCT]
+//
+// For each cluster size (default 5,000 then 100,000 machines of 8 GPUs; the
+// cluster of bench/sim_cluster.hpp: 2 NUMA nodes, racks, fabrics, NVLink
+// domains, 2 % of GPUs Faulty and 1 % AtRisk by default):
+//   - spawns a real scheduler actor (`astraeus::scheduler`) in a
+//     caf::actor_system with a real RocksDB `Store` in a fresh temporary
+//     folder, and sends it one `v1::SchedulerMachine` snapshot per machine
+//     (as the machine actors do), then waits until it has taken them all;
+//   - fills the cluster to `--fill` % (60) of its GPUs with single workers
+//     (1/2/4/8 GPUs, weights 40/25/20/15, 10 % healthy_only) submitted
+//     through the actor;
+//   - single-worker mix: `--ops` submissions with `--window` requests in
+//     flight at once from an event-based driver actor; after each placed
+//     answer the driver deletes random placed runs (`atom::remove`) until
+//     the cluster is back at the fill level, and deletes each run that had
+//     to wait (as the engine bench drops them). The removals are requests
+//     in the same window, so the rate is the actor's steady state;
+//   - decision latency: `--serial-ops` submissions one at a time (window 1,
+//     removals awaited before the next submit): submit -> answer;
+//   - a 90 % single / 10 % gang (2-16 machines) mix, `--gang-ops` decisions;
+//   - memory: VmRSS / VmHWM (the whole process: actor, index, runs, RocksDB).
+// Each phase stops submitting after `--seconds` (6; 0 = never) even if its
+// count or fill level is not reached, and says so: the default run (5,000
+// then 100,000 machines) stays near a minute however slow the actor is.
+// Options: --fill 60, --ops 20000, --serial-ops 2000, --gang-ops 2000,
+// --window 64, --threads 2 (CAF workers), --seed 7, --dir $TMPDIR or /tmp
+// (where the store's temporary folder goes: /dev/shm takes the disk out).
+//
+// `--slurm-shape JOBS`: the Slurm side-by-side instead (bench/
+// slurm_side_by_side.sh): an empty, healthy cluster (no fill, no fenced
+// GPUs unless given), JOBS submissions of job i = 4 GPUs when i % 5 == 4,
+// else 1 GPU, no pool, nothing removed; prints the rate in a line starting
+// "slurm-shape:".
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <functional>
+#include <future>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+#include <spdlog/spdlog.h>
+
+#include "actors/scheduler_actor.hpp"
+#include "messages/error.hpp"
+#include "runtime/system_setup.hpp"
+#include "sim_cluster.hpp"
+#include "store/store.hpp"
+
+using namespace astraeus;
+using namespace astraeus::bench;
+
+namespace {
+
+struct options {
+  std::vector<size_t> sizes{5000, 100000};
+  unsigned fill_percent = 60;
+  size_t ops = 20000;
+  size_t serial_ops = 2000;
+  size_t gang_ops = 2000;
+  size_t window = 64;
+  double seconds = 6;   // per phase; 0 = no limit
+  int threads = 2;
+  uint64_t seed = 7;
+  std::string dir;
+  size_t slurm_jobs = 0; // > 0: the Slurm side-by-side shape only
+  health_mix health;
+  bool health_given = false;
+};
+
+/// The snapshot a machine actor would send for `m`.
+v1::SchedulerMachine snapshot_of(const machine_spec& m) {
+  v1::SchedulerMachine out;
+  out.set_name(m.name);
+  out.set_schedulable(m.schedulable);
+  for (const auto& [k, v] : m.labels)
+    (*out.mutable_labels())[k] = v;
+  for (const auto& g : m.gpus) {
+    auto* sg = out.add_gpus();
+    sg->set_id(g.id);
+    sg->set_numa_node(g.numa_node);
+    sg->set_health(to_string(g.health));
+    for (unsigned j = 0; j < max_gpus_per_machine; ++j)
+      if (g.nvlink_peers & (gpu_mask{1} << j))
+        sg->add_nvlink_peers(j);
+  }
+  return out;
+}
+
+/// The run spec a user would submit for `r` (one group).
+v1::RunSpec spec_of(const placement_request& r) {
+  v1::RunSpec s;
+  s.set_name(r.run);
+  s.set_image("registry.example.net/bench:1");
+  s.add_command("sleep");
+  s.add_command("3600");
+  s.set_gpus_per_worker(r.groups.at(0).gpus_per_worker);
+  s.set_workers(r.groups.at(0).workers);
+  if (auto it = r.required_labels.find("pool"); it != r.required_labels.end())
+    s.set_pool(it->second);
+  s.set_healthy_only(r.healthy_only);
+  return s;
+}
+
+unsigned gpus_held(const v1::Run& run) {
+  unsigned n = 0;
+  for (const auto& w : run.workers())
+    n += static_cast<unsigned>(w.gpu_ids_size());
+  return n;
+}
+
+/// CPU time of this process (all threads), s.
+double process_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+/// Placed runs the driver knows of, and the GPUs they hold.
+struct live_runs {
+  std::vector<std::pair<std::string, unsigned>> runs;
+  uint64_t held = 0;
+};
+
+/// What one phase submits and how it keeps the cluster level.
+struct phase_spec {
+  size_t count = 0;                  ///< submissions; 0: until `live.held >= stop_at_held`
+  uint64_t stop_at_held = 0;         ///< with count == 0
+  uint64_t hold_at = UINT64_MAX;     ///< delete random placed runs while held > this
+  size_t window = 1;                 ///< requests in flight (submits and removals)
+  bool remove_waiting = true;        ///< delete a run that answered Waiting
+  double seconds = 0;                ///< > 0: stop submitting after this long
+  std::function<placement_request()> next;
+};
+
+struct phase_result {
+  size_t submitted = 0, placed = 0, waited = 0, errors = 0, removals = 0;
+  std::vector<double> latency_ns; ///< submit -> answer, every submission
+  std::vector<double> answered_s; ///< when each answer came, s since the phase began
+  double wall_s = 0;
+  double cpu_s = 0;       ///< CPU time of the whole process meanwhile
+  bool timed_out = false; ///< stopped by `phase_spec::seconds`
+  std::string first_error;
+};
+
+/// Drives one phase from an event-based actor: keeps `window` requests in
+/// flight until the phase is done.
+class driver : public std::enable_shared_from_this<driver> {
+public:
+  driver(caf::event_based_actor* self, scheduler_actor sched, live_runs& live,
+         phase_spec spec, std::mt19937_64& rng, std::promise<phase_result> done)
+    : self_(self), sched_(std::move(sched)), live_(live), spec_(std::move(spec)), rng_(rng),
+      done_(std::move(done)) {
+  }
+
+  void start() {
+    t0_ = clock_type::now();
+    cpu0_ = process_cpu_s();
+    pump();
+  }
+
+private:
+  bool more() {
+    if (spec_.seconds > 0 && ns_since(t0_) > spec_.seconds * 1e9) {
+      res_.timed_out = true;
+      return false;
+    }
+    return spec_.count ? res_.submitted < spec_.count : live_.held < spec_.stop_at_held;
+  }
+
+  void pump() {
+    while (in_flight_ < spec_.window && more())
+      submit();
+    if (in_flight_ == 0 && !more() && !finished_) {
+      finished_ = true;
+      res_.wall_s = ns_since(t0_) / 1e9;
+      res_.cpu_s = process_cpu_s() - cpu0_;
+      done_.set_value(std::move(res_));
+      self_->quit();
+    }
+  }
+
+  void error(const caf::error& err) {
+    ++res_.errors;
+    if (res_.first_error.empty())
+      res_.first_error = render_error(err);
+  }
+
+  void submit() {
+    auto spec = spec_of(spec_.next());
+    ++res_.submitted;
+    ++in_flight_;
+    auto t = clock_type::now();
+    auto me = shared_from_this();
+    self_->request(sched_, caf::infinite, atom::submit_v, std::move(spec))
+      .then(
+        [me, t](v1::Run& run) {
+          me->res_.latency_ns.push_back(ns_since(t));
+          me->res_.answered_s.push_back(ns_since(me->t0_) / 1e9);
+          --me->in_flight_;
+          if (run.state() == run_state::placed) {
+            ++me->res_.placed;
+            unsigned n = gpus_held(run);
+            me->live_.runs.emplace_back(run.spec().name(), n);
+            me->live_.held += n;
+          } else {
+            ++me->res_.waited;
+            if (me->spec_.remove_waiting)
+              me->remove(run.spec().name());
+          }
+          while (me->live_.held > me->spec_.hold_at && !me->live_.runs.empty())
+            me->remove_random();
+          me->pump();
+        },
+        [me, t](caf::error& err) {
+          me->res_.latency_ns.push_back(ns_since(t));
+          --me->in_flight_;
+          me->error(err);
+          me->pump();
+        });
+  }
+
+  void remove_random() {
+    auto& v = live_.runs;
+    size_t i = rng_() % v.size();
+    live_.held -= v[i].second;
+    auto name = std::move(v[i].first);
+    v[i] = std::move(v.back());
+    v.pop_back();
+    remove(std::move(name));
+  }
+
+  void remove(std::string name) {
+    ++res_.removals;
+    ++in_flight_;
+    auto me = shared_from_this();
+    self_->request(sched_, caf::infinite, atom::remove_v, std::move(name))
+      .then(
+        [me](v1::Run&) {
+          --me->in_flight_;
+          me->pump();
+        },
+        [me](caf::error& err) {
+          --me->in_flight_;
+          me->error(err);
+          me->pump();
+        });
+  }
+
+  caf::event_based_actor* self_;
+  scheduler_actor sched_;
+  live_runs& live_;
+  phase_spec spec_;
+  std::mt19937_64& rng_;
+  std::promise<phase_result> done_;
+  phase_result res_;
+  size_t in_flight_ = 0;
+  bool finished_ = false;
+  clock_type::time_point t0_;
+  double cpu0_ = 0;
+};
+
+phase_result run_phase(caf::actor_system& sys, const scheduler_actor& sched, live_runs& live,
+                       phase_spec spec, std::mt19937_64& rng) {
+  std::promise<phase_result> done;
+  auto fut = done.get_future();
+  sys.spawn([&, sched, spec = std::move(spec), done = std::move(done)](
+              caf::event_based_actor* self) mutable {
+    auto d = std::make_shared<driver>(self, sched, live, std::move(spec), rng, std::move(done));
+    d->start();
+  });
+  return fut.get();
+}
+
+void print_phase(const phase_result& r, uint64_t held, uint64_t gpus) {
+  std::printf("  %zu submitted in %.2f s: %zu placed, %zu waited (deleted), %zu deletions in "
+              "all, %zu errors%s%s\n",
+              r.submitted, r.wall_s, r.placed, r.waited, r.removals, r.errors,
+              r.first_error.empty() ? "" : "; first: ", r.first_error.c_str());
+  std::printf("  %.0f decisions/s, %.0f placements/s (wall clock, deletions included); "
+              "held %.1f %%%s\n",
+              static_cast<double>(r.submitted) / r.wall_s,
+              static_cast<double>(r.placed) / r.wall_s,
+              100.0 * static_cast<double>(held) / static_cast<double>(gpus),
+              r.timed_out ? "; STOPPED by --seconds before its count or level" : "");
+  print_latency("submit -> answer", r.latency_ns);
+  size_t requests = r.submitted + r.removals;
+  std::printf("  process CPU %.2f s for %zu requests (%.0f us each; %.0f%% of the wall clock; "
+              "on a shared machine, CPU per request is the steadier figure)\n",
+              r.cpu_s, requests, requests ? r.cpu_s / static_cast<double>(requests) * 1e6 : 0.0,
+              100.0 * r.cpu_s / r.wall_s);
+  // Does the rate hold up as runs accumulate? First and last tenth.
+  const auto& a = r.answered_s;
+  if (a.size() >= 100) {
+    size_t tenth = a.size() / 10;
+    std::printf("  answers/s over the first tenth %.0f, over the last tenth %.0f\n",
+                static_cast<double>(tenth) / a[tenth - 1],
+                static_cast<double>(tenth) / (a.back() - a[a.size() - 1 - tenth]));
+  }
+}
+
+/// Sends every snapshot and waits until the actor has taken them all.
+double feed_snapshots(caf::actor_system& sys, const scheduler_actor& sched, size_t machines,
+                      std::mt19937_64& rng, health_mix health, uint64_t& gpus,
+                      uint64_t& fenced) {
+  auto t0 = clock_type::now();
+  caf::scoped_actor self{sys};
+  for (size_t i = 0; i < machines; ++i) {
+    auto m = sim_machine(i, machines, rng, health);
+    for (const auto& g : m.gpus) {
+      ++gpus;
+      fenced += g.health == gpu_health::faulty || g.health == gpu_health::foreign;
+    }
+    self->send(sched, snapshot_of(m));
+  }
+  self->request(sched, caf::infinite, atom::runs_v)
+    .receive([](v1::RunList&) {},
+             [](caf::error& err) {
+               std::fprintf(stderr, "barrier failed: %s\n", render_error(err).c_str());
+               std::exit(1);
+             });
+  return ns_since(t0) / 1e9;
+}
+
+std::string make_temp_dir(const std::string& base) {
+  std::string tmpl = base + "/scheduler-bench-XXXXXX";
+  if (!mkdtemp(tmpl.data())) {
+    std::perror("mkdtemp");
+    std::exit(1);
+  }
+  return tmpl;
+}
+
+void run_size(caf::actor_system& sys, size_t machines, const options& opt) {
+  std::mt19937_64 rng{opt.seed};
+  const bool slurm = opt.slurm_jobs > 0;
+  health_mix health = opt.health;
+  if (slurm && !opt.health_given)
+    health = health_mix{0, 0};
+  std::printf("== %zu machines x 8 GPUs%s ==\n", machines,
+              slurm ? " (Slurm side-by-side shape)" : "");
+  auto folder = make_temp_dir(opt.dir);
+  auto m0 = memory_mib();
+  {
+    auto opened = Store::open(folder + "/controller");
+    if (!opened) {
+      std::fprintf(stderr, "store: %s\n", render_error(opened.error()).c_str());
+      std::exit(1);
+    }
+    scheduler_config sc;
+    sc.store = std::shared_ptr<Store>{std::move(*opened)};
+    auto sched = sys.spawn(scheduler, std::move(sc));
+
+    uint64_t gpus = 0, fenced = 0;
+    double feed_s = feed_snapshots(sys, sched, machines, rng, health, gpus, fenced);
+    auto m1 = memory_mib();
+    std::printf("  %zu snapshots taken in %.2f s (%.0f/s): %" PRIu64 " GPUs, %" PRIu64
+                " fenced; RSS %.0f MiB (+%.0f)\n",
+                machines, feed_s, static_cast<double>(machines) / feed_s, gpus, fenced, m1.first,
+                m1.first - m0.first);
+
+    live_runs live;
+    uint64_t n = 0;
+    // Runs one phase and prints its figures under its title.
+    auto phase = [&](const std::string& title, size_t count, uint64_t hold_at, size_t window,
+                     std::function<placement_request()> next) {
+      phase_spec p;
+      p.count = count;
+      p.stop_at_held = count ? 0 : hold_at;
+      p.hold_at = count ? hold_at : UINT64_MAX;
+      p.window = window;
+      p.seconds = opt.seconds;
+      p.remove_waiting = !slurm;
+      p.next = std::move(next);
+      auto r = run_phase(sys, sched, live, std::move(p), rng);
+      std::printf("  %s, window %zu:\n", title.c_str(), window);
+      print_phase(r, live.held, gpus);
+      return r;
+    };
+    if (slurm) {
+      auto r = phase("Slurm shape (1-GPU and 4-GPU jobs, 4:1), nothing deleted", opt.slurm_jobs,
+                     UINT64_MAX, opt.window, [&n] { return slurm_shape_request(n++); });
+      std::printf("slurm-shape: %zu jobs, %zu placed, %.4f s, %.0f placements/s\n", r.submitted,
+                  r.placed, r.wall_s, static_cast<double>(r.placed) / r.wall_s);
+    } else {
+      uint64_t level = gpus * opt.fill_percent / 100;
+      auto singles = [&rng, &n] { return single_request(rng, n++); };
+      phase("fill to " + std::to_string(opt.fill_percent) + " % with single workers", 0, level,
+            opt.window, singles);
+      // The later phases hold the level reached (lower if --seconds cut the
+      // fill short).
+      level = std::min(level, live.held);
+      char at_buf[64];
+      std::snprintf(at_buf, sizeof at_buf, " at %.1f %%",
+                    100.0 * static_cast<double>(level) / static_cast<double>(gpus));
+      const std::string at = at_buf;
+      if (opt.ops)
+        phase("single-worker mix" + at, opt.ops, level, opt.window, singles);
+      if (opt.serial_ops)
+        phase("single-worker mix" + at + ", one request at a time (decision latency)",
+              opt.serial_ops, level, 1, singles);
+      if (opt.gang_ops) {
+        std::uniform_real_distribution<double> share(0, 1);
+        phase("90 % single workers + 10 % gangs of 2-16 machines" + at, opt.gang_ops, level,
+              opt.window, [&rng, &n, share]() mutable {
+                return share(rng) < 0.9 ? single_request(rng, n++) : gang_request(rng, n++);
+              });
+      }
+    }
+    auto mem = memory_mib();
+    std::printf("  memory: VmRSS %.0f MiB, VmHWM %.0f MiB (whole process)\n", mem.first,
+                mem.second);
+    caf::scoped_actor self{sys};
+    self->send_exit(sched, caf::exit_reason::user_shutdown);
+    self->wait_for(sched);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(folder, ec);
+  std::printf("\n");
+}
+
+[[noreturn]] void usage(const char* argv0) {
+  std::fprintf(stderr,
+               "usage: %s [--machines N[,N...]] [--fill PCT] [--ops N] [--serial-ops N] "
+               "[--gang-ops N] [--window N] [--seconds S] [--threads N] [--seed S] [--dir DIR] "
+               "[--slurm-shape JOBS] [--fenced PCT] [--at-risk PCT]\n",
+               argv0);
+  std::exit(2);
+}
+
+options parse(int argc, char** argv) {
+  options o;
+  const char* tmp = std::getenv("TMPDIR");
+  o.dir = tmp && *tmp ? tmp : "/tmp";
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (i + 1 >= argc)
+      usage(argv[0]);
+    std::string val = argv[++i];
+    auto num = [&] { return std::strtoull(val.c_str(), nullptr, 10); };
+    if (arg == "--machines")
+      o.sizes = parse_sizes(val);
+    else if (arg == "--fill")
+      o.fill_percent = static_cast<unsigned>(num());
+    else if (arg == "--ops")
+      o.ops = num();
+    else if (arg == "--serial-ops")
+      o.serial_ops = num();
+    else if (arg == "--gang-ops")
+      o.gang_ops = num();
+    else if (arg == "--window")
+      o.window = std::max<size_t>(1, num());
+    else if (arg == "--seconds")
+      o.seconds = std::strtod(val.c_str(), nullptr);
+    else if (arg == "--threads")
+      o.threads = static_cast<int>(num());
+    else if (arg == "--seed")
+      o.seed = num();
+    else if (arg == "--dir")
+      o.dir = val;
+    else if (arg == "--slurm-shape")
+      o.slurm_jobs = num();
+    else if (arg == "--fenced")
+      o.health.faulty_percent = static_cast<unsigned>(num()), o.health_given = true;
+    else if (arg == "--at-risk")
+      o.health.at_risk_percent = static_cast<unsigned>(num()), o.health_given = true;
+    else
+      usage(argv[0]);
+  }
+  return o;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  auto opt = parse(argc, argv);
+  spdlog::set_level(spdlog::level::warn);
+  caf::actor_system_config cfg;
+  register_astraeus_types(cfg);
+  cfg.set("scheduler.max-threads", static_cast<int64_t>(opt.threads));
+  caf::actor_system sys{cfg};
+  auto t0 = clock_type::now();
+  for (size_t m : opt.sizes)
+    run_size(sys, m, opt);
+  std::printf("total %.1f s\n", ns_since(t0) / 1e9);
+  return 0;
+}
