@@ -58,25 +58,27 @@ std::vector<std::string> held_gpu_ids(const v1::Run& run, int32_t copy = -2) {
 }
 
 /// Records which machines a live run has workers on (and forgets a run
-/// that is no longer live); those machines get their new worker sets.
+/// that is no longer live); those machines get their new worker sets. A
+/// live run's machines only grow (array copies placed later), so only its
+/// own workers' machines are visited.
 void index_run(self_ptr self, const v1::Run& run) {
   auto& st = self->state;
   const auto& name = run.spec().name();
-  std::set<std::string> now;
-  if (live(run))
-    for (const auto& w : run.workers())
-      now.insert(w.machine());
-  for (auto it = st.runs_on.begin(); it != st.runs_on.end();) {
-    if (!now.count(it->first) && it->second.erase(name))
-      mark_machine(self, it->first);
+  const bool is_live = live(run);
+  for (const auto& w : run.workers()) {
+    const auto& m = w.machine();
+    if (is_live) {
+      if (st.runs_on[m].insert(name).second)
+        mark_machine(self, m);
+      continue;
+    }
+    auto it = st.runs_on.find(m);
+    if (it == st.runs_on.end() || it->second.erase(name) == 0)
+      continue;
+    mark_machine(self, m);
     if (it->second.empty())
-      it = st.runs_on.erase(it);
-    else
-      ++it;
+      st.runs_on.erase(it);
   }
-  for (const auto& m : now)
-    if (st.runs_on[m].insert(name).second)
-      mark_machine(self, m);
 }
 
 void set_run_state(v1::Run& run, const char* state) {
