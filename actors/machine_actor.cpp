@@ -73,6 +73,8 @@ v1::SchedulerMachine machine_state::scheduler_view() const {
   out.set_schedulable(schedulable());
   out.set_down(liveness == v1::Machine::Down);
   out.set_address(config.record.address());
+  out.set_logical_cpus(facts.cpu().logical_cpus());
+  out.set_memory_bytes(facts.memory().total_bytes());
   *out.mutable_labels() = config.record.labels();
   const auto& gpus = facts.gpus().gpus();
   std::map<std::string, uint32_t> index_of;

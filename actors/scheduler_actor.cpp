@@ -9,6 +9,7 @@
 #include "messages/error.hpp"
 #include "runtime/wall_clock.hpp"
 #include "runtime/run_spec.hpp"
+#include "runtime/sysfs_text.hpp"
 #include "store/store.hpp"
 
 namespace astraeus {
@@ -99,11 +100,37 @@ void drop_restore(scheduler_state& st, const std::string& qname) {
   st.restoring.erase(it);
 }
 
+/// Adds (`sign` 1) or removes (-1) the CPU cores and memory the workers of
+/// copy `copy` (-2: all) ask for to their machines' use.
+void account(scheduler_state& st, const v1::Run& run, int sign, int32_t copy = -2) {
+  const auto& spec = run.spec();
+  for (const auto& w : run.workers()) {
+    if (copy != -2 && w.array_index() != copy)
+      continue;
+    auto& f = st.machine_facts_by_name[w.machine()];
+    f.cpus_used = std::max(0.0, f.cpus_used + sign * spec.cpus_per_worker());
+    auto mem = spec.memory_bytes_per_worker();
+    f.memory_used = sign > 0 ? f.memory_used + mem
+                             : f.memory_used - std::min(f.memory_used, mem);
+    if (cpu_only(spec))
+      f.cpu_workers = sign > 0 ? f.cpu_workers + 1
+                               : f.cpu_workers - std::min<uint32_t>(f.cpu_workers, 1);
+  }
+}
+
 /// Releases whatever each copy of a run holds (running, restoring) or takes
 /// it out of the queue (waiting).
 void release_run(scheduler_state& st, const v1::Run& run) {
+  if (live(run))
+    account(st, run, -1);
   for (const auto& qname : queue_names_of(run.spec())) {
     st.waiting.erase(qname);
+    if (cpu_only(run.spec())) {
+      st.cpu_queue.erase(std::remove(st.cpu_queue.begin(), st.cpu_queue.end(), qname),
+                         st.cpu_queue.end());
+      st.cpu_waiting_reason.erase(qname);
+      continue;
+    }
     if (st.restoring.count(qname)) {
       drop_restore(st, qname);
     } else if (st.queue->allocation_of(qname)) {
@@ -117,8 +144,11 @@ void release_run(scheduler_state& st, const v1::Run& run) {
   }
 }
 
-/// Whether any copy of the run holds GPUs or is re-adopting them.
+/// Whether any copy of the run holds GPUs or is re-adopting them (a
+/// CPU-only run: whether it is placed).
 bool holds_gpus(const scheduler_state& st, const v1::Run& run) {
+  if (cpu_only(run.spec()))
+    return live(run);
   for (const auto& qname : queue_names_of(run.spec()))
     if (st.restoring.count(qname) || st.queue->allocation_of(qname))
       return true;
@@ -211,10 +241,135 @@ std::string waiting_reason_of(const scheduler_state& st, const v1::Run& run) {
   if (waiting == 0)
     return {};
   std::string why = first ? first->message : "waiting: not scheduled yet";
+  if (cpu_only(run.spec()))
+    for (const auto& qname : names)
+      if (auto r = st.cpu_waiting_reason.find(qname); r != st.cpu_waiting_reason.end()) {
+        why = r->second;
+        break;
+      }
   if (run.spec().array_size() > 0)
     return std::to_string(waiting) + " of " + std::to_string(names.size())
            + " copies waiting; " + why;
   return why;
+}
+
+/// Marks copy `copy` of `run` placed: state, counters, its workers' use of
+/// CPU and memory, and (for the first copy) the leader and MASTER_ADDR.
+void copy_placed(scheduler_state& st, v1::Run& run, int32_t copy,
+                 const std::string& leader_machine) {
+  run.set_state(run_state::placed);
+  run.set_copies_placed(run.copies_placed() + 1);
+  if (run.placed_unix_ms() == 0)
+    run.set_placed_unix_ms(unix_ms_now());
+  account(st, run, 1, copy);
+  if (run.leader_machine().empty() && !leader_machine.empty()) {
+    run.set_leader_machine(leader_machine);
+    auto f = st.machine_facts_by_name.find(leader_machine);
+    run.set_master_addr(f != st.machine_facts_by_name.end() && !f->second.address.empty()
+                          ? f->second.address
+                          : leader_machine);
+  }
+}
+
+/// Places the CPU-only runs and copies waiting, in submission order, each
+/// all or nothing: every worker goes to the machine (Up, taking work, with
+/// every required label) with the most CPU cores left that still fits its
+/// cores and memory; ties go to the machine with fewer CPU-only workers,
+/// then by name. The GPU engine never sees them; their cores and memory
+/// count against the machine like those of GPU workers.
+void place_cpu_runs(scheduler_state& st, std::set<std::string>& touched) {
+  for (auto it = st.cpu_queue.begin(); it != st.cpu_queue.end();) {
+    const auto qname = *it;
+    auto [run_name, copy] = parse_queue_name(qname);
+    auto r = st.runs.find(run_name);
+    if (r == st.runs.end()) {
+      it = st.cpu_queue.erase(it);
+      continue;
+    }
+    auto& run = r->second;
+    const auto& spec = run.spec();
+    auto req = placement_request_of(spec, qname);
+    const double cpus = spec.cpus_per_worker();
+    const uint64_t mem = spec.memory_bytes_per_worker();
+    std::map<std::string, std::pair<double, uint64_t>> taken;  // tentative
+    std::vector<std::string> where;
+    size_t candidates = 0;
+    bool fits = true;
+    uint32_t total = 0;
+    for (const auto& g : req.groups)
+      total += g.workers;
+    for (uint32_t rank = 0; rank < total && fits; ++rank) {
+      const std::string* best = nullptr;
+      double best_free = -1;
+      uint32_t best_load = 0;
+      candidates = 0;
+      for (const auto& [name, f] : st.machine_facts_by_name) {
+        if (!f.schedulable || f.down)
+          continue;
+        bool labelled = std::all_of(req.required_labels.begin(), req.required_labels.end(),
+                                    [&f = f](const auto& kv) {
+                                      auto l = f.labels.find(kv.first);
+                                      return l != f.labels.end() && l->second == kv.second;
+                                    });
+        if (!labelled)
+          continue;
+        ++candidates;
+        auto t = taken[name];
+        double free_cpus = static_cast<double>(f.logical_cpus) - f.cpus_used - t.first;
+        uint64_t used_mem = f.memory_used + t.second;
+        uint64_t free_mem = f.memory_bytes > used_mem ? f.memory_bytes - used_mem : 0;
+        if (free_cpus + 1e-9 < cpus || free_mem < mem)
+          continue;
+        if (best == nullptr || free_cpus > best_free
+            || (free_cpus == best_free && f.cpu_workers < best_load)) {
+          best = &name;
+          best_free = free_cpus;
+          best_load = f.cpu_workers;
+        }
+      }
+      if (best == nullptr) {
+        fits = false;
+        break;
+      }
+      taken[*best].first += cpus;
+      taken[*best].second += mem;
+      where.push_back(*best);
+    }
+    if (!fits) {
+      std::string labels;
+      for (const auto& [k, v] : req.required_labels)
+        labels += (labels.empty() ? " carrying " : ",") + k + "=" + v;
+      st.cpu_waiting_reason[qname] =
+        candidates == 0
+          ? "waiting: no machine" + labels + " takes new work"
+          : "waiting: needs " + std::to_string(total) + " CPU-only worker(s) of "
+              + show_number(cpus) + " core(s) and " + std::to_string(mem >> 20)
+              + " MiB on machines" + labels + "; only " + std::to_string(where.size())
+              + " fit now";
+      ++it;
+      continue;
+    }
+    auto groups = run_groups_in_rank_order(spec);
+    uint32_t rank = 0;
+    for (size_t g = 0; g < groups.size(); ++g)
+      for (uint32_t i = 0; i < groups[g].second; ++i, ++rank) {
+        auto* w = run.add_workers();
+        w->set_rank(rank);
+        w->set_group(groups[g].first);
+        w->set_group_rank(i);
+        w->set_machine(where[rank]);
+        w->set_numa_node(-1);
+        w->set_state(run_state::placed);
+        w->set_array_index(copy);
+        w->set_name(worker_name(run_name, copy, rank));
+      }
+    copy_placed(st, run, copy, where.empty() ? std::string{} : where.front());
+    st.cpu_waiting_reason.erase(qname);
+    st.waiting.erase(qname);
+    touched.insert(run_name);
+    spdlog::info("scheduler: run {} placed ({} CPU-only worker(s))", qname, where.size());
+    it = st.cpu_queue.erase(it);
+  }
 }
 
 /// One pass of the queue: placed runs get their workers and are marked for
@@ -257,22 +412,12 @@ void schedule_pass(self_ptr self) {
       if (pw.rank == d.where.leader)
         leader_machine = w->machine();
     }
-    run.set_state(run_state::placed);
-    run.set_copies_placed(run.copies_placed() + 1);
-    if (run.placed_unix_ms() == 0)
-      run.set_placed_unix_ms(unix_ms_now());
-    if (run.leader_machine().empty() && !leader_machine.empty()) {
-      run.set_leader_machine(leader_machine);
-      auto f = st.machine_facts_by_name.find(leader_machine);
-      run.set_master_addr(f != st.machine_facts_by_name.end()
-                              && !f->second.address.empty()
-                            ? f->second.address
-                            : leader_machine);
-    }
+    copy_placed(st, run, copy, leader_machine);
     touched.insert(run_name);
     spdlog::info("scheduler: run {} placed ({} worker(s), {})", d.run,
                  d.where.workers.size(), to_string(d.where.tier));
   }
+  place_cpu_runs(st, touched);
   for (const auto& name : touched) {
     auto& run = st.runs[name];
     run.set_waiting_reason(waiting_reason_of(st, run));
@@ -512,6 +657,17 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
     }
     for (const auto& qname : queue_names_of(run.spec())) {
       auto copy = parse_queue_name(qname).second;
+      if (cpu_only(run.spec())) {
+        bool placed = std::any_of(run.workers().begin(), run.workers().end(),
+                                  [copy = copy](const auto& w) {
+                                    return w.array_index() == copy;
+                                  });
+        if (!placed) {
+          st.cpu_queue.push_back(qname);
+          st.waiting.insert(qname);
+        }
+        continue;
+      }
       auto ids = held_gpu_ids(run, copy);
       if (!ids.empty()) {
         st.restoring[qname].missing.insert(ids.begin(), ids.end());
@@ -531,9 +687,11 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
     st.runs.emplace(key, std::move(run));
   }
   for (auto& [key, run] : st.runs)
-    if (live(run))
+    if (live(run)) {
+      account(st, run, 1);
       for (const auto& w : run.workers())
         st.runs_on[w.machine()].insert(key);
+    }
   spdlog::info("scheduler: {} run(s) loaded, {} copies re-adopting GPUs",
                st.runs.size(), st.restoring.size());
 
@@ -542,10 +700,6 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
       auto& st = self->state;
       if (auto err = validate_run_spec(spec))
         return err;
-      if (spec.gpus_per_worker() == 0)
-        return caf::make_error(ec::invalid_request,
-                               "gpus: the scheduler places GPU workers; ask for "
-                               "at least 1 GPU per worker");
       const auto name = spec.name();
       if (st.runs.count(name))
         return caf::make_error(ec::invalid_request,
@@ -558,6 +712,11 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
       auto now = clock_seconds(self);
       std::vector<std::string> queued;
       for (const auto& qname : queue_names_of(run.spec())) {
+        if (cpu_only(run.spec())) {
+          st.cpu_queue.push_back(qname);
+          st.waiting.insert(qname);
+          continue;
+        }
         if (auto err = st.queue->submit(placement_request_of(run.spec(), qname), now)) {
           for (const auto& q : queued) {
             static_cast<void>(st.queue->cancel(q));
@@ -626,6 +785,12 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
       }
       auto& facts = st.machine_facts_by_name[m.name()];
       facts.address = m.address();
+      facts.schedulable = m.schedulable() && !m.down();
+      facts.labels.clear();
+      for (const auto& [k, v] : m.labels())
+        facts.labels[k] = v;
+      facts.logical_cpus = m.logical_cpus();
+      facts.memory_bytes = m.memory_bytes();
       if (m.down() && !facts.down) {
         // Its workers are Down and keep their GPUs until it is back.
         if (auto on = st.runs_on.find(m.name()); on != st.runs_on.end())

@@ -99,12 +99,26 @@ struct scheduler_state {
   std::map<std::string, run_restore> restoring;
   /// Queue names of the runs and copies now waiting.
   std::set<std::string> waiting;
+  /// CPU-only runs and copies waiting, in submission order (the placement
+  /// engine places GPU workers; these are placed by `place_cpu_runs`).
+  std::vector<std::string> cpu_queue;
+  /// Why each CPU-only run or copy waits.
+  std::map<std::string, std::string> cpu_waiting_reason;
   /// The attached machine actors by machine name.
   std::map<std::string, machine_actor> machines;
   /// What the last snapshot of each machine said: address, Down.
   struct machine_facts {
     std::string address;
     bool down = false;
+    bool schedulable = false;
+    std::map<std::string, std::string> labels;
+    uint32_t logical_cpus = 0;
+    uint64_t memory_bytes = 0;
+    /// CPU cores and memory the workers of live runs asked for here.
+    double cpus_used = 0;
+    uint64_t memory_used = 0;
+    /// CPU-only workers placed here (they spread out).
+    uint32_t cpu_workers = 0;
   };
   std::map<std::string, machine_facts> machine_facts_by_name;
   /// Live runs (placed, not stopped) with a worker on each machine.
@@ -141,6 +155,9 @@ placement_request placement_request_of(const v1::RunSpec& spec,
 /// array of size N (`array.size`; source: shared/seeds/inside-a-worker.md,
 /// "Arrays").
 std::vector<std::string> queue_names_of(const v1::RunSpec& spec);
+
+/// Whether a run places no GPUs (CPU-only workers).
+inline bool cpu_only(const v1::RunSpec& spec) { return spec.gpus_per_worker() == 0; }
 
 /// The run and copy index a queue name stands for: ("train", -1) for
 /// "train", ("sweep", 3) for "sweep[3]".

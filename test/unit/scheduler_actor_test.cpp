@@ -505,3 +505,85 @@ TEST(SchedulerNames, QueueAndWorkerNames) {
   EXPECT_EQ(worker_name("train", -1, 3), "train-3");
   EXPECT_EQ(worker_name("sweep", 2, 0), "sweep[2]-0");
 }
+
+// --- CPU-only runs ---------------------------------------------------------
+
+namespace {
+
+v1::SchedulerMachine cpu_machine(const std::string& name, uint32_t cpus, uint64_t mem_gib,
+                                 int gpus = 0) {
+  auto m = machine_of(name, gpus);
+  m.set_logical_cpus(cpus);
+  m.set_memory_bytes(mem_gib << 30);
+  return m;
+}
+
+v1::RunSpec cpu_spec(const std::string& name, double cpus, uint64_t mem_mib,
+                     uint32_t workers = 1) {
+  auto s = spec_of(name, 0, workers);
+  s.set_cpus_per_worker(cpus);
+  s.set_memory_bytes_per_worker(mem_mib << 20);
+  return s;
+}
+
+} // namespace
+
+TEST_F(SchedulerActor, ACpuOnlyRunGoesWhereItsCoresAndMemoryFitAndSpreads) {
+  auto s = spawn_scheduler();
+  snapshot(s, cpu_machine("cpu-01", 4, 8));
+  snapshot(s, cpu_machine("cpu-02", 8, 8));
+  auto whoami = submit(s, cpu_spec("whoami", 1, 256));
+  ASSERT_EQ(whoami.state(), "Placed") << whoami.ShortDebugString();
+  ASSERT_EQ(whoami.workers_size(), 1);
+  EXPECT_EQ(whoami.workers(0).machine(), "cpu-02") << "the most cores left";
+  EXPECT_EQ(whoami.workers(0).gpu_ids_size(), 0);
+  EXPECT_EQ(whoami.leader_machine(), "cpu-02");
+  EXPECT_EQ(stored("whoami").state(), "Placed");
+  // A gang of 3 x 3 cores: 7 left on cpu-02 and 4 on cpu-01 -> 2 + 1.
+  auto gang = submit(s, cpu_spec("gang", 3, 1024, 3));
+  ASSERT_EQ(gang.state(), "Placed") << gang.ShortDebugString();
+  std::map<std::string, int> per;
+  for (const auto& w : gang.workers())
+    ++per[w.machine()];
+  EXPECT_EQ(per, (std::map<std::string, int>{{"cpu-01", 1}, {"cpu-02", 2}}));
+  // Nothing has 2 cores left now... cpu-01 has 1, cpu-02 has 1: it waits.
+  auto big = submit(s, cpu_spec("big", 2, 256));
+  EXPECT_EQ(big.state(), "Waiting");
+  EXPECT_NE(big.waiting_reason().find("needs 1 CPU-only worker(s) of 2 core(s)"),
+            std::string::npos)
+    << big.waiting_reason();
+  // Deleting the gang frees its cores.
+  ask<v1::Run>(s, atom::remove_v, std::string{"gang"});
+  EXPECT_EQ(get(s, "big").state(), "Placed");
+}
+
+TEST_F(SchedulerActor, ACpuOnlyRunWaitsForAMachineWithItsPoolAndSurvivesARestart) {
+  {
+    auto s = spawn_scheduler();
+    auto spec = cpu_spec("batch", 1, 64);
+    spec.set_pool("cpu");
+    auto batch = submit(s, spec);
+    EXPECT_EQ(batch.state(), "Waiting");
+    EXPECT_EQ(batch.waiting_reason(), "waiting: no machine carrying pool=cpu takes new work");
+    auto m = cpu_machine("cpu-01", 2, 4);
+    (*m.mutable_labels())["pool"] = "cpu";
+    snapshot(s, m);
+    ASSERT_EQ(get(s, "batch").state(), "Placed");
+    caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+    run();
+  }
+  auto s = spawn_scheduler();
+  auto again = get(s, "batch");
+  EXPECT_EQ(again.state(), "Placed");
+  auto m = cpu_machine("cpu-01", 2, 4);
+  (*m.mutable_labels())["pool"] = "cpu";
+  snapshot(s, m);
+  // Its core still counts: a 2-core run does not fit the 2-core machine.
+  auto two = cpu_spec("two", 2, 64);
+  two.set_pool("cpu");
+  EXPECT_EQ(submit(s, two).state(), "Waiting");
+  (*self)->send(s, atom::complete_v, std::string{"batch"});
+  run();
+  EXPECT_EQ(get(s, "batch").state(), "Stopped");
+  EXPECT_EQ(get(s, "two").state(), "Placed");
+}
