@@ -587,3 +587,87 @@ TEST_F(SchedulerActor, ACpuOnlyRunWaitsForAMachineWithItsPoolAndSurvivesARestart
   EXPECT_EQ(get(s, "batch").state(), "Stopped");
   EXPECT_EQ(get(s, "two").state(), "Placed");
 }
+
+// --- The placement rules, through the actor --------------------------------
+
+TEST_F(SchedulerActor, TwoGpusOfAWorkerAreJoinedByNvlinkWhereThereIsAPair) {
+  auto s = spawn_scheduler();
+  auto m = machine_of("gpu-01", 8);
+  // NVLink joins 1-2 and 5-6 only.
+  for (auto [a, b] : {std::pair{1, 2}, std::pair{5, 6}}) {
+    m.mutable_gpus(a)->add_nvlink_peers(static_cast<uint32_t>(b));
+    m.mutable_gpus(b)->add_nvlink_peers(static_cast<uint32_t>(a));
+  }
+  snapshot(s, m);
+  auto run = submit(s, spec_of("pair", 2));
+  ASSERT_EQ(run.state(), "Placed");
+  auto ids = gpus_of(run);
+  EXPECT_TRUE(ids == (std::set<std::string>{"gpu-01-gpu1", "gpu-01-gpu2"})
+              || ids == (std::set<std::string>{"gpu-01-gpu5", "gpu-01-gpu6"}))
+    << run.ShortDebugString();
+}
+
+TEST_F(SchedulerActor, AGangNeverSpansSitesAndPrefersOneRack) {
+  auto s = spawn_scheduler();
+  auto at = [](const std::string& name, const std::string& site, const std::string& rack) {
+    auto m = machine_of(name, 8);
+    (*m.mutable_labels())[topology_label::site] = site;
+    (*m.mutable_labels())[topology_label::rack] = rack;
+    return m;
+  };
+  snapshot(s, at("ams-1", "ams", "r1"));
+  snapshot(s, at("fra-1", "fra", "r9"));
+  auto gang = submit(s, spec_of("gang", 8, 2));
+  EXPECT_EQ(gang.state(), "Waiting") << "one free machine per site is not a gang";
+  // A second machine in ams (another rack): placed there at once.
+  snapshot(s, at("ams-2", "ams", "r2"));
+  gang = get(s, "gang");
+  ASSERT_EQ(gang.state(), "Placed") << gang.ShortDebugString();
+  auto machines_of = [](const v1::Run& r) {
+    std::set<std::string> out;
+    for (const auto& w : r.workers())
+      out.insert(w.machine());
+    return out;
+  };
+  EXPECT_EQ(machines_of(gang), (std::set<std::string>{"ams-1", "ams-2"}));
+  // With a third machine in rack r1, a new gang takes one rack.
+  ask<v1::Run>(s, atom::remove_v, std::string{"gang"});
+  snapshot(s, at("ams-3", "ams", "r1"));
+  auto again = submit(s, spec_of("again", 8, 2));
+  ASSERT_EQ(again.state(), "Placed");
+  EXPECT_EQ(machines_of(again), (std::set<std::string>{"ams-1", "ams-3"})) << "one rack (r1) first";
+}
+
+TEST_F(SchedulerActor, AtRiskGpusOnlyWhenNoHealthyOnesFit) {
+  auto s = spawn_scheduler();
+  snapshot(s, machine_of("gpu-01", 2, {"AtRisk", "Healthy"}));
+  auto first = submit(s, spec_of("first", 1));
+  EXPECT_EQ(gpus_of(first), (std::set<std::string>{"gpu-01-gpu1"})) << "the healthy one first";
+  auto second = submit(s, spec_of("second", 1));
+  EXPECT_EQ(gpus_of(second), (std::set<std::string>{"gpu-01-gpu0"}))
+    << "AtRisk when nothing healthy is left";
+}
+
+TEST_F(SchedulerActor, ABigGangAtTheHeadIsNotStarvedBySmallRuns) {
+  auto s = spawn_scheduler();
+  snapshot(s, machine_of("gpu-01", 8));
+  auto small = spec_of("small", 4);
+  small.set_time_limit_seconds(3600);
+  ASSERT_EQ(submit(s, small).state(), "Placed");
+  // The head run needs the whole machine: it waits with a reservation at
+  // small's end (in an hour).
+  auto big = spec_of("big", 8);
+  EXPECT_EQ(submit(s, big).state(), "Waiting");
+  // A run that would still hold GPUs then is not backfilled onto them...
+  auto endless = spec_of("endless", 2);
+  EXPECT_EQ(submit(s, endless).state(), "Waiting");
+  // ...one that ends before the reservation is.
+  auto quick = spec_of("quick", 2);
+  quick.set_time_limit_seconds(600);
+  EXPECT_EQ(submit(s, quick).state(), "Placed");
+  (*self)->send(s, atom::complete_v, std::string{"small"});
+  (*self)->send(s, atom::complete_v, std::string{"quick"});
+  run();
+  EXPECT_EQ(get(s, "big").state(), "Placed") << "the head goes first once the GPUs are free";
+  EXPECT_EQ(get(s, "endless").state(), "Waiting");
+}
