@@ -339,13 +339,15 @@ void place_cpu_runs(scheduler_state& st, std::set<std::string>& touched) {
       std::string labels;
       for (const auto& [k, v] : req.required_labels)
         labels += (labels.empty() ? " carrying " : ",") + k + "=" + v;
+      std::string each = show_number(cpus) + " core(s)";
+      if (mem > 0)
+        each += " and " + std::to_string(mem >> 20) + " MiB";
       st.cpu_waiting_reason[qname] =
         candidates == 0
           ? "waiting: no machine" + labels + " takes new work"
-          : "waiting: needs " + std::to_string(total) + " CPU-only worker(s) of "
-              + show_number(cpus) + " core(s) and " + std::to_string(mem >> 20)
-              + " MiB on machines" + labels + "; only " + std::to_string(where.size())
-              + " fit now";
+          : "waiting: needs " + std::to_string(total) + " CPU-only worker(s) of " + each
+              + " on " + (labels.empty() ? "any machine" : "machines" + labels)
+              + "; only " + std::to_string(where.size()) + " fit now";
       ++it;
       continue;
     }

@@ -9,6 +9,7 @@
 
 #include "actors/machine_pressure.hpp"
 #include "runtime/run_spec.hpp"
+#include "runtime/sysfs_text.hpp"
 
 namespace astraeus::cli {
 
@@ -483,7 +484,14 @@ std::string format_run(const v1::Run& r, int64_t now_unix_ms) {
   for (const auto& c : r.spec().command())
     cmd += (cmd.empty() ? "" : " ") + c;
   out << "Command:     " << (cmd.empty() ? "-" : cmd) << "\n";
-  out << "Per worker:  " << r.spec().gpus_per_worker() << " GPU(s)";
+  if (r.spec().gpus_per_worker() == 0)
+    out << "Per worker:  CPU only";
+  else
+    out << "Per worker:  " << r.spec().gpus_per_worker() << " GPU(s)";
+  if (r.spec().cpus_per_worker() > 0)
+    out << ", " << show_number(r.spec().cpus_per_worker()) << " CPU core(s)";
+  if (r.spec().memory_bytes_per_worker() > 0)
+    out << ", " << (r.spec().memory_bytes_per_worker() >> 20) << " MiB";
   if (r.spec().healthy_only())
     out << ", healthy GPUs only";
   if (!r.spec().pool().empty())
