@@ -321,7 +321,9 @@ void place_cpu_runs(scheduler_state& st, std::set<std::string>& touched) {
         if (free_cpus + 1e-9 < cpus || free_mem < mem)
           continue;
         if (best == nullptr || free_cpus > best_free
-            || (free_cpus == best_free && f.cpu_workers < best_load)) {
+            || (free_cpus == best_free
+                && (f.cpu_workers < best_load
+                    || (f.cpu_workers == best_load && name < *best)))) {
           best = &name;
           best_free = free_cpus;
           best_load = f.cpu_workers;

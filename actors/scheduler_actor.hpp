@@ -32,6 +32,8 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <unordered_map>
+#include <unordered_set>
 #include <string>
 #include <vector>
 
@@ -98,7 +100,7 @@ struct scheduler_state {
   /// still re-adopting their GPUs after a restart.
   std::map<std::string, run_restore> restoring;
   /// Queue names of the runs and copies now waiting.
-  std::set<std::string> waiting;
+  std::unordered_set<std::string> waiting;
   /// CPU-only runs and copies waiting, in submission order (the placement
   /// engine places GPU workers; these are placed by `place_cpu_runs`).
   std::vector<std::string> cpu_queue;
@@ -120,9 +122,9 @@ struct scheduler_state {
     /// CPU-only workers placed here (they spread out).
     uint32_t cpu_workers = 0;
   };
-  std::map<std::string, machine_facts> machine_facts_by_name;
+  std::unordered_map<std::string, machine_facts> machine_facts_by_name;
   /// Live runs (placed, not stopped) with a worker on each machine.
-  std::map<std::string, std::set<std::string>> runs_on;
+  std::unordered_map<std::string, std::unordered_set<std::string>> runs_on;
   /// Generation of the worker set last sent to each machine.
   std::map<std::string, uint64_t> generation;
   /// First generation of this actor's life: later than any of a previous
@@ -132,11 +134,11 @@ struct scheduler_state {
   /// Group commit: runs changed since the last flush (erased ones are no
   /// longer in `runs`), requests answered after it, machines whose worker
   /// set changed, and whether the flush message is on its way.
-  std::set<std::string> dirty_runs;
+  std::unordered_set<std::string> dirty_runs;
   std::vector<std::pair<caf::typed_response_promise<v1::Run>, v1::Run>> replies;
   std::vector<std::pair<caf::typed_response_promise<v1::Run>, std::string>>
     run_replies;
-  std::set<std::string> dirty_machines;
+  std::unordered_set<std::string> dirty_machines;
   bool flush_pending = false;
 };
 
