@@ -340,9 +340,37 @@ void on_clear_fault(agent_ptr self, const v1::ClearFaultCommand& cmd) {
 }
 
 /// Applies the controller's worker set and answers with the workers held.
-void on_worker_orders(agent_ptr self, const v1::WorkerOrders& orders) {
+/// A set sent in parts is applied once every part of its generation is in.
+void on_worker_orders(agent_ptr self, v1::WorkerOrders& part) {
   auto& st = self->state;
   const auto& name = st.config.identity.name;
+  v1::WorkerOrders orders;
+  if (part.parts() > 1) {
+    if (part.part() >= part.parts() || part.parts() > 4096) {
+      spdlog::error("agent {}: worker orders part {} of {} ignored", name, part.part(),
+                    part.parts());
+      return;
+    }
+    if (st.orders_parts.generation() != part.generation()
+        || st.parts_seen.size() != part.parts()) {
+      st.orders_parts.Clear();
+      st.orders_parts.set_machine(part.machine());
+      st.orders_parts.set_generation(part.generation());
+      st.parts_seen.assign(part.parts(), false);
+    }
+    if (st.parts_seen[part.part()])
+      return;
+    st.parts_seen[part.part()] = true;
+    for (auto& w : *part.mutable_workers())
+      *st.orders_parts.add_workers() = std::move(w);
+    if (std::find(st.parts_seen.begin(), st.parts_seen.end(), false) != st.parts_seen.end())
+      return;
+    orders = std::move(st.orders_parts);
+    st.orders_parts.Clear();
+    st.parts_seen.clear();
+  } else {
+    orders = std::move(part);
+  }
   if (!st.workers) {
     spdlog::error("agent {}: worker orders ignored: this agent has no worker "
                   "store", name);
@@ -367,7 +395,7 @@ void on_frame(agent_ptr self, v1::Frame& frame) {
   const auto& name = st.config.identity.name;
   switch (frame.body_case()) {
     case v1::Frame::kWorkerOrders:
-      on_worker_orders(self, frame.worker_orders());
+      on_worker_orders(self, *frame.mutable_worker_orders());
       return;
     case v1::Frame::kClearFault:
       on_clear_fault(self, frame.clear_fault());

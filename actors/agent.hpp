@@ -93,6 +93,8 @@ struct agent_state {
   bool gpus_known = false;                ///< a pass has finished
   std::optional<fault_latches> latches;   ///< the machine's fault latches
   std::optional<worker_ledger> workers;   ///< the workers handed to this machine
+  v1::WorkerOrders orders_parts;          ///< parts of a set not yet complete
+  std::vector<bool> parts_seen;           ///< which parts of it arrived
   std::string address;                    ///< advertised in reports (MASTER_ADDR)
   std::unique_ptr<kmsg_reader> kmsg;      ///< the kernel-log reader thread
   /// Kernel events that arrived before the first discovery pass.

@@ -64,11 +64,18 @@ caf::error validate_workspace(v1::Workspace& ws) {
     return caf::make_error(ec::invalid_request,
                            "organisation '" + ws.organisation()
                              + "': use 1-63 letters, digits and '-'");
+  auto blank = [](const std::string& s) {
+    return std::any_of(s.begin(), s.end(), [](unsigned char c) {
+      return std::isspace(c) != 0 || std::iscntrl(c) != 0;
+    });
+  };
   for (const auto& [k, v] : ws.grants())
-    if (k.empty() || v.empty() || k.find('=') != std::string::npos)
+    if (k.empty() || v.empty() || k.find('=') != std::string::npos || blank(k)
+        || blank(v))
       return caf::make_error(ec::invalid_request,
                              "grant '" + k + "=" + v
-                               + "': give each grant as KEY=VALUE, e.g. pool=h100");
+                               + "': give each grant as KEY=VALUE without spaces, "
+                                 "e.g. pool=h100");
   return caf::none;
 }
 
@@ -296,6 +303,8 @@ cluster(cluster_actor::stateful_pointer<cluster_state> self,
         case v1::Request::kSetCordon:
           return ask(req.set_cordon().name(), atom::cordon_v,
                      req.set_cordon().cordoned());
+        case v1::Request::kSetLabels:
+          return ask(req.set_labels().name(), req.set_labels());
         case v1::Request::kSetMaintenance:
           return ask(req.set_maintenance().name(), atom::maintenance_v,
                      req.set_maintenance().maintenance());
@@ -353,6 +362,12 @@ cluster(cluster_actor::stateful_pointer<cluster_state> self,
           auto ws = req.create_workspace().workspace();
           if (auto err = validate_workspace(ws))
             return error_response(id, err);
+          if (ws.name() == default_workspace)
+            return error_response(id, caf::make_error(ec::invalid_request,
+                                                      "workspace default exists already "
+                                                      "and is granted every machine; "
+                                                      "create a workspace with another "
+                                                      "name for a pool"));
           if (st.workspaces.count(ws.name()))
             return error_response(id, caf::make_error(ec::invalid_request,
                                                       "a workspace named " + ws.name()

@@ -70,7 +70,11 @@ using machine_actor = caf::typed_actor<
   caf::reacts_to<atom::assign, v1::WorkerOrders>,
   // From the gate: the workers the agent holds (its answer to the orders).
   // Passed on to the scheduler when it differs from the last one.
-  caf::reacts_to<v1::WorkerStatuses>>;
+  caf::reacts_to<v1::WorkerStatuses>,
+  // Sets and removes labels; stored with sync before the answer, then the
+  // scheduler places by them. Fails with ec::invalid_request naming a bad
+  // key or value, ec::store_failure when the write fails (nothing changes).
+  caf::replies_to<v1::SetLabels>::with<v1::MachineView>>;
 
 /// The agent's discovery: runs GPU discovery passes on a thread of its own
 /// (spawned detached), so a slow driver never holds up the agent's heartbeat.
@@ -124,6 +128,9 @@ using scheduler_actor = caf::typed_actor<
   caf::reacts_to<v1::WorkerStatuses>,
   // Internal: writes the runs changed since the last flush in one batch
   // with sync, then answers the requests waiting for it (group commit).
-  caf::reacts_to<atom::tick>>;
+  caf::reacts_to<atom::tick>,
+  // Internal timer: the time limit of run or copy `queue name` placed with
+  // token `token` is reached; it is stopped ("time limit of 1h reached").
+  caf::reacts_to<atom::deadline, std::string, uint64_t>>;
 
 } // namespace astraeus

@@ -1,6 +1,7 @@
 #include "actors/machine_actor.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <set>
 
 #include <caf/actor_cast.hpp>
@@ -44,6 +45,55 @@ std::string gpu_fingerprint(const v1::GpuSection& section) {
 }
 
 } // namespace
+
+caf::error check_labels(const v1::SetLabels& req) {
+  auto bad = [](const std::string& s, size_t max) {
+    return s.empty() || s.size() > max
+           || std::any_of(s.begin(), s.end(), [](unsigned char c) {
+                return !(std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '/');
+              });
+  };
+  for (const auto& [k, v] : req.set()) {
+    if (bad(k, 253))
+      return caf::make_error(ec::invalid_request,
+                             "label key '" + k
+                               + "': use letters, digits, '-', '_', '.' and '/' "
+                                 "(at most 253)");
+    if (bad(v, 63))
+      return caf::make_error(ec::invalid_request,
+                             "label " + k + "='" + v
+                               + "': use 1-63 letters, digits, '-', '_' and '.'");
+  }
+  for (const auto& k : req.remove())
+    if (req.set().count(k))
+      return caf::make_error(ec::invalid_request,
+                             "label " + k + " is both set and removed");
+  return caf::none;
+}
+
+std::vector<v1::WorkerOrders> split_orders(const v1::WorkerOrders& orders,
+                                          size_t part_bytes) {
+  if (orders.ByteSizeLong() <= part_bytes)
+    return {orders};
+  std::vector<v1::WorkerOrders> parts;
+  size_t bytes = 0;
+  for (const auto& w : orders.workers()) {
+    auto size = w.ByteSizeLong() + 8;
+    if (parts.empty() || (bytes + size > part_bytes && parts.back().workers_size() > 0)) {
+      parts.emplace_back();
+      parts.back().set_machine(orders.machine());
+      parts.back().set_generation(orders.generation());
+      bytes = 0;
+    }
+    *parts.back().add_workers() = w;
+    bytes += size;
+  }
+  for (size_t i = 0; i < parts.size(); ++i) {
+    parts[i].set_part(static_cast<uint32_t>(i));
+    parts[i].set_parts(static_cast<uint32_t>(parts.size()));
+  }
+  return parts;
+}
 
 const std::string& to_string(v1::Machine::State state) {
   return v1::Machine::State_Name(state);
@@ -220,8 +270,9 @@ machine(machine_actor::stateful_pointer<machine_state> self,
     if (!st.orders_known || st.session == 0 || !st.gate
         || st.acked_generation == st.orders.generation())
       return;
-    self->send(caf::actor_cast<gate_command_actor>(st.gate), atom::assign_v,
-               st.session, st.orders);
+    auto gate = caf::actor_cast<gate_command_actor>(st.gate);
+    for (auto& part : split_orders(st.orders, orders_part_bytes))
+      self->send(gate, atom::assign_v, st.session, std::move(part));
   };
   // The agent's worker list, from its answer frame or a report.
   auto on_statuses = [self, send_orders](v1::WorkerStatuses& statuses) {
@@ -399,6 +450,25 @@ machine(machine_actor::stateful_pointer<machine_state> self,
       send_orders();
     },
     [on_statuses](v1::WorkerStatuses& statuses) { on_statuses(statuses); },
+    [self, persist, name, tell_scheduler](v1::SetLabels& req)
+      -> caf::result<v1::MachineView> {
+      auto& rec = self->state.config.record;
+      if (auto err = check_labels(req))
+        return err;
+      auto before = rec.labels();
+      for (const auto& k : req.remove())
+        rec.mutable_labels()->erase(k);
+      for (const auto& [k, v] : req.set())
+        (*rec.mutable_labels())[k] = v;
+      if (auto err = persist(true)) {
+        *rec.mutable_labels() = before;
+        return err;
+      }
+      spdlog::info("machine {}: labels set ({}) and removed ({})", name(), req.set_size(),
+                   req.remove_size());
+      tell_scheduler();
+      return self->state.view();
+    },
     [self, tell_scheduler](atom::health, std::string& id, std::string& health,
                            std::string& reasons) {
       auto& st = self->state;

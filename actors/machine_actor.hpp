@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <caf/actor_clock.hpp>
 #include <caf/error.hpp>
@@ -105,6 +106,21 @@ struct machine_state {
 machine_actor::behavior_type
 machine(machine_actor::stateful_pointer<machine_state> self,
         machine_config config);
+
+/// Checks a label change: keys of letters, digits, '-', '_', '.', '/' (at
+/// most 253), values of at most 63 such characters (no '/'), like
+/// Kubernetes labels. Errors: ec::invalid_request naming the label.
+caf::error check_labels(const v1::SetLabels& req);
+
+/// Worker sets larger than this many bytes are sent in parts, so that no
+/// frame comes near the agent's frame cap (1 MiB by default).
+inline constexpr size_t orders_part_bytes = 256u << 10;
+
+/// Splits a worker set into parts of at most `part_bytes` each (a single
+/// worker larger than that is a part of its own), numbered `part` of
+/// `parts`; a set that fits is returned whole (parts = 0).
+std::vector<v1::WorkerOrders> split_orders(const v1::WorkerOrders& orders,
+                                          size_t part_bytes);
 
 /// "Idle", "Up", "Down", "Maintenance".
 const std::string& to_string(v1::Machine::State state);

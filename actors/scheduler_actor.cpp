@@ -105,7 +105,8 @@ void drop_restore(scheduler_state& st, const std::string& qname) {
 void account(scheduler_state& st, const v1::Run& run, int sign, int32_t copy = -2) {
   const auto& spec = run.spec();
   for (const auto& w : run.workers()) {
-    if (copy != -2 && w.array_index() != copy)
+    if ((copy != -2 && w.array_index() != copy)
+        || (sign < 0 && w.state() == run_state::stopped))
       continue;
     auto& f = st.machine_facts_by_name[w.machine()];
     f.cpus_used = std::max(0.0, f.cpus_used + sign * spec.cpus_per_worker());
@@ -247,9 +248,13 @@ std::string waiting_reason_of(const scheduler_state& st, const v1::Run& run) {
         why = r->second;
         break;
       }
-  if (run.spec().array_size() > 0)
+  if (run.spec().array_size() > 0) {
+    const std::string prefix = "waiting: ";
+    if (why.rfind(prefix, 0) == 0)
+      why = why.substr(prefix.size());
     return std::to_string(waiting) + " of " + std::to_string(names.size())
-           + " copies waiting; " + why;
+           + " copies waiting: " + why;
+  }
   return why;
 }
 
@@ -277,7 +282,8 @@ void copy_placed(scheduler_state& st, v1::Run& run, int32_t copy,
 /// cores and memory; ties go to the machine with fewer CPU-only workers,
 /// then by name. The GPU engine never sees them; their cores and memory
 /// count against the machine like those of GPU workers.
-void place_cpu_runs(scheduler_state& st, std::set<std::string>& touched) {
+void place_cpu_runs(scheduler_state& st, std::set<std::string>& touched,
+                    std::vector<std::string>& started) {
   for (auto it = st.cpu_queue.begin(); it != st.cpu_queue.end();) {
     const auto qname = *it;
     auto [run_name, copy] = parse_queue_name(qname);
@@ -371,9 +377,19 @@ void place_cpu_runs(scheduler_state& st, std::set<std::string>& touched) {
     st.cpu_waiting_reason.erase(qname);
     st.waiting.erase(qname);
     touched.insert(run_name);
+    started.push_back(qname);
     spdlog::info("scheduler: run {} placed ({} CPU-only worker(s))", qname, where.size());
     it = st.cpu_queue.erase(it);
   }
+}
+
+/// Stops run or copy `qname` when its time limit, `seconds` from now, is
+/// reached (an `atom::deadline` to itself, matched by token).
+void arm_time_limit(self_ptr self, const std::string& qname, int64_t seconds) {
+  auto token = self->state.next_limit_token++;
+  self->state.limit_token[qname] = token;
+  self->delayed_send(self, std::chrono::seconds{std::max<int64_t>(0, seconds)},
+                     atom::deadline_v, qname, token);
 }
 
 /// One pass of the queue: placed runs get their workers and are marked for
@@ -382,6 +398,7 @@ void schedule_pass(self_ptr self) {
   auto& st = self->state;
   auto decisions = st.queue->schedule(clock_seconds(self));
   std::set<std::string> touched;
+  std::vector<std::string> started;
   for (auto& d : decisions) {
     auto [run_name, copy] = parse_queue_name(d.run);
     st.waiting.erase(d.run);
@@ -418,10 +435,16 @@ void schedule_pass(self_ptr self) {
     }
     copy_placed(st, run, copy, leader_machine);
     touched.insert(run_name);
+    started.push_back(d.run);
     spdlog::info("scheduler: run {} placed ({} worker(s), {})", d.run,
                  d.where.workers.size(), to_string(d.where.tier));
   }
-  place_cpu_runs(st, touched);
+  place_cpu_runs(st, touched, started);
+  for (const auto& qname : started) {
+    const auto& spec = st.runs[parse_queue_name(qname).first].spec();
+    if (spec.time_limit_seconds() > 0)
+      arm_time_limit(self, qname, static_cast<int64_t>(spec.time_limit_seconds()));
+  }
   for (const auto& name : touched) {
     auto& run = st.runs[name];
     run.set_waiting_reason(waiting_reason_of(st, run));
@@ -460,7 +483,7 @@ v1::WorkerOrders orders_for(scheduler_state& st, const std::string& machine) {
     for (const auto& w : run.workers())
       ++world[w.array_index()];
     for (const auto& w : run.workers()) {
-      if (w.machine() != machine)
+      if (w.machine() != machine || w.state() == run_state::stopped)
         continue;
       auto* o = out.add_workers();
       o->set_worker(w.name());
@@ -696,6 +719,18 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
       for (const auto& w : run.workers())
         st.runs_on[w.machine()].insert(key);
     }
+  for (const auto& [key, run] : st.runs) {
+    if (!live(run) || run.spec().time_limit_seconds() == 0)
+      continue;
+    auto elapsed = (unix_ms_now() - run.placed_unix_ms()) / 1000;
+    auto left = static_cast<int64_t>(run.spec().time_limit_seconds()) - elapsed;
+    std::set<int32_t> copies;
+    for (const auto& w : run.workers())
+      if (w.state() != run_state::stopped)
+        copies.insert(w.array_index());
+    for (auto c : copies)
+      arm_time_limit(self, c < 0 ? key : key + "[" + std::to_string(c) + "]", left);
+  }
   spdlog::info("scheduler: {} run(s) loaded, {} copies re-adopting GPUs",
                st.runs.size(), st.restoring.size());
 
@@ -882,6 +917,53 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
         schedule_pass(self);
     },
     [self](atom::tick) { flush(self); },
+    [self](atom::deadline, std::string& qname, uint64_t token) {
+      auto& st = self->state;
+      auto t = st.limit_token.find(qname);
+      if (t == st.limit_token.end() || t->second != token)
+        return;
+      st.limit_token.erase(t);
+      auto [run_name, copy] = parse_queue_name(qname);
+      auto r = st.runs.find(run_name);
+      if (r == st.runs.end() || !live(r->second))
+        return;
+      auto& run = r->second;
+      auto why = "time limit of "
+                 + format_duration(static_cast<int64_t>(run.spec().time_limit_seconds()))
+                 + " reached";
+      spdlog::info("scheduler: run {} stopped: {}", qname, why);
+      if (copy < 0) {
+        finish_run(self, run, run_state::stopped, why);
+      } else {
+        // One copy of an array: it alone ends.
+        account(st, run, -1, copy);
+        if (st.restoring.count(qname))
+          drop_restore(st, qname);
+        else if (!cpu_only(run.spec()) && st.queue->allocation_of(qname))
+          st.queue->complete(qname);
+        bool any_left = false;
+        for (auto& w : *run.mutable_workers()) {
+          if (w.array_index() == copy)
+            w.set_state(run_state::stopped);
+          else if (w.state() != run_state::stopped)
+            any_left = true;
+        }
+        for (const auto& q : queue_names_of(run.spec()))
+          any_left = any_left || st.waiting.count(q) > 0;
+        if (!any_left) {
+          // Every copy has ended: nothing left to release.
+          run.set_state(run_state::stopped);
+          run.set_waiting_reason(why);
+          index_run(self, run);
+        } else {
+          for (const auto& w : run.workers())
+            if (w.array_index() == copy)
+              mark_machine(self, w.machine());
+        }
+        mark(self, run_name);
+      }
+      schedule_pass(self);
+    },
   };
 }
 

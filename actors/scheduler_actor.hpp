@@ -140,6 +140,10 @@ struct scheduler_state {
     run_replies;
   std::unordered_set<std::string> dirty_machines;
   bool flush_pending = false;
+  /// The armed time limit of each placed run or copy (queue name -> token;
+  /// a timer whose token no longer matches is stale).
+  std::unordered_map<std::string, uint64_t> limit_token;
+  uint64_t next_limit_token = 1;
 };
 
 /// The scheduler actor's behaviour (handlers: actors/interfaces.hpp).

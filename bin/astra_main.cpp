@@ -1,5 +1,6 @@
 // astra: the Astraeus command line. Talks to the controller's gate.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -76,6 +77,10 @@ int call(const options& opts, v1::Request req,
       std::fputs((cli::to_json(resp->run()) + "\n").c_str(), stdout);
     else if (resp->has_runs())
       std::fputs((cli::to_json(resp->runs()) + "\n").c_str(), stdout);
+    else if (resp->has_workspace())
+      std::fputs((cli::to_json(resp->workspace()) + "\n").c_str(), stdout);
+    else if (resp->has_workspaces())
+      std::fputs((cli::to_json(resp->workspaces()) + "\n").c_str(), stdout);
   } else {
     std::fputs(table(*resp).c_str(), stdout);
   }
@@ -208,8 +213,8 @@ void add_commands(CLI::App& app, options& opts, int& rc) {
       spec.set_gpus_per_worker(run_gpus);
     if (run->count("--workers") > 0 || (run_file.empty() && spec.task_groups().empty()))
       spec.set_workers(run_workers);
-    if (run_cpus > 0)
-      spec.set_cpus_per_worker(run_cpus);
+    if (run->count("--cpus") > 0)
+      spec.set_cpus_per_worker(run_cpus);  // validated below: finite, >= 0
     if (!run_mem.empty()) {
       auto bytes = parse_memory_size(run_mem);
       if (!bytes) {
@@ -282,7 +287,15 @@ void add_commands(CLI::App& app, options& opts, int& rc) {
         rc = 2;
         return;
       }
-      (*ws->mutable_grants())[g.substr(0, eq)] = g.substr(eq + 1);
+      auto key = g.substr(0, eq);
+      if (ws->grants().count(key)) {
+        std::fprintf(stderr, "astra: --grant %s: %s is granted twice; a machine carries "
+                             "one value per label\n",
+                     g.c_str(), key.c_str());
+        rc = 2;
+        return;
+      }
+      (*ws->mutable_grants())[key] = g.substr(eq + 1);
     }
     rc = call(opts, req, [](const v1::Response& r) {
       return "workspace " + r.workspace().name() + " created (namespace "
@@ -321,6 +334,41 @@ void add_commands(CLI::App& app, options& opts, int& rc) {
       });
     });
   };
+  // Labels: pools (pool=h100) and topology, like `kubectl label`.
+  auto* label = app.add_subcommand("label", "set (KEY=VALUE) or remove (KEY-) labels of a "
+                                            "machine, e.g. astra label gpu-01 pool=h100");
+  static std::string label_machine;
+  static std::vector<std::string> label_args;
+  label->add_option("NAME", label_machine, "machine name")->required();
+  label->add_option("LABELS", label_args, "KEY=VALUE to set, KEY- to remove")->required();
+  label->callback([&] {
+    v1::Request req;
+    auto* sl = req.mutable_set_labels();
+    sl->set_name(label_machine);
+    for (const auto& a : label_args) {
+      auto eq = a.find('=');
+      if (eq != std::string::npos && eq > 0)
+        (*sl->mutable_set())[a.substr(0, eq)] = a.substr(eq + 1);
+      else if (a.size() > 1 && a.back() == '-' && eq == std::string::npos)
+        sl->add_remove(a.substr(0, a.size() - 1));
+      else {
+        std::fprintf(stderr, "astra: label %s: give KEY=VALUE to set or KEY- to remove\n",
+                     a.c_str());
+        rc = 2;
+        return;
+      }
+    }
+    rc = call(opts, req, [](const v1::Response& r) {
+      std::string out = "machine " + r.machine().name() + " labels:";
+      std::vector<std::string> all;
+      for (const auto& [k, v] : r.machine().labels())
+        all.push_back(k + "=" + v);
+      std::sort(all.begin(), all.end());
+      for (const auto& l : all)
+        out += " " + l;
+      return out + (all.empty() ? " none\n" : "\n");
+    });
+  });
   flag_command(
     "cordon", "stop new work landing on a machine; what runs there continues",
     [](v1::Request& r, const std::string& n) {

@@ -467,8 +467,17 @@ std::string format_run(const v1::Run& r, int64_t now_unix_ms) {
   std::ostringstream out;
   out << "Run:         " << r.spec().name() << "\n";
   out << "State:       " << r.state() << "\n";
-  if (!r.waiting_reason().empty())
-    out << "Waiting:     " << r.waiting_reason() << "\n";
+  if (!r.waiting_reason().empty()) {
+    const bool ended = r.state() == "Stopped" || r.state() == "Failed";
+    std::string why = r.waiting_reason();
+    if (!ended && why.rfind("waiting: ", 0) == 0)
+      why = why.substr(9);
+    out << (ended ? "Reason:      " : "Waiting:     ") << why << "\n";
+  }
+  if (!r.spec().workspace().empty())
+    out << "Workspace:   " << r.spec().workspace() << "\n";
+  if (r.spec().time_limit_seconds() > 0)
+    out << "Time limit:  " << r.spec().time_limit_seconds() << " s\n";
   out << "Submitted:   " << format_time(r.submitted_unix_ms()) << " ("
       << format_age(r.submitted_unix_ms(), now_unix_ms) << ")\n";
   if (r.placed_unix_ms() > 0)

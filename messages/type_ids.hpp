@@ -71,6 +71,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(astraeus, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::SchedulerMachine))
   CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::WorkerOrders))
   CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::WorkerStatuses))
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::SetLabels))
   /// Scheduler: a machine actor introduces itself (name, handle).
   CAF_ADD_ATOM(astraeus, astraeus::atom, attach, "attach")
   /// The workers a machine should hold (scheduler -> machine -> gate).

@@ -72,7 +72,9 @@ private:
   int fd_ = -1;
   std::string peer_;
   uint64_t next_id_ = 1;
-  frame_reader reader_;
+  /// Answers from the controller may be large (`astra runs` of a busy
+  /// cluster): up to 64 MiB, the gate's own largest cap.
+  frame_reader reader_{64u << 20};
   v1::Welcome welcome_;
 };
 

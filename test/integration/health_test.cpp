@@ -975,4 +975,15 @@ TEST_F(Health, AWorkspaceRunsOnlyOnTheLabelsItWasGranted) {
   auto open = astra({"run", "--name", "r4", "--gpus", "1", "--image", "img", "--", "true"});
   ASSERT_EQ(open.rc, 0) << open.err;
   EXPECT_TRUE(contains(open.out, "Placed")) << open.out;
+  // Labelling the machine into pool a100 lets the workspace's run in.
+  auto labelled = astra({"label", machine_name, "pool=a100"});
+  ASSERT_EQ(labelled.rc, 0) << labelled.err;
+  EXPECT_TRUE(contains(labelled.out, "pool=a100")) << labelled.out;
+  EXPECT_TRUE(wait_until(
+    [&] { return run_json(astra({"run", "show", "r1", "-o", "json"})).value("state", "") == "Placed"; },
+    3s))
+    << astra({"run", "show", "r1"}).out;
+  auto bad = astra({"label", machine_name, "pool=has space"});
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_TRUE(contains(bad.err, "label pool='has space'")) << bad.err;
 }

@@ -366,3 +366,64 @@ TEST(MachinePressure, FormatsBytesInBinaryUnits) {
   EXPECT_EQ(format_bytes(512ull << 20), "512 MiB");
   EXPECT_EQ(format_bytes(1536ull << 20), "1.5 GiB");
 }
+
+TEST(SplitOrders, ALargeWorkerSetGoesInPartsThatEachFitAndKeepEveryWorker) {
+  v1::WorkerOrders orders;
+  orders.set_machine("gpu-01");
+  orders.set_generation(42);
+  for (int i = 0; i < 20; ++i) {
+    auto* w = orders.add_workers();
+    w->set_worker("big-" + std::to_string(i));
+    (*w->mutable_spec()->mutable_env())["BLOB"] = std::string(60000, 'x');
+  }
+  auto parts = split_orders(orders, 256u << 10);
+  ASSERT_GT(parts.size(), 4u);
+  int seen = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    EXPECT_EQ(parts[i].part(), i);
+    EXPECT_EQ(parts[i].parts(), parts.size());
+    EXPECT_EQ(parts[i].generation(), 42u);
+    EXPECT_LE(parts[i].ByteSizeLong(), (256u << 10) + 128);
+    seen += parts[i].workers_size();
+  }
+  EXPECT_EQ(seen, 20);
+  // A small set goes whole.
+  v1::WorkerOrders small;
+  small.add_workers()->set_worker("a-0");
+  auto whole = split_orders(small, 256u << 10);
+  ASSERT_EQ(whole.size(), 1u);
+  EXPECT_EQ(whole[0].parts(), 0u);
+}
+
+TEST_F(MachineWorkers, LabelsAreStoredAndTheSchedulerPlacesByThem) {
+  test::temp_dir dir;
+  auto store = std::shared_ptr<Store>{std::move(*Store::open(dir.path() + "/c"))};
+  box = std::make_shared<machine_outbox>();
+  stub = spawn(outbox_actor, box);
+  machine_config mc;
+  mc.record.set_name("gpu-01");
+  mc.heartbeat_lapse = 60s;
+  mc.store = store;
+  mc.scheduler = caf::actor_cast<scheduler_actor>(stub);
+  auto m = spawn(machine, std::move(mc));
+  run();
+  v1::SetLabels req;
+  (*req.mutable_set())["pool"] = "h100";
+  (*req.mutable_set())["topology.astraeus.io/rack"] = "r12";
+  auto view = ask<v1::MachineView>(m, req);
+  EXPECT_EQ(view.labels().at("pool"), "h100");
+  ASSERT_FALSE(box->snapshots.empty());
+  EXPECT_EQ(box->snapshots.back().labels().at("pool"), "h100");
+  v1::MachineRecord rec;
+  ASSERT_TRUE(*store->get(family::machines, "gpu-01", rec));
+  EXPECT_EQ(rec.labels().at("topology.astraeus.io/rack"), "r12");
+  // Remove one; a bad value is refused and changes nothing.
+  v1::SetLabels drop;
+  drop.add_remove("topology.astraeus.io/rack");
+  EXPECT_EQ(ask<v1::MachineView>(m, drop).labels().count("topology.astraeus.io/rack"), 0u);
+  v1::SetLabels bad;
+  (*bad.mutable_set())["pool"] = "has space";
+  auto err = ask_error<v1::MachineView>(m, bad);
+  EXPECT_EQ(render_error(err), "label pool='has space': use 1-63 letters, digits, '-', '_' and '.'");
+  EXPECT_EQ(ask<v1::MachineView>(m, atom::get_v).labels().at("pool"), "h100");
+}

@@ -464,7 +464,7 @@ TEST_F(SchedulerAssignments, AnArrayPlacesEachCopyOnItsOwn) {
   for (const auto& w : sweep.workers())
     names.insert(w.name());
   EXPECT_EQ(names, (std::set<std::string>{"sweep[0]-0", "sweep[1]-0"}));
-  EXPECT_EQ(sweep.waiting_reason().rfind("1 of 3 copies waiting; ", 0), 0u)
+  EXPECT_EQ(sweep.waiting_reason().rfind("1 of 3 copies waiting: ", 0), 0u)
     << sweep.waiting_reason();
   // A restart keeps the placed copies and queues the third again.
   caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
@@ -670,4 +670,39 @@ TEST_F(SchedulerActor, ABigGangAtTheHeadIsNotStarvedBySmallRuns) {
   run();
   EXPECT_EQ(get(s, "big").state(), "Placed") << "the head goes first once the GPUs are free";
   EXPECT_EQ(get(s, "endless").state(), "Waiting");
+}
+
+TEST_F(SchedulerActor, ARunIsStoppedAtItsTimeLimitAndItsGpusGoToTheNext) {
+  auto s = spawn_scheduler();
+  snapshot(s, machine_of("gpu-01", 8));
+  auto a = spec_of("a", 8);
+  a.set_time_limit_seconds(60);
+  ASSERT_EQ(submit(s, a).state(), "Placed");
+  EXPECT_EQ(submit(s, spec_of("b", 8)).state(), "Waiting");
+  advance(std::chrono::seconds{59});
+  EXPECT_EQ(get(s, "a").state(), "Placed");
+  advance(std::chrono::seconds{2});
+  auto done = get(s, "a");
+  EXPECT_EQ(done.state(), "Stopped");
+  EXPECT_EQ(done.waiting_reason(), "time limit of 1m reached");
+  EXPECT_EQ(stored("a").state(), "Stopped");
+  EXPECT_EQ(get(s, "b").state(), "Placed");
+}
+
+TEST_F(SchedulerActor, EachArrayCopyEndsAtItsOwnTimeLimit) {
+  auto s = spawn_scheduler();
+  snapshot(s, machine_of("gpu-01", 1));
+  auto spec = spec_of("sweep", 1);
+  spec.set_array_size(2);
+  spec.set_time_limit_seconds(10);
+  auto sweep = submit(s, spec);
+  EXPECT_EQ(sweep.copies_placed(), 1u);
+  advance(std::chrono::seconds{11});
+  sweep = get(s, "sweep");
+  EXPECT_EQ(sweep.state(), "Placed") << "copy 1 took the GPU copy 0 left";
+  EXPECT_EQ(sweep.copies_placed(), 2u);
+  advance(std::chrono::seconds{11});
+  sweep = get(s, "sweep");
+  EXPECT_EQ(sweep.state(), "Stopped") << sweep.ShortDebugString();
+  ASSERT_EQ(submit(s, spec_of("next", 1)).state(), "Placed") << "the GPU is free";
 }
