@@ -10,6 +10,8 @@
 #include <map>
 #include <sstream>
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 
 #include "bin/cli_format.hpp"
@@ -579,6 +581,8 @@ void add_commands(CLI::App& app, options& opts, int& rc) {
       }
       token = *t;
     } else {
+      if (::isatty(0))
+        std::fprintf(stderr, "API token: ");
       std::getline(std::cin, token);
       while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back())))
         token.pop_back();

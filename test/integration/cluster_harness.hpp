@@ -35,6 +35,7 @@
 
 #include <map>
 
+#include "messages/error.hpp"
 #include "runtime/frame_codec.hpp"
 #include "runtime/gate_client.hpp"
 #include "runtime/secure_channel.hpp"
@@ -417,6 +418,38 @@ inline std::string mint_join_token(uint16_t port,
   if (!resp || resp->has_error() || !resp->has_join_token())
     return {};
   return resp->join_token().token();
+}
+
+/// The next refusal on `client`, skipping what the controller sends an
+/// agent meanwhile (worker orders); an error when none comes within
+/// `timeout` or the connection closes first.
+inline caf::expected<v1::Refusal> next_refusal(gate_client& client,
+                                               milliseconds timeout = 2s) {
+  auto deadline = steady::now() + timeout;
+  for (;;) {
+    auto left = std::chrono::duration_cast<milliseconds>(deadline - steady::now());
+    if (left.count() <= 0)
+      return caf::make_error(ec::timeout, "no refusal");
+    auto frame = client.receive(left);
+    if (!frame)
+      return frame.error();
+    if (frame->has_refusal())
+      return frame->refusal();
+  }
+}
+
+/// Whether the controller ended the session on `client` within `timeout`
+/// (frames it sends before closing are skipped).
+inline bool session_ended(gate_client& client, milliseconds timeout = 2s) {
+  auto deadline = steady::now() + timeout;
+  for (;;) {
+    auto left = std::chrono::duration_cast<milliseconds>(deadline - steady::now());
+    if (left.count() <= 0)
+      return false;
+    auto frame = client.receive(left);
+    if (!frame)
+      return frame.error() != ec::timeout;
+  }
 }
 
 /// The flags that let a new agent enrol with the controller on `port`: a
