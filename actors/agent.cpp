@@ -22,6 +22,7 @@
 #include "runtime/wall_clock.hpp"
 #include "messages/type_ids.hpp"
 #include "runtime/frame_codec.hpp"
+#include "runtime/private_file.hpp"
 
 namespace astraeus {
 
@@ -31,40 +32,8 @@ using caf::io::receive_policy;
 
 namespace {
 
-std::string trim(std::string s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back())))
-    s.pop_back();
-  size_t i = 0;
-  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i])))
-    ++i;
-  return s.substr(i);
-}
-
 caf::expected<std::string> read_small_file(const fs::path& path) {
-  std::ifstream in{path};
-  if (!in)
-    return caf::make_error(ec::store_failure,
-                           "cannot read " + path.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return trim(ss.str());
-}
-
-caf::error write_private_file(const fs::path& path, const std::string& text) {
-  auto tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream out{tmp, std::ios::trunc};
-    if (!out || !(out << text << '\n') || !out.flush())
-      return caf::make_error(ec::store_failure, "cannot write " + tmp.string());
-  }
-  ::chmod(tmp.c_str(), 0600);
-  std::error_code err;
-  fs::rename(tmp, path, err);
-  if (err)
-    return caf::make_error(ec::store_failure,
-                           "cannot write " + path.string() + ": " + err.message());
-  return caf::none;
+  return read_trimmed_file(path.string());
 }
 
 bool is_hex_id(const std::string& s) {
@@ -127,7 +96,7 @@ load_or_create_identity(const std::string& data_dir,
     out.machine_id = *id;
   } else {
     out.machine_id = random_machine_id();
-    if (auto e = write_private_file(id_path, out.machine_id))
+    if (auto e = write_private_file(id_path.string(), out.machine_id))
       return e;
   }
   auto name_path = fs::path{data_dir} / "name";
@@ -149,13 +118,13 @@ load_or_create_identity(const std::string& data_dir,
   auto stored = *name_exists ? read_small_file(name_path)
                              : caf::expected<std::string>{std::string{}};
   if (!stored || *stored != out.name)
-    if (auto e = write_private_file(name_path, out.name))
+    if (auto e = write_private_file(name_path.string(), out.name))
       return e;
   return out;
 }
 
 caf::error agent_config::validate() const {
-  if (identity.name.empty() || identity.machine_id.empty())
+  if (identity.name.empty() || identity.machine_id.empty() || !key)
     return caf::make_error(ec::invalid_config, "agent: no machine identity");
   if (controller_host.empty() || controller_port == 0)
     return caf::make_error(ec::invalid_config,
@@ -205,15 +174,36 @@ namespace {
 
 using agent_ptr = caf::io::stateful_broker<agent_state>*;
 
-void send_frame(agent_ptr self, const v1::Frame& frame) {
+void send_bytes(agent_ptr self, const std::string& bytes) {
   auto& st = self->state;
-  if (!st.connected)
-    return;
-  auto bytes = encode_frame(frame);
   auto& buf = self->wr_buf(st.connection);
   auto first = reinterpret_cast<const char*>(bytes.data());
   buf.insert(buf.end(), first, first + bytes.size());
   self->flush(st.connection);
+}
+
+/// Sends a frame, sealed; nothing before the channel is established.
+void send_frame(agent_ptr self, const v1::Frame& frame) {
+  auto& st = self->state;
+  if (!st.connected || !st.channel || !st.channel->established())
+    return;
+  send_bytes(self, st.channel->encode(frame));
+}
+
+/// The hello, sent sealed as soon as the channel is established: the
+/// machine's name and id, and its join token until it has enrolled.
+void send_hello(agent_ptr self) {
+  auto& st = self->state;
+  v1::Frame frame;
+  auto* hello = frame.mutable_hello();
+  hello->set_protocol_version(protocol_version);
+  hello->set_role(v1::AGENT);
+  hello->set_machine_name(st.config.identity.name);
+  hello->set_machine_id(st.config.identity.machine_id);
+  hello->set_software_version(ASTRAEUS_VERSION);
+  if (!st.config.enrolled)
+    hello->set_join_token(st.config.join_token);
+  send_frame(self, frame);
 }
 
 /// Sends a report. `fresh`: read the host's facts now (the heartbeat);
@@ -279,6 +269,7 @@ void drop_connection(agent_ptr self, const std::string& why) {
   st.connected = false;
   st.welcomed = false;
   st.pending_body = 0;
+  st.channel.reset();
   schedule_reconnect(self);
 }
 
@@ -401,6 +392,21 @@ void on_frame(agent_ptr self, v1::Frame& frame) {
       on_clear_fault(self, frame.clear_fault());
       return;
     case v1::Frame::kWelcome:
+      if (!st.config.enrolled) {
+        // Enrolled: from now on the identity alone; the token is spent,
+        // and the gate's key is kept and insisted on.
+        st.config.enrolled = true;
+        st.config.join_token.clear();
+        st.config.pinned = st.channel->server_key();
+        if (!st.config.pin_file.empty())
+          if (auto err = write_private_file(st.config.pin_file,
+                                            to_hex(st.channel->server_key())))
+            spdlog::error("agent {}: cannot keep the controller's key: {}",
+                          name, render_error(err));
+        spdlog::info("agent {}: enrolled; the controller's key {} is pinned "
+                     "and the token file may be deleted",
+                     name, fingerprint(st.channel->server_key()));
+      }
       if (st.latches && frame.welcome().xid_policy().entries_size() > 0)
         if (auto err = st.latches->set_policy(
               xid_policy::from_table(frame.welcome().xid_policy())))
@@ -570,16 +576,11 @@ caf::behavior agent(caf::io::stateful_broker<agent_state>* self,
       st.connection = *hdl;
       st.connected = true;
       st.pending_body = 0;
+      st.channel = std::make_unique<channel_client>(st.config.key,
+                                                    st.config.pinned);
       self->configure_read(st.connection,
                            receive_policy::exactly(frame_header_size));
-      v1::Frame frame;
-      auto* hello = frame.mutable_hello();
-      hello->set_protocol_version(protocol_version);
-      hello->set_role(v1::AGENT);
-      hello->set_machine_name(st.config.identity.name);
-      hello->set_machine_id(st.config.identity.machine_id);
-      hello->set_software_version(ASTRAEUS_VERSION);
-      send_frame(self, frame);
+      send_bytes(self, st.channel->start());
     },
     [self](v1::GpuSection& section) { on_discovered(self, section); },
     [self](v1::KernelEvent& ev) { on_kernel_event(self, ev); },
@@ -595,7 +596,8 @@ caf::behavior agent(caf::io::stateful_broker<agent_state>* self,
         return;
       const char* data = reinterpret_cast<const char*>(msg.buf.data());
       if (st.pending_body == 0) {
-        auto len = decode_frame_length(data, st.config.frame_cap_bytes);
+        auto len = decode_frame_length(
+          data, st.channel->record_cap(st.config.frame_cap_bytes));
         if (!len) {
           drop_connection(self, render_error(len.error()));
           return;
@@ -607,12 +609,31 @@ caf::behavior agent(caf::io::stateful_broker<agent_state>* self,
       st.pending_body = 0;
       self->configure_read(st.connection,
                            receive_policy::exactly(frame_header_size));
-      auto frame = decode_frame_body(data, msg.buf.size());
-      if (!frame) {
-        drop_connection(self, render_error(frame.error()));
+      auto step = st.channel->on_record(data, msg.buf.size());
+      if (!step) {
+        if (step.error() == ec::handshake_failed) {
+          spdlog::error("agent {}: the controller at {}:{} is not the one this "
+                        "agent trusts: {}",
+                        st.config.identity.name, st.config.controller_host,
+                        st.config.controller_port, render_error(step.error()));
+          st.backoff = st.config.reconnect_max;
+        }
+        drop_connection(self, render_error(step.error()));
         return;
       }
-      on_frame(self, *frame);
+      if (!step->reply.empty())
+        send_bytes(self, step->reply);
+      if (step->established) {
+        if (!st.config.pinned)
+          spdlog::warn("agent {}: no controller key pinned: trusting {} "
+                       "(pass the install command's --controller-key to "
+                       "check it)",
+                       st.config.identity.name,
+                       to_hex(st.channel->server_key()));
+        send_hello(self);
+      }
+      if (step->frame)
+        on_frame(self, *step->frame);
     },
     [self](const caf::io::connection_closed_msg& msg) {
       auto& st = self->state;
@@ -620,6 +641,7 @@ caf::behavior agent(caf::io::stateful_broker<agent_state>* self,
         return;
       st.connected = false;
       st.welcomed = false;
+      st.channel.reset();
       spdlog::warn("agent {}: the controller closed the connection; "
                    "reconnecting",
                    st.config.identity.name);

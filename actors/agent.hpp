@@ -21,6 +21,7 @@
 
 #include "actors/interfaces.hpp"
 #include "runtime/gpu_discovery.hpp"
+#include "runtime/secure_channel.hpp"
 #include "runtime/fault_latch.hpp"
 #include "runtime/host_facts.hpp"
 #include "runtime/kmsg.hpp"
@@ -38,7 +39,9 @@ struct agent_identity {
 };
 
 /// Loads the identity from `data_dir` (files `machine-id` and `name`, mode
-/// 0600), creating the folder and the files on first start. A non-empty
+/// 0600), creating the folder and the files on first start. (The Ed25519
+/// key, `identity.key`, is loaded by `start_agent` with
+/// `load_or_create_keypair`.) A non-empty
 /// `requested_name` (the agent's --name) wins over the stored name and is
 /// stored. Errors: ec::store_failure naming the path when the folder or a
 /// file cannot be created, read or written; ec::invalid_config when a
@@ -53,6 +56,18 @@ struct agent_config {
   std::string controller_host = "127.0.0.1";  ///< the gate's host
   uint16_t controller_port = 7450;            ///< the gate's port
   agent_identity identity;                    ///< name and machine id
+  /// The machine's Ed25519 key pair (identity.key in the data folder); required.
+  std::shared_ptr<const identity_keypair> key;
+  /// The gate key to insist on; nullopt: trust the first one seen, then
+  /// keep it (`pin_file`).
+  std::optional<public_key> pinned;
+  /// Where the gate's key is kept once the agent has enrolled
+  /// (controller.pub in the data folder); empty: not kept (tests).
+  std::string pin_file;
+  /// The agent has enrolled before (it connects with its identity alone).
+  bool enrolled = false;
+  /// A join token to present once (from enrol.token_file); empty: none.
+  std::string join_token;
   caf::timespan report_interval = std::chrono::seconds{10};
   caf::timespan reconnect_min = std::chrono::milliseconds{500};
   caf::timespan reconnect_max = std::chrono::seconds{30};
@@ -77,6 +92,7 @@ struct agent_state {
   static inline const char* name = "agent";
   agent_config config;
   caf::io::connection_handle connection;  ///< valid while connected
+  std::unique_ptr<channel_client> channel;  ///< the secure channel while connected
   bool connected = false;                 ///< TCP connection up
   bool welcomed = false;                  ///< the gate accepted the hello
   uint32_t pending_body = 0;              ///< body bytes being read; 0 = header

@@ -17,10 +17,12 @@
 
 #include "actors/interfaces.hpp"
 #include "actors/machine_pressure.hpp"
+#include "runtime/tokens.hpp"
 
 namespace astraeus {
 
 class Store;
+class token_registry;
 
 /// Validated settings of the cluster actor.
 struct cluster_config {
@@ -39,6 +41,18 @@ struct cluster_config {
   /// The scheduler, told of every machine's snapshot; null: none (runs are
   /// refused).
   scheduler_actor scheduler;
+  /// Join and API tokens (runtime/tokens.hpp). `start_controller` always
+  /// sets it: new machines then need a join token, known ones their enrolled
+  /// Ed25519 key, and every request is checked against its caller's role
+  /// and audited. Null: nothing is checked (an embedding control plane that
+  /// authenticates its callers itself).
+  std::shared_ptr<token_registry> tokens;
+  /// The gate's Ed25519 public key (hex), carried in join tokens' install
+  /// commands for agents to pin.
+  std::string controller_key;
+  /// The gate's address as machines reach it ("10.0.0.5:7450"); empty:
+  /// `astra` uses the address it connected to.
+  std::string advertise_address;
 
   /// Errors: ec::invalid_config when the store is missing or a duration <= 0.
   caf::error validate() const;
@@ -54,6 +68,9 @@ struct cluster_state {
   std::unordered_map<std::string, machine_actor> machines;
   /// Machine identity by name, to refuse a second identity for one name.
   std::unordered_map<std::string, std::string> identities;
+  /// The Ed25519 key each machine enrolled with (family tokens,
+  /// "machine/<name>"), by name.
+  std::unordered_map<std::string, std::string> keys;
   /// Makes audit keys unique within one millisecond.
   uint64_t audit_seq = 0;
   /// Every workspace by name (family `workspaces`).
@@ -81,6 +98,11 @@ caf::error validate_workspace(v1::Workspace& ws);
 /// contradicts a grant ("workspace research is granted pool=h100; the run
 /// asks for pool=a100").
 caf::error apply_workspace(const v1::Workspace* ws, v1::RunSpec& spec);
+/// The least role that may send `req` (runtime/tokens.hpp): reads, runs
+/// and `whoami` need a member; cordon, maintenance, clearing faults, tokens
+/// and the audit log an admin; a request body this build does not classify
+/// an admin too.
+role required_role(const v1::Request& req);
 
 /// Whether `name` is a valid machine name: 1-63 characters of letters,
 /// digits, '-', '_' and '.', starting with a letter or digit (a hostname).

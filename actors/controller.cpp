@@ -15,6 +15,10 @@
 #include "actors/gate.hpp"
 #include "actors/scheduler_actor.hpp"
 #include "messages/error.hpp"
+#include "runtime/private_file.hpp"
+#include "runtime/secure_channel.hpp"
+#include "runtime/tokens.hpp"
+#include "runtime/wall_clock.hpp"
 #include "runtime/xid_policy.hpp"
 #include "store/store.hpp"
 
@@ -27,6 +31,10 @@ std::string local_hostname() {
   return buf;
 }
 
+std::string owner_token_path(const std::string& keys_dir) {
+  return (std::filesystem::path{keys_dir} / "owner-token").string();
+}
+
 caf::expected<controller_handles> start_controller(caf::actor_system& sys,
                                                    const ControllerConfig& cfg) {
   controller_handles out;
@@ -34,6 +42,38 @@ caf::expected<controller_handles> start_controller(caf::actor_system& sys,
   if (!store)
     return store.error();
   out.store = std::shared_ptr<Store>{std::move(*store)};
+  // The gate's identity and the token key live beside the store, never in it.
+  namespace fs = std::filesystem;
+  auto keys_dir = cfg.keys_dir.empty() ? cfg.data_dir + "-keys" : cfg.keys_dir;
+  auto identity = load_or_create_keypair((fs::path{keys_dir} / "gate.key").string());
+  if (!identity)
+    return identity.error();
+  out.identity = std::make_shared<const identity_keypair>(std::move(*identity));
+  out.keys_dir = keys_dir;
+  if (auto err = write_private_file((fs::path{keys_dir} / "gate.pub").string(),
+                                    out.identity->public_hex()))
+    return err;
+  auto token_key = load_or_create_token_key((fs::path{keys_dir} / "token.key").string());
+  if (!token_key)
+    return token_key.error();
+  out.tokens = std::make_shared<token_registry>(out.store, *token_key);
+  auto any = out.tokens->has_api_tokens();
+  if (!any)
+    return any.error();
+  if (!*any) {
+    // A new controller: the first owner token, for whoever runs it.
+    auto minted = out.tokens->mint_api("owner", role::owner, 0, "controller",
+                                       unix_ms_now());
+    if (!minted)
+      return minted.error();
+    auto path = owner_token_path(keys_dir);
+    if (auto err = write_private_file(path, minted->first))
+      return err;
+    spdlog::info("controller: created the first owner API token (id {}) in {} "
+                 "(mode 0600): the local astra finds it there; elsewhere, "
+                 "`astra login` with it",
+                 minted->second.id(), path);
+  }
   cluster_config cc;
   cc.store = out.store;
   cc.heartbeat_lapse = cfg.heartbeat_lapse;
@@ -62,6 +102,9 @@ caf::expected<controller_handles> start_controller(caf::actor_system& sys,
     return err;
   out.scheduler = sys.spawn(scheduler, std::move(sc));
   cc.scheduler = out.scheduler;
+  cc.tokens = out.tokens;
+  cc.controller_key = out.identity->public_hex();
+  cc.advertise_address = cfg.advertise_address;
   if (auto err = cc.validate())
     return err;
   out.cluster = sys.spawn(cluster, std::move(cc));
@@ -74,6 +117,8 @@ caf::expected<controller_handles> start_controller(caf::actor_system& sys,
   gc.cluster_name = cfg.cluster_name;
   gc.cluster = out.cluster;
   gc.xid_policy = policy.table();
+  gc.identity = out.identity;
+  gc.max_unauthenticated_per_address = cfg.max_unauthenticated_per_address;
   auto gate = spawn_gate(sys, std::move(gc));
   if (!gate) {
     caf::anon_send_exit(out.cluster, caf::exit_reason::user_shutdown);
@@ -95,7 +140,8 @@ void stop_controller(caf::actor_system&, const controller_handles& h) {
 }
 
 caf::expected<caf::actor> start_agent(caf::actor_system& sys,
-                                      const AgentConfig& cfg) {
+                                      const AgentConfig& cfg,
+                                      const std::string& join_token) {
   auto identity = load_or_create_identity(cfg.data_dir, cfg.name,
                                           local_hostname());
   if (!identity)
@@ -108,10 +154,41 @@ caf::expected<caf::actor> start_agent(caf::actor_system& sys,
                              + "' is not a valid machine name (1-63 letters, "
                                "digits, '-', '_', '.', starting with a letter "
                                "or digit)");
-  auto store = Store::open((std::filesystem::path{cfg.data_dir} / "store").string());
+  namespace fs = std::filesystem;
+  auto key = load_or_create_keypair((fs::path{cfg.data_dir} / "identity.key").string());
+  if (!key)
+    return key.error();
+  agent_config ac;
+  ac.key = std::make_shared<const identity_keypair>(std::move(*key));
+  ac.pin_file = (fs::path{cfg.data_dir} / "controller.pub").string();
+  std::error_code err;
+  ac.enrolled = fs::exists(ac.pin_file, err);
+  if (!cfg.controller_key.empty()) {
+    auto pinned = parse_public_key(cfg.controller_key, "controller.public_key");
+    if (!pinned)
+      return pinned.error();
+    ac.pinned = *pinned;
+  } else if (ac.enrolled) {
+    auto text = read_trimmed_file(ac.pin_file);
+    if (!text)
+      return text.error();
+    auto pinned = parse_public_key(*text, ac.pin_file);
+    if (!pinned)
+      return pinned.error();
+    ac.pinned = *pinned;
+  }
+  if (!ac.enrolled && !join_token.empty()) {
+    ac.join_token = join_token;
+  } else if (!ac.enrolled && !cfg.token_file.empty()) {
+    auto token = read_trimmed_file(cfg.token_file);
+    if (!token)
+      return caf::make_error(ec::invalid_config,
+                             "enrol.token_file: " + render_error(token.error()));
+    ac.join_token = std::move(*token);
+  }
+  auto store = Store::open((fs::path{cfg.data_dir} / "store").string());
   if (!store)
     return store.error();
-  agent_config ac;
   ac.store = std::shared_ptr<Store>{std::move(*store)};
   ac.kmsg_path = cfg.kmsg_path;
   ac.controller_host = cfg.controller_address;

@@ -27,6 +27,12 @@ caf::error gate_config::validate() const {
   if (hello_timeout.count() <= 0 || request_timeout.count() <= 0)
     return caf::make_error(ec::invalid_config,
                            "gate: timeouts must be positive");
+  if (!identity)
+    return caf::make_error(ec::invalid_config, "gate: no identity key");
+  if (max_unauthenticated_per_address == 0)
+    return caf::make_error(ec::invalid_config,
+                           "gate.max_unauthenticated_per_address: must be at "
+                           "least 1");
   return caf::none;
 }
 
@@ -34,12 +40,32 @@ namespace {
 
 using gate_ptr = caf::io::stateful_broker<gate_state>*;
 
-void write_frame(gate_ptr self, connection_handle hdl, const v1::Frame& frame) {
-  auto bytes = encode_frame(frame);
+/// Writes bytes as they are (a handshake reply, an encoded frame).
+void write_bytes(gate_ptr self, connection_handle hdl, const std::string& bytes) {
   auto& buf = self->wr_buf(hdl);
   auto first = reinterpret_cast<const char*>(bytes.data());
   buf.insert(buf.end(), first, first + bytes.size());
   self->flush(hdl);
+}
+
+/// Writes a frame: sealed once the peer's channel is established, in the
+/// clear before (only a refusal is ever sent so).
+void write_frame(gate_ptr self, connection_handle hdl, const v1::Frame& frame) {
+  auto i = self->state.connections.find(hdl);
+  if (i == self->state.connections.end() || !i->second.channel)
+    return;
+  write_bytes(self, hdl, i->second.channel->encode(frame));
+}
+
+/// The connection was welcomed: it no longer counts against its address's
+/// limit of unauthenticated connections.
+void mark_welcomed(gate_ptr self, gate_connection& conn) {
+  if (conn.welcomed)
+    return;
+  conn.welcomed = true;
+  auto& by_address = self->state.unwelcomed_by_address;
+  if (auto i = by_address.find(conn.address); i != by_address.end() && --i->second == 0)
+    by_address.erase(i);
 }
 
 /// Ends a peer's session: tells its machine actor, forgets the connection.
@@ -47,6 +73,7 @@ void forget(gate_ptr self, connection_handle hdl) {
   auto i = self->state.connections.find(hdl);
   if (i == self->state.connections.end())
     return;
+  mark_welcomed(self, i->second); // no longer pending either way
   if (i->second.machine_handle)
     self->send(i->second.machine_handle, atom::connected_v, i->second.session,
                false, caf::actor{});
@@ -98,6 +125,9 @@ void welcome(gate_ptr self, connection_handle hdl) {
   w->set_cluster(cfg.cluster_name);
   w->set_report_interval_seconds(cfg.report_interval_seconds);
   *w->mutable_xid_policy() = cfg.xid_policy;
+  auto i = self->state.connections.find(hdl);
+  if (i != self->state.connections.end() && i->second.role == v1::CLI)
+    *w->mutable_principal() = i->second.principal;
   write_frame(self, hdl, frame);
 }
 
@@ -122,11 +152,31 @@ void on_hello(gate_ptr self, connection_handle hdl, gate_connection& conn,
     return;
   }
   conn.role = hello.role();
+  // Who the peer is comes from the channel, never from what it says.
+  const auto& key = conn.channel->peer_key();
+  hello.set_identity_key(std::string{reinterpret_cast<const char*>(key.data()),
+                                     key.size()});
   switch (hello.role()) {
-    case v1::CLI:
-      conn.welcomed = true;
-      welcome(self, hdl);
+    case v1::CLI: {
+      auto session = conn.session;
+      auto token = std::move(*hello.mutable_api_token());
+      self
+        ->request(self->state.config.cluster,
+                  self->state.config.request_timeout, atom::login_v,
+                  std::move(token))
+        .then(
+          [self, hdl, session](v1::Principal& who) {
+            auto i = self->state.connections.find(hdl);
+            if (i == self->state.connections.end()
+                || i->second.session != session)
+              return;
+            i->second.principal = std::move(who);
+            mark_welcomed(self, i->second);
+            welcome(self, hdl);
+          },
+          [self, hdl](caf::error& err) { refuse(self, hdl, err); });
       return;
+    }
     case v1::AGENT: {
       conn.machine = hello.machine_name();
       auto session = conn.session;
@@ -145,9 +195,10 @@ void on_hello(gate_ptr self, connection_handle hdl, gate_connection& conn,
               return;
             }
             i->second.machine_handle = handle;
-            i->second.welcomed = true;
-            spdlog::info("gate: machine {} connected from {}", i->second.machine,
-                         i->second.peer);
+            mark_welcomed(self, i->second);
+            spdlog::info("gate: machine {} connected from {} (key {})",
+                         i->second.machine, i->second.peer,
+                         fingerprint(i->second.channel->peer_key()));
             welcome(self, hdl);
           },
           [self, hdl](caf::error& err) { refuse(self, hdl, err); });
@@ -214,6 +265,8 @@ void on_frame(gate_ptr self, connection_handle hdl, gate_connection& conn,
     return;
   }
   if (conn.role == v1::CLI && frame.has_request()) {
+    // The caller is the session's principal, whatever the client wrote.
+    *frame.mutable_request()->mutable_caller() = conn.principal;
     auto id = frame.request().id();
     auto session = conn.session;
     self
@@ -259,10 +312,24 @@ caf::behavior gate(caf::io::stateful_broker<gate_state>* self,
   self->add_doorman(std::move(doorman));
   return {
     [self](const caf::io::new_connection_msg& msg) {
-      auto& conn = self->state.connections[msg.handle];
-      conn.peer = self->remote_addr(msg.handle) + ":"
-                  + std::to_string(self->remote_port(msg.handle));
-      conn.session = self->state.next_session++;
+      auto& st = self->state;
+      auto address = self->remote_addr(msg.handle);
+      auto& pending = st.unwelcomed_by_address[address];
+      if (pending >= st.config.max_unauthenticated_per_address) {
+        // Refused before anything is read or allocated for it.
+        spdlog::warn("gate: closing {}:{}: {} connections from {} have not "
+                     "finished their handshake (gate.max_unauthenticated_per_"
+                     "address)",
+                     address, self->remote_port(msg.handle), pending, address);
+        self->close(msg.handle);
+        return;
+      }
+      ++pending;
+      auto& conn = st.connections[msg.handle];
+      conn.address = address;
+      conn.peer = address + ":" + std::to_string(self->remote_port(msg.handle));
+      conn.session = st.next_session++;
+      conn.channel = std::make_shared<channel_server>(st.config.identity);
       self->configure_read(msg.handle, receive_policy::exactly(frame_header_size));
       self->delayed_send(self, self->state.config.hello_timeout,
                          atom::deadline_v, msg.handle, conn.session);
@@ -276,7 +343,9 @@ caf::behavior gate(caf::io::stateful_broker<gate_state>* self,
       auto& conn = i->second;
       const char* data = reinterpret_cast<const char*>(msg.buf.data());
       if (conn.pending_body == 0) {
-        auto len = decode_frame_length(data, self->state.config.frame_cap_bytes);
+        // Before the handshake only small records are taken.
+        auto cap = conn.channel->record_cap(self->state.config.frame_cap_bytes);
+        auto len = decode_frame_length(data, cap);
         if (!len) {
           refuse(self, hdl, len.error());
           return;
@@ -287,12 +356,15 @@ caf::behavior gate(caf::io::stateful_broker<gate_state>* self,
       }
       conn.pending_body = 0;
       self->configure_read(hdl, receive_policy::exactly(frame_header_size));
-      auto frame = decode_frame_body(data, msg.buf.size());
-      if (!frame) {
-        refuse(self, hdl, frame.error());
+      auto step = conn.channel->on_record(data, msg.buf.size());
+      if (!step) {
+        refuse(self, hdl, step.error());
         return;
       }
-      on_frame(self, hdl, conn, *frame);
+      if (!step->reply.empty())
+        write_bytes(self, hdl, step->reply);
+      if (step->frame)
+        on_frame(self, hdl, conn, *step->frame);
     },
     [self](const caf::io::connection_closed_msg& msg) {
       auto i = self->state.connections.find(msg.handle);
@@ -306,7 +378,7 @@ caf::behavior gate(caf::io::stateful_broker<gate_state>* self,
           || i->second.hello_seen)
         return;
       refuse(self, hdl, ec::timeout,
-             "sent no hello within "
+             "did not finish its handshake and hello within "
                + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
                                   self->state.config.hello_timeout)
                                   .count())

@@ -2,18 +2,24 @@
 /// @file
 /// The gate: a CAF `io::broker` that agents and the CLI connect to. It reads
 /// length-prefixed Protobuf frames (runtime/frame_codec.hpp), checks each
-/// frame's length against the cap before allocating for it, and turns frames
-/// into typed messages: an agent's reports go only to its own machine actor;
-/// the CLI's requests go to the cluster actor. A garbage, truncated or
-/// oversized frame, a wrong protocol version, or a peer that says nothing
-/// before the hello deadline gets its connection closed with a log line
-/// naming the peer and the reason; every other connection is untouched.
-/// Source: shared/DESIGN.md ("The gate").
+/// frame's length against the cap before allocating for it, runs the secure
+/// channel (runtime/secure_channel.hpp: mutual Ed25519 authentication,
+/// crypto_kx, every later frame sealed and numbered), and turns frames into
+/// typed messages: an agent's reports go only to its own machine actor; the
+/// CLI's requests go to the cluster actor, stamped with the principal its
+/// API token names. A garbage, truncated, oversized, tampered or replayed
+/// frame, a wrong protocol version, a bad signature, or a peer that has not
+/// finished its handshake and hello before the deadline gets its connection
+/// closed with a log line naming the peer and the reason; every other
+/// connection is untouched. A source address may hold only so many
+/// connections that have not yet been welcomed.
+/// Source: shared/DESIGN.md ("The gate"), issue 7.
 
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 #include <caf/expected.hpp>
@@ -23,13 +29,14 @@
 #include <caf/typed_response_promise.hpp>
 
 #include "actors/interfaces.hpp"
+#include "runtime/secure_channel.hpp"
 
 namespace astraeus {
 
 /// Validated settings of the gate.
 struct gate_config {
-  /// Address to listen on: "127.0.0.1" (default), "0.0.0.0", "::".
-  std::string listen_address = "127.0.0.1";
+  /// Address to listen on: "0.0.0.0" (default: every interface), "127.0.0.1", "::".
+  std::string listen_address = "0.0.0.0";
   /// TCP port; 0 picks a free one (tests).
   uint16_t port = 7450;
   /// Largest frame accepted, in bytes (1 KiB .. 64 MiB).
@@ -46,6 +53,11 @@ struct gate_config {
   v1::XidPolicyTable xid_policy;
   /// The cluster actor; required.
   cluster_actor cluster;
+  /// The gate's Ed25519 identity; required.
+  std::shared_ptr<const identity_keypair> identity;
+  /// Connections from one source address that may be open at once without
+  /// having been welcomed (1..100000); more are closed at once.
+  uint32_t max_unauthenticated_per_address = 32;
 
   /// Errors: ec::invalid_config naming the bad field.
   caf::error validate() const;
@@ -54,6 +66,7 @@ struct gate_config {
 /// One peer connection as the gate tracks it.
 struct gate_connection {
   std::string peer;                 ///< "127.0.0.1:53422"
+  std::string address;              ///< "127.0.0.1": the source address
   uint64_t session = 0;             ///< unique per connection
   uint32_t pending_body = 0;        ///< bytes of the body being read; 0 = header
   bool hello_seen = false;          ///< a hello arrived (enrolment may pend)
@@ -61,6 +74,8 @@ struct gate_connection {
   v1::PeerRole role = v1::PEER_ROLE_UNSPECIFIED;
   std::string machine;              ///< agents: the machine it speaks for
   machine_actor machine_handle;     ///< agents: the only actor it may address
+  std::shared_ptr<channel_server> channel;  ///< the secure channel
+  v1::Principal principal;          ///< the CLI: who its API token names
 };
 
 /// The gate's state.
@@ -69,6 +84,9 @@ struct gate_state {
   static inline const char* name = "gate";
   gate_config config;
   std::map<caf::io::connection_handle, gate_connection> connections;
+  /// Connections not yet welcomed, by source address (the limit of
+  /// `gate_config::max_unauthenticated_per_address`).
+  std::unordered_map<std::string, uint32_t> unwelcomed_by_address;
   uint64_t next_session = 1;
   /// A clear-fault command waiting for its agent's answer.
   struct pending_clear {

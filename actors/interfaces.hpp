@@ -84,18 +84,25 @@ using probe_actor = caf::typed_actor<
 
 /// The controller's front door: the machine registry and the CLI's requests.
 using cluster_actor = caf::typed_actor<
-  // An agent's hello for gate session `session`: registers the machine (Idle)
-  // on first contact, marks it connected, and returns its machine actor,
-  // the only actor that session may address. Fails with
-  // ec::identity_mismatch when the name belongs to another machine identity,
-  // ec::invalid_request when the name is empty or malformed,
+  // An agent's hello for gate session `session` (its `identity_key` set by
+  // the gate from the secure channel): a known machine must present the
+  // Ed25519 key it enrolled with; a new one a join token, which it uses up
+  // (its labels become the machine's). Registers the machine (Idle), marks
+  // it connected, and returns its machine actor, the only actor that
+  // session may address. Fails with ec::identity_mismatch when the name
+  // belongs to another identity, ec::enrollment_required /
+  // ec::enrollment_used / ec::enrollment_expired for a missing, used or
+  // expired token, ec::invalid_request when the name is empty or malformed,
   // ec::store_failure when the registration cannot be stored.
   caf::replies_to<atom::enrol, v1::Hello, uint64_t>::with<machine_actor>,
   // A CLI request (list, show, cordon, maintenance, GPUs); failures are carried
   // in Response.error (e.g. no_such_machine: "no machine named gpu-09").
   caf::replies_to<v1::Request>::with<v1::Response>,
   // Looks up a machine actor by name. Fails with ec::no_such_machine.
-  caf::replies_to<atom::get, std::string>::with<machine_actor>>;
+  caf::replies_to<atom::get, std::string>::with<machine_actor>,
+  // The principal holding API token `token` (a CLI session's hello). Fails
+  // with ec::unauthenticated: no token, unknown, expired or revoked.
+  caf::replies_to<atom::login, std::string>::with<v1::Principal>>;
 
 /// The scheduler: keeps every run (family `runs`) and places waiting runs'
 /// workers onto concrete GPUs, all or nothing, after every change.

@@ -65,6 +65,10 @@
 #include "messages/error.hpp"
 #include "runtime/config.hpp"
 #include "runtime/gate_client.hpp"
+#include "runtime/private_file.hpp"
+#include "runtime/secure_channel.hpp"
+#include "runtime/tokens.hpp"
+#include "runtime/wall_clock.hpp"
 #include "runtime/host_facts.hpp"
 #include "runtime/system_setup.hpp"
 
@@ -364,12 +368,21 @@ int main(int argc, char** argv) {
   acfg.host_root = std::string{ASTRAEUS_SOURCE_DIR} + "/test/fixtures/hosts/dgx-h100";
   acfg.kmsg_path = fifo.string();
   acfg.nvml_library = ASTRAEUS_NVML_STAND_IN;
-  auto agent = start_agent(sys, acfg);
+  // The agent enrols with a join token handed over in memory, as in dev mode.
+  auto join = ctl->tokens->mint_join({}, 600, "bench", unix_ms_now());
+  if (!join)
+    fail("join token: " + render_error(join.error()));
+  acfg.controller_key = ctl->identity->public_hex();
+  auto agent = start_agent(sys, acfg, join->first);
   if (!agent)
     fail("start_agent: " + render_error(agent.error()));
 
   gate_address addr{"127.0.0.1", ctl->port};
-  auto gc = gate_client::connect_cli(addr, 5s);
+  gate_credentials owner;
+  if (auto token = read_trimmed_file(owner_token_path(ctl->keys_dir)))
+    owner.api_token = *token;
+  owner.pinned = ctl->identity->public_bytes;
+  auto gc = gate_client::connect_cli(addr, 5s, owner);
   if (!gc)
     fail("gate: " + render_error(gc.error()));
   std::vector<v1::GpuView> gpus;
@@ -474,7 +487,7 @@ int main(int argc, char** argv) {
 
   // 4. The same as a client sees it: tight ListGpus polling, one connection.
   std::vector<double> polled;
-  auto gc2 = gate_client::connect_cli(addr, 5s);
+  auto gc2 = gate_client::connect_cli(addr, 5s, owner);
   if (!gc2)
     fail("gate: " + render_error(gc2.error()));
   size_t pdone = 0;

@@ -46,6 +46,10 @@ int main(int argc, char** argv) {
   };
   flag("--name", "machine.name", "machine name (default: the hostname, kept in the data folder)");
   flag("--data-dir", "data.path", "agent data folder (identity)");
+  flag("--token-file", "enrol.token_file",
+       "file holding a join token (astra tokens create), used once on first start");
+  flag("--controller-key", "controller.public_key",
+       "the controller's public key to pin (64 hex digits, from the install command)");
   flag("--report-interval", "report.interval", "how often to report (default 10s)");
   flag("--host-root", "host.root", "read /proc and /sys under this root (tests)");
   flag("--log-level", "log.level", "trace|debug|info|warn|error|off");

@@ -1,19 +1,27 @@
 // astra: the Astraeus command line. Talks to the controller's gate.
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <iostream>
+#include <map>
 #include <sstream>
+
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 
 #include "bin/cli_format.hpp"
 #include "messages/error.hpp"
+#include "runtime/config.hpp"
 #include "runtime/gate_client.hpp"
+#include "runtime/private_file.hpp"
 #include "runtime/run_spec.hpp"
+#include "runtime/secure_channel.hpp"
 
 using namespace astraeus;
 
@@ -27,14 +35,90 @@ int64_t now_ms() {
 
 struct options {
   std::string addr;
+  bool addr_given = false;      ///< --addr or ASTRAEUS_ADDR
   std::string output = "table";
   double timeout_s = 10;
+  std::string token_file;       ///< --token-file
+  std::string controller_key;   ///< --controller-key
 };
+
+/// Where `astra login` keeps its credentials:
+/// $XDG_CONFIG_HOME/astraeus/credentials, else ~/.config/astraeus/credentials.
+std::string credentials_path() {
+  if (auto xdg = std::getenv("XDG_CONFIG_HOME"); xdg != nullptr && xdg[0] == '/')
+    return std::string{xdg} + "/astraeus/credentials";
+  auto home = std::getenv("HOME");
+  return std::string{home != nullptr ? home : "."} + "/.config/astraeus/credentials";
+}
+
+/// The credentials file's "key=value" lines.
+std::map<std::string, std::string> read_credentials(const std::string& path) {
+  std::map<std::string, std::string> out;
+  auto text = read_trimmed_file(path);
+  if (!text)
+    return out;
+  std::stringstream in{*text};
+  std::string line;
+  while (std::getline(in, line)) {
+    auto eq = line.find('=');
+    if (eq != std::string::npos)
+      out[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return out;
+}
+
+/// Whom astra authenticates as, and which gate key it insists on. In
+/// order: --token-file; ASTRAEUS_TOKEN; `astra login`'s credentials; the
+/// first owner token a local controller wrote (`astraeus dev`'s, then a
+/// controller's at the default data folder), pinning that controller's key.
+/// --controller-key pins in every case.
+gate_credentials resolve_credentials(options& opts) {
+  gate_credentials out;
+  std::string pin = opts.controller_key;
+  if (!opts.token_file.empty()) {
+    auto token = read_trimmed_file(opts.token_file);
+    if (!token)
+      std::fprintf(stderr, "astra: --token-file: %s\n",
+                   render_error(token.error()).c_str());
+    else
+      out.api_token = *token;
+  } else if (auto env = std::getenv("ASTRAEUS_TOKEN"); env != nullptr && *env != '\0') {
+    out.api_token = env;
+  } else if (auto saved = read_credentials(credentials_path());
+             !saved["token"].empty()) {
+    out.api_token = saved["token"];
+    if (pin.empty())
+      pin = saved["controller_key"];
+    if (!opts.addr_given && !saved["addr"].empty())
+      opts.addr = saved["addr"];
+  } else {
+    for (auto keys : {default_data_dir("dev") + "/controller-keys",
+                      default_data_dir("controller") + "-keys"}) {
+      auto token = read_trimmed_file(keys + "/owner-token");
+      if (!token)
+        continue;
+      out.api_token = *token;
+      if (pin.empty())
+        if (auto key = read_trimmed_file(keys + "/gate.pub"))
+          pin = *key;
+      break;
+    }
+  }
+  if (!pin.empty()) {
+    auto key = parse_public_key(pin, "--controller-key");
+    if (key)
+      out.pinned = *key;
+    else
+      std::fprintf(stderr, "astra: %s\n", render_error(key.error()).c_str());
+  }
+  return out;
+}
 
 /// Sends one request and prints its answer; returns the exit code:
 /// 0 ok, 1 the controller answered with an error, 3 unreachable.
-int call(const options& opts, v1::Request req,
+int call(options opts, v1::Request req,
          const std::function<std::string(const v1::Response&)>& table) {
+  auto creds = resolve_credentials(opts);
   auto addr = parse_gate_address(opts.addr);
   if (!addr) {
     std::fprintf(stderr, "astra: %s\n", render_error(addr.error()).c_str());
@@ -42,13 +126,16 @@ int call(const options& opts, v1::Request req,
   }
   auto timeout = std::chrono::milliseconds{
     static_cast<int64_t>(opts.timeout_s * 1000)};
-  auto client = gate_client::connect_cli(*addr, timeout);
+  auto client = gate_client::connect_cli(*addr, timeout, creds);
   if (!client) {
     std::fprintf(stderr, "astra: %s\n", render_error(client.error()).c_str());
     if (client.error() == ec::unreachable)
       std::fprintf(stderr, "astra: is the controller running? Start one with "
                            "`astraeus dev`, or point astra at yours with "
                            "--addr or ASTRAEUS_ADDR.\n");
+    if (client.error() == ec::protocol_violation && creds.api_token.empty())
+      std::fprintf(stderr, "astra: no API token: run `astra login`, set "
+                           "ASTRAEUS_TOKEN, or pass --token-file.\n");
     return 3;
   }
   auto resp = client->call(std::move(req), timeout);
@@ -81,6 +168,24 @@ int call(const options& opts, v1::Request req,
       std::fputs((cli::to_json(resp->workspace()) + "\n").c_str(), stdout);
     else if (resp->has_workspaces())
       std::fputs((cli::to_json(resp->workspaces()) + "\n").c_str(), stdout);
+    else if (resp->has_join_token()) {
+      auto doc = cli::to_json_compact(resp->join_token());
+      // The seed's API answer carries the install command too.
+      auto install = cli::install_command(
+        resp->join_token(), resp->join_token().controller_address().empty()
+                              ? opts.addr
+                              : resp->join_token().controller_address());
+      std::string quoted;
+      for (auto c : install)
+        quoted += c == '"' || c == '\\' ? std::string{"\\"} + c : std::string{c};
+      doc.insert(doc.size() - 1, ",\"install\":\"" + quoted + "\"");
+      std::fputs((doc + "\n").c_str(), stdout);
+    } else if (resp->has_api_token())
+      std::fputs((cli::to_json(resp->api_token()) + "\n").c_str(), stdout);
+    else if (resp->has_principal())
+      std::fputs((cli::to_json(resp->principal()) + "\n").c_str(), stdout);
+    else if (resp->has_audit())
+      std::fputs((cli::to_json(resp->audit()) + "\n").c_str(), stdout);
   } else {
     std::fputs(table(*resp).c_str(), stdout);
   }
@@ -399,6 +504,177 @@ void add_commands(CLI::App& app, options& opts, int& rc) {
              + v1::Machine::State_Name(r.machine().state()) + "\n";
     });
   });
+  // Enrolment and API tokens (issue 7).
+  auto* tokens = app.add_subcommand("tokens", "join tokens for new machines");
+  tokens->require_subcommand(1);
+  auto* tcreate = tokens->add_subcommand(
+    "create", "mint a single-use join token and print the install command "
+              "that uses it (owners and admins)");
+  static std::string tok_pool, tok_ttl = "1h";
+  static std::vector<std::string> tok_labels;
+  tcreate->add_option("--pool", tok_pool, "the machine's pool (label pool=NAME)");
+  tcreate->add_option("--ttl", tok_ttl, "how long the unused token stays valid: 1h "
+                                        "(default), 30m, 24h, 7d")
+    ->capture_default_str();
+  tcreate->add_option("--label", tok_labels, "KEY=VALUE, a label the machine gets; "
+                                             "repeatable");
+  tcreate->callback([&] {
+    auto ttl = parse_seconds(tok_ttl);
+    if (!ttl || *ttl == 0) {
+      std::fprintf(stderr, "astra: --ttl: '%s' is not a duration (use 1h, 30m, "
+                           "24h, 7d)\n", tok_ttl.c_str());
+      rc = 2;
+      return;
+    }
+    v1::Request req;
+    auto* body = req.mutable_create_join_token();
+    body->set_ttl_seconds(*ttl);
+    if (!tok_pool.empty())
+      (*body->mutable_labels())["pool"] = tok_pool;
+    for (const auto& kv : tok_labels) {
+      auto eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        std::fprintf(stderr, "astra: --label: '%s' is not KEY=VALUE\n", kv.c_str());
+        rc = 2;
+        return;
+      }
+      (*body->mutable_labels())[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    rc = call(opts, req, [&opts](const v1::Response& r) {
+      const auto& t = r.join_token();
+      return cli::format_join_token(
+        t, t.controller_address().empty() ? opts.addr : t.controller_address(),
+        now_ms());
+    });
+  });
+  auto* api = app.add_subcommand("api-tokens", "API tokens for people and scripts");
+  api->require_subcommand(1);
+  auto* acreate = api->add_subcommand(
+    "create", "mint an API token for NAME with a role (owners and admins; an "
+              "owner token only by an owner)");
+  static std::string api_name, api_role = "member", api_ttl;
+  acreate->add_option("--name", api_name, "who holds it, e.g. alice")->required();
+  acreate->add_option("--role", api_role, "owner, admin or member")
+    ->check(CLI::IsMember({"owner", "admin", "member"}))
+    ->capture_default_str();
+  acreate->add_option("--ttl", api_ttl, "how long it is valid (e.g. 30d); "
+                                        "default: until revoked");
+  acreate->callback([&] {
+    v1::Request req;
+    auto* body = req.mutable_create_api_token();
+    body->set_name(api_name);
+    body->set_role(api_role);
+    if (!api_ttl.empty()) {
+      auto ttl = parse_seconds(api_ttl);
+      if (!ttl) {
+        std::fprintf(stderr, "astra: --ttl: '%s' is not a duration\n",
+                     api_ttl.c_str());
+        rc = 2;
+        return;
+      }
+      body->set_ttl_seconds(*ttl);
+    }
+    rc = call(opts, req, [](const v1::Response& r) {
+      const auto& t = r.api_token();
+      return "token  " + t.token() + "\nid     " + t.id() + "\nname   "
+             + t.name() + "\nrole   " + t.role()
+             + "\n(shown once; `astra login` with it, or set ASTRAEUS_TOKEN)\n";
+    });
+  });
+  auto* arevoke = api->add_subcommand("revoke", "revoke an API token by its id");
+  static std::string revoke_id;
+  arevoke->add_option("ID", revoke_id, "the token's id (12 hex digits)")->required();
+  arevoke->callback([&] {
+    v1::Request req;
+    req.mutable_revoke_api_token()->set_id(revoke_id);
+    rc = call(opts, req, [](const v1::Response& r) {
+      return "API token " + r.api_token().id() + " (" + r.api_token().name()
+             + ") revoked\n";
+    });
+  });
+  auto* whoami = app.add_subcommand("whoami", "who astra authenticates as");
+  whoami->callback([&] {
+    v1::Request req;
+    req.mutable_whoami();
+    rc = call(opts, req, [](const v1::Response& r) {
+      return r.principal().name() + " (" + r.principal().role() + ", token "
+             + r.principal().token_id() + ")\n";
+    });
+  });
+  auto* audit = app.add_subcommand("audit", "the audit log of admin actions, "
+                                            "newest first (owners and admins)");
+  static uint32_t audit_limit = 100;
+  audit->add_option("--limit", audit_limit, "at most this many records");
+  audit->callback([&] {
+    v1::Request req;
+    req.mutable_list_audit()->set_limit(audit_limit);
+    rc = call(opts, req, [](const v1::Response& r) {
+      return cli::format_audit(r.audit());
+    });
+  });
+  auto* login = app.add_subcommand(
+    "login", "check an API token with the controller and keep it (mode 0600) "
+             "for later commands, with the controller's address and key");
+  static std::string login_file;
+  login->add_option("--token-file", login_file,
+                    "file holding the token; default: read it from stdin");
+  login->callback([&] {
+    std::string token;
+    if (!login_file.empty()) {
+      auto t = read_trimmed_file(login_file);
+      if (!t) {
+        std::fprintf(stderr, "astra: %s\n", render_error(t.error()).c_str());
+        rc = 2;
+        return;
+      }
+      token = *t;
+    } else {
+      if (::isatty(0))
+        std::fprintf(stderr, "API token: ");
+      std::getline(std::cin, token);
+      while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back())))
+        token.pop_back();
+    }
+    auto addr = parse_gate_address(opts.addr);
+    if (!addr) {
+      std::fprintf(stderr, "astra: %s\n", render_error(addr.error()).c_str());
+      rc = 2;
+      return;
+    }
+    gate_credentials creds;
+    creds.api_token = token;
+    if (!opts.controller_key.empty()) {
+      auto key = parse_public_key(opts.controller_key, "--controller-key");
+      if (!key) {
+        std::fprintf(stderr, "astra: %s\n", render_error(key.error()).c_str());
+        rc = 2;
+        return;
+      }
+      creds.pinned = *key;
+    }
+    auto timeout = std::chrono::milliseconds{
+      static_cast<int64_t>(opts.timeout_s * 1000)};
+    auto client = gate_client::connect_cli(*addr, timeout, creds);
+    if (!client) {
+      std::fprintf(stderr, "astra: %s\n", render_error(client.error()).c_str());
+      rc = 3;
+      return;
+    }
+    const auto& who = client->welcome().principal();
+    auto path = credentials_path();
+    if (auto err = write_private_file(
+          path, "token=" + token + "\naddr=" + opts.addr
+                  + "\ncontroller_key=" + to_hex(client->server_key()))) {
+      std::fprintf(stderr, "astra: %s\n", render_error(err).c_str());
+      rc = 1;
+      return;
+    }
+    std::printf("Logged in to %s as %s (%s); credentials in %s (mode 0600), "
+                "controller key %s pinned.\n",
+                opts.addr.c_str(), who.name().c_str(), who.role().c_str(),
+                path.c_str(), fingerprint(client->server_key()).c_str());
+    rc = 0;
+  });
   auto* version = app.add_subcommand("version", "print astra's version");
   version->callback([&] {
     std::printf("astra %s (protocol 1)\n", ASTRAEUS_VERSION);
@@ -412,13 +688,25 @@ int main(int argc, char** argv) {
   CLI::App app{"astra: the Astraeus command line"};
   app.require_subcommand(1);
   options opts;
-  if (auto env = std::getenv("ASTRAEUS_ADDR"); env != nullptr && *env != '\0')
+  if (auto env = std::getenv("ASTRAEUS_ADDR"); env != nullptr && *env != '\0') {
     opts.addr = env;
-  else
+    opts.addr_given = true;
+  } else {
     opts.addr = default_gate_address;
-  app.add_option("--addr", opts.addr,
-                 "controller gate HOST:PORT (env ASTRAEUS_ADDR; default "
-                 "127.0.0.1:7450)");
+  }
+  app.add_option_function<std::string>(
+    "--addr",
+    [&opts](const std::string& v) {
+      opts.addr = v;
+      opts.addr_given = true;
+    },
+    "controller gate HOST:PORT (env ASTRAEUS_ADDR; default "
+    "127.0.0.1:7450, or the one `astra login` kept)");
+  app.add_option("--token-file", opts.token_file,
+                 "file holding the API token (else ASTRAEUS_TOKEN, `astra "
+                 "login`'s, or a local controller's first owner token)");
+  app.add_option("--controller-key", opts.controller_key,
+                 "the controller's public key to insist on (64 hex digits)");
   app.add_option("-o,--output", opts.output, "table or json")
     ->check(CLI::IsMember({"table", "json"}));
   app.add_option("--timeout", opts.timeout_s, "seconds to wait for the controller");

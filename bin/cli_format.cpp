@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
+#include <map>
 #include <sstream>
 
 #include <google/protobuf/util/json_util.h>
@@ -10,6 +11,7 @@
 #include "actors/machine_pressure.hpp"
 #include "runtime/run_spec.hpp"
 #include "runtime/sysfs_text.hpp"
+#include "runtime/wall_clock.hpp"
 
 namespace astraeus::cli {
 
@@ -125,6 +127,44 @@ std::string format_age(int64_t then_unix_ms, int64_t now_unix_ms) {
   else
     std::snprintf(buf, sizeof(buf), "%lldd ago", static_cast<long long>(s / 86400));
   return buf;
+}
+
+std::string install_command(const v1::JoinToken& token, const std::string& address) {
+  return "umask 077 && echo '" + token.token()
+         + "' > ./astraeus-token && sudo astraeus-agent --controller " + address
+         + " --controller-key " + token.controller_key()
+         + " --token-file ./astraeus-token";
+}
+
+std::string format_join_token(const v1::JoinToken& token,
+                              const std::string& address, int64_t now_unix_ms) {
+  std::string labels;
+  for (const auto& [k, v] : std::map<std::string, std::string>(
+         token.labels().begin(), token.labels().end()))
+    labels += (labels.empty() ? "" : ", ") + k + "=" + v;
+  auto left = (token.expires_unix_ms() - now_unix_ms + 500) / 1000;
+  std::ostringstream out;
+  out << "token    " << token.token() << "\n"
+      << "id       " << token.id() << "\n"
+      << "expires  " << format_utc(token.expires_unix_ms()) << " (in "
+      << (left >= 3600 ? std::to_string(left / 3600) + "h"
+                       : std::to_string(left / 60) + "m")
+      << "; single use)\n"
+      << "labels   " << (labels.empty() ? "(none)" : labels) << "\n"
+      << "\nRun on the new machine, as root (the agent enrols once; then the "
+         "token file can go):\n"
+      << install_command(token, address) << "\n";
+  return out.str();
+}
+
+std::string format_audit(const v1::AuditList& list) {
+  if (list.records().empty())
+    return "No audit records yet.\n";
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& r : list.records())
+    rows.push_back({format_utc(r.unix_ms()), r.who(), r.action(), r.target(),
+                    r.result()});
+  return render_table({"WHEN", "WHO", "ACTION", "TARGET", "RESULT"}, rows);
 }
 
 std::string format_machine_list(const v1::MachineList& list,

@@ -51,6 +51,21 @@ std::string to_json_compact(const google::protobuf::Message& msg);
 /// Any message as JSON with the schema's field names, every field printed.
 std::string to_json(const google::protobuf::Message& msg);
 
+/// The command that installs an agent with join token `token` (the seed's
+/// `install` answer, with our own programs): it writes the token to a file
+/// only root reads, starts the agent pinned to the controller's key, and
+/// the token is never on a command line (`ps`). `address`: the gate as
+/// machines reach it.
+std::string install_command(const v1::JoinToken& token, const std::string& address);
+
+/// What `astra tokens create` prints: the token, its id, expiry and
+/// labels, and the install command.
+std::string format_join_token(const v1::JoinToken& token,
+                              const std::string& address, int64_t now_unix_ms);
+
+/// `astra audit`: one line per record, newest first.
+std::string format_audit(const v1::AuditList& list);
+
 /// "4s ago", "3m ago", "2h ago", "5d ago"; "never" for 0.
 std::string format_age(int64_t then_unix_ms, int64_t now_unix_ms);
 

@@ -13,6 +13,7 @@
 #include "messages/error.hpp"
 #include "runtime/config.hpp"
 #include "runtime/logging.hpp"
+#include "runtime/secure_channel.hpp"
 #include "runtime/system_setup.hpp"
 #include "store/store.hpp"
 
@@ -32,7 +33,7 @@ int main(int argc, char** argv) {
       name, [&flags, key](const std::string& v) { flags.emplace_back(key, v); },
       help);
   };
-  flag("--listen", "listen.address", "address the gate listens on (default 127.0.0.1)");
+  flag("--listen", "listen.address", "address the gate listens on (default 0.0.0.0)");
   flag("--port", "listen.port", "gate port (default 7450)");
   flag("--data-dir", "store.path", "store folder");
   flag("--heartbeat-lapse", "heartbeat.lapse", "a machine is Down after this long without a report (default 60s)");
@@ -70,9 +71,10 @@ int main(int argc, char** argv) {
     spdlog::error("controller: cannot start: {}", render_error(ctl.error()));
     return 1;
   }
-  spdlog::info("controller: cluster '{}' serving on {}:{}, store {}",
+  spdlog::info("controller: cluster '{}' serving on {}:{}, store {}, keys {} "
+               "(gate key {})",
                cfg->cluster_name, cfg->listen_address, ctl->port,
-               ctl->store->path());
+               ctl->store->path(), ctl->keys_dir, ctl->identity->public_hex());
   auto sig = bin::wait_for_stop_signal(signals);
   spdlog::info("controller: signal {}, stopping", sig);
   stop_controller(sys, *ctl);

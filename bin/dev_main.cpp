@@ -17,7 +17,10 @@
 #include "messages/error.hpp"
 #include "runtime/config.hpp"
 #include "runtime/logging.hpp"
+#include "runtime/secure_channel.hpp"
 #include "runtime/system_setup.hpp"
+#include "runtime/tokens.hpp"
+#include "runtime/wall_clock.hpp"
 #include "store/store.hpp"
 
 using namespace astraeus;
@@ -41,7 +44,9 @@ int run_dev(const std::string& data_dir, const bin::overrides& ctl_flags,
             const bin::overrides& agent_flags, const std::string& log_level,
             const sigset_t& signals) {
   auto env = environment_map();
-  bin::overrides cf = ctl_flags;
+  // A laptop's dev cluster stays local unless --listen says otherwise.
+  bin::overrides cf{{"listen.address", "127.0.0.1"}};
+  cf.insert(cf.end(), ctl_flags.begin(), ctl_flags.end());
   cf.emplace_back("store.path", (fs::path{data_dir} / "controller").string());
   if (!log_level.empty())
     cf.emplace_back("log.level", log_level);
@@ -76,7 +81,22 @@ int run_dev(const std::string& data_dir, const bin::overrides& ctl_flags,
     return 1;
   }
   acfg->controller_port = ctl->port;
-  auto agent = start_agent(sys, *acfg);
+  // The dev agent enrols itself: it pins this controller's key, and on its
+  // first start gets a join token handed over in memory.
+  acfg->controller_key = ctl->identity->public_hex();
+  std::string join_token;
+  std::error_code ignored;
+  if (!fs::exists(fs::path{acfg->data_dir} / "controller.pub", ignored)) {
+    auto minted = ctl->tokens->mint_join({}, 600, "astraeus dev", unix_ms_now());
+    if (!minted) {
+      std::fprintf(stderr, "astraeus dev: cannot mint the agent's join token: %s\n",
+                   render_error(minted.error()).c_str());
+      stop_controller(sys, *ctl);
+      return 1;
+    }
+    join_token = std::move(minted->first);
+  }
+  auto agent = start_agent(sys, *acfg, join_token);
   if (!agent) {
     std::fprintf(stderr, "astraeus dev: cannot start the agent: %s\n",
                  render_error(agent.error()).c_str());
@@ -96,12 +116,14 @@ int run_dev(const std::string& data_dir, const bin::overrides& ctl_flags,
               "  gate    %s  (%s)\n"
               "  store   %s\n"
               "  agent   machine '%s', identity in %s\n"
+              "  owner   API token in %s (astra finds it there)\n"
               "Try:     %s%s machines\n"
               "         %s%s machine %s\n"
               "Stop with Ctrl-C.\n",
               ccfg->cluster_name.c_str(), addr.c_str(), reach.c_str(),
               ctl->store->path().c_str(),
-              name.c_str(), acfg->data_dir.c_str(), astra.c_str(), flag.c_str(),
+              name.c_str(), acfg->data_dir.c_str(),
+              owner_token_path(ctl->keys_dir).c_str(), astra.c_str(), flag.c_str(),
               astra.c_str(), flag.c_str(), name.c_str());
   std::fflush(stdout);
   auto sig = bin::wait_for_stop_signal(signals);
@@ -137,7 +159,7 @@ int main(int argc, char** argv) {
       name, [&agent_flags, key](const std::string& v) { agent_flags.emplace_back(key, v); },
       help);
   };
-  ctl("--listen", "listen.address", "gate address (default 127.0.0.1)");
+  ctl("--listen", "listen.address", "gate address (default 127.0.0.1 in dev mode)");
   ctl("--port", "listen.port", "gate port (default 7450; 0 picks a free one)");
   ctl("--heartbeat-lapse", "heartbeat.lapse", "Down after this long without a report (default 60s)");
   agt("--name", "machine.name", "this machine's name (default: the hostname)");

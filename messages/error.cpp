@@ -22,6 +22,13 @@ const char* to_string(ec x) {
     case ec::host_read_failure: return "host_read_failure";
     case ec::timeout: return "timeout";
     case ec::not_connected: return "not_connected";
+    case ec::handshake_failed: return "handshake_failed";
+    case ec::channel_broken: return "channel_broken";
+    case ec::enrollment_required: return "enrollment_required";
+    case ec::enrollment_used: return "enrollment_used";
+    case ec::enrollment_expired: return "enrollment_expired";
+    case ec::unauthenticated: return "unauthenticated";
+    case ec::permission_denied: return "permission_denied";
   }
   return "unknown";
 }

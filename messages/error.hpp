@@ -47,6 +47,23 @@ enum class ec : uint8_t {
   timeout,
   /// The machine's agent is not connected (e.g. to clear a fault).
   not_connected,
+  /// The secure channel's handshake failed: a bad signature or key, or
+  /// the controller's key is not the pinned one (issue 7).
+  handshake_failed,
+  /// A sealed frame did not open: tampered, replayed, reordered or a frame
+  /// was dropped. The session ends.
+  channel_broken,
+  /// A new machine presented no join token (or an unknown one).
+  enrollment_required,
+  /// The join token was already used by another machine (the seed's
+  /// ENROLLMENT_USED).
+  enrollment_used,
+  /// The join token expired before it was used.
+  enrollment_expired,
+  /// No API token, or one that is unknown, expired or revoked.
+  unauthenticated,
+  /// The caller's role may not do this (e.g. a member cordoning).
+  permission_denied,
 };
 
 /// The stable name of `x`, e.g. "no_such_machine".

@@ -76,5 +76,9 @@ CAF_BEGIN_TYPE_ID_BLOCK(astraeus, caf::first_custom_type_id)
   CAF_ADD_ATOM(astraeus, astraeus::atom, attach, "attach")
   /// The workers a machine should hold (scheduler -> machine -> gate).
   CAF_ADD_ATOM(astraeus, astraeus::atom, assign, "assign")
+  // The secure gate (issue 7).
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::Principal))
+  /// The gate authenticates a CLI session's API token (gate -> cluster).
+  CAF_ADD_ATOM(astraeus, astraeus::atom, login, "login")
 
 CAF_END_TYPE_ID_BLOCK(astraeus)

@@ -356,6 +356,17 @@ const std::vector<key_def<ControllerConfig>>& controller_keys() {
                 "free space on the data filesystem below which a machine is "
                 "under disk pressure"),
     text_key("cluster.name", &C::cluster_name, true, "the cluster's name"),
+    text_key("keys.path", &C::keys_dir, false,
+             "folder of the gate's Ed25519 key, the token-hashing key and the "
+             "first owner API token (owner-token), files mode 0600",
+             "store.path + \"-keys\""),
+    text_key("gate.advertise_address", &C::advertise_address, false,
+             "HOST:PORT machines reach the gate at, for install commands; "
+             "empty: astra uses its own --addr"),
+    uint_key("gate.max_unauthenticated_per_address",
+             &C::max_unauthenticated_per_address, 1, 100000, "count",
+             "connections from one address that may be open at once before "
+             "finishing their handshake; more are closed at once"),
     choice_key("log.level", &C::log_level, "log level", log_levels,
                "least severe log level written"),
     text_key("log.file", &C::log_file, false,
@@ -400,6 +411,12 @@ const std::vector<key_def<AgentConfig>>& agent_keys() {
                  "longest wait between reconnects (at least min_backoff)"),
     bytes_key("gate.frame_cap", &C::frame_cap_bytes, KiB, 64 * MiB,
               "largest frame accepted from the controller"),
+    text_key("enrol.token_file", &C::token_file, false,
+             "file holding a join token, presented once on first start; "
+             "delete it after"),
+    text_key("controller.public_key", &C::controller_key, false,
+             "the controller's Ed25519 public key (64 hex digits) to pin; "
+             "empty: the one kept since enrolment"),
     choice_key("log.level", &C::log_level, "log level", log_levels,
                "least severe log level written"),
     text_key("log.file", &C::log_file, false,
@@ -587,6 +604,19 @@ private:
   std::map<std::string, std::string> origin_;
 };
 
+/// Defaults that depend on other keys.
+void fill_derived(ControllerConfig& cfg) {
+  if (cfg.keys_dir.empty()) {
+    auto base = cfg.data_dir;
+    while (base.size() > 1 && base.back() == '/')
+      base.pop_back();
+    cfg.keys_dir = base + "-keys";
+  }
+}
+
+void fill_derived(AgentConfig&) {
+}
+
 template <class C, class Check>
 caf::expected<C>
 load(const std::vector<key_def<C>>& keys, std::string_view component,
@@ -608,6 +638,7 @@ load(const std::vector<key_def<C>>& keys, std::string_view component,
     auto& cfg = l.config();
     if (cfg.data_dir.empty())
       cfg.data_dir = default_data_dir(component);
+    fill_derived(cfg);
     return std::move(cfg);
   } catch (const std::exception& e) {
     return config_error(std::string{"config: "} + e.what());

@@ -47,8 +47,9 @@ namespace astraeus {
 
 /// Settings of `astraeus-controller`. Each member names its key.
 struct ControllerConfig {
-  /// listen.address: address the gate listens on (non-empty).
-  std::string listen_address = "127.0.0.1";
+  /// listen.address: address the gate listens on (non-empty); every
+  /// interface by default: only the secure channel is served there.
+  std::string listen_address = "0.0.0.0";
   /// listen.port: TCP port of the gate, 1-65535.
   uint16_t listen_port = 7450;
   /// store.path: folder of the RocksDB store. Empty in a default-constructed
@@ -78,6 +79,18 @@ struct ControllerConfig {
   double disk_free_min_percent = 10;
   /// cluster.name: the cluster's name (non-empty).
   std::string cluster_name = "default";
+  /// keys.path: folder of the gate's Ed25519 key, the token-hashing key and
+  /// the first owner API token (mode 0700, files 0600). Empty in a
+  /// default-constructed struct; the loaders fill it with store.path +
+  /// "-keys" (outside the store, which never holds a secret).
+  std::string keys_dir;
+  /// gate.advertise_address: HOST:PORT machines reach the gate at, put in
+  /// join tokens' install commands; empty: `astra` uses its own --addr.
+  std::string advertise_address;
+  /// gate.max_unauthenticated_per_address: connections from one source
+  /// address that may be open at once before finishing their handshake
+  /// (1-100000).
+  uint32_t max_unauthenticated_per_address = 32;
   /// xid.fence / xid.at_risk / xid.record: comma-separated Xid numbers
   /// whose action overrides the built-in table (runtime/xid_policy.hpp).
   std::string xid_fence;
@@ -132,6 +145,15 @@ struct AgentConfig {
   std::string log_level = "info";
   /// log.file: file to log to; empty logs to stderr.
   std::string log_file;
+  /// enrol.token_file: a file holding a join token (`astra tokens create`),
+  /// presented once on first start; afterwards the agent connects with its
+  /// identity alone and the file can be deleted. Empty: none.
+  std::string token_file;
+  /// controller.public_key: the gate's Ed25519 public key (64 hex digits,
+  /// from the install command) the agent insists on. Empty: the key kept in
+  /// the data folder since the first enrolment; with none yet, the first
+  /// key seen is trusted and kept (logged as a warning).
+  std::string controller_key;
 };
 
 /// Where `component` ("controller", "agent") keeps its data by default:

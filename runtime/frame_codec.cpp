@@ -4,15 +4,18 @@
 
 namespace astraeus {
 
+std::string frame_length_prefix(uint32_t n) {
+  std::string out(frame_header_size, '\0');
+  out[0] = static_cast<char>((n >> 24) & 0xff);
+  out[1] = static_cast<char>((n >> 16) & 0xff);
+  out[2] = static_cast<char>((n >> 8) & 0xff);
+  out[3] = static_cast<char>(n & 0xff);
+  return out;
+}
+
 std::string encode_frame(const v1::Frame& frame) {
   auto body = frame.SerializeAsString();
-  auto n = static_cast<uint32_t>(body.size());
-  std::string out;
-  out.reserve(frame_header_size + body.size());
-  out.push_back(static_cast<char>((n >> 24) & 0xff));
-  out.push_back(static_cast<char>((n >> 16) & 0xff));
-  out.push_back(static_cast<char>((n >> 8) & 0xff));
-  out.push_back(static_cast<char>(n & 0xff));
+  auto out = frame_length_prefix(static_cast<uint32_t>(body.size()));
   out += body;
   return out;
 }
@@ -56,6 +59,9 @@ std::string_view frame_kind(const v1::Frame& frame) {
     case v1::Frame::kClearFaultReply: return "clear-fault-reply";
     case v1::Frame::kWorkerOrders: return "worker-orders";
     case v1::Frame::kWorkerStatuses: return "worker-statuses";
+    case v1::Frame::kChannelHello: return "channel-hello";
+    case v1::Frame::kChannelAccept: return "channel-accept";
+    case v1::Frame::kChannelAuth: return "channel-auth";
     case v1::Frame::BODY_NOT_SET: break;
   }
   return "empty";
@@ -66,20 +72,30 @@ void frame_reader::feed(const char* data, size_t size) {
     buffer_.append(data, size);
 }
 
-caf::expected<std::optional<v1::Frame>> frame_reader::next() {
+caf::expected<std::optional<std::string>> frame_reader::next_record() {
   if (failed_)
     return failed_;
   if (buffer_.size() < frame_header_size)
-    return std::optional<v1::Frame>{};
+    return std::optional<std::string>{};
   auto len = decode_frame_length(buffer_.data(), cap_);
   if (!len) {
     failed_ = len.error();
     return failed_;
   }
   if (buffer_.size() < frame_header_size + *len)
-    return std::optional<v1::Frame>{};
-  auto frame = decode_frame_body(buffer_.data() + frame_header_size, *len);
+    return std::optional<std::string>{};
+  auto record = buffer_.substr(frame_header_size, *len);
   buffer_.erase(0, frame_header_size + *len);
+  return std::optional<std::string>{std::move(record)};
+}
+
+caf::expected<std::optional<v1::Frame>> frame_reader::next() {
+  auto record = next_record();
+  if (!record)
+    return record.error();
+  if (!*record)
+    return std::optional<v1::Frame>{};
+  auto frame = decode_frame_body((*record)->data(), (*record)->size());
   if (!frame) {
     failed_ = frame.error();
     return failed_;

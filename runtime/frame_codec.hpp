@@ -16,9 +16,10 @@
 
 namespace astraeus {
 
-/// The gate protocol version this build speaks. A hello carrying another
-/// version is refused with `ec::incompatible_protocol`.
-constexpr uint32_t protocol_version = 1;
+/// The gate protocol version this build speaks: 2 since the secure channel
+/// (runtime/secure_channel.hpp). A hello carrying another version is refused
+/// with `ec::incompatible_protocol`.
+constexpr uint32_t protocol_version = 2;
 
 /// Size of the length prefix, in bytes.
 constexpr size_t frame_header_size = 4;
@@ -28,6 +29,9 @@ constexpr uint64_t default_frame_cap = 1u << 20;
 
 /// Serializes `frame` with its 4-byte big-endian length prefix.
 std::string encode_frame(const v1::Frame& frame);
+
+/// The 4-byte big-endian length prefix of an `n`-byte record.
+std::string frame_length_prefix(uint32_t n);
 
 /// Reads a length prefix (exactly `frame_header_size` bytes at `header`).
 /// Errors: `ec::malformed_frame` for a zero length (a frame without a body),
@@ -55,6 +59,17 @@ public:
   /// The next whole frame; `std::nullopt` when more bytes are needed.
   /// Errors as `decode_frame_length` and `decode_frame_body`.
   caf::expected<std::optional<v1::Frame>> next();
+
+  /// The next whole record's bytes (what follows a length prefix, unparsed:
+  /// a sealed frame); `std::nullopt` when more bytes are needed. Errors as
+  /// `decode_frame_length`.
+  caf::expected<std::optional<std::string>> next_record();
+
+  /// Changes the cap for the records still to come (the secure channel
+  /// accepts only small records before its handshake completes).
+  void set_cap(uint64_t cap) {
+    cap_ = cap;
+  }
 
 private:
   uint64_t cap_;

@@ -72,6 +72,7 @@ gate_client::gate_client(gate_client&& other) noexcept
     peer_(std::move(other.peer_)),
     next_id_(other.next_id_),
     reader_(std::move(other.reader_)),
+    channel_(std::move(other.channel_)),
     welcome_(std::move(other.welcome_)) {
   other.fd_ = -1;
 }
@@ -85,6 +86,7 @@ gate_client& gate_client::operator=(gate_client&& other) noexcept {
     peer_ = std::move(other.peer_);
     next_id_ = other.next_id_;
     reader_ = std::move(other.reader_);
+    channel_ = std::move(other.channel_);
     welcome_ = std::move(other.welcome_);
   }
   return *this;
@@ -95,9 +97,9 @@ gate_client::~gate_client() {
     ::close(fd_);
 }
 
-caf::expected<gate_client> gate_client::connect(const gate_address& addr,
-                                                const v1::Hello& hello,
-                                                milliseconds timeout) {
+caf::expected<gate_client> gate_client::open(const gate_address& addr,
+                                             const gate_credentials& creds,
+                                             milliseconds timeout) {
   auto deadline = clock_type::now() + timeout;
   auto peer = addr.host + ":" + std::to_string(addr.port);
   auto unreachable = [&](const std::string& why) {
@@ -148,38 +150,87 @@ caf::expected<gate_client> gate_client::connect(const gate_address& addr,
   if (fd < 0)
     return unreachable(last_error);
   gate_client client{fd, peer};
+  auto identity = creds.identity;
+  if (!identity)
+    identity = std::make_shared<const identity_keypair>(identity_keypair::generate());
+  client.channel_ = std::make_unique<channel_client>(identity, creds.pinned);
+  client.reader_.set_cap(handshake_record_cap);
+  if (auto err = client.send_raw(client.channel_->start()))
+    return err;
+  auto record = client.receive_record(deadline, timeout);
+  if (!record)
+    return record.error();
+  auto step = client.channel_->on_record(record->data(), record->size());
+  if (!step)
+    return caf::make_error(static_cast<ec>(step.error().code()),
+                           "the controller at " + peer + ": "
+                             + render_error(step.error()));
+  if (step->frame && step->frame->has_refusal())
+    return caf::make_error(ec::protocol_violation,
+                           "the controller at " + peer + " refused: "
+                             + step->frame->refusal().reason());
+  // Answers from the controller may be large (`astra runs` of a busy
+  // cluster): up to 64 MiB, the gate's own largest cap.
+  client.reader_.set_cap((64u << 20) + sealed_channel::overhead);
+  if (auto err = client.send_raw(step->reply))
+    return err;
+  return client;
+}
+
+caf::error gate_client::hello(const v1::Hello& hello, milliseconds timeout) {
   v1::Frame frame;
   *frame.mutable_hello() = hello;
-  if (auto err = client.send(frame))
+  if (auto err = send(frame))
     return err;
-  auto reply = client.receive(
-    std::chrono::duration_cast<milliseconds>(deadline - clock_type::now()));
+  auto reply = receive(timeout);
   if (!reply)
     return reply.error();
   if (reply->has_refusal())
     return caf::make_error(ec::protocol_violation,
-                           "the controller at " + peer + " refused: "
+                           "the controller at " + peer_ + " refused: "
                              + reply->refusal().reason());
   if (!reply->has_welcome())
     return caf::make_error(ec::protocol_violation,
-                           "the controller at " + peer
+                           "the controller at " + peer_
                              + " answered the hello with a "
                              + std::string{frame_kind(*reply)});
-  client.welcome_ = reply->welcome();
+  welcome_ = reply->welcome();
+  return caf::none;
+}
+
+caf::expected<gate_client> gate_client::connect(const gate_address& addr,
+                                                const v1::Hello& hello,
+                                                milliseconds timeout,
+                                                const gate_credentials& creds) {
+  auto deadline = clock_type::now() + timeout;
+  auto client = open(addr, creds, timeout);
+  if (!client)
+    return client.error();
+  if (auto err = client->hello(
+        hello, std::chrono::duration_cast<milliseconds>(deadline - clock_type::now())))
+    return err;
   return client;
 }
 
 caf::expected<gate_client> gate_client::connect_cli(const gate_address& addr,
-                                                    milliseconds timeout) {
+                                                    milliseconds timeout,
+                                                    const gate_credentials& creds) {
   v1::Hello hello;
   hello.set_protocol_version(protocol_version);
   hello.set_role(v1::CLI);
   hello.set_software_version(ASTRAEUS_VERSION);
-  return connect(addr, hello, timeout);
+  hello.set_api_token(creds.api_token);
+  return connect(addr, hello, timeout, creds);
 }
 
 caf::error gate_client::send(const v1::Frame& frame) {
-  auto bytes = encode_frame(frame);
+  if (!channel_ || !channel_->established())
+    return caf::make_error(ec::protocol_violation,
+                           "the secure channel is not established");
+  return send_raw(channel_->encode(frame));
+}
+
+caf::error gate_client::send_raw(const std::string& bytes) {
   size_t off = 0;
   while (off < bytes.size()) {
     auto n = ::send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
@@ -195,10 +246,10 @@ caf::error gate_client::send(const v1::Frame& frame) {
   return caf::none;
 }
 
-caf::expected<v1::Frame> gate_client::receive(milliseconds timeout) {
-  auto deadline = clock_type::now() + timeout;
+caf::expected<std::string>
+gate_client::receive_record(clock_type::time_point deadline, milliseconds timeout) {
   for (;;) {
-    auto next = reader_.next();
+    auto next = reader_.next_record();
     if (!next)
       return next.error();
     if (*next)
@@ -229,6 +280,21 @@ caf::expected<v1::Frame> gate_client::receive(milliseconds timeout) {
     }
     reader_.feed(buf, static_cast<size_t>(n));
   }
+}
+
+caf::expected<v1::Frame> gate_client::receive(milliseconds timeout) {
+  auto deadline = clock_type::now() + timeout;
+  auto record = receive_record(deadline, timeout);
+  if (!record)
+    return record.error();
+  auto step = channel_->on_record(record->data(), record->size());
+  if (!step)
+    return step.error();
+  if (!step->frame)
+    return caf::make_error(ec::protocol_violation,
+                           "the controller at " + peer_
+                             + " sent a handshake record after the handshake");
+  return std::move(*step->frame);
 }
 
 caf::expected<v1::Response> gate_client::call(v1::Request req,

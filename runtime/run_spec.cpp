@@ -83,46 +83,6 @@ bool valid_name(std::string_view x) {
 const char* name_rule = "use 1-63 letters, digits and '-', starting with a "
                         "letter or digit";
 
-/// Parses a duration of whole seconds: a number of seconds, or one or more
-/// <number><unit> with units d, h, m, s ("2h", "1h30m", "45s").
-std::optional<uint64_t> parse_seconds(std::string_view text) {
-  auto x = ascii_lower(trim(text));
-  if (x.empty())
-    return std::nullopt;
-  if (std::all_of(x.begin(), x.end(), is_digit)) {
-    if (x.size() > 19)
-      return std::nullopt;
-    return std::stoull(x);
-  }
-  uint64_t total = 0;
-  size_t i = 0;
-  while (i < x.size()) {
-    uint64_t n = 0;
-    size_t start = i;
-    while (i < x.size() && is_digit(x[i])) {
-      auto digit = static_cast<uint64_t>(x[i] - '0');
-      if (n > (u64_max - digit) / 10)
-        return std::nullopt;
-      n = n * 10 + digit;
-      ++i;
-    }
-    if (i == start || i == x.size())
-      return std::nullopt;
-    uint64_t factor = 0;
-    switch (x[i]) {
-      case 'd': factor = 86400; break;
-      case 'h': factor = 3600; break;
-      case 'm': factor = 60; break;
-      case 's': factor = 1; break;
-      default: return std::nullopt;
-    }
-    ++i;
-    if (n > (u64_max - total) / factor)
-      return std::nullopt;
-    total += n * factor;
-  }
-  return total;
-}
 
 // -- the spec reader --------------------------------------------------------
 
@@ -452,6 +412,45 @@ private:
 };
 
 } // namespace
+
+std::optional<uint64_t> parse_seconds(std::string_view text) {
+  auto x = ascii_lower(trim(text));
+  if (x.empty())
+    return std::nullopt;
+  if (std::all_of(x.begin(), x.end(), is_digit)) {
+    if (x.size() > 19)
+      return std::nullopt;
+    return std::stoull(x);
+  }
+  uint64_t total = 0;
+  size_t i = 0;
+  while (i < x.size()) {
+    uint64_t n = 0;
+    size_t start = i;
+    while (i < x.size() && is_digit(x[i])) {
+      auto digit = static_cast<uint64_t>(x[i] - '0');
+      if (n > (u64_max - digit) / 10)
+        return std::nullopt;
+      n = n * 10 + digit;
+      ++i;
+    }
+    if (i == start || i == x.size())
+      return std::nullopt;
+    uint64_t factor = 0;
+    switch (x[i]) {
+      case 'd': factor = 86400; break;
+      case 'h': factor = 3600; break;
+      case 'm': factor = 60; break;
+      case 's': factor = 1; break;
+      default: return std::nullopt;
+    }
+    ++i;
+    if (n > (u64_max - total) / factor)
+      return std::nullopt;
+    total += n * factor;
+  }
+  return total;
+}
 
 // -- parsing ----------------------------------------------------------------
 

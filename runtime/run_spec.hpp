@@ -48,6 +48,7 @@
 /// 'trainer'`.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -149,5 +150,10 @@ caf::expected<uint64_t> parse_memory_size(std::string_view text);
 /// the time limit as `time_limit_seconds`). `parse_run_spec(to_yaml(s))`
 /// gives `s` back for every spec that `validate_run_spec` accepts.
 std::string to_yaml(const v1::RunSpec& spec);
+
+/// Parses a duration of whole seconds: a number of seconds, or one or more
+/// <number><unit> with units d, h, m, s ("2h", "1h30m", "45s", "7d") (run
+/// time limits, token TTLs). nullopt for anything else or on overflow.
+std::optional<uint64_t> parse_seconds(std::string_view text);
 
 } // namespace astraeus

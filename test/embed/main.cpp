@@ -10,6 +10,8 @@
 #include "actors/controller.hpp"
 #include "messages/error.hpp"
 #include "runtime/system_setup.hpp"
+#include "runtime/tokens.hpp"
+#include "runtime/wall_clock.hpp"
 
 int main(int argc, char** argv) {
   if (argc < 2)
@@ -26,11 +28,21 @@ int main(int argc, char** argv) {
     return 1;
   }
   caf::scoped_actor self{sys};
+  // A machine joins with a join token and the Ed25519 key its channel
+  // proved (here: made up, as an embedder's own transport would fill it).
+  auto join = ctl->tokens->mint_join({{"pool", "embedded"}}, 600, "embedder",
+                                     astraeus::unix_ms_now());
+  if (!join) {
+    std::fprintf(stderr, "%s\n", astraeus::render_error(join.error()).c_str());
+    return 1;
+  }
   astraeus::v1::Hello hello;
-  hello.set_protocol_version(1);
+  hello.set_protocol_version(2);
   hello.set_role(astraeus::v1::AGENT);
   hello.set_machine_name("embedded-01");
   hello.set_machine_id("0123456789abcdef0123456789abcdef");
+  hello.set_identity_key(std::string(32, '\x01'));
+  hello.set_join_token(join->first);
   int rc = 1;
   self->request(ctl->cluster, caf::infinite, astraeus::atom::enrol_v, hello, uint64_t{1})
     .receive([&](astraeus::machine_actor&) { rc = 0; },
@@ -39,6 +51,9 @@ int main(int argc, char** argv) {
              });
   astraeus::v1::Request req;
   req.mutable_list_machines();
+  // Requests carry their caller; the embedder vouches for it.
+  req.mutable_caller()->set_name("embedder");
+  req.mutable_caller()->set_role("owner");
   self->request(ctl->cluster, caf::infinite, req)
     .receive(
       [&](astraeus::v1::Response& resp) {

@@ -33,8 +33,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <map>
+
+#include "messages/error.hpp"
 #include "runtime/frame_codec.hpp"
 #include "runtime/gate_client.hpp"
+#include "runtime/secure_channel.hpp"
 
 extern char** environ;
 
@@ -351,13 +355,121 @@ inline gate_address loopback(uint16_t port) {
   return gate_address{"127.0.0.1", port};
 }
 
-/// One request through a fresh CLI connection.
+/// The keys folder of a controller whose store is `store_dir` (the default
+/// keys.path): gate.pub, owner-token.
+inline fs::path keys_dir_of(const std::string& store_dir) {
+  return fs::path{store_dir + "-keys"};
+}
+
+/// The owner's credentials for the controller on each port, as the tests
+/// learnt them from its keys folder (`use_owner_credentials`).
+inline std::map<uint16_t, gate_credentials>& credentials_by_port() {
+  static std::map<uint16_t, gate_credentials> all;
+  return all;
+}
+
+/// Reads the first owner API token and the gate's key a controller with
+/// keys folder `keys` wrote, and uses them for every later call to `port`.
+/// False while the files are not there yet.
+inline bool use_owner_credentials(uint16_t port, const fs::path& keys) {
+  auto token = read_text(keys / "owner-token");
+  auto pub = read_text(keys / "gate.pub");
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back())))
+    token.pop_back();
+  if (token.empty() || pub.size() < 64)
+    return false;
+  auto key = parse_public_key(pub, "gate.pub");
+  if (!key)
+    return false;
+  gate_credentials c;
+  c.api_token = token;
+  c.pinned = *key;
+  credentials_by_port()[port] = c;
+  return true;
+}
+
+/// The owner's credentials for `port` (empty when not learnt).
+inline gate_credentials owner_credentials(uint16_t port) {
+  auto i = credentials_by_port().find(port);
+  return i == credentials_by_port().end() ? gate_credentials{} : i->second;
+}
+
+/// One request through a fresh CLI connection, as the owner.
 inline caf::expected<v1::Response> gate_call(uint16_t port, v1::Request req,
                                              milliseconds timeout = 3s) {
-  auto client = gate_client::connect_cli(loopback(port), timeout);
+  auto client = gate_client::connect_cli(loopback(port), timeout,
+                                         owner_credentials(port));
   if (!client)
     return client.error();
   return client->call(std::move(req), timeout);
+}
+
+/// A fresh join token from the controller on `port` (as the owner), with
+/// `labels`; empty when it cannot be had.
+inline std::string mint_join_token(uint16_t port,
+                                   std::map<std::string, std::string> labels = {},
+                                   uint64_t ttl_seconds = 0) {
+  v1::Request req;
+  auto* body = req.mutable_create_join_token();
+  body->set_ttl_seconds(ttl_seconds);
+  for (auto& [k, v] : labels)
+    (*body->mutable_labels())[k] = v;
+  auto resp = gate_call(port, std::move(req));
+  if (!resp || resp->has_error() || !resp->has_join_token())
+    return {};
+  return resp->join_token().token();
+}
+
+/// The next refusal on `client`, skipping what the controller sends an
+/// agent meanwhile (worker orders); an error when none comes within
+/// `timeout` or the connection closes first.
+inline caf::expected<v1::Refusal> next_refusal(gate_client& client,
+                                               milliseconds timeout = 2s) {
+  auto deadline = steady::now() + timeout;
+  for (;;) {
+    auto left = std::chrono::duration_cast<milliseconds>(deadline - steady::now());
+    if (left.count() <= 0)
+      return caf::make_error(ec::timeout, "no refusal");
+    auto frame = client.receive(left);
+    if (!frame)
+      return frame.error();
+    if (frame->has_refusal())
+      return frame->refusal();
+  }
+}
+
+/// Whether the controller ended the session on `client` within `timeout`
+/// (frames it sends before closing are skipped).
+inline bool session_ended(gate_client& client, milliseconds timeout = 2s) {
+  auto deadline = steady::now() + timeout;
+  for (;;) {
+    auto left = std::chrono::duration_cast<milliseconds>(deadline - steady::now());
+    if (left.count() <= 0)
+      return false;
+    auto frame = client.receive(left);
+    if (!frame)
+      return frame.error() != ec::timeout;
+  }
+}
+
+/// The flags that let a new agent enrol with the controller on `port`: a
+/// join token in a file under `dir` (named after `name`), and the gate's
+/// key to pin. Empty when no token could be minted.
+inline std::vector<std::string> enrol_flags(uint16_t port, const fs::path& dir,
+                                            const std::string& name) {
+  auto token = mint_join_token(port);
+  if (token.empty())
+    return {};
+  static int counter = 0;
+  auto file = dir / ("join-token-" + name + "-" + std::to_string(counter++));
+  write_text(file, token + "\n");
+  auto creds = owner_credentials(port);
+  std::vector<std::string> out{"--token-file", file.string()};
+  if (creds.pinned) {
+    out.push_back("--controller-key");
+    out.push_back(to_hex(*creds.pinned));
+  }
+  return out;
 }
 
 /// Every machine the controller knows; nullopt when it cannot be asked.

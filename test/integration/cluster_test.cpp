@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -87,25 +88,26 @@ protected:
 
   process* start_controller(std::vector<std::string> extra = {},
                             const std::string& data_dir = {}) {
+    ctl_store_ = data_dir.empty() ? controller_dir() : data_dir;
     std::vector<std::string> argv{program("astraeus-controller"),
                                   "--port", std::to_string(port_),
-                                  "--data-dir",
-                                  data_dir.empty() ? controller_dir() : data_dir,
+                                  "--data-dir", ctl_store_,
                                   "--heartbeat-lapse", "2s",
                                   "--set", "gate.hello_timeout=1s"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return spawn("controller", std::move(argv));
   }
 
-  /// True once the controller answers a CLI hello (fails the test when the
-  /// process exits first or 10 s pass).
+  /// True once the controller answers a CLI hello with its first owner
+  /// token (fails the test when the process exits first or 10 s pass).
   bool wait_ready(process* ctl) {
     bool ok = wait_until(
       [&] {
         if (!ctl->running())
           return true;
-        return static_cast<bool>(
-          gate_client::connect_cli(loopback(port_), 500ms));
+        return use_owner_credentials(port_, keys_dir_of(ctl_store_))
+               && static_cast<bool>(gate_client::connect_cli(
+                 loopback(port_), 500ms, owner_credentials(port_)));
       },
       10s);
     if (!ctl->running()) {
@@ -119,14 +121,21 @@ protected:
     return ok;
   }
 
+  /// An agent for `name`; it enrols with a fresh join token on its first
+  /// start (the same data folder later keeps its identity).
   process* start_agent(const std::string& name, const std::string& data_dir,
-                       std::vector<std::string> extra = {}) {
+                       std::vector<std::string> extra = {}, bool enrol = true) {
     std::vector<std::string> argv{program("astraeus-agent"),
                                   "--controller", addr(),
                                   "--data-dir", data_dir,
                                   "--name", name,
                                   "--report-interval", "200ms",
                                   "--set", "reconnect.max_backoff=1s"};
+    if (enrol) {
+      auto flags = enrol_flags(port_, dir_.path(), name);
+      EXPECT_FALSE(flags.empty()) << "no join token from the controller";
+      argv.insert(argv.end(), flags.begin(), flags.end());
+    }
     argv.insert(argv.end(), extra.begin(), extra.end());
     return spawn("agent-" + name, std::move(argv));
   }
@@ -162,8 +171,11 @@ protected:
     return wait_state(name, v1::Machine::Up).has_value();
   }
 
+  /// `astra` as the owner (the controller's first owner token).
   command_result astra(std::vector<std::string> args) {
-    std::vector<std::string> argv{program("astra"), "--addr", addr()};
+    std::vector<std::string> argv{program("astra"), "--addr", addr(),
+                                  "--token-file",
+                                  (keys_dir_of(ctl_store_) / "owner-token").string()};
     argv.insert(argv.end(), args.begin(), args.end());
     return run_command(argv, dir_.path());
   }
@@ -189,6 +201,7 @@ protected:
   }
 
   temp_dir dir_;
+  std::string ctl_store_;
   uint16_t port_ = 0;
   std::vector<std::unique_ptr<process>> procs_;
   process* ctl_ = nullptr;
@@ -544,61 +557,51 @@ TEST_F(Cluster, GateClosesReportBeforeHello) {
 
 TEST_F(Cluster, GateRefusesReportForAnotherMachine) {
   ASSERT_TRUE(start_cluster("gpu-01"));
-  raw_socket s{port_};
-  ASSERT_TRUE(s.connected());
-  v1::Frame hello;
-  hello.mutable_hello()->set_protocol_version(protocol_version);
-  hello.mutable_hello()->set_role(v1::AGENT);
-  hello.mutable_hello()->set_machine_name("a");
-  hello.mutable_hello()->set_machine_id("0123456789abcdef0123456789abcdef");
-  ASSERT_TRUE(s.send_frame(hello));
-  // The welcome comes first.
-  ASSERT_TRUE(wait_until(
-    [&] {
-      s.wait_closed(50ms);
-      return !s.frames().empty();
-    },
-    3s));
-  ASSERT_TRUE(s.frames().front().has_welcome());
+  // A machine enrolled as "a" (its own key, a join token).
+  auto enrol_as = [&](const std::string& name) -> caf::expected<gate_client> {
+    v1::Hello hello;
+    hello.set_protocol_version(protocol_version);
+    hello.set_role(v1::AGENT);
+    hello.set_machine_name(name);
+    hello.set_machine_id(name == "a" ? "0123456789abcdef0123456789abcdef"
+                                     : "fedcba9876543210fedcba9876543210");
+    hello.set_join_token(mint_join_token(port_));
+    gate_credentials creds;
+    creds.pinned = owner_credentials(port_).pinned;
+    return gate_client::connect(loopback(port_), hello, 3s, creds);
+  };
+  auto a = enrol_as("a");
+  ASSERT_TRUE(a) << render_error(a.error());
   // A report for itself is taken ...
   v1::Frame own;
   own.mutable_report()->set_machine("a");
   own.mutable_report()->set_sequence(1);
   own.mutable_report()->mutable_facts()->set_hostname("a");
-  ASSERT_TRUE(s.send_frame(own));
+  ASSERT_FALSE(a->send(own));
   EXPECT_TRUE(wait_state("a", v1::Machine::Up, 3s));
-  // ... one for another machine closes the connection.
+  // ... one for another machine ends the session, with a refusal.
   v1::Frame other;
   other.mutable_report()->set_machine("b");
   other.mutable_report()->set_sequence(2);
-  ASSERT_TRUE(s.send_frame(other));
-  EXPECT_TRUE(s.wait_closed(hello_timeout + 500ms));
-  auto frames = s.frames();
-  ASSERT_GE(frames.size(), 2u);
-  ASSERT_TRUE(frames.back().has_refusal());
-  EXPECT_TRUE(contains(frames.back().refusal().reason(), "'b'"))
-    << frames.back().refusal().reason();
+  ASSERT_FALSE(a->send(other));
+  auto refusal = next_refusal(*a);
+  ASSERT_TRUE(refusal) << render_error(refusal.error());
+  EXPECT_TRUE(contains(refusal->reason(), "'b'")) << refusal->reason();
+  EXPECT_TRUE(session_ended(*a)) << "the session was not closed";
   EXPECT_FALSE(get_machine(port_, "b")) << "machine b appeared";
   // Nor may it touch the real machine.
-  raw_socket s2{port_};
-  hello.mutable_hello()->set_machine_name("c");
-  hello.mutable_hello()->set_machine_id("fedcba9876543210fedcba9876543210");
-  ASSERT_TRUE(s2.send_frame(hello));
-  ASSERT_TRUE(wait_until(
-    [&] {
-      s2.wait_closed(50ms);
-      return !s2.frames().empty();
-    },
-    3s));
-  ASSERT_TRUE(s2.frames().front().has_welcome());
+  auto c = enrol_as("c");
+  ASSERT_TRUE(c) << render_error(c.error());
   v1::Frame spoof;
   spoof.mutable_report()->set_machine("gpu-01");
   spoof.mutable_report()->mutable_facts()->set_hostname("spoofed");
-  ASSERT_TRUE(s2.send_frame(spoof));
-  EXPECT_TRUE(s2.wait_closed(hello_timeout + 500ms));
+  ASSERT_FALSE(c->send(spoof));
+  EXPECT_TRUE(next_refusal(*c));
   auto real = get_machine(port_, "gpu-01");
   ASSERT_TRUE(real);
   EXPECT_NE(real->facts().hostname(), "spoofed");
+  EXPECT_TRUE(contains(ctl_->err(), "sent a report for machine 'gpu-01'"))
+    << "the refusal is logged";
   expect_still_serving("gpu-01");
 }
 
@@ -663,6 +666,7 @@ TEST_F(Cluster, DevModeRunsAOneMachineCluster) {
                            "--port", std::to_string(port_)});
   ctl_ = dev;
   auto store = (data / "controller").string();
+  ctl_store_ = store; // its keys: <data>/controller-keys
   EXPECT_TRUE(wait_until(
     [&] {
       auto out = dev->out();
@@ -713,6 +717,123 @@ TEST_F(Cluster, SecondAgentWithSameNameIsRefused) {
   expect_still_serving("gpu-01");
   EXPECT_EQ(get_machine(port_, "gpu-01")->machine_id(), first->machine_id());
   EXPECT_EQ(list_machines(port_)->size(), 1u);
+}
+
+// -- 10. enrolment and the secure channel (issue 7) ---------------------------------
+
+TEST_F(Cluster, AnEnrolledAgentComesBackWithItsIdentityAloneAndKeepsItsKeyPrivate) {
+  ASSERT_TRUE(start_cluster("gpu-01"));
+  auto agent_dir = dir_ / "agent-gpu-01";
+  for (auto file : {"identity.key", "controller.pub", "machine-id"}) {
+    struct stat st{};
+    ASSERT_EQ(::stat((agent_dir / file).c_str(), &st), 0) << file;
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << file;
+  }
+  EXPECT_EQ(read_text(agent_dir / "controller.pub").substr(0, 64),
+            read_text(keys_dir_of(ctl_store_) / "gate.pub").substr(0, 64))
+    << "the agent keeps the controller's key it pinned";
+  auto id = get_machine(port_, "gpu-01")->machine_id();
+  agent_->kill_now();
+  // The token files are gone; the same data folder is the same machine.
+  for (auto& e : fs::directory_iterator(dir_.path()))
+    if (e.path().filename().string().rfind("join-token-", 0) == 0)
+      fs::remove(e.path());
+  agent_ = start_agent("gpu-01", agent_dir.string(), {}, false);
+  ASSERT_TRUE(wait_until(
+    [&] {
+      auto m = get_machine(port_, "gpu-01");
+      return m && m->connected() && m->state() == v1::Machine::Up;
+    },
+    5s))
+    << agent_->err();
+  EXPECT_EQ(get_machine(port_, "gpu-01")->machine_id(), id);
+  EXPECT_FALSE(contains(agent_->err(), "refused")) << agent_->err();
+  // A new agent with no token is not let in.
+  auto stranger = start_agent("gpu-02", (dir_ / "agent-gpu-02").string(), {}, false);
+  EXPECT_TRUE(wait_until([&] { return contains(stranger->err(), "not enrolled"); }, 5s))
+    << stranger->err();
+  EXPECT_FALSE(get_machine(port_, "gpu-02"));
+}
+
+TEST_F(Cluster, AnAgentRefusesAControllerThatIsNotThePinnedOne) {
+  ctl_ = start_controller();
+  ASSERT_TRUE(wait_ready(ctl_));
+  auto other = identity_keypair::generate();
+  auto token = dir_ / "token";
+  write_text(token, mint_join_token(port_) + "\n");
+  auto agent = start_agent("gpu-01", (dir_ / "agent").string(),
+                           {"--token-file", token.string(), "--controller-key",
+                            other.public_hex()},
+                           false);
+  EXPECT_TRUE(wait_until(
+    [&] { return contains(agent->err(), "is not the one this agent trusts"); }, 5s))
+    << agent->err();
+  EXPECT_TRUE(contains(agent->err(), "not the pinned key")) << agent->err();
+  EXPECT_FALSE(get_machine(port_, "gpu-01")) << "it enrolled anyway";
+  EXPECT_TRUE(agent->running()) << "it keeps trying, slowly";
+}
+
+TEST_F(Cluster, AstraLogsInAndTokensCreatePrintsTheInstallCommand) {
+  ctl_ = start_controller();
+  ASSERT_TRUE(wait_ready(ctl_));
+  auto config_home = dir_ / "config";
+  auto owner_file = (keys_dir_of(ctl_store_) / "owner-token").string();
+  // Without a token the CLI is refused with a way out.
+  write_text(dir_ / "empty", "");
+  auto none = run_command({program("astra"), "--addr", addr(), "--token-file",
+                           (dir_ / "empty").string(), "machines"},
+                          dir_.path());
+  EXPECT_NE(none.rc, 0);
+  EXPECT_TRUE(contains(none.err, "no API token")) << none.err;
+  // astra login keeps it, mode 0600, with the address and the key.
+  auto login = run_command({"/usr/bin/env", "HOME=" + dir_.path().string(),
+                            "XDG_CONFIG_HOME=" + config_home.string(),
+                            program("astra"), "--addr", addr(), "login",
+                            "--token-file", owner_file},
+                           dir_.path());
+  ASSERT_EQ(login.rc, 0) << login.err;
+  EXPECT_TRUE(contains(login.out, "as owner (owner)")) << login.out;
+  auto creds = config_home / "astraeus" / "credentials";
+  struct stat st{};
+  ASSERT_EQ(::stat(creds.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  // Later commands need neither --addr nor a token.
+  auto who = run_command({"/usr/bin/env", "HOME=" + dir_.path().string(),
+                          "XDG_CONFIG_HOME=" + config_home.string(),
+                          program("astra"), "whoami"},
+                         dir_.path());
+  ASSERT_EQ(who.rc, 0) << who.err;
+  EXPECT_TRUE(contains(who.out, "owner (owner")) << who.out;
+  // tokens create: the token, the install command pinning the gate's key.
+  auto made = astra({"tokens", "create", "--pool", "h100", "--ttl", "1h",
+                     "--label", "rack=r12"});
+  ASSERT_EQ(made.rc, 0) << made.err;
+  auto key = read_text(keys_dir_of(ctl_store_) / "gate.pub").substr(0, 64);
+  EXPECT_TRUE(contains(made.out, "labels   pool=h100, rack=r12")) << made.out;
+  EXPECT_TRUE(contains(made.out, "--controller " + addr() + " --controller-key " + key))
+    << made.out;
+  EXPECT_TRUE(contains(made.out, "--token-file ./astraeus-token")) << made.out;
+  auto json_made = astra({"tokens", "create", "--pool", "h100", "-o", "json"});
+  ASSERT_EQ(json_made.rc, 0) << json_made.err;
+  auto doc = json::parse(json_made.out);
+  auto token = doc.value("token", "");
+  EXPECT_EQ(token.rfind("astj_", 0), 0u) << json_made.out;
+  EXPECT_TRUE(contains(doc.value("install", ""), token)) << json_made.out;
+  // The machine that uses it gets its labels.
+  auto file = dir_ / "t";
+  write_text(file, token + "\n");
+  agent_ = start_agent("gpu-07", (dir_ / "agent-gpu-07").string(),
+                       {"--token-file", file.string(), "--controller-key", key}, false);
+  auto up = wait_state("gpu-07", v1::Machine::Up, 5s);
+  ASSERT_TRUE(up);
+  EXPECT_EQ(up->labels().at("pool"), "h100");
+  // A second machine with the same token: ENROLLMENT_USED.
+  auto second = start_agent("gpu-08", (dir_ / "agent-gpu-08").string(),
+                            {"--token-file", file.string(), "--controller-key", key},
+                            false);
+  EXPECT_TRUE(wait_until([&] { return contains(second->err(), "ENROLLMENT_USED"); }, 5s))
+    << second->err();
+  EXPECT_FALSE(get_machine(port_, "gpu-08"));
 }
 
 } // namespace

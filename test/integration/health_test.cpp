@@ -156,7 +156,9 @@ protected:
       [&] {
         if (!ctl->running())
           return true;
-        return static_cast<bool>(gate_client::connect_cli(loopback(port_), 500ms));
+        return use_owner_credentials(port_, keys_dir_of((dir_ / "controller").string()))
+               && static_cast<bool>(gate_client::connect_cli(
+                 loopback(port_), 500ms, owner_credentials(port_)));
       },
       10s);
     if (!ctl->running()) {
@@ -188,6 +190,10 @@ protected:
                                                                   : kmsg_path),
                                   "--set", "reconnect.min_backoff=100ms",
                                   "--set", "reconnect.max_backoff=500ms"};
+    // Enrols on its first start; later starts keep its identity.
+    auto enrol = enrol_flags(port_, dir_.path(), machine_name);
+    EXPECT_FALSE(enrol.empty()) << "no join token from the controller";
+    argv.insert(argv.end(), enrol.begin(), enrol.end());
     agent_ = spawn("agent", std::move(argv),
                    {"ASTRAEUS_NVML_FIXTURE=" + fixture});
     return agent_;
@@ -198,7 +204,9 @@ protected:
   }
 
   command_result astra(std::vector<std::string> args) {
-    std::vector<std::string> argv{program("astra"), "--addr", addr()};
+    std::vector<std::string> argv{
+      program("astra"), "--addr", addr(), "--token-file",
+      (keys_dir_of((dir_ / "controller").string()) / "owner-token").string()};
     argv.insert(argv.end(), args.begin(), args.end());
     return run_command(argv, dir_.path());
   }

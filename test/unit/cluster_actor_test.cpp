@@ -5,6 +5,8 @@
 
 #include "actors/cluster_actor.hpp"
 #include "actors/machine_actor.hpp"
+#include "runtime/tokens.hpp"
+#include "runtime/wall_clock.hpp"
 #include "store/store.hpp"
 
 using namespace astraeus;
@@ -246,4 +248,141 @@ TEST(Workspaces, BadNamesAndGrantsAreRefused) {
   ws.set_name("ok");
   (*ws.mutable_grants())["pool"] = "";
   EXPECT_NE(render_error(validate_workspace(ws)).find("KEY=VALUE"), std::string::npos);
+}
+
+// -- enrolment and roles (issue 7) ---------------------------------------------
+
+namespace {
+
+class SecureCluster : public ClusterActor {
+protected:
+  SecureCluster() {
+    std::array<uint8_t, 32> key{};
+    key.fill(7);
+    tokens = std::make_shared<token_registry>(db, key);
+  }
+
+  cluster_actor spawn_secure() {
+    cluster_config cc;
+    cc.store = db;
+    cc.heartbeat_lapse = 60s;
+    cc.tokens = tokens;
+    cc.controller_key = std::string(64, 'c');
+    auto c = spawn(cluster, std::move(cc));
+    run();
+    return c;
+  }
+
+  /// An agent's hello as the gate hands it on: its channel's key filled in.
+  v1::Hello keyed_hello(const std::string& name, const std::string& id,
+                        char key, const std::string& token = {}) {
+    auto h = agent_hello(name, id);
+    h.set_identity_key(std::string(32, key));
+    h.set_join_token(token);
+    return h;
+  }
+
+  v1::Principal principal(const std::string& name, const std::string& role) {
+    v1::Principal p;
+    p.set_name(name);
+    p.set_role(role);
+    p.set_token_id("0123456789ab");
+    return p;
+  }
+
+  std::shared_ptr<token_registry> tokens;
+};
+
+} // namespace
+
+TEST_F(SecureCluster, ANewMachineNeedsAJoinTokenAndGetsItsLabels) {
+  auto c = spawn_secure();
+  auto err = ask_error<machine_actor>(c, atom::enrol_v,
+                                      keyed_hello("gpu-01", "id1", 'a'), uint64_t{1});
+  EXPECT_EQ(err, ec::enrollment_required);
+  auto join = tokens->mint_join({{"pool", "h100"}}, 0, "test", unix_ms_now());
+  ASSERT_TRUE(join);
+  auto m = ask<machine_actor>(c, atom::enrol_v,
+                              keyed_hello("gpu-01", "id1", 'a', join->first), uint64_t{2});
+  ASSERT_TRUE(m);
+  auto get_req = get("gpu-01");
+  *get_req.mutable_caller() = principal("carol", "member");
+  auto view = call(c, get_req);
+  ASSERT_FALSE(view.has_error()) << view.error().message();
+  EXPECT_EQ(view.machine().labels().at("pool"), "h100");
+  // The token is spent: another machine gets ENROLLMENT_USED.
+  err = ask_error<machine_actor>(c, atom::enrol_v,
+                                 keyed_hello("gpu-02", "id2", 'b', join->first), uint64_t{3});
+  EXPECT_EQ(err, ec::enrollment_used);
+  // gpu-01 comes back with its key alone, even after a controller restart.
+  EXPECT_TRUE(ask<machine_actor>(c, atom::enrol_v, keyed_hello("gpu-01", "id1", 'a'),
+                                 uint64_t{4}));
+  auto c2 = spawn_secure();
+  EXPECT_TRUE(ask<machine_actor>(c2, atom::enrol_v, keyed_hello("gpu-01", "id1", 'a'),
+                                 uint64_t{5}));
+  // Another key for its name is refused, token or not.
+  auto join2 = tokens->mint_join({}, 0, "test", unix_ms_now());
+  ASSERT_TRUE(join2);
+  err = ask_error<machine_actor>(c2, atom::enrol_v,
+                                 keyed_hello("gpu-01", "id1", 'z', join2->first),
+                                 uint64_t{6});
+  EXPECT_EQ(err, ec::identity_mismatch);
+}
+
+TEST_F(SecureCluster, MembersReadButOnlyAdminsActAndEveryAdminActionIsAudited) {
+  auto c = spawn_secure();
+  auto join = tokens->mint_join({}, 0, "test", unix_ms_now());
+  ASSERT_TRUE(join);
+  ASSERT_TRUE(ask<machine_actor>(c, atom::enrol_v,
+                                 keyed_hello("gpu-01", "id1", 'a', join->first),
+                                 uint64_t{1}));
+  v1::Request cordon;
+  cordon.mutable_set_cordon()->set_name("gpu-01");
+  cordon.mutable_set_cordon()->set_cordoned(true);
+  // No caller at all.
+  auto resp = call(c, cordon);
+  EXPECT_EQ(resp.error().code(), "unauthenticated");
+  // A member may list but not cordon or mint.
+  auto ls = list();
+  *ls.mutable_caller() = principal("bob", "member");
+  EXPECT_FALSE(call(c, ls).has_error());
+  *cordon.mutable_caller() = principal("bob", "member");
+  resp = call(c, cordon);
+  EXPECT_EQ(resp.error().code(), "permission_denied");
+  EXPECT_NE(resp.error().message().find("only owners and admins"), std::string::npos);
+  v1::Request mint;
+  mint.mutable_create_join_token()->set_ttl_seconds(60);
+  *mint.mutable_caller() = principal("bob", "member");
+  EXPECT_EQ(call(c, mint).error().code(), "permission_denied");
+  // An admin may; an admin may not mint an owner token.
+  *cordon.mutable_caller() = principal("alice", "admin");
+  resp = call(c, cordon);
+  ASSERT_FALSE(resp.has_error()) << resp.error().message();
+  EXPECT_TRUE(resp.machine().cordoned());
+  *mint.mutable_caller() = principal("alice", "admin");
+  resp = call(c, mint);
+  ASSERT_FALSE(resp.has_error());
+  EXPECT_EQ(resp.join_token().token().rfind("astj_", 0), 0u);
+  EXPECT_EQ(resp.join_token().controller_key(), std::string(64, 'c'));
+  v1::Request owner;
+  owner.mutable_create_api_token()->set_name("eve");
+  owner.mutable_create_api_token()->set_role("owner");
+  *owner.mutable_caller() = principal("alice", "admin");
+  EXPECT_EQ(call(c, owner).error().code(), "permission_denied");
+  // The audit log: bob refused, alice's cordon and token, newest first.
+  v1::Request audit;
+  audit.mutable_list_audit();
+  *audit.mutable_caller() = principal("alice", "admin");
+  resp = call(c, audit);
+  ASSERT_FALSE(resp.has_error());
+  std::string all;
+  for (const auto& r : resp.audit().records())
+    all += r.who() + "|" + r.action() + "|" + r.target() + "|" + r.result() + "\n";
+  EXPECT_NE(all.find("bob (member, token 0123456789ab)|set_cordon||refused"),
+            std::string::npos) << all;
+  EXPECT_NE(all.find("alice (admin, token 0123456789ab)|cordon|gpu-01|ok"),
+            std::string::npos) << all;
+  EXPECT_NE(all.find("alice (admin, token 0123456789ab)|create join token||ok: token"),
+            std::string::npos) << all;
+  EXPECT_EQ(all.find("astj_"), std::string::npos) << "no token in the audit log";
 }

@@ -81,6 +81,7 @@ TEST(Config, ShippedControllerFileEqualsTheDefaults) {
   ASSERT_TRUE(cfg) << render_error(cfg.error());
   ControllerConfig defaults;
   defaults.data_dir = default_data_dir("controller");
+  defaults.keys_dir = defaults.data_dir + "-keys";
   EXPECT_EQ(render_config(*cfg), render_config(defaults));
   EXPECT_EQ(cfg->heartbeat_lapse, 60s);
   EXPECT_EQ(cfg->frame_cap_bytes, 1u << 20);
@@ -113,6 +114,7 @@ TEST(Config, RenderedConfigLoadsBackUnchanged) {
   ControllerConfig cfg;
   cfg.listen_address = "10.0.0.1";
   cfg.data_dir = "/srv/a \"quoted\" dir";
+  cfg.keys_dir = "/srv/keys";
   cfg.heartbeat_lapse = 1500ms;
   cfg.frame_cap_bytes = 3000;
   cfg.memory_psi_full_avg10_max = 33.3;
@@ -151,7 +153,7 @@ TEST(Config, OtherAstraeusVariablesAreIgnored) {
           {"ASTRAEUS_NODE_NAME", "gpu-01"}},
     {});
   ASSERT_TRUE(cfg) << render_error(cfg.error());
-  EXPECT_EQ(cfg->listen_address, "127.0.0.1");
+  EXPECT_EQ(cfg->listen_address, "0.0.0.0");
 }
 
 TEST(Config, UnknownKeyInFileNamesKeyAndFile) {
@@ -271,6 +273,7 @@ TEST(Config, EmptyFileGivesTheDefaults) {
   ASSERT_TRUE(cfg) << render_error(cfg.error());
   ControllerConfig defaults;
   defaults.data_dir = default_data_dir("controller");
+  defaults.keys_dir = defaults.data_dir + "-keys";
   EXPECT_EQ(render_config(*cfg), render_config(defaults));
   temp_file comments{"# nothing here\n\nstore:\n  # path: /x\n"};
   auto cfg2 = load_controller_config(comments.path, {}, {});

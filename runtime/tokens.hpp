@@ -1,0 +1,120 @@
+#pragma once
+/// @file
+/// Join tokens and API tokens (issue 7; shared/seeds/machines.md, "Create
+/// one"; shared/seeds/bring-up-a-gpu-cluster.md, step 1 and
+/// Troubleshooting).
+///
+/// - A join token lets one new machine enrol: single use (a second machine
+///   gets `ec::enrollment_used`, the seed's ENROLLMENT_USED), valid for a TTL
+///   (default 1 h), its labels become the machine's labels.
+/// - An API token authenticates `astra` as a principal with a role: owner,
+///   admin or member. Only owners and admins create join tokens, clear GPU
+///   faults, cordon, uncordon, and put machines in maintenance.
+///
+/// Tokens are 32 random bytes shown once, as "astj_" (join) or "asta_" (API)
+/// and 64 hex digits. The store keeps only their keyed BLAKE2b hash
+/// (`crypto_generichash` with the controller's token key), in family
+/// `tokens`, and compares it in constant time; no token is ever stored or
+/// logged.
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <caf/error.hpp>
+#include <caf/expected.hpp>
+
+#include "messages/astraeus.pb.h"
+
+namespace astraeus {
+
+class Store;
+
+/// What a principal may do, least to most.
+enum class role : uint8_t { member = 0, admin = 1, owner = 2 };
+
+/// "member", "admin", "owner".
+const char* to_string(role r);
+
+/// Parses a role name (any case). nullopt for anything else.
+std::optional<role> parse_role(std::string_view text);
+
+/// Whether `principal`'s role is `min` or above (an unknown role is none).
+bool has_role(const v1::Principal& principal, role min);
+
+/// Default time a join token stays valid: 1 h (the seed's API default).
+constexpr uint64_t default_join_ttl_seconds = 3600;
+
+/// Longest time a join token may stay valid: 30 days.
+constexpr uint64_t max_join_ttl_seconds = 30ull * 24 * 3600;
+
+/// The key tokens are hashed with: 32 random bytes kept at `path` (64 hex
+/// digits, mode 0600), created on first use. Errors: ec::store_failure
+/// naming the path; ec::invalid_config when the file holds no key.
+caf::expected<std::array<uint8_t, 32>>
+load_or_create_token_key(const std::string& path);
+
+/// Mints, checks and revokes tokens against the store. Not thread-safe:
+/// owned by one actor (the cluster), which serialises enrolments, so of
+/// many machines presenting one join token at once exactly one succeeds.
+class token_registry {
+public:
+  /// `store`: the controller's store; `key`: the hashing key.
+  token_registry(std::shared_ptr<Store> store, std::array<uint8_t, 32> key);
+  ~token_registry();
+  token_registry(const token_registry&) = delete;
+  token_registry& operator=(const token_registry&) = delete;
+
+  /// A new join token, stored (hash only, with sync) before it is returned
+  /// with its record. `ttl_seconds` 0 means the default (1 h). Errors:
+  /// ec::invalid_request for a TTL over 30 days or a bad label;
+  /// ec::store_failure.
+  caf::expected<std::pair<std::string, v1::JoinTokenRecord>>
+  mint_join(const std::map<std::string, std::string>& labels,
+            uint64_t ttl_seconds, const std::string& created_by, int64_t now_ms);
+
+  /// Uses up `token` for `machine`: stored as used (sync) before it returns
+  /// the token's record. Errors: ec::enrollment_required (not a join token
+  /// this controller minted), ec::enrollment_used (names the machine that
+  /// used it), ec::enrollment_expired (says when), ec::store_failure.
+  caf::expected<v1::JoinTokenRecord>
+  redeem_join(const std::string& token, const std::string& machine,
+              int64_t now_ms);
+
+  /// A new API token for `name` with `r`, stored (hash only, sync).
+  /// `ttl_seconds` 0: it never expires. Errors: ec::invalid_request for an
+  /// empty name; ec::store_failure.
+  caf::expected<std::pair<std::string, v1::ApiTokenRecord>>
+  mint_api(const std::string& name, role r, uint64_t ttl_seconds,
+           const std::string& created_by, int64_t now_ms);
+
+  /// Who holds `token`. Errors: ec::unauthenticated ("no API token",
+  /// "unknown API token", "API token <id> expired at ...", "API token <id>
+  /// was revoked"); ec::store_failure.
+  caf::expected<v1::Principal> authenticate(const std::string& token,
+                                            int64_t now_ms);
+
+  /// Revokes the API token with id `id` (stored with sync); returns its
+  /// record. Errors: ec::invalid_request when no API token has that id.
+  caf::expected<v1::ApiTokenRecord> revoke_api(const std::string& id);
+
+  /// Whether any API token exists (revoked ones count): false on a new
+  /// controller, which then mints the first owner token.
+  caf::expected<bool> has_api_tokens();
+
+  /// The keyed hash of `token`, as 64 hex digits (the store key's tail).
+  std::string hash_hex(const std::string& token) const;
+
+private:
+  std::array<uint8_t, 32> hash(const std::string& token) const;
+  std::shared_ptr<Store> store_;
+  std::array<uint8_t, 32> key_;
+};
+
+} // namespace astraeus
