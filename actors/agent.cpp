@@ -222,6 +222,8 @@ void send_report(agent_ptr self, bool fresh = false) {
                              [](const auto& p) { return p.state() == "ACTIVE"; });
     for (const auto& w : st.host_facts.warnings())
       spdlog::debug("agent {}: {}", st.config.identity.name, w);
+    if (st.supervisor)
+      st.supervisor->set_rdma_ports({ports.begin(), ports.end()});
   }
   v1::Frame frame;
   auto* report = frame.mutable_report();
@@ -376,8 +378,44 @@ void on_worker_orders(agent_ptr self, v1::WorkerOrders& part) {
   }
   spdlog::info("agent {}: holds {} worker(s) (generation {})", name,
                held->workers_size(), held->generation());
+  if (st.supervisor) {
+    st.supervisor->reconcile(*st.workers, unix_ms_now());
+    *held = st.workers->statuses(name);
+  }
   v1::Frame frame;
   *frame.mutable_worker_statuses() = std::move(*held);
+  send_frame(self, frame);
+}
+
+/// The supervisor's timer: checks the workers, reports a change at once.
+void on_supervise(agent_ptr self) {
+  auto& st = self->state;
+  if (!st.supervisor || !st.workers)
+    return;
+  if (st.supervisor->reconcile(*st.workers, unix_ms_now()) && st.welcomed) {
+    v1::Frame frame;
+    *frame.mutable_worker_statuses() = st.workers->statuses(st.config.identity.name);
+    send_frame(self, frame);
+  }
+  self->delayed_send(self, st.config.worker_poll, atom::supervise_v);
+}
+
+/// Answers the controller's request for a piece of a worker's log.
+void on_logs(agent_ptr self, const v1::LogsCommand& cmd) {
+  auto& st = self->state;
+  v1::Frame frame;
+  auto* reply = frame.mutable_logs_reply();
+  reply->set_id(cmd.id());
+  if (!st.supervisor || !st.workers) {
+    reply->set_error("this agent runs no workers");
+  } else {
+    auto chunk = st.supervisor->read_log(*st.workers, cmd.worker(), cmd.offset(),
+                                         cmd.max_bytes());
+    if (chunk)
+      *reply->mutable_chunk() = std::move(*chunk);
+    else
+      reply->set_error(render_error(chunk.error()));
+  }
   send_frame(self, frame);
 }
 
@@ -390,6 +428,9 @@ void on_frame(agent_ptr self, v1::Frame& frame) {
       return;
     case v1::Frame::kClearFault:
       on_clear_fault(self, frame.clear_fault());
+      return;
+    case v1::Frame::kLogs:
+      on_logs(self, frame.logs());
       return;
     case v1::Frame::kWelcome:
       if (!st.config.enrolled) {
@@ -530,6 +571,13 @@ caf::behavior agent(caf::io::stateful_broker<agent_state>* self,
     else
       self->state.workers.emplace(std::move(*workers));
   }
+  if (self->state.workers && !self->state.config.workers.data_dir.empty()) {
+    auto opts = self->state.config.workers;
+    opts.machine = self->state.config.identity.name;
+    self->state.supervisor = std::make_unique<worker_supervisor>(std::move(opts));
+    // Finds the workers a previous agent started (and starts held ones).
+    self->send(self, atom::supervise_v);
+  }
   if (!self->state.config.kmsg_path.empty()) {
     auto handle = caf::actor_cast<caf::actor>(self);
     auto path = self->state.config.kmsg_path;
@@ -585,6 +633,7 @@ caf::behavior agent(caf::io::stateful_broker<agent_state>* self,
     [self](v1::GpuSection& section) { on_discovered(self, section); },
     [self](v1::KernelEvent& ev) { on_kernel_event(self, ev); },
     [self](atom::deadline, uint64_t pass) { on_discovery_deadline(self, pass); },
+    [self](atom::supervise) { on_supervise(self); },
     [self](atom::tick) {
       send_report(self, true);
       start_discovery(self);

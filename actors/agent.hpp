@@ -26,6 +26,7 @@
 #include "runtime/host_facts.hpp"
 #include "runtime/kmsg.hpp"
 #include "runtime/worker_ledger.hpp"
+#include "runtime/worker_supervisor.hpp"
 
 namespace astraeus {
 
@@ -81,6 +82,11 @@ struct agent_config {
   std::string advertise_address;
   /// The kernel log to watch for GPU faults; empty: none.
   std::string kmsg_path = "/dev/kmsg";
+  /// How workers are run (runtime/worker_supervisor.hpp); an empty
+  /// `data_dir` runs none (workers stay Assigned).
+  supervisor_options workers;
+  /// How often the supervisor checks its workers (workers.poll_interval).
+  caf::timespan worker_poll = std::chrono::milliseconds{250};
 
   /// Errors: ec::invalid_config naming the field.
   caf::error validate() const;
@@ -111,6 +117,7 @@ struct agent_state {
   std::optional<worker_ledger> workers;   ///< the workers handed to this machine
   v1::WorkerOrders orders_parts;          ///< parts of a set not yet complete
   std::vector<bool> parts_seen;           ///< which parts of it arrived
+  std::unique_ptr<worker_supervisor> supervisor;  ///< runs them; null: none
   std::string address;                    ///< advertised in reports (MASTER_ADDR)
   std::unique_ptr<kmsg_reader> kmsg;      ///< the kernel-log reader thread
   /// Kernel events that arrived before the first discovery pass.

@@ -760,6 +760,62 @@ cluster(cluster_actor::stateful_pointer<cluster_state> self,
             *list->add_records() = std::move(*i);
           return out;
         }
+        case v1::Request::kGetLogs: {
+          // The run says where the worker is; its machine's agent keeps
+          // the log.
+          if (!st.config.scheduler)
+            return error_response(id, caf::make_error(ec::invalid_request,
+                                                      "this controller runs no "
+                                                      "scheduler"));
+          auto q = req.get_logs();
+          auto rp = self->make_response_promise<v1::Response>();
+          self->request(st.config.scheduler, timeout, atom::get_v, q.run())
+            .then(
+              [self, rp, id, q, timeout](v1::Run& run) mutable {
+                auto rank = q.worker() < 0 ? 0u : static_cast<uint32_t>(q.worker());
+                const v1::WorkerAssignment* w = nullptr;
+                for (const auto& x : run.workers())
+                  if (x.rank() == rank && (!w || x.array_index() < w->array_index()))
+                    w = &x;
+                if (!w) {
+                  rp.deliver(error_response(
+                    id, caf::make_error(ec::invalid_request,
+                                        "run " + q.run() + " has no worker "
+                                          + std::to_string(rank)
+                                          + (run.workers_size() == 0
+                                               ? " (it is " + run.state()
+                                                   + ": not placed yet)"
+                                               : ""))));
+                  return;
+                }
+                auto m = self->state.machines.find(w->machine());
+                if (m == self->state.machines.end()) {
+                  rp.deliver(error_response(
+                    id, caf::make_error(ec::no_such_machine,
+                                        "no machine named " + w->machine())));
+                  return;
+                }
+                v1::LogsCommand cmd;
+                cmd.set_worker(w->name());
+                cmd.set_offset(q.offset());
+                cmd.set_max_bytes(q.max_bytes());
+                self->request(m->second, timeout, atom::logs_v, std::move(cmd))
+                  .then(
+                    [rp, id](v1::LogChunk& chunk) mutable {
+                      v1::Response out;
+                      out.set_id(id);
+                      *out.mutable_logs() = std::move(chunk);
+                      rp.deliver(std::move(out));
+                    },
+                    [rp, id](caf::error& err) mutable {
+                      rp.deliver(error_response(id, err));
+                    });
+              },
+              [rp, id](caf::error& err) mutable {
+                rp.deliver(error_response(id, err));
+              });
+          return rp;
+        }
         case v1::Request::BODY_NOT_SET:
           break;
       }

@@ -204,6 +204,22 @@ caf::expected<caf::actor> start_agent(caf::actor_system& sys,
   ac.gpu.nvml.library = cfg.nvml_library;
   ac.gpu.nvml.call_deadline = cfg.nvml_call_deadline;
   ac.gpu.nvidia_smi = cfg.nvidia_smi;
+  auto& w = ac.workers;
+  w.data_dir = cfg.data_dir;
+  w.runtime = cfg.workers_runtime;
+  w.runc = cfg.runc;
+  w.umoci = cfg.umoci;
+  w.skopeo = cfg.skopeo;
+  w.images_dir = cfg.images_dir.empty()
+                   ? (std::filesystem::path{cfg.data_dir} / "images").string()
+                   : cfg.images_dir;
+  w.stop_grace = cfg.stop_grace;
+  w.proc_root = cfg.host_root;
+  w.rdma_min_gbps = cfg.rdma_min_gbps;
+  w.cdi.static_dir = cfg.cdi_static_dir;
+  w.cdi.dynamic_dir = cfg.cdi_dynamic_dir;
+  w.cdi.nvidia_ctk = cfg.nvidia_ctk;
+  ac.worker_poll = cfg.worker_poll;
   return spawn_agent(sys, std::move(ac));
 }
 

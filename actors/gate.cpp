@@ -68,6 +68,30 @@ void mark_welcomed(gate_ptr self, gate_connection& conn) {
     by_address.erase(i);
 }
 
+/// Fails every command of `conn`'s session still waiting in `pending`.
+template <class Map>
+void fail_session(Map& pending, const gate_connection& conn) {
+  for (auto p = pending.begin(); p != pending.end();) {
+    if (p->second.session == conn.session) {
+      p->second.promise.deliver(caf::make_error(
+        ec::not_connected, "machine " + conn.machine + " disconnected before answering"));
+      p = pending.erase(p);
+    } else {
+      ++p;
+    }
+  }
+}
+
+/// Fails command `id` of `pending` with ec::timeout (`what` says which).
+template <class Map>
+void expire(Map& pending, uint64_t id, const char* what) {
+  auto p = pending.find(id);
+  if (p == pending.end())
+    return;
+  p->second.promise.deliver(caf::make_error(ec::timeout, what));
+  pending.erase(p);
+}
+
 /// Ends a peer's session: tells its machine actor, forgets the connection.
 void forget(gate_ptr self, connection_handle hdl) {
   auto i = self->state.connections.find(hdl);
@@ -78,17 +102,8 @@ void forget(gate_ptr self, connection_handle hdl) {
     self->send(i->second.machine_handle, atom::connected_v, i->second.session,
                false, caf::actor{});
   // Commands still waiting for this agent's answer fail now.
-  auto& pending = self->state.pending_clears;
-  for (auto p = pending.begin(); p != pending.end();) {
-    if (p->second.session == i->second.session) {
-      p->second.promise.deliver(caf::make_error(
-        ec::not_connected, "machine " + i->second.machine
-                             + " disconnected before answering"));
-      p = pending.erase(p);
-    } else {
-      ++p;
-    }
-  }
+  fail_session(self->state.pending_clears, i->second);
+  fail_session(self->state.pending_logs, i->second);
   self->state.connections.erase(i);
 }
 
@@ -137,6 +152,25 @@ auto welcomed_session(gate_state& st, uint64_t session) {
                       [&](const auto& kv) {
                         return kv.second.session == session && kv.second.welcomed;
                       });
+}
+
+/// Sends the agent of `session` a command frame (`fill` writes it, given
+/// the command's id, and arms its timeout) and keeps the answer's promise
+/// in `pending`. Fails with ec::not_connected when the session is gone.
+template <class Reply, class Map, class Fill>
+caf::result<Reply> send_command(gate_ptr self, uint64_t session, Map& pending,
+                                Fill fill) {
+  auto& st = self->state;
+  auto i = welcomed_session(st, session);
+  if (i == st.connections.end())
+    return caf::make_error(ec::not_connected, "the machine's agent is not connected");
+  auto id = st.next_command++;
+  auto rp = self->make_response_promise<Reply>();
+  pending.emplace(id, gate_state::pending_command<Reply>{session, rp});
+  v1::Frame frame;
+  fill(frame, id);
+  write_frame(self, i->first, frame);
+  return rp;
 }
 
 void on_hello(gate_ptr self, connection_handle hdl, gate_connection& conn,
@@ -238,6 +272,20 @@ void on_frame(gate_ptr self, connection_handle hdl, gate_connection& conn,
       return;
     }
     p->second.promise.deliver(reply);
+    pending.erase(p);
+    return;
+  }
+  if (conn.role == v1::AGENT && frame.has_logs_reply()) {
+    auto& reply = *frame.mutable_logs_reply();
+    auto& pending = self->state.pending_logs;
+    auto p = pending.find(reply.id());
+    if (p == pending.end() || p->second.session != conn.session) {
+      // Late (timed out) or never sent: dropped.
+      spdlog::debug("gate: machine {} answered logs command {} that is not "
+                    "pending", conn.machine, reply.id());
+      return;
+    }
+    p->second.promise.deliver(std::move(reply));
     pending.erase(p);
     return;
   }
@@ -386,22 +434,14 @@ caf::behavior gate(caf::io::stateful_broker<gate_state>* self,
     },
     [self](atom::clear, uint64_t session,
            std::string& gpu) -> caf::result<v1::ClearFaultReply> {
-      auto& st = self->state;
-      auto i = welcomed_session(st, session);
-      if (i == st.connections.end())
-        return caf::make_error(ec::not_connected,
-                               "the machine's agent is not connected");
-      auto id = st.next_command++;
-      auto rp = self->make_response_promise<v1::ClearFaultReply>();
-      st.pending_clears.emplace(id, gate_state::pending_clear{session, rp});
-      v1::Frame frame;
-      frame.mutable_clear_fault()->set_id(id);
-      frame.mutable_clear_fault()->set_gpu(std::move(gpu));
-      write_frame(self, i->first, frame);
-      // An agent that never answers must not leave the command behind.
-      self->delayed_send(self, self->state.config.request_timeout,
-                         atom::clear_v, id);
-      return rp;
+      return send_command<v1::ClearFaultReply>(
+        self, session, self->state.pending_clears, [&](v1::Frame& frame, uint64_t id) {
+          frame.mutable_clear_fault()->set_id(id);
+          frame.mutable_clear_fault()->set_gpu(std::move(gpu));
+          // An agent that never answers must not leave the command behind.
+          self->delayed_send(self, self->state.config.request_timeout,
+                             atom::clear_v, id);
+        });
     },
     [self](atom::assign, uint64_t session, v1::WorkerOrders& orders) {
       auto& st = self->state;
@@ -414,15 +454,23 @@ caf::behavior gate(caf::io::stateful_broker<gate_state>* self,
       *frame.mutable_worker_orders() = std::move(orders);
       write_frame(self, i->first, frame);
     },
+    [self](atom::logs, uint64_t session,
+           v1::LogsCommand& cmd) -> caf::result<v1::LogsReply> {
+      return send_command<v1::LogsReply>(
+        self, session, self->state.pending_logs, [&](v1::Frame& frame, uint64_t id) {
+          cmd.set_id(id);
+          *frame.mutable_logs() = std::move(cmd);
+          self->delayed_send(self, self->state.config.request_timeout,
+                             atom::logs_v, id);
+        });
+    },
+    [self](atom::logs, uint64_t id) {
+      expire(self->state.pending_logs, id,
+             "the machine's agent did not send the log in time");
+    },
     [self](atom::clear, uint64_t id) {
-      auto& pending = self->state.pending_clears;
-      auto p = pending.find(id);
-      if (p == pending.end())
-        return;
-      p->second.promise.deliver(caf::make_error(
-        ec::timeout, "the machine's agent did not answer the clear-fault "
-                     "command in time"));
-      pending.erase(p);
+      expire(self->state.pending_clears, id,
+             "the machine's agent did not answer the clear-fault command in time");
     },
     [self](const caf::io::acceptor_closed_msg&) {
       spdlog::error("gate: the listening socket closed");

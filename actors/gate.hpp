@@ -88,13 +88,16 @@ struct gate_state {
   /// `gate_config::max_unauthenticated_per_address`).
   std::unordered_map<std::string, uint32_t> unwelcomed_by_address;
   uint64_t next_session = 1;
-  /// A clear-fault command waiting for its agent's answer.
-  struct pending_clear {
+  /// A command to an agent waiting for its answer.
+  template <class Reply>
+  struct pending_command {
     uint64_t session;
-    caf::typed_response_promise<v1::ClearFaultReply> promise;
+    caf::typed_response_promise<Reply> promise;
   };
-  /// Commands by id.
-  std::map<uint64_t, pending_clear> pending_clears;
+  /// Clear-fault commands by id.
+  std::map<uint64_t, pending_command<v1::ClearFaultReply>> pending_clears;
+  /// Logs commands by id (ids shared with pending_clears).
+  std::map<uint64_t, pending_command<v1::LogsReply>> pending_logs;
   uint64_t next_command = 1;
 };
 

@@ -34,7 +34,11 @@ using gate_command_actor = caf::typed_actor<
   // Hands the agent of `session` the whole set of workers its machine should
   // hold (a worker_orders frame); dropped when the session is gone (the
   // machine sends the set again when its agent reconnects).
-  caf::reacts_to<atom::assign, uint64_t, v1::WorkerOrders>>;
+  caf::reacts_to<atom::assign, uint64_t, v1::WorkerOrders>,
+  // Reads a piece of a worker's log on the agent of `session`. Fails with
+  // ec::not_connected when the session is gone, ec::timeout when the agent
+  // does not answer.
+  caf::replies_to<atom::logs, uint64_t, v1::LogsCommand>::with<v1::LogsReply>>;
 
 /// One machine on the controller (the "node actor"): the state machine
 /// Idle -> Up -> Down, Maintenance, plus the cordon and pressure flags.
@@ -74,7 +78,11 @@ using machine_actor = caf::typed_actor<
   // Sets and removes labels; stored with sync before the answer, then the
   // scheduler places by them. Fails with ec::invalid_request naming a bad
   // key or value, ec::store_failure when the write fails (nothing changes).
-  caf::replies_to<v1::SetLabels>::with<v1::MachineView>>;
+  caf::replies_to<v1::SetLabels>::with<v1::MachineView>,
+  // A piece of a worker's log, read by the machine's agent. Fails with
+  // ec::not_connected when the agent is not connected, ec::invalid_request
+  // with the agent's words when it has no such log.
+  caf::replies_to<atom::logs, v1::LogsCommand>::with<v1::LogChunk>>;
 
 /// The agent's discovery: runs GPU discovery passes on a thread of its own
 /// (spawned detached), so a slow driver never holds up the agent's heartbeat.

@@ -469,6 +469,27 @@ machine(machine_actor::stateful_pointer<machine_state> self,
       tell_scheduler();
       return self->state.view();
     },
+    [self, name](atom::logs, v1::LogsCommand& cmd) -> caf::result<v1::LogChunk> {
+      auto& st = self->state;
+      if (st.session == 0 || !st.gate)
+        return caf::make_error(ec::not_connected,
+                               "machine " + name()
+                                 + " is not connected: its agent keeps the "
+                                   "worker's log; start it and try again");
+      auto rp = self->make_response_promise<v1::LogChunk>();
+      self->request(caf::actor_cast<gate_command_actor>(st.gate),
+                    std::chrono::seconds{10}, atom::logs_v, st.session,
+                    std::move(cmd))
+        .then(
+          [rp](v1::LogsReply& reply) mutable {
+            if (!reply.error().empty())
+              rp.deliver(caf::make_error(ec::invalid_request, reply.error()));
+            else
+              rp.deliver(std::move(*reply.mutable_chunk()));
+          },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
+    },
     [self, tell_scheduler](atom::health, std::string& id, std::string& health,
                            std::string& reasons) {
       auto& st = self->state;

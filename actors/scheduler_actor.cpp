@@ -549,6 +549,42 @@ void flush(self_ptr self) {
   st.run_replies.clear();
 }
 
+/// The run's worker state for a state its agent reports: Running, Assigned
+/// (also while starting), else the agent's own word (Stopping, Exited,
+/// Failed, OOMKilled, Cancelled).
+std::string worker_state_of(const std::string& agent_state) {
+  if (agent_state == "Running")
+    return run_state::running;
+  if (agent_state.empty() || agent_state == "Assigned" || agent_state == "Starting")
+    return run_state::assigned;
+  return agent_state;
+}
+
+/// What a run's worker states say of it: {nullptr, ""} while it goes on;
+/// {Failed, why} when a worker failed (`held`: the agent's statuses, for
+/// the reason); {Stopped, why} when every worker of every copy exited 0.
+std::pair<const char*, std::string>
+run_outcome(const v1::Run& run,
+            const std::map<std::string, const v1::WorkerStatus*>& held) {
+  bool all_exited = run.workers_size() > 0;
+  for (const auto& w : run.workers()) {
+    const auto& s = w.state();
+    if (s == "Failed" || s == "OOMKilled" || s == "Cancelled") {
+      std::string detail;
+      if (auto h = held.find(w.name()); h != held.end())
+        detail = h->second->detail();
+      return {run_state::failed,
+              "worker " + w.name() + " " + s + (detail.empty() ? "" : ": " + detail)};
+    }
+    if (s != "Exited")
+      all_exited = false;
+  }
+  auto copies = std::max<uint32_t>(1, run.spec().array_size());
+  if (all_exited && run.copies_placed() >= copies)
+    return {run_state::stopped, "completed: every worker exited with code 0"};
+  return {nullptr, {}};
+}
+
 caf::error no_such_run(const std::string& name) {
   return caf::make_error(ec::invalid_request, "no run named " + name);
 }
@@ -879,6 +915,7 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
       for (const auto& w : statuses.workers())
         held[w.worker()] = &w;
       std::vector<std::pair<std::string, std::string>> lost;
+      std::vector<std::string> touched;
       for (const auto& run_name : on->second) {
         auto& run = st.runs[run_name];
         bool changed = false;
@@ -891,17 +928,17 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
               lost.emplace_back(run_name, w.name());
             continue;
           }
-          const auto& agent_state = h->second->state();
-          auto next = agent_state == "Running" ? run_state::running
-                                               : run_state::assigned;
+          auto next = worker_state_of(h->second->state());
           if (!w.acknowledged() || w.state() != next) {
             w.set_acknowledged(true);
             w.set_state(next);
             changed = true;
           }
         }
-        if (changed)
+        if (changed) {
           mark(self, run_name);
+          touched.push_back(run_name);
+        }
       }
       std::set<std::string> failed;
       for (const auto& [run_name, worker] : lost) {
@@ -913,7 +950,22 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
         spdlog::warn("scheduler: run {} failed: {}", run_name, why);
         finish_run(self, run, run_state::failed, why);
       }
-      if (!failed.empty())
+      // A run whose workers all exited 0 is complete; one whose worker
+      // failed fails, and its other workers are stopped (their machines get
+      // worker sets without them).
+      bool ended = !failed.empty();
+      for (const auto& run_name : touched) {
+        if (failed.count(run_name))
+          continue;
+        auto& run = st.runs[run_name];
+        auto [state, why] = run_outcome(run, held);
+        if (state == nullptr)
+          continue;
+        spdlog::info("scheduler: run {} {}: {}", run_name, state, why);
+        finish_run(self, run, state, why);
+        ended = true;
+      }
+      if (ended)
         schedule_pass(self);
     },
     [self](atom::tick) { flush(self); },

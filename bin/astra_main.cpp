@@ -10,6 +10,7 @@
 #include <iostream>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include <unistd.h>
 
@@ -256,7 +257,7 @@ void add_commands(CLI::App& app, options& opts, int& rc) {
   run->require_subcommand(0, 1);
   static std::string run_name, run_image, run_file, run_mem, run_pool;
   static uint32_t run_gpus = 0, run_workers = 1, run_array = 0;
-  static std::string run_workspace;
+  static std::string run_workspace, run_runtime;
   static double run_cpus = 0;
   static uint64_t run_time_limit = 0;
   static bool run_healthy_only = false;
@@ -275,6 +276,9 @@ void add_commands(CLI::App& app, options& opts, int& rc) {
   run->add_option("--array-size", run_array,
                   "run N copies, each placed on its own (array.size)");
   run->add_option("--env", run_env, "KEY=VALUE, repeatable");
+  run->add_option("--runtime", run_runtime,
+                  "how the workers run: runc (OCI containers) or process (host "
+                  "processes); default: the machine's choice");
   run->add_flag("--healthy-only", run_healthy_only, "never AtRisk GPUs: wait instead");
   run->add_option("--time-limit-seconds", run_time_limit, "stop after this long");
   run->add_option("command", run_command, "command and arguments (after --)");
@@ -333,6 +337,8 @@ void add_commands(CLI::App& app, options& opts, int& rc) {
       spec.set_pool(run_pool);
     if (!run_workspace.empty())
       spec.set_workspace(run_workspace);
+    if (!run_runtime.empty())
+      spec.set_runtime(run_runtime);
     if (run->count("--array-size") > 0)
       spec.set_array_size(run_array);
     if (run_healthy_only)
@@ -414,6 +420,60 @@ void add_commands(CLI::App& app, options& opts, int& rc) {
     rc = call(opts, req, [](const v1::Response& r) {
       return cli::format_workspaces(r.workspaces());
     });
+  });
+  // A worker's output, read from its machine.
+  auto* logs = app.add_subcommand(
+    "logs", "print a worker's output: astra logs RUN [--worker N] [-f]");
+  static std::string logs_run;
+  static int logs_worker = 0;
+  static bool logs_follow = false;
+  logs->add_option("RUN", logs_run, "run name")->required();
+  logs->add_option("--worker", logs_worker, "the worker's rank (default 0, the leader)");
+  logs->add_flag("-f,--follow", logs_follow, "keep printing new output until the "
+                                            "worker ends");
+  logs->callback([&] {
+    auto addr = parse_gate_address(opts.addr);
+    if (!addr) {
+      std::fprintf(stderr, "astra: %s\n", render_error(addr.error()).c_str());
+      rc = 2;
+      return;
+    }
+    auto timeout = std::chrono::milliseconds{static_cast<int64_t>(opts.timeout_s * 1000)};
+    auto client = gate_client::connect_cli(*addr, timeout);
+    if (!client) {
+      std::fprintf(stderr, "astra: %s\n", render_error(client.error()).c_str());
+      rc = 3;
+      return;
+    }
+    uint64_t offset = 0;
+    for (;;) {
+      v1::Request req;
+      auto* q = req.mutable_get_logs();
+      q->set_run(logs_run);
+      q->set_worker(logs_worker);
+      q->set_offset(offset);
+      auto resp = client->call(req, timeout);
+      if (!resp) {
+        std::fprintf(stderr, "astra: %s\n", render_error(resp.error()).c_str());
+        rc = 3;
+        return;
+      }
+      if (resp->has_error()) {
+        std::fprintf(stderr, "astra: %s\n", resp->error().message().c_str());
+        rc = 1;
+        return;
+      }
+      const auto& chunk = resp->logs();
+      std::fwrite(chunk.data().data(), 1, chunk.data().size(), stdout);
+      std::fflush(stdout);
+      offset = chunk.next_offset();
+      if (!chunk.data().empty())
+        continue;  // more may be there already
+      if (!logs_follow || chunk.finished())
+        break;
+      std::this_thread::sleep_for(std::chrono::milliseconds{500});
+    }
+    rc = 0;
   });
   auto* del = app.add_subcommand("delete", "stop a run and free its GPUs");
   static std::string del_name;

@@ -80,5 +80,12 @@ CAF_BEGIN_TYPE_ID_BLOCK(astraeus, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::Principal))
   /// The gate authenticates a CLI session's API token (gate -> cluster).
   CAF_ADD_ATOM(astraeus, astraeus::atom, login, "login")
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::LogsCommand))
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::LogsReply))
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::LogChunk))
+  /// The agent's worker supervisor timer (agent -> itself).
+  CAF_ADD_ATOM(astraeus, astraeus::atom, supervise, "supervise")
+  /// Reads a worker's log (controller -> machine -> gate -> agent).
+  CAF_ADD_ATOM(astraeus, astraeus::atom, logs, "logs")
 
 CAF_END_TYPE_ID_BLOCK(astraeus)

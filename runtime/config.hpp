@@ -141,6 +141,29 @@ struct AgentConfig {
   std::chrono::milliseconds reconnect_max{30000};
   /// gate.frame_cap: largest frame accepted, in bytes (1KiB-64MiB).
   uint64_t frame_cap_bytes = 1 << 20;
+  /// workers.runtime: auto (runc where found, else process), runc or process.
+  std::string workers_runtime = "auto";
+  /// workers.runc: the runc program (non-empty).
+  std::string runc = "runc";
+  /// workers.umoci / workers.skopeo: image tools (non-empty).
+  std::string umoci = "umoci";
+  std::string skopeo = "skopeo";
+  /// workers.images_dir: where image names ("busybox") are looked up; empty:
+  /// `<data.path>/images`.
+  std::string images_dir;
+  /// workers.poll_interval: how often workers are checked (10ms-1m).
+  std::chrono::milliseconds worker_poll{250};
+  /// workers.rdma_min_rate: RDMA ports slower than this many Gb/s are left
+  /// out of NCCL_IB_HCA (0-10000).
+  uint32_t rdma_min_gbps = 100;
+  /// stop.grace: time between a worker's stop signal and SIGKILL (0-1h;
+  /// ASTRAEUS_STOP_GRACE).
+  std::chrono::milliseconds stop_grace{30000};
+  /// cdi.static_dir / cdi.dynamic_dir: CDI spec folders (the latter wins).
+  std::string cdi_static_dir = "/etc/cdi";
+  std::string cdi_dynamic_dir = "/var/run/cdi";
+  /// cdi.nvidia_ctk: the nvidia-ctk program; empty: never generate.
+  std::string nvidia_ctk = "nvidia-ctk";
   /// log.level: trace, debug, info, warn, error or off.
   std::string log_level = "info";
   /// log.file: file to log to; empty logs to stderr.

@@ -62,6 +62,8 @@ std::string_view frame_kind(const v1::Frame& frame) {
     case v1::Frame::kChannelHello: return "channel-hello";
     case v1::Frame::kChannelAccept: return "channel-accept";
     case v1::Frame::kChannelAuth: return "channel-auth";
+    case v1::Frame::kLogs: return "logs";
+    case v1::Frame::kLogsReply: return "logs-reply";
     case v1::Frame::BODY_NOT_SET: break;
   }
   return "empty";

@@ -109,7 +109,8 @@ public:
     fields(root, "",
            {"name", "image", "command", "args", "env", "gpus", "cpus",
             "memory", "workers", "task_groups", "array", "pool", "labels",
-            "gpu_requests", "time_limit_seconds", "time_limit", "workspace"},
+            "gpu_requests", "time_limit_seconds", "time_limit", "workspace",
+            "runtime"},
            [&](const std::string& key, const YAML::Node& value,
                const std::string& path) {
              if (key == "name") {
@@ -118,6 +119,8 @@ public:
                spec.set_image(text(value, path));
              } else if (key == "workspace") {
                spec.set_workspace(text(value, path));
+             } else if (key == "runtime") {
+               spec.set_runtime(text(value, path));
              } else if (key == "pool") {
                spec.set_pool(text(value, path));
              } else if (key == "command") {
@@ -613,6 +616,11 @@ caf::error validate_run_spec(const v1::RunSpec& spec) {
                       + std::to_string(max_run_array_size)
                       + " copies of a run, got "
                       + std::to_string(spec.array_size()));
+  if (!spec.runtime().empty() && spec.runtime() != "runc"
+      && spec.runtime() != "process")
+    return spec_error("runtime: '" + spec.runtime()
+                      + "' is not a runtime (use runc or process, or leave it "
+                        "out for the machine's choice)");
   if (spec.time_limit_seconds() > max_run_time_limit_seconds)
     return spec_error("time_limit_seconds: at most 30 days ("
                       + std::to_string(max_run_time_limit_seconds)
@@ -693,6 +701,7 @@ std::string to_yaml(const v1::RunSpec& spec) {
   text("name", spec.name());
   text("workspace", spec.workspace());
   text("image", spec.image());
+  text("runtime", spec.runtime());
   if (!spec.command().empty()) {
     out << YAML::Key << "command" << YAML::Value << YAML::BeginSeq;
     for (auto& x : spec.command())

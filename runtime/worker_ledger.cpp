@@ -21,6 +21,17 @@ caf::expected<worker_ledger> worker_ledger::load(std::shared_ptr<Store> store) {
   worker_ledger out{store};
   auto err = store->for_each(family::workers, [&](std::string_view key,
                                                   std::string_view bytes) {
+    if (key.substr(0, 5) == "proc/") {
+      v1::WorkerProcess p;
+      if (!p.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))
+          || "proc/" + p.worker() != key) {
+        spdlog::error("agent: stored worker process '{}' is corrupt; dropped",
+                      std::string{key});
+        return true;
+      }
+      out.processes_.emplace(p.worker(), std::move(p));
+      return true;
+    }
     v1::WorkerOrder order;
     if (!order.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))
         || order.worker() != key) {
@@ -80,8 +91,32 @@ v1::WorkerStatuses worker_ledger::statuses(const std::string& machine) const {
     w->set_worker(name);
     w->set_run(order.run());
     w->set_state("Assigned");
+    auto p = processes_.find(name);
+    if (p == processes_.end())
+      continue;
+    w->set_state(p->second.state());
+    w->set_detail(p->second.detail());
+    w->set_pid(p->second.pid());
+    w->set_exit_code(p->second.exit_code());
+    w->set_runtime(p->second.runtime());
   }
   return out;
+}
+
+caf::error worker_ledger::put_process(const v1::WorkerProcess& p) {
+  if (auto err = store_->write({{family::workers, "proc/" + p.worker(),
+                                 p.SerializeAsString()}},
+                               true))
+    return err;
+  processes_[p.worker()] = p;
+  return caf::none;
+}
+
+caf::error worker_ledger::erase_process(const std::string& worker) {
+  if (auto err = store_->write({{family::workers, "proc/" + worker, std::nullopt}}, true))
+    return err;
+  processes_.erase(worker);
+  return caf::none;
 }
 
 caf::expected<std::string> route_source_address(const std::string& host,

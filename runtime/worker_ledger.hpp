@@ -5,8 +5,10 @@
 /// The controller sends the whole set each time (`v1::WorkerOrders`); the
 /// ledger stores what is new with sync, forgets what left the set, and
 /// answers with the workers it holds (`v1::WorkerStatuses`), which the
-/// agent also puts in every report. Starting and stopping the workers
-/// themselves is the workers issue's; here a held worker is `Assigned`.
+/// agent also puts in every report. A held worker is `Assigned` until the
+/// worker supervisor (runtime/worker_supervisor.hpp) records its process
+/// (key "proc/<worker>", `v1::WorkerProcess`); its status is then the
+/// process's state, pid and exit code.
 /// Source: issue "The scheduler" ("Assignments reach the agents and are
 /// acknowledged").
 
@@ -42,7 +44,8 @@ public:
                                           const v1::WorkerOrders& orders);
 
   /// The workers held, by name, with the generation last applied (0 after
-  /// a restart, so the controller sends its set again).
+  /// a restart, so the controller sends its set again): `Assigned`, or the
+  /// state of its process record.
   v1::WorkerStatuses statuses(const std::string& machine) const;
 
   /// The orders of the workers held, by worker name.
@@ -50,11 +53,26 @@ public:
     return workers_;
   }
 
+  /// The processes started for workers (key "proc/<worker>"), by worker
+  /// name; a worker that left the set keeps its record until its process
+  /// has ended, so a restarted agent still stops it.
+  const std::map<std::string, v1::WorkerProcess>& processes() const {
+    return processes_;
+  }
+
+  /// Stores `p` (sync) and keeps it. Errors: ec::store_failure.
+  caf::error put_process(const v1::WorkerProcess& p);
+
+  /// Forgets the process record of `worker` (sync). Errors:
+  /// ec::store_failure.
+  caf::error erase_process(const std::string& worker);
+
 private:
   explicit worker_ledger(std::shared_ptr<Store> store) : store_(std::move(store)) {}
 
   std::shared_ptr<Store> store_;
   std::map<std::string, v1::WorkerOrder> workers_;
+  std::map<std::string, v1::WorkerProcess> processes_;
   uint64_t generation_ = 0;
 };
 

@@ -1,0 +1,332 @@
+#include "runtime/worker_process.hpp"
+
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <system_error>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "messages/error.hpp"
+
+namespace astraeus {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+/// Writes the decimal digits of `v` into `out` (async-signal-safe).
+size_t format_int(char* out, int v) {
+  char tmp[16];
+  size_t n = 0;
+  bool neg = v < 0;
+  unsigned u = neg ? static_cast<unsigned>(-(v + 1)) + 1u : static_cast<unsigned>(v);
+  do {
+    tmp[n++] = static_cast<char>('0' + u % 10);
+    u /= 10;
+  } while (u != 0);
+  size_t k = 0;
+  if (neg)
+    out[k++] = '-';
+  while (n > 0)
+    out[k++] = tmp[--n];
+  return k;
+}
+
+void close_from(int first) {
+#ifdef SYS_close_range
+  if (::syscall(SYS_close_range, first, ~0U, 0) == 0)
+    return;
+#endif
+  long max = ::sysconf(_SC_OPEN_MAX);
+  if (max < 0 || max > 1 << 20)
+    max = 1 << 16;
+  for (int fd = first; fd < max; ++fd)
+    ::close(fd);
+}
+
+void reset_signals() {
+  struct sigaction dfl;
+  std::memset(&dfl, 0, sizeof(dfl));
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig)
+    if (sig != SIGKILL && sig != SIGSTOP)
+      ::sigaction(sig, &dfl, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
+std::string env_value(const std::vector<std::string>& env, const std::string& name) {
+  for (const auto& e : env)
+    if (e.size() > name.size() && e.compare(0, name.size(), name) == 0
+        && e[name.size()] == '=')
+      return e.substr(name.size() + 1);
+  return {};
+}
+
+} // namespace
+
+std::string find_executable(const std::string& name, const std::string& path_var) {
+  auto usable = [](const std::string& p) {
+    struct stat sb;
+    return ::stat(p.c_str(), &sb) == 0 && S_ISREG(sb.st_mode)
+           && ::access(p.c_str(), X_OK) == 0;
+  };
+  if (name.empty())
+    return {};
+  if (name.find('/') != std::string::npos)
+    return usable(name) ? name : std::string{};
+  std::stringstream dirs{path_var};
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    if (dir.empty())
+      dir = ".";
+    auto candidate = dir + "/" + name;
+    if (usable(candidate))
+      return candidate;
+  }
+  return {};
+}
+
+caf::expected<launched_process> launch_process(const process_launch& what) {
+  if (what.argv.empty())
+    return caf::make_error(ec::invalid_request, "the worker has no command to run");
+  auto path_var = env_value(what.env, "PATH");
+  if (path_var.empty()) {
+    const char* p = std::getenv("PATH");
+    path_var = p ? p : "/usr/local/bin:/usr/bin:/bin";
+  }
+  auto program = find_executable(what.argv[0], path_var);
+  if (program.empty())
+    return caf::make_error(ec::invalid_request,
+                           "command '" + what.argv[0]
+                             + "' is not found or not executable (PATH="
+                             + path_var + ")");
+  std::error_code err;
+  fs::create_directories(what.dir, err);
+  if (err)
+    return caf::make_error(ec::store_failure, "cannot create the worker's folder "
+                                                + what.dir + ": " + err.message());
+  const std::string log_path = what.dir + "/log";
+  const std::string exit_path = what.dir + "/exit";
+  const std::string exit_tmp = what.dir + "/exit.tmp";
+  fs::remove(exit_path, err);
+  const std::string cwd = what.cwd.empty() ? what.dir : what.cwd;
+  // Everything the children use is prepared here: after fork only system
+  // calls run (the agent has other threads; malloc could deadlock).
+  std::vector<char*> argv;
+  for (const auto& a : what.argv)
+    argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const auto& e : what.env)
+    envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  if (log_fd < 0)
+    return caf::make_error(ec::store_failure, "cannot create the worker's log "
+                                                + log_path + ": " + std::strerror(errno));
+  int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  int pipe_fds[2];
+  if (null_fd < 0 || ::pipe2(pipe_fds, O_CLOEXEC) != 0) {
+    auto why = std::string{std::strerror(errno)};
+    ::close(log_fd);
+    if (null_fd >= 0)
+      ::close(null_fd);
+    return caf::make_error(ec::store_failure, "cannot start the worker: " + why);
+  }
+  static const char exec_failed[] = "astraeus: cannot execute the worker's command\n";
+  pid_t shim = ::fork();
+  if (shim < 0) {
+    auto why = std::string{std::strerror(errno)};
+    ::close(log_fd);
+    ::close(null_fd);
+    ::close(pipe_fds[0]);
+    ::close(pipe_fds[1]);
+    return caf::make_error(ec::store_failure, "cannot fork the worker's shim: " + why);
+  }
+  if (shim == 0) {
+    // The shim: a session of its own, outlives the agent.
+    ::setsid();
+    reset_signals();
+    ::dup2(null_fd, 0);
+    ::dup2(log_fd, 1);
+    ::dup2(log_fd, 2);
+    ::dup2(pipe_fds[1], 3);
+    close_from(4);
+    pid_t worker = ::fork();
+    if (worker == 0) {
+      ::close(3);
+      ::setpgid(0, 0);
+      for (const auto& [resource, limit] : what.rlimits)
+        ::setrlimit(resource, &limit);
+      if (::chdir(cwd.c_str()) != 0)
+        ::_exit(126);
+      ::execve(program.c_str(), argv.data(), envp.data());
+      ssize_t ignored = ::write(2, exec_failed, sizeof(exec_failed) - 1);
+      (void)ignored;
+      ::_exit(127);
+    }
+    if (worker > 0)
+      ::setpgid(worker, worker);
+    pid_t sent = worker > 0 ? worker : 0;
+    ssize_t ignored = ::write(3, &sent, sizeof(sent));
+    (void)ignored;
+    ::close(3);
+    if (worker < 0)
+      ::_exit(1);
+    int status = 0;
+    while (::waitpid(worker, &status, 0) < 0 && errno == EINTR) {
+    }
+    char text[32];
+    size_t n = 0;
+    if (WIFSIGNALED(status)) {
+      std::memcpy(text, "signal ", 7);
+      n = 7 + format_int(text + 7, WTERMSIG(status));
+    } else {
+      std::memcpy(text, "exit ", 5);
+      n = 5 + format_int(text + 5, WEXITSTATUS(status));
+    }
+    text[n++] = '\n';
+    int fd = ::open(exit_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0640);
+    if (fd >= 0) {
+      ignored = ::write(fd, text, n);
+      ::fsync(fd);
+      ::close(fd);
+      ::rename(exit_tmp.c_str(), exit_path.c_str());
+    }
+    ::_exit(0);
+  }
+  ::close(pipe_fds[1]);
+  ::close(log_fd);
+  ::close(null_fd);
+  pid_t worker = 0;
+  ssize_t got;
+  do {
+    got = ::read(pipe_fds[0], &worker, sizeof(worker));
+  } while (got < 0 && errno == EINTR);
+  ::close(pipe_fds[0]);
+  if (got != static_cast<ssize_t>(sizeof(worker)) || worker <= 0) {
+    reap_child(shim);
+    return caf::make_error(ec::store_failure, "the worker's shim could not fork it");
+  }
+  launched_process out;
+  out.shim_pid = shim;
+  out.pid = worker;
+  out.start_ticks = process_start_ticks(worker);
+  return out;
+}
+
+std::optional<process_end> read_process_end(const std::string& dir) {
+  std::ifstream in{dir + "/exit"};
+  if (!in)
+    return std::nullopt;
+  std::string kind;
+  int value = 0;
+  if (!(in >> kind >> value))
+    return std::nullopt;
+  process_end out;
+  if (kind == "signal") {
+    out.signal = value;
+    out.exit_code = 128 + value;
+  } else {
+    out.exit_code = value;
+  }
+  return out;
+}
+
+uint64_t process_start_ticks(pid_t pid, const std::string& proc_root) {
+  if (pid <= 0)
+    return 0;
+  auto root = proc_root.empty() || proc_root == "/" ? std::string{} : proc_root;
+  std::ifstream in{root + "/proc/" + std::to_string(pid) + "/stat"};
+  if (!in)
+    return 0;
+  std::string line;
+  std::getline(in, line);
+  auto close = line.rfind(')');
+  if (close == std::string::npos)
+    return 0;
+  std::istringstream rest{line.substr(close + 1)};
+  std::string field;
+  // Field 3 (state) is the first after the name; field 22 is the 20th.
+  for (int i = 3; i <= 22; ++i) {
+    if (!(rest >> field))
+      return 0;
+    if (i == 3 && (field == "Z" || field == "X" || field == "x"))
+      return 0;
+  }
+  try {
+    return std::stoull(field);
+  } catch (...) {
+    return 0;
+  }
+}
+
+bool process_alive(pid_t pid, uint64_t start_ticks, const std::string& proc_root) {
+  auto now = process_start_ticks(pid, proc_root);
+  if (now == 0)
+    return false;
+  return start_ticks == 0 || now == start_ticks;
+}
+
+void signal_process(pid_t pid, int sig, bool group) {
+  if (pid <= 0)
+    return;
+  ::kill(group ? -pid : pid, sig);
+  if (group)
+    ::kill(pid, sig);  // in case it left its group
+}
+
+void reap_child(pid_t shim_pid) {
+  if (shim_pid > 0)
+    ::waitpid(shim_pid, nullptr, WNOHANG);
+}
+
+caf::expected<int> parse_signal(const std::string& text) {
+  static const std::map<std::string, int> names = {
+    {"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT}, {"KILL", SIGKILL},
+    {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"TERM", SIGTERM}, {"STOP", SIGSTOP},
+    {"CONT", SIGCONT}, {"WINCH", SIGWINCH}, {"PWR", SIGPWR}, {"ABRT", SIGABRT},
+  };
+  auto bad = [&] {
+    return caf::make_error(ec::invalid_request,
+                           "'" + text + "' is not a signal (use SIGTERM, TERM or 15)");
+  };
+  if (text.empty())
+    return bad();
+  std::string t = text;
+  for (auto& c : t)
+    c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (t.rfind("SIG", 0) == 0)
+    t = t.substr(3);
+  if (std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    if (t.size() > 3)
+      return bad();
+    int n = std::stoi(t);
+    if (n <= 0 || n >= NSIG)
+      return bad();
+    return n;
+  }
+  if (auto i = names.find(t); i != names.end())
+    return i->second;
+  if (t.rfind("RTMIN+", 0) == 0 && t.size() > 6) {
+    auto n = std::atoi(t.c_str() + 6);
+    if (SIGRTMIN + n < SIGRTMAX)
+      return SIGRTMIN + n;
+  }
+  return bad();
+}
+
+} // namespace astraeus

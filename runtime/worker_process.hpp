@@ -1,0 +1,94 @@
+#pragma once
+/// @file
+/// Host-side mechanics of a worker's process, shared by the `process` and
+/// `runc` runtimes: starting it under a small waiter (the "shim") that
+/// outlives the agent, finding it again by pid and start time, signalling
+/// it, and reading how it ended.
+///
+/// The agent forks the shim, which starts a session of its own (so a
+/// `kill -9` of the agent, or a signal to its process group, leaves the
+/// worker running), forks the worker (its own process group, stdin from
+/// /dev/null, stdout and stderr appended to the worker's log file, signal
+/// mask and dispositions reset, every other descriptor closed), waits for
+/// it and writes how it ended to the exit file (`exit N` or `signal N`,
+/// written to a temporary name, then renamed). The agent needs nothing
+/// but the worker's pid and start time to find it again after a restart.
+/// Source: issue 6 ("kill -9 of the agent leaves its workers running").
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <sys/resource.h>
+#include <sys/types.h>
+#include <utility>
+#include <vector>
+
+#include <caf/expected.hpp>
+
+namespace astraeus {
+
+/// What to start.
+struct process_launch {
+  /// argv[0] is resolved on PATH (of `env`, else the agent's) before the
+  /// fork; a name that does not resolve is an error.
+  std::vector<std::string> argv;
+  /// "NAME=value" entries: the whole environment of the process.
+  std::vector<std::string> env;
+  /// Working directory; empty: the data folder of the worker (`dir`).
+  std::string cwd;
+  /// The worker's folder: its log ("log") and exit file ("exit") live here;
+  /// created when missing.
+  std::string dir;
+  /// Resource limits set in the worker before exec (e.g. RLIMIT_NOFILE).
+  std::vector<std::pair<int, rlimit>> rlimits;
+};
+
+/// A started worker.
+struct launched_process {
+  pid_t shim_pid = 0;        ///< the waiter, a child of the agent
+  pid_t pid = 0;             ///< the worker's main process
+  uint64_t start_ticks = 0;  ///< /proc/<pid>/stat field 22; 0 = it had already ended
+};
+
+/// Starts `what` under a shim. Errors: ec::invalid_request when argv is
+/// empty or argv[0] is not found or not executable; ec::store_failure when
+/// the folder or the log file cannot be created or fork fails (naming the
+/// path or the system error).
+caf::expected<launched_process> launch_process(const process_launch& what);
+
+/// How a process ended, from its exit file.
+struct process_end {
+  int exit_code = 0;   ///< exit status, or 128 + signal
+  int signal = 0;      ///< the signal that ended it; 0 = it exited
+};
+
+/// Reads `<dir>/exit`. `nullopt` when the file is not there (yet).
+std::optional<process_end> read_process_end(const std::string& dir);
+
+/// The start time of `pid` (field 22 of `<proc_root>/proc/<pid>/stat`), or
+/// 0 when there is no such live process (gone, or a zombie).
+uint64_t process_start_ticks(pid_t pid, const std::string& proc_root = "/");
+
+/// Whether `pid` is the process that started at `start_ticks` and has not
+/// ended (a reused pid has another start time). `start_ticks` 0 (unknown):
+/// whether any live process has that pid.
+bool process_alive(pid_t pid, uint64_t start_ticks,
+                   const std::string& proc_root = "/");
+
+/// Sends `sig` to `pid` (the main process only) or, with `group`, to its
+/// whole process group. A process already gone is no error.
+void signal_process(pid_t pid, int sig, bool group);
+
+/// Reaps the shim `shim_pid` if it has ended (never waits). Only this pid:
+/// other code of the agent waits for children of its own.
+void reap_child(pid_t shim_pid);
+
+/// The path of `name` on `path_var` (colon-separated), or `name` itself
+/// when it contains a '/'; empty when not found or not executable.
+std::string find_executable(const std::string& name, const std::string& path_var);
+
+/// Parses a signal name or number: "SIGTERM", "TERM", "15", "SIGRTMIN+3".
+/// Errors: ec::invalid_request naming the text.
+caf::expected<int> parse_signal(const std::string& text);
+
+} // namespace astraeus

@@ -1,0 +1,459 @@
+#include "runtime/worker_supervisor.hpp"
+
+#include <algorithm>
+#include <csignal>
+#include <cstring>
+#include <fstream>
+#include <system_error>
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <spdlog/spdlog.h>
+
+#include "messages/error.hpp"
+#include "runtime/oci_bundle.hpp"
+#include "runtime/worker_env.hpp"
+#include "runtime/worker_ledger.hpp"
+#include "runtime/worker_process.hpp"
+
+namespace astraeus {
+
+namespace fs = std::filesystem;
+
+namespace state {
+constexpr const char* running = "Running";
+constexpr const char* stopping = "Stopping";
+constexpr const char* exited = "Exited";
+constexpr const char* failed = "Failed";
+constexpr const char* oom_killed = "OOMKilled";
+constexpr const char* cancelled = "Cancelled";
+} // namespace state
+
+namespace {
+
+bool live(const v1::WorkerProcess& p) {
+  return p.state() == state::running || p.state() == state::stopping;
+}
+
+/// runc container ids allow letters, digits, '_', '+', '-', '.'.
+std::string container_id(const std::string& worker) {
+  std::string out = "astraeus-";
+  for (char c : worker)
+    out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.'
+            || c == '_' || c == '+')
+             ? c
+             : '_';
+  return out;
+}
+
+std::vector<std::string> as_env_list(const std::map<std::string, std::string>& env) {
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [k, v] : env)
+    out.push_back(k + "=" + v);
+  return out;
+}
+
+void append_log(const std::string& dir, const std::string& line) {
+  std::error_code err;
+  fs::create_directories(dir, err);
+  std::ofstream out{dir + "/log", std::ios::app};
+  out << "astraeus: " << line << '\n';
+}
+
+std::string signal_name(int sig) {
+  const char* d = ::sigabbrev_np(sig);
+  return d ? std::string{"SIG"} + d : std::to_string(sig);
+}
+
+constexpr const char* default_path =
+  "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+} // namespace
+
+worker_supervisor::worker_supervisor(supervisor_options options)
+  : options_(std::move(options)) {
+}
+
+std::string worker_supervisor::worker_dir(const std::string& worker) const {
+  return (fs::path{options_.data_dir} / "workers" / worker).string();
+}
+
+std::string worker_supervisor::runtime_for(const v1::RunSpec& spec) const {
+  auto wanted = spec.runtime().empty() ? options_.runtime : spec.runtime();
+  if (wanted == "process" || wanted == "runc")
+    return wanted;
+  return find_executable(options_.runc, default_path).empty() ? "process" : "runc";
+}
+
+v1::WorkerProcess worker_supervisor::start(const v1::WorkerOrder& order,
+                                           int64_t now_ms) {
+  v1::WorkerProcess rec;
+  rec.set_worker(order.worker());
+  rec.set_run(order.run());
+  rec.set_runtime(runtime_for(order.spec()));
+  rec.set_dir(worker_dir(order.worker()));
+  rec.set_started_unix_ms(now_ms);
+  rec.set_stop_signal(SIGTERM);
+  rec.set_has_memory_limit(order.spec().memory_bytes_per_worker() > 0);
+  caf::error err;
+  if (order.worker().empty() || order.worker().find('/') != std::string::npos
+      || order.worker() == "." || order.worker() == "..")
+    err = caf::make_error(ec::invalid_request,
+                          "worker name '" + order.worker() + "' is not a file name");
+  else if (rec.runtime() == "runc")
+    err = start_runc(order, rec);
+  else
+    err = start_process(order, rec);
+  if (err) {
+    rec.set_state(state::failed);
+    rec.set_detail("cannot start: " + render_error(err));
+    rec.set_exit_code(-1);
+    append_log(rec.dir(), rec.detail());
+    spdlog::error("agent: worker {}: {}", order.worker(), rec.detail());
+    return rec;
+  }
+  rec.set_state(state::running);
+  spdlog::info("agent: worker {} running ({} runtime, pid {})", order.worker(),
+               rec.runtime(), rec.pid());
+  return rec;
+}
+
+namespace {
+
+/// The open-files limit a worker gets: the seed's value, clamped to the
+/// agent's own hard limit (an unprivileged agent cannot raise it).
+rlimit nofile_limit(uint64_t wanted, bool& warned, const std::string& worker) {
+  rlimit own{};
+  ::getrlimit(RLIMIT_NOFILE, &own);
+  rlimit out{static_cast<rlim_t>(wanted), static_cast<rlim_t>(wanted)};
+  if (own.rlim_max != RLIM_INFINITY && out.rlim_max > own.rlim_max) {
+    if (!warned)
+      spdlog::warn("agent: workers get nofile {} instead of {}: the agent's own hard "
+                   "limit is {} (raise it, e.g. LimitNOFILE= in its unit)",
+                   own.rlim_max, wanted, own.rlim_max);
+    warned = true;
+    out.rlim_cur = out.rlim_max = own.rlim_max;
+  }
+  return out;
+}
+
+} // namespace
+
+caf::error worker_supervisor::start_process(const v1::WorkerOrder& order,
+                                            v1::WorkerProcess& rec) {
+  const auto& spec = order.spec();
+  if (spec.command_size() == 0)
+    return caf::make_error(ec::invalid_request,
+                           "the run has no command: the process runtime runs the "
+                           "run's command on the machine (an image's ENTRYPOINT "
+                           "needs the runc runtime)");
+  worker_env_context ctx;
+  ctx.machine = options_.machine;
+  ctx.rdma_ports = rdma_ports_;
+  ctx.rdma_min_gbps = options_.rdma_min_gbps;
+  ctx.host_process = true;
+  auto env = worker_environment(order, ctx);
+  env.emplace("PATH", default_path);
+  env.emplace("HOME", "/root");
+  process_launch what;
+  what.argv.assign(spec.command().begin(), spec.command().end());
+  what.env = as_env_list(env);
+  what.dir = rec.dir();
+  what.rlimits.emplace_back(RLIMIT_NOFILE,
+                            nofile_limit(options_.nofile, nofile_warned_, order.worker()));
+  if (order.gpu_ids_size() > 0) {
+    rlimit own{};
+    ::getrlimit(RLIMIT_MEMLOCK, &own);
+    rlimit unlimited{RLIM_INFINITY, RLIM_INFINITY};
+    what.rlimits.emplace_back(RLIMIT_MEMLOCK,
+                              ::geteuid() == 0 ? unlimited : rlimit{own.rlim_max, own.rlim_max});
+  }
+  auto launched = launch_process(what);
+  if (!launched)
+    return launched.error();
+  rec.set_shim_pid(launched->shim_pid);
+  rec.set_pid(launched->pid);
+  rec.set_start_ticks(launched->start_ticks);
+  return caf::none;
+}
+
+caf::error worker_supervisor::start_runc(const v1::WorkerOrder& order,
+                                         v1::WorkerProcess& rec) {
+  const auto& spec = order.spec();
+  auto runc = find_executable(options_.runc, default_path);
+  if (runc.empty())
+    return caf::make_error(ec::invalid_request,
+                           "the runc program '" + options_.runc + "' is not found");
+  auto image = find_image(spec.image(), options_.images_dir);
+  if (!image)
+    return image.error();
+  auto bundle = (fs::path{rec.dir()} / "bundle").string();
+  if (auto err = unpack_image(*image, bundle, options_.umoci, options_.skopeo))
+    return err;
+  auto rootfs = bundle + "/rootfs";
+  oci_worker w;
+  w.args = worker_command({spec.command().begin(), spec.command().end()}, *image);
+  if (w.args.empty())
+    return caf::make_error(ec::invalid_request,
+                           "the run has no command and image " + spec.image()
+                             + " has no ENTRYPOINT or CMD");
+  auto user = resolve_user(image->user, rootfs);
+  if (!user)
+    return user.error();
+  w.user = *user;
+  worker_env_context ctx;
+  ctx.machine = options_.machine;
+  ctx.rdma_ports = rdma_ports_;
+  ctx.rdma_min_gbps = options_.rdma_min_gbps;
+  auto ours = worker_environment(order, ctx);
+  // The image's variables first; ours (and the run's) win.
+  std::map<std::string, std::string> env;
+  for (const auto& kv : image->env) {
+    auto eq = kv.find('=');
+    if (eq != std::string::npos)
+      env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  for (auto& [k, v] : ours)
+    env[k] = v;
+  env.emplace("PATH", default_path);
+  if (!env.count("HOME")) {
+    // The user's home from the image's /etc/passwd, else /root.
+    std::string home = "/root";
+    std::ifstream passwd{rootfs + "/etc/passwd"};
+    std::string line;
+    while (std::getline(passwd, line)) {
+      std::vector<std::string> f;
+      size_t start = 0, colon;
+      while ((colon = line.find(':', start)) != std::string::npos) {
+        f.push_back(line.substr(start, colon - start));
+        start = colon + 1;
+      }
+      f.push_back(line.substr(start));
+      if (f.size() >= 6 && f[2] == std::to_string(w.user.uid)) {
+        home = f[5];
+        break;
+      }
+    }
+    env["HOME"] = home;
+  }
+  w.env = as_env_list(env);
+  w.cwd = image->workdir.empty() ? "/" : image->workdir;
+  w.hostname = options_.machine;
+  w.memory_bytes = spec.memory_bytes_per_worker();
+  w.cpus = spec.cpus_per_worker();
+  w.shm_bytes = shm_size_bytes(static_cast<uint32_t>(order.gpu_ids_size()),
+                               spec.memory_bytes_per_worker());
+  auto nofile = nofile_limit(options_.nofile, nofile_warned_, order.worker());
+  w.rlimits.push_back({"nofile", static_cast<int64_t>(nofile.rlim_cur),
+                       static_cast<int64_t>(nofile.rlim_max)});
+  if (order.gpu_ids_size() > 0) {
+    w.rlimits.push_back({"memlock", -1, -1});
+    auto reg = load_cdi(options_.cdi);
+    std::vector<std::string> names;
+    for (const auto& id : order.gpu_ids()) {
+      auto nv = "nvidia.com/gpu=" + id;
+      names.push_back(reg.devices.count("amd.com/gpu=" + id) ? "amd.com/gpu=" + id : nv);
+    }
+    auto edits = cdi_edits_for(reg, names);
+    if (!edits)
+      return edits.error();
+    w.devices = edits->devices;
+    w.mounts = edits->mounts;
+    w.hooks = edits->hooks;
+    w.user.groups.insert(w.user.groups.end(), edits->additional_gids.begin(),
+                         edits->additional_gids.end());
+    for (const auto& e : edits->env)
+      w.env.push_back(e);
+  }
+  if (!image->stop_signal.empty()) {
+    auto sig = parse_signal(image->stop_signal);
+    if (!sig)
+      return sig.error();
+    rec.set_stop_signal(*sig);
+  }
+  {
+    std::ofstream out{bundle + "/config.json", std::ios::trunc};
+    out << oci_config(w, "rootfs").dump(2) << '\n';
+    if (!out.flush())
+      return caf::make_error(ec::store_failure, "cannot write " + bundle + "/config.json");
+  }
+  auto root = (fs::path{options_.data_dir} / "runc").string();
+  auto id = container_id(order.worker());
+  std::error_code ec_;
+  if (fs::exists(fs::path{root} / id, ec_)) {
+    // A container of that name left from an earlier start: remove it.
+    if (run_tool({runc, "--root", root, "delete", "--force", id}).first != 0)
+      spdlog::warn("agent: worker {}: cannot delete the old container {}",
+                   order.worker(), id);
+  }
+  process_launch what;
+  what.argv = {runc, "--root", root, "run", "--bundle", bundle, id};
+  what.env = {std::string{"PATH="} + default_path};
+  what.dir = rec.dir();
+  auto launched = launch_process(what);
+  if (!launched)
+    return launched.error();
+  rec.set_container_id(id);
+  rec.set_shim_pid(launched->shim_pid);
+  rec.set_pid(launched->pid);
+  rec.set_start_ticks(launched->start_ticks);
+  return caf::none;
+}
+
+void worker_supervisor::kill_now(const v1::WorkerProcess& rec) {
+  if (rec.runtime() == "runc" && !rec.container_id().empty()) {
+    auto runc = find_executable(options_.runc, default_path);
+    auto root = (fs::path{options_.data_dir} / "runc").string();
+    if (!runc.empty()
+        && run_tool({runc, "--root", root, "kill", "--all", rec.container_id(), "KILL"}).first
+             != 0)
+      spdlog::debug("agent: runc kill {} failed (already gone?)", rec.container_id());
+  }
+  signal_process(rec.pid(), SIGKILL, true);
+}
+
+bool worker_supervisor::finish(v1::WorkerProcess& rec) {
+  auto end = read_process_end(rec.dir());
+  if (!end) {
+    if (process_alive(rec.shim_pid(), 0, options_.proc_root)
+        && process_start_ticks(rec.shim_pid(), options_.proc_root) != 0)
+      return false;  // the shim is writing the exit file
+    rec.set_state(state::failed);
+    rec.set_exit_code(-1);
+    rec.set_detail("the worker's process ended and left no exit status");
+    return true;
+  }
+  rec.set_exit_code(end->exit_code);
+  // runc reports a container killed by signal N as exit code 128 + N.
+  int sig = end->signal;
+  if (sig == 0 && rec.runtime() == "runc" && end->exit_code > 128
+      && end->exit_code < 128 + NSIG)
+    sig = end->exit_code - 128;
+  if (rec.stop_requested_unix_ms() != 0 && rec.detail().rfind("time limit", 0) != 0) {
+    rec.set_state(state::cancelled);
+    rec.set_detail(sig == SIGKILL ? "stopped: killed after the stop grace"
+                                  : "stopped");
+  } else if (rec.stop_requested_unix_ms() != 0) {
+    rec.set_state(state::failed);
+  } else if (end->exit_code == 0) {
+    rec.set_state(state::exited);
+    rec.set_detail("");
+  } else if (sig == SIGKILL && rec.has_memory_limit()) {
+    rec.set_state(state::oom_killed);
+    rec.set_detail("OOMKilled: the container exceeded its memory limit");
+  } else if (sig != 0) {
+    rec.set_state(state::failed);
+    rec.set_detail("killed by signal " + std::to_string(sig) + " (" + signal_name(sig) + ")");
+  } else {
+    rec.set_state(state::failed);
+    rec.set_detail("exited with code " + std::to_string(end->exit_code));
+  }
+  spdlog::info("agent: worker {} {}{}{}", rec.worker(), rec.state(),
+               rec.detail().empty() ? "" : ": ", rec.detail());
+  return true;
+}
+
+bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms) {
+  bool changed = false;
+  auto keep = [&](const v1::WorkerProcess& rec) {
+    if (auto err = ledger.put_process(rec))
+      spdlog::error("agent: cannot store worker {}: {}", rec.worker(), render_error(err));
+  };
+  for (const auto& [name, order] : ledger.workers()) {
+    if (ledger.processes().count(name))
+      continue;
+    keep(start(order, now_ms));
+    changed = true;
+  }
+  std::vector<std::string> names;
+  for (const auto& [name, rec] : ledger.processes())
+    names.push_back(name);
+  for (const auto& name : names) {
+    auto rec = ledger.processes().at(name);
+    auto order = ledger.workers().find(name);
+    const bool ordered = order != ledger.workers().end();
+    reap_child(rec.shim_pid());
+    if (!live(rec)) {
+      if (!ordered) {
+        // The worker left the set and has ended: forget it, keep its log.
+        std::error_code err;
+        fs::remove_all(fs::path{rec.dir()} / "bundle", err);
+        if (auto e = ledger.erase_process(name))
+          spdlog::error("agent: cannot forget worker {}: {}", name, render_error(e));
+      }
+      continue;
+    }
+    if (!process_alive(rec.pid(), rec.start_ticks(), options_.proc_root)) {
+      if (finish(rec)) {
+        keep(rec);
+        changed = true;
+      }
+      continue;
+    }
+    if (rec.stop_requested_unix_ms() == 0) {
+      std::string why;
+      auto limit = ordered ? order->second.spec().time_limit_seconds() : 0;
+      if (!ordered)
+        why = "its run no longer holds it";
+      else if (limit > 0 && now_ms - rec.started_unix_ms() >= static_cast<int64_t>(limit) * 1000)
+        why = "time limit of " + std::to_string(limit) + " s reached";
+      if (why.empty())
+        continue;
+      spdlog::info("agent: stopping worker {} ({}): {} to pid {}", name, why,
+                   signal_name(rec.stop_signal()), rec.pid());
+      rec.set_state(state::stopping);
+      rec.set_stop_requested_unix_ms(now_ms);
+      if (why.rfind("time limit", 0) == 0)
+        rec.set_detail(why);
+      signal_process(rec.pid(), rec.stop_signal(), false);
+      keep(rec);
+      changed = true;
+      continue;
+    }
+    if (now_ms - rec.stop_requested_unix_ms() >= options_.stop_grace.count()) {
+      spdlog::info("agent: worker {} still runs after the {} ms stop grace: SIGKILL",
+                   name, options_.stop_grace.count());
+      kill_now(rec);
+    }
+  }
+  return changed;
+}
+
+caf::expected<v1::LogChunk> worker_supervisor::read_log(const worker_ledger& ledger,
+                                                        const std::string& worker,
+                                                        uint64_t offset,
+                                                        uint32_t max_bytes) const {
+  if (worker.empty() || worker.find('/') != std::string::npos || worker == "."
+      || worker == "..")
+    return caf::make_error(ec::invalid_request, "'" + worker + "' is not a worker name");
+  auto path = worker_dir(worker) + "/log";
+  std::ifstream in{path, std::ios::binary};
+  if (!in)
+    return caf::make_error(ec::invalid_request, "machine " + options_.machine
+                                                  + " has no log for worker " + worker);
+  if (max_bytes == 0 || max_bytes > (1u << 20))
+    max_bytes = 1u << 20;
+  in.seekg(0, std::ios::end);
+  auto size = static_cast<uint64_t>(in.tellg());
+  if (offset > size)
+    offset = size;  // the log was started again
+  in.seekg(static_cast<std::streamoff>(offset));
+  std::string data(std::min<uint64_t>(max_bytes, size - offset), '\0');
+  in.read(data.data(), static_cast<std::streamsize>(data.size()));
+  data.resize(static_cast<size_t>(in.gcount()));
+  v1::LogChunk out;
+  out.set_worker(worker);
+  out.set_machine(options_.machine);
+  out.set_next_offset(offset + data.size());
+  out.set_data(std::move(data));
+  auto p = ledger.processes().find(worker);
+  out.set_state(p == ledger.processes().end() ? "Ended" : p->second.state());
+  out.set_finished(p == ledger.processes().end() || !live(p->second));
+  return out;
+}
+
+} // namespace astraeus

@@ -1,0 +1,111 @@
+#pragma once
+/// @file
+/// The worker supervisor: makes the processes on this machine match the
+/// workers its ledger holds. Each held worker that has no process is
+/// started (once: a worker that ended is not restarted); each process whose
+/// worker left the set is stopped: its stop signal (SIGTERM, or the image's
+/// STOPSIGNAL) to the main process, then SIGKILL to all of it after the
+/// stop grace (30 s by default, `stop.grace`, ASTRAEUS_STOP_GRACE); it is
+/// then `Cancelled`. Every state it finds is kept in the ledger (sync)
+/// with the pid and start time, so a restarted agent finds its workers
+/// again: same process, no restart.
+///
+/// States (v1::WorkerStatus.state): Running (with pid), Stopping, Exited
+/// (code 0), Failed (with the reason: "exited with code 3", "killed by
+/// signal 11", "cannot start: ..."), OOMKilled ("the container exceeded
+/// its memory limit"), Cancelled.
+///
+/// Runtimes: `process` runs the run's command as a host process with
+/// CUDA_VISIBLE_DEVICES set to its GPUs; `runc` runs an OCI container from
+/// the run's image (runtime/oci_bundle.hpp). `auto` picks runc when the
+/// runc program is found, else process; a run may ask for one
+/// (RunSpec.runtime). Output goes to `<data>/workers/<worker>/log`.
+/// Sources: shared/seeds/inside-a-worker.md ("Signals on stop", "Limits",
+/// "Command and working directory"), issue 6.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <caf/expected.hpp>
+
+#include "messages/astraeus.pb.h"
+#include "runtime/cdi.hpp"
+
+namespace astraeus {
+
+class worker_ledger;
+
+/// Settings of the supervisor (agent config keys in brackets).
+struct supervisor_options {
+  /// The agent's data folder: workers live in `<data_dir>/workers/<name>`.
+  std::string data_dir;
+  /// This machine's name (ASTRAEUS_NODE_NAME).
+  std::string machine;
+  /// [workers.runtime] auto, process or runc.
+  std::string runtime = "auto";
+  /// [workers.runc] the runc program.
+  std::string runc = "runc";
+  /// [workers.umoci], [workers.skopeo]: image unpacking tools.
+  std::string umoci = "umoci";
+  std::string skopeo = "skopeo";
+  /// [workers.images_dir] where image names ("busybox") are looked up.
+  std::string images_dir;
+  /// [stop.grace] time between the stop signal and SIGKILL.
+  std::chrono::milliseconds stop_grace{30000};
+  /// [host.root] prefix of /proc.
+  std::string proc_root = "/";
+  /// Open files per worker (seed: 1 048 576), clamped to the agent's own
+  /// hard limit with a warning.
+  uint64_t nofile = 1048576;
+  /// RDMA ports slower than this (Gb/s) are left out of NCCL_IB_HCA.
+  double rdma_min_gbps = 100;
+  /// How GPUs are handed to containers (CDI specs); may be empty.
+  cdi_options cdi;
+};
+
+/// One supervisor per agent; not thread-safe (the agent's actor calls it).
+class worker_supervisor {
+public:
+  explicit worker_supervisor(supervisor_options options);
+
+  /// Starts, checks and stops workers so that the processes match
+  /// `ledger`'s workers; `now_ms` is the wall clock. Returns true when a
+  /// worker's status changed (the agent then reports at once). Store
+  /// failures are logged; the record is written again at the next call.
+  bool reconcile(worker_ledger& ledger, int64_t now_ms);
+
+  /// The machine's RDMA ports (from its host facts), for NCCL_IB_HCA.
+  void set_rdma_ports(std::vector<v1::RdmaPort> ports) { rdma_ports_ = std::move(ports); }
+
+  /// Up to `max_bytes` of `worker`'s log from byte `offset`. Errors:
+  /// ec::invalid_request when this machine has no log for that worker.
+  caf::expected<v1::LogChunk> read_log(const worker_ledger& ledger,
+                                       const std::string& worker, uint64_t offset,
+                                       uint32_t max_bytes) const;
+
+  /// The runtime a worker of `spec` gets here ("process" or "runc").
+  std::string runtime_for(const v1::RunSpec& spec) const;
+
+  /// The folder of `worker`.
+  std::string worker_dir(const std::string& worker) const;
+
+  /// The options.
+  const supervisor_options& options() const { return options_; }
+
+private:
+  v1::WorkerProcess start(const v1::WorkerOrder& order, int64_t now_ms);
+  caf::error start_process(const v1::WorkerOrder& order, v1::WorkerProcess& rec);
+  caf::error start_runc(const v1::WorkerOrder& order, v1::WorkerProcess& rec);
+  /// Sets the final state of `rec` from its exit file; false while unknown.
+  bool finish(v1::WorkerProcess& rec);
+  void kill_now(const v1::WorkerProcess& rec);
+
+  supervisor_options options_;
+  std::vector<v1::RdmaPort> rdma_ports_;
+  bool nofile_warned_ = false;
+};
+
+} // namespace astraeus
