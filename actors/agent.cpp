@@ -526,6 +526,8 @@ void on_discovered(agent_ptr self, v1::GpuSection& section) {
   }
   st.gpus = std::move(section);
   st.gpus_known = true;
+  if (st.supervisor && changed)
+    st.supervisor->sync_cdi(st.gpus, st.config.host.root);
   drain_early_events(self);
   if (changed)
     send_report(self);

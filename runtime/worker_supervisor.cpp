@@ -124,17 +124,40 @@ v1::WorkerProcess worker_supervisor::start(const v1::WorkerOrder& order,
 
 namespace {
 
-/// The open-files limit a worker gets: the seed's value, clamped to the
-/// agent's own hard limit (an unprivileged agent cannot raise it).
-rlimit nofile_limit(uint64_t wanted, bool& warned, const std::string& worker) {
+/// Whether this process may raise hard resource limits (CAP_SYS_RESOURCE
+/// in its effective set, /proc/self/status CapEff bit 24).
+bool can_raise_limits() {
+  std::ifstream in{"/proc/self/status"};
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("CapEff:", 0) == 0) {
+      try {
+        return (std::stoull(line.substr(7), nullptr, 16) >> 24) & 1u;
+      } catch (...) {
+        return false;
+      }
+    }
+  return false;
+}
+
+/// The limit `resource` a worker gets: `wanted` (RLIM_INFINITY for
+/// unlimited), clamped to the agent's own hard limit when the agent may
+/// not raise it, with a warning the first time.
+rlimit worker_limit(int resource, rlim_t wanted, const char* what, bool& warned) {
   rlimit own{};
-  ::getrlimit(RLIMIT_NOFILE, &own);
-  rlimit out{static_cast<rlim_t>(wanted), static_cast<rlim_t>(wanted)};
-  if (own.rlim_max != RLIM_INFINITY && out.rlim_max > own.rlim_max) {
+  ::getrlimit(resource, &own);
+  rlimit out{wanted, wanted};
+  static const bool privileged = can_raise_limits();
+  if (!privileged && own.rlim_max != RLIM_INFINITY
+      && (wanted == RLIM_INFINITY || wanted > own.rlim_max)) {
     if (!warned)
-      spdlog::warn("agent: workers get nofile {} instead of {}: the agent's own hard "
-                   "limit is {} (raise it, e.g. LimitNOFILE= in its unit)",
-                   own.rlim_max, wanted, own.rlim_max);
+      spdlog::warn("agent: workers get {} {} instead of {}: the agent's own hard "
+                   "limit is {} and it may not raise it (raise it, e.g. Limit{}= in "
+                   "its unit)",
+                   what, own.rlim_max,
+                   wanted == RLIM_INFINITY ? std::string{"unlimited"} : std::to_string(wanted),
+                   own.rlim_max,
+                   std::string{what} == "nofile" ? "NOFILE" : "MEMLOCK");
     warned = true;
     out.rlim_cur = out.rlim_max = own.rlim_max;
   }
@@ -163,15 +186,11 @@ caf::error worker_supervisor::start_process(const v1::WorkerOrder& order,
   what.argv.assign(spec.command().begin(), spec.command().end());
   what.env = as_env_list(env);
   what.dir = rec.dir();
-  what.rlimits.emplace_back(RLIMIT_NOFILE,
-                            nofile_limit(options_.nofile, nofile_warned_, order.worker()));
-  if (order.gpu_ids_size() > 0) {
-    rlimit own{};
-    ::getrlimit(RLIMIT_MEMLOCK, &own);
-    rlimit unlimited{RLIM_INFINITY, RLIM_INFINITY};
-    what.rlimits.emplace_back(RLIMIT_MEMLOCK,
-                              ::geteuid() == 0 ? unlimited : rlimit{own.rlim_max, own.rlim_max});
-  }
+  what.rlimits.emplace_back(RLIMIT_NOFILE, worker_limit(RLIMIT_NOFILE, options_.nofile,
+                                                        "nofile", nofile_warned_));
+  if (order.gpu_ids_size() > 0)
+    what.rlimits.emplace_back(RLIMIT_MEMLOCK, worker_limit(RLIMIT_MEMLOCK, RLIM_INFINITY,
+                                                           "memlock", memlock_warned_));
   auto launched = launch_process(what);
   if (!launched)
     return launched.error();
@@ -247,11 +266,15 @@ caf::error worker_supervisor::start_runc(const v1::WorkerOrder& order,
   w.cpus = spec.cpus_per_worker();
   w.shm_bytes = shm_size_bytes(static_cast<uint32_t>(order.gpu_ids_size()),
                                spec.memory_bytes_per_worker());
-  auto nofile = nofile_limit(options_.nofile, nofile_warned_, order.worker());
-  w.rlimits.push_back({"nofile", static_cast<int64_t>(nofile.rlim_cur),
-                       static_cast<int64_t>(nofile.rlim_max)});
+  auto as_oci = [](const char* name, rlimit l) {
+    auto v = [](rlim_t x) { return x == RLIM_INFINITY ? int64_t{-1} : static_cast<int64_t>(x); };
+    return oci_rlimit{name, v(l.rlim_cur), v(l.rlim_max)};
+  };
+  w.rlimits.push_back(as_oci("nofile", worker_limit(RLIMIT_NOFILE, options_.nofile,
+                                                    "nofile", nofile_warned_)));
   if (order.gpu_ids_size() > 0) {
-    w.rlimits.push_back({"memlock", -1, -1});
+    w.rlimits.push_back(as_oci("memlock", worker_limit(RLIMIT_MEMLOCK, RLIM_INFINITY,
+                                                       "memlock", memlock_warned_)));
     auto reg = load_cdi(options_.cdi);
     std::vector<std::string> names;
     for (const auto& id : order.gpu_ids()) {
@@ -259,6 +282,17 @@ caf::error worker_supervisor::start_runc(const v1::WorkerOrder& order,
       names.push_back(reg.devices.count("amd.com/gpu=" + id) ? "amd.com/gpu=" + id : nv);
     }
     auto edits = cdi_edits_for(reg, names);
+    if (!edits && !nvidia_gpus_.empty()) {
+      // A stale or missing spec: write it again rather than start a worker
+      // that fails.
+      spdlog::warn("agent: worker {}: {}; writing the NVIDIA CDI spec again",
+                   order.worker(), render_error(edits.error()));
+      auto wrote = sync_nvidia_spec(options_.cdi, nvidia_driver_, nvidia_gpus_, true);
+      if (!wrote)
+        return wrote.error();
+      reg = load_cdi(options_.cdi);
+      edits = cdi_edits_for(reg, names);
+    }
     if (!edits)
       return edits.error();
     w.devices = edits->devices;
@@ -421,6 +455,42 @@ bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms) {
     }
   }
   return changed;
+}
+
+void worker_supervisor::sync_cdi(const v1::GpuSection& gpus, const std::string& sys_root) {
+  // "driver: healthy", "nvidia-smi", "no-gpu"; not "pending",
+  // "unresponsive" or "unavailable" (keep what is there then).
+  const auto& how = gpus.read_as();
+  if (how.find("healthy") == std::string::npos && how.find("nvidia-smi") == std::string::npos
+      && how.find("no-gpu") == std::string::npos)
+    return;
+  std::string driver;
+  std::vector<std::string> nvidia;
+  std::vector<amd_cdi_gpu> amd;
+  for (const auto& g : gpus.gpus()) {
+    if (g.vendor() == "nvidia") {
+      nvidia.push_back(g.id());
+      driver = g.driver_version();
+    } else if (g.vendor() == "amd") {
+      amd.push_back({g.id(), g.pci_address()});
+    }
+  }
+  if (!options_.cdi.nvidia_ctk.empty() || nvidia.empty()) {
+    auto wrote = sync_nvidia_spec(options_.cdi, driver, nvidia);
+    if (!wrote)
+      spdlog::error("agent: CDI: {}", render_error(wrote.error()));
+    else if (*wrote)
+      spdlog::info("agent: CDI: {} {}/nvidia.yaml", nvidia.empty() ? "removed" : "wrote",
+                   options_.cdi.dynamic_dir);
+  }
+  nvidia_driver_ = driver;
+  nvidia_gpus_ = nvidia;
+  auto wrote = write_amd_spec(options_.cdi, sys_root, "/", amd);
+  if (!wrote)
+    spdlog::error("agent: CDI: {}", render_error(wrote.error()));
+  else if (*wrote)
+    spdlog::info("agent: CDI: {} {}/amd-astraeus.json", amd.empty() ? "removed" : "wrote",
+                 options_.cdi.dynamic_dir);
 }
 
 caf::expected<v1::LogChunk> worker_supervisor::read_log(const worker_ledger& ledger,

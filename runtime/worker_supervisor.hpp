@@ -57,8 +57,9 @@ struct supervisor_options {
   std::chrono::milliseconds stop_grace{30000};
   /// [host.root] prefix of /proc.
   std::string proc_root = "/";
-  /// Open files per worker (seed: 1 048 576), clamped to the agent's own
-  /// hard limit with a warning.
+  /// Open files per worker (seed: 1 048 576); like `memlock` unlimited for
+  /// GPU workers, clamped with a warning to the agent's own hard limit when
+  /// the agent lacks CAP_SYS_RESOURCE.
   uint64_t nofile = 1048576;
   /// RDMA ports slower than this (Gb/s) are left out of NCCL_IB_HCA.
   double rdma_min_gbps = 100;
@@ -79,6 +80,12 @@ public:
 
   /// The machine's RDMA ports (from its host facts), for NCCL_IB_HCA.
   void set_rdma_ports(std::vector<v1::RdmaPort> ports) { rdma_ports_ = std::move(ports); }
+
+  /// Keeps the CDI specs in step with a discovery pass (a complete read:
+  /// `read_as` "driver: healthy", nvidia-smi or no-gpu): NVIDIA's through nvidia-ctk
+  /// under the fingerprint rule, the AMD spec from sysfs (`sys_root`).
+  /// Failures are logged (a GPU worker then fails to start with the reason).
+  void sync_cdi(const v1::GpuSection& gpus, const std::string& sys_root);
 
   /// Up to `max_bytes` of `worker`'s log from byte `offset`. Errors:
   /// ec::invalid_request when this machine has no log for that worker.
@@ -106,6 +113,9 @@ private:
   supervisor_options options_;
   std::vector<v1::RdmaPort> rdma_ports_;
   bool nofile_warned_ = false;
+  bool memlock_warned_ = false;
+  std::string nvidia_driver_;               ///< of the last complete read
+  std::vector<std::string> nvidia_gpus_;    ///< their UUIDs
 };
 
 } // namespace astraeus
