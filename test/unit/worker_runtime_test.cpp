@@ -1,0 +1,244 @@
+// The runc runtime's pure parts and CDI: the seed's /dev/shm rule and
+// command rules, users, config.json, and CDI specs (the conflict rule, the
+// dynamic folder winning, stale specs, nvidia-ctk's fingerprint rule, the
+// AMD spec from sysfs). Sources: shared/seeds/inside-a-worker.md,
+// shared/seeds/gpus.md ("How a worker gets its GPUs").
+
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "actor_fixture.hpp"
+#include "runtime/cdi.hpp"
+#include "runtime/oci_bundle.hpp"
+#include "runtime/worker_process.hpp"
+
+using namespace astraeus;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr uint64_t MiB = 1ull << 20, GiB = 1ull << 30;
+
+void write(const fs::path& p, const std::string& text) {
+  fs::create_directories(p.parent_path());
+  std::ofstream{p} << text;
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream in{p};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string spec_of(const std::string& kind, const std::vector<std::string>& names,
+                    const std::string& node = "/dev/null") {
+  std::string out = "cdiVersion: 0.5.0\nkind: " + kind + "\ndevices:\n";
+  for (const auto& n : names)
+    out += "- name: " + n + "\n  containerEdits:\n    deviceNodes:\n    - path: /dev/x-"
+           + n + "\n      hostPath: " + node + "\n";
+  return out;
+}
+
+const std::string stand_in_ctk = ASTRAEUS_SOURCE_DIR "/test/fixtures/nvidia-ctk/nvidia-ctk.sh";
+
+} // namespace
+
+TEST(SharedMemory, FollowsTheSeedsRule) {
+  EXPECT_EQ(shm_size_bytes(0, 0), 64 * MiB);
+  EXPECT_EQ(shm_size_bytes(0, 256 * MiB), 64 * MiB);
+  EXPECT_EQ(shm_size_bytes(1, 256 * MiB), 1 * GiB) << "at least 1 GiB";
+  EXPECT_EQ(shm_size_bytes(8, 64 * GiB), 32 * GiB) << "half the memory limit";
+  EXPECT_EQ(shm_size_bytes(8, 1024 * GiB), 64 * GiB) << "at most 64 GiB";
+  EXPECT_EQ(shm_size_bytes(8, 0), 8 * GiB) << "no memory limit";
+}
+
+TEST(WorkerCommand, CommandReplacesEntrypointAndCmd) {
+  oci_image img;
+  img.entrypoint = {"/entry"};
+  img.cmd = {"--serve"};
+  EXPECT_EQ(worker_command({"sh", "-c", "id"}, img),
+            (std::vector<std::string>{"sh", "-c", "id"}));
+  EXPECT_EQ(worker_command({}, img), (std::vector<std::string>{"/entry", "--serve"}));
+  img.entrypoint.clear();
+  EXPECT_EQ(worker_command({}, img), (std::vector<std::string>{"--serve"}));
+}
+
+TEST(WorkerUser, ResolvesNamesAgainstTheImage) {
+  test::temp_dir dir;
+  write(fs::path{dir.path()} / "etc/passwd",
+        "root:x:0:0:root:/root:/bin/sh\nalice:x:1000:100:Alice:/home/alice:/bin/sh\n");
+  write(fs::path{dir.path()} / "etc/group", "root:x:0:\nusers:x:100:\nvideo:x:44:\n");
+  auto root = resolve_user("", dir.path());
+  ASSERT_TRUE(root);
+  EXPECT_EQ(root->uid, 0u);
+  auto alice = resolve_user("alice", dir.path());
+  ASSERT_TRUE(alice);
+  EXPECT_EQ(alice->uid, 1000u);
+  EXPECT_EQ(alice->gid, 100u);
+  auto numeric = resolve_user("1234:44", dir.path());
+  ASSERT_TRUE(numeric);
+  EXPECT_EQ(numeric->uid, 1234u);
+  EXPECT_EQ(numeric->gid, 44u);
+  auto bad = resolve_user("bob", dir.path());
+  ASSERT_FALSE(bad);
+  EXPECT_NE(render_error(bad.error()).find("'bob'"), std::string::npos);
+}
+
+TEST(OciConfig, CarriesLimitsShmAndDevices) {
+  oci_worker w;
+  w.args = {"sh", "-c", "id"};
+  w.env = {"RANK=0"};
+  w.memory_bytes = 256 * MiB;
+  w.cpus = 2;
+  w.shm_bytes = 1 * GiB;
+  w.rlimits = {{"nofile", 1048576, 1048576}, {"memlock", -1, -1}};
+  w.devices = {{"/dev/nvidia0", "/dev/nvidia0", 'c', 195, 0, 0666}};
+  auto c = oci_config(w, "rootfs");
+  EXPECT_EQ(c["process"]["args"], nlohmann::json({"sh", "-c", "id"}));
+  EXPECT_EQ(c["linux"]["resources"]["memory"]["limit"], 256 * MiB);
+  EXPECT_EQ(c["linux"]["resources"]["cpu"]["quota"], 200000);
+  EXPECT_EQ(c["linux"]["resources"]["cpu"]["period"], 100000);
+  EXPECT_EQ(c["process"]["rlimits"][1]["type"], "RLIMIT_MEMLOCK");
+  EXPECT_EQ(c["process"]["rlimits"][1]["hard"], UINT64_MAX);
+  bool shm = false;
+  for (const auto& m : c["mounts"])
+    if (m["destination"] == "/dev/shm")
+      for (const auto& o : m["options"])
+        shm = shm || o == "size=" + std::to_string(GiB);
+  EXPECT_TRUE(shm) << c["mounts"].dump();
+  EXPECT_EQ(c["linux"]["devices"][0]["path"], "/dev/nvidia0");
+  w.cpu_burst = true;
+  auto burst = oci_config(w, "rootfs");
+  EXPECT_FALSE(burst["linux"]["resources"]["cpu"].contains("quota"))
+    << "cpu_burst: the weight only";
+}
+
+TEST(Cdi, TwoFilesInOneFolderDefiningADeviceIsAConflict) {
+  test::temp_dir dir;
+  cdi_options o;
+  o.static_dir = dir.path() + "/etc";
+  o.dynamic_dir = dir.path() + "/run";
+  write(fs::path{o.dynamic_dir} / "a.yaml", spec_of("nvidia.com/gpu", {"GPU-1", "GPU-2"}));
+  write(fs::path{o.dynamic_dir} / "b.yaml", spec_of("nvidia.com/gpu", {"GPU-2"}));
+  auto reg = load_cdi(o);
+  EXPECT_TRUE(cdi_edits_for(reg, {"nvidia.com/gpu=GPU-1"}));
+  auto refused = cdi_edits_for(reg, {"nvidia.com/gpu=GPU-2"});
+  ASSERT_FALSE(refused);
+  auto why = render_error(refused.error());
+  EXPECT_NE(why.find("a.yaml"), std::string::npos) << why;
+  EXPECT_NE(why.find("b.yaml"), std::string::npos) << why;
+}
+
+TEST(Cdi, TheDynamicFolderWins) {
+  test::temp_dir dir;
+  cdi_options o;
+  o.static_dir = dir.path() + "/etc";
+  o.dynamic_dir = dir.path() + "/run";
+  write(fs::path{o.static_dir} / "old.yaml", spec_of("nvidia.com/gpu", {"GPU-1"}, "/dev/zero"));
+  write(fs::path{o.dynamic_dir} / "new.yaml", spec_of("nvidia.com/gpu", {"GPU-1"}, "/dev/null"));
+  auto edits = cdi_edits_for(load_cdi(o), {"nvidia.com/gpu=GPU-1"});
+  ASSERT_TRUE(edits);
+  ASSERT_EQ(edits->devices.size(), 1u);
+  EXPECT_EQ(edits->devices[0].host_path, "/dev/null");
+}
+
+TEST(Cdi, ADeviceWhoseNodeIsGoneIsStaleAndNotHandedOver) {
+  test::temp_dir dir;
+  cdi_options o;
+  o.static_dir = dir.path() + "/etc";
+  o.dynamic_dir = dir.path() + "/run";
+  write(fs::path{o.dynamic_dir} / "nvidia.yaml",
+        spec_of("nvidia.com/gpu", {"GPU-1"}, "/dev/no-such-gpu-node"));
+  auto reg = load_cdi(o);
+  EXPECT_FALSE(cdi_edits_for(reg, {"nvidia.com/gpu=GPU-1"}));
+  ASSERT_EQ(reg.warnings.size(), 1u);
+  EXPECT_NE(reg.warnings[0].find("stale"), std::string::npos) << reg.warnings[0];
+}
+
+TEST(Cdi, NvidiaSpecFollowsTheFingerprintRule) {
+  test::temp_dir dir;
+  cdi_options o;
+  o.dynamic_dir = dir.path() + "/run";
+  o.nvidia_ctk = stand_in_ctk;
+  auto calls = dir.path() + "/calls";
+  ::setenv("FAKE_CTK_CALLS", calls.c_str(), 1);
+  ::setenv("FAKE_CTK_GPUS", "GPU-1 GPU-2", 1);
+  auto count = [&] {
+    auto text = read(calls);
+    return std::count(text.begin(), text.end(), '\n');
+  };
+  auto spec = fs::path{o.dynamic_dir} / "nvidia.yaml";
+  // A spec it did not write is replaced the first time.
+  write(spec, "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n");
+  EXPECT_EQ(sync_nvidia_spec(o, "550.54.15", {"GPU-2", "GPU-1"}), true);
+  EXPECT_EQ(count(), 1);
+  EXPECT_TRUE(cdi_edits_for(load_cdi(o), {"nvidia.com/gpu=GPU-1"}));
+  // Same driver and GPUs: nothing to do.
+  EXPECT_EQ(sync_nvidia_spec(o, "550.54.15", {"GPU-1", "GPU-2"}), false);
+  EXPECT_EQ(count(), 1);
+  // A new driver, or a new GPU set: written again.
+  EXPECT_EQ(sync_nvidia_spec(o, "555.42.02", {"GPU-1", "GPU-2"}), true);
+  EXPECT_EQ(sync_nvidia_spec(o, "555.42.02", {"GPU-1"}), true);
+  EXPECT_EQ(count(), 3);
+  // A stale spec is written again on request.
+  EXPECT_EQ(sync_nvidia_spec(o, "555.42.02", {"GPU-1"}, true), true);
+  EXPECT_EQ(count(), 4);
+  // The GPUs went away: its spec is removed.
+  EXPECT_EQ(sync_nvidia_spec(o, "", {}), true);
+  EXPECT_FALSE(fs::exists(spec));
+  ::unsetenv("FAKE_CTK_CALLS");
+  ::unsetenv("FAKE_CTK_GPUS");
+}
+
+TEST(Cdi, NvidiaCtkFailureSaysWhy) {
+  test::temp_dir dir;
+  cdi_options o;
+  o.dynamic_dir = dir.path() + "/run";
+  o.nvidia_ctk = "/bin/false";
+  auto r = sync_nvidia_spec(o, "550.54.15", {"GPU-1"});
+  ASSERT_FALSE(r);
+  EXPECT_NE(render_error(r.error()).find("cdi generate failed"), std::string::npos);
+}
+
+TEST(Cdi, AmdSpecComesFromSysfsMatchedByPciAddress) {
+  test::temp_dir dir;
+  auto sys = dir.path() + "/host";
+  // Card numbers do not follow the PCI order: the spec must not care.
+  fs::create_directories(sys + "/sys/bus/pci/devices/0000:c1:00.0/drm/card0");
+  fs::create_directories(sys + "/sys/bus/pci/devices/0000:c1:00.0/drm/renderD129");
+  fs::create_directories(sys + "/sys/bus/pci/devices/0000:03:00.0/drm/card1");
+  fs::create_directories(sys + "/sys/bus/pci/devices/0000:03:00.0/drm/renderD128");
+  write(sys + "/etc/group", "video:x:44:\nrender:x:105:\n");
+  cdi_options o;
+  o.static_dir = dir.path() + "/etc-cdi";
+  o.dynamic_dir = dir.path() + "/run";
+  auto wrote = write_amd_spec(o, sys, sys,
+                              {{"amd-a", "0000:03:00.0"}, {"amd-b", "0000:c1:00.0"}});
+  ASSERT_TRUE(wrote);
+  EXPECT_TRUE(*wrote);
+  auto spec = nlohmann::json::parse(read(fs::path{o.dynamic_dir} / "amd-astraeus.json"));
+  EXPECT_EQ(spec["kind"], "amd.com/gpu");
+  EXPECT_EQ(spec["devices"][0]["name"], "amd-a");
+  EXPECT_EQ(spec["devices"][0]["containerEdits"]["deviceNodes"][0]["path"], "/dev/dri/card1");
+  EXPECT_EQ(spec["devices"][0]["containerEdits"]["deviceNodes"][1]["path"],
+            "/dev/dri/renderD128");
+  EXPECT_EQ(spec["devices"][1]["containerEdits"]["deviceNodes"][1]["path"],
+            "/dev/dri/renderD129");
+  EXPECT_EQ(spec["containerEdits"]["deviceNodes"][0]["path"], "/dev/kfd");
+  EXPECT_EQ(spec["containerEdits"]["additionalGids"], nlohmann::json({105, 44}));
+  EXPECT_EQ(*write_amd_spec(o, sys, sys, {{"amd-a", "0000:03:00.0"}, {"amd-b", "0000:c1:00.0"}}),
+            false) << "unchanged";
+  EXPECT_EQ(*write_amd_spec(o, sys, sys, {}), true);
+  EXPECT_FALSE(fs::exists(fs::path{o.dynamic_dir} / "amd-astraeus.json"));
+}
+
+TEST(Signals, ParsesNamesAndNumbers) {
+  EXPECT_EQ(*parse_signal("SIGTERM"), 15);
+  EXPECT_EQ(*parse_signal("int"), 2);
+  EXPECT_EQ(*parse_signal("9"), 9);
+  EXPECT_FALSE(parse_signal("SIGNOPE"));
+  EXPECT_FALSE(parse_signal("0"));
+}
