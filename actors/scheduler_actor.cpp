@@ -935,6 +935,11 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
             changed = true;
           }
         }
+        // Placed until every worker runs; then Running.
+        if (changed && run.state() == std::string{run_state::placed}
+            && std::all_of(run.workers().begin(), run.workers().end(),
+                           [](const auto& w) { return w.state() == run_state::running; }))
+          run.set_state(run_state::running);
         if (changed) {
           mark(self, run_name);
           touched.push_back(run_name);

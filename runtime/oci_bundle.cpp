@@ -224,10 +224,10 @@ uint64_t shm_size_bytes(uint32_t gpus, uint64_t memory_limit_bytes) {
 caf::expected<oci_user> resolve_user(const std::string& user,
                                      const std::string& rootfs) {
   oci_user out;
-  if (user.empty() || user == "root")
-    return out;
   auto colon = user.find(':');
   auto name = user.substr(0, colon);
+  if (name.empty())
+    name = "root";
   auto group = colon == std::string::npos ? std::string{} : user.substr(colon + 1);
   auto etc = fs::path{rootfs} / "etc";
   uint32_t gid_from_passwd = 0;
@@ -236,9 +236,30 @@ caf::expected<oci_user> resolve_user(const std::string& user,
     have_passwd_gid = true;
   } else if (all_digits(name)) {
     out.uid = static_cast<uint32_t>(std::stoul(name));
+  } else if (name == "root") {
+    out.uid = 0;
   } else {
     return caf::make_error(ec::invalid_request,
                            "user '" + name + "' is not in the image's /etc/passwd");
+  }
+  // Supplementary groups: those of the image's /etc/group that list the
+  // user by name (as `id` shows them).
+  {
+    std::ifstream in{etc / "group"};
+    std::string line;
+    while (std::getline(in, line)) {
+      std::vector<std::string> f;
+      std::stringstream ss{line};
+      std::string x;
+      while (std::getline(ss, x, ':'))
+        f.push_back(x);
+      if (f.size() < 4 || !all_digits(f[2]))
+        continue;
+      std::stringstream members{f[3]};
+      while (std::getline(members, x, ','))
+        if (x == name)
+          out.groups.push_back(static_cast<uint32_t>(std::stoul(f[2])));
+    }
   }
   if (group.empty()) {
     out.gid = have_passwd_gid ? gid_from_passwd : out.uid;
@@ -262,8 +283,14 @@ json oci_config(const oci_worker& w, const std::string& rootfs) {
     rl.push_back({{"type", type}, {"soft", lim(r.soft)}, {"hard", lim(r.hard)}});
   }
   json user = {{"uid", w.user.uid}, {"gid", w.user.gid}};
-  if (!w.user.groups.empty())
-    user["additionalGids"] = w.user.groups;
+  if (!w.user.groups.empty()) {
+    // The primary group too, as `id` lists it (groups=0(root),10(wheel)).
+    std::vector<uint32_t> gids{w.user.gid};
+    for (auto g : w.user.groups)
+      if (std::find(gids.begin(), gids.end(), g) == gids.end())
+        gids.push_back(g);
+    user["additionalGids"] = gids;
+  }
   json caps = json::array({"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER",
                            "CAP_MKNOD", "CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID",
                            "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",

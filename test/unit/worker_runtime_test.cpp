@@ -70,14 +70,17 @@ TEST(WorkerUser, ResolvesNamesAgainstTheImage) {
   test::temp_dir dir;
   write(fs::path{dir.path()} / "etc/passwd",
         "root:x:0:0:root:/root:/bin/sh\nalice:x:1000:100:Alice:/home/alice:/bin/sh\n");
-  write(fs::path{dir.path()} / "etc/group", "root:x:0:\nusers:x:100:\nvideo:x:44:\n");
+  write(fs::path{dir.path()} / "etc/group",
+        "root:x:0:\nwheel:x:10:root\nusers:x:100:\nvideo:x:44:alice\n");
   auto root = resolve_user("", dir.path());
   ASSERT_TRUE(root);
   EXPECT_EQ(root->uid, 0u);
+  EXPECT_EQ(root->groups, std::vector<uint32_t>{10}) << "wheel lists root";
   auto alice = resolve_user("alice", dir.path());
   ASSERT_TRUE(alice);
   EXPECT_EQ(alice->uid, 1000u);
   EXPECT_EQ(alice->gid, 100u);
+  EXPECT_EQ(alice->groups, std::vector<uint32_t>{44});
   auto numeric = resolve_user("1234:44", dir.path());
   ASSERT_TRUE(numeric);
   EXPECT_EQ(numeric->uid, 1234u);

@@ -1,0 +1,308 @@
+// Workers on a real controller + agent + astra on loopback, with the NVML
+// stand-in (8 H100s): the seed's whoami example through the process runtime
+// and through runc, `astra logs`, a worker that ignores SIGTERM killed at the
+// stop grace with nothing left behind, and an agent killed with -9 ten
+// times while its worker runs on: same process, no restart.
+// Sources: shared/seeds/inside-a-worker.md, issue 6.
+
+#include <csignal>
+#include <set>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "integration/cluster_harness.hpp"
+#include "runtime/worker_process.hpp"
+
+using namespace astraeus;
+using namespace astraeus::itest;
+
+namespace {
+
+const std::string h100x8 = ASTRAEUS_SOURCE_DIR "/test/fixtures/nvml/h100x8.json";
+const std::string stand_in_ctk = ASTRAEUS_SOURCE_DIR "/test/fixtures/nvidia-ctk/nvidia-ctk.sh";
+
+/// The seed's whoami variables (A quick look), plus the three a GPU
+/// worker adds: the scheduler places GPU workers only, for now.
+const std::set<std::string> whoami_names = {
+  "ASTRAEUS_GROUP_NAME", "ASTRAEUS_GROUP_REPLICA_INDEX", "ASTRAEUS_JOB_NAME",
+  "ASTRAEUS_LEADER_ADDRESS", "ASTRAEUS_LEADER_TASK_NAME", "ASTRAEUS_NODE_NAME",
+  "ASTRAEUS_REPLICA_INDEX", "ASTRAEUS_TASK_NAME", "ASTRAEUS_WORLD_SIZE", "MASTER_ADDR",
+  "MASTER_PORT", "RANK", "SLURMD_NODENAME", "SLURM_CLUSTER_NAME", "SLURM_CPUS_PER_TASK",
+  "SLURM_JOBID", "SLURM_JOB_ID", "SLURM_JOB_NAME", "SLURM_JOB_NUM_NODES", "SLURM_LOCALID",
+  "SLURM_MEM_PER_NODE", "SLURM_NNODES", "SLURM_NODEID", "SLURM_NPROCS", "SLURM_NTASKS",
+  "SLURM_NTASKS_PER_NODE", "SLURM_PROCID", "WORLD_SIZE",
+  // With a GPU:
+  "ASTRAEUS_GPU_COUNT", "SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_TASK"};
+
+const std::string whoami_script =
+  R"x(env | grep -E "^(ASTRAEUS|SLURM|RANK|WORLD|MASTER)" | sort; id; df -h /dev/shm)x";
+
+class Workers : public ::testing::Test {
+protected:
+  void SetUp() override {
+    port_ = free_port();
+    ASSERT_NE(port_, 0);
+  }
+
+  void TearDown() override {
+    const bool failed = ::testing::Test::HasFailure();
+    // Workers outlive agents by design: end the ones this test started.
+    for (const auto& f : pid_files_)
+      for (auto pid : pids_in(f))
+        ::kill(pid, SIGKILL);
+    for (auto& p : procs_) {
+      if (failed)
+        std::fprintf(stderr, "---- %s\n---- stderr:\n%s\n", p->command_line().c_str(),
+                     p->err().substr(p->err().size() > 6000 ? p->err().size() - 6000 : 0)
+                       .c_str());
+      p->kill_now();
+    }
+  }
+
+  static std::vector<pid_t> pids_in(const fs::path& f) {
+    std::vector<pid_t> out;
+    std::stringstream in{read_text(f)};
+    long pid;
+    while (in >> pid)
+      if (pid > 1)
+        out.push_back(static_cast<pid_t>(pid));
+    return out;
+  }
+
+  process* spawn(const std::string& label, std::vector<std::string> argv,
+                 std::vector<std::string> env = {}) {
+    auto n = std::to_string(procs_.size());
+    procs_.push_back(std::make_unique<process>(std::move(argv), dir_ / (label + n + ".out"),
+                                               dir_ / (label + n + ".err"), std::move(env)));
+    return procs_.back().get();
+  }
+
+  std::string addr() const {
+    return "127.0.0.1:" + std::to_string(port_);
+  }
+
+  fs::path agent_dir() const {
+    return dir_ / "agent";
+  }
+
+  process* start_agent(const std::string& runtime) {
+    agent_ = spawn("agent",
+                   {program("astraeus-agent"), "--controller", addr(), "--data-dir",
+                    agent_dir().string(), "--name", "gpu-09", "--report-interval", "200ms",
+                    "--set", std::string{"gpu.nvml_library="} + ASTRAEUS_NVML_STAND_IN,
+                    "--set", "kmsg.path=", "--set", "reconnect.min_backoff=100ms",
+                    "--set", "reconnect.max_backoff=300ms", "--set",
+                    "workers.runtime=" + runtime, "--set", "workers.poll_interval=50ms",
+                    "--set", "stop.grace=2s", "--set",
+                    "cdi.static_dir=" + (dir_ / "etc-cdi").string(), "--set",
+                    "cdi.dynamic_dir=" + (dir_ / "run-cdi").string(), "--set",
+                    "cdi.nvidia_ctk=" + stand_in_ctk},
+                   {"ASTRAEUS_NVML_FIXTURE=" + h100x8});
+    return agent_;
+  }
+
+  /// A controller and the agent of gpu-09, Up with its GPUs.
+  bool start_cluster(const std::string& runtime) {
+    auto* ctl = spawn("controller", {program("astraeus-controller"), "--port",
+                                     std::to_string(port_), "--data-dir",
+                                     (dir_ / "controller").string(), "--heartbeat-lapse", "3s"});
+    if (!wait_until([&] { return static_cast<bool>(gate_client::connect_cli(loopback(port_), 300ms)); },
+                    10s)) {
+      ADD_FAILURE() << "controller not ready: " << ctl->err();
+      return false;
+    }
+    start_agent(runtime);
+    bool up = wait_until(
+      [&] {
+        auto m = get_machine(port_, "gpu-09");
+        return m && m->state() == v1::Machine::Up;
+      },
+      10s);
+    EXPECT_TRUE(up) << "gpu-09 not Up";
+    return up;
+  }
+
+  command_result astra(std::vector<std::string> args) {
+    std::vector<std::string> argv{program("astra"), "--addr", addr()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run_command(argv, dir_.path());
+  }
+
+  /// The run's state and its first worker's state ("" when unknown).
+  std::pair<std::string, std::string> run_state(const std::string& name) {
+    auto res = astra({"run", "show", name, "-o", "json"});
+    if (res.rc != 0)
+      return {};
+    auto j = nlohmann::json::parse(res.out, nullptr, false);
+    if (j.is_discarded())
+      return {};
+    std::string worker;
+    if (j.contains("workers") && !j["workers"].empty())
+      worker = j["workers"][0].value("state", "");
+    return {j.value("state", ""), worker};
+  }
+
+  bool wait_run(const std::string& name, const std::string& state, milliseconds t = 15s) {
+    std::pair<std::string, std::string> last;
+    bool ok = wait_until(
+      [&] {
+        last = run_state(name);
+        return last.first == state;
+      },
+      t, 50ms);
+    if (!ok)
+      ADD_FAILURE() << "run " << name << " not " << state << " within " << t.count()
+                    << " ms; last " << last.first << "/" << last.second;
+    return ok;
+  }
+
+  /// The names of the `NAME=value` lines of `text`.
+  static std::set<std::string> variable_names(const std::string& text) {
+    std::set<std::string> out;
+    std::stringstream in{text};
+    std::string line;
+    while (std::getline(in, line)) {
+      auto eq = line.find('=');
+      if (eq == std::string::npos || eq == 0)
+        continue;
+      auto name = line.substr(0, eq);
+      if (std::all_of(name.begin(), name.end(), [](char c) {
+            return std::isupper(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c))
+                   || c == '_';
+          }))
+        out.insert(name);
+    }
+    return out;
+  }
+
+  void check_whoami(const std::string& name) {
+    ASSERT_TRUE(wait_run(name, "Stopped"));
+    auto logs = astra({"logs", name});
+    ASSERT_EQ(logs.rc, 0) << logs.err;
+    EXPECT_EQ(variable_names(logs.out), whoami_names) << logs.out;
+    EXPECT_TRUE(contains(logs.out, "ASTRAEUS_TASK_NAME=" + name + "-0\n")) << logs.out;
+    EXPECT_TRUE(contains(logs.out, "ASTRAEUS_NODE_NAME=gpu-09\n")) << logs.out;
+    EXPECT_TRUE(contains(logs.out, "MASTER_PORT=29500\n")) << logs.out;
+    EXPECT_TRUE(contains(logs.out, "SLURM_MEM_PER_NODE=256\n")) << logs.out;
+    EXPECT_TRUE(contains(logs.out, "uid=0(root)")) << logs.out;
+    EXPECT_TRUE(contains(logs.out, "/dev/shm")) << logs.out;
+  }
+
+  temp_dir dir_{"astraeus-workers"};
+  uint16_t port_ = 0;
+  std::vector<std::unique_ptr<process>> procs_;
+  std::vector<fs::path> pid_files_;
+  process* agent_ = nullptr;
+};
+
+} // namespace
+
+TEST_F(Workers, WhoamiAsAHostProcessPrintsTheSeedsVariables) {
+  ASSERT_TRUE(start_cluster("process"));
+  auto res = astra({"run", "--name", "whoami", "--image", "busybox", "--gpus", "1", "--cpus",
+                    "1", "--mem", "256M", "--", "sh", "-c",
+                    whoami_script + "; echo cuda: $CUDA_VISIBLE_DEVICES"});
+  ASSERT_EQ(res.rc, 0) << res.err;
+  check_whoami("whoami");
+  auto logs = astra({"logs", "whoami", "--worker", "0"});
+  EXPECT_TRUE(contains(logs.out, "cuda: GPU-")) << "the process runtime hides the other GPUs";
+}
+
+TEST_F(Workers, WhoamiInARuncContainerPrintsTheSeedsVariables) {
+  if (find_executable("runc", "/usr/sbin:/usr/bin:/sbin:/bin").empty())
+    GTEST_SKIP() << "runc is not installed (bin/setup installs Debian's runc)";
+  if (!fs::exists("/bin/busybox"))
+    GTEST_SKIP() << "busybox-static is not installed (bin/setup installs it)";
+  // A tiny image from Debian's busybox-static: a root filesystem folder.
+  auto image = agent_dir() / "images" / "busybox";
+  fs::create_directories(image / "bin");
+  fs::create_directories(image / "etc");
+  fs::copy_file("/bin/busybox", image / "bin" / "busybox");
+  for (const char* tool : {"sh", "env", "grep", "sort", "id", "df", "echo", "sleep"})
+    fs::create_symlink("busybox", image / "bin" / tool);
+  write_text(image / "etc" / "passwd", "root:x:0:0:root:/root:/bin/sh\n");
+  write_text(image / "etc" / "group", "root:x:0:\nwheel:x:10:root\n");
+  ASSERT_TRUE(start_cluster("runc"));
+  auto res = astra({"run", "--name", "whoami", "--image", "busybox", "--gpus", "1", "--cpus",
+                    "1", "--mem", "256M", "--", "sh", "-c",
+                    whoami_script + "; echo cuda: $CUDA_VISIBLE_DEVICES; ls /dev"});
+  ASSERT_EQ(res.rc, 0) << res.err;
+  check_whoami("whoami");
+  auto logs = astra({"logs", "whoami"});
+  EXPECT_TRUE(contains(logs.out, "cuda:\n")) << "not set in a container: " << logs.out;
+  EXPECT_TRUE(contains(logs.out, "1.0G")) << "/dev/shm: 1 GiB for a GPU worker: " << logs.out;
+  EXPECT_TRUE(contains(logs.out, "\nnvidia")) << "its GPU's device node (CDI): " << logs.out;
+  EXPECT_TRUE(contains(logs.out, "groups=0(root),10(wheel)")) << logs.out;
+}
+
+TEST_F(Workers, FailingWorkerFailsItsRunWithTheExitCode) {
+  ASSERT_TRUE(start_cluster("process"));
+  auto res = astra({"run", "--name", "oops", "--gpus", "1", "--", "sh", "-c",
+                    "echo about to fail; exit 3"});
+  ASSERT_EQ(res.rc, 0) << res.err;
+  ASSERT_TRUE(wait_run("oops", "Failed"));
+  auto show = astra({"run", "show", "oops"});
+  EXPECT_TRUE(contains(show.out, "exited with code 3")) << show.out;
+  auto logs = astra({"logs", "oops"});
+  EXPECT_EQ(logs.out, "about to fail\n");
+}
+
+TEST_F(Workers, WorkerIgnoringSigtermIsKilledAtTheGraceWithNothingLeftBehind) {
+  ASSERT_TRUE(start_cluster("process"));
+  auto pids = dir_ / "pids";
+  pid_files_.push_back(pids);
+  // The main process and a child of it both ignore SIGTERM.
+  auto script = "trap '' TERM; sleep 1000 & echo $! >> " + pids.string() + "; echo $$ >> "
+                + pids.string() + "; while :; do sleep 1; done";
+  ASSERT_EQ(astra({"run", "--name", "stubborn", "--gpus", "1", "--", "sh", "-c", script}).rc, 0);
+  ASSERT_TRUE(wait_until([&] { return pids_in(pids).size() == 2; }, 10s));
+  ASSERT_TRUE(wait_run("stubborn", "Running"));
+  auto t0 = steady::now();
+  ASSERT_EQ(astra({"delete", "stubborn"}).rc, 0);
+  auto all_gone = [&] {
+    for (auto pid : pids_in(pids))
+      if (process_alive(pid, 0))
+        return false;
+    return true;
+  };
+  ASSERT_TRUE(wait_until(all_gone, 10s, 20ms)) << "a worker process survived";
+  auto took = seconds_since(t0);
+  EXPECT_GE(took, 1.0) << "killed before the 2 s grace";
+  EXPECT_LE(took, 3.0) << "the 2 s grace, +-1 s";
+  auto log = read_text(agent_->err_file());
+  EXPECT_TRUE(contains(log, "SIGKILL")) << log;
+}
+
+TEST_F(Workers, AgentKilledTenTimesFindsItsWorkerAgainWithoutRestartingIt) {
+  ASSERT_TRUE(start_cluster("process"));
+  auto pids = dir_ / "pids";
+  pid_files_.push_back(pids);
+  auto script = "echo $$ >> " + pids.string() + "; exec sleep 1000";
+  ASSERT_EQ(astra({"run", "--name", "steady", "--gpus", "1", "--", "sh", "-c", script}).rc, 0);
+  ASSERT_TRUE(wait_until([&] { return pids_in(pids).size() == 1; }, 10s));
+  ASSERT_TRUE(wait_run("steady", "Running"));
+  const auto pid = pids_in(pids).at(0);
+  const auto started = process_start_ticks(pid);
+  ASSERT_NE(started, 0u);
+  for (int i = 0; i < 10; ++i) {
+    agent_->kill_now();  // SIGKILL
+    ASSERT_TRUE(process_alive(pid, started)) << "the worker died with agent run " << i;
+    auto before = get_machine(port_, "gpu-09");
+    ASSERT_TRUE(before);
+    start_agent("process");
+    ASSERT_TRUE(wait_until(
+      [&] {
+        auto m = get_machine(port_, "gpu-09");
+        return m && m->last_report_unix_ms() > before->last_report_unix_ms();
+      },
+      10s))
+      << "agent run " << i + 1 << " did not report";
+  }
+  EXPECT_TRUE(process_alive(pid, started)) << "same process";
+  EXPECT_EQ(pids_in(pids).size(), 1u) << "zero restarts";
+  EXPECT_EQ(run_state("steady").first, "Running");
+  // And the restarted agent still stops it.
+  ASSERT_EQ(astra({"delete", "steady"}).rc, 0);
+  EXPECT_TRUE(wait_until([&] { return !process_alive(pid, started); }, 5s));
+}
