@@ -248,6 +248,27 @@ TEST_F(Workers, FailingWorkerFailsItsRunWithTheExitCode) {
   EXPECT_EQ(logs.out, "about to fail\n");
 }
 
+TEST_F(Workers, OneFailedWorkerFailsTheGangAndTheOthersAreStopped) {
+  ASSERT_TRUE(start_cluster("process"));
+  auto pids = dir_ / "pids";
+  pid_files_.push_back(pids);
+  // Rank 1 waits (and takes SIGTERM); rank 0 fails once rank 1 runs.
+  auto script = "if [ $RANK = 1 ]; then echo $$ >> " + pids.string()
+                + "; exec sleep 1000; fi; while [ ! -s " + pids.string()
+                + " ]; do sleep 0.05; done; exit 7";
+  ASSERT_EQ(astra({"run", "--name", "gang", "--gpus", "1", "--workers", "2", "--", "sh", "-c",
+                   script}).rc,
+            0);
+  ASSERT_TRUE(wait_run("gang", "Failed"));
+  auto show = astra({"run", "show", "gang"});
+  EXPECT_TRUE(contains(show.out, "worker gang-0 Failed: exited with code 7")) << show.out;
+  ASSERT_EQ(pids_in(pids).size(), 1u);
+  EXPECT_TRUE(wait_until([&] { return !process_alive(pids_in(pids)[0], 0); }, 5s))
+    << "rank 1 was not stopped";
+  auto logs = read_text(agent_->err_file());
+  EXPECT_TRUE(contains(logs, "worker gang-1 Cancelled")) << logs;
+}
+
 TEST_F(Workers, WorkerIgnoringSigtermIsKilledAtTheGraceWithNothingLeftBehind) {
   ASSERT_TRUE(start_cluster("process"));
   auto pids = dir_ / "pids";
