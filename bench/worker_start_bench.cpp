@@ -1,0 +1,181 @@
+// Time from an assignment reaching the agent (the ledger applies the orders)
+// to the worker's process running (its command has written a marker file),
+// p50 and p99 over 100 starts, for the `process` and `runc` runtimes; and the
+// memory each running worker costs on the agent's side (its shim's
+// proportional set size, and the agent's own growth). Plain main; prints
+// figures for bench/RESULTS.md. Issue 6, "Benchmark".
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <filesystem>
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include "runtime/worker_ledger.hpp"
+#include "runtime/worker_process.hpp"
+#include "runtime/worker_supervisor.hpp"
+#include "store/store.hpp"
+
+using namespace astraeus;
+namespace fs = std::filesystem;
+using clk = std::chrono::steady_clock;
+
+namespace {
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+           std::chrono::system_clock::now().time_since_epoch())
+    .count();
+}
+
+/// A kB figure from /proc/<pid>/<file> ("Pss:", "VmRSS:").
+long proc_kb(pid_t pid, const char* file, const char* key) {
+  std::ifstream in{"/proc/" + std::to_string(pid) + "/" + file};
+  std::string k;
+  long v;
+  while (in >> k) {
+    if (k == key && in >> v)
+      return v;
+  }
+  return -1;
+}
+
+
+v1::WorkerOrders orders_of(uint64_t gen, int n, const std::string& runtime,
+                           const std::string& marker_dir) {
+  v1::WorkerOrders o;
+  o.set_machine("bench");
+  o.set_generation(gen);
+  for (int i = 0; i < n; ++i) {
+    auto* w = o.add_workers();
+    w->set_worker("w" + std::to_string(gen) + "-" + std::to_string(i));
+    w->set_run("w" + std::to_string(gen));
+    w->set_world_size(1);
+    w->set_array_index(-1);
+    auto* spec = w->mutable_spec();
+    spec->set_name(w->run());
+    spec->set_runtime(runtime);
+    spec->set_image("busybox");
+    spec->add_command("sh");
+    spec->add_command("-c");
+    spec->add_command("echo > " + marker_dir + "/" + w->worker() + "; exec sleep 1000");
+  }
+  return o;
+}
+
+struct figures {
+  double p50_ms = 0, p99_ms = 0, max_ms = 0;
+};
+
+figures measure(const std::string& runtime, int starts, const fs::path& dir) {
+  auto opened = Store::open((dir / "store").string());
+  std::shared_ptr<Store> store = std::move(*opened);
+  auto ledger = *worker_ledger::load(store);
+  supervisor_options opts;
+  opts.data_dir = dir.string();
+  opts.machine = "bench";
+  opts.runtime = runtime;
+  opts.images_dir = (dir / "images").string();
+  opts.stop_grace = std::chrono::milliseconds{0};
+  worker_supervisor sup{opts};
+  std::vector<double> ms;
+  for (int i = 1; i <= starts; ++i) {
+    // In a container the marker lands in the bundle's root filesystem.
+    auto name = "w" + std::to_string(i) + "-0";
+    auto marker_dir = runtime == "runc" ? std::string{"/"} : dir.string();
+    auto marker = runtime == "runc" ? dir / "workers" / name / "bundle" / "rootfs" / name
+                                    : dir / name;
+    auto t0 = clk::now();
+    ledger.apply("bench", orders_of(i, 1, runtime, marker_dir == "/" ? "" : marker_dir));
+    sup.reconcile(ledger, now_ms());
+    while (!fs::exists(marker)) {
+      if (clk::now() - t0 > std::chrono::seconds{10}) {
+        std::fprintf(stderr, "%s: worker %d did not start\n", runtime.c_str(), i);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds{200});
+    }
+    ms.push_back(std::chrono::duration<double, std::milli>(clk::now() - t0).count());
+    // Stop it: the set empties, the grace is 0, the next pass kills it.
+    ledger.apply("bench", orders_of(1000000 + i, 0, runtime, ""));
+    for (int k = 0; k < 200 && !ledger.processes().empty(); ++k) {
+      sup.reconcile(ledger, now_ms());
+      std::this_thread::sleep_for(std::chrono::milliseconds{2});
+    }
+  }
+  std::sort(ms.begin(), ms.end());
+  figures f;
+  f.p50_ms = ms[ms.size() / 2];
+  f.p99_ms = ms[std::min(ms.size() - 1, ms.size() * 99 / 100)];
+  f.max_ms = ms.back();
+  return f;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  spdlog::set_level(spdlog::level::warn);
+  int starts = argc > 1 ? std::atoi(argv[1]) : 100;
+  auto base = fs::temp_directory_path() / ("astraeus-worker-bench-" + std::to_string(::getpid()));
+  fs::create_directories(base);
+  // A busybox-static image for runc.
+  bool have_runc = !find_executable("runc", "/usr/sbin:/usr/bin:/sbin:/bin").empty()
+                   && fs::exists("/bin/busybox");
+  for (const char* rt : {"process", "runc"}) {
+    if (std::string{rt} == "runc" && !have_runc) {
+      std::printf("runc: skipped (runc or busybox-static not installed)\n");
+      continue;
+    }
+    auto dir = base / rt;
+    auto image = dir / "images" / "busybox" / "bin";
+    fs::create_directories(image);
+    fs::copy_file("/bin/busybox", image / "busybox");
+    for (const char* t : {"sh", "sleep", "echo"})
+      fs::create_symlink("busybox", image / t);
+    auto f = measure(rt, starts, dir);
+    std::printf("%-8s assignment -> process running, %d starts: p50 %.1f ms, p99 %.1f ms, "
+                "max %.1f ms\n",
+                rt, starts, f.p50_ms, f.p99_ms, f.max_ms);
+  }
+  // Memory per running worker (process runtime): 50 workers.
+  {
+    auto dir = base / "memory";
+    auto opened = Store::open((dir / "store").string());
+    std::shared_ptr<Store> store = std::move(*opened);
+    auto ledger = *worker_ledger::load(store);
+    supervisor_options opts;
+    opts.data_dir = dir.string();
+    opts.machine = "bench";
+    opts.runtime = "process";
+    worker_supervisor sup{opts};
+    long rss0 = proc_kb(::getpid(), "status", "VmRSS:");
+    const int n = 50;
+    ledger.apply("bench", orders_of(1, n, "process", dir.string()));
+    sup.reconcile(ledger, now_ms());
+    std::this_thread::sleep_for(std::chrono::milliseconds{300});
+    long rss1 = proc_kb(::getpid(), "status", "VmRSS:");
+    long pss = 0;
+    for (const auto& [name, p] : ledger.processes())
+      pss += std::max(0L, proc_kb(p.shim_pid(), "smaps_rollup", "Pss:"));
+    std::printf("memory per running worker (%d workers): shim PSS %.0f KiB, agent growth "
+                "%.1f KiB\n",
+                n, static_cast<double>(pss) / n, static_cast<double>(rss1 - rss0) / n);
+    ledger.apply("bench", orders_of(2, 0, "process", ""));
+    opts.stop_grace = std::chrono::milliseconds{0};
+    worker_supervisor killer{opts};
+    for (int k = 0; k < 100 && !ledger.processes().empty(); ++k) {
+      killer.reconcile(ledger, now_ms());
+      std::this_thread::sleep_for(std::chrono::milliseconds{5});
+    }
+  }
+  std::error_code err;
+  fs::remove_all(base, err);
+  return 0;
+}
