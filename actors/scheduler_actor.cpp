@@ -480,8 +480,11 @@ v1::WorkerOrders orders_for(scheduler_state& st, const std::string& machine) {
       continue;
     const auto& run = it->second;
     std::map<int32_t, uint32_t> world;
-    for (const auto& w : run.workers())
+    std::map<int32_t, std::set<std::string>> spans;  // machines per copy
+    for (const auto& w : run.workers()) {
       ++world[w.array_index()];
+      spans[w.array_index()].insert(w.machine());
+    }
     for (const auto& w : run.workers()) {
       if (w.machine() != machine || w.state() == run_state::stopped)
         continue;
@@ -499,6 +502,7 @@ v1::WorkerOrders orders_for(scheduler_state& st, const std::string& machine) {
       *o->mutable_spec() = run.spec();
       o->set_array_index(w.array_index());
       o->set_leader_machine(run.leader_machine());
+      o->set_machine_count(static_cast<uint32_t>(spans[w.array_index()].size()));
     }
   }
   return out;
@@ -573,8 +577,11 @@ run_outcome(const v1::Run& run,
       std::string detail;
       if (auto h = held.find(w.name()); h != held.end())
         detail = h->second->detail();
-      return {run_state::failed,
-              "worker " + w.name() + " " + s + (detail.empty() ? "" : ": " + detail)};
+      // "worker g-1 Failed: exited with code 3", "worker g-1 OOMKilled: the
+      // container exceeded its memory limit".
+      if (detail.rfind(s, 0) != 0)
+        detail = s + (detail.empty() ? "" : ": " + detail);
+      return {run_state::failed, "worker " + w.name() + " " + detail};
     }
     if (s != "Exited")
       all_exited = false;

@@ -670,6 +670,63 @@ TEST_F(SchedulerActor, ABigGangAtTheHeadIsNotStarvedBySmallRuns) {
   run();
   EXPECT_EQ(get(s, "big").state(), "Placed") << "the head goes first once the GPUs are free";
   EXPECT_EQ(get(s, "endless").state(), "Waiting");
+
+// --- Workers' outcomes: a run completes, or fails and stops its gang --------
+
+namespace {
+
+v1::WorkerStatuses in_states(const std::string& machine,
+                             std::vector<std::tuple<std::string, std::string, std::string>> ws) {
+  v1::WorkerStatuses out;
+  out.set_machine(machine);
+  for (auto& [w, state, detail] : ws) {
+    auto* s = out.add_workers();
+    s->set_worker(w);
+    s->set_state(state);
+    s->set_detail(detail);
+  }
+  return out;
+}
+
+} // namespace
+
+TEST_F(SchedulerAssignments, ARunIsRunningWhenAllItsWorkersRunAndStoppedWhenAllExitedZero) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  snapshot(s, machine_of("gpu-01", 8));
+  auto a = submit(s, spec_of("a", 2, 2));
+  EXPECT_EQ(log->last().workers(0).machine_count(), 1u);
+  tell(s, in_states("gpu-01", {{"a-0", "Running", ""}, {"a-1", "Assigned", ""}}));
+  EXPECT_EQ(get(s, "a").state(), "Placed") << "one worker still starting";
+  tell(s, in_states("gpu-01", {{"a-0", "Running", ""}, {"a-1", "Running", ""}}));
+  EXPECT_EQ(get(s, "a").state(), "Running");
+  tell(s, in_states("gpu-01", {{"a-0", "Exited", ""}, {"a-1", "Running", ""}}));
+  EXPECT_EQ(get(s, "a").state(), "Running") << "rank 1 still runs";
+  tell(s, in_states("gpu-01", {{"a-0", "Exited", ""}, {"a-1", "Exited", ""}}));
+  auto done = get(s, "a");
+  EXPECT_EQ(done.state(), "Stopped");
+  EXPECT_EQ(done.waiting_reason(), "completed: every worker exited with code 0");
+  EXPECT_EQ(stored("a").state(), "Stopped");
+  EXPECT_EQ(log->last().workers_size(), 0) << "the machine lets them go";
+  // Its GPUs are free again: another run takes all 8.
+  EXPECT_EQ(submit(s, spec_of("b", 8)).state(), "Placed");
+}
+
+TEST_F(SchedulerAssignments, AFailedWorkerFailsItsRunAndItsGangIsStopped) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  snapshot(s, machine_of("gpu-01", 8));
+  submit(s, spec_of("g", 2, 2));
+  tell(s, in_states("gpu-01", {{"g-0", "Running", ""}, {"g-1", "Running", ""}}));
+  tell(s, in_states("gpu-01", {{"g-0", "Running", ""},
+                               {"g-1", "OOMKilled",
+                                "OOMKilled: the container exceeded its memory limit"}}));
+  auto failed = get(s, "g");
+  EXPECT_EQ(failed.state(), "Failed");
+  EXPECT_EQ(failed.waiting_reason(),
+            "worker g-1 OOMKilled: the container exceeded its memory limit");
+  EXPECT_EQ(log->last().workers_size(), 0)
+    << "the machine's set no longer holds g-0: its agent stops it";
 }
 
 TEST_F(SchedulerActor, ARunIsStoppedAtItsTimeLimitAndItsGpusGoToTheNext) {
