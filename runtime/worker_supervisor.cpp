@@ -98,7 +98,10 @@ v1::WorkerProcess worker_supervisor::start(const v1::WorkerOrder& order,
   rec.set_dir(worker_dir(order.worker()));
   rec.set_started_unix_ms(now_ms);
   rec.set_stop_signal(SIGTERM);
-  rec.set_has_memory_limit(order.spec().memory_bytes_per_worker() > 0);
+  // Only containers get the memory limit (the process runtime applies none),
+  // so only they can be OOMKilled by it.
+  rec.set_has_memory_limit(rec.runtime() == "runc"
+                           && order.spec().memory_bytes_per_worker() > 0);
   caf::error err;
   if (order.worker().empty() || order.worker().find('/') != std::string::npos
       || order.worker() == "." || order.worker() == "..")

@@ -22,8 +22,7 @@ namespace {
 const std::string h100x8 = ASTRAEUS_SOURCE_DIR "/test/fixtures/nvml/h100x8.json";
 const std::string stand_in_ctk = ASTRAEUS_SOURCE_DIR "/test/fixtures/nvidia-ctk/nvidia-ctk.sh";
 
-/// The seed's whoami variables (A quick look), plus the three a GPU
-/// worker adds: the scheduler places GPU workers only, for now.
+/// The seed's whoami variables (A quick look): exactly these.
 const std::set<std::string> whoami_names = {
   "ASTRAEUS_GROUP_NAME", "ASTRAEUS_GROUP_REPLICA_INDEX", "ASTRAEUS_JOB_NAME",
   "ASTRAEUS_LEADER_ADDRESS", "ASTRAEUS_LEADER_TASK_NAME", "ASTRAEUS_NODE_NAME",
@@ -31,9 +30,7 @@ const std::set<std::string> whoami_names = {
   "MASTER_PORT", "RANK", "SLURMD_NODENAME", "SLURM_CLUSTER_NAME", "SLURM_CPUS_PER_TASK",
   "SLURM_JOBID", "SLURM_JOB_ID", "SLURM_JOB_NAME", "SLURM_JOB_NUM_NODES", "SLURM_LOCALID",
   "SLURM_MEM_PER_NODE", "SLURM_NNODES", "SLURM_NODEID", "SLURM_NPROCS", "SLURM_NTASKS",
-  "SLURM_NTASKS_PER_NODE", "SLURM_PROCID", "WORLD_SIZE",
-  // With a GPU:
-  "ASTRAEUS_GPU_COUNT", "SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_TASK"};
+  "SLURM_NTASKS_PER_NODE", "SLURM_PROCID", "WORLD_SIZE"};
 
 const std::string whoami_script =
   R"x(env | grep -E "^(ASTRAEUS|SLURM|RANK|WORLD|MASTER)" | sort; id; df -h /dev/shm)x";
@@ -189,6 +186,25 @@ protected:
     EXPECT_TRUE(contains(logs.out, "/dev/shm")) << logs.out;
   }
 
+  /// A tiny image from Debian's busybox-static, as a root filesystem folder
+  /// named busybox in the agent's images folder. Returns why not, if not.
+  std::string make_busybox_image() {
+    if (find_executable("runc", "/usr/sbin:/usr/bin:/sbin:/bin").empty())
+      return "runc is not installed (bin/setup installs Debian's runc)";
+    if (!fs::exists("/bin/busybox"))
+      return "busybox-static is not installed (bin/setup installs it)";
+    auto image = agent_dir() / "images" / "busybox";
+    fs::create_directories(image / "bin");
+    fs::create_directories(image / "etc");
+    fs::copy_file("/bin/busybox", image / "bin" / "busybox");
+    for (const char* tool : {"sh", "env", "grep", "sort", "id", "df", "echo", "sleep", "ls",
+                             "tail"})
+      fs::create_symlink("busybox", image / "bin" / tool);
+    write_text(image / "etc" / "passwd", "root:x:0:0:root:/root:/bin/sh\n");
+    write_text(image / "etc" / "group", "root:x:0:\nwheel:x:10:root\n");
+    return {};
+  }
+
   temp_dir dir_{"astraeus-workers"};
   uint16_t port_ = 0;
   std::vector<std::unique_ptr<process>> procs_;
@@ -200,40 +216,59 @@ protected:
 
 TEST_F(Workers, WhoamiAsAHostProcessPrintsTheSeedsVariables) {
   ASSERT_TRUE(start_cluster("process"));
-  auto res = astra({"run", "--name", "whoami", "--image", "busybox", "--gpus", "1", "--cpus",
-                    "1", "--mem", "256M", "--", "sh", "-c",
-                    whoami_script + "; echo cuda: $CUDA_VISIBLE_DEVICES"});
+  // The seed's command, as it is written (a CPU-only worker).
+  auto res = astra({"run", "--name", "whoami", "--image", "busybox", "--cpus", "1", "--mem",
+                    "256M", "--", "sh", "-c", whoami_script});
   ASSERT_EQ(res.rc, 0) << res.err;
   check_whoami("whoami");
-  auto logs = astra({"logs", "whoami", "--worker", "0"});
-  EXPECT_TRUE(contains(logs.out, "cuda: GPU-")) << "the process runtime hides the other GPUs";
+  // A GPU worker on the host sees only its GPUs.
+  res = astra({"run", "--name", "gpu", "--gpus", "2", "--", "sh", "-c",
+               "echo cuda: $CUDA_VISIBLE_DEVICES; echo count: $ASTRAEUS_GPU_COUNT"});
+  ASSERT_EQ(res.rc, 0) << res.err;
+  ASSERT_TRUE(wait_run("gpu", "Stopped"));
+  auto logs = astra({"logs", "gpu", "--worker", "0"});
+  EXPECT_TRUE(contains(logs.out, "cuda: GPU-") && contains(logs.out, ",GPU-"))
+    << "the process runtime hides the other GPUs: " << logs.out;
+  EXPECT_TRUE(contains(logs.out, "count: 2\n")) << logs.out;
 }
 
 TEST_F(Workers, WhoamiInARuncContainerPrintsTheSeedsVariables) {
-  if (find_executable("runc", "/usr/sbin:/usr/bin:/sbin:/bin").empty())
-    GTEST_SKIP() << "runc is not installed (bin/setup installs Debian's runc)";
-  if (!fs::exists("/bin/busybox"))
-    GTEST_SKIP() << "busybox-static is not installed (bin/setup installs it)";
-  // A tiny image from Debian's busybox-static: a root filesystem folder.
-  auto image = agent_dir() / "images" / "busybox";
-  fs::create_directories(image / "bin");
-  fs::create_directories(image / "etc");
-  fs::copy_file("/bin/busybox", image / "bin" / "busybox");
-  for (const char* tool : {"sh", "env", "grep", "sort", "id", "df", "echo", "sleep"})
-    fs::create_symlink("busybox", image / "bin" / tool);
-  write_text(image / "etc" / "passwd", "root:x:0:0:root:/root:/bin/sh\n");
-  write_text(image / "etc" / "group", "root:x:0:\nwheel:x:10:root\n");
+  if (auto why = make_busybox_image(); !why.empty())
+    GTEST_SKIP() << why;
   ASSERT_TRUE(start_cluster("runc"));
-  auto res = astra({"run", "--name", "whoami", "--image", "busybox", "--gpus", "1", "--cpus",
-                    "1", "--mem", "256M", "--", "sh", "-c",
-                    whoami_script + "; echo cuda: $CUDA_VISIBLE_DEVICES; ls /dev"});
+  auto res = astra({"run", "--name", "whoami", "--image", "busybox", "--cpus", "1", "--mem",
+                    "256M", "--", "sh", "-c", whoami_script});
   ASSERT_EQ(res.rc, 0) << res.err;
   check_whoami("whoami");
   auto logs = astra({"logs", "whoami"});
+  // The seed's last lines: root with wheel, and 64 MiB of /dev/shm.
+  EXPECT_TRUE(contains(logs.out, "uid=0(root) gid=0(root) groups=0(root),10(wheel)"))
+    << logs.out;
+  EXPECT_TRUE(contains(logs.out, "64.0M")) << "/dev/shm: 64 MiB without GPUs: " << logs.out;
+  // A GPU worker gets its GPU's device node through CDI, 1 GiB of /dev/shm,
+  // and no CUDA_VISIBLE_DEVICES.
+  res = astra({"run", "--name", "gpu", "--image", "busybox", "--gpus", "1", "--mem", "256M",
+               "--", "sh", "-c", "echo cuda: $CUDA_VISIBLE_DEVICES; df -h /dev/shm; ls /dev"});
+  ASSERT_EQ(res.rc, 0) << res.err;
+  ASSERT_TRUE(wait_run("gpu", "Stopped"));
+  logs = astra({"logs", "gpu"});
   EXPECT_TRUE(contains(logs.out, "cuda:\n")) << "not set in a container: " << logs.out;
   EXPECT_TRUE(contains(logs.out, "1.0G")) << "/dev/shm: 1 GiB for a GPU worker: " << logs.out;
   EXPECT_TRUE(contains(logs.out, "\nnvidia")) << "its GPU's device node (CDI): " << logs.out;
-  EXPECT_TRUE(contains(logs.out, "groups=0(root),10(wheel)")) << logs.out;
+}
+
+TEST_F(Workers, AContainerAboveItsMemoryLimitIsOOMKilled) {
+  if (auto why = make_busybox_image(); !why.empty())
+    GTEST_SKIP() << why;
+  ASSERT_TRUE(start_cluster("runc"));
+  // tail keeps the last 100 MB it read: far above the 16 MiB limit.
+  ASSERT_EQ(astra({"run", "--name", "hog", "--image", "busybox", "--cpus", "1", "--mem", "16M",
+                   "--", "sh", "-c", "exec tail -c 100000000 /dev/zero"}).rc,
+            0);
+  ASSERT_TRUE(wait_run("hog", "Failed"));
+  auto show = astra({"run", "show", "hog"});
+  EXPECT_TRUE(contains(show.out, "OOMKilled: the container exceeded its memory limit"))
+    << show.out;
 }
 
 TEST_F(Workers, FailingWorkerFailsItsRunWithTheExitCode) {

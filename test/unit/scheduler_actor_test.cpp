@@ -670,6 +670,7 @@ TEST_F(SchedulerActor, ABigGangAtTheHeadIsNotStarvedBySmallRuns) {
   run();
   EXPECT_EQ(get(s, "big").state(), "Placed") << "the head goes first once the GPUs are free";
   EXPECT_EQ(get(s, "endless").state(), "Waiting");
+}
 
 // --- Workers' outcomes: a run completes, or fails and stops its gang --------
 
