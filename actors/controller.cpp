@@ -214,7 +214,9 @@ caf::expected<caf::actor> start_agent(caf::actor_system& sys,
                    ? (std::filesystem::path{cfg.data_dir} / "images").string()
                    : cfg.images_dir;
   w.stop_grace = cfg.stop_grace;
-  w.proc_root = cfg.host_root;
+  // Workers are this agent's own descendants: their /proc is ours, even
+  // when host facts are read under another root.
+  w.proc_root = "/";
   w.rdma_min_gbps = cfg.rdma_min_gbps;
   w.cdi.static_dir = cfg.cdi_static_dir;
   w.cdi.dynamic_dir = cfg.cdi_dynamic_dir;

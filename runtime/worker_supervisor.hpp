@@ -55,7 +55,8 @@ struct supervisor_options {
   std::string images_dir;
   /// [stop.grace] time between the stop signal and SIGKILL.
   std::chrono::milliseconds stop_grace{30000};
-  /// [host.root] prefix of /proc.
+  /// Prefix of the /proc where the workers' processes are seen ("/": they
+  /// are the agent's descendants, whatever host.root says).
   std::string proc_root = "/";
   /// Open files per worker (seed: 1 048 576); like `memlock` unlimited for
   /// GPU workers, clamped with a warning to the agent's own hard limit when
