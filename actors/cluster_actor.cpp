@@ -86,6 +86,7 @@ role required_role(const v1::Request& req) {
     case v1::Request::kDeleteRun:
     case v1::Request::kWhoami:
     case v1::Request::kListWorkspaces:
+    case v1::Request::kGetLogs:
       return role::member;
     case v1::Request::kSetCordon:
     case v1::Request::kSetMaintenance:

@@ -439,7 +439,8 @@ void add_commands(CLI::App& app, options& opts, int& rc) {
       return;
     }
     auto timeout = std::chrono::milliseconds{static_cast<int64_t>(opts.timeout_s * 1000)};
-    auto client = gate_client::connect_cli(*addr, timeout);
+    auto creds = resolve_credentials(opts);
+    auto client = gate_client::connect_cli(*addr, timeout, creds);
     if (!client) {
       std::fprintf(stderr, "astra: %s\n", render_error(client.error()).c_str());
       rc = 3;

@@ -996,8 +996,12 @@ TEST_F(Health, AWorkspaceRunsOnlyOnTheLabelsItWasGranted) {
   auto labelled = astra({"label", machine_name, "pool=a100"});
   ASSERT_EQ(labelled.rc, 0) << labelled.err;
   EXPECT_TRUE(contains(labelled.out, "pool=a100")) << labelled.out;
+  // Placed (its worker then starts, and with no image 'img' here, fails).
   EXPECT_TRUE(wait_until(
-    [&] { return run_json(astra({"run", "show", "r1", "-o", "json"})).value("state", "") == "Placed"; },
+    [&] {
+      auto workers = run_json(astra({"run", "show", "r1", "-o", "json"}))["workers"];
+      return workers.is_array() && !workers.empty();
+    },
     3s))
     << astra({"run", "show", "r1"}).out;
   auto bad = astra({"label", machine_name, "pool=has space"});

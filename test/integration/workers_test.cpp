@@ -84,19 +84,27 @@ protected:
   }
 
   process* start_agent(const std::string& runtime) {
-    agent_ = spawn("agent",
-                   {program("astraeus-agent"), "--controller", addr(), "--data-dir",
-                    agent_dir().string(), "--name", "gpu-09", "--report-interval", "200ms",
-                    "--set", std::string{"gpu.nvml_library="} + ASTRAEUS_NVML_STAND_IN,
-                    "--set", "kmsg.path=", "--set", "reconnect.min_backoff=100ms",
-                    "--set", "reconnect.max_backoff=300ms", "--set",
-                    "workers.runtime=" + runtime, "--set", "workers.poll_interval=50ms",
-                    "--set", "stop.grace=2s", "--set",
-                    "cdi.static_dir=" + (dir_ / "etc-cdi").string(), "--set",
-                    "cdi.dynamic_dir=" + (dir_ / "run-cdi").string(), "--set",
-                    "cdi.nvidia_ctk=" + stand_in_ctk},
-                   {"ASTRAEUS_NVML_FIXTURE=" + h100x8});
+    std::vector<std::string> argv{
+      program("astraeus-agent"), "--controller", addr(), "--data-dir",
+      agent_dir().string(), "--name", "gpu-09", "--report-interval", "200ms", "--set",
+      std::string{"gpu.nvml_library="} + ASTRAEUS_NVML_STAND_IN, "--set", "kmsg.path=",
+      "--set", "reconnect.min_backoff=100ms", "--set", "reconnect.max_backoff=300ms",
+      "--set", "workers.runtime=" + runtime, "--set", "workers.poll_interval=50ms",
+      "--set", "stop.grace=2s", "--set", "cdi.static_dir=" + (dir_ / "etc-cdi").string(),
+      "--set", "cdi.dynamic_dir=" + (dir_ / "run-cdi").string(), "--set",
+      "cdi.nvidia_ctk=" + stand_in_ctk};
+    // Enrols on its first start; later starts keep its identity.
+    auto flags = enrol();
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    agent_ = spawn("agent", std::move(argv), {"ASTRAEUS_NVML_FIXTURE=" + h100x8});
     return agent_;
+  }
+
+  /// The flags that enrol the agent with the controller (first start).
+  std::vector<std::string> enrol() {
+    auto flags = enrol_flags(port_, dir_.path(), "gpu-09");
+    EXPECT_FALSE(flags.empty()) << "no join token from the controller";
+    return flags;
   }
 
   /// A controller and the agent of gpu-09, Up with its GPUs.
@@ -104,8 +112,14 @@ protected:
     auto* ctl = spawn("controller", {program("astraeus-controller"), "--port",
                                      std::to_string(port_), "--data-dir",
                                      (dir_ / "controller").string(), "--heartbeat-lapse", "3s"});
-    if (!wait_until([&] { return static_cast<bool>(gate_client::connect_cli(loopback(port_), 300ms)); },
-                    10s)) {
+    auto keys = keys_dir_of((dir_ / "controller").string());
+    if (!wait_until(
+          [&] {
+            return use_owner_credentials(port_, keys)
+                   && static_cast<bool>(
+                     gate_client::connect_cli(loopback(port_), 300ms, owner_credentials(port_)));
+          },
+          10s)) {
       ADD_FAILURE() << "controller not ready: " << ctl->err();
       return false;
     }
@@ -121,7 +135,9 @@ protected:
   }
 
   command_result astra(std::vector<std::string> args) {
-    std::vector<std::string> argv{program("astra"), "--addr", addr()};
+    std::vector<std::string> argv{
+      program("astra"), "--addr", addr(), "--token-file",
+      (keys_dir_of((dir_ / "controller").string()) / "owner-token").string()};
     argv.insert(argv.end(), args.begin(), args.end());
     return run_command(argv, dir_.path());
   }
