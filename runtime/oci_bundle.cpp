@@ -59,6 +59,17 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
+/// The fields of one line of an /etc/passwd- or /etc/group-style file (or
+/// of a comma-separated member list), split at `sep`.
+std::vector<std::string> split_fields(const std::string& line, char sep) {
+  std::vector<std::string> f;
+  std::stringstream ss{line};
+  std::string x;
+  while (std::getline(ss, x, sep))
+    f.push_back(x);
+  return f;
+}
+
 /// Looks `name` up in an /etc/passwd- or /etc/group-style file: field 0 is
 /// the name, field 2 the id (and field 3 the passwd's gid).
 bool lookup_id(const fs::path& file, const std::string& name, uint32_t& id,
@@ -66,11 +77,7 @@ bool lookup_id(const fs::path& file, const std::string& name, uint32_t& id,
   std::ifstream in{file};
   std::string line;
   while (std::getline(in, line)) {
-    std::vector<std::string> f;
-    std::stringstream ss{line};
-    std::string x;
-    while (std::getline(ss, x, ':'))
-      f.push_back(x);
+    auto f = split_fields(line, ':');
     if (f.size() < 3)
       continue;
     bool match = f[0] == name || f[2] == name;
@@ -248,16 +255,11 @@ caf::expected<oci_user> resolve_user(const std::string& user,
     std::ifstream in{etc / "group"};
     std::string line;
     while (std::getline(in, line)) {
-      std::vector<std::string> f;
-      std::stringstream ss{line};
-      std::string x;
-      while (std::getline(ss, x, ':'))
-        f.push_back(x);
+      auto f = split_fields(line, ':');
       if (f.size() < 4 || !all_digits(f[2]))
         continue;
-      std::stringstream members{f[3]};
-      while (std::getline(members, x, ','))
-        if (x == name)
+      for (const auto& member : split_fields(f[3], ','))
+        if (member == name)
           out.groups.push_back(static_cast<uint32_t>(std::stoul(f[2])));
     }
   }
