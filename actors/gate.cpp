@@ -416,8 +416,14 @@ caf::behavior gate(caf::io::stateful_broker<gate_state>* self,
     },
     [self](const caf::io::connection_closed_msg& msg) {
       auto i = self->state.connections.find(msg.handle);
-      if (i != self->state.connections.end())
-        spdlog::debug("gate: {} disconnected", i->second.peer);
+      if (i != self->state.connections.end()) {
+        if (i->second.pending_body > 0)
+          spdlog::warn("gate: closing {}: truncated frame (its header said {} "
+                       "bytes; the connection ended first)",
+                       i->second.peer, i->second.pending_body);
+        else
+          spdlog::debug("gate: {} disconnected", i->second.peer);
+      }
       forget(self, msg.handle);
     },
     [self](atom::deadline, connection_handle hdl, uint64_t session) {

@@ -71,6 +71,12 @@ gpu_actor::behavior_type gpu(gpu_actor::stateful_pointer<gpu_state> self,
       judge(self);
     },
     [self](atom::machine_up, bool up) { self->state.machine_up = up; },
+    [self](atom::assign, std::string& holder) {
+      if (holder == self->state.holder)
+        return;
+      self->state.holder = std::move(holder);
+      judge(self);
+    },
     [self](atom::get) { return self->state.view(); },
   };
 }

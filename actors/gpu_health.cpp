@@ -1,6 +1,7 @@
 #include "actors/gpu_health.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace astraeus {
@@ -89,9 +90,10 @@ health_verdict evaluate_health(const v1::Gpu& g, const gpu_health_history& h,
     auto pct = 100.0 * static_cast<double>(g.memory_used_bytes())
                / static_cast<double>(g.memory_total_bytes());
     if (pct > limits.foreign_memory_percent) {
+      // One decimal, rounded up: just over the limit never reads as the limit.
       std::snprintf(buf, sizeof(buf),
-                    "%.0f%% of its memory in use outside Astraeus (> %.0f%%)", pct,
-                    limits.foreign_memory_percent);
+                    "%.1f%% of its memory in use outside Astraeus (> %.0f%%)",
+                    std::ceil(pct * 10.0) / 10.0, limits.foreign_memory_percent);
       out.health = "Foreign";
       out.reasons.emplace_back(buf);
       return out;

@@ -22,6 +22,9 @@ using gpu_actor = caf::typed_actor<
   caf::reacts_to<v1::Gpu>,
   // Its machine went Up (true) or stopped being Up (false).
   caf::reacts_to<atom::machine_up, bool>,
+  // The worker the scheduler placed on it (`train-0`, `sweep[3]-0`); empty =
+  // free. A held GPU is never judged Foreign for the memory in use.
+  caf::reacts_to<atom::assign, std::string>,
   // The GPU as `astra gpus` shows it.
   caf::replies_to<atom::get>::with<v1::GpuView>>;
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <set>
+#include <unordered_map>
 
 #include <caf/actor_cast.hpp>
 #include <caf/exit_reason.hpp>
@@ -237,11 +238,15 @@ machine(machine_actor::stateful_pointer<machine_state> self,
         continue;
       seen.insert(g.id());
       auto i = st.gpus.find(g.id());
-      if (i == st.gpus.end())
-        st.gpus.emplace(g.id(), self->template spawn<caf::linked>(
-                                  gpu, st.config.record.name(), g, up,
-                                  caf::actor_cast<machine_actor>(self)));
-      else
+      if (i == st.gpus.end()) {
+        auto handle = self->template spawn<caf::linked>(
+          gpu, st.config.record.name(), g, up, caf::actor_cast<machine_actor>(self));
+        for (const auto& w : st.orders.workers())
+          for (const auto& id : w.gpu_ids())
+            if (id == g.id())
+              self->send(handle, atom::assign_v, w.worker());
+        st.gpus.emplace(g.id(), std::move(handle));
+      } else
         self->send(i->second, g);
     }
     if (!complete_read(section))
@@ -260,7 +265,19 @@ machine(machine_actor::stateful_pointer<machine_state> self,
     }
   };
   sync_gpus(false);
-  if (st.config.scheduler)
+  // Tells every GPU actor which worker holds it (empty = free), from the
+  // whole worker set placed here.
+  auto tell_holders = [self] {
+    auto& st = self->state;
+    std::unordered_map<std::string, std::string> holder;
+    for (const auto& w : st.orders.workers())
+      for (const auto& id : w.gpu_ids())
+        holder[id] = w.worker();
+    for (auto& [id, g] : st.gpus) {
+      auto i = holder.find(id);
+      self->send(g, atom::assign_v, i == holder.end() ? std::string{} : i->second);
+    }
+  };
     self->send(st.config.scheduler, atom::attach_v, name(),
                caf::actor_cast<machine_actor>(self));
   tell_scheduler();
@@ -443,10 +460,11 @@ machine(machine_actor::stateful_pointer<machine_state> self,
         spdlog::info("machine {}: agent disconnected", name());
       }
     },
-    [self, send_orders](atom::assign, v1::WorkerOrders& orders) {
+    [self, send_orders, tell_holders](atom::assign, v1::WorkerOrders& orders) {
       auto& st = self->state;
       st.orders = std::move(orders);
       st.orders_known = true;
+      tell_holders();
       send_orders();
     },
     [on_statuses](v1::WorkerStatuses& statuses) { on_statuses(statuses); },

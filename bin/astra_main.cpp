@@ -19,6 +19,7 @@
 #include "bin/cli_format.hpp"
 #include "messages/error.hpp"
 #include "runtime/config.hpp"
+#include "runtime/frame_codec.hpp"
 #include "runtime/gate_client.hpp"
 #include "runtime/private_file.hpp"
 #include "runtime/run_spec.hpp"
@@ -738,7 +739,7 @@ void add_commands(CLI::App& app, options& opts, int& rc) {
   });
   auto* version = app.add_subcommand("version", "print astra's version");
   version->callback([&] {
-    std::printf("astra %s (protocol 1)\n", ASTRAEUS_VERSION);
+    std::printf("astra %s (protocol %u)\n", ASTRAEUS_VERSION, astraeus::protocol_version);
     rc = 0;
   });
 }

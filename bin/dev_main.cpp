@@ -16,6 +16,7 @@
 #include "bin/process.hpp"
 #include "messages/error.hpp"
 #include "runtime/config.hpp"
+#include "runtime/frame_codec.hpp"
 #include "runtime/logging.hpp"
 #include "runtime/secure_channel.hpp"
 #include "runtime/system_setup.hpp"
@@ -40,7 +41,8 @@ std::string astra_command() {
   return "astra";
 }
 
-int run_dev(const std::string& data_dir, const bin::overrides& ctl_flags,
+int run_dev(const std::string& data_dir, const std::optional<std::string>& ctl_file,
+            const std::optional<std::string>& agent_file, const bin::overrides& ctl_flags,
             const bin::overrides& agent_flags, const std::string& log_level,
             const sigset_t& signals) {
   auto env = environment_map();
@@ -50,7 +52,7 @@ int run_dev(const std::string& data_dir, const bin::overrides& ctl_flags,
   cf.emplace_back("store.path", (fs::path{data_dir} / "controller").string());
   if (!log_level.empty())
     cf.emplace_back("log.level", log_level);
-  auto ccfg = load_controller_config(std::nullopt, env, cf);
+  auto ccfg = load_controller_config(ctl_file, env, cf);
   if (!ccfg) {
     std::fprintf(stderr, "astraeus dev: %s\n", render_error(ccfg.error()).c_str());
     return 2;
@@ -62,7 +64,7 @@ int run_dev(const std::string& data_dir, const bin::overrides& ctl_flags,
                                           : ccfg->listen_address);
   if (!log_level.empty())
     af.emplace_back("log.level", log_level);
-  auto acfg = load_agent_config(std::nullopt, env, af);
+  auto acfg = load_agent_config(agent_file, env, af);
   if (!acfg) {
     std::fprintf(stderr, "astraeus dev: %s\n", render_error(acfg.error()).c_str());
     return 2;
@@ -166,11 +168,18 @@ int main(int argc, char** argv) {
   agt("--report-interval", "report.interval", "how often the agent reports (default 10s)");
   agt("--host-root", "host.root", "read /proc and /sys under this root");
   dev->add_option("--log-level", log_level, "trace|debug|info|warn|error|off");
+  std::optional<std::string> ctl_file, agent_file;
+  dev->add_option("--controller-config", ctl_file,
+                  "the controller's config file (config/controller.yaml's keys); "
+                  "the dev flags and the data folder win over it");
+  dev->add_option("--agent-config", agent_file,
+                  "the agent's config file (config/agent.yaml's keys); the dev "
+                  "flags and the data folder win over it");
   auto* version = app.add_subcommand("version", "print the version");
   CLI11_PARSE(app, argc, argv);
   if (version->parsed()) {
-    std::printf("astraeus %s (protocol 1)\n", ASTRAEUS_VERSION);
+    std::printf("astraeus %s (protocol %u)\n", ASTRAEUS_VERSION, astraeus::protocol_version);
     return 0;
   }
-  return run_dev(data_dir, ctl_flags, agent_flags, log_level, signals);
+  return run_dev(data_dir, ctl_file, agent_file, ctl_flags, agent_flags, log_level, signals);
 }

@@ -41,6 +41,20 @@ std::string kind_name(gpu_event_kind k) {
 
 } // namespace
 
+std::string recovery_action_name(uint32_t action) {
+  switch (action) {
+    case 0: return "none";
+    case 1: return "GPU reset";
+    case 2: return "node reboot";
+    case 3: return "drain P2P";
+    case 4: return "drain P2P and reset";
+    case 5: return "recover IMEX domain";
+    case 6: return "bus reset";
+    case 7: return "system reboot";
+    default: return "unknown (" + std::to_string(action) + ")";
+  }
+}
+
 std::string xid_fault_reason(uint32_t xid) {
   return "Xid " + std::to_string(xid) + " fault";
 }
@@ -142,13 +156,20 @@ caf::error fault_latches::set_policy(const xid_policy& policy) {
 
 caf::expected<bool> fault_latches::latch(const std::string& rule,
                                          v1::FaultLatch fault,
-                                         int64_t now_unix_ms) {
+                                         int64_t now_unix_ms, bool repeat) {
   auto gpu = fault.gpu_id();
   auto& list = latches_[gpu];
   auto& rules = rules_[gpu];
   auto i = std::find(rules.begin(), rules.end(), rule);
   bool is_new = i == rules.end();
   v1::FaultLatch* slot;
+  if (!is_new && !repeat) {
+    // A reading that still shows a latched fault is the same fault, not a
+    // repeat: nothing to count and nothing to write.
+    const auto& held = list[static_cast<size_t>(i - rules.begin())];
+    if (held.reason() == fault.reason() && held.evidence() == fault.evidence())
+      return false;
+  }
   if (is_new) {
     fault.set_first_seen_unix_ms(now_unix_ms);
     fault.set_count(0);
@@ -236,8 +257,47 @@ caf::expected<bool> fault_latches::on_event(const gpu_event& ev,
     default:
       break;
   }
+  // "GPU has fallen off the bus" is what Xid 79 means: the notice and the Xid
+  // line are several records of one event and fold into one latch, read
+  // "Xid 79 fault" whichever came first.
+  bool handled = false;
+  bool fallen = ev.kind == gpu_event_kind::fallen_off_bus
+                || (ev.kind == gpu_event_kind::xid && ev.xid && *ev.xid == 79);
+  if (fences && gpu != nullptr && fallen) {
+    auto& rules = rules_[gpu->id()];
+    auto has = [&](const char* r) {
+      return std::find(rules.begin(), rules.end(), r) != rules.end();
+    };
+    if (ev.kind == gpu_event_kind::fallen_off_bus && has("xid-79")) {
+      rule = "xid-79";
+      reason = xid_fault_reason(79);
+    } else if (ev.kind == gpu_event_kind::xid && has("driver-fault")) {
+      auto& list = latches_[gpu->id()];
+      auto at = static_cast<size_t>(
+        std::find(rules.begin(), rules.end(), "driver-fault") - rules.begin());
+      if (list[at].evidence().find("fallen off the bus") != std::string::npos) {
+        // Renamed to the Xid: its count and first sighting carry over.
+        auto old_latch = list[at];
+        v1::FaultLatch f = old_latch;
+        f.set_reason(reason);
+        f.set_xid(79);
+        f.set_evidence(ev.text);
+        f.set_count(old_latch.count() + 1);
+        f.set_last_seen_unix_ms(now_unix_ms);
+        if (auto err = store_->put(family::faults, latch_key(gpu->id(), rule), f, true))
+          return err;
+        if (auto err = store_->erase(family::faults, latch_key(gpu->id(), "driver-fault"), true))
+          return err;
+        list[at] = std::move(f);
+        rules[at] = rule;
+        handled = true;
+      }
+    }
+  }
   bool is_new = false;
-  if (fences && gpu != nullptr) {
+  if (handled) {
+    // Folded above into the latch of the same event.
+  } else if (fences && gpu != nullptr) {
     v1::FaultLatch f;
     f.set_gpu_id(gpu->id());
     f.set_pci_address(gpu->pci_address());
@@ -303,14 +363,45 @@ caf::expected<bool> fault_latches::on_readings(const v1::GpuSection& section,
   for (const auto& g : section.gpus()) {
     if (g.id().empty() || g.status() == "unresponsive" || g.status() == "unavailable")
       continue;
-    for (auto& [rule, fault] : faults_in_readings(g)) {
-      auto r = latch(rule, std::move(fault), now_unix_ms);
+    auto faults = faults_in_readings(g);
+    if (auto confirmed = confirmed_by_driver(g))
+      faults.push_back(std::move(*confirmed));
+    for (auto& [rule, fault] : faults) {
+      auto r = latch(rule, std::move(fault), now_unix_ms, false);
       if (!r)
         return r.error();
       changed = changed || *r;
     }
   }
   return changed;
+}
+
+std::optional<std::pair<std::string, v1::FaultLatch>>
+fault_latches::confirmed_by_driver(const v1::Gpu& g) const {
+  if (!g.has_recovery_action() || g.recovery_action() == 0)
+    return std::nullopt;
+  // The Xid the driver confirmed: this GPU's latest one in the kernel log.
+  const v1::GpuIncident* last = nullptr;
+  for (const auto& [key, inc] : incidents_)
+    if (inc.gpu_id() == g.id() && inc.has_xid()
+        && (last == nullptr || inc.last_seen_unix_ms() > last->last_seen_unix_ms()))
+      last = &inc;
+  v1::FaultLatch f;
+  f.set_gpu_id(g.id());
+  f.set_pci_address(g.pci_address());
+  f.set_source("nvml");
+  auto action = recovery_action_name(g.recovery_action());
+  if (last != nullptr) {
+    f.set_xid(last->xid());
+    f.set_reason(xid_fault_reason(last->xid()));
+    f.set_evidence("the driver confirmed it: recovery action " + action + " after "
+                   + last->text());
+    return std::make_pair("xid-" + std::to_string(last->xid()), std::move(f));
+  }
+  f.set_reason("driver fault: recovery action " + action);
+  f.set_evidence("NVML recovery action " + std::to_string(g.recovery_action()) + " ("
+                 + action + "), no Xid seen in the kernel log");
+  return std::make_pair(std::string{"recovery-action"}, std::move(f));
 }
 
 caf::expected<bool> fault_latches::clear(const std::string& gpu_id) {

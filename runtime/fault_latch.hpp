@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,8 +75,14 @@ public:
 
 private:
   fault_latches() = default;
+  // repeat: a kernel-log event counts as a repeat; a reading that still
+  // shows the same fault does not (no count, no write).
   caf::expected<bool> latch(const std::string& rule, v1::FaultLatch fault,
-                            int64_t now_unix_ms);
+                            int64_t now_unix_ms, bool repeat = true);
+  // The latch a GPU's NVML recovery action calls for: "Xid <n> fault" for
+  // its latest Xid (the driver confirmed it), else a driver fault.
+  std::optional<std::pair<std::string, v1::FaultLatch>>
+  confirmed_by_driver(const v1::Gpu& g) const;
   caf::error record(v1::GpuIncident incident, int64_t now_unix_ms);
 
   std::shared_ptr<Store> store_;
@@ -89,6 +96,10 @@ private:
   /// Incidents by store key.
   std::map<std::string, v1::GpuIncident> incidents_;
 };
+
+/// The words for an NVML recovery action (nvmlDeviceGpuRecoveryAction_t):
+/// 1 -> "GPU reset", 2 -> "node reboot", ...; unknown values name the number.
+std::string recovery_action_name(uint32_t action);
 
 /// The reason text of a fatal Xid: "Xid 79 fault".
 std::string xid_fault_reason(uint32_t xid);

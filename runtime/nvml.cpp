@@ -105,6 +105,22 @@ static_assert(sizeof(nvml_fabric_info_v2) == 36, "nvmlGpuFabricInfo_v2_t layout"
 /// NVML_STRUCT_VERSION(GpuFabricInfo, 2).
 constexpr unsigned int kFabricInfoV2 = sizeof(nvml_fabric_info_v2) | (2u << 24);
 
+/// nvmlFieldValue_t: one answer of nvmlDeviceGetFieldValues. The value is
+/// a union of 8 bytes; valueType says which member (unsigned int here).
+struct nvml_field_value {
+  unsigned int fieldId;
+  unsigned int scopeId;
+  long long timestamp;
+  long long latencyUsec;
+  int valueType;
+  nvml_return nvmlReturn;
+  unsigned long long value;
+};
+static_assert(sizeof(nvml_field_value) == 40, "nvmlFieldValue_t layout");
+/// NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (nvml.h, r550+): what the GPU needs
+/// after an uncorrectable error (nvmlDeviceGpuRecoveryAction_t).
+constexpr unsigned int kFieldRecoveryAction = 230;
+
 // Buffer sizes (nvml.h).
 constexpr unsigned int kUuidBuffer = 96;           // NVML_DEVICE_UUID_V2_BUFFER_SIZE
 constexpr unsigned int kNameBuffer = 96;           // NVML_DEVICE_NAME_V2_BUFFER_SIZE
@@ -225,6 +241,7 @@ struct nvml_api {
   nvml_return (*fabric_info_v)(nvml_device, nvml_fabric_info_v2*) = nullptr;
   nvml_return (*clocks_event_reasons)(nvml_device, unsigned long long*) = nullptr;
   nvml_return (*clocks_throttle_reasons)(nvml_device, unsigned long long*) = nullptr;
+  nvml_return (*field_values)(nvml_device, int, nvml_field_value*) = nullptr;
 };
 
 template <class Fn>
@@ -269,6 +286,7 @@ const char* resolve_all(void* lib, nvml_api& api) {
   resolve(lib, api.fabric_info_v, "nvmlDeviceGetGpuFabricInfoV");
   resolve(lib, api.clocks_event_reasons, "nvmlDeviceGetCurrentClocksEventReasons");
   resolve(lib, api.clocks_throttle_reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
+  resolve(lib, api.field_values, "nvmlDeviceGetFieldValues");
   if (!api.init)
     return "nvmlInit_v2";
   if (!api.shutdown)
@@ -521,6 +539,7 @@ class gpu_reader {
       read_memory_errors();
       read_nvlinks();
       read_fabric();
+      read_recovery_action();
     } catch (const gpu_lost& lost) {
       gpu_.set_status("lost");
       gpu_.set_status_detail(lost.call + " returned " + return_text(NVML_ERROR_GPU_IS_LOST));
@@ -834,6 +853,29 @@ class gpu_reader {
         rows->set_failed(failed != 0);
       }
     }
+  }
+
+  /// The driver's recovery action (r550+). A driver that does not know the
+  /// field answers it with NOT_SUPPORTED or INVALID_ARGUMENT: left unset,
+  /// silently, as a GPU without the feature.
+  void read_recovery_action() {
+    if (!api_.field_values)
+      return;
+    nvml_field_value v{};
+    v.fieldId = kFieldRecoveryAction;
+    nvml_return rc = call("nvmlDeviceGetFieldValues",
+                          [&] { return api_.field_values(dev_, 1, &v); });
+    if (rc == NVML_ERROR_INVALID_ARGUMENT)
+      return;
+    if (!ok(rc, "recovery_action", "nvmlDeviceGetFieldValues"))
+      return;
+    if (v.nvmlReturn == NVML_SUCCESS)
+      gpu_.set_recovery_action(static_cast<uint32_t>(v.value & 0xffffffffu));
+    else if (v.nvmlReturn != NVML_ERROR_NOT_SUPPORTED
+             && v.nvmlReturn != NVML_ERROR_INVALID_ARGUMENT)
+      unknown("recovery_action",
+              "nvmlDeviceGetFieldValues(GPU_RECOVERY_ACTION) returned "
+                + return_text(v.nvmlReturn));
   }
 
   void read_nvlinks() {

@@ -465,6 +465,14 @@ TEST_F(Cluster, GateClosesGarbageAndKeepsServing) {
     ASSERT_TRUE(s.send_bytes(length_prefix(0)));
     EXPECT_TRUE(s.wait_closed(hello_timeout + 500ms));
   }
+  {
+    // A header promising 200 bytes, 3 of them, then the peer hangs up.
+    raw_socket s{port_};
+    ASSERT_TRUE(s.connected());
+    ASSERT_TRUE(s.send_bytes(length_prefix(200) + "abc"));
+  }
+  EXPECT_TRUE(wait_until([&] { return contains(ctl_->err(), "truncated frame"); }, 5000ms))
+    << ctl_->err();
   EXPECT_TRUE(contains(ctl_->err(), "gate: closing 127.0.0.1:")) << ctl_->err();
   expect_still_serving("gpu-01");
 }

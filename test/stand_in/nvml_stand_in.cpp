@@ -49,6 +49,8 @@
 //       "fabric": {"state": 3, "status": 0, "cluster_uuid": "<uuid>",
 //                  "clique_id": 1, "health_mask": 170},
 //       "clocks_event_reasons": 1,
+//       "recovery_action": 1,   // nvmlDeviceGetFieldValues' field 230
+//                               // (absent: NOT_SUPPORTED for that field)
 //       // test knobs:
 //       "lost": true,                         // every call on this GPU
 //                                             // (not the handle) returns 15
@@ -134,6 +136,16 @@ typedef struct {
   unsigned int healthMask;
   unsigned char healthSummary;  // v3 only
 } nvmlGpuFabricInfo_v3_t;
+
+typedef struct {
+  unsigned int fieldId;
+  unsigned int scopeId;
+  long long timestamp;
+  long long latencyUsec;
+  int valueType;
+  nvmlReturn_t nvmlReturn;
+  unsigned long long value;  // the union; unsigned int answers use its low bytes
+} nvmlFieldValue_t;
 
 }  // extern "C"
 
@@ -713,6 +725,35 @@ STAND_IN_EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsi
   });
 }
 #endif
+
+// Field values: only NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (230) is served;
+// the old-driver build answers it INVALID_ARGUMENT, as a driver before r550
+// that does not know the field.
+STAND_IN_EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count,
+                                                     nvmlFieldValue_t* values) {
+  return on_gpu("nvmlDeviceGetFieldValues", device, [&](const json& gpu) {
+    if (count < 0 || (count > 0 && !values))
+      return kInvalidArgument;
+    for (int i = 0; i < count; ++i) {
+      auto& v = values[i];
+      v.valueType = 1;  // NVML_VALUE_TYPE_UNSIGNED_INT
+      v.value = 0;
+#if ASTRAEUS_STAND_IN_OLD_DRIVER
+      (void) gpu;
+      v.nvmlReturn = kInvalidArgument;
+#else
+      auto* action = member(gpu, "recovery_action");
+      if (v.fieldId != 230 || !action) {
+        v.nvmlReturn = v.fieldId == 230 ? kNotSupported : kInvalidArgument;
+        continue;
+      }
+      v.value = action->get<unsigned>();
+      v.nvmlReturn = kSuccess;
+#endif
+    }
+    return kSuccess;
+  });
+}
 
 // ---------------------------------------------------------------------------
 // NVLink

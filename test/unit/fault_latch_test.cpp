@@ -185,6 +185,84 @@ TEST_F(FaultLatches, ReadingsLatchTheSeedsFaults) {
   EXPECT_EQ(l.latches().count("GPU-B"), 1u);
 }
 
+TEST_F(FaultLatches, AReadingStillShowingItsFaultIsNotARepeat) {
+  auto l = open();
+  auto s = two_gpus();
+  s.mutable_gpus(0)->mutable_row_remapping()->set_failed(true);
+  ASSERT_TRUE(*l.on_readings(s, 1000));
+  // Discovery passes every 10 s keep seeing it: one fault, seen once.
+  for (int64_t t = 2000; t <= 6000; t += 1000)
+    EXPECT_FALSE(*l.on_readings(s, t));
+  const auto& f = l.latches().at("GPU-A").at(0);
+  EXPECT_EQ(f.count(), 1u);
+  EXPECT_EQ(f.last_seen_unix_ms(), 1000);
+  // A count that grows is new information: the reason follows it.
+  s.mutable_gpus(0)->mutable_ecc()->set_volatile_uncorrectable(2);
+  EXPECT_TRUE(*l.on_readings(s, 7000));
+  s.mutable_gpus(0)->mutable_ecc()->set_volatile_uncorrectable(3);
+  EXPECT_FALSE(*l.on_readings(s, 8000));
+  EXPECT_EQ(l.latches().at("GPU-A").at(1).reason(), "3 active uncorrectable ECC error(s)");
+}
+
+TEST_F(FaultLatches, FallenOffTheBusAndXid79AreOneEvent) {
+  gpu_event notice;
+  notice.kind = gpu_event_kind::fallen_off_bus;
+  notice.pci_address = "0000:3b:00.0";
+  notice.text = "NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.";
+  {
+    // The Xid line first, then the notice: one latch, "Xid 79 fault", 2x.
+    auto l = open();
+    EXPECT_TRUE(*l.on_event(xid(79, "0000:3b:00.0"), two_gpus(), 1000));
+    EXPECT_FALSE(*l.on_event(notice, two_gpus(), 1001));
+    ASSERT_EQ(l.latches().at("GPU-A").size(), 1u);
+    EXPECT_EQ(l.latches().at("GPU-A")[0].reason(), "Xid 79 fault");
+    EXPECT_EQ(l.latches().at("GPU-A")[0].count(), 2u);
+  }
+  {
+    // The notice first, then the Xid line: the latch becomes the Xid's,
+    // keeps its first sighting, and survives a restart as one latch.
+    auto l = open("boot-2");
+    ASSERT_TRUE(l.clear("GPU-A"));
+    EXPECT_TRUE(*l.on_event(notice, two_gpus(), 5000));
+    EXPECT_EQ(l.latches().at("GPU-A")[0].reason(),
+              "driver fault: NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.");
+    EXPECT_FALSE(*l.on_event(xid(79, "0000:3b:00.0"), two_gpus(), 5001));
+    ASSERT_EQ(l.latches().at("GPU-A").size(), 1u);
+    EXPECT_EQ(l.latches().at("GPU-A")[0].reason(), "Xid 79 fault");
+    EXPECT_EQ(l.latches().at("GPU-A")[0].count(), 2u);
+    EXPECT_EQ(l.latches().at("GPU-A")[0].first_seen_unix_ms(), 5000);
+    v1::GpuSection out = two_gpus();
+    l.annotate(out);
+    EXPECT_EQ(out.unmapped_incidents_size(), 0) << "nothing dropped as unmapped";
+  }
+  auto again = open("boot-2");
+  ASSERT_EQ(again.latches().at("GPU-A").size(), 1u);
+  EXPECT_EQ(again.latches().at("GPU-A")[0].reason(), "Xid 79 fault");
+}
+
+TEST_F(FaultLatches, AnXidTheDriverConfirmedFences) {
+  auto l = open();
+  // Xids 13 and 31 are not on the fatal list: history only...
+  EXPECT_FALSE(*l.on_event(xid(13, "0000:3b:00.0"), two_gpus(), 900));
+  EXPECT_FALSE(*l.on_event(xid(31, "0000:3b:00.0"), two_gpus(), 1000));
+  EXPECT_TRUE(l.latches().empty());
+  // ...until NVML says the GPU needs a reset: the driver confirmed the
+  // latest, Xid 31.
+  auto s = two_gpus();
+  s.mutable_gpus(0)->set_recovery_action(1);
+  s.mutable_gpus(1)->set_recovery_action(0);
+  ASSERT_TRUE(*l.on_readings(s, 2000));
+  ASSERT_EQ(l.latches().count("GPU-B"), 0u);
+  const auto& f = l.latches().at("GPU-A").at(0);
+  EXPECT_EQ(f.reason(), "Xid 31 fault");
+  EXPECT_EQ(f.xid(), 31u);
+  EXPECT_NE(f.evidence().find("recovery action GPU reset"), std::string::npos) << f.evidence();
+  // A recovery action with no Xid in the kernel log is a driver fault.
+  s.mutable_gpus(1)->set_recovery_action(2);
+  ASSERT_TRUE(*l.on_readings(s, 3000));
+  EXPECT_EQ(l.latches().at("GPU-B").at(0).reason(), "driver fault: recovery action node reboot");
+}
+
 TEST_F(FaultLatches, RepairedScarsDoNotLatch) {
   v1::Gpu g;
   g.set_id("GPU-A");

@@ -109,6 +109,42 @@ TEST_F(GpuActors, ALatchFencesTheGpuAndTheConditionSaysWhy) {
   EXPECT_EQ(cond->reason(), "AllGPUsHealthy");
 }
 
+TEST_F(GpuActors, AGpuHeldByAPlacedWorkerShowsItsHolderAndIsNotForeign) {
+  auto m = spawn_machine();
+  auto busy = report_with_gpus(false);
+  // Both GPUs have half their memory in use.
+  for (auto& g : *busy.mutable_facts()->mutable_gpus()->mutable_gpus())
+    g.set_memory_used_bytes(40ull << 30);
+  v1::WorkerOrders orders;
+  orders.set_machine("gpu-01");
+  orders.set_generation(1);
+  auto* w = orders.add_workers();
+  w->set_worker("train-0");
+  w->set_run("train");
+  w->add_gpu_ids("GPU-1");
+  (*self)->send(m, atom::assign_v, orders);
+  run();
+  (*self)->send(m, busy);
+  run();
+  auto list = gpus(m);
+  ASSERT_EQ(list.size(), 2u);
+  // GPU-0's memory is used by nothing Astraeus placed: Foreign.
+  EXPECT_EQ(list[0].holder(), "");
+  EXPECT_EQ(list[0].health(), "Foreign");
+  // GPU-1 is the worker's: held, and its memory in use is the worker's.
+  EXPECT_EQ(list[1].holder(), "train-0");
+  EXPECT_EQ(list[1].health(), "Healthy");
+  // The run ends (empty set): GPU-1 is free, and memory still in use there
+  // is now foreign.
+  orders.clear_workers();
+  orders.set_generation(2);
+  (*self)->send(m, atom::assign_v, orders);
+  run();
+  list = gpus(m);
+  EXPECT_EQ(list[1].holder(), "");
+  EXPECT_EQ(list[1].health(), "Foreign");
+}
+
 TEST_F(GpuActors, ADownMachineStillShowsItsFencedGpus) {
   auto m = spawn_machine();
   (*self)->send(m, report_with_gpus(true));
