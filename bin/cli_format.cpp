@@ -599,8 +599,9 @@ std::string format_xid_policy(const v1::XidPolicyTable& table) {
                     e.overridden() ? "config" : "built-in", e.meaning()});
   return render_table({"XID", "ACTION", "FROM", "MEANING"}, rows)
          + "Any other Xid: " + table.default_action()
-         + ". Override in the controller's config: xid.fence, xid.at_risk, "
-           "xid.record.\n";
+         + ", unless the driver confirms it as a fault (NVML recovery action: reset "
+           "or reboot), which fences.\nOverride in the controller's config: xid.fence, "
+           "xid.at_risk, xid.record.\n";
 }
 
 std::string to_json_compact(const google::protobuf::Message& msg) {
