@@ -952,6 +952,12 @@ TEST_F(Health, AssignmentsReachTheAgentAreDownWithItAndBackAfterItsRestart) {
   EXPECT_TRUE(run["workers"][0].value("acknowledged", false));
   auto shown = astra({"run", "show", "train"});
   EXPECT_TRUE(contains(shown.out, "MASTER_ADDR: 127.0.0.1:29500")) << shown.out;
+  // astra gpus names the worker holding each of its GPUs.
+  int held = 0;
+  for (const auto& g : astra_gpus().value("gpus", json::array()))
+    if (g.value("holder", "") == "train-0")
+      ++held;
+  EXPECT_EQ(held, 2) << astra({"gpus"}).out;
   // The agent dies: once the machine is Down its worker is Down, GPUs kept.
   kill_agent();
   ASSERT_TRUE(wait_until([&] { return worker_state() == "Down"; }, 6s))
