@@ -503,6 +503,7 @@ v1::WorkerOrders orders_for(scheduler_state& st, const std::string& machine) {
       o->set_array_index(w.array_index());
       o->set_leader_machine(run.leader_machine());
       o->set_machine_count(static_cast<uint32_t>(spans[w.array_index()].size()));
+      o->set_namespace_(run.spec().namespace_());
     }
   }
   return out;

@@ -94,6 +94,19 @@ TEST(WorkerEnv, OutsideAWorkspaceFullNamesAreTheRunsOwn) {
   EXPECT_EQ(env["ASTRAEUS_LEADER_TASK_NAME"], "whoami-0");
 }
 
+TEST(WorkerEnv, InAWorkspaceEveryRankHasFullNamesButSlurmKeepsTheRunsName) {
+  auto o = whoami();
+  o.set_worker("whoami-1");
+  o.set_rank(1);
+  o.set_world_size(2);
+  auto env = worker_environment(o, on_gpu09());
+  EXPECT_EQ(env["ASTRAEUS_TASK_NAME"], "ws-7f3c2a.whoami-1");
+  EXPECT_EQ(env["ASTRAEUS_JOB_NAME"], "ws-7f3c2a.whoami");
+  EXPECT_EQ(env["ASTRAEUS_LEADER_TASK_NAME"], "ws-7f3c2a.whoami-0");
+  for (const char* v : {"SLURM_JOB_ID", "SLURM_JOBID", "SLURM_JOB_NAME"})
+    EXPECT_EQ(env[v], "whoami") << v;
+}
+
 TEST(WorkerEnv, GpuWorkerGetsNcclAndSlurmGpuVariablesButNoCudaVisibleDevices) {
   auto o = whoami();
   o.add_gpu_ids("GPU-a");
