@@ -942,6 +942,11 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
             w.set_state(next);
             changed = true;
           }
+          // What it wrote to $ASTRAEUS_OUTPUTS, once it has ended.
+          if (h->second->outputs_size() > 0 && w.outputs_size() == 0) {
+            *w.mutable_outputs() = h->second->outputs();
+            changed = true;
+          }
         }
         // Placed until every worker runs; then Running.
         if (changed && run.state() == std::string{run_state::placed}

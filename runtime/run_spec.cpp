@@ -110,7 +110,7 @@ public:
            {"name", "image", "command", "args", "env", "gpus", "cpus",
             "memory", "workers", "task_groups", "array", "pool", "labels",
             "gpu_requests", "time_limit_seconds", "time_limit", "workspace",
-            "runtime"},
+            "runtime", "outputs"},
            [&](const std::string& key, const YAML::Node& value,
                const std::string& path) {
              if (key == "name") {
@@ -121,6 +121,8 @@ public:
                spec.set_workspace(text(value, path));
              } else if (key == "runtime") {
                spec.set_runtime(text(value, path));
+             } else if (key == "outputs") {
+               spec.set_outputs(boolean(value, path));
              } else if (key == "pool") {
                spec.set_pool(text(value, path));
              } else if (key == "command") {
@@ -751,6 +753,8 @@ std::string to_yaml(const v1::RunSpec& spec) {
   if (spec.time_limit_seconds() != 0)
     out << YAML::Key << "time_limit_seconds" << YAML::Value
         << spec.time_limit_seconds();
+  if (spec.outputs())
+    out << YAML::Key << "outputs" << YAML::Value << true;
   out << YAML::EndMap;
   return std::string{out.c_str()} + "\n";
 }

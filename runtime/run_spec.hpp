@@ -28,6 +28,8 @@
 /// gpu_requests: {healthy_only: true}
 /// time_limit: 2h             # or time_limit_seconds: 7200
 /// workspace: vision
+/// outputs: true              # the workers get $ASTRAEUS_OUTPUTS (key=value lines,
+///                            # shown by `astra run show` once they end)
 /// ```
 ///
 /// Choices:

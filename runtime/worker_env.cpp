@@ -1,4 +1,5 @@
 #include "runtime/worker_env.hpp"
+#include "runtime/worker_outputs.hpp"
 
 #include <cmath>
 
@@ -101,6 +102,10 @@ worker_environment(const v1::WorkerOrder& order, const worker_env_context& ctx) 
   // The run's env wins over everything injected above.
   for (const auto& [k, v] : spec.env())
     env[k] = v;
+  // Features you turn on: above the run's env.
+  if (spec.outputs())
+    env["ASTRAEUS_OUTPUTS"] = ctx.outputs_file.empty() ? container_outputs_file
+                                                        : ctx.outputs_file;
   if (ctx.host_process) {
     // Empty for a CPU worker: it sees no GPU.
     std::string ids;

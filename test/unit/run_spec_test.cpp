@@ -183,6 +183,20 @@ TEST(RunSpec, CommandStringRunsUnderShAndListRunsAsIs) {
             "well; the image's entrypoint cannot be kept)");
 }
 
+TEST(RunSpec, OutputsTurnsOnTheOutputsFile) {
+  // Seed, "Features you turn on": ASTRAEUS_OUTPUTS with `outputs`.
+  auto yaml = parse_run_spec(base + "outputs: true\n", "t.yaml");
+  ASSERT_TRUE(yaml) << render_error(yaml.error());
+  EXPECT_TRUE(yaml->outputs());
+  auto json = parse_run_spec(R"({"name": "r", "image": "busybox", "outputs": true})", "t.json");
+  ASSERT_TRUE(json) << render_error(json.error());
+  EXPECT_TRUE(json->outputs());
+  EXPECT_NE(to_yaml(*json).find("outputs: true\n"), std::string::npos) << to_yaml(*json);
+  EXPECT_FALSE(parse_run_spec(base, "t.yaml")->outputs()) << "off unless asked for";
+  EXPECT_EQ(parse_error(base + "outputs: \"yes\"\n"),
+            "t.yaml:3: outputs: expected true or false, got the string \"yes\"");
+}
+
 TEST(RunSpec, TypesAreStrict) {
   EXPECT_EQ(parse_error(base + "workers: two\n"),
             "t.yaml:3: workers: expected a whole number, got \"two\"");
@@ -502,6 +516,7 @@ TEST(RunSpec, RoundTripsThroughYaml) {
   odd.set_healthy_only(true);
   odd.set_time_limit_seconds(2592000);
   odd.set_workspace("ws");
+  odd.set_outputs(true);
   ASSERT_EQ(validate_run_spec(odd), caf::none);
   auto text = to_yaml(odd);
   auto back = parse_run_spec(text, "to_yaml");

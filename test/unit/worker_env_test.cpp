@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "runtime/worker_env.hpp"
+#include "runtime/worker_outputs.hpp"
 
 using namespace astraeus;
 
@@ -214,4 +215,19 @@ TEST(WorkerEnv, ArrayCopyKnowsItsIndexAndItsOwnLeader) {
   EXPECT_EQ(env["SLURM_PROCID"], "1");
   EXPECT_EQ(env["SLURM_NTASKS"], "2");
   EXPECT_EQ(env.count("SLURM_ARRAY_TASK_ID"), 0u) << "the seed: not set";
+}
+
+TEST(WorkerEnv, OutputsFileIsGivenOnlyWhenAskedForAndWinsOverTheRunsEnv) {
+  auto o = whoami();
+  EXPECT_EQ(worker_environment(o, on_gpu09()).count("ASTRAEUS_OUTPUTS"), 0u);
+  o.mutable_spec()->set_outputs(true);
+  // Seed, "Which value wins": ASTRAEUS_OUTPUTS is above the run's env.
+  (*o.mutable_spec()->mutable_env())["ASTRAEUS_OUTPUTS"] = "/tmp/mine";
+  EXPECT_EQ(worker_environment(o, on_gpu09())["ASTRAEUS_OUTPUTS"],
+            "/var/run/astraeus/outputs/outputs");
+  // A host process writes to its folder on the machine.
+  auto ctx = on_gpu09();
+  ctx.host_process = true;
+  ctx.outputs_file = "/var/lib/astraeus/workers/whoami-0/outputs/outputs";
+  EXPECT_EQ(worker_environment(o, ctx)["ASTRAEUS_OUTPUTS"], ctx.outputs_file);
 }
