@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "messages/error.hpp"
+#include "runtime/run_spec.hpp"
 
 namespace astraeus {
 
@@ -272,6 +273,46 @@ caf::expected<oci_user> resolve_user(const std::string& user,
     out.gid = static_cast<uint32_t>(std::stoul(group));
   }
   return out;
+}
+
+namespace {
+
+/// Applies each valid ulimit of `spec` to `limits`: the limit whose
+/// resource (`resource_of`) is the same is replaced by `make(ulimit,
+/// resource)`, else that is added.
+template <class Limit, class Make, class ResourceOf>
+void apply_each_ulimit(std::vector<Limit>& limits, const v1::RunSpec& spec, Make make,
+                       ResourceOf resource_of) {
+  for (const auto& u : spec.ulimits()) {
+    auto resource = rlimit_resource(u.name());
+    if (!resource)
+      continue;
+    auto same = std::find_if(limits.begin(), limits.end(),
+                             [&](const Limit& l) { return resource_of(l) == *resource; });
+    if (same != limits.end())
+      *same = make(u, *resource);
+    else
+      limits.push_back(make(u, *resource));
+  }
+}
+
+} // namespace
+
+void apply_ulimits(std::vector<oci_rlimit>& limits, const v1::RunSpec& spec) {
+  apply_each_ulimit(
+    limits, spec,
+    [](const v1::Ulimit& u, int) { return oci_rlimit{u.name(), u.soft(), u.hard()}; },
+    [](const oci_rlimit& l) { return rlimit_resource(l.name).value_or(-1); });
+}
+
+void apply_ulimits(std::vector<std::pair<int, rlimit>>& limits, const v1::RunSpec& spec) {
+  auto value = [](int64_t v) { return v < 0 ? RLIM_INFINITY : static_cast<rlim_t>(v); };
+  apply_each_ulimit(
+    limits, spec,
+    [&](const v1::Ulimit& u, int resource) {
+      return std::pair{resource, rlimit{value(u.soft()), value(u.hard())}};
+    },
+    [](const std::pair<int, rlimit>& l) { return l.first; });
 }
 
 json oci_config(const oci_worker& w, const std::string& rootfs) {

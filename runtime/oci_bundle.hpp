@@ -10,11 +10,15 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <caf/error.hpp>
 #include <caf/expected.hpp>
 #include <nlohmann/json.hpp>
+#include <sys/resource.h>
+
+#include "messages/astraeus.pb.h"
 
 namespace astraeus {
 
@@ -81,6 +85,16 @@ struct oci_rlimit {
   int64_t hard = 0;
 };
 
+/// Applies the run's `security_context.ulimits` to a worker's limits (seed,
+/// "Limits": "Your values replace the defaults above"): a limit of the same
+/// resource is replaced, another is added; -1 is unlimited. Names the spec
+/// validation refused (`rlimit_resource`) are skipped.
+void apply_ulimits(std::vector<oci_rlimit>& limits, const v1::RunSpec& spec);
+
+/// The same for a host process's limits (RLIMIT_* resource, soft/hard;
+/// -1 becomes RLIM_INFINITY), set in the worker before exec.
+void apply_ulimits(std::vector<std::pair<int, rlimit>>& limits, const v1::RunSpec& spec);
+
 /// A device node handed to the container (from CDI).
 struct oci_device {
   std::string path;          ///< in the container: /dev/nvidia0
@@ -114,8 +128,8 @@ struct oci_worker {
   oci_user user;
   std::string hostname;
   uint64_t memory_bytes = 0;      ///< hard limit; 0 = none
-  double cpus = 0;                ///< quota; 0 = none
-  bool cpu_burst = false;         ///< weight only, no quota
+  double cpus = 0;                ///< quota and weight; 0 = none
+  bool cpu_burst = false;         ///< weight only, no quota (RunSpec.cpu_burst)
   uint64_t shm_bytes = 64ull << 20;
   std::vector<oci_rlimit> rlimits;
   std::vector<oci_device> devices;

@@ -200,6 +200,7 @@ caf::error worker_supervisor::start_process(const v1::WorkerOrder& order,
   if (order.gpu_ids_size() > 0)
     what.rlimits.emplace_back(RLIMIT_MEMLOCK, worker_limit(RLIMIT_MEMLOCK, RLIM_INFINITY,
                                                            "memlock", memlock_warned_));
+  apply_ulimits(what.rlimits, spec);
   auto launched = launch_process(what);
   if (!launched)
     return launched.error();
@@ -318,6 +319,8 @@ caf::error worker_supervisor::start_runc(const v1::WorkerOrder& order,
       return sig.error();
     rec.set_stop_signal(*sig);
   }
+  w.cpu_burst = spec.cpu_burst();
+  apply_ulimits(w.rlimits, spec);
   if (spec.outputs()) {
     if (auto err = prepare_outputs_dir(rec.dir(), w.user.uid, w.user.gid))
       return err;

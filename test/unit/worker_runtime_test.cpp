@@ -119,6 +119,47 @@ TEST(OciConfig, CarriesLimitsShmAndDevices) {
     << "cpu_burst: the weight only";
 }
 
+TEST(OciConfig, CpuBurstKeepsTheWeightOfItsCores) {
+  oci_worker w;
+  w.cpus = 2;
+  w.cpu_burst = true;
+  auto cpu = oci_config(w, "rootfs")["linux"]["resources"]["cpu"];
+  EXPECT_EQ(cpu, nlohmann::json({{"shares", 2048}}))
+    << "seed, Limits: with cpu_burst the cores are the weight only";
+}
+
+TEST(Ulimits, TheRunsValuesReplaceTheDefaultsAndAddOthers) {
+  v1::RunSpec spec;
+  auto add = [&](const char* name, int64_t soft, int64_t hard) {
+    auto* u = spec.add_ulimits();
+    u->set_name(name);
+    u->set_soft(soft);
+    u->set_hard(hard);
+  };
+  add("nofile", 4096, 8192);
+  add("stack", 67108864, -1);
+  std::vector<oci_rlimit> oci{{"nofile", 1048576, 1048576}, {"memlock", -1, -1}};
+  apply_ulimits(oci, spec);
+  auto rl = [&] {
+    oci_worker w;
+    w.rlimits = oci;
+    return oci_config(w, "rootfs")["process"]["rlimits"];
+  }();
+  EXPECT_EQ(rl, nlohmann::json::parse(R"([
+    {"type": "RLIMIT_NOFILE", "soft": 4096, "hard": 8192},
+    {"type": "RLIMIT_MEMLOCK", "soft": 18446744073709551615, "hard": 18446744073709551615},
+    {"type": "RLIMIT_STACK", "soft": 67108864, "hard": 18446744073709551615}])"));
+  // A host process gets the same limits, as setrlimit takes them.
+  std::vector<std::pair<int, rlimit>> host{{RLIMIT_NOFILE, rlimit{1048576, 1048576}}};
+  apply_ulimits(host, spec);
+  ASSERT_EQ(host.size(), 2u);
+  EXPECT_EQ(host[0].first, RLIMIT_NOFILE);
+  EXPECT_EQ(host[0].second.rlim_cur, 4096u);
+  EXPECT_EQ(host[0].second.rlim_max, 8192u);
+  EXPECT_EQ(host[1].first, RLIMIT_STACK);
+  EXPECT_EQ(host[1].second.rlim_max, RLIM_INFINITY);
+}
+
 TEST(Cdi, TwoFilesInOneFolderDefiningADeviceIsAConflict) {
   test::temp_dir dir;
   cdi_options o;
