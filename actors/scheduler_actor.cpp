@@ -474,6 +474,11 @@ v1::WorkerOrders orders_for(scheduler_state& st, const std::string& machine) {
   auto on = st.runs_on.find(machine);
   if (on == st.runs_on.end())
     return out;
+  // The machine's multi-machine NVLink domain (NVIDIA_IMEX_CHANNELS).
+  std::string nvlink_domain;
+  if (auto f = st.machine_facts_by_name.find(machine); f != st.machine_facts_by_name.end())
+    if (auto l = f->second.labels.find(topology_label::nvlink_domain); l != f->second.labels.end())
+      nvlink_domain = l->second;
   for (const auto& run_name : on->second) {
     auto it = st.runs.find(run_name);
     if (it == st.runs.end())
@@ -504,6 +509,7 @@ v1::WorkerOrders orders_for(scheduler_state& st, const std::string& machine) {
       o->set_leader_machine(run.leader_machine());
       o->set_machine_count(static_cast<uint32_t>(spans[w.array_index()].size()));
       o->set_namespace_(run.spec().namespace_());
+      o->set_nvlink_domain(nvlink_domain);
     }
   }
   return out;

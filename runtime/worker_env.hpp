@@ -44,6 +44,11 @@ struct worker_env_context {
 /// `ctx.host_process`, CUDA_VISIBLE_DEVICES overrides the run's value.
 /// Variables whose condition does not hold are absent (e.g. no GPU
 /// variables for a CPU worker, no MASTER_ADDR before the leader is placed).
+/// NVIDIA_IMEX_CHANNELS=0 (seed, "GPUs and the network") is set for a
+/// container worker whose GPUs are all NVIDIA's (ids "GPU-<uuid>", handed
+/// over by the NVIDIA runtime hook / CDI) on a machine in a multi-machine
+/// NVLink domain (`order.nvlink_domain`, from the machine's
+/// topology.astraeus.io/nvlink-domain label); never for a host process.
 /// Never fails: every field of `order` has a meaning when empty.
 std::map<std::string, std::string>
 worker_environment(const v1::WorkerOrder& order, const worker_env_context& ctx);

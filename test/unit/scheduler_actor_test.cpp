@@ -432,6 +432,23 @@ TEST_F(SchedulerAssignments, OrdersOfAWorkspaceRunCarryItsNamespaceAndDefaultOne
     EXPECT_EQ(o.namespace_(), o.run() == "whoami" ? "ws-7f3c2a" : "") << o.worker();
 }
 
+TEST_F(SchedulerAssignments, OrdersCarryTheMachinesNvlinkDomain) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  auto m = machine_of("gpu-01", 8);
+  (*m.mutable_labels())["topology.astraeus.io/nvlink-domain"] = "c0ffee/7";
+  snapshot(s, m);
+  ASSERT_EQ(submit(s, spec_of("nvl", 4)).state(), "Placed");
+  ASSERT_EQ(log->last().workers_size(), 1);
+  EXPECT_EQ(log->last().workers(0).nvlink_domain(), "c0ffee/7");
+  auto log2 = attach(s, "gpu-02");
+  snapshot(s, machine_of("gpu-02", 8));
+  auto spec = spec_of("plain", 8);
+  ASSERT_EQ(submit(s, spec).state(), "Placed");
+  ASSERT_EQ(log2->last().workers_size(), 1);
+  EXPECT_EQ(log2->last().workers(0).nvlink_domain(), "") << "gpu-02 is in no domain";
+}
+
 TEST_F(SchedulerAssignments, WorkersOfADownMachineAreDownAndKeepTheirGpusUntilItIsBack) {
   auto s = spawn_scheduler();
   auto log = attach(s, "gpu-01");

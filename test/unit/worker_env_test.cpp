@@ -231,3 +231,26 @@ TEST(WorkerEnv, OutputsFileIsGivenOnlyWhenAskedForAndWinsOverTheRunsEnv) {
   ctx.outputs_file = "/var/lib/astraeus/workers/whoami-0/outputs/outputs";
   EXPECT_EQ(worker_environment(o, ctx)["ASTRAEUS_OUTPUTS"], ctx.outputs_file);
 }
+
+TEST(WorkerEnv, ImexChannelZeroInAMultiMachineNvlinkDomainForNvidiaContainers) {
+  // Seed, "GPUs and the network": NVIDIA_IMEX_CHANNELS=0 when placed in a
+  // multi-node NVLink domain, on a machine whose GPUs the NVIDIA runtime
+  // hook hands over.
+  auto o = whoami();
+  o.add_gpu_ids("GPU-5a1e0000-0000-0000-0000-000000000001");
+  EXPECT_EQ(worker_environment(o, on_gpu09()).count("NVIDIA_IMEX_CHANNELS"), 0u)
+    << "no NVLink domain";
+  o.set_nvlink_domain("c0ffee/7");
+  EXPECT_EQ(worker_environment(o, on_gpu09())["NVIDIA_IMEX_CHANNELS"], "0");
+  auto host = on_gpu09();
+  host.host_process = true;
+  EXPECT_EQ(worker_environment(o, host).count("NVIDIA_IMEX_CHANNELS"), 0u)
+    << "no runtime hook hands GPUs to a host process";
+  auto amd = whoami();
+  amd.set_nvlink_domain("c0ffee/7");
+  amd.add_gpu_ids("0000:0c:00.0");
+  EXPECT_EQ(worker_environment(amd, on_gpu09()).count("NVIDIA_IMEX_CHANNELS"), 0u);
+  auto cpu = whoami();
+  cpu.set_nvlink_domain("c0ffee/7");
+  EXPECT_EQ(worker_environment(cpu, on_gpu09()).count("NVIDIA_IMEX_CHANNELS"), 0u);
+}
