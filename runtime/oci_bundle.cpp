@@ -315,6 +315,39 @@ void apply_ulimits(std::vector<std::pair<int, rlimit>>& limits, const v1::RunSpe
     [](const std::pair<int, rlimit>& l) { return l.first; });
 }
 
+const std::vector<std::string> numa_memory_policy_syscalls = {
+  "get_mempolicy", "mbind", "migrate_pages", "move_pages", "set_mempolicy"};
+
+const std::vector<std::string> denied_syscalls = {
+  "_sysctl",         "acct",          "add_key",         "bpf",
+  "clock_adjtime",   "clock_settime", "create_module",   "delete_module",
+  "finit_module",    "fsconfig",      "fsmount",         "fsopen",
+  "fspick",          "get_kernel_syms", "init_module",   "ioperm",
+  "iopl",            "kcmp",          "kexec_file_load", "kexec_load",
+  "keyctl",          "lookup_dcookie", "mount",          "mount_setattr",
+  "move_mount",      "name_to_handle_at", "nfsservctl",  "open_by_handle_at",
+  "open_tree",       "perf_event_open", "pivot_root",    "query_module",
+  "quotactl",        "quotactl_fd",   "reboot",          "request_key",
+  "setns",           "settimeofday",  "stime",           "swapoff",
+  "swapon",          "sysfs",         "umount",          "umount2",
+  "unshare",         "uselib",        "userfaultfd",     "ustat",
+  "vm86",            "vm86old"};
+
+json default_seccomp_profile() {
+#if defined(__aarch64__)
+  json arches = {"SCMP_ARCH_AARCH64", "SCMP_ARCH_ARM"};
+#else
+  json arches = {"SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"};
+#endif
+  return {
+    {"defaultAction", "SCMP_ACT_ALLOW"},
+    {"architectures", arches},
+    {"syscalls", json::array({{{"names", denied_syscalls},
+                               {"action", "SCMP_ACT_ERRNO"},
+                               {"errnoRet", 1}}})},
+  };
+}
+
 json oci_config(const oci_worker& w, const std::string& rootfs) {
   json rl = json::array();
   for (const auto& r : w.rlimits) {
@@ -400,6 +433,7 @@ json oci_config(const oci_worker& w, const std::string& rootfs) {
                                 {{"type", "uts"}}, {{"type", "mount"}}})},
     {"resources", resources},
     {"devices", devices},
+    {"seccomp", default_seccomp_profile()},
     {"maskedPaths", {"/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
                      "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
                      "/proc/scsi", "/sys/firmware"}},

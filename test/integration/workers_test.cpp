@@ -214,7 +214,7 @@ protected:
     fs::create_directories(image / "etc");
     fs::copy_file("/bin/busybox", image / "bin" / "busybox");
     for (const char* tool : {"sh", "env", "grep", "sort", "id", "df", "echo", "sleep", "ls",
-                             "tail"})
+                             "tail", "unshare"})
       fs::create_symlink("busybox", image / "bin" / tool);
     write_text(image / "etc" / "passwd", "root:x:0:0:root:/root:/bin/sh\n");
     write_text(image / "etc" / "group", "root:x:0:\nwheel:x:10:root\n");
@@ -420,4 +420,24 @@ TEST_F(Workers, AContainerWritesItsOutputsThroughTheMountedFolder) {
   EXPECT_TRUE(contains(logs.out, "at /var/run/astraeus/outputs/outputs\n")) << logs.out;
   auto show = astra({"run", "show", "fit"});
   EXPECT_TRUE(contains(show.out, "fit-0   loss  0.25")) << show.out;
+}
+
+TEST_F(Workers, AContainerRunsUnderTheDefaultSeccompProfileWithItsUlimits) {
+  if (auto why = make_busybox_image(); !why.empty())
+    GTEST_SKIP() << why;
+  ASSERT_TRUE(start_cluster("runc"));
+  // unshare(2) is denied (EPERM) even for a user namespace, which the kernel
+  // would otherwise allow; the stack limit is the spec's.
+  write_text(dir_ / "sc.yaml",
+             "name: sc\nimage: busybox\ncpus: 1\ncpu_burst: true\n"
+             "command: [sh, -c, 'grep Seccomp: /proc/self/status; ulimit -s; "
+             "unshare -U true && echo unshare allowed || echo unshare denied']\n"
+             "security_context:\n  ulimits:\n    - {name: stack, soft: 16777216}\n");
+  auto res = astra({"run", "-f", (dir_ / "sc.yaml").string()});
+  ASSERT_EQ(res.rc, 0) << res.err;
+  ASSERT_TRUE(wait_run("sc", "Stopped"));
+  auto logs = astra({"logs", "sc"});
+  EXPECT_TRUE(contains(logs.out, "Seccomp:\t2\n")) << "a filter is loaded: " << logs.out;
+  EXPECT_TRUE(contains(logs.out, "\n16384\n")) << "ulimit -s in KiB: " << logs.out;
+  EXPECT_TRUE(contains(logs.out, "unshare denied")) << logs.out;
 }

@@ -5,6 +5,7 @@
 // shared/seeds/gpus.md ("How a worker gets its GPUs").
 
 #include <fstream>
+#include <set>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -158,6 +159,26 @@ TEST(Ulimits, TheRunsValuesReplaceTheDefaultsAndAddOthers) {
   EXPECT_EQ(host[0].second.rlim_max, 8192u);
   EXPECT_EQ(host[1].first, RLIMIT_STACK);
   EXPECT_EQ(host[1].second.rlim_max, RLIM_INFINITY);
+}
+
+TEST(Seccomp, DangerousCallsAreDeniedAndNumaMemoryPolicyIsAllowed) {
+  auto c = oci_config(oci_worker{}, "rootfs");
+  const auto& sc = c["linux"]["seccomp"];
+  EXPECT_EQ(sc["defaultAction"], "SCMP_ACT_ALLOW");
+  ASSERT_EQ(sc["syscalls"].size(), 1u);
+  const auto& deny = sc["syscalls"][0];
+  EXPECT_EQ(deny["action"], "SCMP_ACT_ERRNO");
+  EXPECT_EQ(deny["errnoRet"], 1) << "EPERM, as Docker answers";
+  std::set<std::string> denied = deny["names"];
+  for (const char* call : {"kexec_load", "mount", "umount2", "reboot", "init_module",
+                           "finit_module", "keyctl", "bpf", "unshare", "setns", "pivot_root"})
+    EXPECT_EQ(denied.count(call), 1u) << call;
+  // AMD's ROCm needs the NUMA memory-policy calls (issue 6).
+  for (const auto& call : numa_memory_policy_syscalls)
+    EXPECT_EQ(denied.count(call), 0u) << call;
+  EXPECT_EQ(numa_memory_policy_syscalls.size(), 5u);
+  EXPECT_EQ(denied.count("ptrace"), 0u) << "debuggers and profilers work";
+  EXPECT_FALSE(sc["architectures"].empty()) << "32-bit calls are filtered too";
 }
 
 TEST(Cdi, TwoFilesInOneFolderDefiningADeviceIsAConflict) {
