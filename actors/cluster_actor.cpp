@@ -149,6 +149,9 @@ caf::error validate_workspace(v1::Workspace& ws) {
 caf::error apply_workspace(const v1::Workspace* ws, v1::RunSpec& spec) {
   if (spec.workspace().empty())
     spec.set_workspace(default_workspace);
+  // Full names carry the workspace's namespace; the default workspace has
+  // none. Never the client's word.
+  spec.set_namespace_(ws == nullptr ? std::string{} : ws->namespace_());
   if (ws == nullptr)
     return caf::none;
   for (const auto& [k, v] : ws->grants()) {

@@ -93,7 +93,10 @@ inline constexpr const char* default_workspace = "default";
 caf::error validate_workspace(v1::Workspace& ws);
 
 /// Submits `spec` into workspace `ws` (null: the default workspace, granted
-/// nothing): every grant becomes a label the run's machines must carry.
+/// nothing): every grant becomes a label the run's machines must carry, and
+/// `spec.namespace` becomes the workspace's namespace ("ws-7f3c2a"; empty in
+/// the default workspace, whatever the client sent), so its workers' full
+/// names are `<namespace>.<name>` (shared/seeds/inside-a-worker.md).
 /// Errors: ec::invalid_request when the run asks for a pool or label that
 /// contradicts a grant ("workspace research is granted pool=h100; the run
 /// asks for pool=a100").

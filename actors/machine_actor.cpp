@@ -12,6 +12,7 @@
 
 #include "actors/gather.hpp"
 #include "actors/gpu_actor.hpp"
+#include "actors/placement.hpp"
 #include "messages/error.hpp"
 #include "runtime/wall_clock.hpp"
 #include "store/store.hpp"
@@ -127,6 +128,10 @@ v1::SchedulerMachine machine_state::scheduler_view() const {
   out.set_logical_cpus(facts.cpu().logical_cpus());
   out.set_memory_bytes(facts.memory().total_bytes());
   *out.mutable_labels() = config.record.labels();
+  // The NVLink domain is found from the GPUs (shared/seeds/machines.md,
+  // "Topology"); a label an admin set wins.
+  if (const auto& domain = facts.gpus().capabilities().nvlink_domain(); !domain.empty())
+    out.mutable_labels()->insert({topology_label::nvlink_domain, domain});
   const auto& gpus = facts.gpus().gpus();
   std::map<std::string, uint32_t> index_of;
   for (int i = 0; i < gpus.size(); ++i)

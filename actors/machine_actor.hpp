@@ -89,6 +89,8 @@ struct machine_state {
   std::string last_statuses;
 
   /// What the scheduler places by: schedulable, labels, GPUs and health.
+  /// The labels are the machine's, plus topology.astraeus.io/nvlink-domain
+  /// from its GPUs' capabilities when it has none of that name.
   v1::SchedulerMachine scheduler_view() const;
   /// One GPU actor per GPU id, spawned from reports (and from the stored
   /// facts at start, so a Down machine still lists its last known GPUs).

@@ -474,6 +474,11 @@ v1::WorkerOrders orders_for(scheduler_state& st, const std::string& machine) {
   auto on = st.runs_on.find(machine);
   if (on == st.runs_on.end())
     return out;
+  // The machine's multi-machine NVLink domain (NVIDIA_IMEX_CHANNELS).
+  std::string nvlink_domain;
+  if (auto f = st.machine_facts_by_name.find(machine); f != st.machine_facts_by_name.end())
+    if (auto l = f->second.labels.find(topology_label::nvlink_domain); l != f->second.labels.end())
+      nvlink_domain = l->second;
   for (const auto& run_name : on->second) {
     auto it = st.runs.find(run_name);
     if (it == st.runs.end())
@@ -503,6 +508,8 @@ v1::WorkerOrders orders_for(scheduler_state& st, const std::string& machine) {
       o->set_array_index(w.array_index());
       o->set_leader_machine(run.leader_machine());
       o->set_machine_count(static_cast<uint32_t>(spans[w.array_index()].size()));
+      o->set_namespace_(run.spec().namespace_());
+      o->set_nvlink_domain(nvlink_domain);
     }
   }
   return out;
@@ -939,6 +946,11 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
           if (!w.acknowledged() || w.state() != next) {
             w.set_acknowledged(true);
             w.set_state(next);
+            changed = true;
+          }
+          // What it wrote to $ASTRAEUS_OUTPUTS, once it has ended.
+          if (h->second->outputs_size() > 0 && w.outputs_size() == 0) {
+            *w.mutable_outputs() = h->second->outputs();
             changed = true;
           }
         }

@@ -261,7 +261,7 @@ void add_commands(CLI::App& app, options& opts, int& rc) {
   static std::string run_workspace, run_runtime;
   static double run_cpus = 0;
   static uint64_t run_time_limit = 0;
-  static bool run_healthy_only = false;
+  static bool run_healthy_only = false, run_outputs = false;
   static std::vector<std::string> run_command, run_env;
   run->add_option("--name", run_name, "run name");
   run->add_option("--image", run_image, "OCI image or root filesystem");
@@ -281,6 +281,9 @@ void add_commands(CLI::App& app, options& opts, int& rc) {
                   "how the workers run: runc (OCI containers) or process (host "
                   "processes); default: the machine's choice");
   run->add_flag("--healthy-only", run_healthy_only, "never AtRisk GPUs: wait instead");
+  run->add_flag("--outputs", run_outputs,
+                "give each worker $ASTRAEUS_OUTPUTS: key=value lines written there "
+                "are shown by astra run show once it ends");
   run->add_option("--time-limit-seconds", run_time_limit, "stop after this long");
   run->add_option("command", run_command, "command and arguments (after --)");
   auto* show = run->add_subcommand("show", "show one run: state, and per worker "
@@ -344,6 +347,8 @@ void add_commands(CLI::App& app, options& opts, int& rc) {
       spec.set_array_size(run_array);
     if (run_healthy_only)
       spec.set_healthy_only(true);
+    if (run_outputs)
+      spec.set_outputs(true);
     if (run_time_limit > 0)
       spec.set_time_limit_seconds(run_time_limit);
     for (const auto& kv : run_env) {

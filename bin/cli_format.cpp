@@ -563,6 +563,17 @@ std::string format_run(const v1::Run& r, int64_t now_unix_ms) {
                                 "STATE", "AGENT HAS IT"},
                                rows),
                   "  ");
+    // What the workers wrote to $ASTRAEUS_OUTPUTS, sorted by key.
+    std::vector<std::vector<std::string>> outputs;
+    for (const auto& w : r.workers()) {
+      std::map<std::string, std::string> sorted{w.outputs().begin(), w.outputs().end()};
+      for (const auto& [k, v] : sorted)
+        outputs.push_back({w.name(), k, v});
+    }
+    if (!outputs.empty())
+      out << "\nOutputs\n" << indent(render_table({"WORKER", "KEY", "VALUE"}, outputs), "  ");
+    else if (r.spec().outputs())
+      out << "\nOutputs:     none yet (collected from $ASTRAEUS_OUTPUTS when a worker ends)\n";
   }
   return out.str();
 }

@@ -32,7 +32,8 @@ std::string format_gpu_section(const v1::GpuSection& section);
 /// `astra runs`: one line per run.
 std::string format_run_list(const v1::RunList& list, int64_t now_unix_ms);
 
-/// `astra run show NAME`: the run and its workers.
+/// `astra run show NAME`: the run and its workers, then what the workers
+/// wrote to $ASTRAEUS_OUTPUTS (one row per worker and key).
 std::string format_run(const v1::Run& run, int64_t now_unix_ms);
 
 /// `astra workspaces`: name, organisation, namespace and grants (labels

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "messages/error.hpp"
+#include "runtime/run_spec.hpp"
 
 namespace astraeus {
 
@@ -274,6 +275,79 @@ caf::expected<oci_user> resolve_user(const std::string& user,
   return out;
 }
 
+namespace {
+
+/// Applies each valid ulimit of `spec` to `limits`: the limit whose
+/// resource (`resource_of`) is the same is replaced by `make(ulimit,
+/// resource)`, else that is added.
+template <class Limit, class Make, class ResourceOf>
+void apply_each_ulimit(std::vector<Limit>& limits, const v1::RunSpec& spec, Make make,
+                       ResourceOf resource_of) {
+  for (const auto& u : spec.ulimits()) {
+    auto resource = rlimit_resource(u.name());
+    if (!resource)
+      continue;
+    auto same = std::find_if(limits.begin(), limits.end(),
+                             [&](const Limit& l) { return resource_of(l) == *resource; });
+    if (same != limits.end())
+      *same = make(u, *resource);
+    else
+      limits.push_back(make(u, *resource));
+  }
+}
+
+} // namespace
+
+void apply_ulimits(std::vector<oci_rlimit>& limits, const v1::RunSpec& spec) {
+  apply_each_ulimit(
+    limits, spec,
+    [](const v1::Ulimit& u, int) { return oci_rlimit{u.name(), u.soft(), u.hard()}; },
+    [](const oci_rlimit& l) { return rlimit_resource(l.name).value_or(-1); });
+}
+
+void apply_ulimits(std::vector<std::pair<int, rlimit>>& limits, const v1::RunSpec& spec) {
+  auto value = [](int64_t v) { return v < 0 ? RLIM_INFINITY : static_cast<rlim_t>(v); };
+  apply_each_ulimit(
+    limits, spec,
+    [&](const v1::Ulimit& u, int resource) {
+      return std::pair{resource, rlimit{value(u.soft()), value(u.hard())}};
+    },
+    [](const std::pair<int, rlimit>& l) { return l.first; });
+}
+
+const std::vector<std::string> numa_memory_policy_syscalls = {
+  "get_mempolicy", "mbind", "migrate_pages", "move_pages", "set_mempolicy"};
+
+const std::vector<std::string> denied_syscalls = {
+  "_sysctl",         "acct",          "add_key",         "bpf",
+  "clock_adjtime",   "clock_settime", "create_module",   "delete_module",
+  "finit_module",    "fsconfig",      "fsmount",         "fsopen",
+  "fspick",          "get_kernel_syms", "init_module",   "ioperm",
+  "iopl",            "kcmp",          "kexec_file_load", "kexec_load",
+  "keyctl",          "lookup_dcookie", "mount",          "mount_setattr",
+  "move_mount",      "name_to_handle_at", "nfsservctl",  "open_by_handle_at",
+  "open_tree",       "perf_event_open", "pivot_root",    "query_module",
+  "quotactl",        "quotactl_fd",   "reboot",          "request_key",
+  "setns",           "settimeofday",  "stime",           "swapoff",
+  "swapon",          "sysfs",         "umount",          "umount2",
+  "unshare",         "uselib",        "userfaultfd",     "ustat",
+  "vm86",            "vm86old"};
+
+json default_seccomp_profile() {
+#if defined(__aarch64__)
+  json arches = {"SCMP_ARCH_AARCH64", "SCMP_ARCH_ARM"};
+#else
+  json arches = {"SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"};
+#endif
+  return {
+    {"defaultAction", "SCMP_ACT_ALLOW"},
+    {"architectures", arches},
+    {"syscalls", json::array({{{"names", denied_syscalls},
+                               {"action", "SCMP_ACT_ERRNO"},
+                               {"errnoRet", 1}}})},
+  };
+}
+
 json oci_config(const oci_worker& w, const std::string& rootfs) {
   json rl = json::array();
   for (const auto& r : w.rlimits) {
@@ -359,6 +433,7 @@ json oci_config(const oci_worker& w, const std::string& rootfs) {
                                 {{"type", "uts"}}, {{"type", "mount"}}})},
     {"resources", resources},
     {"devices", devices},
+    {"seccomp", default_seccomp_profile()},
     {"maskedPaths", {"/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
                      "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
                      "/proc/scsi", "/sys/firmware"}},

@@ -10,11 +10,15 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <caf/error.hpp>
 #include <caf/expected.hpp>
 #include <nlohmann/json.hpp>
+#include <sys/resource.h>
+
+#include "messages/astraeus.pb.h"
 
 namespace astraeus {
 
@@ -81,6 +85,16 @@ struct oci_rlimit {
   int64_t hard = 0;
 };
 
+/// Applies the run's `security_context.ulimits` to a worker's limits (seed,
+/// "Limits": "Your values replace the defaults above"): a limit of the same
+/// resource is replaced, another is added; -1 is unlimited. Names the spec
+/// validation refused (`rlimit_resource`) are skipped.
+void apply_ulimits(std::vector<oci_rlimit>& limits, const v1::RunSpec& spec);
+
+/// The same for a host process's limits (RLIMIT_* resource, soft/hard;
+/// -1 becomes RLIM_INFINITY), set in the worker before exec.
+void apply_ulimits(std::vector<std::pair<int, rlimit>>& limits, const v1::RunSpec& spec);
+
 /// A device node handed to the container (from CDI).
 struct oci_device {
   std::string path;          ///< in the container: /dev/nvidia0
@@ -106,6 +120,36 @@ struct oci_hook {
   std::vector<std::string> env;
 };
 
+/// The NUMA memory-policy system calls (set_mempolicy, get_mempolicy, mbind,
+/// move_pages, migrate_pages): AMD's ROCm runtime places its buffers with
+/// them, so `default_seccomp_profile` never denies them (Docker's default
+/// profile does, unless the container has CAP_SYS_NICE).
+/// Source: issue 6 (AMD CDI).
+extern const std::vector<std::string> numa_memory_policy_syscalls;
+
+/// The system calls `default_seccomp_profile` denies (EPERM): in the style
+/// of Docker's default profile, those that reach past the container into
+/// the machine: kernel modules and kexec (init_module, finit_module,
+/// delete_module, kexec_load, ...), mounts and namespaces (mount, umount2,
+/// pivot_root, setns, unshare, the new mount API), the kernel keyring
+/// (keyctl, add_key, request_key), bpf, perf_event_open, userfaultfd, the
+/// clock (settimeofday, clock_settime, clock_adjtime), swap, quotas,
+/// reboot, raw I/O ports (iopl, ioperm), file handles (open_by_handle_at),
+/// accounting, and obsolete calls (uselib, ustat, sysfs, _sysctl, vm86).
+/// ptrace and process_vm_readv/writev stay allowed (debuggers, profilers;
+/// Docker allows them on kernels from 4.8).
+extern const std::vector<std::string> denied_syscalls;
+
+/// The seccomp profile every container gets (OCI runtime spec,
+/// linux.seccomp): `defaultAction` SCMP_ACT_ALLOW with one rule denying
+/// `denied_syscalls` with SCMP_ACT_ERRNO (errnoRet 1, EPERM), for the
+/// machine's architectures (x86-64 with its 32-bit ABIs, or AArch64 with
+/// 32-bit ARM) so a 32-bit call is filtered too. A deny list rather than
+/// Docker's allow list of ~350 calls: a new system call is allowed until it
+/// is added here. Calls the kernel or libseccomp does not know are skipped
+/// by runc.
+nlohmann::json default_seccomp_profile();
+
 /// Everything that goes into one worker's config.json.
 struct oci_worker {
   std::vector<std::string> args;  ///< the command
@@ -114,8 +158,8 @@ struct oci_worker {
   oci_user user;
   std::string hostname;
   uint64_t memory_bytes = 0;      ///< hard limit; 0 = none
-  double cpus = 0;                ///< quota; 0 = none
-  bool cpu_burst = false;         ///< weight only, no quota
+  double cpus = 0;                ///< quota and weight; 0 = none
+  bool cpu_burst = false;         ///< weight only, no quota (RunSpec.cpu_burst)
   uint64_t shm_bytes = 64ull << 20;
   std::vector<oci_rlimit> rlimits;
   std::vector<oci_device> devices;
@@ -126,8 +170,9 @@ struct oci_worker {
 /// The bundle's config.json for `w`, its root filesystem at `rootfs`
 /// (absolute, or relative to the bundle): host network, its own PID, IPC,
 /// UTS and mount namespaces, /dev/shm sized `w.shm_bytes`, the memory limit
-/// and CPU quota (period 100 ms, weight 1024 per core) in
-/// linux.resources, and `w.devices` allowed in the device cgroup.
+/// and CPU quota (period 100 ms, weight 1024 per core; with `w.cpu_burst`
+/// the weight only) in linux.resources, `w.devices` allowed in the
+/// device cgroup, and `default_seccomp_profile()`.
 nlohmann::json oci_config(const oci_worker& w, const std::string& rootfs);
 
 /// Unpacks `image` into `<bundle>/rootfs` (a copy of a root filesystem

@@ -15,6 +15,8 @@
 #include <optional>
 #include <set>
 
+#include <sys/resource.h>
+
 #include <yaml-cpp/yaml.h>
 
 namespace astraeus {
@@ -110,7 +112,7 @@ public:
            {"name", "image", "command", "args", "env", "gpus", "cpus",
             "memory", "workers", "task_groups", "array", "pool", "labels",
             "gpu_requests", "time_limit_seconds", "time_limit", "workspace",
-            "runtime"},
+            "runtime", "outputs", "cpu_burst", "security_context"},
            [&](const std::string& key, const YAML::Node& value,
                const std::string& path) {
              if (key == "name") {
@@ -121,6 +123,14 @@ public:
                spec.set_workspace(text(value, path));
              } else if (key == "runtime") {
                spec.set_runtime(text(value, path));
+             } else if (key == "outputs") {
+               spec.set_outputs(boolean(value, path));
+             } else if (key == "cpu_burst") {
+               spec.set_cpu_burst(boolean(value, path));
+             } else if (key == "security_context") {
+               fields(value, path, {"ulimits"},
+                      [&](const std::string&, const YAML::Node& v,
+                          const std::string& p) { ulimits(v, p, spec); });
              } else if (key == "pool") {
                spec.set_pool(text(value, path));
              } else if (key == "command") {
@@ -380,17 +390,67 @@ private:
     return *seconds;
   }
 
-  void task_groups(const YAML::Node& x, const std::string& path,
-                   v1::RunSpec& spec) {
+  /// A limit's value: a whole number, or -1 (unlimited).
+  int64_t limit_value(const YAML::Node& x, const std::string& path) {
+    if (plain(x) && x.Scalar() == "-1")
+      return -1;
+    if (!plain(x) || x.Scalar().empty() || !is_digit(x.Scalar()[0]))
+      fail(x, path, "expected a whole number or -1 (unlimited), got " + kind(x));
+    return static_cast<int64_t>(
+      whole(x, path, static_cast<uint64_t>(std::numeric_limits<int64_t>::max())));
+  }
+
+  /// Walks a list of maps: `x` must be a list (of `plural`), each item a
+  /// map (`one`; `shape` shows its fields in errors); calls `fn` for each
+  /// with its path (`task_groups[1]`).
+  void map_items(const YAML::Node& x, const std::string& path, const char* plural,
+                 const char* one, const char* shape,
+                 const std::function<void(const YAML::Node&, const std::string&)>& fn) {
     if (!x.IsSequence())
-      fail(x, path, "expected a list of groups ({name, size, leader}), got "
-                      + kind(x));
+      fail(x, path, std::string{"expected a list of "} + plural + " (" + shape
+                      + "), got " + kind(x));
     for (size_t i = 0; i < x.size(); ++i) {
       YAML::Node item = x[i];
       auto item_path = path + "[" + std::to_string(i) + "]";
       if (!item.IsMap())
         fail(item.IsNull() ? x : item, item_path,
-             "expected a group ({name, size, leader}), got " + kind(item));
+             std::string{"expected "} + one + " (" + shape + "), got " + kind(item));
+      fn(item, item_path);
+    }
+  }
+
+  /// security_context.ulimits: [{name, soft, hard}]; hard defaults to soft.
+  void ulimits(const YAML::Node& x, const std::string& path, v1::RunSpec& spec) {
+    map_items(x, path, "limits", "a limit", "{name, soft, hard}",
+              [&](const YAML::Node& item, const std::string& item_path) {
+      auto& u = *spec.add_ulimits();
+      bool has_name = false, has_soft = false, has_hard = false;
+      fields(item, item_path, {"name", "soft", "hard"},
+             [&](const std::string& key, const YAML::Node& v, const std::string& p) {
+               if (key == "name") {
+                 u.set_name(text(v, p));
+                 has_name = true;
+               } else if (key == "soft") {
+                 u.set_soft(limit_value(v, p));
+                 has_soft = true;
+               } else {
+                 u.set_hard(limit_value(v, p));
+                 has_hard = true;
+               }
+             });
+      if (!has_name)
+        fail(item, item_path + ".name", "missing (which limit: stack, nofile, ...)");
+      if (!has_soft)
+        fail(item, item_path + ".soft", "missing (a whole number, or -1 for unlimited)");
+      if (!has_hard)
+        u.set_hard(u.soft());
+    });
+  }
+
+  void task_groups(const YAML::Node& x, const std::string& path,
+                   v1::RunSpec& spec) {
+    map_items(x, path, "groups", "a group", "{name, size, leader}",
+              [&](const YAML::Node& item, const std::string& item_path) {
       auto& group = *spec.add_task_groups();
       bool has_size = false;
       fields(item, item_path, {"name", "size", "leader"},
@@ -408,7 +468,7 @@ private:
       if (!has_size)
         fail(item, item_path + ".size", "missing (how many workers the group "
                                         "has)");
-    }
+    });
   }
 
   std::string_view source_;
@@ -636,6 +696,22 @@ caf::error validate_run_spec(const v1::RunSpec& spec) {
     if (v.find('\0') != std::string::npos)
       return spec_error("env." + k + ": the value holds a NUL");
   }
+  std::set<std::string> limited;
+  for (int i = 0; i < spec.ulimits_size(); ++i) {
+    const auto& u = spec.ulimits(i);
+    auto at = "security_context.ulimits[" + std::to_string(i) + "]";
+    if (!rlimit_resource(u.name()))
+      return spec_error(at + ".name: " + quote_short(u.name())
+                        + " is not a resource limit (use one of " + rlimit_names()
+                        + ")");
+    if (!limited.insert(u.name()).second)
+      return spec_error(at + ".name: " + u.name() + " is limited twice");
+    if (u.soft() < -1 || u.hard() < -1)
+      return spec_error(at + ": a limit is a whole number or -1 (unlimited)");
+    if (u.hard() != -1 && (u.soft() == -1 || u.soft() > u.hard()))
+      return spec_error(at + ": soft " + std::to_string(u.soft())
+                        + " is above hard " + std::to_string(u.hard()));
+  }
   std::map<std::string, std::string> labels{spec.labels().begin(),
                                             spec.labels().end()};
   for (auto& [k, v] : labels)
@@ -646,6 +722,38 @@ caf::error validate_run_spec(const v1::RunSpec& spec) {
     return spec_error("labels.pool: '" + i->second + "' contradicts pool '"
                       + spec.pool() + "' (set pool only)");
   return caf::none;
+}
+
+// -- resource limits ----------------------------------------------------------
+
+namespace {
+
+/// The limits `security_context.ulimits` may name, as RLIMIT_<NAME>.
+const std::pair<const char*, int> rlimits[] = {
+  {"as", RLIMIT_AS},           {"core", RLIMIT_CORE},
+  {"cpu", RLIMIT_CPU},         {"data", RLIMIT_DATA},
+  {"fsize", RLIMIT_FSIZE},     {"locks", RLIMIT_LOCKS},
+  {"memlock", RLIMIT_MEMLOCK}, {"msgqueue", RLIMIT_MSGQUEUE},
+  {"nice", RLIMIT_NICE},       {"nofile", RLIMIT_NOFILE},
+  {"nproc", RLIMIT_NPROC},     {"rss", RLIMIT_RSS},
+  {"rtprio", RLIMIT_RTPRIO},   {"rttime", RLIMIT_RTTIME},
+  {"sigpending", RLIMIT_SIGPENDING}, {"stack", RLIMIT_STACK},
+};
+
+} // namespace
+
+std::optional<int> rlimit_resource(std::string_view name) {
+  for (const auto& [n, r] : rlimits)
+    if (name == n)
+      return r;
+  return std::nullopt;
+}
+
+std::string rlimit_names() {
+  std::string out;
+  for (const auto& [n, r] : rlimits)
+    out += (out.empty() ? "" : ", ") + std::string{n};
+  return out;
 }
 
 // -- shape --------------------------------------------------------------------
@@ -751,6 +859,19 @@ std::string to_yaml(const v1::RunSpec& spec) {
   if (spec.time_limit_seconds() != 0)
     out << YAML::Key << "time_limit_seconds" << YAML::Value
         << spec.time_limit_seconds();
+  if (spec.outputs())
+    out << YAML::Key << "outputs" << YAML::Value << true;
+  if (spec.cpu_burst())
+    out << YAML::Key << "cpu_burst" << YAML::Value << true;
+  if (!spec.ulimits().empty()) {
+    out << YAML::Key << "security_context" << YAML::Value << YAML::BeginMap
+        << YAML::Key << "ulimits" << YAML::Value << YAML::BeginSeq;
+    for (const auto& u : spec.ulimits())
+      out << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value << u.name()
+          << YAML::Key << "soft" << YAML::Value << u.soft() << YAML::Key << "hard"
+          << YAML::Value << u.hard() << YAML::EndMap;
+    out << YAML::EndSeq << YAML::EndMap;
+  }
   out << YAML::EndMap;
   return std::string{out.c_str()} + "\n";
 }

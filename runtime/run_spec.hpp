@@ -28,6 +28,12 @@
 /// gpu_requests: {healthy_only: true}
 /// time_limit: 2h             # or time_limit_seconds: 7200
 /// workspace: vision
+/// outputs: true              # the workers get $ASTRAEUS_OUTPUTS (key=value lines,
+///                            # shown by `astra run show` once they end)
+/// cpu_burst: true            # cpus is a weight only: no quota, idle cores usable
+/// security_context:
+///   ulimits:                 # replace the defaults (nofile, memlock); -1 = unlimited
+///     - {name: stack, soft: 67108864, hard: 67108864}   # hard defaults to soft
 /// ```
 ///
 /// Choices:
@@ -93,8 +99,10 @@ inline constexpr uint64_t max_run_time_limit_seconds = 30ull * 24 * 3600;
 /// gpu_requests.healthy_only -> `healthy_only`; time_limit_seconds (a
 /// whole number of seconds) or time_limit (a duration: "2h", "90m",
 /// "1h30m", "1d", "45s", or a number of seconds; not both) ->
-/// `time_limit_seconds`. `workers` is 1 when neither workers nor
-/// task_groups is given.
+/// `time_limit_seconds`; outputs, cpu_burst (booleans) -> the same;
+/// security_context.ulimits (a list of {name, soft, hard}, values whole
+/// numbers or -1; hard defaults to soft) -> `ulimits`. `workers` is 1
+/// when neither workers nor task_groups is given.
 ///
 /// @param text the file's contents (at most `max_run_spec_bytes`).
 /// @param source names the file in errors, e.g. "runs/llm.yaml".
@@ -114,11 +122,23 @@ caf::expected<v1::RunSpec> parse_run_spec(std::string_view text,
 /// one marked leader (when none is, the first group leads); at most 2^32-1
 /// workers in all; gpus <= 64 per worker; cpus finite and >= 0;
 /// array.size <= 10000; time limit <= 30 days; env names non-empty without
-/// '='; label keys non-empty; `labels.pool` not different from `pool`.
+/// '='; label keys non-empty; `labels.pool` not different from `pool`;
+/// each ulimit names a resource limit (`rlimit_resource`) once, its values
+/// -1 or more, soft not above hard
+/// ("security_context.ulimits[1].name: \"stak\" is not a resource limit
+/// (use one of as, core, ...)").
 /// @returns `caf::none`, or the first problem as `ec::invalid_request` in
 ///   user words naming the field: "task_groups: two groups are named
 ///   'trainer'", "gpus: at most 64 GPUs per worker, got 65".
 caf::error validate_run_spec(const v1::RunSpec& spec);
+
+/// The RLIMIT_* resource `name` stands for in `security_context.ulimits`
+/// (the lower-case name without RLIMIT_: "stack" -> RLIMIT_STACK, "nofile",
+/// "memlock", ...); nullopt for a name that is not a resource limit.
+std::optional<int> rlimit_resource(std::string_view name);
+
+/// The names `rlimit_resource` knows, comma-separated ("as, core, cpu, ...").
+std::string rlimit_names();
 
 /// Total workers of a run: the sum of its group sizes with task_groups,
 /// else `workers` (so 0 for an unvalidated spec without either).

@@ -1,5 +1,7 @@
 #include "runtime/worker_env.hpp"
+#include "runtime/worker_outputs.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace astraeus {
@@ -28,6 +30,13 @@ std::string ib_hca(const worker_env_context& ctx) {
     out += "=" + p.device() + ":" + std::to_string(p.port());
   }
   return out;
+}
+
+/// Whether every GPU of the order is an NVIDIA GPU (UUIDs "GPU-...";
+/// AMD GPUs go by their unique id or PCI address).
+bool nvidia_gpus(const v1::WorkerOrder& order) {
+  return std::all_of(order.gpu_ids().begin(), order.gpu_ids().end(),
+                     [](const std::string& id) { return id.rfind("GPU-", 0) == 0; });
 }
 
 } // namespace
@@ -66,6 +75,11 @@ worker_environment(const v1::WorkerOrder& order, const worker_env_context& ctx) 
     env["NCCL_DEBUG"] = "WARN";
     env["NCCL_ASYNC_ERROR_HANDLING"] = "1";
     env["NCCL_SOCKET_IFNAME"] = "^lo,docker,virbr,veth,cni,wg";
+    // The IMEX channel of a multi-machine NVLink domain: the NVIDIA runtime
+    // hook hands it over to a container of NVIDIA GPUs (UUIDs GPU-...); a
+    // host process needs no hand-over.
+    if (!order.nvlink_domain().empty() && !ctx.host_process && nvidia_gpus(order))
+      env["NVIDIA_IMEX_CHANNELS"] = "0";
     auto hca = ib_hca(ctx);
     if (!hca.empty())
       env["NCCL_IB_HCA"] = hca;
@@ -101,6 +115,10 @@ worker_environment(const v1::WorkerOrder& order, const worker_env_context& ctx) 
   // The run's env wins over everything injected above.
   for (const auto& [k, v] : spec.env())
     env[k] = v;
+  // Features you turn on: above the run's env.
+  if (spec.outputs())
+    env["ASTRAEUS_OUTPUTS"] = ctx.outputs_file.empty() ? container_outputs_file
+                                                        : ctx.outputs_file;
   if (ctx.host_process) {
     // Empty for a CPU worker: it sees no GPU.
     std::string ids;

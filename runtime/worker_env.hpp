@@ -29,15 +29,26 @@ struct worker_env_context {
   /// above every other value. In a container it is
   /// never set (shared/seeds/gpus.md, "Inside the worker").
   bool host_process = false;
+  /// ASTRAEUS_OUTPUTS for a run with `outputs`: the file the worker writes
+  /// `key=value` lines to. Empty: the container's path,
+  /// `/var/run/astraeus/outputs/outputs` (runtime/worker_outputs.hpp); a
+  /// host process is given its host file instead.
+  std::string outputs_file;
 };
 
 /// The worker's environment, by variable name. Precedence, lowest first
 /// (seed, "Which value wins"): the injected variables of the seed's tables;
-/// the run's `env`. NCCL_IB_HCA and NCCL_IB_DISABLE are only set when the
-/// run does not set them (the run's value wins either way). With
+/// the run's `env`; ASTRAEUS_OUTPUTS (with `spec.outputs`, see
+/// `ctx.outputs_file`). NCCL_IB_HCA and NCCL_IB_DISABLE are only set when
+/// the run does not set them (the run's value wins either way). With
 /// `ctx.host_process`, CUDA_VISIBLE_DEVICES overrides the run's value.
 /// Variables whose condition does not hold are absent (e.g. no GPU
 /// variables for a CPU worker, no MASTER_ADDR before the leader is placed).
+/// NVIDIA_IMEX_CHANNELS=0 (seed, "GPUs and the network") is set for a
+/// container worker whose GPUs are all NVIDIA's (ids "GPU-<uuid>", handed
+/// over by the NVIDIA runtime hook / CDI) on a machine in a multi-machine
+/// NVLink domain (`order.nvlink_domain`, from the machine's
+/// topology.astraeus.io/nvlink-domain label); never for a host process.
 /// Never fails: every field of `order` has a meaning when empty.
 std::map<std::string, std::string>
 worker_environment(const v1::WorkerOrder& order, const worker_env_context& ctx);

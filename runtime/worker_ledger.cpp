@@ -99,6 +99,7 @@ v1::WorkerStatuses worker_ledger::statuses(const std::string& machine) const {
     w->set_pid(p->second.pid());
     w->set_exit_code(p->second.exit_code());
     w->set_runtime(p->second.runtime());
+    *w->mutable_outputs() = p->second.outputs();
   }
   return out;
 }

@@ -45,7 +45,7 @@ public:
 
   /// The workers held, by name, with the generation last applied (0 after
   /// a restart, so the controller sends its set again): `Assigned`, or the
-  /// state of its process record.
+  /// state of its process record (with its outputs once it has ended).
   v1::WorkerStatuses statuses(const std::string& machine) const;
 
   /// The orders of the workers held, by worker name.

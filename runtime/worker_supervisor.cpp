@@ -17,6 +17,7 @@
 #include "runtime/oci_bundle.hpp"
 #include "runtime/worker_env.hpp"
 #include "runtime/worker_ledger.hpp"
+#include "runtime/worker_outputs.hpp"
 #include "runtime/worker_process.hpp"
 
 namespace astraeus {
@@ -182,6 +183,11 @@ caf::error worker_supervisor::start_process(const v1::WorkerOrder& order,
   ctx.rdma_ports = rdma_ports_;
   ctx.rdma_min_gbps = options_.rdma_min_gbps;
   ctx.host_process = true;
+  if (spec.outputs()) {
+    if (auto err = prepare_outputs_dir(rec.dir(), ::getuid(), ::getgid()))
+      return err;
+    ctx.outputs_file = outputs_host_dir(rec.dir()) + "/outputs";
+  }
   auto env = worker_environment(order, ctx);
   env.emplace("PATH", default_path);
   env.emplace("HOME", "/root");
@@ -194,6 +200,7 @@ caf::error worker_supervisor::start_process(const v1::WorkerOrder& order,
   if (order.gpu_ids_size() > 0)
     what.rlimits.emplace_back(RLIMIT_MEMLOCK, worker_limit(RLIMIT_MEMLOCK, RLIM_INFINITY,
                                                            "memlock", memlock_warned_));
+  apply_ulimits(what.rlimits, spec);
   auto launched = launch_process(what);
   if (!launched)
     return launched.error();
@@ -312,6 +319,14 @@ caf::error worker_supervisor::start_runc(const v1::WorkerOrder& order,
       return sig.error();
     rec.set_stop_signal(*sig);
   }
+  w.cpu_burst = spec.cpu_burst();
+  apply_ulimits(w.rlimits, spec);
+  if (spec.outputs()) {
+    if (auto err = prepare_outputs_dir(rec.dir(), w.user.uid, w.user.gid))
+      return err;
+    w.mounts.push_back({outputs_host_dir(rec.dir()), container_outputs_dir,
+                        {"rbind", "rw", "nosuid", "nodev"}});
+  }
   {
     std::ofstream out{bundle + "/config.json", std::ios::trunc};
     out << oci_config(w, "rootfs").dump(2) << '\n';
@@ -391,6 +406,12 @@ bool worker_supervisor::finish(v1::WorkerProcess& rec) {
   }
   spdlog::info("agent: worker {} {}{}{}", rec.worker(), rec.state(),
                rec.detail().empty() ? "" : ": ", rec.detail());
+  auto outputs = read_outputs(rec.dir());
+  rec.mutable_outputs()->insert(outputs.values.begin(), outputs.values.end());
+  for (const auto& warning : outputs.warnings) {
+    spdlog::warn("agent: worker {}: {}", rec.worker(), warning);
+    append_log(rec.dir(), warning);
+  }
   return true;
 }
 

@@ -214,7 +214,7 @@ protected:
     fs::create_directories(image / "etc");
     fs::copy_file("/bin/busybox", image / "bin" / "busybox");
     for (const char* tool : {"sh", "env", "grep", "sort", "id", "df", "echo", "sleep", "ls",
-                             "tail"})
+                             "tail", "unshare"})
       fs::create_symlink("busybox", image / "bin" / tool);
     write_text(image / "etc" / "passwd", "root:x:0:0:root:/root:/bin/sh\n");
     write_text(image / "etc" / "group", "root:x:0:\nwheel:x:10:root\n");
@@ -377,4 +377,67 @@ TEST_F(Workers, AgentKilledTenTimesFindsItsWorkerAgainWithoutRestartingIt) {
   // And the restarted agent still stops it.
   ASSERT_EQ(astra({"delete", "steady"}).rc, 0);
   EXPECT_TRUE(wait_until([&] { return !process_alive(pid, started); }, 5s));
+}
+
+TEST_F(Workers, AWorkersOutputsAreShownWithItsRunAndItsWorkspaceNamesItsWorkers) {
+  ASSERT_TRUE(start_cluster("process"));
+  auto ws = astra({"workspace", "create", "vision"});
+  ASSERT_EQ(ws.rc, 0) << ws.err;
+  // A bad line is skipped with a warning in the worker's log.
+  ASSERT_EQ(astra({"run", "--name", "fit", "--workspace", "vision", "--outputs", "--", "sh",
+                   "-c",
+                   "echo name: $ASTRAEUS_TASK_NAME $SLURM_JOB_NAME; "
+                   "printf 'loss=0.25\\nnot a pair\\n' > $ASTRAEUS_OUTPUTS"})
+              .rc,
+            0);
+  ASSERT_TRUE(wait_run("fit", "Stopped"));
+  auto show = astra({"run", "show", "fit"});
+  ASSERT_EQ(show.rc, 0) << show.err;
+  EXPECT_TRUE(contains(show.out, "Outputs\n")) << show.out;
+  EXPECT_TRUE(contains(show.out, "fit-0   loss  0.25")) << show.out;
+  auto json = astra({"run", "show", "fit", "-o", "json"});
+  auto j = nlohmann::json::parse(json.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << json.out;
+  EXPECT_EQ(j["workers"][0]["outputs"], (nlohmann::json{{"loss", "0.25"}})) << json.out;
+  auto logs = astra({"logs", "fit"});
+  // ws-<6 hex digits>.fit-0; Slurm's name is the run's own.
+  EXPECT_TRUE(contains(logs.out, "name: ws-") && contains(logs.out, ".fit-0 fit\n"))
+    << logs.out;
+  EXPECT_TRUE(contains(logs.out, "outputs line 2: \"not a pair\" is not key=value (skipped)"))
+    << logs.out;
+}
+
+TEST_F(Workers, AContainerWritesItsOutputsThroughTheMountedFolder) {
+  if (auto why = make_busybox_image(); !why.empty())
+    GTEST_SKIP() << why;
+  ASSERT_TRUE(start_cluster("runc"));
+  ASSERT_EQ(astra({"run", "--name", "fit", "--image", "busybox", "--outputs", "--", "sh", "-c",
+                   "echo at $ASTRAEUS_OUTPUTS; echo loss=0.25 > $ASTRAEUS_OUTPUTS"})
+              .rc,
+            0);
+  ASSERT_TRUE(wait_run("fit", "Stopped"));
+  auto logs = astra({"logs", "fit"});
+  EXPECT_TRUE(contains(logs.out, "at /var/run/astraeus/outputs/outputs\n")) << logs.out;
+  auto show = astra({"run", "show", "fit"});
+  EXPECT_TRUE(contains(show.out, "fit-0   loss  0.25")) << show.out;
+}
+
+TEST_F(Workers, AContainerRunsUnderTheDefaultSeccompProfileWithItsUlimits) {
+  if (auto why = make_busybox_image(); !why.empty())
+    GTEST_SKIP() << why;
+  ASSERT_TRUE(start_cluster("runc"));
+  // unshare(2) is denied (EPERM) even for a user namespace, which the kernel
+  // would otherwise allow; the stack limit is the spec's.
+  write_text(dir_ / "sc.yaml",
+             "name: sc\nimage: busybox\ncpus: 1\ncpu_burst: true\n"
+             "command: [sh, -c, 'grep Seccomp: /proc/self/status; ulimit -s; "
+             "unshare -U true && echo unshare allowed || echo unshare denied']\n"
+             "security_context:\n  ulimits:\n    - {name: stack, soft: 16777216}\n");
+  auto res = astra({"run", "-f", (dir_ / "sc.yaml").string()});
+  ASSERT_EQ(res.rc, 0) << res.err;
+  ASSERT_TRUE(wait_run("sc", "Stopped"));
+  auto logs = astra({"logs", "sc"});
+  EXPECT_TRUE(contains(logs.out, "Seccomp:\t2\n")) << "a filter is loaded: " << logs.out;
+  EXPECT_TRUE(contains(logs.out, "\n16384\n")) << "ulimit -s in KiB: " << logs.out;
+  EXPECT_TRUE(contains(logs.out, "unshare denied")) << logs.out;
 }

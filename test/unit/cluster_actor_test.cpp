@@ -240,6 +240,23 @@ TEST(Workspaces, GrantsBecomeLabelsTheRunsMachinesMustCarry) {
   EXPECT_TRUE(plain.pool().empty());
 }
 
+TEST(Workspaces, ARunTakesItsWorkspacesNamespaceAndTheDefaultOneNone) {
+  v1::Workspace ws;
+  ws.set_name("vision");
+  ws.set_namespace_("ws-7f3c2a");
+  v1::RunSpec spec;
+  spec.set_name("whoami");
+  spec.set_workspace("vision");
+  spec.set_namespace_("ws-forged");  // a client's word is never taken
+  ASSERT_FALSE(apply_workspace(&ws, spec));
+  EXPECT_EQ(spec.namespace_(), "ws-7f3c2a");
+  v1::RunSpec plain;
+  plain.set_name("x");
+  plain.set_namespace_("ws-forged");
+  ASSERT_FALSE(apply_workspace(nullptr, plain));
+  EXPECT_EQ(plain.namespace_(), "") << "default-workspace names stay unprefixed";
+}
+
 TEST(Workspaces, BadNamesAndGrantsAreRefused) {
   v1::Workspace ws;
   ws.set_name("no spaces");

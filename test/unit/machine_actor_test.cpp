@@ -427,3 +427,26 @@ TEST_F(MachineWorkers, LabelsAreStoredAndTheSchedulerPlacesByThem) {
   EXPECT_EQ(render_error(err), "label pool='has space': use 1-63 letters, digits, '-', '_' and '.'");
   EXPECT_EQ(ask<v1::MachineView>(m, atom::get_v).labels().at("pool"), "h100");
 }
+
+TEST_F(MachineWorkers, TheNvlinkDomainOfItsGpusIsALabelTheSchedulerSeesAndAnAdminsLabelWins) {
+  auto m = spawn_wired();
+  auto r = report_of("gpu-01");
+  r.mutable_facts()->mutable_gpus()->mutable_capabilities()->set_nvlink_domain("c0ffee/7");
+  report(m, r);
+  ASSERT_FALSE(box->snapshots.empty());
+  EXPECT_EQ(box->snapshots.back().labels().at("topology.astraeus.io/nvlink-domain"),
+            "c0ffee/7")
+    << "shared/seeds/machines.md: found from the GPUs";
+  machine_config mc;
+  mc.record.set_name("gpu-02");
+  (*mc.record.mutable_labels())["topology.astraeus.io/nvlink-domain"] = "rack-12";
+  mc.heartbeat_lapse = 60s;
+  mc.scheduler = caf::actor_cast<scheduler_actor>(stub);
+  auto m2 = spawn(machine, std::move(mc));
+  run();
+  auto r2 = report_of("gpu-02");
+  r2.mutable_facts()->mutable_gpus()->mutable_capabilities()->set_nvlink_domain("c0ffee/7");
+  report(m2, r2);
+  EXPECT_EQ(box->snapshots.back().name(), "gpu-02");
+  EXPECT_EQ(box->snapshots.back().labels().at("topology.astraeus.io/nvlink-domain"), "rack-12");
+}

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <google/protobuf/util/message_differencer.h>
+#include <sys/resource.h>
 
 #include "messages/error.hpp"
 #include "runtime/run_spec.hpp"
@@ -181,6 +182,64 @@ TEST(RunSpec, CommandStringRunsUnderShAndListRunsAsIs) {
   EXPECT_EQ(parse_error(base + "args: [--lr]\n"),
             "t.yaml:3: args: args need a command to follow (give command as "
             "well; the image's entrypoint cannot be kept)");
+}
+
+TEST(RunSpec, OutputsTurnsOnTheOutputsFile) {
+  // Seed, "Features you turn on": ASTRAEUS_OUTPUTS with `outputs`.
+  auto yaml = parse_run_spec(base + "outputs: true\n", "t.yaml");
+  ASSERT_TRUE(yaml) << render_error(yaml.error());
+  EXPECT_TRUE(yaml->outputs());
+  auto json = parse_run_spec(R"({"name": "r", "image": "busybox", "outputs": true})", "t.json");
+  ASSERT_TRUE(json) << render_error(json.error());
+  EXPECT_TRUE(json->outputs());
+  EXPECT_NE(to_yaml(*json).find("outputs: true\n"), std::string::npos) << to_yaml(*json);
+  EXPECT_FALSE(parse_run_spec(base, "t.yaml")->outputs()) << "off unless asked for";
+  EXPECT_EQ(parse_error(base + "outputs: \"yes\"\n"),
+            "t.yaml:3: outputs: expected true or false, got the string \"yes\"");
+}
+
+TEST(RunSpec, CpuBurstAndUlimitsFromTheSecurityContext) {
+  auto spec = parse_run_spec(base + "cpus: 4\ncpu_burst: true\nsecurity_context:\n"
+                                    "  ulimits:\n"
+                                    "    - {name: stack, soft: 67108864, hard: 67108864}\n"
+                                    "    - {name: nofile, soft: -1, hard: -1}\n"
+                                    "    - {name: core, soft: 0}\n",
+                             "t.yaml");
+  ASSERT_TRUE(spec) << render_error(spec.error());
+  EXPECT_EQ(validate_run_spec(*spec), caf::none);
+  EXPECT_TRUE(spec->cpu_burst());
+  ASSERT_EQ(spec->ulimits_size(), 3);
+  EXPECT_EQ(spec->ulimits(0).name(), "stack");
+  EXPECT_EQ(spec->ulimits(0).soft(), 67108864);
+  EXPECT_EQ(spec->ulimits(1).hard(), -1) << "-1 is unlimited";
+  EXPECT_EQ(spec->ulimits(2).hard(), 0) << "hard defaults to soft";
+  auto back = parse_run_spec(to_yaml(*spec), "to_yaml");
+  ASSERT_TRUE(back) << render_error(back.error()) << to_yaml(*spec);
+  EXPECT_EQ(back->SerializeAsString(), spec->SerializeAsString()) << to_yaml(*spec);
+  EXPECT_EQ(rlimit_resource("stack"), RLIMIT_STACK);
+  EXPECT_EQ(rlimit_resource("STACK"), std::nullopt);
+}
+
+TEST(RunSpec, BadUlimitsNameTheEntry) {
+  const std::string sc = base + "security_context:\n  ulimits:\n";
+  EXPECT_EQ(validation_error(sc + "    - {name: nofile, soft: 1024}\n"
+                                  "    - {name: stak, soft: 1}\n"),
+            "security_context.ulimits[1].name: \"stak\" is not a resource limit (use "
+            "one of as, core, cpu, data, fsize, locks, memlock, msgqueue, nice, nofile, "
+            "nproc, rss, rtprio, rttime, sigpending, stack)");
+  EXPECT_EQ(validation_error(sc + "    - {name: stack, soft: 2, hard: 1}\n"),
+            "security_context.ulimits[0]: soft 2 is above hard 1");
+  EXPECT_EQ(validation_error(sc + "    - {name: stack, soft: 1}\n"
+                                  "    - {name: stack, soft: 2}\n"),
+            "security_context.ulimits[1].name: stack is limited twice");
+  EXPECT_EQ(parse_error(sc + "    - {name: stack, soft: -2}\n"),
+            "t.yaml:5: security_context.ulimits[0].soft: expected a whole number or -1 "
+            "(unlimited), got \"-2\"");
+  EXPECT_EQ(parse_error(sc + "    - {name: stack}\n"),
+            "t.yaml:5: security_context.ulimits[0].soft: missing (a whole number, or -1 "
+            "for unlimited)");
+  EXPECT_EQ(parse_error(base + "security_context: {ipc_mode: host}\n"),
+            "t.yaml:3: security_context.ipc_mode: unknown field (known fields: ulimits)");
 }
 
 TEST(RunSpec, TypesAreStrict) {
@@ -502,6 +561,7 @@ TEST(RunSpec, RoundTripsThroughYaml) {
   odd.set_healthy_only(true);
   odd.set_time_limit_seconds(2592000);
   odd.set_workspace("ws");
+  odd.set_outputs(true);
   ASSERT_EQ(validate_run_spec(odd), caf::none);
   auto text = to_yaml(odd);
   auto back = parse_run_spec(text, "to_yaml");

@@ -404,6 +404,51 @@ TEST_F(SchedulerAssignments, MasterAddrIsTheLeaderMachinesAddress) {
   EXPECT_NE(run.workers(0).machine(), run.workers(1).machine());
 }
 
+TEST_F(SchedulerAssignments, OrdersOfAWorkspaceRunCarryItsNamespaceAndDefaultOnesNone) {
+  // The cluster actor sets RunSpec.namespace from the workspace
+  // (apply_workspace); the agent makes full names of it.
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  snapshot(s, machine_of("gpu-01", 8));
+  auto in_ws = spec_of("whoami", 1, 2);
+  in_ws.set_workspace("vision");
+  in_ws.set_namespace_("ws-7f3c2a");
+  ASSERT_EQ(submit(s, in_ws).state(), "Placed");
+  auto plain = spec_of("plain", 1);
+  plain.set_workspace("default");
+  ASSERT_EQ(submit(s, plain).state(), "Placed");
+  std::map<std::string, std::string> ns_of;
+  for (const auto& o : log->last().workers())
+    ns_of[o.worker()] = o.namespace_();
+  EXPECT_EQ(ns_of, (std::map<std::string, std::string>{
+                     {"whoami-0", "ws-7f3c2a"}, {"whoami-1", "ws-7f3c2a"}, {"plain-0", ""}}));
+  // Kept with the run: a restarted scheduler hands out the same names.
+  caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+  run();
+  auto s2 = spawn_scheduler();
+  auto log2 = attach(s2, "gpu-01");
+  ASSERT_EQ(log2->last().workers_size(), 3);
+  for (const auto& o : log2->last().workers())
+    EXPECT_EQ(o.namespace_(), o.run() == "whoami" ? "ws-7f3c2a" : "") << o.worker();
+}
+
+TEST_F(SchedulerAssignments, OrdersCarryTheMachinesNvlinkDomain) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  auto m = machine_of("gpu-01", 8);
+  (*m.mutable_labels())["topology.astraeus.io/nvlink-domain"] = "c0ffee/7";
+  snapshot(s, m);
+  ASSERT_EQ(submit(s, spec_of("nvl", 4)).state(), "Placed");
+  ASSERT_EQ(log->last().workers_size(), 1);
+  EXPECT_EQ(log->last().workers(0).nvlink_domain(), "c0ffee/7");
+  auto log2 = attach(s, "gpu-02");
+  snapshot(s, machine_of("gpu-02", 8));
+  auto spec = spec_of("plain", 8);
+  ASSERT_EQ(submit(s, spec).state(), "Placed");
+  ASSERT_EQ(log2->last().workers_size(), 1);
+  EXPECT_EQ(log2->last().workers(0).nvlink_domain(), "") << "gpu-02 is in no domain";
+}
+
 TEST_F(SchedulerAssignments, WorkersOfADownMachineAreDownAndKeepTheirGpusUntilItIsBack) {
   auto s = spawn_scheduler();
   auto log = attach(s, "gpu-01");

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "runtime/worker_env.hpp"
+#include "runtime/worker_outputs.hpp"
 
 using namespace astraeus;
 
@@ -92,6 +93,19 @@ TEST(WorkerEnv, OutsideAWorkspaceFullNamesAreTheRunsOwn) {
   EXPECT_EQ(env["ASTRAEUS_TASK_NAME"], "whoami-0");
   EXPECT_EQ(env["ASTRAEUS_JOB_NAME"], "whoami");
   EXPECT_EQ(env["ASTRAEUS_LEADER_TASK_NAME"], "whoami-0");
+}
+
+TEST(WorkerEnv, InAWorkspaceEveryRankHasFullNamesButSlurmKeepsTheRunsName) {
+  auto o = whoami();
+  o.set_worker("whoami-1");
+  o.set_rank(1);
+  o.set_world_size(2);
+  auto env = worker_environment(o, on_gpu09());
+  EXPECT_EQ(env["ASTRAEUS_TASK_NAME"], "ws-7f3c2a.whoami-1");
+  EXPECT_EQ(env["ASTRAEUS_JOB_NAME"], "ws-7f3c2a.whoami");
+  EXPECT_EQ(env["ASTRAEUS_LEADER_TASK_NAME"], "ws-7f3c2a.whoami-0");
+  for (const char* v : {"SLURM_JOB_ID", "SLURM_JOBID", "SLURM_JOB_NAME"})
+    EXPECT_EQ(env[v], "whoami") << v;
 }
 
 TEST(WorkerEnv, GpuWorkerGetsNcclAndSlurmGpuVariablesButNoCudaVisibleDevices) {
@@ -201,4 +215,42 @@ TEST(WorkerEnv, ArrayCopyKnowsItsIndexAndItsOwnLeader) {
   EXPECT_EQ(env["SLURM_PROCID"], "1");
   EXPECT_EQ(env["SLURM_NTASKS"], "2");
   EXPECT_EQ(env.count("SLURM_ARRAY_TASK_ID"), 0u) << "the seed: not set";
+}
+
+TEST(WorkerEnv, OutputsFileIsGivenOnlyWhenAskedForAndWinsOverTheRunsEnv) {
+  auto o = whoami();
+  EXPECT_EQ(worker_environment(o, on_gpu09()).count("ASTRAEUS_OUTPUTS"), 0u);
+  o.mutable_spec()->set_outputs(true);
+  // Seed, "Which value wins": ASTRAEUS_OUTPUTS is above the run's env.
+  (*o.mutable_spec()->mutable_env())["ASTRAEUS_OUTPUTS"] = "/tmp/mine";
+  EXPECT_EQ(worker_environment(o, on_gpu09())["ASTRAEUS_OUTPUTS"],
+            "/var/run/astraeus/outputs/outputs");
+  // A host process writes to its folder on the machine.
+  auto ctx = on_gpu09();
+  ctx.host_process = true;
+  ctx.outputs_file = "/var/lib/astraeus/workers/whoami-0/outputs/outputs";
+  EXPECT_EQ(worker_environment(o, ctx)["ASTRAEUS_OUTPUTS"], ctx.outputs_file);
+}
+
+TEST(WorkerEnv, ImexChannelZeroInAMultiMachineNvlinkDomainForNvidiaContainers) {
+  // Seed, "GPUs and the network": NVIDIA_IMEX_CHANNELS=0 when placed in a
+  // multi-node NVLink domain, on a machine whose GPUs the NVIDIA runtime
+  // hook hands over.
+  auto o = whoami();
+  o.add_gpu_ids("GPU-5a1e0000-0000-0000-0000-000000000001");
+  EXPECT_EQ(worker_environment(o, on_gpu09()).count("NVIDIA_IMEX_CHANNELS"), 0u)
+    << "no NVLink domain";
+  o.set_nvlink_domain("c0ffee/7");
+  EXPECT_EQ(worker_environment(o, on_gpu09())["NVIDIA_IMEX_CHANNELS"], "0");
+  auto host = on_gpu09();
+  host.host_process = true;
+  EXPECT_EQ(worker_environment(o, host).count("NVIDIA_IMEX_CHANNELS"), 0u)
+    << "no runtime hook hands GPUs to a host process";
+  auto amd = whoami();
+  amd.set_nvlink_domain("c0ffee/7");
+  amd.add_gpu_ids("0000:0c:00.0");
+  EXPECT_EQ(worker_environment(amd, on_gpu09()).count("NVIDIA_IMEX_CHANNELS"), 0u);
+  auto cpu = whoami();
+  cpu.set_nvlink_domain("c0ffee/7");
+  EXPECT_EQ(worker_environment(cpu, on_gpu09()).count("NVIDIA_IMEX_CHANNELS"), 0u);
 }

@@ -5,6 +5,7 @@
 // shared/seeds/gpus.md ("How a worker gets its GPUs").
 
 #include <fstream>
+#include <set>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -117,6 +118,67 @@ TEST(OciConfig, CarriesLimitsShmAndDevices) {
   auto burst = oci_config(w, "rootfs");
   EXPECT_FALSE(burst["linux"]["resources"]["cpu"].contains("quota"))
     << "cpu_burst: the weight only";
+}
+
+TEST(OciConfig, CpuBurstKeepsTheWeightOfItsCores) {
+  oci_worker w;
+  w.cpus = 2;
+  w.cpu_burst = true;
+  auto cpu = oci_config(w, "rootfs")["linux"]["resources"]["cpu"];
+  EXPECT_EQ(cpu, nlohmann::json({{"shares", 2048}}))
+    << "seed, Limits: with cpu_burst the cores are the weight only";
+}
+
+TEST(Ulimits, TheRunsValuesReplaceTheDefaultsAndAddOthers) {
+  v1::RunSpec spec;
+  auto add = [&](const char* name, int64_t soft, int64_t hard) {
+    auto* u = spec.add_ulimits();
+    u->set_name(name);
+    u->set_soft(soft);
+    u->set_hard(hard);
+  };
+  add("nofile", 4096, 8192);
+  add("stack", 67108864, -1);
+  std::vector<oci_rlimit> oci{{"nofile", 1048576, 1048576}, {"memlock", -1, -1}};
+  apply_ulimits(oci, spec);
+  auto rl = [&] {
+    oci_worker w;
+    w.rlimits = oci;
+    return oci_config(w, "rootfs")["process"]["rlimits"];
+  }();
+  EXPECT_EQ(rl, nlohmann::json::parse(R"([
+    {"type": "RLIMIT_NOFILE", "soft": 4096, "hard": 8192},
+    {"type": "RLIMIT_MEMLOCK", "soft": 18446744073709551615, "hard": 18446744073709551615},
+    {"type": "RLIMIT_STACK", "soft": 67108864, "hard": 18446744073709551615}])"));
+  // A host process gets the same limits, as setrlimit takes them.
+  std::vector<std::pair<int, rlimit>> host{{RLIMIT_NOFILE, rlimit{1048576, 1048576}}};
+  apply_ulimits(host, spec);
+  ASSERT_EQ(host.size(), 2u);
+  EXPECT_EQ(host[0].first, RLIMIT_NOFILE);
+  EXPECT_EQ(host[0].second.rlim_cur, 4096u);
+  EXPECT_EQ(host[0].second.rlim_max, 8192u);
+  EXPECT_EQ(host[1].first, RLIMIT_STACK);
+  EXPECT_EQ(host[1].second.rlim_max, RLIM_INFINITY);
+}
+
+TEST(Seccomp, DangerousCallsAreDeniedAndNumaMemoryPolicyIsAllowed) {
+  auto c = oci_config(oci_worker{}, "rootfs");
+  const auto& sc = c["linux"]["seccomp"];
+  EXPECT_EQ(sc["defaultAction"], "SCMP_ACT_ALLOW");
+  ASSERT_EQ(sc["syscalls"].size(), 1u);
+  const auto& deny = sc["syscalls"][0];
+  EXPECT_EQ(deny["action"], "SCMP_ACT_ERRNO");
+  EXPECT_EQ(deny["errnoRet"], 1) << "EPERM, as Docker answers";
+  std::set<std::string> denied = deny["names"];
+  for (const char* call : {"kexec_load", "mount", "umount2", "reboot", "init_module",
+                           "finit_module", "keyctl", "bpf", "unshare", "setns", "pivot_root"})
+    EXPECT_EQ(denied.count(call), 1u) << call;
+  // AMD's ROCm needs the NUMA memory-policy calls (issue 6).
+  for (const auto& call : numa_memory_policy_syscalls)
+    EXPECT_EQ(denied.count(call), 0u) << call;
+  EXPECT_EQ(numa_memory_policy_syscalls.size(), 5u);
+  EXPECT_EQ(denied.count("ptrace"), 0u) << "debuggers and profilers work";
+  EXPECT_FALSE(sc["architectures"].empty()) << "32-bit calls are filtered too";
 }
 
 TEST(Cdi, TwoFilesInOneFolderDefiningADeviceIsAConflict) {
