@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "messages/error.hpp"
 #include "runtime/amd_gpus.hpp"
 #include "runtime/nvidia_smi.hpp"
 #include "runtime/pci_bus.hpp"
@@ -87,10 +88,72 @@ v1::GpuCapabilities summarise_gpus(const std::vector<v1::Gpu>& gpus) {
   return out;
 }
 
+v1::Gpu gpu_identity(const v1::Gpu& gpu) {
+  v1::Gpu id;
+  id.set_id(gpu.id());
+  id.set_vendor(gpu.vendor());
+  id.set_model(gpu.model());
+  if (gpu.has_index())
+    id.set_index(gpu.index());
+  id.set_pci_address(gpu.pci_address());
+  if (gpu.has_numa_node())
+    id.set_numa_node(gpu.numa_node());
+  if (gpu.has_memory_total_bytes())
+    id.set_memory_total_bytes(gpu.memory_total_bytes());
+  id.set_architecture(gpu.architecture());
+  id.set_compute_capability(gpu.compute_capability());
+  id.set_data_centre(gpu.data_centre());
+  id.set_serial(gpu.serial());
+  id.set_vbios_version(gpu.vbios_version());
+  return id;
+}
+
 gpu_discovery::gpu_discovery(gpu_discovery_options opts)
   : opts_(std::move(opts)) {
   opts_.nvml.sysfs_root = opts_.root;
   nvml_ = std::make_unique<nvml_prober>(opts_.nvml);
+  if (opts_.store) {
+    v1::GpuSection known;
+    auto found = opts_.store->get(family::gpus, known_nvidia_gpus_key, known);
+    if (!found)
+      warn_once("discovery: the last known GPUs cannot be read from the store ("
+                + render_error(found.error()) + "); they are forgotten");
+    else if (*found)
+      last_nvidia_.assign(known.gpus().begin(), known.gpus().end());
+  }
+}
+
+void gpu_discovery::warn_once(const std::string& text) {
+  if (logged_.insert(text).second)
+    spdlog::warn("{}", text);
+}
+
+void gpu_discovery::keep_nvidia(const std::vector<v1::Gpu>& gpus) {
+  std::vector<v1::Gpu> ids;
+  for (const auto& g : gpus)
+    if (!g.id().empty())
+      ids.push_back(gpu_identity(g));
+  auto same = [](const v1::Gpu& a, const v1::Gpu& b) {
+    return a.SerializeAsString() == b.SerializeAsString();
+  };
+  if (std::equal(ids.begin(), ids.end(), last_nvidia_.begin(), last_nvidia_.end(), same))
+    return;
+  last_nvidia_ = std::move(ids);
+  if (!opts_.store)
+    return;
+  caf::error err;
+  if (last_nvidia_.empty()) {
+    err = opts_.store->erase(family::gpus, known_nvidia_gpus_key);
+  } else {
+    v1::GpuSection known;
+    for (const auto& g : last_nvidia_)
+      *known.add_gpus() = g;
+    err = opts_.store->put(family::gpus, known_nvidia_gpus_key, known);
+  }
+  if (err)
+    warn_once("discovery: cannot keep the last known GPUs in the store ("
+              + render_error(err) + "); an agent restarted while the driver "
+              "is gone will not list them");
 }
 
 gpu_discovery::~gpu_discovery() = default;
@@ -118,7 +181,7 @@ v1::GpuSection gpu_discovery::discover(bool rdma_up) {
           g.set_driver_version(nv.driver_version);
         gpus.push_back(g);
       }
-      last_nvidia_ = nv.gpus;
+      keep_nvidia(nv.gpus);
       break;
     case nvml_result::driver_status::unresponsive:
       tried.push_back("NVML " + lib + ": unresponsive (" + nv.detail + ")");
@@ -146,7 +209,7 @@ v1::GpuSection gpu_discovery::discover(bool rdma_up) {
               g.set_driver_version(smi.driver_version);
             gpus.push_back(g);
           }
-          last_nvidia_ = smi.gpus;
+          keep_nvidia(smi.gpus);
         }
       } else {
         tried.push_back("nvidia-smi " + opts_.nvidia_smi + ": " + smi.detail);
