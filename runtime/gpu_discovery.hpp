@@ -18,6 +18,7 @@
 
 #include "messages/astraeus.pb.h"
 #include "runtime/nvml.hpp"
+#include "runtime/pci_bus.hpp"
 #include "store/store.hpp"
 
 namespace astraeus {
@@ -74,6 +75,14 @@ private:
   /// with an id), and writes them to the store when they changed.
   void keep_nvidia(const std::vector<v1::Gpu>& gpus);
 
+  /// Gives the NVIDIA GPUs the driver listed without a UUID (lost or hung
+  /// before it told it) what is known of them: the last known GPU at the
+  /// same PCI address, else at the same index (id, model, address, NUMA
+  /// node, memory); else, for GPUs without an address, the nvidia-bound
+  /// devices of `bus` no listed GPU has, in PCI order, when there are as
+  /// many. An id still unknown is the PCI address.
+  void fill_identities(std::vector<v1::Gpu>& gpus, const bus_scan& bus) const;
+
   /// Logs `text` at warning level unless it was logged before.
   void warn_once(const std::string& text);
 
@@ -85,7 +94,10 @@ private:
 };
 
 /// The capability summary of `gpus` (vendor, model, architecture, count,
-/// driver, data-centre, NVLink, NVSwitch fabric, NVLink domain).
+/// driver, data-centre, NVLink, NVSwitch fabric, NVLink domain). The model
+/// is the most common one; GPUs whose model is not known count in `count`
+/// but not in the model or the data-centre check (data_centre: every GPU
+/// with a model is a data-centre board, and at least one has a model).
 v1::GpuCapabilities summarise_gpus(const std::vector<v1::Gpu>& gpus);
 
 } // namespace astraeus

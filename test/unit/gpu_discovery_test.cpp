@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -51,6 +53,13 @@ struct machine {
 
   machine() { fs::create_directories(root); }
 
+  /// The options of this machine with the stand-in NVML instead.
+  gpu_discovery_options with_nvml(std::shared_ptr<Store> store = nullptr) const {
+    auto opts = options(std::move(store));
+    opts.nvml.library = ASTRAEUS_NVML_STAND_IN;
+    return opts;
+  }
+
   gpu_discovery_options options(std::shared_ptr<Store> store = nullptr) const {
     gpu_discovery_options opts;
     opts.root = root;
@@ -75,6 +84,31 @@ struct machine {
     return st ? std::shared_ptr<Store>{std::move(*st)} : nullptr;
   }
 };
+
+void write_file(const fs::path& path, const std::string& text) {
+  fs::create_directories(path.parent_path());
+  std::ofstream{path} << text;
+}
+
+/// Puts an NVIDIA GPU on the PCI bus of the host tree `root`: a 3D
+/// controller 10de:<device> at `address`, bound to `driver` (empty: none),
+/// on NUMA node `numa`.
+void add_pci_gpu(const std::string& root, const std::string& address, const std::string& device,
+                 const std::string& driver, int numa) {
+  auto dir = fs::path{root} / "sys/bus/pci/devices" / address;
+  write_file(dir / "class", "0x030200\n");
+  write_file(dir / "vendor", "0x10de\n");
+  write_file(dir / "device", device + "\n");
+  write_file(dir / "numa_node", std::to_string(numa) + "\n");
+  write_file(dir / "uevent", (driver.empty() ? "" : "DRIVER=" + driver + "\n")
+                                 + "PCI_SLOT_NAME=" + address + "\n");
+}
+
+/// Points the stand-in NVML at a fixture (test/fixtures/nvml or a path).
+void use_nvml_fixture(const std::string& path) {
+  ::setenv("ASTRAEUS_NVML_FIXTURE", path.c_str(), 1);
+  ::unsetenv("ASTRAEUS_NVML_HANG_RELEASE");
+}
 
 const v1::Gpu* gpu_at(const v1::GpuSection& s, const std::string& pci) {
   auto it = std::find_if(s.gpus().begin(), s.gpus().end(),
@@ -153,5 +187,106 @@ TEST(GpuDiscovery, AMachineThatNeverHadAGpuStaysNoGpuAfterARestart) {
   auto s = m.first_pass("no_driver.sh", m.open_store());
   EXPECT_EQ(s.read_as(), "no-gpu");
   EXPECT_EQ(s.gpus_size(), 0);
+}
+
+// --- A GPU lost before its first read ---------------------------------------
+
+namespace {
+
+/// The four A100s of test/fixtures/nvml/lost_gpu.json on the PCI bus, bound
+/// to the NVIDIA driver, NUMA node 3.
+void add_lost_gpu_machine_bus(const std::string& root) {
+  for (const char* address : {"0000:07:00.0", "0000:0f:00.0", "0000:47:00.0", "0000:4e:00.0"})
+    add_pci_gpu(root, address, "0x20b2", "nvidia", 3);
+}
+
+} // namespace
+
+TEST(GpuDiscovery, AGpuLostBeforeItsFirstReadTakesItsPlaceFromTheBus) {
+  machine m;
+  add_lost_gpu_machine_bus(m.root);
+  use_nvml_fixture(fixture("nvml/lost_gpu.json"));
+  gpu_discovery discovery(m.with_nvml());
+  auto s = discovery.discover(false);
+
+  EXPECT_EQ(s.read_as(), "driver: healthy");
+  ASSERT_EQ(s.gpus_size(), 4);
+  const v1::Gpu& lost = s.gpus(1);
+  EXPECT_EQ(lost.status(), "lost");
+  EXPECT_EQ(lost.index(), 1u);
+  // NVML never named it: the nvidia-bound device it did not report.
+  EXPECT_EQ(lost.pci_address(), "0000:0f:00.0");
+  EXPECT_EQ(lost.id(), "0000:0f:00.0");
+  EXPECT_EQ(lost.numa_node(), 3);
+  for (const auto& g : s.gpus()) {
+    EXPECT_FALSE(g.id().empty());
+    EXPECT_FALSE(g.pci_address().empty());
+  }
+  for (const auto& b : s.bus())
+    EXPECT_TRUE(b.reported_by_driver()) << b.pci_address();
+  // Its unknown model does not make an A100 machine a non-data-centre one.
+  EXPECT_EQ(s.capabilities().model(), "NVIDIA A100-SXM4-80GB");
+  EXPECT_EQ(s.capabilities().count(), 4u);
+  EXPECT_TRUE(s.capabilities().data_centre());
+
+  auto page = format_gpu_section(s);
+  EXPECT_TRUE(contains(page, "data-centre yes")) << page;
+  EXPECT_TRUE(contains(page, "0000:0f:00.0: nvmlDeviceGetUUID returned NVML_ERROR_GPU_IS_LOST"))
+      << page;
+}
+
+TEST(GpuDiscovery, AGpuLostAfterARestartKeepsItsUuidFromTheLastKnownGpus) {
+  machine m;
+  add_lost_gpu_machine_bus(m.root);
+  // Before the restart, every GPU answered.
+  std::string healthy = m.tmp.path() + "/healthy.json";
+  {
+    std::ifstream in{fixture("nvml/lost_gpu.json")};
+    std::string text{std::istreambuf_iterator<char>{in}, {}};
+    auto at = text.find("\"lost\": true");
+    ASSERT_NE(at, std::string::npos);
+    text.replace(at, 12, "\"lost\": false");
+    write_file(healthy, text);
+  }
+  {
+    auto store = m.open_store();
+    ASSERT_TRUE(store);
+    use_nvml_fixture(healthy);
+    gpu_discovery before(m.with_nvml(store));
+    auto s = before.discover(false);
+    ASSERT_EQ(s.gpus_size(), 4);
+    ASSERT_EQ(s.gpus(1).id(), "GPU-7b8c9d0e-1f2a-4b3c-9d4e-5f6a7b8c9d02");
+  }
+  auto store = m.open_store();
+  ASSERT_TRUE(store);
+  use_nvml_fixture(fixture("nvml/lost_gpu.json"));
+  gpu_discovery after(m.with_nvml(store));
+  auto s = after.discover(false);
+  ASSERT_EQ(s.gpus_size(), 4);
+  const v1::Gpu& lost = s.gpus(1);
+  EXPECT_EQ(lost.status(), "lost");
+  EXPECT_EQ(lost.id(), "GPU-7b8c9d0e-1f2a-4b3c-9d4e-5f6a7b8c9d02");
+  EXPECT_EQ(lost.model(), "NVIDIA A100-SXM4-80GB");
+  EXPECT_EQ(lost.pci_address(), "0000:0f:00.0");
+  EXPECT_EQ(lost.memory_total_bytes(), 85899345920ull);
+  EXPECT_TRUE(s.capabilities().data_centre());
+}
+
+TEST(GpuDiscovery, SummaryLeavesGpusWithoutAModelOutOfTheDataCentreCheck) {
+  std::vector<v1::Gpu> gpus(3);
+  for (auto& g : gpus) {
+    g.set_vendor("nvidia");
+    g.set_model("NVIDIA H100 80GB HBM3");
+    g.set_data_centre(true);
+  }
+  gpus[2].clear_model();
+  gpus[2].set_data_centre(false);
+  auto caps = summarise_gpus(gpus);
+  EXPECT_EQ(caps.model(), "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(caps.count(), 3u);
+  EXPECT_TRUE(caps.data_centre());
+  // No model known at all: nothing says it is a data-centre machine.
+  std::vector<v1::Gpu> unknown(1);
+  EXPECT_FALSE(summarise_gpus(unknown).data_centre());
 }
 
