@@ -257,6 +257,7 @@ v1::GpuSection gpu_discovery::discover(bool rdma_up) {
   auto nvidia = nvidia_read::none;
   std::string nvidia_problem;
   std::string driver_version, cuda_version;
+  std::string smi_detail;  // what nvidia-smi could not do, when it was read
 
   // The PCI bus first: it places GPUs the driver lists without an address.
   auto bus = scan_pci_gpus(opts_.root);
@@ -291,12 +292,15 @@ v1::GpuSection gpu_discovery::discover(bool rdma_up) {
                            : "init failed (")
                       + nv.detail + ")");
       auto smi = read_nvidia_smi(opts_.nvidia_smi, opts_.nvidia_smi_deadline);
+      for (const auto& w : smi.warnings)
+        warn_once("discovery: " + w);
       if (smi.ok) {
         tried.push_back("nvidia-smi " + opts_.nvidia_smi + ": "
                         + std::to_string(smi.gpus.size()) + " GPU(s)"
                         + (smi.detail.empty() ? "" : " (" + smi.detail + ")"));
         if (!smi.gpus.empty()) {
           nvidia = nvidia_read::smi;
+          smi_detail = smi.detail;
           driver_version = smi.driver_version;
           cuda_version = smi.cuda_version;
           fill_identities(smi.gpus, bus);
@@ -371,6 +375,10 @@ v1::GpuSection gpu_discovery::discover(bool rdma_up) {
     out.set_detail(nvidia_problem + "; the last known GPUs are kept");
   } else if (nvidia == nvidia_read::smi) {
     out.set_read_as("nvidia-smi");
+    // What nvidia-smi could not give (lines it printed that are unusable, a
+    // query that failed) shows on the machine's page.
+    if (!smi_detail.empty())
+      out.set_detail("nvidia-smi: " + smi_detail);
   } else if (any_driver) {
     out.set_read_as("driver: healthy");
   } else {

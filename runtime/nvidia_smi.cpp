@@ -721,7 +721,9 @@ nvidia_smi_result parse_nvidia_smi_csv(std::string_view text,
   nvidia_smi_result result;
   size_t skipped = 0;
   std::string first_skipped;
+  size_t widest = 0;  // the most columns of a line used with extra ones
   bool no_devices = false;
+  auto pci_column = std::find(fields.begin(), fields.end(), "pci.bus_id") - fields.begin();
   for (auto line : nonblank_lines(text)) {
     if (auto lost = parse_handle_failure(line)) {
       result.gpus.push_back(std::move(*lost));
@@ -732,6 +734,14 @@ nvidia_smi_result parse_nvidia_smi_csv(std::string_view text,
       continue;
     }
     auto columns = split(line, ',');
+    // A newer driver may print more than was asked for: the fields asked
+    // for come first. Only a line that has a PCI address where one belongs
+    // is taken for a GPU line.
+    if (columns.size() > fields.size() && static_cast<size_t>(pci_column) < fields.size()
+        && normalize_pci_bus_id(columns[static_cast<size_t>(pci_column)])) {
+      widest = std::max(widest, columns.size());
+      columns.resize(fields.size());
+    }
     if (columns.size() != fields.size()) {
       if (skipped++ == 0)
         first_skipped = excerpt(line, 120);
@@ -747,11 +757,18 @@ nvidia_smi_result parse_nvidia_smi_csv(std::string_view text,
     }
   }
   result.ok = !result.gpus.empty() || no_devices;
+  const auto expected = std::to_string(fields.size());
+  if (widest > 0)
+    result.warnings.push_back("nvidia-smi --query-gpu printed up to " + std::to_string(widest)
+                              + " fields per GPU line where " + expected
+                              + " were asked for (a newer driver?); the first " + expected
+                              + " are used, the rest ignored");
   if (skipped > 0) {
-    append_detail(result.detail, std::to_string(skipped) + " line(s) without the "
-                                     + std::to_string(fields.size())
+    append_detail(result.detail, std::to_string(skipped) + " line(s) without the " + expected
                                      + " expected comma-separated fields, e.g. '" + first_skipped
                                      + "'");
+    result.warnings.push_back("nvidia-smi --query-gpu printed lines without the " + expected
+                              + " expected comma-separated fields; they were skipped");
   }
   if (!result.ok && result.detail.empty())
     result.detail = trim(text).empty() ? "no output" : "no GPU line in the output";
@@ -834,6 +851,7 @@ nvidia_smi_result read_nvidia_smi(const std::string& program, std::chrono::milli
   auto parsed = parse_nvidia_smi_csv(text, fields);
   result.gpus = std::move(parsed.gpus);
   result.driver_version = parsed.driver_version;
+  result.warnings = std::move(parsed.warnings);
   result.ok = parsed.ok;
   if (!result.ok) {
     if (run.exited && run.exit_code == 0)

@@ -41,6 +41,13 @@ struct nvidia_smi_result {
   /// "lost" for a GPU nvidia-smi reports as lost or cannot get a handle
   /// for.
   std::vector<v1::Gpu> gpus;
+  /// What in the output was not as expected, each as a reason that holds
+  /// no reading, so it reads the same on every pass and the caller can log
+  /// each once, e.g. "nvidia-smi --query-gpu printed up to 28 fields per
+  /// GPU line where 26 were asked for (a newer driver?); the first 26 are
+  /// used, the rest ignored".
+  /// Lines that could not be used at all are also described in `detail`.
+  std::vector<std::string> warnings;
 };
 
 /// The --query-gpu fields asked for, in column order: index, uuid, name,
@@ -93,10 +100,14 @@ nvidia_smi_result read_nvidia_smi(const std::string& program, std::chrono::milli
 /// the bus) becomes a Gpu with only index and pci_address known, status
 /// "lost" and the line as status_detail.
 ///
-/// ok is true when at least one GPU line parsed, or the text says "No
-/// devices were found". Lines with another column count are skipped and
-/// described in detail; if none parsed, ok is false. cuda_version is left
-/// empty.
+/// A line with more columns than `fields` (a newer driver that prints more)
+/// is used when its pci.bus_id column is a PCI address: its first
+/// fields.size() columns are read, the rest ignored, and a warning says so.
+/// Other lines with another column count (fewer columns, or more without a
+/// PCI address where it belongs) are skipped, described in detail (how
+/// many, and the first one) and in a warning. ok is true when at least one
+/// GPU line parsed, or the text says "No devices were found"; if none
+/// parsed, ok is false. cuda_version is left empty.
 nvidia_smi_result parse_nvidia_smi_csv(std::string_view text,
                                        const std::vector<std::string>& fields = nvidia_smi_gpu_fields());
 

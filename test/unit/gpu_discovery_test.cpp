@@ -14,8 +14,12 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
+
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include "actor_fixture.hpp"
 #include "bin/cli_format.hpp"
@@ -109,6 +113,25 @@ void use_nvml_fixture(const std::string& path) {
   ::setenv("ASTRAEUS_NVML_FIXTURE", path.c_str(), 1);
   ::unsetenv("ASTRAEUS_NVML_HANG_RELEASE");
 }
+
+/// Everything logged while it lives, as text.
+struct captured_log {
+  std::ostringstream text;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink =
+      std::make_shared<spdlog::sinks::ostream_sink_mt>(text);
+  captured_log() { spdlog::default_logger()->sinks().push_back(sink); }
+  ~captured_log() {
+    auto& sinks = spdlog::default_logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink), sinks.end());
+  }
+  size_t count(const std::string& part) const {
+    auto all = text.str();
+    size_t n = 0;
+    for (auto at = all.find(part); at != std::string::npos; at = all.find(part, at + 1))
+      ++n;
+    return n;
+  }
+};
 
 const v1::Gpu* gpu_at(const v1::GpuSection& s, const std::string& pci) {
   auto it = std::find_if(s.gpus().begin(), s.gpus().end(),
@@ -288,5 +311,30 @@ TEST(GpuDiscovery, SummaryLeavesGpusWithoutAModelOutOfTheDataCentreCheck) {
   // No model known at all: nothing says it is a data-centre machine.
   std::vector<v1::Gpu> unknown(1);
   EXPECT_FALSE(summarise_gpus(unknown).data_centre());
+}
+
+// --- nvidia-smi output the agent did not expect -----------------------------
+
+TEST(GpuDiscovery, NewerNvidiaSmiColumnsAreIgnoredAndAnUnusableLineShowsOnTheMachinePage) {
+  machine m;
+  install_nvidia_smi(m.tmp.path(), "h100x8_extra_columns.sh");
+  captured_log log;
+  gpu_discovery discovery(m.options());
+  auto s = discovery.discover(false);
+  discovery.discover(false);
+
+  EXPECT_EQ(s.read_as(), "nvidia-smi");
+  EXPECT_EQ(s.gpus_size(), 7);  // GPU 7's line is cut short
+  EXPECT_TRUE(contains(s.detail(), "nvidia-smi: 1 line(s) without the 26 expected "
+                                   "comma-separated fields, e.g. '7, GPU-60718293"))
+      << s.detail();
+  auto page = format_gpu_section(s);
+  EXPECT_TRUE(contains(page, "Detail:    nvidia-smi: 1 line(s) without the 26 expected"))
+      << page;
+  // Each reason is logged once, however many passes see it.
+  EXPECT_EQ(log.count("printed up to 28 fields per GPU line where 26 were asked for"), 1u)
+      << log.text.str();
+  EXPECT_EQ(log.count("printed lines without the 26 expected comma-separated fields"), 1u)
+      << log.text.str();
 }
 

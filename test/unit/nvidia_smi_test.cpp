@@ -269,3 +269,43 @@ TEST(NvidiaSmi, CudaVersionFromTheQueryHeader) {
   EXPECT_EQ(parse_nvidia_smi_cuda_version("CUDA Version : N/A\n"), "");
   EXPECT_EQ(parse_nvidia_smi_cuda_version("garbage"), "");
 }
+
+// --- Output of a newer driver -----------------------------------
+
+TEST(NvidiaSmi, ExtraTrailingColumnsAreIgnoredAndAShortLineIsSkippedAndNamed) {
+  auto r = read_nvidia_smi(fixture("h100x8_extra_columns.sh"), 10s);
+  ASSERT_TRUE(r.ok) << r.detail;
+  // GPUs 0-6 carry two columns more than asked for: read as usual.
+  ASSERT_EQ(r.gpus.size(), 7u);
+  const auto& g = r.gpus[6];
+  EXPECT_EQ(g.id(), "GPU-5f607182-93a4-4b5c-9e6f-708192a3b4c5");
+  EXPECT_EQ(g.pci_address(), "0000:ba:00.0");
+  EXPECT_DOUBLE_EQ(g.temperature_c(), 37.0);
+  EXPECT_TRUE(g.has_thermal_slowdown());
+  EXPECT_FALSE(g.thermal_slowdown());
+  EXPECT_EQ(g.unknown_fields_size(), 0) << g.unknown_fields(0);
+  EXPECT_TRUE(r.gpus[5].thermal_slowdown());
+  // GPU 7's line is cut short: it cannot be used, and the detail says so.
+  EXPECT_EQ(by_index(r, 7), nullptr);
+  EXPECT_NE(r.detail.find("1 line(s) without the 26 expected comma-separated fields, e.g. '7, "
+                          "GPU-60718293"),
+            std::string::npos)
+      << r.detail;
+  // Reasons without readings, to be logged once each.
+  ASSERT_EQ(r.warnings.size(), 2u);
+  EXPECT_EQ(r.warnings[0], "nvidia-smi --query-gpu printed up to 28 fields per GPU line where 26 "
+                           "were asked for (a newer driver?); the first 26 are used, the rest "
+                           "ignored");
+  EXPECT_EQ(r.warnings[1], "nvidia-smi --query-gpu printed lines without the 26 expected "
+                           "comma-separated fields; they were skipped");
+}
+
+TEST(NvidiaSmi, ExtraColumnsWithoutAPciAddressAreNotAGpu) {
+  std::string line = "a, b, c, d";
+  for (int i = 4; i < 30; ++i)
+    line += ", x";
+  auto r = parse_nvidia_smi_csv(line + "\n");
+  EXPECT_FALSE(r.ok);
+  EXPECT_TRUE(r.gpus.empty());
+  EXPECT_NE(r.detail.find("1 line(s)"), std::string::npos) << r.detail;
+}
