@@ -305,6 +305,14 @@ v1::GpuSection gpu_discovery::discover(bool rdma_up) {
           cuda_version = smi.cuda_version;
           fill_identities(smi.gpus, bus);
           for (auto& g : smi.gpus) {
+            // nvidia-smi has no NUMA node: the kernel's, as NVML's fallback.
+            if (!g.has_numa_node() && !g.pci_address().empty()) {
+              auto numa = read_pci_numa_node(opts_.root, g.pci_address());
+              if (numa.node)
+                g.set_numa_node(*numa.node);
+              else if (!numa.error.empty())
+                g.add_unknown_fields("numa_node: " + numa.error);
+            }
             if (g.driver_version().empty())
               g.set_driver_version(smi.driver_version);
             gpus.push_back(g);

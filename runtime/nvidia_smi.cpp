@@ -803,6 +803,68 @@ size_t apply_nvidia_smi_remapped_rows(std::string_view text, std::vector<v1::Gpu
   return updated;
 }
 
+size_t apply_nvidia_smi_nvlink_status(std::string_view text, std::vector<v1::Gpu>& gpus,
+                                      const std::string& unlisted) {
+  std::vector<bool> named(gpus.size(), false);
+  v1::Gpu* gpu = nullptr;
+  size_t count = 0;
+  for (auto line : nonblank_lines(text)) {
+    if (starts_with(line, "GPU ")) {
+      // "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)"
+      gpu = nullptr;
+      auto colon = line.find(':');
+      auto index = colon == std::string_view::npos ? std::nullopt
+                                                   : parse_u64(line.substr(4, colon - 4));
+      std::string_view uuid;
+      if (auto at = line.find("(UUID: "); at != std::string_view::npos) {
+        uuid = line.substr(at + 7);
+        uuid = trim(uuid.substr(0, uuid.find(')')));
+      }
+      for (size_t i = 0; i < gpus.size() && !gpu; ++i) {
+        if (named[i])
+          continue;
+        if (!uuid.empty() ? gpus[i].id() == uuid
+                          : (index && gpus[i].has_index() && gpus[i].index() == *index))
+          gpu = &gpus[i];
+      }
+      if (gpu) {
+        named[static_cast<size_t>(gpu - gpus.data())] = true;
+        gpu->clear_nvlinks();
+        ++count;
+      }
+      continue;
+    }
+    if (!gpu || !starts_with(line, "Link "))
+      continue;
+    // "Link 0: 26.562 GB/s" or "Link 1: <inactive>"
+    auto colon = line.find(':');
+    auto link = colon == std::string_view::npos ? std::nullopt
+                                                : parse_u64(line.substr(5, colon - 5));
+    if (!link || *link > UINT32_MAX)
+      continue;
+    auto state = trim(line.substr(colon + 1));
+    std::optional<bool> active;
+    if (ascii_lower(state) == "<inactive>")
+      active = false;
+    else if (auto space = state.find(' '); space != std::string_view::npos
+             && parse_double(state.substr(0, space)) && contains(state, "B/s"))
+      active = true;
+    if (!active) {
+      gpu->add_unknown_fields("nvlinks[" + std::to_string(*link) + "]: unexpected state '"
+                              + excerpt(state, 60) + "'");
+      continue;
+    }
+    auto* l = gpu->add_nvlinks();
+    l->set_link(static_cast<uint32_t>(*link));
+    l->set_active(*active);
+    l->set_remote_kind("unknown");
+  }
+  for (size_t i = 0; i < gpus.size(); ++i)
+    if (!named[i] && gpus[i].status() != "lost")
+      gpus[i].add_unknown_fields("nvlinks: " + unlisted);
+  return count;
+}
+
 std::string parse_nvidia_smi_cuda_version(std::string_view text) {
   for (auto line : nonblank_lines(text)) {
     if (!starts_with(line, "CUDA Version"))
@@ -894,6 +956,17 @@ nvidia_smi_result read_nvidia_smi(const std::string& program, std::chrono::milli
       result.cuda_version = parse_nvidia_smi_cuda_version(query.out);
     else
       append_detail(result.detail, describe_failure(program + " -q", query, deadline));
+  }
+
+  // NVLink link state; without it the links are unknown, never "down".
+  {
+    auto links = run_program(program, {"nvlink", "-s"}, until);
+    bool answered = links.started && !links.timed_out && !links.overflow;
+    bool clean = answered && links.exited && links.exit_code == 0;
+    apply_nvidia_smi_nvlink_status(
+        answered ? std::string_view{links.out} : std::string_view{}, result.gpus,
+        clean ? "not listed by nvidia-smi nvlink -s"
+              : describe_failure(program + " nvlink -s", links, deadline));
   }
   return result;
 }

@@ -67,7 +67,10 @@ const std::vector<std::string>& nvidia_smi_gpu_fields();
 /// `program --query-remapped-rows=gpu_uuid,remapped_rows.correctable,
 /// remapped_rows.uncorrectable,remapped_rows.pending,remapped_rows.failure
 /// --format=csv,noheader,nounits` (row remapping; Ampere and newer) and
-/// `program -q -d COMPUTE` (the CUDA version).
+/// `program -q -d COMPUTE` (the CUDA version) and `program nvlink -s`
+/// (NVLink link state, apply_nvidia_smi_nvlink_status()). When the NVLink
+/// query fails, every GPU gets "nvlinks: <what failed>" in unknown_fields
+/// and no link.
 ///
 /// `program` is a path, or a bare name looked up in $PATH. It runs with
 /// fork/exec, no shell, stdin /dev/null, in a process group of its own.
@@ -117,6 +120,28 @@ nvidia_smi_result parse_nvidia_smi_csv(std::string_view text,
 /// (row_remapping: counts of rows; pending and failed as "Yes"/"No" or
 /// 1/0). Unknown markers stay absent. Returns how many GPUs were updated.
 size_t apply_nvidia_smi_remapped_rows(std::string_view text, std::vector<v1::Gpu>& gpus);
+
+/// Applies `nvidia-smi nvlink -s` output (NVLink link state) to `gpus`:
+///
+///     GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5f1e2d3c-...)
+///          Link 0: 26.562 GB/s
+///          Link 1: <inactive>
+///
+/// A GPU line names a GPU by UUID (matched to id), else by its index; each
+/// link line under it becomes an NvLink {link, active, remote_kind
+/// "unknown"}: active when it gives a speed, inactive for "<inactive>".
+/// The error counters and the other end are not in this output and stay
+/// absent. A GPU line without link lines: the GPU has no NVLink (nvlinks
+/// stays empty, nothing unknown). A link line with another state adds
+/// "nvlinks[<n>]: unexpected state '<text>'" to unknown_fields and is left
+/// out; a GPU of `gpus` the output does not name, unless it is "lost", gets
+/// "nvlinks: <unlisted>" (read_nvidia_smi passes what failed when the
+/// query did, e.g. "nvidia-smi nvlink -s exited with status 2: ..."). The
+/// named GPUs' earlier nvlinks are replaced. Returns how many GPUs the
+/// output named. Pure.
+size_t apply_nvidia_smi_nvlink_status(
+    std::string_view text, std::vector<v1::Gpu>& gpus,
+    const std::string& unlisted = "not listed by nvidia-smi nvlink -s");
 
 /// The "CUDA Version : 12.2" line of `nvidia-smi -q` output -> "12.2";
 /// empty when there is none or it says N/A.

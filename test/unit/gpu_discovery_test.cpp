@@ -338,3 +338,36 @@ TEST(GpuDiscovery, NewerNvidiaSmiColumnsAreIgnoredAndAnUnusableLineShowsOnTheMac
       << log.text.str();
 }
 
+// --- What the nvidia-smi fallback reads besides nvidia-smi ------------------
+
+TEST(GpuDiscovery, NvidiaSmiFallbackHasNumaNodesFromSysfsAndNvLinks) {
+  machine m;
+  int i = 0;
+  for (const char* address : {"0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0",
+                              "0000:9a:00.0", "0000:ab:00.0", "0000:ba:00.0", "0000:db:00.0"})
+    add_pci_gpu(m.root, address, "0x2330", "nvidia", i++ < 4 ? 0 : 1);
+  auto s = m.first_pass("h100x8.sh");
+
+  ASSERT_EQ(s.read_as(), "nvidia-smi") << s.detail();
+  ASSERT_EQ(s.gpus_size(), 8);
+  EXPECT_EQ(s.gpus(0).numa_node(), 0);
+  EXPECT_EQ(s.gpus(7).numa_node(), 1);
+  for (const auto& g : s.gpus()) {
+    EXPECT_EQ(g.nvlinks_size(), 18) << g.id();
+    EXPECT_EQ(g.unknown_fields_size(), 0) << g.unknown_fields(0);
+  }
+  EXPECT_TRUE(s.capabilities().nvlink());
+  auto page = format_gpu_section(s);
+  EXPECT_TRUE(contains(page, "18/18")) << page;
+}
+
+TEST(GpuDiscovery, NvidiaSmiFallbackNamesANumaNodeItCannotRead) {
+  machine m;  // an empty host tree: no numa_node files
+  auto s = m.first_pass("h100x8.sh");
+  ASSERT_EQ(s.gpus_size(), 8);
+  EXPECT_FALSE(s.gpus(0).has_numa_node());
+  ASSERT_EQ(s.gpus(0).unknown_fields_size(), 1);
+  EXPECT_EQ(s.gpus(0).unknown_fields(0),
+            "numa_node: /sys/bus/pci/devices/0000:18:00.0/numa_node: missing");
+}
+
