@@ -108,6 +108,14 @@ void add_pci_gpu(const std::string& root, const std::string& address, const std:
                                  + "PCI_SLOT_NAME=" + address + "\n");
 }
 
+/// Copies one device of the PCI fixture tree (test/fixtures/pci) into the
+/// host tree `root`.
+void copy_pci_fixture(const std::string& root, const std::string& address) {
+  auto to = fs::path{root} / "sys/bus/pci/devices" / address;
+  fs::create_directories(to);
+  fs::copy(fixture("pci/sys/bus/pci/devices/" + address), to, fs::copy_options::recursive);
+}
+
 /// Points the stand-in NVML at a fixture (test/fixtures/nvml or a path).
 void use_nvml_fixture(const std::string& path) {
   ::setenv("ASTRAEUS_NVML_FIXTURE", path.c_str(), 1);
@@ -371,3 +379,141 @@ TEST(GpuDiscovery, NvidiaSmiFallbackNamesANumaNodeItCannotRead) {
             "numa_node: /sys/bus/pci/devices/0000:18:00.0/numa_node: missing");
 }
 
+// --- How the GPUs were read -------------------------------------------------
+
+TEST(GpuDiscovery, NvmlAnsweringIsDriverHealthy) {
+  machine m;
+  use_nvml_fixture(fixture("nvml/h100x8.json"));
+  gpu_discovery discovery(m.with_nvml());
+  auto s = discovery.discover(true);
+  EXPECT_EQ(s.read_as(), "driver: healthy");
+  EXPECT_EQ(s.detail(), "");
+  EXPECT_EQ(s.gpus_size(), 8);
+  ASSERT_GE(s.tried_size(), 1);
+  EXPECT_TRUE(contains(s.tried(0), "NVML " + std::string{ASTRAEUS_NVML_STAND_IN} + ": driver "))
+      << s.tried(0);
+  ASSERT_GE(s.conditions_size(), 1);
+  EXPECT_TRUE(s.conditions(0).status());
+  EXPECT_EQ(s.conditions(0).reason(), "DriverResponding");
+  EXPECT_TRUE(s.capabilities().rdma());
+  EXPECT_TRUE(contains(format_gpu_section(s), "Read as:   driver: healthy"));
+}
+
+TEST(GpuDiscovery, WithoutNvmlTheGpusAreReadWithNvidiaSmi) {
+  machine m;
+  auto s = m.first_pass("h100x8.sh");
+  EXPECT_EQ(s.read_as(), "nvidia-smi");
+  EXPECT_EQ(s.gpus_size(), 8);
+  ASSERT_GE(s.tried_size(), 2);
+  EXPECT_TRUE(contains(s.tried(0), "libnvidia-ml.so.1: not loaded (")) << s.tried(0);
+  EXPECT_EQ(s.tried(1), "nvidia-smi " + m.smi + ": 8 GPU(s)");
+  EXPECT_EQ(s.conditions(0).reason(), "DriverResponding");
+  EXPECT_EQ(s.conditions(0).message(), "nvidia-smi answered for 8 GPU(s)");
+  EXPECT_EQ(s.capabilities().cuda_version(), "12.2");
+}
+
+TEST(GpuDiscovery, BothFailingAfterAGoodPassKeepsTheGpusAsUnavailable) {
+  machine m;
+  install_nvidia_smi(m.tmp.path(), "h100x8.sh");
+  gpu_discovery discovery(m.options());
+  ASSERT_EQ(discovery.discover(false).read_as(), "nvidia-smi");
+
+  install_nvidia_smi(m.tmp.path(), "no_driver.sh");
+  auto s = discovery.discover(false);
+  EXPECT_EQ(s.read_as(), "unavailable");
+  EXPECT_TRUE(contains(s.detail(), "; the last known GPUs are kept")) << s.detail();
+  ASSERT_EQ(s.gpus_size(), 8);
+  for (const auto& g : s.gpus())
+    EXPECT_EQ(g.status(), "unavailable") << g.id();
+  ASSERT_GE(s.conditions_size(), 1);
+  EXPECT_FALSE(s.conditions(0).status());
+  EXPECT_EQ(s.conditions(0).reason(), "DriverUnavailable");
+  ASSERT_GE(s.tried_size(), 2);
+  EXPECT_TRUE(contains(s.tried(1), "couldn't communicate with the NVIDIA driver")) << s.tried(1);
+}
+
+TEST(GpuDiscovery, AnNvmlInitHangIsDriverUnresponsive) {
+  machine m;
+  std::string release = m.tmp.path() + "/release";
+  use_nvml_fixture(fixture("nvml/init_hang.json"));
+  ::setenv("ASTRAEUS_NVML_HANG_RELEASE", release.c_str(), 1);
+  {
+    auto opts = m.with_nvml();
+    opts.nvml.call_deadline = 100ms;
+    gpu_discovery discovery(opts);
+    auto s = discovery.discover(false);
+    EXPECT_EQ(s.read_as(), "unresponsive");
+    ASSERT_GE(s.conditions_size(), 1);
+    EXPECT_FALSE(s.conditions(0).status());
+    EXPECT_EQ(s.conditions(0).reason(), "DriverUnresponsive");
+    EXPECT_EQ(s.conditions(0).message(), "nvmlInit_v2 did not return within 100 ms");
+    // nvidia-smi is not tried: it would hang on the same driver.
+    EXPECT_EQ(s.tried_size(), 3) << s.tried(1);
+    write_file(release, "");  // lets the stuck call return
+  }
+  ::unsetenv("ASTRAEUS_NVML_HANG_RELEASE");
+}
+
+namespace {
+
+/// The GPU section of a machine without a driver whose bus has the one
+/// device `address` of the PCI fixture tree.
+v1::GpuSection with_bus_device(const std::string& address) {
+  machine m;
+  copy_pci_fixture(m.root, address);
+  return m.first_pass("no_driver.sh");
+}
+
+} // namespace
+
+TEST(GpuDiscovery, AnNvidiaGpuWithoutItsDriverIsDriverNotInstalled) {
+  auto s = with_bus_device("0000:2a:00.0");
+  EXPECT_EQ(s.read_as(), "no-gpu");
+  ASSERT_EQ(s.bus_size(), 1);
+  EXPECT_FALSE(s.bus(0).reported_by_driver());
+  ASSERT_GE(s.conditions_size(), 1);
+  EXPECT_FALSE(s.conditions(0).status());
+  EXPECT_EQ(s.conditions(0).reason(), "DriverNotInstalled");
+  EXPECT_TRUE(contains(s.conditions(0).message(), "0000:2a:00.0 ("));
+  EXPECT_TRUE(contains(s.conditions(0).message(), "): no driver bound: install the NVIDIA driver"))
+      << s.conditions(0).message();
+  auto page = format_gpu_section(s);
+  EXPECT_TRUE(contains(page, "GPUs on the bus")) << page;
+  EXPECT_TRUE(contains(page, "DriverNotInstalled")) << page;
+}
+
+TEST(GpuDiscovery, AnNvidiaGpuHeldByNouveauIsWrongDriverAndOneBoundToVfioIsPassedThrough) {
+  auto nouveau = with_bus_device("0000:3b:00.0");
+  ASSERT_GE(nouveau.conditions_size(), 1);
+  EXPECT_FALSE(nouveau.conditions(0).status());
+  EXPECT_EQ(nouveau.conditions(0).reason(), "WrongDriver");
+  EXPECT_TRUE(contains(nouveau.conditions(0).message(), "held by nouveau, not the NVIDIA driver"))
+      << nouveau.conditions(0).message();
+
+  auto vfio = with_bus_device("0000:5e:00.0");
+  ASSERT_GE(vfio.conditions_size(), 1);
+  EXPECT_FALSE(vfio.conditions(0).status());
+  EXPECT_EQ(vfio.conditions(0).reason(), "GPUPassedThrough");
+  EXPECT_TRUE(contains(vfio.conditions(0).message(), "bound to vfio-pci (passed through to a VM)"))
+      << vfio.conditions(0).message();
+}
+
+TEST(GpuDiscovery, NoGpuNamesEachPathTried) {
+  machine m;  // no NVML, no nvidia-smi program, nothing on the bus
+  gpu_discovery discovery(m.options());
+  auto s = discovery.discover(false);
+  EXPECT_EQ(s.read_as(), "no-gpu");
+  EXPECT_EQ(s.gpus_size(), 0);
+  const auto& d = s.detail();
+  EXPECT_TRUE(contains(d, "no GPU found: NVML " + m.tmp.path() + "/no-such/libnvidia-ml.so.1: "
+                          "not loaded ("))
+      << d;
+  EXPECT_TRUE(contains(d, "; nvidia-smi " + m.smi + ": ")) << d;
+  EXPECT_TRUE(contains(d, "; amdgpu sysfs: 0 GPU(s)")) << d;
+  EXPECT_TRUE(contains(d, "; PCI bus: 0 display/3D controller(s)")) << d;
+  ASSERT_GE(s.conditions_size(), 1);
+  EXPECT_TRUE(s.conditions(0).status());
+  EXPECT_EQ(s.conditions(0).reason(), "NoGPU");
+  auto page = format_gpu_section(s);
+  EXPECT_TRUE(contains(page, "Discovery tried")) << page;
+}
