@@ -42,8 +42,8 @@ struct gpu_discovery_options {
 
 /// The key, in family `gpus` of the agent's store, of the last known NVIDIA
 /// GPUs: a v1::GpuSection whose `gpus` hold gpu_identity() of each GPU of
-/// the last pass where the driver (NVML or nvidia-smi) answered. Written only
-/// when that list changes; erased when the driver answers with no GPU.
+/// the last pass where the driver (NVML or nvidia-smi) listed GPUs. Written
+/// only when that list changes; erased when NVML answers with no GPU.
 inline constexpr std::string_view known_nvidia_gpus_key = "known-nvidia-gpus";
 
 /// The facts of `gpu` that stay true while its driver is gone, kept to list
