@@ -556,6 +556,9 @@ caf::behavior agent(caf::io::stateful_broker<agent_state>* self,
                     agent_config config) {
   self->state.config = std::move(config);
   self->state.backoff = self->state.config.reconnect_min;
+  // The last known GPUs are kept in the agent's store across restarts.
+  if (!self->state.config.gpu.store)
+    self->state.config.gpu.store = self->state.config.store;
   self->state.probe = self->spawn<caf::detached + caf::linked>(
     probe, self->state.config.gpu);
   if (self->state.config.store) {

@@ -75,7 +75,7 @@ struct agent_config {
   uint64_t frame_cap_bytes = 1u << 20;        ///< largest frame accepted, bytes
   HostReaderOptions host;                     ///< where host facts are read
   gpu_discovery_options gpu;                  ///< where GPUs are looked for
-  /// The agent's store (fault latches); required.
+  /// The agent's store (fault latches, the last known GPUs); required.
   std::shared_ptr<Store> store;
   /// The address other machines reach this one by; empty: the source
   /// address of the route to the controller (`route_source_address`).

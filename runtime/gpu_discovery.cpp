@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <tuple>
 
 #include <spdlog/spdlog.h>
 
+#include "messages/error.hpp"
 #include "runtime/amd_gpus.hpp"
 #include "runtime/nvidia_smi.hpp"
 #include "runtime/pci_bus.hpp"
@@ -53,23 +55,29 @@ v1::GpuCapabilities summarise_gpus(const std::vector<v1::Gpu>& gpus) {
   v1::GpuCapabilities out;
   if (gpus.empty())
     return out;
-  // The most common model describes the machine.
+  // The most common model describes the machine. A GPU whose model is not
+  // known (lost before the driver named it) says nothing of it.
   std::map<std::string, int> models;
   for (const auto& g : gpus)
-    ++models[g.model()];
-  auto top = std::max_element(models.begin(), models.end(),
-                              [](auto& a, auto& b) { return a.second < b.second; });
-  out.set_model(top->first);
+    if (!g.model().empty())
+      ++models[g.model()];
+  std::string top;
+  int top_count = 0;
+  for (const auto& [model, n] : models)
+    if (n > top_count)
+      std::tie(top, top_count) = std::tie(model, n);
+  out.set_model(top);
   out.set_count(static_cast<uint32_t>(gpus.size()));
-  bool all_data_centre = true;
+  bool all_data_centre = !models.empty();
   for (const auto& g : gpus) {
     if (out.vendor().empty())
       out.set_vendor(g.vendor());
-    if (g.model() == top->first && out.architecture().empty())
+    if (!top.empty() && g.model() == top && out.architecture().empty())
       out.set_architecture(g.architecture());
     if (out.driver_version().empty())
       out.set_driver_version(g.driver_version());
-    all_data_centre = all_data_centre && g.data_centre();
+    if (!g.model().empty())
+      all_data_centre = all_data_centre && g.data_centre();
     for (const auto& link : g.nvlinks()) {
       if (link.active())
         out.set_nvlink(true);
@@ -87,10 +95,156 @@ v1::GpuCapabilities summarise_gpus(const std::vector<v1::Gpu>& gpus) {
   return out;
 }
 
+v1::Gpu gpu_identity(const v1::Gpu& gpu) {
+  v1::Gpu id;
+  id.set_id(gpu.id());
+  id.set_vendor(gpu.vendor());
+  id.set_model(gpu.model());
+  if (gpu.has_index())
+    id.set_index(gpu.index());
+  id.set_pci_address(gpu.pci_address());
+  if (gpu.has_numa_node())
+    id.set_numa_node(gpu.numa_node());
+  if (gpu.has_memory_total_bytes())
+    id.set_memory_total_bytes(gpu.memory_total_bytes());
+  id.set_architecture(gpu.architecture());
+  id.set_compute_capability(gpu.compute_capability());
+  id.set_data_centre(gpu.data_centre());
+  id.set_serial(gpu.serial());
+  id.set_vbios_version(gpu.vbios_version());
+  return id;
+}
+
 gpu_discovery::gpu_discovery(gpu_discovery_options opts)
   : opts_(std::move(opts)) {
   opts_.nvml.sysfs_root = opts_.root;
   nvml_ = std::make_unique<nvml_prober>(opts_.nvml);
+  if (opts_.store) {
+    v1::GpuSection known;
+    auto found = opts_.store->get(family::gpus, known_nvidia_gpus_key, known);
+    if (!found)
+      warn_once("discovery: the last known GPUs cannot be read from the store ("
+                + render_error(found.error()) + "); they are forgotten");
+    else if (*found)
+      last_nvidia_.assign(known.gpus().begin(), known.gpus().end());
+  }
+}
+
+void gpu_discovery::warn_once(const std::string& text) {
+  if (logged_.insert(text).second)
+    spdlog::warn("{}", text);
+}
+
+namespace {
+
+/// A GPU the driver listed without its UUID: none at all (NVML: lost or
+/// hung before it told it), or its PCI address in its place (nvidia-smi).
+bool unnamed(const v1::Gpu& g) {
+  return g.id().empty() || g.id() == g.pci_address();
+}
+
+/// Fills the identity fields `g` lacks from `known` (gpu_identity()).
+void fill_missing(v1::Gpu& g, const v1::Gpu& known) {
+  if (unnamed(g) && !known.id().empty())
+    g.set_id(known.id());
+  if (g.model().empty()) {
+    g.set_model(known.model());
+    g.set_data_centre(known.data_centre());
+  }
+  if (g.architecture().empty())
+    g.set_architecture(known.architecture());
+  if (g.compute_capability().empty())
+    g.set_compute_capability(known.compute_capability());
+  if (g.pci_address().empty())
+    g.set_pci_address(known.pci_address());
+  if (!g.has_index() && known.has_index())
+    g.set_index(known.index());
+  if (!g.has_numa_node() && known.has_numa_node())
+    g.set_numa_node(known.numa_node());
+  if (!g.has_memory_total_bytes() && known.has_memory_total_bytes())
+    g.set_memory_total_bytes(known.memory_total_bytes());
+  if (g.serial().empty())
+    g.set_serial(known.serial());
+  if (g.vbios_version().empty())
+    g.set_vbios_version(known.vbios_version());
+}
+
+} // namespace
+
+void gpu_discovery::fill_identities(std::vector<v1::Gpu>& gpus, const bus_scan& bus) const {
+  if (std::none_of(gpus.begin(), gpus.end(), unnamed))
+    return;
+  std::set<std::string> placed;  // PCI addresses of the GPUs listed
+  for (const auto& g : gpus)
+    if (!g.pci_address().empty())
+      placed.insert(g.pci_address());
+  // The last known GPU at its PCI address, else at its index.
+  for (auto& g : gpus) {
+    if (!unnamed(g))
+      continue;
+    auto known = std::find_if(last_nvidia_.begin(), last_nvidia_.end(), [&](const v1::Gpu& k) {
+      if (!g.pci_address().empty())
+        return k.pci_address() == g.pci_address();
+      return g.has_index() && k.has_index() && k.index() == g.index()
+             && !placed.count(k.pci_address());
+    });
+    if (known == last_nvidia_.end())
+      continue;
+    fill_missing(g, *known);
+    placed.insert(g.pci_address());
+  }
+  // Still without a PCI address: the nvidia-bound devices of the bus that no
+  // listed GPU has, when there are as many as such GPUs (both in PCI order:
+  // NVML numbers GPUs in bus order).
+  std::vector<const v1::BusGpu*> spare;
+  for (const auto& b : bus.gpus)
+    if (b.vendor() == "nvidia" && b.driver() == "nvidia" && !placed.count(b.pci_address()))
+      spare.push_back(&b);
+  auto lacking = std::count_if(gpus.begin(), gpus.end(),
+                               [](const v1::Gpu& g) { return g.pci_address().empty(); });
+  if (lacking > 0 && static_cast<size_t>(lacking) == spare.size()) {
+    auto next = spare.begin();
+    for (auto& g : gpus) {
+      if (!g.pci_address().empty())
+        continue;
+      g.set_pci_address((*next)->pci_address());
+      if (!g.has_numa_node() && (*next)->has_numa_node())
+        g.set_numa_node((*next)->numa_node());
+      ++next;
+    }
+  }
+  // No UUID known: the PCI address stands for it, as with nvidia-smi.
+  for (auto& g : gpus)
+    if (g.id().empty())
+      g.set_id(g.pci_address());
+}
+
+void gpu_discovery::keep_nvidia(const std::vector<v1::Gpu>& gpus) {
+  std::vector<v1::Gpu> ids;
+  for (const auto& g : gpus)
+    if (!g.id().empty())
+      ids.push_back(gpu_identity(g));
+  auto same = [](const v1::Gpu& a, const v1::Gpu& b) {
+    return a.SerializeAsString() == b.SerializeAsString();
+  };
+  if (std::equal(ids.begin(), ids.end(), last_nvidia_.begin(), last_nvidia_.end(), same))
+    return;
+  last_nvidia_ = std::move(ids);
+  if (!opts_.store)
+    return;
+  caf::error err;
+  if (last_nvidia_.empty()) {
+    err = opts_.store->erase(family::gpus, known_nvidia_gpus_key);
+  } else {
+    v1::GpuSection known;
+    for (const auto& g : last_nvidia_)
+      *known.add_gpus() = g;
+    err = opts_.store->put(family::gpus, known_nvidia_gpus_key, known);
+  }
+  if (err)
+    warn_once("discovery: cannot keep the last known GPUs in the store ("
+              + render_error(err) + "); an agent restarted while the driver "
+              "is gone will not list them");
 }
 
 gpu_discovery::~gpu_discovery() = default;
@@ -103,6 +257,10 @@ v1::GpuSection gpu_discovery::discover(bool rdma_up) {
   auto nvidia = nvidia_read::none;
   std::string nvidia_problem;
   std::string driver_version, cuda_version;
+  std::string smi_detail;  // what nvidia-smi could not do, when it was read
+
+  // The PCI bus first: it places GPUs the driver lists without an address.
+  auto bus = scan_pci_gpus(opts_.root);
 
   auto nv = nvml_->probe();
   const auto& lib = opts_.nvml.library;
@@ -113,12 +271,13 @@ v1::GpuSection gpu_discovery::discover(bool rdma_up) {
       nvidia = nv.gpus.empty() ? nvidia_read::none : nvidia_read::driver;
       driver_version = nv.driver_version;
       cuda_version = nv.cuda_version;
+      fill_identities(nv.gpus, bus);
       for (auto& g : nv.gpus) {
         if (g.driver_version().empty())
           g.set_driver_version(nv.driver_version);
         gpus.push_back(g);
       }
-      last_nvidia_ = nv.gpus;
+      keep_nvidia(nv.gpus);
       break;
     case nvml_result::driver_status::unresponsive:
       tried.push_back("NVML " + lib + ": unresponsive (" + nv.detail + ")");
@@ -133,20 +292,32 @@ v1::GpuSection gpu_discovery::discover(bool rdma_up) {
                            : "init failed (")
                       + nv.detail + ")");
       auto smi = read_nvidia_smi(opts_.nvidia_smi, opts_.nvidia_smi_deadline);
+      for (const auto& w : smi.warnings)
+        warn_once("discovery: " + w);
       if (smi.ok) {
         tried.push_back("nvidia-smi " + opts_.nvidia_smi + ": "
                         + std::to_string(smi.gpus.size()) + " GPU(s)"
                         + (smi.detail.empty() ? "" : " (" + smi.detail + ")"));
         if (!smi.gpus.empty()) {
           nvidia = nvidia_read::smi;
+          smi_detail = smi.detail;
           driver_version = smi.driver_version;
           cuda_version = smi.cuda_version;
+          fill_identities(smi.gpus, bus);
           for (auto& g : smi.gpus) {
+            // nvidia-smi has no NUMA node: the kernel's, as NVML's fallback.
+            if (!g.has_numa_node() && !g.pci_address().empty()) {
+              auto numa = read_pci_numa_node(opts_.root, g.pci_address());
+              if (numa.node)
+                g.set_numa_node(*numa.node);
+              else if (!numa.error.empty())
+                g.add_unknown_fields("numa_node: " + numa.error);
+            }
             if (g.driver_version().empty())
               g.set_driver_version(smi.driver_version);
             gpus.push_back(g);
           }
-          last_nvidia_ = smi.gpus;
+          keep_nvidia(smi.gpus);
         }
       } else {
         tried.push_back("nvidia-smi " + opts_.nvidia_smi + ": " + smi.detail);
@@ -172,20 +343,17 @@ v1::GpuSection gpu_discovery::discover(bool rdma_up) {
   auto amd = read_amd_gpus(opts_.root);
   tried.push_back("amdgpu sysfs: " + std::to_string(amd.gpus.size()) + " GPU(s)");
   for (const auto& w : amd.warnings)
-    if (logged_.insert(w).second)
-      spdlog::warn("discovery: {}", w);
+    warn_once("discovery: " + w);
   for (auto& g : amd.gpus) {
     if (g.driver_version().empty())
       g.set_driver_version(amd.driver_version);
     gpus.push_back(std::move(g));
   }
 
-  auto bus = scan_pci_gpus(opts_.root);
   tried.push_back("PCI bus: " + std::to_string(bus.gpus.size())
                   + " display/3D controller(s)");
   for (const auto& w : bus.warnings)
-    if (logged_.insert(w).second)
-      spdlog::warn("discovery: {}", w);
+    warn_once("discovery: " + w);
 
   for (const auto& g : gpus)
     for (const auto& u : g.unknown_fields())
@@ -215,6 +383,10 @@ v1::GpuSection gpu_discovery::discover(bool rdma_up) {
     out.set_detail(nvidia_problem + "; the last known GPUs are kept");
   } else if (nvidia == nvidia_read::smi) {
     out.set_read_as("nvidia-smi");
+    // What nvidia-smi could not give (lines it printed that are unusable, a
+    // query that failed) shows on the machine's page.
+    if (!smi_detail.empty())
+      out.set_detail("nvidia-smi: " + smi_detail);
   } else if (any_driver) {
     out.set_read_as("driver: healthy");
   } else {

@@ -968,8 +968,10 @@ v1::HostFacts read_host_facts(const HostReaderOptions& opts) {
   guarded("/proc/self/mounts", [&] { reader.read_filesystems(); });
   guarded("/sys/class/net", [&] { reader.read_interfaces(); });
   guarded("/sys/class/infiniband", [&] { reader.read_rdma(); });
-  facts.mutable_gpus()->set_read_as("no-gpu");
-  facts.mutable_gpus()->set_detail("GPU discovery is not built yet");
+  // GPUs are not host facts: the agent puts GPU discovery's section here
+  // (runtime/gpu_discovery.hpp). Until it does, this is no read at all.
+  facts.mutable_gpus()->set_read_as("pending");
+  facts.mutable_gpus()->set_detail("GPUs are read by GPU discovery, not with the host facts");
   make_strings_valid_utf8(facts);
   return facts;
 }

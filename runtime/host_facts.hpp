@@ -45,8 +45,10 @@ struct HostReaderOptions {
 /// "<path relative to root, e.g. /proc/meminfo>: <what was wrong>" to
 /// facts.warnings(). A file that is simply absent because the kernel lacks
 /// the feature (no /proc/pressure, no /sys/class/infiniband, a disk without
-/// device/model) is not a warning. `gpus` is always read_as "no-gpu" until
-/// GPU discovery is built.
+/// device/model) is not a warning. GPUs are not read here: `gpus` is always
+/// read_as "pending" with the detail "GPUs are read by GPU discovery, not
+/// with the host facts"; the agent replaces it with gpu_discovery's section
+/// (runtime/gpu_discovery.hpp).
 v1::HostFacts read_host_facts(const HostReaderOptions& opts);
 
 /// Parses one /proc/pressure/<resource> file's text:

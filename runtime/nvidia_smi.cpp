@@ -721,7 +721,9 @@ nvidia_smi_result parse_nvidia_smi_csv(std::string_view text,
   nvidia_smi_result result;
   size_t skipped = 0;
   std::string first_skipped;
+  size_t widest = 0;  // the most columns of a line used with extra ones
   bool no_devices = false;
+  auto pci_column = std::find(fields.begin(), fields.end(), "pci.bus_id") - fields.begin();
   for (auto line : nonblank_lines(text)) {
     if (auto lost = parse_handle_failure(line)) {
       result.gpus.push_back(std::move(*lost));
@@ -732,6 +734,14 @@ nvidia_smi_result parse_nvidia_smi_csv(std::string_view text,
       continue;
     }
     auto columns = split(line, ',');
+    // A newer driver may print more than was asked for: the fields asked
+    // for come first. Only a line that has a PCI address where one belongs
+    // is taken for a GPU line.
+    if (columns.size() > fields.size() && static_cast<size_t>(pci_column) < fields.size()
+        && normalize_pci_bus_id(columns[static_cast<size_t>(pci_column)])) {
+      widest = std::max(widest, columns.size());
+      columns.resize(fields.size());
+    }
     if (columns.size() != fields.size()) {
       if (skipped++ == 0)
         first_skipped = excerpt(line, 120);
@@ -747,11 +757,18 @@ nvidia_smi_result parse_nvidia_smi_csv(std::string_view text,
     }
   }
   result.ok = !result.gpus.empty() || no_devices;
+  const auto expected = std::to_string(fields.size());
+  if (widest > 0)
+    result.warnings.push_back("nvidia-smi --query-gpu printed up to " + std::to_string(widest)
+                              + " fields per GPU line where " + expected
+                              + " were asked for (a newer driver?); the first " + expected
+                              + " are used, the rest ignored");
   if (skipped > 0) {
-    append_detail(result.detail, std::to_string(skipped) + " line(s) without the "
-                                     + std::to_string(fields.size())
+    append_detail(result.detail, std::to_string(skipped) + " line(s) without the " + expected
                                      + " expected comma-separated fields, e.g. '" + first_skipped
                                      + "'");
+    result.warnings.push_back("nvidia-smi --query-gpu printed lines without the " + expected
+                              + " expected comma-separated fields; they were skipped");
   }
   if (!result.ok && result.detail.empty())
     result.detail = trim(text).empty() ? "no output" : "no GPU line in the output";
@@ -784,6 +801,68 @@ size_t apply_nvidia_smi_remapped_rows(std::string_view text, std::vector<v1::Gpu
     ++updated;
   }
   return updated;
+}
+
+size_t apply_nvidia_smi_nvlink_status(std::string_view text, std::vector<v1::Gpu>& gpus,
+                                      const std::string& unlisted) {
+  std::vector<bool> named(gpus.size(), false);
+  v1::Gpu* gpu = nullptr;
+  size_t count = 0;
+  for (auto line : nonblank_lines(text)) {
+    if (starts_with(line, "GPU ")) {
+      // "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)"
+      gpu = nullptr;
+      auto colon = line.find(':');
+      auto index = colon == std::string_view::npos ? std::nullopt
+                                                   : parse_u64(line.substr(4, colon - 4));
+      std::string_view uuid;
+      if (auto at = line.find("(UUID: "); at != std::string_view::npos) {
+        uuid = line.substr(at + 7);
+        uuid = trim(uuid.substr(0, uuid.find(')')));
+      }
+      for (size_t i = 0; i < gpus.size() && !gpu; ++i) {
+        if (named[i])
+          continue;
+        if (!uuid.empty() ? gpus[i].id() == uuid
+                          : (index && gpus[i].has_index() && gpus[i].index() == *index))
+          gpu = &gpus[i];
+      }
+      if (gpu) {
+        named[static_cast<size_t>(gpu - gpus.data())] = true;
+        gpu->clear_nvlinks();
+        ++count;
+      }
+      continue;
+    }
+    if (!gpu || !starts_with(line, "Link "))
+      continue;
+    // "Link 0: 26.562 GB/s" or "Link 1: <inactive>"
+    auto colon = line.find(':');
+    auto link = colon == std::string_view::npos ? std::nullopt
+                                                : parse_u64(line.substr(5, colon - 5));
+    if (!link || *link > UINT32_MAX)
+      continue;
+    auto state = trim(line.substr(colon + 1));
+    std::optional<bool> active;
+    if (ascii_lower(state) == "<inactive>")
+      active = false;
+    else if (auto space = state.find(' '); space != std::string_view::npos
+             && parse_double(state.substr(0, space)) && contains(state, "B/s"))
+      active = true;
+    if (!active) {
+      gpu->add_unknown_fields("nvlinks[" + std::to_string(*link) + "]: unexpected state '"
+                              + excerpt(state, 60) + "'");
+      continue;
+    }
+    auto* l = gpu->add_nvlinks();
+    l->set_link(static_cast<uint32_t>(*link));
+    l->set_active(*active);
+    l->set_remote_kind("unknown");
+  }
+  for (size_t i = 0; i < gpus.size(); ++i)
+    if (!named[i] && gpus[i].status() != "lost")
+      gpus[i].add_unknown_fields("nvlinks: " + unlisted);
+  return count;
 }
 
 std::string parse_nvidia_smi_cuda_version(std::string_view text) {
@@ -834,6 +913,7 @@ nvidia_smi_result read_nvidia_smi(const std::string& program, std::chrono::milli
   auto parsed = parse_nvidia_smi_csv(text, fields);
   result.gpus = std::move(parsed.gpus);
   result.driver_version = parsed.driver_version;
+  result.warnings = std::move(parsed.warnings);
   result.ok = parsed.ok;
   if (!result.ok) {
     if (run.exited && run.exit_code == 0)
@@ -876,6 +956,17 @@ nvidia_smi_result read_nvidia_smi(const std::string& program, std::chrono::milli
       result.cuda_version = parse_nvidia_smi_cuda_version(query.out);
     else
       append_detail(result.detail, describe_failure(program + " -q", query, deadline));
+  }
+
+  // NVLink link state; without it the links are unknown, never "down".
+  {
+    auto links = run_program(program, {"nvlink", "-s"}, until);
+    bool answered = links.started && !links.timed_out && !links.overflow;
+    bool clean = answered && links.exited && links.exit_code == 0;
+    apply_nvidia_smi_nvlink_status(
+        answered ? std::string_view{links.out} : std::string_view{}, result.gpus,
+        clean ? "not listed by nvidia-smi nvlink -s"
+              : describe_failure(program + " nvlink -s", links, deadline));
   }
   return result;
 }

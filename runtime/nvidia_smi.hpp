@@ -41,6 +41,13 @@ struct nvidia_smi_result {
   /// "lost" for a GPU nvidia-smi reports as lost or cannot get a handle
   /// for.
   std::vector<v1::Gpu> gpus;
+  /// What in the output was not as expected, each as a reason that holds
+  /// no reading, so it reads the same on every pass and the caller can log
+  /// each once, e.g. "nvidia-smi --query-gpu printed up to 28 fields per
+  /// GPU line where 26 were asked for (a newer driver?); the first 26 are
+  /// used, the rest ignored".
+  /// Lines that could not be used at all are also described in `detail`.
+  std::vector<std::string> warnings;
 };
 
 /// The --query-gpu fields asked for, in column order: index, uuid, name,
@@ -60,7 +67,10 @@ const std::vector<std::string>& nvidia_smi_gpu_fields();
 /// `program --query-remapped-rows=gpu_uuid,remapped_rows.correctable,
 /// remapped_rows.uncorrectable,remapped_rows.pending,remapped_rows.failure
 /// --format=csv,noheader,nounits` (row remapping; Ampere and newer) and
-/// `program -q -d COMPUTE` (the CUDA version).
+/// `program -q -d COMPUTE` (the CUDA version) and `program nvlink -s`
+/// (NVLink link state, apply_nvidia_smi_nvlink_status()). When the NVLink
+/// query fails, every GPU gets "nvlinks: <what failed>" in unknown_fields
+/// and no link.
 ///
 /// `program` is a path, or a bare name looked up in $PATH. It runs with
 /// fork/exec, no shell, stdin /dev/null, in a process group of its own.
@@ -93,10 +103,14 @@ nvidia_smi_result read_nvidia_smi(const std::string& program, std::chrono::milli
 /// the bus) becomes a Gpu with only index and pci_address known, status
 /// "lost" and the line as status_detail.
 ///
-/// ok is true when at least one GPU line parsed, or the text says "No
-/// devices were found". Lines with another column count are skipped and
-/// described in detail; if none parsed, ok is false. cuda_version is left
-/// empty.
+/// A line with more columns than `fields` (a newer driver that prints more)
+/// is used when its pci.bus_id column is a PCI address: its first
+/// fields.size() columns are read, the rest ignored, and a warning says so.
+/// Other lines with another column count (fewer columns, or more without a
+/// PCI address where it belongs) are skipped, described in detail (how
+/// many, and the first one) and in a warning. ok is true when at least one
+/// GPU line parsed, or the text says "No devices were found"; if none
+/// parsed, ok is false. cuda_version is left empty.
 nvidia_smi_result parse_nvidia_smi_csv(std::string_view text,
                                        const std::vector<std::string>& fields = nvidia_smi_gpu_fields());
 
@@ -106,6 +120,28 @@ nvidia_smi_result parse_nvidia_smi_csv(std::string_view text,
 /// (row_remapping: counts of rows; pending and failed as "Yes"/"No" or
 /// 1/0). Unknown markers stay absent. Returns how many GPUs were updated.
 size_t apply_nvidia_smi_remapped_rows(std::string_view text, std::vector<v1::Gpu>& gpus);
+
+/// Applies `nvidia-smi nvlink -s` output (NVLink link state) to `gpus`:
+///
+///     GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5f1e2d3c-...)
+///          Link 0: 26.562 GB/s
+///          Link 1: <inactive>
+///
+/// A GPU line names a GPU by UUID (matched to id), else by its index; each
+/// link line under it becomes an NvLink {link, active, remote_kind
+/// "unknown"}: active when it gives a speed, inactive for "<inactive>".
+/// The error counters and the other end are not in this output and stay
+/// absent. A GPU line without link lines: the GPU has no NVLink (nvlinks
+/// stays empty, nothing unknown). A link line with another state adds
+/// "nvlinks[<n>]: unexpected state '<text>'" to unknown_fields and is left
+/// out; a GPU of `gpus` the output does not name, unless it is "lost", gets
+/// "nvlinks: <unlisted>" (read_nvidia_smi passes what failed when the
+/// query did, e.g. "nvidia-smi nvlink -s exited with status 2: ..."). The
+/// named GPUs' earlier nvlinks are replaced. Returns how many GPUs the
+/// output named. Pure.
+size_t apply_nvidia_smi_nvlink_status(
+    std::string_view text, std::vector<v1::Gpu>& gpus,
+    const std::string& unlisted = "not listed by nvidia-smi nvlink -s");
 
 /// The "CUDA Version : 12.2" line of `nvidia-smi -q` output -> "12.2";
 /// empty when there is none or it says N/A.

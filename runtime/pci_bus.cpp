@@ -196,6 +196,24 @@ std::string pci_missing_text(const std::string& vendor, const std::string& drive
   return driver.empty() ? "no driver bound" : "";
 }
 
+pci_numa_node read_pci_numa_node(const std::string& root_in, const std::string& address) {
+  pci_numa_node out;
+  const std::string root = root_prefix(root_in);
+  const std::string path = root + "/sys/bus/pci/devices/" + address + "/numa_node";
+  auto numa = read_file(path);
+  if (!numa.ok) {
+    out.absent = !numa.exists;
+    out.error = relative(root, path) + ": " + (numa.exists ? numa.error : "missing");
+    return out;
+  }
+  auto node = parse_i64(numa.text);
+  if (!node || *node < -1 || *node > INT32_MAX)
+    out.error = relative(root, path) + ": not a number '" + std::string{trim(numa.text)} + "'";
+  else if (*node >= 0)
+    out.node = static_cast<int32_t>(*node);
+  return out;
+}
+
 bus_scan scan_pci_gpus(const std::string& root_in) {
   bus_scan scan;
   const std::string root = root_prefix(root_in);
@@ -279,16 +297,11 @@ bus_scan scan_pci_gpus(const std::string& root_in) {
     gpu.set_driver(to_valid_utf8(driver));
     gpu.set_missing(pci_missing_text(gpu.vendor(), driver));
 
-    auto numa = read_file(base + "/numa_node");
-    if (numa.ok) {
-      auto node = parse_i64(numa.text);
-      if (!node || *node < -1 || *node > INT32_MAX)
-        warn("numa_node", "not a number '" + std::string{trim(numa.text)} + "'");
-      else if (*node >= 0)
-        gpu.set_numa_node(static_cast<int32_t>(*node));
-    } else if (numa.exists) {
-      warn("numa_node", numa.error);
-    }
+    auto numa = read_pci_numa_node(root_in, name);
+    if (numa.node)
+      gpu.set_numa_node(*numa.node);
+    else if (!numa.error.empty() && !numa.absent)
+      scan.warnings.push_back(to_valid_utf8(numa.error));
     scan.gpus.push_back(std::move(gpu));
   }
   return scan;

@@ -11,6 +11,7 @@
 /// and adds a warning.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,26 @@ struct bus_scan {
   /// be read is skipped with a warning.
   std::vector<std::string> warnings;
 };
+
+/// The NUMA node of one PCI device, as the kernel gives it.
+struct pci_numa_node {
+  /// The node; absent when the platform gives the device none (-1) or the
+  /// file could not be read.
+  std::optional<int32_t> node;
+  /// Empty when the file was read (-1 included); else "<path relative to
+  /// root>: <why>", e.g. "/sys/bus/pci/devices/0000:3b:00.0/numa_node:
+  /// missing", "...: Input/output error", "...: not a number 'x'".
+  std::string error;
+  /// The file does not exist (no such device, or a tree without the file);
+  /// `error` says so too.
+  bool absent = false;
+};
+
+/// Reads <root>/sys/bus/pci/devices/<address>/numa_node (root "/" reads
+/// this machine; `address` as sysfs names it, "0000:3b:00.0"): a decimal
+/// number from -1 (no affinity) up. The one reader of it: the bus scan and
+/// the nvidia-smi fallback use it. Never throws.
+pci_numa_node read_pci_numa_node(const std::string& root, const std::string& address);
 
 /// Walks <root>/sys/bus/pci/devices/* (root "/" reads this machine) and
 /// returns every GPU, skipping other devices (network cards, NVSwitches,

@@ -106,8 +106,9 @@ TEST(HostFacts, DgxH100ReadsWithoutWarnings) {
   EXPECT_EQ(facts.kernel(), "5.15.0-1042-nvidia");
   EXPECT_EQ(facts.os(), "Ubuntu 22.04.4 LTS");
   EXPECT_EQ(facts.uptime_seconds(), 1234567u);
-  EXPECT_EQ(facts.gpus().read_as(), "no-gpu");
-  EXPECT_EQ(facts.gpus().detail(), "GPU discovery is not built yet");
+  // Not "no-gpu": GPUs are GPU discovery's, and this is no read of them.
+  EXPECT_EQ(facts.gpus().read_as(), "pending");
+  EXPECT_EQ(facts.gpus().detail(), "GPUs are read by GPU discovery, not with the host facts");
 }
 
 TEST(HostFacts, DgxH100Cpu) {
@@ -362,7 +363,7 @@ TEST(HostFacts, MissingRootWarnsButDoesNotThrow) {
   EXPECT_FALSE(has_warning(facts, "/proc/pressure")) << all_warnings(facts);
   EXPECT_FALSE(has_warning(facts, "/sys/class/infiniband")) << all_warnings(facts);
   EXPECT_EQ(facts.disks_size(), 0);
-  EXPECT_EQ(facts.gpus().read_as(), "no-gpu");
+  EXPECT_EQ(facts.gpus().read_as(), "pending");
 }
 
 TEST(HostFacts, ThrowingStatfsCostsOnlyItsSize) {

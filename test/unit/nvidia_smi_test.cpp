@@ -269,3 +269,104 @@ TEST(NvidiaSmi, CudaVersionFromTheQueryHeader) {
   EXPECT_EQ(parse_nvidia_smi_cuda_version("CUDA Version : N/A\n"), "");
   EXPECT_EQ(parse_nvidia_smi_cuda_version("garbage"), "");
 }
+
+// --- Output of a newer driver -----------------------------------
+
+TEST(NvidiaSmi, ExtraTrailingColumnsAreIgnoredAndAShortLineIsSkippedAndNamed) {
+  auto r = read_nvidia_smi(fixture("h100x8_extra_columns.sh"), 10s);
+  ASSERT_TRUE(r.ok) << r.detail;
+  // GPUs 0-6 carry two columns more than asked for: read as usual.
+  ASSERT_EQ(r.gpus.size(), 7u);
+  const auto& g = r.gpus[6];
+  EXPECT_EQ(g.id(), "GPU-5f607182-93a4-4b5c-9e6f-708192a3b4c5");
+  EXPECT_EQ(g.pci_address(), "0000:ba:00.0");
+  EXPECT_DOUBLE_EQ(g.temperature_c(), 37.0);
+  EXPECT_TRUE(g.has_thermal_slowdown());
+  EXPECT_FALSE(g.thermal_slowdown());
+  EXPECT_EQ(g.unknown_fields_size(), 0) << g.unknown_fields(0);
+  EXPECT_TRUE(r.gpus[5].thermal_slowdown());
+  // GPU 7's line is cut short: it cannot be used, and the detail says so.
+  EXPECT_EQ(by_index(r, 7), nullptr);
+  EXPECT_NE(r.detail.find("1 line(s) without the 26 expected comma-separated fields, e.g. '7, "
+                          "GPU-60718293"),
+            std::string::npos)
+      << r.detail;
+  // Reasons without readings, to be logged once each.
+  ASSERT_EQ(r.warnings.size(), 2u);
+  EXPECT_EQ(r.warnings[0], "nvidia-smi --query-gpu printed up to 28 fields per GPU line where 26 "
+                           "were asked for (a newer driver?); the first 26 are used, the rest "
+                           "ignored");
+  EXPECT_EQ(r.warnings[1], "nvidia-smi --query-gpu printed lines without the 26 expected "
+                           "comma-separated fields; they were skipped");
+}
+
+TEST(NvidiaSmi, ExtraColumnsWithoutAPciAddressAreNotAGpu) {
+  std::string line = "a, b, c, d";
+  for (int i = 4; i < 30; ++i)
+    line += ", x";
+  auto r = parse_nvidia_smi_csv(line + "\n");
+  EXPECT_FALSE(r.ok);
+  EXPECT_TRUE(r.gpus.empty());
+  EXPECT_NE(r.detail.find("1 line(s)"), std::string::npos) << r.detail;
+}
+
+// --- NVLink link state ----------------------------------------------------
+
+TEST(NvidiaSmi, ReadsEighteenNvLinksPerH100) {
+  auto r = read_nvidia_smi(fixture("h100x8.sh"), 10s);
+  ASSERT_TRUE(r.ok) << r.detail;
+  ASSERT_EQ(r.gpus.size(), 8u);
+  for (const auto& g : r.gpus) {
+    SCOPED_TRACE(g.id());
+    ASSERT_EQ(g.nvlinks_size(), 18);
+    for (int i = 0; i < 18; ++i) {
+      EXPECT_EQ(g.nvlinks(i).link(), static_cast<uint32_t>(i));
+      EXPECT_TRUE(g.nvlinks(i).active());
+      EXPECT_EQ(g.nvlinks(i).remote_kind(), "unknown");
+      EXPECT_FALSE(g.nvlinks(i).has_replay_errors());  // not in this output: absent
+    }
+    EXPECT_EQ(g.unknown_fields_size(), 0) << g.unknown_fields(0);
+  }
+}
+
+TEST(NvidiaSmi, NvLinkStatusParsesDownLinksAndNamesWhatItCannotRead) {
+  std::vector<v1::Gpu> gpus(3);
+  gpus[0].set_id("GPU-aaaa");
+  gpus[0].set_index(0);
+  gpus[1].set_id("GPU-bbbb");
+  gpus[1].set_index(1);
+  gpus[2].set_id("0000:47:00.0");
+  gpus[2].set_index(2);
+  auto named = apply_nvidia_smi_nvlink_status("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-aaaa)\n"
+                                              "\t Link 0: 26.562 GB/s\n"
+                                              "\t Link 1: <inactive>\n"
+                                              "\t Link 2: ERR!\n"
+                                              "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-bbbb)\n",
+                                              gpus);
+  EXPECT_EQ(named, 2u);
+  ASSERT_EQ(gpus[0].nvlinks_size(), 2);
+  EXPECT_TRUE(gpus[0].nvlinks(0).active());
+  EXPECT_FALSE(gpus[0].nvlinks(1).active());
+  EXPECT_TRUE(has_unknown(gpus[0], "nvlinks[2]: unexpected state 'ERR!'"));
+  // Named without links: no NVLink on that GPU, nothing unknown.
+  EXPECT_EQ(gpus[1].nvlinks_size(), 0);
+  EXPECT_EQ(gpus[1].unknown_fields_size(), 0);
+  // Not named: unknown, with the reason.
+  EXPECT_TRUE(has_unknown(gpus[2], "nvlinks: not listed by nvidia-smi nvlink -s"));
+}
+
+TEST(NvidiaSmi, NvLinksAreUnknownWhenTheQueryFails) {
+  // lost.sh refuses `nvlink -s` as an unknown command.
+  auto r = read_nvidia_smi(fixture("lost.sh"), 10s);
+  ASSERT_TRUE(r.ok) << r.detail;
+  auto* healthy = by_index(r, 0);
+  ASSERT_NE(healthy, nullptr);
+  EXPECT_EQ(healthy->nvlinks_size(), 0);
+  EXPECT_TRUE(has_unknown(*healthy, "nvlinks: " + fixture("lost.sh")
+                                        + " nvlink -s exited with status 2: Invalid combination"))
+      << healthy->unknown_fields_size() << " unknown field(s)";
+  // A lost GPU says it is lost; its links are not listed as unknown too.
+  auto* lost = by_index(r, 1);
+  ASSERT_NE(lost, nullptr);
+  EXPECT_FALSE(has_unknown(*lost, "nvlinks"));
+}

@@ -170,3 +170,25 @@ TEST(PciBus, NoPciBusIsEmptyWithoutWarnings) {
   EXPECT_TRUE(scan.gpus.empty());
   EXPECT_TRUE(scan.warnings.empty());
 }
+
+TEST(PciBus, NumaNodeOfOneDevice) {
+  auto h100 = read_pci_numa_node(fixture(), "0000:18:00.0");
+  EXPECT_EQ(h100.node.value_or(-2), 0);
+  EXPECT_EQ(h100.error, "");
+  // -1: the platform gives the device no node; absent, and no error.
+  auto intel = read_pci_numa_node(fixture(), "0000:00:02.0");
+  EXPECT_FALSE(intel.node);
+  EXPECT_EQ(intel.error, "");
+  auto none = read_pci_numa_node(fixture(), "0000:99:00.0");
+  EXPECT_FALSE(none.node);
+  EXPECT_TRUE(none.absent);
+  EXPECT_EQ(none.error, "/sys/bus/pci/devices/0000:99:00.0/numa_node: missing");
+
+  scratch_dir dir;
+  ASSERT_FALSE(dir.path.empty());
+  write(std::filesystem::path{dir.path} / "sys/bus/pci/devices/0000:02:00.0/numa_node", "1x\n");
+  auto bad = read_pci_numa_node(dir.path, "0000:02:00.0");
+  EXPECT_FALSE(bad.node);
+  EXPECT_FALSE(bad.absent);
+  EXPECT_EQ(bad.error, "/sys/bus/pci/devices/0000:02:00.0/numa_node: not a number '1x'");
+}
