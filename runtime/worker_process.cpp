@@ -17,6 +17,8 @@
 
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "messages/error.hpp"
 
 namespace astraeus {
@@ -287,6 +289,38 @@ void signal_process(pid_t pid, int sig, bool group) {
   ::kill(group ? -pid : pid, sig);
   if (group)
     ::kill(pid, sig);  // in case it left its group
+}
+
+std::optional<std::string> runc_memory_cgroup(const std::string& runc_root,
+                                              const std::string& id) {
+  std::ifstream in{runc_root + "/" + id + "/state.json"};
+  if (!in)
+    return std::nullopt;
+  auto state = nlohmann::json::parse(in, nullptr, false);
+  if (state.is_discarded() || !state.contains("cgroup_paths")
+      || !state["cgroup_paths"].is_object())
+    return std::nullopt;
+  const auto& paths = state["cgroup_paths"];
+  // "memory" first: on a hybrid host "" is the unified hierarchy without
+  // the memory controller.
+  for (const char* key : {"memory", ""})
+    if (paths.contains(key) && paths[key].is_string() && !paths[key].get<std::string>().empty())
+      return paths[key].get<std::string>();
+  return std::nullopt;
+}
+
+std::optional<uint64_t> cgroup_oom_kills(const std::string& cgroup_dir,
+                                         const std::string& root) {
+  auto base = (root.empty() || root == "/" ? std::string{} : root) + cgroup_dir;
+  for (const char* file : {"/memory.events", "/memory.oom_control"}) {
+    std::ifstream in{base + file};
+    std::string key;
+    uint64_t value = 0;
+    while (in >> key >> value)
+      if (key == "oom_kill")
+        return value;
+  }
+  return std::nullopt;
 }
 
 void reap_child(pid_t shim_pid) {

@@ -79,6 +79,22 @@ bool process_alive(pid_t pid, uint64_t start_ticks,
 /// whole process group. A process already gone is no error.
 void signal_process(pid_t pid, int sig, bool group);
 
+/// The memory cgroup runc put container `id` in, from runc's own record of
+/// it, `<runc_root>/<id>/state.json` ("cgroup_paths": key "memory" on
+/// cgroup v1 and hybrid hosts, else "" on cgroup v2): a host path such as
+/// `/sys/fs/cgroup/memory/system.slice/astraeus-w-0`. It is there while the
+/// container exists, also after it exited when runc ran with `--keep`.
+/// `nullopt` when there is no such record or it names no memory cgroup.
+std::optional<std::string> runc_memory_cgroup(const std::string& runc_root,
+                                              const std::string& id);
+
+/// How many processes the kernel's OOM killer killed in the memory cgroup
+/// `cgroup_dir` (a host path, read under `root`): the `oom_kill` line of
+/// cgroup v2's `memory.events`, else of cgroup v1's `memory.oom_control`
+/// (kernel 4.13+). `nullopt` when neither file has the counter.
+std::optional<uint64_t> cgroup_oom_kills(const std::string& cgroup_dir,
+                                         const std::string& root = "/");
+
 /// Reaps the shim `shim_pid` if it has ended (never waits). Only this pid:
 /// other code of the agent waits for children of its own.
 void reap_child(pid_t shim_pid);

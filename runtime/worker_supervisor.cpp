@@ -328,7 +328,9 @@ caf::error worker_supervisor::start_runc(const v1::WorkerOrder& order,
                    order.worker(), id);
   }
   process_launch what;
-  what.argv = {runc, "--root", root, "run", "--bundle", bundle, id};
+  // --keep: the container (and its cgroup) stays after it exits, so its
+  // OOM-kill counter can be read; finish() deletes it.
+  what.argv = {runc, "--root", root, "run", "--keep", "--bundle", bundle, id};
   what.env = {std::string{"PATH="} + default_path};
   what.dir = rec.dir();
   auto launched = launch_process(what);
@@ -365,6 +367,20 @@ bool worker_supervisor::finish(v1::WorkerProcess& rec) {
     return true;
   }
   rec.set_exit_code(end->exit_code);
+  // A container's OOM kills, read from its memory cgroup (a new cgroup per
+  // start, so any kill counted there happened in this run); then the kept
+  // container is deleted.
+  uint64_t oom_kills = 0;
+  if (rec.runtime() == "runc" && !rec.container_id().empty()) {
+    auto root = (fs::path{options_.data_dir} / "runc").string();
+    if (auto cg = runc_memory_cgroup(root, rec.container_id()))
+      oom_kills = cgroup_oom_kills(*cg, options_.cgroup_root).value_or(0);
+    auto runc = find_executable(options_.runc, default_path);
+    if (!runc.empty()
+        && run_tool({runc, "--root", root, "delete", "--force", rec.container_id()}).first != 0)
+      spdlog::warn("agent: worker {}: cannot delete its ended container {}", rec.worker(),
+                   rec.container_id());
+  }
   // runc reports a container killed by signal N as exit code 128 + N.
   int sig = end->signal;
   if (sig == 0 && rec.runtime() == "runc" && end->exit_code > 128
@@ -379,9 +395,12 @@ bool worker_supervisor::finish(v1::WorkerProcess& rec) {
   } else if (end->exit_code == 0) {
     rec.set_state(state::exited);
     rec.set_detail("");
-  } else if (sig == SIGKILL && rec.has_memory_limit()) {
+  } else if (oom_kills > 0) {
     rec.set_state(state::oom_killed);
-    rec.set_detail("OOMKilled: the container exceeded its memory limit");
+    rec.set_detail(rec.has_memory_limit()
+                     ? "OOMKilled: the container exceeded its memory limit"
+                     : "OOMKilled: the kernel's OOM killer ended a process of the "
+                       "container (the machine ran out of memory)");
   } else if (sig != 0) {
     rec.set_state(state::failed);
     rec.set_detail("killed by signal " + std::to_string(sig) + " (" + signal_name(sig) + ")");

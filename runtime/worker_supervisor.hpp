@@ -13,7 +13,8 @@
 /// States (v1::WorkerStatus.state): Running (with pid), Stopping, Exited
 /// (code 0), Failed (with the reason: "exited with code 3", "killed by
 /// signal 11", "cannot start: ..."), OOMKilled ("the container exceeded
-/// its memory limit"), Cancelled.
+/// its memory limit": read from the container's memory cgroup, whose
+/// `oom_kill` counter rose, never inferred from SIGKILL), Cancelled.
 ///
 /// Runtimes: `process` runs the run's command as a host process with
 /// CUDA_VISIBLE_DEVICES set to its GPUs; `runc` runs an OCI container from
@@ -58,6 +59,9 @@ struct supervisor_options {
   /// Prefix of the /proc where the workers' processes are seen ("/": they
   /// are the agent's descendants, whatever host.root says).
   std::string proc_root = "/";
+  /// Prefix under which the containers' cgroups (`/sys/fs/cgroup/...`, as
+  /// runc names them) are read for their OOM-kill counters ("/": the host's).
+  std::string cgroup_root = "/";
   /// Open files per worker (seed: 1 048 576); like `memlock` unlimited for
   /// GPU workers, clamped with a warning to the agent's own hard limit when
   /// the agent lacks CAP_SYS_RESOURCE.

@@ -245,3 +245,47 @@ TEST(Signals, ParsesNamesAndNumbers) {
   EXPECT_FALSE(parse_signal("SIGNOPE"));
   EXPECT_FALSE(parse_signal("0"));
 }
+
+// OOMKilled is read from the container's memory cgroup (issue 6, "Limits"):
+// runc's state names the cgroup; the kernel's counter says whether it killed.
+TEST(OomKills, ReadFromTheCgroupV2MemoryEventsRuncNamed) {
+  test::temp_dir dir;
+  auto runc_root = dir.path() + "/runc";
+  auto host = dir.path() + "/host";
+  write(fs::path{runc_root} / "astraeus-hog-0/state.json",
+        R"({"id":"astraeus-hog-0","cgroup_paths":{"":"/sys/fs/cgroup/agent/astraeus-hog-0"}})");
+  auto cg = runc_memory_cgroup(runc_root, "astraeus-hog-0");
+  ASSERT_TRUE(cg);
+  EXPECT_EQ(*cg, "/sys/fs/cgroup/agent/astraeus-hog-0");
+  write(fs::path{host + *cg} / "memory.events",
+        "low 0\nhigh 0\nmax 1742\noom 3\noom_kill 2\noom_group_kill 0\n");
+  EXPECT_EQ(cgroup_oom_kills(*cg, host), 2u) << "the kernel killed twice";
+  write(fs::path{host + *cg} / "memory.events", "low 0\nhigh 0\nmax 9\noom 0\noom_kill 0\n");
+  EXPECT_EQ(cgroup_oom_kills(*cg, host), 0u) << "at its limit, never killed";
+}
+
+TEST(OomKills, CgroupV1AndHybridHostsReadMemoryOomControl) {
+  test::temp_dir dir;
+  auto runc_root = dir.path() + "/runc";
+  auto host = dir.path() + "/host";
+  // A hybrid host (as runc 1.1 records it): "" is the unified hierarchy,
+  // which has no memory controller there.
+  write(fs::path{runc_root} / "astraeus-w/state.json",
+        R"({"cgroup_paths":{"":"/sys/fs/cgroup/unified/astraeus-w",)"
+        R"("cpu":"/sys/fs/cgroup/cpu/a/astraeus-w",)"
+        R"("memory":"/sys/fs/cgroup/memory/a/astraeus-w"}})");
+  auto cg = runc_memory_cgroup(runc_root, "astraeus-w");
+  ASSERT_TRUE(cg);
+  EXPECT_EQ(*cg, "/sys/fs/cgroup/memory/a/astraeus-w");
+  write(fs::path{host + *cg} / "memory.oom_control",
+        "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n");
+  EXPECT_EQ(cgroup_oom_kills(*cg, host), 1u);
+}
+
+TEST(OomKills, UnknownWhenRuncKeptNoRecordOrTheCgroupIsGone) {
+  test::temp_dir dir;
+  EXPECT_FALSE(runc_memory_cgroup(dir.path(), "astraeus-none"));
+  write(fs::path{dir.path()} / "astraeus-bad/state.json", "not json");
+  EXPECT_FALSE(runc_memory_cgroup(dir.path(), "astraeus-bad"));
+  EXPECT_FALSE(cgroup_oom_kills("/sys/fs/cgroup/gone", dir.path()));
+}
