@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <system_error>
 
@@ -227,10 +228,16 @@ std::string nvidia_fingerprint(const std::string& driver_version,
   return out + "\n";
 }
 
+namespace {
+/// One NVIDIA or AMD spec write at a time in this process.
+std::mutex spec_writes;
+} // namespace
+
 caf::expected<bool> sync_nvidia_spec(const cdi_options& o,
                                      const std::string& driver_version,
                                      const std::vector<std::string>& gpu_ids,
                                      bool force) {
+  std::lock_guard<std::mutex> guard{spec_writes};
   auto spec = fs::path{o.dynamic_dir} / "nvidia.yaml";
   auto print_path = fs::path{o.dynamic_dir} / ".nvidia.yaml.astraeus-fingerprint";
   std::error_code err;
@@ -263,6 +270,7 @@ caf::expected<bool> sync_nvidia_spec(const cdi_options& o,
 caf::expected<bool> write_amd_spec(const cdi_options& o, const std::string& sys_root,
                                    const std::string& dev_root,
                                    const std::vector<amd_cdi_gpu>& gpus) {
+  std::lock_guard<std::mutex> guard{spec_writes};
   auto path = fs::path{o.dynamic_dir} / "amd-astraeus.json";
   std::error_code err;
   if (gpus.empty()) {

@@ -84,7 +84,8 @@ std::string nvidia_fingerprint(const std::string& driver_version,
 /// (`.nvidia.yaml.astraeus-fingerprint`) is missing (a spec it did not
 /// write is replaced the first time) or differs, or when `force` (a stale
 /// spec); without GPUs, removes the spec and the fingerprint if it wrote
-/// them. Returns true when it wrote or removed the spec. Errors:
+/// them. Returns true when it wrote or removed the spec. Thread-safe (one
+/// write at a time per process). Errors:
 /// ec::store_failure with nvidia-ctk's output when generation fails.
 caf::expected<bool> sync_nvidia_spec(const cdi_options& o,
                                      const std::string& driver_version,

@@ -1,6 +1,7 @@
 #include "runtime/worker_supervisor.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstring>
 #include <fstream>
@@ -68,6 +69,10 @@ std::string signal_name(int sig) {
   const char* d = ::sigabbrev_np(sig);
   return d ? std::string{"SIG"} + d : std::to_string(sig);
 }
+
+/// Whether the clamped-limit warnings were given (once per agent).
+std::atomic<bool> nofile_warned{false};
+std::atomic<bool> memlock_warned{false};
 
 constexpr const char* default_path =
   "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -146,14 +151,15 @@ bool can_raise_limits() {
 /// The limit `resource` a worker gets: `wanted` (RLIM_INFINITY for
 /// unlimited), clamped to the agent's own hard limit when the agent may
 /// not raise it, with a warning the first time.
-rlimit worker_limit(int resource, rlim_t wanted, const char* what, bool& warned) {
+rlimit worker_limit(int resource, rlim_t wanted, const char* what,
+                    std::atomic<bool>& warned) {
   rlimit own{};
   ::getrlimit(resource, &own);
   rlimit out{wanted, wanted};
   static const bool privileged = can_raise_limits();
   if (!privileged && own.rlim_max != RLIM_INFINITY
       && (wanted == RLIM_INFINITY || wanted > own.rlim_max)) {
-    if (!warned)
+    if (!warned.exchange(true))
       spdlog::warn("agent: workers get {} {} instead of {}: the agent's own hard "
                    "limit is {} and it may not raise it (raise it, e.g. Limit{}= in "
                    "its unit)",
@@ -161,7 +167,6 @@ rlimit worker_limit(int resource, rlim_t wanted, const char* what, bool& warned)
                    wanted == RLIM_INFINITY ? std::string{"unlimited"} : std::to_string(wanted),
                    own.rlim_max,
                    std::string{what} == "nofile" ? "NOFILE" : "MEMLOCK");
-    warned = true;
     out.rlim_cur = out.rlim_max = own.rlim_max;
   }
   return out;
@@ -190,10 +195,10 @@ caf::error worker_supervisor::start_process(const v1::WorkerOrder& order,
   what.env = as_env_list(env);
   what.dir = rec.dir();
   what.rlimits.emplace_back(RLIMIT_NOFILE, worker_limit(RLIMIT_NOFILE, options_.nofile,
-                                                        "nofile", nofile_warned_));
+                                                        "nofile", nofile_warned));
   if (order.gpu_ids_size() > 0)
     what.rlimits.emplace_back(RLIMIT_MEMLOCK, worker_limit(RLIMIT_MEMLOCK, RLIM_INFINITY,
-                                                           "memlock", memlock_warned_));
+                                                           "memlock", memlock_warned));
   auto launched = launch_process(what);
   if (!launched)
     return launched.error();
@@ -274,10 +279,10 @@ caf::error worker_supervisor::start_runc(const v1::WorkerOrder& order,
     return oci_rlimit{name, v(l.rlim_cur), v(l.rlim_max)};
   };
   w.rlimits.push_back(as_oci("nofile", worker_limit(RLIMIT_NOFILE, options_.nofile,
-                                                    "nofile", nofile_warned_)));
+                                                    "nofile", nofile_warned)));
   if (order.gpu_ids_size() > 0) {
     w.rlimits.push_back(as_oci("memlock", worker_limit(RLIMIT_MEMLOCK, RLIM_INFINITY,
-                                                       "memlock", memlock_warned_)));
+                                                       "memlock", memlock_warned)));
     auto reg = load_cdi(options_.cdi);
     std::vector<std::string> names;
     for (const auto& id : order.gpu_ids()) {
@@ -419,11 +424,45 @@ bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms) {
     if (auto err = ledger.put_process(rec))
       spdlog::error("agent: cannot store worker {}: {}", rec.worker(), render_error(err));
   };
-  for (const auto& [name, order] : ledger.workers()) {
-    if (ledger.processes().count(name))
-      continue;
-    keep(start(order, now_ms));
+  // Starts that came back from the offload (a worker that left the set
+  // meanwhile is stopped below like any other).
+  for (auto& [name, rec] : started_) {
+    keep(rec);
     changed = true;
+  }
+  started_.clear();
+  for (const auto& [name, order] : ledger.workers()) {
+    if (ledger.processes().count(name) || starting_.count(name))
+      continue;
+    if (!offload_) {
+      keep(start(order, now_ms));
+      changed = true;
+      continue;
+    }
+    // The start blocks (unpacking, CDI): it runs on a copy of this
+    // supervisor's settings and facts, off the agent's actor.
+    starting_.insert(name);
+    auto job = std::make_shared<worker_supervisor>(*this);
+    job->offload_ = nullptr;
+    auto rec = std::make_shared<v1::WorkerProcess>();
+    offload_(
+      [job, order = order, now_ms, rec] {
+        try {
+          *rec = job->start(order, now_ms);
+        } catch (const std::exception& e) {
+          rec->set_worker(order.worker());
+          rec->set_run(order.run());
+          rec->set_dir(job->worker_dir(order.worker()));
+          rec->set_state(state::failed);
+          rec->set_exit_code(-1);
+          rec->set_detail(std::string{"cannot start: "} + e.what());
+          spdlog::error("agent: worker {}: {}", order.worker(), rec->detail());
+        }
+      },
+      [this, name = name, rec] {
+        starting_.erase(name);
+        started_[name] = std::move(*rec);
+      });
   }
   std::vector<std::string> names;
   for (const auto& [name, rec] : ledger.processes())
@@ -497,22 +536,46 @@ void worker_supervisor::sync_cdi(const v1::GpuSection& gpus, const std::string& 
       amd.push_back({g.id(), g.pci_address()});
     }
   }
-  if (!options_.cdi.nvidia_ctk.empty() || nvidia.empty()) {
-    auto wrote = sync_nvidia_spec(options_.cdi, driver, nvidia);
+  nvidia_driver_ = driver;
+  nvidia_gpus_ = nvidia;
+  cdi_wanted wanted{driver, std::move(nvidia), std::move(amd), sys_root};
+  if (cdi_syncing_) {
+    cdi_next_ = std::move(wanted);  // the latest pass wins
+    return;
+  }
+  run_cdi_sync(std::move(wanted));
+}
+
+void worker_supervisor::run_cdi_sync(cdi_wanted wanted) {
+  auto work = [o = options_.cdi, w = std::move(wanted)] {
+    if (!o.nvidia_ctk.empty() || w.nvidia.empty()) {
+      auto wrote = sync_nvidia_spec(o, w.driver, w.nvidia);
+      if (!wrote)
+        spdlog::error("agent: CDI: {}", render_error(wrote.error()));
+      else if (*wrote)
+        spdlog::info("agent: CDI: {} {}/nvidia.yaml", w.nvidia.empty() ? "removed" : "wrote",
+                     o.dynamic_dir);
+    }
+    auto wrote = write_amd_spec(o, w.sys_root, "/", w.amd);
     if (!wrote)
       spdlog::error("agent: CDI: {}", render_error(wrote.error()));
     else if (*wrote)
-      spdlog::info("agent: CDI: {} {}/nvidia.yaml", nvidia.empty() ? "removed" : "wrote",
-                   options_.cdi.dynamic_dir);
+      spdlog::info("agent: CDI: {} {}/amd-astraeus.json", w.amd.empty() ? "removed" : "wrote",
+                   o.dynamic_dir);
+  };
+  if (!offload_) {
+    work();
+    return;
   }
-  nvidia_driver_ = driver;
-  nvidia_gpus_ = nvidia;
-  auto wrote = write_amd_spec(options_.cdi, sys_root, "/", amd);
-  if (!wrote)
-    spdlog::error("agent: CDI: {}", render_error(wrote.error()));
-  else if (*wrote)
-    spdlog::info("agent: CDI: {} {}/amd-astraeus.json", amd.empty() ? "removed" : "wrote",
-                 options_.cdi.dynamic_dir);
+  cdi_syncing_ = true;
+  offload_(std::move(work), [this] {
+    cdi_syncing_ = false;
+    if (cdi_next_) {
+      auto next = std::move(*cdi_next_);
+      cdi_next_.reset();
+      run_cdi_sync(std::move(next));
+    }
+  });
 }
 
 caf::expected<v1::LogChunk> worker_supervisor::read_log(const worker_ledger& ledger,

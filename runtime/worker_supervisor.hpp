@@ -27,6 +27,9 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -72,10 +75,26 @@ struct supervisor_options {
   cdi_options cdi;
 };
 
-/// One supervisor per agent; not thread-safe (the agent's actor calls it).
+/// Runs `work` away from the caller's actor (it may block: image unpacking,
+/// nvidia-ctk), then `done` on that actor again. The agent's runs each job
+/// on a detached CAF actor; a supervisor without one runs both inline.
+using offload_fn = std::function<void(std::function<void()> work, std::function<void()> done)>;
+
+/// One supervisor per agent; not thread-safe (the agent's actor calls it;
+/// the blocking parts of a start and of a CDI sync run through the offload
+/// on copies of what they need, and only their results come back).
 class worker_supervisor {
 public:
   explicit worker_supervisor(supervisor_options options);
+
+  /// Sends blocking work (each worker's start: image unpacking, CDI checks;
+  /// CDI spec writing) through `offload` from now on. While a worker starts
+  /// it has no process record (the controller sees it Assigned); the
+  /// reconcile after its `done` stores the record and reports it.
+  void set_offload(offload_fn offload) { offload_ = std::move(offload); }
+
+  /// The number of starts and CDI syncs in flight through the offload.
+  size_t jobs_in_flight() const { return starting_.size() + (cdi_syncing_ ? 1 : 0); }
 
   /// Starts, checks and stops workers so that the processes match
   /// `ledger`'s workers; `now_ms` is the wall clock. Returns true when a
@@ -87,9 +106,10 @@ public:
   void set_rdma_ports(std::vector<v1::RdmaPort> ports) { rdma_ports_ = std::move(ports); }
 
   /// Keeps the CDI specs in step with a discovery pass (a complete read:
-  /// `read_as` "driver: healthy", nvidia-smi or no-gpu): NVIDIA's through nvidia-ctk
-  /// under the fingerprint rule, the AMD spec from sysfs (`sys_root`).
-  /// Failures are logged (a GPU worker then fails to start with the reason).
+  /// `read_as` "driver: healthy", nvidia-smi or no-gpu): NVIDIA's through nvidia-ctk under the fingerprint rule, the AMD spec
+  /// from sysfs (`sys_root`). The writing runs through the offload, one
+  /// sync at a time (the latest pass asked for runs next). Failures are
+  /// logged (a GPU worker then fails to start with the reason).
   void sync_cdi(const v1::GpuSection& gpus, const std::string& sys_root);
 
   /// Up to `max_bytes` of `worker`'s log from byte `offset`. Errors:
@@ -115,12 +135,24 @@ private:
   bool finish(v1::WorkerProcess& rec);
   void kill_now(const v1::WorkerProcess& rec);
 
+  /// What a CDI sync writes, computed from a discovery pass.
+  struct cdi_wanted {
+    std::string driver;
+    std::vector<std::string> nvidia;
+    std::vector<amd_cdi_gpu> amd;
+    std::string sys_root;
+  };
+  void run_cdi_sync(cdi_wanted wanted);
+
   supervisor_options options_;
   std::vector<v1::RdmaPort> rdma_ports_;
-  bool nofile_warned_ = false;
-  bool memlock_warned_ = false;
   std::string nvidia_driver_;               ///< of the last complete read
   std::vector<std::string> nvidia_gpus_;    ///< their UUIDs
+  offload_fn offload_;
+  std::set<std::string> starting_;          ///< workers whose start is in flight
+  std::map<std::string, v1::WorkerProcess> started_;  ///< their records, back
+  bool cdi_syncing_ = false;
+  std::optional<cdi_wanted> cdi_next_;      ///< a sync asked for while one ran
 };
 
 } // namespace astraeus

@@ -93,6 +93,7 @@ protected:
       "--set", "stop.grace=2s", "--set", "cdi.static_dir=" + (dir_ / "etc-cdi").string(),
       "--set", "cdi.dynamic_dir=" + (dir_ / "run-cdi").string(), "--set",
       "cdi.nvidia_ctk=" + stand_in_ctk};
+    argv.insert(argv.end(), agent_flags_.begin(), agent_flags_.end());
     // Enrols on its first start; later starts keep its identity.
     auto flags = enrol();
     argv.insert(argv.end(), flags.begin(), flags.end());
@@ -226,6 +227,7 @@ protected:
   std::vector<std::unique_ptr<process>> procs_;
   std::vector<fs::path> pid_files_;
   process* agent_ = nullptr;
+  std::vector<std::string> agent_flags_;  ///< more agent flags (--set k=v)
 };
 
 } // namespace
@@ -285,6 +287,52 @@ TEST_F(Workers, AContainerAboveItsMemoryLimitIsOOMKilled) {
   auto show = astra({"run", "show", "hog"});
   EXPECT_TRUE(contains(show.out, "OOMKilled: the container exceeded its memory limit"))
     << show.out;
+}
+
+TEST_F(Workers, ReportsKeepFlowingWhileAnImageUnpacks) {
+  if (auto why = make_busybox_image(); !why.empty())
+    GTEST_SKIP() << why;
+  // An OCI layout whose unpack (the held umoci stand-in) waits for the test.
+  auto layout = agent_dir() / "images" / "heldbox";
+  fs::create_directories(layout / "blobs" / "sha256");
+  write_text(layout / "oci-layout", R"({"imageLayoutVersion":"1.0.0"})");
+  write_text(layout / "index.json",
+             R"({"schemaVersion":2,"manifests":[{"digest":"sha256:m",)"
+             R"("annotations":{"org.opencontainers.image.ref.name":"latest"}}]})");
+  write_text(layout / "blobs" / "sha256" / "m", R"({"config":{"digest":"sha256:c"}})");
+  write_text(layout / "blobs" / "sha256" / "c", R"({"config":{"Cmd":["sh"]}})");
+  fs::copy(agent_dir() / "images" / "busybox", layout / "rootfs-src",
+           fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+  agent_flags_ = {"--set",
+                  "workers.umoci=" ASTRAEUS_SOURCE_DIR "/test/fixtures/umoci/held-umoci.sh"};
+  ASSERT_TRUE(start_cluster("runc"));
+  ASSERT_EQ(astra({"run", "--name", "held", "--image", "heldbox", "--cpus", "1", "--mem",
+                   "64M", "--", "sh", "-c", "echo unpacked"}).rc,
+            0);
+  ASSERT_TRUE(wait_until([&] { return fs::exists(layout / "unpacking"); }, 10s))
+    << "the unpack did not start";
+  // While it is held, the agent keeps reporting (every 200 ms) and the
+  // machine stays Up.
+  auto before = get_machine(port_, "gpu-09");
+  ASSERT_TRUE(before);
+  int reports = 0;
+  int64_t last = before->last_report_unix_ms();
+  EXPECT_TRUE(wait_until(
+    [&] {
+      auto m = get_machine(port_, "gpu-09");
+      if (m && m->last_report_unix_ms() > last) {
+        last = m->last_report_unix_ms();
+        ++reports;
+      }
+      return reports >= 3;
+    },
+    5s, 20ms))
+    << "the agent stopped reporting while the image unpacked";
+  EXPECT_EQ(get_machine(port_, "gpu-09")->state(), v1::Machine::Up);
+  EXPECT_NE(run_state("held").second, "Running") << "it cannot run before its image is there";
+  write_text(layout / "release", "");
+  ASSERT_TRUE(wait_run("held", "Stopped"));
+  EXPECT_EQ(astra({"logs", "held"}).out, "unpacked\n");
 }
 
 TEST_F(Workers, FailingWorkerFailsItsRunWithTheExitCode) {
