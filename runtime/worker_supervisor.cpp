@@ -289,18 +289,9 @@ caf::error worker_supervisor::start_runc(const v1::WorkerOrder& order,
       auto nv = "nvidia.com/gpu=" + id;
       names.push_back(reg.devices.count("amd.com/gpu=" + id) ? "amd.com/gpu=" + id : nv);
     }
-    auto edits = cdi_edits_for(reg, names);
-    if (!edits && !nvidia_gpus_.empty()) {
-      // A stale or missing spec: write it again rather than start a worker
-      // that fails.
-      spdlog::warn("agent: worker {}: {}; writing the NVIDIA CDI spec again",
-                   order.worker(), render_error(edits.error()));
-      auto wrote = sync_nvidia_spec(options_.cdi, nvidia_driver_, nvidia_gpus_, true);
-      if (!wrote)
-        return wrote.error();
-      reg = load_cdi(options_.cdi);
-      edits = cdi_edits_for(reg, names);
-    }
+    // Checked before the hand-over; a stale NVIDIA spec is written again
+    // rather than a worker started that fails.
+    auto edits = checked_cdi_edits(options_.cdi, names, nvidia_driver_, nvidia_gpus_);
     if (!edits)
       return edits.error();
     w.devices = edits->devices;
@@ -519,25 +510,41 @@ bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms) {
 }
 
 void worker_supervisor::sync_cdi(const v1::GpuSection& gpus, const std::string& sys_root) {
-  // "driver: healthy", "nvidia-smi", "no-gpu"; not "pending",
-  // "unresponsive" or "unavailable" (keep what is there then).
+  // "driver: healthy", "nvidia-smi", "no-gpu"; not "pending" or
+  // "unresponsive" (keep what is there then), nor "unavailable" unless the
+  // driver itself went away (NVML cannot be loaded, or says the kernel
+  // driver is not loaded): then the NVIDIA GPUs are gone for CDI.
   const auto& how = gpus.read_as();
-  if (how.find("healthy") == std::string::npos && how.find("nvidia-smi") == std::string::npos
-      && how.find("no-gpu") == std::string::npos)
+  bool driver_gone = false;
+  if (how == "unavailable") {
+    driver_gone = gpus.detail().find("NVML_ERROR_DRIVER_NOT_LOADED") != std::string::npos;
+    for (const auto& t : gpus.tried())
+      driver_gone = driver_gone
+                    || (t.rfind("NVML ", 0) == 0 && t.find(": not loaded (") != std::string::npos);
+    if (!driver_gone)
+      return;
+  } else if (how.find("healthy") == std::string::npos
+             && how.find("nvidia-smi") == std::string::npos
+             && how.find("no-gpu") == std::string::npos) {
     return;
+  }
   std::string driver;
   std::vector<std::string> nvidia;
+  std::vector<cdi_gpu> found;
   std::vector<amd_cdi_gpu> amd;
   for (const auto& g : gpus.gpus()) {
+    if (g.vendor() == "nvidia" && driver_gone)
+      continue;
     if (g.vendor() == "nvidia") {
       nvidia.push_back(g.id());
+      found.push_back({g.id(), g.pci_address(), g.has_index() ? int64_t{g.index()} : -1});
       driver = g.driver_version();
     } else if (g.vendor() == "amd") {
       amd.push_back({g.id(), g.pci_address()});
     }
   }
   nvidia_driver_ = driver;
-  nvidia_gpus_ = nvidia;
+  nvidia_gpus_ = std::move(found);
   cdi_wanted wanted{driver, std::move(nvidia), std::move(amd), sys_root};
   if (cdi_syncing_) {
     cdi_next_ = std::move(wanted);  // the latest pass wins

@@ -106,7 +106,10 @@ public:
   void set_rdma_ports(std::vector<v1::RdmaPort> ports) { rdma_ports_ = std::move(ports); }
 
   /// Keeps the CDI specs in step with a discovery pass (a complete read:
-  /// `read_as` "driver: healthy", nvidia-smi or no-gpu): NVIDIA's through nvidia-ctk under the fingerprint rule, the AMD spec
+  /// `read_as` "driver: healthy", nvidia-smi or no-gpu; or "unavailable"
+  /// because the driver went away, when NVML cannot be loaded or reports
+  /// NVML_ERROR_DRIVER_NOT_LOADED, which removes the agent's NVIDIA spec):
+  /// NVIDIA's through nvidia-ctk under the fingerprint rule, the AMD spec
   /// from sysfs (`sys_root`). The writing runs through the offload, one
   /// sync at a time (the latest pass asked for runs next). Failures are
   /// logged (a GPU worker then fails to start with the reason).
@@ -147,7 +150,7 @@ private:
   supervisor_options options_;
   std::vector<v1::RdmaPort> rdma_ports_;
   std::string nvidia_driver_;               ///< of the last complete read
-  std::vector<std::string> nvidia_gpus_;    ///< their UUIDs
+  std::vector<cdi_gpu> nvidia_gpus_;        ///< its NVIDIA GPUs
   offload_fn offload_;
   std::set<std::string> starting_;          ///< workers whose start is in flight
   std::map<std::string, v1::WorkerProcess> started_;  ///< their records, back

@@ -13,6 +13,7 @@
 #include "runtime/cdi.hpp"
 #include "runtime/oci_bundle.hpp"
 #include "runtime/worker_process.hpp"
+#include "runtime/worker_supervisor.hpp"
 
 using namespace astraeus;
 namespace fs = std::filesystem;
@@ -288,4 +289,142 @@ TEST(OomKills, UnknownWhenRuncKeptNoRecordOrTheCgroupIsGone) {
   write(fs::path{dir.path()} / "astraeus-bad/state.json", "not json");
   EXPECT_FALSE(runc_memory_cgroup(dir.path(), "astraeus-bad"));
   EXPECT_FALSE(cgroup_oom_kills("/sys/fs/cgroup/gone", dir.path()));
+}
+
+namespace {
+
+/// A CDI test folder with the stand-in nvidia-ctk counting its calls.
+struct ctk_fixture {
+  test::temp_dir dir;
+  cdi_options o;
+  std::string calls = dir.path() + "/calls";
+  ctk_fixture() {
+    o.static_dir = dir.path() + "/etc";
+    o.dynamic_dir = dir.path() + "/run";
+    o.nvidia_ctk = stand_in_ctk;
+    ::setenv("FAKE_CTK_CALLS", calls.c_str(), 1);
+  }
+  ~ctk_fixture() {
+    ::unsetenv("FAKE_CTK_CALLS");
+    ::unsetenv("FAKE_CTK_GPUS");
+    ::unsetenv("FAKE_CTK_NODE");
+  }
+  long generated() const {
+    auto text = read(calls);
+    return std::count(text.begin(), text.end(), '\n');
+  }
+  /// A spec the agent wrote for `driver` and `gpus` (fingerprint kept).
+  void ours(const std::string& text, const std::string& driver,
+            const std::vector<std::string>& gpus) const {
+    write(fs::path{o.dynamic_dir} / "nvidia.yaml", text);
+    write(fs::path{o.dynamic_dir} / ".nvidia.yaml.astraeus-fingerprint",
+          nvidia_fingerprint(driver, gpus));
+  }
+};
+
+const std::vector<cdi_gpu> two_gpus = {{"GPU-1", "0000:3b:00.0", 0},
+                                       {"GPU-2", "0000:5e:00.0", 1}};
+
+} // namespace
+
+// Issue 6: "Before each hand-over the agent checks that the spec's device
+// nodes exist and match the discovered GPUs, and regenerates a stale spec".
+TEST(CdiHandOver, AStaleSpecWhoseNodeIsGoneIsRegenerated) {
+  ctk_fixture f;
+  ::setenv("FAKE_CTK_GPUS", "GPU-1 GPU-2", 1);
+  // The spec names /dev/nvidia-gone for GPU-1 (the driver was reinstalled).
+  auto text = spec_of("nvidia.com/gpu", {"GPU-2"}, "/dev/null");
+  text += "- name: GPU-1\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\n"
+          "      hostPath: /dev/nvidia-gone\n";
+  f.ours(text, "550.54.15", {"GPU-1", "GPU-2"});
+  EXPECT_NE(nvidia_spec_stale(load_cdi(f.o), {"nvidia.com/gpu=GPU-1"}, two_gpus)
+              .find("/dev/nvidia-gone"),
+            std::string::npos);
+  auto edits = checked_cdi_edits(f.o, {"nvidia.com/gpu=GPU-1"}, "550.54.15", two_gpus);
+  ASSERT_TRUE(edits) << render_error(edits.error());
+  EXPECT_EQ(f.generated(), 1) << "written again once";
+  ASSERT_EQ(edits->devices.size(), 2u) << "its node and the spec's /dev/nvidiactl";
+  EXPECT_EQ(edits->devices[1].host_path, "/dev/null");
+  // Fresh now: no more generation.
+  EXPECT_TRUE(checked_cdi_edits(f.o, {"nvidia.com/gpu=GPU-2"}, "550.54.15", two_gpus));
+  EXPECT_EQ(f.generated(), 1);
+}
+
+TEST(CdiHandOver, ASpecForOtherGpusIsRegenerated) {
+  ctk_fixture f;
+  ::setenv("FAKE_CTK_GPUS", "GPU-1 GPU-2", 1);
+  // Written when the machine had GPU-1 and GPU-9; GPU-9 was replaced by GPU-2
+  // and the fingerprint not yet updated (no discovery pass since).
+  f.ours(spec_of("nvidia.com/gpu", {"GPU-1", "GPU-9"}), "550.54.15", {"GPU-1", "GPU-2"});
+  auto why = nvidia_spec_stale(load_cdi(f.o), {"nvidia.com/gpu=GPU-1"}, two_gpus);
+  EXPECT_NE(why.find("no device for GPU GPU-2"), std::string::npos) << why;
+  auto edits = checked_cdi_edits(f.o, {"nvidia.com/gpu=GPU-1"}, "550.54.15", two_gpus);
+  ASSERT_TRUE(edits) << render_error(edits.error());
+  EXPECT_EQ(f.generated(), 1);
+  auto reg = load_cdi(f.o);
+  EXPECT_TRUE(reg.devices.count("nvidia.com/gpu=GPU-2"));
+  EXPECT_FALSE(reg.devices.count("nvidia.com/gpu=GPU-9"));
+}
+
+TEST(CdiHandOver, DevicesNamedByIndexOrPciAddressAreMatchedThatWay) {
+  test::temp_dir dir;
+  cdi_options o;
+  o.static_dir = dir.path() + "/etc";
+  o.dynamic_dir = dir.path() + "/run";
+  write(fs::path{o.dynamic_dir} / "by-index.yaml", spec_of("nvidia.com/gpu", {"0", "1", "all"}));
+  EXPECT_EQ(nvidia_spec_stale(load_cdi(o), {"nvidia.com/gpu=0"}, two_gpus), "");
+  auto three = two_gpus;
+  three.push_back({"GPU-3", "0000:86:00.0", 2});
+  EXPECT_NE(nvidia_spec_stale(load_cdi(o), {"nvidia.com/gpu=0"}, three).find("index 2"),
+            std::string::npos);
+  fs::remove(fs::path{o.dynamic_dir} / "by-index.yaml");
+  write(fs::path{o.dynamic_dir} / "by-pci.yaml",
+        spec_of("nvidia.com/gpu", {"0000:3b:00.0", "0000:5e:00.0", "0000:af:00.0"}));
+  auto why = nvidia_spec_stale(load_cdi(o), {"nvidia.com/gpu=0000:3b:00.0"}, two_gpus);
+  EXPECT_NE(why.find("0000:af:00.0, which this machine does not have"), std::string::npos)
+    << why;
+}
+
+TEST(CdiHandOver, StillStaleAfterRegenerationFailsNamingTheDevice) {
+  ctk_fixture f;
+  ::setenv("FAKE_CTK_GPUS", "GPU-1 GPU-2", 1);
+  ::setenv("FAKE_CTK_NODE", "/dev/astraeus-no-such-node", 1);
+  auto edits = checked_cdi_edits(f.o, {"nvidia.com/gpu=GPU-2"}, "550.54.15", two_gpus);
+  ASSERT_FALSE(edits);
+  auto why = render_error(edits.error());
+  EXPECT_NE(why.find("stale even after"), std::string::npos) << why;
+  EXPECT_NE(why.find("nvidia.com/gpu=GPU-2"), std::string::npos) << why;
+  EXPECT_NE(why.find("/dev/astraeus-no-such-node"), std::string::npos) << why;
+  EXPECT_EQ(f.generated(), 1) << "written again once, not in a loop";
+}
+
+TEST(CdiHandOver, TheAgentsSpecIsRemovedWhenTheDriverGoesAway) {
+  ctk_fixture f;
+  ::setenv("FAKE_CTK_GPUS", "GPU-1", 1);
+  supervisor_options opts;
+  opts.data_dir = f.dir.path() + "/agent";
+  opts.cdi = f.o;
+  worker_supervisor sup{opts};
+  v1::GpuSection healthy;
+  healthy.set_read_as("driver: healthy");
+  auto* g = healthy.add_gpus();
+  g->set_id("GPU-1");
+  g->set_vendor("nvidia");
+  g->set_driver_version("550.54.15");
+  sup.sync_cdi(healthy, "/");
+  auto spec = fs::path{f.o.dynamic_dir} / "nvidia.yaml";
+  ASSERT_TRUE(fs::exists(spec));
+  // The driver does not answer (NVML init failed): the spec is kept.
+  auto hung = healthy;
+  hung.set_read_as("unavailable");
+  hung.set_detail("nvmlInit_v2: NVML_ERROR_UNKNOWN; the last known GPUs are kept");
+  sup.sync_cdi(hung, "/");
+  EXPECT_TRUE(fs::exists(spec));
+  // The kernel driver was unloaded: the GPUs are gone for CDI.
+  auto gone = healthy;
+  gone.set_read_as("unavailable");
+  gone.set_detail("nvmlInit_v2: NVML_ERROR_DRIVER_NOT_LOADED; the last known GPUs are kept");
+  sup.sync_cdi(gone, "/");
+  EXPECT_FALSE(fs::exists(spec));
+  EXPECT_FALSE(fs::exists(fs::path{f.o.dynamic_dir} / ".nvidia.yaml.astraeus-fingerprint"));
 }
