@@ -194,6 +194,7 @@ caf::error worker_supervisor::start_process(const v1::WorkerOrder& order,
   what.argv.assign(spec.command().begin(), spec.command().end());
   what.env = as_env_list(env);
   what.dir = rec.dir();
+  what.log_max_bytes = options_.log_max_bytes;
   what.rlimits.emplace_back(RLIMIT_NOFILE, worker_limit(RLIMIT_NOFILE, options_.nofile,
                                                         "nofile", nofile_warned));
   if (order.gpu_ids_size() > 0)
@@ -329,6 +330,7 @@ caf::error worker_supervisor::start_runc(const v1::WorkerOrder& order,
   what.argv = {runc, "--root", root, "run", "--keep", "--bundle", bundle, id};
   what.env = {std::string{"PATH="} + default_path};
   what.dir = rec.dir();
+  what.log_max_bytes = options_.log_max_bytes;
   auto launched = launch_process(what);
   if (!launched)
     return launched.error();
@@ -592,26 +594,17 @@ caf::expected<v1::LogChunk> worker_supervisor::read_log(const worker_ledger& led
   if (worker.empty() || worker.find('/') != std::string::npos || worker == "."
       || worker == "..")
     return caf::make_error(ec::invalid_request, "'" + worker + "' is not a worker name");
-  auto path = worker_dir(worker) + "/log";
-  std::ifstream in{path, std::ios::binary};
-  if (!in)
-    return caf::make_error(ec::invalid_request, "machine " + options_.machine
-                                                  + " has no log for worker " + worker);
   if (max_bytes == 0 || max_bytes > (1u << 20))
     max_bytes = 1u << 20;
-  in.seekg(0, std::ios::end);
-  auto size = static_cast<uint64_t>(in.tellg());
-  if (offset > size)
-    offset = size;  // the log was started again
-  in.seekg(static_cast<std::streamoff>(offset));
-  std::string data(std::min<uint64_t>(max_bytes, size - offset), '\0');
-  in.read(data.data(), static_cast<std::streamsize>(data.size()));
-  data.resize(static_cast<size_t>(in.gcount()));
+  auto piece = read_log_piece(worker_dir(worker), offset, max_bytes);
+  if (!piece)
+    return caf::make_error(ec::invalid_request, "machine " + options_.machine
+                                                  + " has no log for worker " + worker);
   v1::LogChunk out;
   out.set_worker(worker);
   out.set_machine(options_.machine);
-  out.set_next_offset(offset + data.size());
-  out.set_data(std::move(data));
+  out.set_next_offset(piece->next_offset);
+  out.set_data(std::move(piece->data));
   auto p = ledger.processes().find(worker);
   out.set_state(p == ledger.processes().end() ? "Ended" : p->second.state());
   out.set_finished(p == ledger.processes().end() || !live(p->second));

@@ -69,6 +69,9 @@ struct supervisor_options {
   /// GPU workers, clamped with a warning to the agent's own hard limit when
   /// the agent lacks CAP_SYS_RESOURCE.
   uint64_t nofile = 1048576;
+  /// [workers.log_max_bytes] a worker's log is rotated at this size: the
+  /// machine keeps `log` and `log.1`, at most twice this; 0: no cap.
+  uint64_t log_max_bytes = 64ull << 20;
   /// RDMA ports slower than this (Gb/s) are left out of NCCL_IB_HCA.
   double rdma_min_gbps = 100;
   /// How GPUs are handed to containers (CDI specs); may be empty.
@@ -115,7 +118,8 @@ public:
   /// logged (a GPU worker then fails to start with the reason).
   void sync_cdi(const v1::GpuSection& gpus, const std::string& sys_root);
 
-  /// Up to `max_bytes` of `worker`'s log from byte `offset`. Errors:
+  /// Up to `max_bytes` (at most 1 MiB) of `worker`'s log from `offset`, a
+  /// position in its whole output across rotations (`read_log_piece`). Errors:
   /// ec::invalid_request when this machine has no log for that worker.
   caf::expected<v1::LogChunk> read_log(const worker_ledger& ledger,
                                        const std::string& worker, uint64_t offset,

@@ -335,6 +335,41 @@ TEST_F(Workers, ReportsKeepFlowingWhileAnImageUnpacks) {
   EXPECT_EQ(astra({"logs", "held"}).out, "unpacked\n");
 }
 
+TEST_F(Workers, LogsAreCappedAndRotatedAndFollowedAcrossRotation) {
+  agent_flags_ = {"--set", "workers.log_max_bytes=4KiB"};
+  ASSERT_TRUE(start_cluster("process"));
+  // 300 numbered lines of 51 bytes (15 300 bytes: three rotations at 4 KiB),
+  // 510 bytes every 0.2 s, slow enough for a reader polling every 0.5 s to
+  // find its place in log or log.1.
+  auto script = std::string{"i=1000; while [ $i -lt 1300 ]; do "
+                            "echo \"line $i ........................................\"; "
+                            "[ $((i % 10)) = 0 ] && sleep 0.2; i=$((i+1)); done"};
+  std::string expected;
+  for (int i = 1000; i < 1300; ++i)
+    expected += "line " + std::to_string(i) + " ........................................\n";
+  ASSERT_EQ(astra({"run", "--name", "chatty", "--cpus", "1", "--", "sh", "-c", script}).rc, 0);
+  ASSERT_TRUE(wait_until([&] { return fs::exists(agent_dir() / "workers" / "chatty-0" / "log"); },
+                         10s));
+  // -f from the start follows every rotation: each line once, in order.
+  std::vector<std::string> argv{
+    program("astra"), "--addr", addr(), "--token-file",
+    (keys_dir_of((dir_ / "controller").string()) / "owner-token").string(), "logs", "chatty",
+    "-f"};
+  auto followed = run_command(argv, dir_.path());
+  EXPECT_EQ(followed.rc, 0) << followed.err;
+  EXPECT_EQ(followed.out, expected) << "astra logs -f lost or repeated output across rotation";
+  ASSERT_TRUE(wait_run("chatty", "Stopped"));
+  auto wdir = agent_dir() / "workers" / "chatty-0";
+  EXPECT_LE(fs::file_size(wdir / "log"), 4096u);
+  EXPECT_EQ(fs::file_size(wdir / "log.1"), 4096u);
+  EXPECT_FALSE(fs::exists(wdir / "log.2")) << "two files kept, no more";
+  // Without -f: what the machine kept, the end of the output.
+  auto kept = astra({"logs", "chatty"});
+  ASSERT_EQ(kept.rc, 0) << kept.err;
+  EXPECT_EQ(kept.out.size(), fs::file_size(wdir / "log") + 4096u);
+  EXPECT_EQ(expected.substr(expected.size() - kept.out.size()), kept.out);
+}
+
 TEST_F(Workers, FailingWorkerFailsItsRunWithTheExitCode) {
   ASSERT_TRUE(start_cluster("process"));
   auto res = astra({"run", "--name", "oops", "--gpus", "1", "--", "sh", "-c",

@@ -428,3 +428,34 @@ TEST(CdiHandOver, TheAgentsSpecIsRemovedWhenTheDriverGoesAway) {
   EXPECT_FALSE(fs::exists(spec));
   EXPECT_FALSE(fs::exists(fs::path{f.o.dynamic_dir} / ".nvidia.yaml.astraeus-fingerprint"));
 }
+
+// Worker logs are capped and rotated (log, log.1); a reader's offset counts
+// every byte the worker wrote, so following it reads each byte once.
+TEST(WorkerLog, ReadsAcrossRotationByPositionInTheWholeOutput) {
+  test::temp_dir dir;
+  // 10 bytes were rotated away twice: log.1 holds bytes 6..9, log 10..13.
+  write(fs::path{dir.path()} / "log.1", "ghij");
+  write(fs::path{dir.path()} / "log", "klmn");
+  write(fs::path{dir.path()} / "log.start", "10\n");
+  auto at = [&](uint64_t offset, uint32_t max) {
+    auto p = read_log_piece(dir.path(), offset, max);
+    EXPECT_TRUE(p);
+    return p ? std::make_pair(p->data, p->next_offset) : std::make_pair(std::string{}, uint64_t{0});
+  };
+  EXPECT_EQ(at(0, 100), std::make_pair(std::string{"ghij"}, uint64_t{10}))
+    << "older output is gone: from the oldest byte kept";
+  EXPECT_EQ(at(7, 2), std::make_pair(std::string{"hi"}, uint64_t{9}));
+  EXPECT_EQ(at(9, 100), std::make_pair(std::string{"j"}, uint64_t{10}));
+  EXPECT_EQ(at(10, 100), std::make_pair(std::string{"klmn"}, uint64_t{14}));
+  EXPECT_EQ(at(14, 100), std::make_pair(std::string{}, uint64_t{14})) << "nothing new yet";
+  EXPECT_EQ(at(99, 100), std::make_pair(std::string{}, uint64_t{14}))
+    << "past the end (a log started again): its end";
+  // Never rotated: log alone, from 0.
+  test::temp_dir fresh;
+  write(fs::path{fresh.path()} / "log", "abc");
+  auto p = read_log_piece(fresh.path(), 0, 100);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->data, "abc");
+  EXPECT_EQ(p->next_offset, 3u);
+  EXPECT_FALSE(read_log_piece(fresh.path() + "/none", 0, 100));
+}
