@@ -384,12 +384,10 @@ bool worker_supervisor::finish(v1::WorkerProcess& rec) {
   if (sig == 0 && rec.runtime() == "runc" && end->exit_code > 128
       && end->exit_code < 128 + NSIG)
     sig = end->exit_code - 128;
-  if (rec.stop_requested_unix_ms() != 0 && rec.detail().rfind("time limit", 0) != 0) {
+  if (rec.stop_requested_unix_ms() != 0) {
     rec.set_state(state::cancelled);
     rec.set_detail(sig == SIGKILL ? "stopped: killed after the stop grace"
                                   : "stopped");
-  } else if (rec.stop_requested_unix_ms() != 0) {
-    rec.set_state(state::failed);
   } else if (end->exit_code == 0) {
     rec.set_state(state::exited);
     rec.set_detail("");
@@ -483,20 +481,16 @@ bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms) {
       continue;
     }
     if (rec.stop_requested_unix_ms() == 0) {
-      std::string why;
-      auto limit = ordered ? order->second.spec().time_limit_seconds() : 0;
-      if (!ordered)
-        why = "its run no longer holds it";
-      else if (limit > 0 && now_ms - rec.started_unix_ms() >= static_cast<int64_t>(limit) * 1000)
-        why = "time limit of " + std::to_string(limit) + " s reached";
-      if (why.empty())
+      // The one reason the agent stops a worker: its run no longer holds
+      // it (deleted, failed, preempted, or at its time limit: the scheduler
+      // alone keeps time limits, and its next worker set leaves the worker
+      // out). A machine cut off from the controller keeps its workers.
+      if (ordered)
         continue;
-      spdlog::info("agent: stopping worker {} ({}): {} to pid {}", name, why,
-                   signal_name(rec.stop_signal()), rec.pid());
+      spdlog::info("agent: stopping worker {} (its run no longer holds it): {} to pid {}",
+                   name, signal_name(rec.stop_signal()), rec.pid());
       rec.set_state(state::stopping);
       rec.set_stop_requested_unix_ms(now_ms);
-      if (why.rfind("time limit", 0) == 0)
-        rec.set_detail(why);
       signal_process(rec.pid(), rec.stop_signal(), false);
       keep(rec);
       changed = true;

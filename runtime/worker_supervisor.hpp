@@ -3,7 +3,9 @@
 /// The worker supervisor: makes the processes on this machine match the
 /// workers its ledger holds. Each held worker that has no process is
 /// started (once: a worker that ended is not restarted); each process whose
-/// worker left the set is stopped: its stop signal (SIGTERM, or the image's
+/// worker left the set is stopped (that is also how a time limit stops it:
+/// the scheduler keeps `time_limit_seconds` and sends a set without it; the
+/// agent keeps no timer of its own): its stop signal (SIGTERM, or the image's
 /// STOPSIGNAL) to the main process, then SIGKILL to all of it after the
 /// stop grace (30 s by default, `stop.grace`, ASTRAEUS_STOP_GRACE); it is
 /// then `Cancelled`. Every state it finds is kept in the ledger (sync)

@@ -429,6 +429,30 @@ TEST_F(Workers, WorkerIgnoringSigtermIsKilledAtTheGraceWithNothingLeftBehind) {
   EXPECT_TRUE(contains(log, "SIGKILL")) << log;
 }
 
+TEST_F(Workers, ATimeLimitStopsTheRunAndItsWorkerIsCancelledThroughTheStopPath) {
+  ASSERT_TRUE(start_cluster("process"));
+  auto pids = dir_ / "pids";
+  pid_files_.push_back(pids);
+  // It says when SIGTERM reaches it, then ends as a checkpointing job would.
+  auto script = "trap 'echo got SIGTERM; exit 0' TERM; echo $$ >> " + pids.string()
+                + "; while :; do sleep 0.1; done";
+  ASSERT_EQ(astra({"run", "--name", "limited", "--gpus", "1", "--time-limit-seconds", "2", "--",
+                   "sh", "-c", script}).rc,
+            0);
+  ASSERT_TRUE(wait_run("limited", "Running"));
+  ASSERT_TRUE(wait_run("limited", "Stopped", 15s));
+  auto show = astra({"run", "show", "limited"});
+  EXPECT_TRUE(contains(show.out, "time limit of 2s reached")) << show.out;
+  ASSERT_EQ(pids_in(pids).size(), 1u);
+  EXPECT_TRUE(wait_until([&] { return !process_alive(pids_in(pids)[0], 0); }, 5s))
+    << "the worker outlived its time limit";
+  EXPECT_TRUE(wait_until(
+    [&] { return contains(read_text(agent_->err_file()), "worker limited-0 Cancelled"); }, 5s))
+    << read_text(agent_->err_file());
+  auto logs = read_text(agent_dir() / "workers" / "limited-0" / "log");
+  EXPECT_TRUE(contains(logs, "got SIGTERM")) << "stopped by its stop signal first: " << logs;
+}
+
 TEST_F(Workers, AgentKilledTenTimesFindsItsWorkerAgainWithoutRestartingIt) {
   ASSERT_TRUE(start_cluster("process"));
   auto pids = dir_ / "pids";
