@@ -22,7 +22,8 @@
 /// CUDA_VISIBLE_DEVICES set to its GPUs; `runc` runs an OCI container from
 /// the run's image (runtime/oci_bundle.hpp). `auto` picks runc when the
 /// runc program is found, else process; a run may ask for one
-/// (RunSpec.runtime). Output goes to `<data>/workers/<worker>/log`.
+/// (RunSpec.runtime). Output goes to `<data>/workers/<worker>/log`,
+/// rotated to `log.1` at `workers.log_max_bytes` (runtime/worker_process.hpp).
 /// Sources: shared/seeds/inside-a-worker.md ("Signals on stop", "Limits",
 /// "Command and working directory"), issue 6.
 
@@ -97,9 +98,6 @@ public:
   /// it has no process record (the controller sees it Assigned); the
   /// reconcile after its `done` stores the record and reports it.
   void set_offload(offload_fn offload) { offload_ = std::move(offload); }
-
-  /// The number of starts and CDI syncs in flight through the offload.
-  size_t jobs_in_flight() const { return starting_.size() + (cdi_syncing_ ? 1 : 0); }
 
   /// Starts, checks and stops workers so that the processes match
   /// `ledger`'s workers; `now_ms` is the wall clock. Returns true when a
