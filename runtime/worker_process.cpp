@@ -117,6 +117,18 @@ struct log_pump {
   }
 };
 
+/// `fd` moved to a number of 10 or more (close-on-exec), so that the
+/// shim's dup2 onto 0..5 never overwrites a descriptor it still needs.
+int above_std(int fd) {
+  if (fd < 0 || fd >= 10)
+    return fd;
+  int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, 10);
+  if (moved < 0)
+    return fd;
+  ::close(fd);
+  return moved;
+}
+
 void close_from(int first) {
 #ifdef SYS_close_range
   if (::syscall(SYS_close_range, first, ~0U, 0) == 0)
@@ -233,6 +245,8 @@ caf::expected<launched_process> launch_process(const process_launch& what) {
       ::close(fd);
     return caf::make_error(ec::store_failure, "cannot start the worker: " + why);
   }
+  for (int* fd : {&log_fd, &null_fd, &pipe_fds[0], &pipe_fds[1], &out_fds[0], &out_fds[1]})
+    *fd = above_std(*fd);
   log_pump pump{log_path.c_str(), rotated_path.c_str(), start_path.c_str(), start_tmp.c_str(),
                 what.log_max_bytes};
   static const char exec_failed[] = "astraeus: cannot execute the worker's command\n";
