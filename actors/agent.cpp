@@ -9,6 +9,7 @@
 
 #include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
+#include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/io/system_messages.hpp>
@@ -387,8 +388,8 @@ void on_worker_orders(agent_ptr self, v1::WorkerOrders& part) {
   send_frame(self, frame);
 }
 
-/// The supervisor's timer: checks the workers, reports a change at once.
-void on_supervise(agent_ptr self) {
+/// Checks the workers and reports a change at once.
+void supervise_now(agent_ptr self) {
   auto& st = self->state;
   if (!st.supervisor || !st.workers)
     return;
@@ -397,7 +398,43 @@ void on_supervise(agent_ptr self) {
     *frame.mutable_worker_statuses() = st.workers->statuses(st.config.identity.name);
     send_frame(self, frame);
   }
-  self->delayed_send(self, st.config.worker_poll, atom::supervise_v);
+}
+
+/// The supervisor's timer.
+void on_supervise(agent_ptr self) {
+  if (!self->state.supervisor || !self->state.workers)
+    return;
+  supervise_now(self);
+  self->delayed_send(self, self->state.config.worker_poll, atom::supervise_v);
+}
+
+/// Runs one blocking job of the supervisor on a detached actor of its own
+/// (its own thread), so reports and logs keep flowing; it answers
+/// `(atom::supervise, job)` and `done` then runs here.
+void offload_job(agent_ptr self, std::function<void()> work, std::function<void()> done) {
+  auto& st = self->state;
+  auto job = ++st.last_job;
+  st.jobs.emplace(job, std::move(done));
+  auto agent = caf::actor_cast<caf::actor>(self);
+  self->spawn<caf::detached>([work = std::move(work), agent, job](caf::event_based_actor*) {
+    try {
+      work();
+    } catch (const std::exception& e) {
+      spdlog::error("agent: a worker job failed: {}", e.what());
+    }
+    caf::anon_send(agent, atom::supervise_v, job);
+  });
+}
+
+void on_job_done(agent_ptr self, uint64_t job) {
+  auto& st = self->state;
+  auto i = st.jobs.find(job);
+  if (i == st.jobs.end())
+    return;
+  auto done = std::move(i->second);
+  st.jobs.erase(i);
+  done();
+  supervise_now(self);
 }
 
 /// Answers the controller's request for a piece of a worker's log.
@@ -580,6 +617,10 @@ caf::behavior agent(caf::io::stateful_broker<agent_state>* self,
     auto opts = self->state.config.workers;
     opts.machine = self->state.config.identity.name;
     self->state.supervisor = std::make_unique<worker_supervisor>(std::move(opts));
+    self->state.supervisor->set_offload(
+      [self](std::function<void()> work, std::function<void()> done) {
+        offload_job(self, std::move(work), std::move(done));
+      });
     // Finds the workers a previous agent started (and starts held ones).
     self->send(self, atom::supervise_v);
   }
@@ -639,6 +680,7 @@ caf::behavior agent(caf::io::stateful_broker<agent_state>* self,
     [self](v1::KernelEvent& ev) { on_kernel_event(self, ev); },
     [self](atom::deadline, uint64_t pass) { on_discovery_deadline(self, pass); },
     [self](atom::supervise) { on_supervise(self); },
+    [self](atom::supervise, uint64_t job) { on_job_done(self, job); },
     [self](atom::tick) {
       send_report(self, true);
       start_discovery(self);

@@ -8,6 +8,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -118,6 +120,10 @@ struct agent_state {
   v1::WorkerOrders orders_parts;          ///< parts of a set not yet complete
   std::vector<bool> parts_seen;           ///< which parts of it arrived
   std::unique_ptr<worker_supervisor> supervisor;  ///< runs them; null: none
+  /// The supervisor's blocking jobs in flight (each on a detached actor),
+  /// by number: what to run on this actor when the job says it is done.
+  std::map<uint64_t, std::function<void()>> jobs;
+  uint64_t last_job = 0;                  ///< number of the latest job
   std::string address;                    ///< advertised in reports (MASTER_ADDR)
   std::unique_ptr<kmsg_reader> kmsg;      ///< the kernel-log reader thread
   /// Kernel events that arrived before the first discovery pass.
@@ -125,7 +131,10 @@ struct agent_state {
 };
 
 /// The agent's behaviour. Handles `atom::reconnect` (try to connect),
-/// `atom::tick` (send a report when connected) and the broker's I/O events.
+/// `atom::tick` (send a report when connected), `atom::supervise` (check
+/// the workers), `(atom::supervise, job)` (a blocking job of the supervisor
+/// finished on its detached actor: apply its result, report the workers)
+/// and the broker's I/O events.
 caf::behavior agent(caf::io::stateful_broker<agent_state>* self,
                     agent_config config);
 

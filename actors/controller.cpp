@@ -218,6 +218,7 @@ caf::expected<caf::actor> start_agent(caf::actor_system& sys,
   // when host facts are read under another root.
   w.proc_root = "/";
   w.rdma_min_gbps = cfg.rdma_min_gbps;
+  w.log_max_bytes = cfg.worker_log_max_bytes;
   w.cdi.static_dir = cfg.cdi_static_dir;
   w.cdi.dynamic_dir = cfg.cdi_dynamic_dir;
   w.cdi.nvidia_ctk = cfg.nvidia_ctk;

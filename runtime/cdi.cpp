@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <system_error>
 
@@ -12,6 +13,7 @@
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 #include <yaml-cpp/yaml.h>
 
 #include "messages/error.hpp"
@@ -85,7 +87,8 @@ void append(cdi_edits& into, const cdi_edits& from) {
 /// define.
 void load_dir(const std::string& dir, std::map<std::string, cdi_device>& out,
               std::map<std::string, std::string>& conflicts,
-              std::vector<std::string>& warnings) {
+              std::vector<std::string>& warnings,
+              std::map<std::string, std::string>& stale) {
   std::error_code err;
   if (dir.empty() || !fs::is_directory(dir, err))
     return;
@@ -111,9 +114,12 @@ void load_dir(const std::string& dir, std::map<std::string, cdi_device>& out,
         std::vector<std::string> gone;
         dev.edits = read_edits(d["containerEdits"], gone);
         auto key = kind + "=" + dev.name;
+        if (gone.empty() && !missing.empty())
+          gone.push_back(missing.front());  // a node all its devices share
         if (!gone.empty()) {
           warnings.push_back(f.string() + ": device " + key + " names " + gone.front()
                              + ", which does not exist (a stale spec)");
+          stale[key] = gone.front();
           continue;
         }
         if (auto c = conflicts.find(key); c != conflicts.end()) {
@@ -181,8 +187,15 @@ cdi_registry load_cdi(const cdi_options& o) {
   cdi_registry reg;
   std::map<std::string, cdi_device> low, high;
   std::map<std::string, std::string> low_conflicts, high_conflicts;
-  load_dir(o.static_dir, low, low_conflicts, reg.warnings);
-  load_dir(o.dynamic_dir, high, high_conflicts, reg.warnings);
+  std::map<std::string, std::string> low_stale, high_stale;
+  load_dir(o.static_dir, low, low_conflicts, reg.warnings, low_stale);
+  load_dir(o.dynamic_dir, high, high_conflicts, reg.warnings, high_stale);
+  // A device defined and usable somewhere is not stale.
+  for (auto& [key, node] : low_stale)
+    if (!high.count(key))
+      reg.stale[key] = node;
+  for (auto& [key, node] : high_stale)
+    reg.stale[key] = node;
   reg.devices = std::move(low);
   reg.conflicts = std::move(low_conflicts);
   // The dynamic folder wins: its devices (and its conflicts) replace the
@@ -191,6 +204,8 @@ cdi_registry load_cdi(const cdi_options& o) {
     reg.conflicts.erase(key);
     reg.devices[key] = std::move(dev);
   }
+  for (const auto& [key, dev] : reg.devices)
+    reg.stale.erase(key);
   for (auto& [key, files] : high_conflicts) {
     reg.devices.erase(key);
     reg.conflicts[key] = files;
@@ -227,10 +242,118 @@ std::string nvidia_fingerprint(const std::string& driver_version,
   return out + "\n";
 }
 
+std::string nvidia_spec_stale(const cdi_registry& reg, const std::vector<std::string>& names,
+                              const std::vector<cdi_gpu>& discovered) {
+  static const std::string kind = "nvidia.com/gpu=";
+  for (const auto& name : names) {
+    if (name.rfind(kind, 0) != 0 || reg.conflicts.count(name))
+      continue;
+    if (auto s = reg.stale.find(name); s != reg.stale.end())
+      return "CDI device " + name + " names " + s->second + ", which does not exist";
+    if (!reg.devices.count(name))
+      return "CDI device " + name + " is not defined in any spec";
+  }
+  if (discovered.empty())
+    return {};
+  // The spec's devices against the machine's GPUs, by how it names them.
+  auto is_digits = [](const std::string& t) {
+    return !t.empty() && std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  auto is_pci = [](const std::string& t) {
+    return t.size() == 12 && t[4] == ':' && t[7] == ':' && t[10] == '.';
+  };
+  auto lower = [](std::string t) {
+    for (auto& c : t)
+      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return t;
+  };
+  std::set<std::string> by_uuid, by_index, by_pci;
+  std::vector<std::string> keys;
+  for (const auto& entry : reg.devices)
+    keys.push_back(entry.first);
+  for (const auto& entry : reg.stale)
+    keys.push_back(entry.first);
+  for (const auto& key : keys) {
+    if (key.rfind(kind, 0) != 0)
+      continue;
+    auto n = key.substr(kind.size());
+    if (n.rfind("GPU-", 0) == 0)
+      by_uuid.insert(n);
+    else if (is_digits(n))
+      by_index.insert(n);
+    else if (is_pci(n))
+      by_pci.insert(lower(n));
+  }
+  std::set<std::string> uuids, indexes, pcis;
+  for (const auto& g : discovered) {
+    uuids.insert(g.uuid);
+    if (g.index >= 0)
+      indexes.insert(std::to_string(g.index));
+    if (!g.pci_address.empty())
+      pcis.insert(lower(g.pci_address));
+  }
+  auto compare = [&](const std::set<std::string>& in_spec, const std::set<std::string>& here,
+                     const char* what) -> std::string {
+    if (in_spec.empty())
+      return {};
+    for (const auto& g : discovered) {
+      auto id = std::string{what} == "UUID" ? g.uuid
+                : std::string{what} == "index"
+                  ? (g.index >= 0 ? std::to_string(g.index) : std::string{})
+                  : lower(g.pci_address);
+      if (!id.empty() && !in_spec.count(id))
+        return "the NVIDIA CDI spec has no device for GPU " + g.uuid + " (" + what + " " + id
+               + ")";
+    }
+    for (const auto& n : in_spec)
+      if (!here.count(n))
+        return "the NVIDIA CDI spec defines " + kind + n + ", which this machine does not have";
+    return {};
+  };
+  for (auto why : {compare(by_uuid, uuids, "UUID"), compare(by_index, indexes, "index"),
+                   compare(by_pci, pcis, "PCI address")})
+    if (!why.empty())
+      return why;
+  return {};
+}
+
+caf::expected<cdi_edits> checked_cdi_edits(const cdi_options& o,
+                                           const std::vector<std::string>& names,
+                                           const std::string& driver_version,
+                                           const std::vector<cdi_gpu>& discovered) {
+  auto reg = load_cdi(o);
+  auto why = nvidia_spec_stale(reg, names, discovered);
+  if (why.empty())
+    return cdi_edits_for(reg, names);
+  if (discovered.empty() || driver_version.empty())
+    return caf::make_error(ec::invalid_request,
+                           why + " (no NVIDIA GPU is discovered on this machine to write "
+                                 "the spec for)");
+  std::vector<std::string> ids;
+  for (const auto& g : discovered)
+    ids.push_back(g.uuid);
+  spdlog::warn("agent: CDI: {}; writing the NVIDIA spec again", why);
+  auto wrote = sync_nvidia_spec(o, driver_version, ids, true);
+  if (!wrote)
+    return wrote.error();
+  reg = load_cdi(o);
+  why = nvidia_spec_stale(reg, names, discovered);
+  if (!why.empty())
+    return caf::make_error(ec::invalid_request, "the NVIDIA CDI spec is stale even after "
+                                                  + o.nvidia_ctk + " wrote it again: " + why);
+  return cdi_edits_for(reg, names);
+}
+
+namespace {
+/// One NVIDIA or AMD spec write at a time in this process.
+std::mutex spec_writes;
+} // namespace
+
 caf::expected<bool> sync_nvidia_spec(const cdi_options& o,
                                      const std::string& driver_version,
                                      const std::vector<std::string>& gpu_ids,
                                      bool force) {
+  std::lock_guard<std::mutex> guard{spec_writes};
   auto spec = fs::path{o.dynamic_dir} / "nvidia.yaml";
   auto print_path = fs::path{o.dynamic_dir} / ".nvidia.yaml.astraeus-fingerprint";
   std::error_code err;
@@ -263,6 +386,7 @@ caf::expected<bool> sync_nvidia_spec(const cdi_options& o,
 caf::expected<bool> write_amd_spec(const cdi_options& o, const std::string& sys_root,
                                    const std::string& dev_root,
                                    const std::vector<amd_cdi_gpu>& gpus) {
+  std::lock_guard<std::mutex> guard{spec_writes};
   auto path = fs::path{o.dynamic_dir} / "amd-astraeus.json";
   std::error_code err;
   if (gpus.empty()) {

@@ -10,6 +10,7 @@
 /// the CDI specification (github.com/cncf-tags/container-device-interface,
 /// SPEC.md).
 
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>
@@ -57,7 +58,44 @@ struct cdi_registry {
   std::map<std::string, std::string> conflicts;
   /// Files that could not be read: "<path>: <why>".
   std::vector<std::string> warnings;
+  /// "kind=name" left out of `devices` because a device node it names does
+  /// not exist on the host (a stale spec), with that node's host path.
+  std::map<std::string, std::string> stale;
 };
+
+/// A GPU the agent discovered, as a CDI spec may name it.
+struct cdi_gpu {
+  std::string uuid;          ///< GPU-5f1e...
+  std::string pci_address;   ///< 0000:3b:00.0 (lower case)
+  int64_t index = -1;        ///< the driver's index; -1 unknown
+};
+
+/// Why the specs in `reg` cannot hand over the NVIDIA devices `names`
+/// ("nvidia.com/gpu=GPU-..."), or "" when they can (seed, "How a worker
+/// gets its GPUs": a stale spec is written again rather than a worker
+/// started that will fail). Stale when a device named has a node that does
+/// not exist ("CDI device nvidia.com/gpu=GPU-1 names /dev/nvidia3, which
+/// does not exist"), is not defined, or when the spec's nvidia.com/gpu
+/// devices do not match `discovered`: a discovered GPU the spec has no
+/// device for, or a device for a GPU this machine does not have. Devices
+/// are matched by how the spec names them: a UUID (GPU-...), an index
+/// ("0") or a PCI address; other names ("all", MIG devices) are not
+/// compared. Devices refused for a conflict are not stale (writing again
+/// does not help; `cdi_edits_for` names them).
+std::string nvidia_spec_stale(const cdi_registry& reg, const std::vector<std::string>& names,
+                              const std::vector<cdi_gpu>& discovered);
+
+/// The edits for a worker's CDI devices `names`, checked first: when the
+/// NVIDIA spec is stale for them (`nvidia_spec_stale`) and this machine
+/// has NVIDIA GPUs (`discovered`, driver `driver_version`), it is written
+/// again with nvidia-ctk (`sync_nvidia_spec` with force) and checked once
+/// more. Errors: ec::invalid_request "the NVIDIA CDI spec is stale even
+/// after nvidia-ctk wrote it again: <why>" naming the missing device or
+/// node; nvidia-ctk's failure (ec::store_failure); `cdi_edits_for`'s.
+caf::expected<cdi_edits> checked_cdi_edits(const cdi_options& o,
+                                           const std::vector<std::string>& names,
+                                           const std::string& driver_version,
+                                           const std::vector<cdi_gpu>& discovered);
 
 /// Reads the specs (*.json, *.yaml, *.yml) of `o.static_dir`, then of
 /// `o.dynamic_dir` (its devices replace the static ones). Device nodes
@@ -84,7 +122,8 @@ std::string nvidia_fingerprint(const std::string& driver_version,
 /// (`.nvidia.yaml.astraeus-fingerprint`) is missing (a spec it did not
 /// write is replaced the first time) or differs, or when `force` (a stale
 /// spec); without GPUs, removes the spec and the fingerprint if it wrote
-/// them. Returns true when it wrote or removed the spec. Errors:
+/// them. Returns true when it wrote or removed the spec. Thread-safe (one
+/// write at a time per process). Errors:
 /// ec::store_failure with nvidia-ctk's output when generation fails.
 caf::expected<bool> sync_nvidia_spec(const cdi_options& o,
                                      const std::string& driver_version,

@@ -434,6 +434,8 @@ const std::vector<key_def<AgentConfig>>& agent_keys() {
                  "how often the agent checks its workers"),
     uint_key("workers.rdma_min_rate", &C::rdma_min_gbps, 0, 10000, "rate in Gb/s",
              "RDMA ports slower than this are left out of NCCL_IB_HCA"),
+    bytes_key("workers.log_max_bytes", &C::worker_log_max_bytes, 4 * KiB, 1024 * 1024 * MiB,
+              "a worker's log is rotated at this size; log and log.1 are kept"),
     duration_key("stop.grace", &C::stop_grace, 0ms, 1h,
                  "time between a worker's stop signal and SIGKILL"),
     text_key("cdi.static_dir", &C::cdi_static_dir, false,

@@ -156,6 +156,9 @@ struct AgentConfig {
   /// workers.rdma_min_rate: RDMA ports slower than this many Gb/s are left
   /// out of NCCL_IB_HCA (0-10000).
   uint32_t rdma_min_gbps = 100;
+  /// workers.log_max_bytes: a worker's log is rotated at this size (log and
+  /// log.1 are kept; 4KiB-1TiB).
+  uint64_t worker_log_max_bytes = 64ull << 20;
   /// stop.grace: time between a worker's stop signal and SIGKILL (0-1h;
   /// ASTRAEUS_STOP_GRACE).
   std::chrono::milliseconds stop_grace{30000};

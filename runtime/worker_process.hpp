@@ -8,9 +8,10 @@
 /// The agent forks the shim, which starts a session of its own (so a
 /// `kill -9` of the agent, or a signal to its process group, leaves the
 /// worker running), forks the worker (its own process group, stdin from
-/// /dev/null, stdout and stderr appended to the worker's log file, signal
-/// mask and dispositions reset, every other descriptor closed), waits for
-/// it and writes how it ended to the exit file (`exit N` or `signal N`,
+/// /dev/null, stdout and stderr a pipe to the shim, signal mask and
+/// dispositions reset, every other descriptor closed), copies its output
+/// to the worker's log file (rotating it at the cap: `log`, `log.1`), waits
+/// for it and writes how it ended to the exit file (`exit N` or `signal N`,
 /// written to a temporary name, then renamed). The agent needs nothing
 /// but the worker's pid and start time to find it again after a restart.
 /// Source: issue 6 ("kill -9 of the agent leaves its workers running").
@@ -41,6 +42,11 @@ struct process_launch {
   std::string dir;
   /// Resource limits set in the worker before exec (e.g. RLIMIT_NOFILE).
   std::vector<std::pair<int, rlimit>> rlimits;
+  /// The log's cap in bytes (`workers.log_max_bytes`); 0: none. At the cap
+  /// the shim rotates: `log` becomes `log.1` (the older `log.1` is
+  /// dropped), a new `log` starts, and `log.start` holds the position of
+  /// the new `log`'s first byte in the worker's whole output.
+  uint64_t log_max_bytes = 0;
 };
 
 /// A started worker.
@@ -62,6 +68,22 @@ struct process_end {
   int signal = 0;      ///< the signal that ended it; 0 = it exited
 };
 
+/// A piece of a worker's log.
+struct log_piece {
+  std::string data;
+  uint64_t next_offset = 0;  ///< where the next read starts
+};
+
+/// Up to `max_bytes` of the log in `dir` from `offset`, a position in the
+/// worker's whole output (it counts the bytes rotated away, so a reader
+/// that follows with `next_offset` reads every byte once across
+/// rotations): from `log.1` while `offset` is before the current `log`'s
+/// first byte (`log.start`), else from `log`. An offset older than what is
+/// kept starts at the oldest byte kept; one past the end (a log started
+/// again) at its end. `nullopt` when `dir` has no log.
+std::optional<log_piece> read_log_piece(const std::string& dir, uint64_t offset,
+                                        uint32_t max_bytes);
+
 /// Reads `<dir>/exit`. `nullopt` when the file is not there (yet).
 std::optional<process_end> read_process_end(const std::string& dir);
 
@@ -78,6 +100,22 @@ bool process_alive(pid_t pid, uint64_t start_ticks,
 /// Sends `sig` to `pid` (the main process only) or, with `group`, to its
 /// whole process group. A process already gone is no error.
 void signal_process(pid_t pid, int sig, bool group);
+
+/// The memory cgroup runc put container `id` in, from runc's own record of
+/// it, `<runc_root>/<id>/state.json` ("cgroup_paths": key "memory" on
+/// cgroup v1 and hybrid hosts, else "" on cgroup v2): a host path such as
+/// `/sys/fs/cgroup/memory/system.slice/astraeus-w-0`. It is there while the
+/// container exists, also after it exited when runc ran with `--keep`.
+/// `nullopt` when there is no such record or it names no memory cgroup.
+std::optional<std::string> runc_memory_cgroup(const std::string& runc_root,
+                                              const std::string& id);
+
+/// How many processes the kernel's OOM killer killed in the memory cgroup
+/// `cgroup_dir` (a host path, read under `root`): the `oom_kill` line of
+/// cgroup v2's `memory.events`, else of cgroup v1's `memory.oom_control`
+/// (kernel 4.13+). `nullopt` when neither file has the counter.
+std::optional<uint64_t> cgroup_oom_kills(const std::string& cgroup_dir,
+                                         const std::string& root = "/");
 
 /// Reaps the shim `shim_pid` if it has ended (never waits). Only this pid:
 /// other code of the agent waits for children of its own.

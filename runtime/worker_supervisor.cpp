@@ -1,6 +1,7 @@
 #include "runtime/worker_supervisor.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstring>
 #include <fstream>
@@ -69,6 +70,10 @@ std::string signal_name(int sig) {
   const char* d = ::sigabbrev_np(sig);
   return d ? std::string{"SIG"} + d : std::to_string(sig);
 }
+
+/// Whether the clamped-limit warnings were given (once per agent).
+std::atomic<bool> nofile_warned{false};
+std::atomic<bool> memlock_warned{false};
 
 constexpr const char* default_path =
   "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -147,14 +152,15 @@ bool can_raise_limits() {
 /// The limit `resource` a worker gets: `wanted` (RLIM_INFINITY for
 /// unlimited), clamped to the agent's own hard limit when the agent may
 /// not raise it, with a warning the first time.
-rlimit worker_limit(int resource, rlim_t wanted, const char* what, bool& warned) {
+rlimit worker_limit(int resource, rlim_t wanted, const char* what,
+                    std::atomic<bool>& warned) {
   rlimit own{};
   ::getrlimit(resource, &own);
   rlimit out{wanted, wanted};
   static const bool privileged = can_raise_limits();
   if (!privileged && own.rlim_max != RLIM_INFINITY
       && (wanted == RLIM_INFINITY || wanted > own.rlim_max)) {
-    if (!warned)
+    if (!warned.exchange(true))
       spdlog::warn("agent: workers get {} {} instead of {}: the agent's own hard "
                    "limit is {} and it may not raise it (raise it, e.g. Limit{}= in "
                    "its unit)",
@@ -162,7 +168,6 @@ rlimit worker_limit(int resource, rlim_t wanted, const char* what, bool& warned)
                    wanted == RLIM_INFINITY ? std::string{"unlimited"} : std::to_string(wanted),
                    own.rlim_max,
                    std::string{what} == "nofile" ? "NOFILE" : "MEMLOCK");
-    warned = true;
     out.rlim_cur = out.rlim_max = own.rlim_max;
   }
   return out;
@@ -195,11 +200,12 @@ caf::error worker_supervisor::start_process(const v1::WorkerOrder& order,
   what.argv.assign(spec.command().begin(), spec.command().end());
   what.env = as_env_list(env);
   what.dir = rec.dir();
+  what.log_max_bytes = options_.log_max_bytes;
   what.rlimits.emplace_back(RLIMIT_NOFILE, worker_limit(RLIMIT_NOFILE, options_.nofile,
-                                                        "nofile", nofile_warned_));
+                                                        "nofile", nofile_warned));
   if (order.gpu_ids_size() > 0)
     what.rlimits.emplace_back(RLIMIT_MEMLOCK, worker_limit(RLIMIT_MEMLOCK, RLIM_INFINITY,
-                                                           "memlock", memlock_warned_));
+                                                           "memlock", memlock_warned));
   apply_ulimits(what.rlimits, spec);
   auto launched = launch_process(what);
   if (!launched)
@@ -281,28 +287,19 @@ caf::error worker_supervisor::start_runc(const v1::WorkerOrder& order,
     return oci_rlimit{name, v(l.rlim_cur), v(l.rlim_max)};
   };
   w.rlimits.push_back(as_oci("nofile", worker_limit(RLIMIT_NOFILE, options_.nofile,
-                                                    "nofile", nofile_warned_)));
+                                                    "nofile", nofile_warned)));
   if (order.gpu_ids_size() > 0) {
     w.rlimits.push_back(as_oci("memlock", worker_limit(RLIMIT_MEMLOCK, RLIM_INFINITY,
-                                                       "memlock", memlock_warned_)));
+                                                       "memlock", memlock_warned)));
     auto reg = load_cdi(options_.cdi);
     std::vector<std::string> names;
     for (const auto& id : order.gpu_ids()) {
       auto nv = "nvidia.com/gpu=" + id;
       names.push_back(reg.devices.count("amd.com/gpu=" + id) ? "amd.com/gpu=" + id : nv);
     }
-    auto edits = cdi_edits_for(reg, names);
-    if (!edits && !nvidia_gpus_.empty()) {
-      // A stale or missing spec: write it again rather than start a worker
-      // that fails.
-      spdlog::warn("agent: worker {}: {}; writing the NVIDIA CDI spec again",
-                   order.worker(), render_error(edits.error()));
-      auto wrote = sync_nvidia_spec(options_.cdi, nvidia_driver_, nvidia_gpus_, true);
-      if (!wrote)
-        return wrote.error();
-      reg = load_cdi(options_.cdi);
-      edits = cdi_edits_for(reg, names);
-    }
+    // Checked before the hand-over; a stale NVIDIA spec is written again
+    // rather than a worker started that fails.
+    auto edits = checked_cdi_edits(options_.cdi, names, nvidia_driver_, nvidia_gpus_);
     if (!edits)
       return edits.error();
     w.devices = edits->devices;
@@ -343,9 +340,12 @@ caf::error worker_supervisor::start_runc(const v1::WorkerOrder& order,
                    order.worker(), id);
   }
   process_launch what;
-  what.argv = {runc, "--root", root, "run", "--bundle", bundle, id};
+  // --keep: the container (and its cgroup) stays after it exits, so its
+  // OOM-kill counter can be read; finish() deletes it.
+  what.argv = {runc, "--root", root, "run", "--keep", "--bundle", bundle, id};
   what.env = {std::string{"PATH="} + default_path};
   what.dir = rec.dir();
+  what.log_max_bytes = options_.log_max_bytes;
   auto launched = launch_process(what);
   if (!launched)
     return launched.error();
@@ -380,23 +380,38 @@ bool worker_supervisor::finish(v1::WorkerProcess& rec) {
     return true;
   }
   rec.set_exit_code(end->exit_code);
+  // A container's OOM kills, read from its memory cgroup (a new cgroup per
+  // start, so any kill counted there happened in this run); then the kept
+  // container is deleted.
+  uint64_t oom_kills = 0;
+  if (rec.runtime() == "runc" && !rec.container_id().empty()) {
+    auto root = (fs::path{options_.data_dir} / "runc").string();
+    if (auto cg = runc_memory_cgroup(root, rec.container_id()))
+      oom_kills = cgroup_oom_kills(*cg, options_.cgroup_root).value_or(0);
+    auto runc = find_executable(options_.runc, default_path);
+    if (!runc.empty()
+        && run_tool({runc, "--root", root, "delete", "--force", rec.container_id()}).first != 0)
+      spdlog::warn("agent: worker {}: cannot delete its ended container {}", rec.worker(),
+                   rec.container_id());
+  }
   // runc reports a container killed by signal N as exit code 128 + N.
   int sig = end->signal;
   if (sig == 0 && rec.runtime() == "runc" && end->exit_code > 128
       && end->exit_code < 128 + NSIG)
     sig = end->exit_code - 128;
-  if (rec.stop_requested_unix_ms() != 0 && rec.detail().rfind("time limit", 0) != 0) {
+  if (rec.stop_requested_unix_ms() != 0) {
     rec.set_state(state::cancelled);
     rec.set_detail(sig == SIGKILL ? "stopped: killed after the stop grace"
                                   : "stopped");
-  } else if (rec.stop_requested_unix_ms() != 0) {
-    rec.set_state(state::failed);
   } else if (end->exit_code == 0) {
     rec.set_state(state::exited);
     rec.set_detail("");
-  } else if (sig == SIGKILL && rec.has_memory_limit()) {
+  } else if (oom_kills > 0) {
     rec.set_state(state::oom_killed);
-    rec.set_detail("OOMKilled: the container exceeded its memory limit");
+    rec.set_detail(rec.has_memory_limit()
+                     ? "OOMKilled: the container exceeded its memory limit"
+                     : "OOMKilled: the kernel's OOM killer ended a process of the "
+                       "container (the machine ran out of memory)");
   } else if (sig != 0) {
     rec.set_state(state::failed);
     rec.set_detail("killed by signal " + std::to_string(sig) + " (" + signal_name(sig) + ")");
@@ -421,11 +436,45 @@ bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms) {
     if (auto err = ledger.put_process(rec))
       spdlog::error("agent: cannot store worker {}: {}", rec.worker(), render_error(err));
   };
-  for (const auto& [name, order] : ledger.workers()) {
-    if (ledger.processes().count(name))
-      continue;
-    keep(start(order, now_ms));
+  // Starts that came back from the offload (a worker that left the set
+  // meanwhile is stopped below like any other).
+  for (auto& [name, rec] : started_) {
+    keep(rec);
     changed = true;
+  }
+  started_.clear();
+  for (const auto& [name, order] : ledger.workers()) {
+    if (ledger.processes().count(name) || starting_.count(name))
+      continue;
+    if (!offload_) {
+      keep(start(order, now_ms));
+      changed = true;
+      continue;
+    }
+    // The start blocks (unpacking, CDI): it runs on a copy of this
+    // supervisor's settings and facts, off the agent's actor.
+    starting_.insert(name);
+    auto job = std::make_shared<worker_supervisor>(*this);
+    job->offload_ = nullptr;
+    auto rec = std::make_shared<v1::WorkerProcess>();
+    offload_(
+      [job, order = order, now_ms, rec] {
+        try {
+          *rec = job->start(order, now_ms);
+        } catch (const std::exception& e) {
+          rec->set_worker(order.worker());
+          rec->set_run(order.run());
+          rec->set_dir(job->worker_dir(order.worker()));
+          rec->set_state(state::failed);
+          rec->set_exit_code(-1);
+          rec->set_detail(std::string{"cannot start: "} + e.what());
+          spdlog::error("agent: worker {}: {}", order.worker(), rec->detail());
+        }
+      },
+      [this, name = name, rec] {
+        starting_.erase(name);
+        started_[name] = std::move(*rec);
+      });
   }
   std::vector<std::string> names;
   for (const auto& [name, rec] : ledger.processes())
@@ -453,20 +502,16 @@ bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms) {
       continue;
     }
     if (rec.stop_requested_unix_ms() == 0) {
-      std::string why;
-      auto limit = ordered ? order->second.spec().time_limit_seconds() : 0;
-      if (!ordered)
-        why = "its run no longer holds it";
-      else if (limit > 0 && now_ms - rec.started_unix_ms() >= static_cast<int64_t>(limit) * 1000)
-        why = "time limit of " + std::to_string(limit) + " s reached";
-      if (why.empty())
+      // The one reason the agent stops a worker: its run no longer holds
+      // it (deleted, failed, preempted, or at its time limit: the scheduler
+      // alone keeps time limits, and its next worker set leaves the worker
+      // out). A machine cut off from the controller keeps its workers.
+      if (ordered)
         continue;
-      spdlog::info("agent: stopping worker {} ({}): {} to pid {}", name, why,
-                   signal_name(rec.stop_signal()), rec.pid());
+      spdlog::info("agent: stopping worker {} (its run no longer holds it): {} to pid {}",
+                   name, signal_name(rec.stop_signal()), rec.pid());
       rec.set_state(state::stopping);
       rec.set_stop_requested_unix_ms(now_ms);
-      if (why.rfind("time limit", 0) == 0)
-        rec.set_detail(why);
       signal_process(rec.pid(), rec.stop_signal(), false);
       keep(rec);
       changed = true;
@@ -482,39 +527,79 @@ bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms) {
 }
 
 void worker_supervisor::sync_cdi(const v1::GpuSection& gpus, const std::string& sys_root) {
-  // "driver: healthy", "nvidia-smi", "no-gpu"; not "pending",
-  // "unresponsive" or "unavailable" (keep what is there then).
+  // "driver: healthy", "nvidia-smi", "no-gpu"; not "pending" or
+  // "unresponsive" (keep what is there then), nor "unavailable" unless the
+  // driver itself went away (NVML cannot be loaded, or says the kernel
+  // driver is not loaded): then the NVIDIA GPUs are gone for CDI.
   const auto& how = gpus.read_as();
-  if (how.find("healthy") == std::string::npos && how.find("nvidia-smi") == std::string::npos
-      && how.find("no-gpu") == std::string::npos)
+  bool driver_gone = false;
+  if (how == "unavailable") {
+    driver_gone = gpus.detail().find("NVML_ERROR_DRIVER_NOT_LOADED") != std::string::npos;
+    for (const auto& t : gpus.tried())
+      driver_gone = driver_gone
+                    || (t.rfind("NVML ", 0) == 0 && t.find(": not loaded (") != std::string::npos);
+    if (!driver_gone)
+      return;
+  } else if (how.find("healthy") == std::string::npos
+             && how.find("nvidia-smi") == std::string::npos
+             && how.find("no-gpu") == std::string::npos) {
     return;
+  }
   std::string driver;
   std::vector<std::string> nvidia;
+  std::vector<cdi_gpu> found;
   std::vector<amd_cdi_gpu> amd;
   for (const auto& g : gpus.gpus()) {
+    if (g.vendor() == "nvidia" && driver_gone)
+      continue;
     if (g.vendor() == "nvidia") {
       nvidia.push_back(g.id());
+      found.push_back({g.id(), g.pci_address(), g.has_index() ? int64_t{g.index()} : -1});
       driver = g.driver_version();
     } else if (g.vendor() == "amd") {
       amd.push_back({g.id(), g.pci_address()});
     }
   }
-  if (!options_.cdi.nvidia_ctk.empty() || nvidia.empty()) {
-    auto wrote = sync_nvidia_spec(options_.cdi, driver, nvidia);
+  nvidia_driver_ = driver;
+  nvidia_gpus_ = std::move(found);
+  cdi_wanted wanted{driver, std::move(nvidia), std::move(amd), sys_root};
+  if (cdi_syncing_) {
+    cdi_next_ = std::move(wanted);  // the latest pass wins
+    return;
+  }
+  run_cdi_sync(std::move(wanted));
+}
+
+void worker_supervisor::run_cdi_sync(cdi_wanted wanted) {
+  auto work = [o = options_.cdi, w = std::move(wanted)] {
+    if (!o.nvidia_ctk.empty() || w.nvidia.empty()) {
+      auto wrote = sync_nvidia_spec(o, w.driver, w.nvidia);
+      if (!wrote)
+        spdlog::error("agent: CDI: {}", render_error(wrote.error()));
+      else if (*wrote)
+        spdlog::info("agent: CDI: {} {}/nvidia.yaml", w.nvidia.empty() ? "removed" : "wrote",
+                     o.dynamic_dir);
+    }
+    auto wrote = write_amd_spec(o, w.sys_root, "/", w.amd);
     if (!wrote)
       spdlog::error("agent: CDI: {}", render_error(wrote.error()));
     else if (*wrote)
-      spdlog::info("agent: CDI: {} {}/nvidia.yaml", nvidia.empty() ? "removed" : "wrote",
-                   options_.cdi.dynamic_dir);
+      spdlog::info("agent: CDI: {} {}/amd-astraeus.json", w.amd.empty() ? "removed" : "wrote",
+                   o.dynamic_dir);
+  };
+  if (!offload_) {
+    work();
+    return;
   }
-  nvidia_driver_ = driver;
-  nvidia_gpus_ = nvidia;
-  auto wrote = write_amd_spec(options_.cdi, sys_root, "/", amd);
-  if (!wrote)
-    spdlog::error("agent: CDI: {}", render_error(wrote.error()));
-  else if (*wrote)
-    spdlog::info("agent: CDI: {} {}/amd-astraeus.json", amd.empty() ? "removed" : "wrote",
-                 options_.cdi.dynamic_dir);
+  cdi_syncing_ = true;
+  offload_(std::move(work), [this] {
+    cdi_syncing_ = false;
+    if (cdi_next_) {
+      auto next = std::move(*cdi_next_);
+      cdi_next_.reset();
+      run_cdi_sync(std::move(next));
+    }
+  });
 }
 
 caf::expected<v1::LogChunk> worker_supervisor::read_log(const worker_ledger& ledger,
@@ -524,26 +609,17 @@ caf::expected<v1::LogChunk> worker_supervisor::read_log(const worker_ledger& led
   if (worker.empty() || worker.find('/') != std::string::npos || worker == "."
       || worker == "..")
     return caf::make_error(ec::invalid_request, "'" + worker + "' is not a worker name");
-  auto path = worker_dir(worker) + "/log";
-  std::ifstream in{path, std::ios::binary};
-  if (!in)
-    return caf::make_error(ec::invalid_request, "machine " + options_.machine
-                                                  + " has no log for worker " + worker);
   if (max_bytes == 0 || max_bytes > (1u << 20))
     max_bytes = 1u << 20;
-  in.seekg(0, std::ios::end);
-  auto size = static_cast<uint64_t>(in.tellg());
-  if (offset > size)
-    offset = size;  // the log was started again
-  in.seekg(static_cast<std::streamoff>(offset));
-  std::string data(std::min<uint64_t>(max_bytes, size - offset), '\0');
-  in.read(data.data(), static_cast<std::streamsize>(data.size()));
-  data.resize(static_cast<size_t>(in.gcount()));
+  auto piece = read_log_piece(worker_dir(worker), offset, max_bytes);
+  if (!piece)
+    return caf::make_error(ec::invalid_request, "machine " + options_.machine
+                                                  + " has no log for worker " + worker);
   v1::LogChunk out;
   out.set_worker(worker);
   out.set_machine(options_.machine);
-  out.set_next_offset(offset + data.size());
-  out.set_data(std::move(data));
+  out.set_next_offset(piece->next_offset);
+  out.set_data(std::move(piece->data));
   auto p = ledger.processes().find(worker);
   out.set_state(p == ledger.processes().end() ? "Ended" : p->second.state());
   out.set_finished(p == ledger.processes().end() || !live(p->second));

@@ -93,6 +93,7 @@ protected:
       "--set", "stop.grace=2s", "--set", "cdi.static_dir=" + (dir_ / "etc-cdi").string(),
       "--set", "cdi.dynamic_dir=" + (dir_ / "run-cdi").string(), "--set",
       "cdi.nvidia_ctk=" + stand_in_ctk};
+    argv.insert(argv.end(), agent_flags_.begin(), agent_flags_.end());
     // Enrols on its first start; later starts keep its identity.
     auto flags = enrol();
     argv.insert(argv.end(), flags.begin(), flags.end());
@@ -226,6 +227,7 @@ protected:
   std::vector<std::unique_ptr<process>> procs_;
   std::vector<fs::path> pid_files_;
   process* agent_ = nullptr;
+  std::vector<std::string> agent_flags_;  ///< more agent flags (--set k=v)
 };
 
 } // namespace
@@ -287,6 +289,87 @@ TEST_F(Workers, AContainerAboveItsMemoryLimitIsOOMKilled) {
     << show.out;
 }
 
+TEST_F(Workers, ReportsKeepFlowingWhileAnImageUnpacks) {
+  if (auto why = make_busybox_image(); !why.empty())
+    GTEST_SKIP() << why;
+  // An OCI layout whose unpack (the held umoci stand-in) waits for the test.
+  auto layout = agent_dir() / "images" / "heldbox";
+  fs::create_directories(layout / "blobs" / "sha256");
+  write_text(layout / "oci-layout", R"({"imageLayoutVersion":"1.0.0"})");
+  write_text(layout / "index.json",
+             R"({"schemaVersion":2,"manifests":[{"digest":"sha256:m",)"
+             R"("annotations":{"org.opencontainers.image.ref.name":"latest"}}]})");
+  write_text(layout / "blobs" / "sha256" / "m", R"({"config":{"digest":"sha256:c"}})");
+  write_text(layout / "blobs" / "sha256" / "c", R"({"config":{"Cmd":["sh"]}})");
+  fs::copy(agent_dir() / "images" / "busybox", layout / "rootfs-src",
+           fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+  agent_flags_ = {"--set",
+                  "workers.umoci=" ASTRAEUS_SOURCE_DIR "/test/fixtures/umoci/held-umoci.sh"};
+  ASSERT_TRUE(start_cluster("runc"));
+  ASSERT_EQ(astra({"run", "--name", "held", "--image", "heldbox", "--cpus", "1", "--mem",
+                   "64M", "--", "sh", "-c", "echo unpacked"}).rc,
+            0);
+  ASSERT_TRUE(wait_until([&] { return fs::exists(layout / "unpacking"); }, 10s))
+    << "the unpack did not start";
+  // While it is held, the agent keeps reporting (every 200 ms) and the
+  // machine stays Up.
+  auto before = get_machine(port_, "gpu-09");
+  ASSERT_TRUE(before);
+  int reports = 0;
+  int64_t last = before->last_report_unix_ms();
+  EXPECT_TRUE(wait_until(
+    [&] {
+      auto m = get_machine(port_, "gpu-09");
+      if (m && m->last_report_unix_ms() > last) {
+        last = m->last_report_unix_ms();
+        ++reports;
+      }
+      return reports >= 3;
+    },
+    5s, 20ms))
+    << "the agent stopped reporting while the image unpacked";
+  EXPECT_EQ(get_machine(port_, "gpu-09")->state(), v1::Machine::Up);
+  EXPECT_NE(run_state("held").second, "Running") << "it cannot run before its image is there";
+  write_text(layout / "release", "");
+  ASSERT_TRUE(wait_run("held", "Stopped"));
+  EXPECT_EQ(astra({"logs", "held"}).out, "unpacked\n");
+}
+
+TEST_F(Workers, LogsAreCappedAndRotatedAndFollowedAcrossRotation) {
+  agent_flags_ = {"--set", "workers.log_max_bytes=4KiB"};
+  ASSERT_TRUE(start_cluster("process"));
+  // 300 numbered lines of 51 bytes (15 300 bytes: three rotations at 4 KiB),
+  // 510 bytes every 0.2 s, slow enough for a reader polling every 0.5 s to
+  // find its place in log or log.1.
+  auto script = std::string{"i=1000; while [ $i -lt 1300 ]; do "
+                            "echo \"line $i ........................................\"; "
+                            "[ $((i % 10)) = 0 ] && sleep 0.2; i=$((i+1)); done"};
+  std::string expected;
+  for (int i = 1000; i < 1300; ++i)
+    expected += "line " + std::to_string(i) + " ........................................\n";
+  ASSERT_EQ(astra({"run", "--name", "chatty", "--cpus", "1", "--", "sh", "-c", script}).rc, 0);
+  ASSERT_TRUE(wait_until([&] { return fs::exists(agent_dir() / "workers" / "chatty-0" / "log"); },
+                         10s));
+  // -f from the start follows every rotation: each line once, in order.
+  std::vector<std::string> argv{
+    program("astra"), "--addr", addr(), "--token-file",
+    (keys_dir_of((dir_ / "controller").string()) / "owner-token").string(), "logs", "chatty",
+    "-f"};
+  auto followed = run_command(argv, dir_.path());
+  EXPECT_EQ(followed.rc, 0) << followed.err;
+  EXPECT_EQ(followed.out, expected) << "astra logs -f lost or repeated output across rotation";
+  ASSERT_TRUE(wait_run("chatty", "Stopped"));
+  auto wdir = agent_dir() / "workers" / "chatty-0";
+  EXPECT_LE(fs::file_size(wdir / "log"), 4096u);
+  EXPECT_EQ(fs::file_size(wdir / "log.1"), 4096u);
+  EXPECT_FALSE(fs::exists(wdir / "log.2")) << "two files kept, no more";
+  // Without -f: what the machine kept, the end of the output.
+  auto kept = astra({"logs", "chatty"});
+  ASSERT_EQ(kept.rc, 0) << kept.err;
+  EXPECT_EQ(kept.out.size(), fs::file_size(wdir / "log") + 4096u);
+  EXPECT_EQ(expected.substr(expected.size() - kept.out.size()), kept.out);
+}
+
 TEST_F(Workers, FailingWorkerFailsItsRunWithTheExitCode) {
   ASSERT_TRUE(start_cluster("process"));
   auto res = astra({"run", "--name", "oops", "--gpus", "1", "--", "sh", "-c",
@@ -344,6 +427,30 @@ TEST_F(Workers, WorkerIgnoringSigtermIsKilledAtTheGraceWithNothingLeftBehind) {
   EXPECT_LE(took, 3.0) << "the 2 s grace, +-1 s";
   auto log = read_text(agent_->err_file());
   EXPECT_TRUE(contains(log, "SIGKILL")) << log;
+}
+
+TEST_F(Workers, ATimeLimitStopsTheRunAndItsWorkerIsCancelledThroughTheStopPath) {
+  ASSERT_TRUE(start_cluster("process"));
+  auto pids = dir_ / "pids";
+  pid_files_.push_back(pids);
+  // It says when SIGTERM reaches it, then ends as a checkpointing job would.
+  auto script = "trap 'echo got SIGTERM; exit 0' TERM; echo $$ >> " + pids.string()
+                + "; while :; do sleep 0.1; done";
+  ASSERT_EQ(astra({"run", "--name", "limited", "--gpus", "1", "--time-limit-seconds", "2", "--",
+                   "sh", "-c", script}).rc,
+            0);
+  ASSERT_TRUE(wait_run("limited", "Running"));
+  ASSERT_TRUE(wait_run("limited", "Stopped", 15s));
+  auto show = astra({"run", "show", "limited"});
+  EXPECT_TRUE(contains(show.out, "time limit of 2s reached")) << show.out;
+  ASSERT_EQ(pids_in(pids).size(), 1u);
+  EXPECT_TRUE(wait_until([&] { return !process_alive(pids_in(pids)[0], 0); }, 5s))
+    << "the worker outlived its time limit";
+  EXPECT_TRUE(wait_until(
+    [&] { return contains(read_text(agent_->err_file()), "worker limited-0 Cancelled"); }, 5s))
+    << read_text(agent_->err_file());
+  auto logs = read_text(agent_dir() / "workers" / "limited-0" / "log");
+  EXPECT_TRUE(contains(logs, "got SIGTERM")) << "stopped by its stop signal first: " << logs;
 }
 
 TEST_F(Workers, AgentKilledTenTimesFindsItsWorkerAgainWithoutRestartingIt) {

@@ -319,3 +319,16 @@ TEST(Config, EnvironmentMapReadsTheProcessEnvironment) {
   EXPECT_EQ(env["ASTRAEUS_CONFIG_TEST_VAR"], "a=b");
   unsetenv("ASTRAEUS_CONFIG_TEST_VAR");
 }
+
+TEST(Config, WorkerLogCapIsAByteSizeNamedWhenOutOfRange) {
+  auto dflt = load_agent_config(std::nullopt, {}, {});
+  ASSERT_TRUE(dflt) << render_error(dflt.error());
+  EXPECT_EQ(dflt->worker_log_max_bytes, 64ull << 20) << "64 MiB by default";
+  auto set = load_agent_config(std::nullopt, env_t{{"ASTRAEUS_WORKERS_LOG_MAX_BYTES", "1GiB"}},
+                               {});
+  ASSERT_TRUE(set) << render_error(set.error());
+  EXPECT_EQ(set->worker_log_max_bytes, 1ull << 30);
+  auto small = load_agent_config(std::nullopt, {}, flags_t{{"workers.log_max_bytes", "4KB"}});
+  ASSERT_FALSE(small);
+  expect_error(small.error(), {"workers.log_max_bytes", "\"4KB\"", "4KiB to 1TiB"});
+}

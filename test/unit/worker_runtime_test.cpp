@@ -14,6 +14,7 @@
 #include "runtime/cdi.hpp"
 #include "runtime/oci_bundle.hpp"
 #include "runtime/worker_process.hpp"
+#include "runtime/worker_supervisor.hpp"
 
 using namespace astraeus;
 namespace fs = std::filesystem;
@@ -306,4 +307,217 @@ TEST(Signals, ParsesNamesAndNumbers) {
   EXPECT_EQ(*parse_signal("9"), 9);
   EXPECT_FALSE(parse_signal("SIGNOPE"));
   EXPECT_FALSE(parse_signal("0"));
+}
+
+// OOMKilled is read from the container's memory cgroup (issue 6, "Limits"):
+// runc's state names the cgroup; the kernel's counter says whether it killed.
+TEST(OomKills, ReadFromTheCgroupV2MemoryEventsRuncNamed) {
+  test::temp_dir dir;
+  auto runc_root = dir.path() + "/runc";
+  auto host = dir.path() + "/host";
+  write(fs::path{runc_root} / "astraeus-hog-0/state.json",
+        R"({"id":"astraeus-hog-0","cgroup_paths":{"":"/sys/fs/cgroup/agent/astraeus-hog-0"}})");
+  auto cg = runc_memory_cgroup(runc_root, "astraeus-hog-0");
+  ASSERT_TRUE(cg);
+  EXPECT_EQ(*cg, "/sys/fs/cgroup/agent/astraeus-hog-0");
+  write(fs::path{host + *cg} / "memory.events",
+        "low 0\nhigh 0\nmax 1742\noom 3\noom_kill 2\noom_group_kill 0\n");
+  EXPECT_EQ(cgroup_oom_kills(*cg, host), 2u) << "the kernel killed twice";
+  write(fs::path{host + *cg} / "memory.events", "low 0\nhigh 0\nmax 9\noom 0\noom_kill 0\n");
+  EXPECT_EQ(cgroup_oom_kills(*cg, host), 0u) << "at its limit, never killed";
+}
+
+TEST(OomKills, CgroupV1AndHybridHostsReadMemoryOomControl) {
+  test::temp_dir dir;
+  auto runc_root = dir.path() + "/runc";
+  auto host = dir.path() + "/host";
+  // A hybrid host (as runc 1.1 records it): "" is the unified hierarchy,
+  // which has no memory controller there.
+  write(fs::path{runc_root} / "astraeus-w/state.json",
+        R"({"cgroup_paths":{"":"/sys/fs/cgroup/unified/astraeus-w",)"
+        R"("cpu":"/sys/fs/cgroup/cpu/a/astraeus-w",)"
+        R"("memory":"/sys/fs/cgroup/memory/a/astraeus-w"}})");
+  auto cg = runc_memory_cgroup(runc_root, "astraeus-w");
+  ASSERT_TRUE(cg);
+  EXPECT_EQ(*cg, "/sys/fs/cgroup/memory/a/astraeus-w");
+  write(fs::path{host + *cg} / "memory.oom_control",
+        "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n");
+  EXPECT_EQ(cgroup_oom_kills(*cg, host), 1u);
+}
+
+TEST(OomKills, UnknownWhenRuncKeptNoRecordOrTheCgroupIsGone) {
+  test::temp_dir dir;
+  EXPECT_FALSE(runc_memory_cgroup(dir.path(), "astraeus-none"));
+  write(fs::path{dir.path()} / "astraeus-bad/state.json", "not json");
+  EXPECT_FALSE(runc_memory_cgroup(dir.path(), "astraeus-bad"));
+  EXPECT_FALSE(cgroup_oom_kills("/sys/fs/cgroup/gone", dir.path()));
+}
+
+namespace {
+
+/// A CDI test folder with the stand-in nvidia-ctk counting its calls.
+struct ctk_fixture {
+  test::temp_dir dir;
+  cdi_options o;
+  std::string calls = dir.path() + "/calls";
+  ctk_fixture() {
+    o.static_dir = dir.path() + "/etc";
+    o.dynamic_dir = dir.path() + "/run";
+    o.nvidia_ctk = stand_in_ctk;
+    ::setenv("FAKE_CTK_CALLS", calls.c_str(), 1);
+  }
+  ~ctk_fixture() {
+    ::unsetenv("FAKE_CTK_CALLS");
+    ::unsetenv("FAKE_CTK_GPUS");
+    ::unsetenv("FAKE_CTK_NODE");
+  }
+  long generated() const {
+    auto text = read(calls);
+    return std::count(text.begin(), text.end(), '\n');
+  }
+  /// A spec the agent wrote for `driver` and `gpus` (fingerprint kept).
+  void ours(const std::string& text, const std::string& driver,
+            const std::vector<std::string>& gpus) const {
+    write(fs::path{o.dynamic_dir} / "nvidia.yaml", text);
+    write(fs::path{o.dynamic_dir} / ".nvidia.yaml.astraeus-fingerprint",
+          nvidia_fingerprint(driver, gpus));
+  }
+};
+
+const std::vector<cdi_gpu> two_gpus = {{"GPU-1", "0000:3b:00.0", 0},
+                                       {"GPU-2", "0000:5e:00.0", 1}};
+
+} // namespace
+
+// Issue 6: "Before each hand-over the agent checks that the spec's device
+// nodes exist and match the discovered GPUs, and regenerates a stale spec".
+TEST(CdiHandOver, AStaleSpecWhoseNodeIsGoneIsRegenerated) {
+  ctk_fixture f;
+  ::setenv("FAKE_CTK_GPUS", "GPU-1 GPU-2", 1);
+  // The spec names /dev/nvidia-gone for GPU-1 (the driver was reinstalled).
+  auto text = spec_of("nvidia.com/gpu", {"GPU-2"}, "/dev/null");
+  text += "- name: GPU-1\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\n"
+          "      hostPath: /dev/nvidia-gone\n";
+  f.ours(text, "550.54.15", {"GPU-1", "GPU-2"});
+  EXPECT_NE(nvidia_spec_stale(load_cdi(f.o), {"nvidia.com/gpu=GPU-1"}, two_gpus)
+              .find("/dev/nvidia-gone"),
+            std::string::npos);
+  auto edits = checked_cdi_edits(f.o, {"nvidia.com/gpu=GPU-1"}, "550.54.15", two_gpus);
+  ASSERT_TRUE(edits) << render_error(edits.error());
+  EXPECT_EQ(f.generated(), 1) << "written again once";
+  ASSERT_EQ(edits->devices.size(), 2u) << "its node and the spec's /dev/nvidiactl";
+  EXPECT_EQ(edits->devices[1].host_path, "/dev/null");
+  // Fresh now: no more generation.
+  EXPECT_TRUE(checked_cdi_edits(f.o, {"nvidia.com/gpu=GPU-2"}, "550.54.15", two_gpus));
+  EXPECT_EQ(f.generated(), 1);
+}
+
+TEST(CdiHandOver, ASpecForOtherGpusIsRegenerated) {
+  ctk_fixture f;
+  ::setenv("FAKE_CTK_GPUS", "GPU-1 GPU-2", 1);
+  // Written when the machine had GPU-1 and GPU-9; GPU-9 was replaced by GPU-2
+  // and the fingerprint not yet updated (no discovery pass since).
+  f.ours(spec_of("nvidia.com/gpu", {"GPU-1", "GPU-9"}), "550.54.15", {"GPU-1", "GPU-2"});
+  auto why = nvidia_spec_stale(load_cdi(f.o), {"nvidia.com/gpu=GPU-1"}, two_gpus);
+  EXPECT_NE(why.find("no device for GPU GPU-2"), std::string::npos) << why;
+  auto edits = checked_cdi_edits(f.o, {"nvidia.com/gpu=GPU-1"}, "550.54.15", two_gpus);
+  ASSERT_TRUE(edits) << render_error(edits.error());
+  EXPECT_EQ(f.generated(), 1);
+  auto reg = load_cdi(f.o);
+  EXPECT_TRUE(reg.devices.count("nvidia.com/gpu=GPU-2"));
+  EXPECT_FALSE(reg.devices.count("nvidia.com/gpu=GPU-9"));
+}
+
+TEST(CdiHandOver, DevicesNamedByIndexOrPciAddressAreMatchedThatWay) {
+  test::temp_dir dir;
+  cdi_options o;
+  o.static_dir = dir.path() + "/etc";
+  o.dynamic_dir = dir.path() + "/run";
+  write(fs::path{o.dynamic_dir} / "by-index.yaml", spec_of("nvidia.com/gpu", {"0", "1", "all"}));
+  EXPECT_EQ(nvidia_spec_stale(load_cdi(o), {"nvidia.com/gpu=0"}, two_gpus), "");
+  auto three = two_gpus;
+  three.push_back({"GPU-3", "0000:86:00.0", 2});
+  EXPECT_NE(nvidia_spec_stale(load_cdi(o), {"nvidia.com/gpu=0"}, three).find("index 2"),
+            std::string::npos);
+  fs::remove(fs::path{o.dynamic_dir} / "by-index.yaml");
+  write(fs::path{o.dynamic_dir} / "by-pci.yaml",
+        spec_of("nvidia.com/gpu", {"0000:3b:00.0", "0000:5e:00.0", "0000:af:00.0"}));
+  auto why = nvidia_spec_stale(load_cdi(o), {"nvidia.com/gpu=0000:3b:00.0"}, two_gpus);
+  EXPECT_NE(why.find("0000:af:00.0, which this machine does not have"), std::string::npos)
+    << why;
+}
+
+TEST(CdiHandOver, StillStaleAfterRegenerationFailsNamingTheDevice) {
+  ctk_fixture f;
+  ::setenv("FAKE_CTK_GPUS", "GPU-1 GPU-2", 1);
+  ::setenv("FAKE_CTK_NODE", "/dev/astraeus-no-such-node", 1);
+  auto edits = checked_cdi_edits(f.o, {"nvidia.com/gpu=GPU-2"}, "550.54.15", two_gpus);
+  ASSERT_FALSE(edits);
+  auto why = render_error(edits.error());
+  EXPECT_NE(why.find("stale even after"), std::string::npos) << why;
+  EXPECT_NE(why.find("nvidia.com/gpu=GPU-2"), std::string::npos) << why;
+  EXPECT_NE(why.find("/dev/astraeus-no-such-node"), std::string::npos) << why;
+  EXPECT_EQ(f.generated(), 1) << "written again once, not in a loop";
+}
+
+TEST(CdiHandOver, TheAgentsSpecIsRemovedWhenTheDriverGoesAway) {
+  ctk_fixture f;
+  ::setenv("FAKE_CTK_GPUS", "GPU-1", 1);
+  supervisor_options opts;
+  opts.data_dir = f.dir.path() + "/agent";
+  opts.cdi = f.o;
+  worker_supervisor sup{opts};
+  v1::GpuSection healthy;
+  healthy.set_read_as("driver: healthy");
+  auto* g = healthy.add_gpus();
+  g->set_id("GPU-1");
+  g->set_vendor("nvidia");
+  g->set_driver_version("550.54.15");
+  sup.sync_cdi(healthy, "/");
+  auto spec = fs::path{f.o.dynamic_dir} / "nvidia.yaml";
+  ASSERT_TRUE(fs::exists(spec));
+  // The driver does not answer (NVML init failed): the spec is kept.
+  auto hung = healthy;
+  hung.set_read_as("unavailable");
+  hung.set_detail("nvmlInit_v2: NVML_ERROR_UNKNOWN; the last known GPUs are kept");
+  sup.sync_cdi(hung, "/");
+  EXPECT_TRUE(fs::exists(spec));
+  // The kernel driver was unloaded: the GPUs are gone for CDI.
+  auto gone = healthy;
+  gone.set_read_as("unavailable");
+  gone.set_detail("nvmlInit_v2: NVML_ERROR_DRIVER_NOT_LOADED; the last known GPUs are kept");
+  sup.sync_cdi(gone, "/");
+  EXPECT_FALSE(fs::exists(spec));
+  EXPECT_FALSE(fs::exists(fs::path{f.o.dynamic_dir} / ".nvidia.yaml.astraeus-fingerprint"));
+}
+
+// Worker logs are capped and rotated (log, log.1); a reader's offset counts
+// every byte the worker wrote, so following it reads each byte once.
+TEST(WorkerLog, ReadsAcrossRotationByPositionInTheWholeOutput) {
+  test::temp_dir dir;
+  // 10 bytes were rotated away twice: log.1 holds bytes 6..9, log 10..13.
+  write(fs::path{dir.path()} / "log.1", "ghij");
+  write(fs::path{dir.path()} / "log", "klmn");
+  write(fs::path{dir.path()} / "log.start", "10\n");
+  auto at = [&](uint64_t offset, uint32_t max) {
+    auto p = read_log_piece(dir.path(), offset, max);
+    EXPECT_TRUE(p);
+    return p ? std::make_pair(p->data, p->next_offset) : std::make_pair(std::string{}, uint64_t{0});
+  };
+  EXPECT_EQ(at(0, 100), std::make_pair(std::string{"ghij"}, uint64_t{10}))
+    << "older output is gone: from the oldest byte kept";
+  EXPECT_EQ(at(7, 2), std::make_pair(std::string{"hi"}, uint64_t{9}));
+  EXPECT_EQ(at(9, 100), std::make_pair(std::string{"j"}, uint64_t{10}));
+  EXPECT_EQ(at(10, 100), std::make_pair(std::string{"klmn"}, uint64_t{14}));
+  EXPECT_EQ(at(14, 100), std::make_pair(std::string{}, uint64_t{14})) << "nothing new yet";
+  EXPECT_EQ(at(99, 100), std::make_pair(std::string{}, uint64_t{14}))
+    << "past the end (a log started again): its end";
+  // Never rotated: log alone, from 0.
+  test::temp_dir fresh;
+  write(fs::path{fresh.path()} / "log", "abc");
+  auto p = read_log_piece(fresh.path(), 0, 100);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->data, "abc");
+  EXPECT_EQ(p->next_offset, 3u);
+  EXPECT_FALSE(read_log_piece(fresh.path() + "/none", 0, 100));
 }
