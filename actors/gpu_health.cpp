@@ -26,7 +26,20 @@ void gpu_health_history::add(const v1::Gpu& g, time_point now,
       s.nvlink = sum;
   }
   s.thermal = g.has_thermal_slowdown() && g.thermal_slowdown();
-  samples_.push_back(s);
+  // A run of equal samples keeps only its first and last: the middle ones
+  // add no growth and split no heat interval, so every answer stays exact,
+  // and a GPU whose counters stand still (most of them, most of the time)
+  // keeps a handful of samples instead of one per report (8,640 a day at
+  // the default 10 s).
+  auto same = [](const sample& a, const sample& b) {
+    return a.ecc == b.ecc && a.replays == b.replays && a.nvlink == b.nvlink
+           && a.thermal == b.thermal;
+  };
+  auto n = samples_.size();
+  if (n >= 2 && same(samples_[n - 2], samples_[n - 1]) && same(samples_[n - 1], s))
+    samples_.back() = s;
+  else
+    samples_.push_back(s);
   window_start_ = now - window;
   // Keep one sample at or before the window's start as the baseline.
   while (samples_.size() >= 2 && samples_[1].at <= window_start_)

@@ -54,6 +54,10 @@ public:
   /// Time spent slowed down by heat within the window (between a sample
   /// that said so and the next).
   std::chrono::seconds thermal_slowdown() const;
+  /// Samples kept (runs of equal samples keep their first and last only).
+  size_t size() const {
+    return samples_.size();
+  }
 
 private:
   struct sample {

@@ -116,6 +116,38 @@ TEST(GpuHealth, TenMinutesSlowedByHeatAreFineMoreAreAtRisk) {
   EXPECT_NE(v.reasons.at(0).find("slowed down by heat"), std::string::npos);
 }
 
+TEST(GpuHealth, ADayOfReportsFromAQuietGpuKeepsAHandfulOfSamplesAndTheSameAnswers) {
+  // One report every 10 s for a day: counters still, then 30 errors, still
+  // again, 11 minutes slowed by heat, still again.
+  gpu_health_history h;
+  auto g = h100();
+  auto t0 = clock_type::time_point{} + 1h;
+  g.mutable_ecc()->set_volatile_correctable(5);
+  g.set_thermal_slowdown(false);
+  auto t = t0;
+  for (; t < t0 + 6h; t += 10s)
+    h.add(g, t, 24h);
+  g.mutable_ecc()->set_volatile_correctable(35);
+  for (; t < t0 + 12h; t += 10s)
+    h.add(g, t, 24h);
+  g.set_thermal_slowdown(true);
+  for (auto until = t + 11min; t < until; t += 10s)
+    h.add(g, t, 24h);
+  g.set_thermal_slowdown(false);
+  for (; t < t0 + 24h; t += 10s)
+    h.add(g, t, 24h);
+  EXPECT_LE(h.size(), 8u) << "8,640 reports, a handful of changes";
+  EXPECT_EQ(h.correctable_ecc(), 30u);
+  EXPECT_EQ(h.thermal_slowdown(), std::chrono::seconds{11 * 60});
+  EXPECT_EQ(judge(g, h).health, "AtRisk");
+  // A day later the heat and the errors have left the window.
+  for (auto until = t + 13h; t < until; t += 10s)
+    h.add(g, t, 24h);
+  EXPECT_EQ(h.correctable_ecc(), 0u);
+  EXPECT_EQ(h.thermal_slowdown(), std::chrono::seconds{0});
+  EXPECT_LE(h.size(), 3u);
+}
+
 TEST(GpuHealth, EightySixDegreesIsFineEightySevenIsAtRisk) {
   gpu_health_history h;
   auto g = h100();
