@@ -113,19 +113,27 @@ int run_dev(const std::string& data_dir, const std::optional<std::string>& ctl_f
   auto reach = ctl->port == 7450
                  ? std::string{"astra reaches it with no flags"}
                  : "astra: --addr " + addr + " or ASTRAEUS_ADDR=" + addr;
+  // astra looks for the owner token under the default data folder only;
+  // elsewhere the commands shown name the file.
+  auto token_path = owner_token_path(ctl->keys_dir);
+  bool default_keys = fs::path{data_dir} == fs::path{default_data_dir("dev")};
+  auto token_note = default_keys ? std::string{"astra finds it there"}
+                                 : "not the default folder: give astra --token-file " + token_path;
+  if (!default_keys)
+    flag += " --token-file " + token_path;
   std::printf("Astraeus dev cluster '%s' is running: a controller and an agent "
               "for this machine, in one process.\n"
               "  gate    %s  (%s)\n"
               "  store   %s\n"
               "  agent   machine '%s', identity in %s\n"
-              "  owner   API token in %s (astra finds it there)\n"
+              "  owner   API token in %s (%s)\n"
               "Try:     %s%s machines\n"
               "         %s%s machine %s\n"
               "Stop with Ctrl-C.\n",
               ccfg->cluster_name.c_str(), addr.c_str(), reach.c_str(),
               ctl->store->path().c_str(),
               name.c_str(), acfg->data_dir.c_str(),
-              owner_token_path(ctl->keys_dir).c_str(), astra.c_str(), flag.c_str(),
+              token_path.c_str(), token_note.c_str(), astra.c_str(), flag.c_str(),
               astra.c_str(), flag.c_str(), name.c_str());
   std::fflush(stdout);
   auto sig = bin::wait_for_stop_signal(signals);

@@ -663,6 +663,22 @@ caf::error validate_run_spec(const v1::RunSpec& spec) {
                         "both (the groups have "
                         + std::to_string(total) + " workers in all)");
   }
+  uint64_t per_copy = spec.workers();
+  if (!groups.empty()) {
+    per_copy = 0;
+    for (const auto& g : groups)
+      per_copy += g.size();
+  }
+  if (per_copy > max_run_workers)
+    return spec_error((groups.empty() ? "workers: " : "task_groups: ")
+                      + std::to_string(per_copy) + " workers is too many for one run "
+                      "(at most " + std::to_string(max_run_workers) + ")");
+  auto copies = std::max<uint64_t>(1, spec.array_size());
+  if (per_copy * copies > max_run_workers_all_copies)
+    return spec_error("array.size: " + std::to_string(copies) + " copies of "
+                      + std::to_string(per_copy) + " worker(s) is "
+                      + std::to_string(per_copy * copies) + " workers, too many (at most "
+                      + std::to_string(max_run_workers_all_copies) + " in all)");
   if (spec.gpus_per_worker() > max_run_gpus_per_worker)
     return spec_error("gpus: at most "
                       + std::to_string(max_run_gpus_per_worker)

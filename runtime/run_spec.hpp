@@ -81,6 +81,12 @@ inline constexpr uint32_t max_run_gpus_per_worker = 64;
 /// The largest `array.size`.
 inline constexpr uint32_t max_run_array_size = 10000;
 
+/// The most workers one copy of a run may have (a gang of 16,384 one-GPU
+/// workers), and the most workers of all its copies together: beyond these a
+/// run is refused before anything is stored or placed.
+inline constexpr uint32_t max_run_workers = 16384;
+inline constexpr uint64_t max_run_workers_all_copies = 100000;
+
 /// The longest time limit, in seconds (30 days).
 inline constexpr uint64_t max_run_time_limit_seconds = 30ull * 24 * 3600;
 

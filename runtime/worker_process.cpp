@@ -327,6 +327,9 @@ caf::expected<launched_process> launch_process(const process_launch& what) {
     ::close(4);
     while (!ended && ::waitpid(worker, &status, 0) < 0 && errno == EINTR) {
     }
+    // As when a container's first process ends: whatever the worker left
+    // running in its process group ends with it.
+    ::kill(-worker, SIGKILL);
     char text[32];
     size_t n = 0;
     if (WIFSIGNALED(status)) {

@@ -429,6 +429,22 @@ TEST_F(Workers, WorkerIgnoringSigtermIsKilledAtTheGraceWithNothingLeftBehind) {
   EXPECT_TRUE(contains(log, "SIGKILL")) << log;
 }
 
+TEST_F(Workers, WhatAHostProcessLeftRunningEndsWithIt) {
+  ASSERT_TRUE(start_cluster("process"));
+  auto pids = dir_ / "pids";
+  pid_files_.push_back(pids);
+  // The main process starts a child and waits; SIGTERM ends the main process
+  // only (sh dies of it), which used to leave the child running.
+  auto script = "sleep 1000 & echo $! >> " + pids.string() + "; wait";
+  ASSERT_EQ(astra({"run", "--name", "parent", "--gpus", "1", "--", "sh", "-c", script}).rc, 0);
+  ASSERT_TRUE(wait_until([&] { return pids_in(pids).size() == 1; }, 10s));
+  ASSERT_TRUE(wait_run("parent", "Running"));
+  ASSERT_EQ(astra({"delete", "parent"}).rc, 0);
+  auto child = pids_in(pids).front();
+  EXPECT_TRUE(wait_until([&] { return !process_alive(child, 0); }, 5s, 20ms))
+    << "the worker's child survived it";
+}
+
 TEST_F(Workers, ATimeLimitStopsTheRunAndItsWorkerIsCancelledThroughTheStopPath) {
   ASSERT_TRUE(start_cluster("process"));
   auto pids = dir_ / "pids";

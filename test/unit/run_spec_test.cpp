@@ -495,6 +495,16 @@ TEST(RunSpec, ValidationErrorsNameTheField) {
                                     "4000000000}]\n"),
             "task_groups: 8000000000 workers in all is too many (at most "
             "4294967295)");
+  // A run's size is capped before anything is stored or placed.
+  EXPECT_EQ(validation_error(base + "workers: 16384\n"), "valid");
+  EXPECT_EQ(validation_error(base + "workers: 100000000\n"),
+            "workers: 100000000 workers is too many for one run (at most 16384)");
+  EXPECT_EQ(validation_error(base + "task_groups: [{name: a, size: 10000}, "
+                                    "{name: b, size: 10000}]\n"),
+            "task_groups: 20000 workers is too many for one run (at most 16384)");
+  EXPECT_EQ(validation_error(base + "workers: 11\narray: {size: 10000}\n"),
+            "array.size: 10000 copies of 11 worker(s) is 110000 workers, too many "
+            "(at most 100000 in all)");
   EXPECT_EQ(validation_error(base + "gpus: 64\n"), "valid");
   EXPECT_EQ(validation_error(base + "gpus: 65\n"),
             "gpus: at most 64 GPUs per worker, got 65");
