@@ -411,19 +411,43 @@ void on_supervise(agent_ptr self) {
 /// Runs one blocking job of the supervisor on a detached actor of its own
 /// (its own thread), so reports and logs keep flowing; it answers
 /// `(atom::supervise, job)` and `done` then runs here.
+/// Starts waiting jobs while fewer than `max_jobs_running` run. A thread
+/// that cannot be created (the machine is out of them) runs its job here,
+/// blocking, rather than losing it or ending the agent.
+void start_jobs(agent_ptr self) {
+  auto& st = self->state;
+  auto agent = caf::actor_cast<caf::actor>(self);
+  while (st.jobs_running < agent_state::max_jobs_running && !st.jobs_waiting.empty()) {
+    auto [job, work] = std::move(st.jobs_waiting.front());
+    st.jobs_waiting.pop_front();
+    ++st.jobs_running;
+    auto run = [work = std::move(work)] {
+      try {
+        work();
+      } catch (const std::exception& e) {
+        spdlog::error("agent: a worker job failed: {}", e.what());
+      }
+    };
+    try {
+      self->spawn<caf::detached>([run, agent, job](caf::event_based_actor*) {
+        run();
+        caf::anon_send(agent, atom::supervise_v, job);
+      });
+    } catch (const std::exception& e) {
+      spdlog::warn("agent: no thread for a worker job ({}); running it in the agent",
+                   e.what());
+      run();
+      self->send(self, atom::supervise_v, job);
+    }
+  }
+}
+
 void offload_job(agent_ptr self, std::function<void()> work, std::function<void()> done) {
   auto& st = self->state;
   auto job = ++st.last_job;
   st.jobs.emplace(job, std::move(done));
-  auto agent = caf::actor_cast<caf::actor>(self);
-  self->spawn<caf::detached>([work = std::move(work), agent, job](caf::event_based_actor*) {
-    try {
-      work();
-    } catch (const std::exception& e) {
-      spdlog::error("agent: a worker job failed: {}", e.what());
-    }
-    caf::anon_send(agent, atom::supervise_v, job);
-  });
+  st.jobs_waiting.emplace_back(job, std::move(work));
+  start_jobs(self);
 }
 
 void on_job_done(agent_ptr self, uint64_t job) {
@@ -431,6 +455,9 @@ void on_job_done(agent_ptr self, uint64_t job) {
   auto i = st.jobs.find(job);
   if (i == st.jobs.end())
     return;
+  if (st.jobs_running > 0)
+    --st.jobs_running;
+  start_jobs(self);
   auto done = std::move(i->second);
   st.jobs.erase(i);
   done();

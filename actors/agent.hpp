@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -124,6 +125,11 @@ struct agent_state {
   /// by number: what to run on this actor when the job says it is done.
   std::map<uint64_t, std::function<void()>> jobs;
   uint64_t last_job = 0;                  ///< number of the latest job
+  /// Jobs waiting for a thread: at most `max_jobs_running` run at once, so a
+  /// burst of starts (a 10,000-worker run) does not ask for 10,000 threads.
+  std::deque<std::pair<uint64_t, std::function<void()>>> jobs_waiting;
+  size_t jobs_running = 0;
+  static constexpr size_t max_jobs_running = 4;
   std::string address;                    ///< advertised in reports (MASTER_ADDR)
   std::unique_ptr<kmsg_reader> kmsg;      ///< the kernel-log reader thread
   /// Kernel events that arrived before the first discovery pass.
