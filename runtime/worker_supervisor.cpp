@@ -18,6 +18,7 @@
 #include "runtime/oci_bundle.hpp"
 #include "runtime/worker_env.hpp"
 #include "runtime/worker_ledger.hpp"
+#include "runtime/run_spec.hpp"
 #include "runtime/worker_outputs.hpp"
 #include "runtime/worker_process.hpp"
 
@@ -173,6 +174,34 @@ rlimit worker_limit(int resource, rlim_t wanted, const char* what,
   return out;
 }
 
+/// A container's limits no higher than the agent's own hard limits where
+/// it may not raise them (runc could not set them: the start would fail);
+/// each lowered limit is said in the agent's log, naming the worker.
+void clamp_to_agent(std::vector<oci_rlimit>& limits, const std::string& worker) {
+  static const bool privileged = can_raise_limits();
+  if (privileged)
+    return;
+  for (auto& l : limits) {
+    auto resource = rlimit_resource(l.name);
+    if (!resource)
+      continue;
+    rlimit own{};
+    if (::getrlimit(*resource, &own) != 0 || own.rlim_max == RLIM_INFINITY)
+      continue;
+    auto max = static_cast<int64_t>(own.rlim_max);
+    auto over = [max](int64_t v) { return v < 0 || v > max; };
+    if (!over(l.hard) && !over(l.soft))
+      continue;
+    spdlog::warn("agent: worker {}: {} lowered to {}: the agent's own hard limit, "
+                 "which it may not raise",
+                 worker, l.name, max);
+    if (over(l.hard))
+      l.hard = max;
+    if (over(l.soft))
+      l.soft = max;
+  }
+}
+
 } // namespace
 
 caf::error worker_supervisor::start_process(const v1::WorkerOrder& order,
@@ -318,6 +347,7 @@ caf::error worker_supervisor::start_runc(const v1::WorkerOrder& order,
   }
   w.cpu_burst = spec.cpu_burst();
   apply_ulimits(w.rlimits, spec);
+  clamp_to_agent(w.rlimits, rec.worker());
   if (spec.outputs()) {
     if (auto err = prepare_outputs_dir(rec.dir(), w.user.uid, w.user.gid))
       return err;

@@ -5,7 +5,10 @@
 // times while its worker runs on: same process, no restart.
 // Sources: shared/seeds/inside-a-worker.md, issue 6.
 
+#include <sys/resource.h>
+
 #include <csignal>
+#include <fstream>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -563,4 +566,33 @@ TEST_F(Workers, AContainerRunsUnderTheDefaultSeccompProfileWithItsUlimits) {
   EXPECT_TRUE(contains(logs.out, "Seccomp:\t2\n")) << "a filter is loaded: " << logs.out;
   EXPECT_TRUE(contains(logs.out, "\n16384\n")) << "ulimit -s in KiB: " << logs.out;
   EXPECT_TRUE(contains(logs.out, "unshare denied")) << logs.out;
+}
+
+TEST_F(Workers, AContainerLimitAboveTheAgentsOwnIsLoweredNotAFailedStart) {
+  if (auto why = make_busybox_image(); !why.empty())
+    GTEST_SKIP() << why;
+  rlimit own{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &own), 0);
+  std::ifstream status{"/proc/self/status"};
+  std::string line;
+  bool may_raise = false;
+  while (std::getline(status, line))
+    if (line.rfind("CapEff:", 0) == 0)
+      may_raise = (std::stoull(line.substr(7), nullptr, 16) >> 24) & 1u;
+  if (may_raise || own.rlim_max == RLIM_INFINITY)
+    GTEST_SKIP() << "this process may raise its limits: nothing is lowered";
+  ASSERT_TRUE(start_cluster("runc"));
+  auto wanted = std::to_string(own.rlim_max + 1000);
+  write_text(dir_ / "nf.yaml",
+             "name: nf\nimage: busybox\ncpus: 1\ncommand: [sh, -c, 'ulimit -n']\n"
+             "security_context:\n  ulimits:\n    - {name: nofile, soft: " + wanted
+               + ", hard: " + wanted + "}\n");
+  auto res = astra({"run", "-f", (dir_ / "nf.yaml").string()});
+  ASSERT_EQ(res.rc, 0) << res.err;
+  ASSERT_TRUE(wait_run("nf", "Stopped")) << astra({"run", "show", "nf"}).out;
+  auto logs = astra({"logs", "nf"});
+  EXPECT_EQ(logs.out, std::to_string(own.rlim_max) + "\n");
+  auto agent_log = read_text(agent_->err_file());
+  EXPECT_TRUE(contains(agent_log, "worker nf-0: nofile lowered to " + std::to_string(own.rlim_max)))
+    << agent_log;
 }
