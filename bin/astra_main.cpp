@@ -284,7 +284,8 @@ void add_commands(CLI::App& app, options& opts, int& rc) {
   run->add_flag("--outputs", run_outputs,
                 "give each worker $ASTRAEUS_OUTPUTS: key=value lines written there "
                 "are shown by astra run show once it ends");
-  run->add_option("--time-limit-seconds", run_time_limit, "stop after this long");
+  run->add_option("--time-limit-seconds", run_time_limit, "stop after this long")
+    ->check(CLI::Range(uint64_t{0}, uint64_t{max_run_time_limit_seconds}));
   run->add_option("command", run_command, "command and arguments (after --)");
   auto* show = run->add_subcommand("show", "show one run: state, and per worker "
                                            "rank, group, machine, GPUs, NUMA node");
@@ -434,7 +435,8 @@ void add_commands(CLI::App& app, options& opts, int& rc) {
   static int logs_worker = 0;
   static bool logs_follow = false;
   logs->add_option("RUN", logs_run, "run name")->required();
-  logs->add_option("--worker", logs_worker, "the worker's rank (default 0, the leader)");
+  logs->add_option("--worker", logs_worker, "the worker's rank (default 0, the leader)")
+    ->check(CLI::Range(0, static_cast<int>(max_run_workers) - 1));
   logs->add_flag("-f,--follow", logs_follow, "keep printing new output until the "
                                             "worker ends");
   logs->callback([&] {
