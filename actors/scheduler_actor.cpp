@@ -82,10 +82,37 @@ void index_run(self_ptr self, const v1::Run& run) {
   }
 }
 
+/// Whether a worker state is an end its agent reported (kept as reported:
+/// only the run's state summarises) or the scheduler's Stopped.
+bool worker_ended(const std::string& s) {
+  return s == "Exited" || s == "Failed" || s == "OOMKilled" || s == "Cancelled"
+         || s == run_state::stopped;
+}
+
+/// Sets the run's state, and that of each worker still going on (a worker
+/// keeps the end its agent reported: Exited, Failed, OOMKilled, Cancelled).
 void set_run_state(v1::Run& run, const char* state) {
   run.set_state(state);
   for (auto& w : *run.mutable_workers())
-    w.set_state(state);
+    if (!worker_ended(w.state()))
+      w.set_state(state);
+}
+
+/// The array copies of a run that have ended (every worker of the copy
+/// ended): they hold nothing and are no longer on their machines.
+std::set<int32_t> ended_copies(const v1::Run& run) {
+  std::map<int32_t, bool> all_ended;
+  for (const auto& w : run.workers()) {
+    if (w.array_index() < 0)
+      continue;
+    auto [it, fresh] = all_ended.emplace(w.array_index(), true);
+    it->second = it->second && worker_ended(w.state());
+  }
+  std::set<int32_t> out;
+  for (const auto& [copy, ended] : all_ended)
+    if (ended)
+      out.insert(copy);
+  return out;
 }
 
 /// Releases the piecewise holds of a copy still re-adopting its GPUs.
@@ -102,10 +129,13 @@ void drop_restore(scheduler_state& st, const std::string& qname) {
 
 /// Adds (`sign` 1) or removes (-1) the CPU cores and memory the workers of
 /// copy `copy` (-2: all) ask for to their machines' use.
+/// With `copy` -2, the workers of copies that have ended are left out
+/// (they gave theirs back when they ended).
 void account(scheduler_state& st, const v1::Run& run, int sign, int32_t copy = -2) {
   const auto& spec = run.spec();
+  const auto ended = copy == -2 ? ended_copies(run) : std::set<int32_t>{};
   for (const auto& w : run.workers()) {
-    if ((copy != -2 && w.array_index() != copy)
+    if ((copy != -2 && w.array_index() != copy) || ended.count(w.array_index())
         || (sign < 0 && w.state() == run_state::stopped))
       continue;
     auto& f = st.machine_facts_by_name[w.machine()];
@@ -383,6 +413,24 @@ void place_cpu_runs(scheduler_state& st, std::set<std::string>& touched,
   }
 }
 
+/// Gives back what copy `copy` of `run` holds (its GPUs, cores and memory,
+/// its time limit) and tells its machines: the copy has ended.
+void end_copy(self_ptr self, const v1::Run& run, int32_t copy) {
+  auto& st = self->state;
+  const auto qname = run.spec().name() + "[" + std::to_string(copy) + "]";
+  account(st, run, -1, copy);
+  if (st.restoring.count(qname))
+    drop_restore(st, qname);
+  else if (!cpu_only(run.spec()) && st.queue->allocation_of(qname))
+    if (auto err = st.queue->complete(qname))
+      spdlog::error("scheduler: run {}: cannot release its GPUs: {}", qname,
+                    render_error(err));
+  st.limit_token.erase(qname);
+  for (const auto& w : run.workers())
+    if (w.array_index() == copy)
+      mark_machine(self, w.machine());
+}
+
 /// Stops run or copy `qname` when its time limit, `seconds` from now, is
 /// reached (an `atom::deadline` to itself, matched by token).
 void arm_time_limit(self_ptr self, const std::string& qname, int64_t seconds) {
@@ -484,6 +532,7 @@ v1::WorkerOrders orders_for(scheduler_state& st, const std::string& machine) {
     if (it == st.runs.end())
       continue;
     const auto& run = it->second;
+    const auto ended = ended_copies(run);
     std::map<int32_t, uint32_t> world;
     std::map<int32_t, std::set<std::string>> spans;  // machines per copy
     for (const auto& w : run.workers()) {
@@ -491,7 +540,8 @@ v1::WorkerOrders orders_for(scheduler_state& st, const std::string& machine) {
       spans[w.array_index()].insert(w.machine());
     }
     for (const auto& w : run.workers()) {
-      if (w.machine() != machine || w.state() == run_state::stopped)
+      if (w.machine() != machine || w.state() == run_state::stopped
+          || ended.count(w.array_index()))
         continue;
       auto* o = out.add_workers();
       o->set_worker(w.name());
@@ -578,21 +628,35 @@ std::pair<const char*, std::string>
 run_outcome(const v1::Run& run,
             const std::map<std::string, const v1::WorkerStatus*>& held) {
   bool all_exited = run.workers_size() > 0;
+  // The worker that failed names the reason; one its agent Cancelled (its
+  // gang stopped) only when none failed.
+  const v1::WorkerAssignment* cancelled = nullptr;
+  auto failure = [&](const v1::WorkerAssignment& w) -> std::pair<const char*, std::string> {
+    const auto& s = w.state();
+    std::string detail;
+    if (auto h = held.find(w.name()); h != held.end())
+      detail = h->second->detail();
+    // "worker g-1 Failed: exited with code 3", "worker g-1 OOMKilled: the
+    // container exceeded its memory limit".
+    if (detail.rfind(s, 0) != 0)
+      detail = s + (detail.empty() ? "" : ": " + detail);
+    return {run_state::failed, "worker " + w.name() + " " + detail};
+  };
   for (const auto& w : run.workers()) {
     const auto& s = w.state();
-    if (s == "Failed" || s == "OOMKilled" || s == "Cancelled") {
-      std::string detail;
-      if (auto h = held.find(w.name()); h != held.end())
-        detail = h->second->detail();
-      // "worker g-1 Failed: exited with code 3", "worker g-1 OOMKilled: the
-      // container exceeded its memory limit".
-      if (detail.rfind(s, 0) != 0)
-        detail = s + (detail.empty() ? "" : ": " + detail);
-      return {run_state::failed, "worker " + w.name() + " " + detail};
+    if (s == "Cancelled") {
+      if (!cancelled)
+        cancelled = &w;
+      continue;
     }
-    if (s != "Exited")
+    if (s == "Failed" || s == "OOMKilled")
+      return failure(w);
+    // A copy stopped at its time limit has ended too.
+    if (s != "Exited" && s != run_state::stopped)
       all_exited = false;
   }
+  if (cancelled)
+    return failure(*cancelled);
   auto copies = std::max<uint32_t>(1, run.spec().array_size());
   if (all_exited && run.copies_placed() >= copies)
     return {run_state::stopped, "completed: every worker exited with code 0"};
@@ -732,8 +796,11 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
       st.runs.emplace(key, std::move(run));
       continue;
     }
+    const auto ended = ended_copies(run);
     for (const auto& qname : queue_names_of(run.spec())) {
       auto copy = parse_queue_name(qname).second;
+      if (ended.count(copy))
+        continue;  // it holds nothing
       if (cpu_only(run.spec())) {
         bool placed = std::any_of(run.workers().begin(), run.workers().end(),
                                   [copy = copy](const auto& w) {
@@ -775,8 +842,9 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
     auto elapsed = (unix_ms_now() - run.placed_unix_ms()) / 1000;
     auto left = static_cast<int64_t>(run.spec().time_limit_seconds()) - elapsed;
     std::set<int32_t> copies;
+    const auto ended = ended_copies(run);
     for (const auto& w : run.workers())
-      if (w.state() != run_state::stopped)
+      if (w.state() != run_state::stopped && !ended.count(w.array_index()))
         copies.insert(w.array_index());
     for (auto c : copies)
       arm_time_limit(self, c < 0 ? key : key + "[" + std::to_string(c) + "]", left);
@@ -930,11 +998,19 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
         held[w.worker()] = &w;
       std::vector<std::pair<std::string, std::string>> lost;
       std::vector<std::string> touched;
+      std::vector<std::pair<std::string, int32_t>> newly_ended;
       for (const auto& run_name : on->second) {
         auto& run = st.runs[run_name];
         bool changed = false;
+        // A copy that has ended is off its machines: its workers' statuses
+        // (the agent still stopping them) change nothing.
+        const auto ended_before = ended_copies(run);
+        // Set again below while an earlier worker of the name is still held.
+        const auto reason_before = run.waiting_reason();
+        if (reason_before.find(" still holds an earlier worker named ") != std::string::npos)
+          run.set_waiting_reason(waiting_reason_of(st, run));
         for (auto& w : *run.mutable_workers()) {
-          if (w.machine() != machine)
+          if (w.machine() != machine || ended_before.count(w.array_index()))
             continue;
           auto h = held.find(w.name());
           if (h == held.end()) {
@@ -943,6 +1019,18 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
             continue;
           }
           auto next = worker_state_of(h->second->state());
+          if (!w.acknowledged() && (next == "Stopping" || worker_ended(next))) {
+            // The agent answers a worker it was just handed with Assigned;
+            // one it reports stopping or ended before that is an earlier
+            // worker of the same name (a run deleted and submitted again)
+            // that it still stops: not this run's. It changes nothing here.
+            auto why = "waiting: machine " + machine + " still holds an earlier worker named "
+                       + w.name() + " (" + h->second->state() + "); this worker starts once "
+                       + "the agent has let it go";
+            run.set_waiting_reason(why);
+            spdlog::warn("scheduler: run {}: {}", run_name, why);
+            continue;
+          }
           if (!w.acknowledged() || w.state() != next) {
             w.set_acknowledged(true);
             w.set_state(next);
@@ -955,14 +1043,30 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
           }
         }
         // Placed until every worker runs; then Running.
+        const auto ended_now = ended_copies(run);
         if (changed && run.state() == std::string{run_state::placed}
             && std::all_of(run.workers().begin(), run.workers().end(),
-                           [](const auto& w) { return w.state() == run_state::running; }))
+                           [&ended_now](const auto& w) {
+                             return w.state() == run_state::running
+                                    || ended_now.count(w.array_index());
+                           }))
           run.set_state(run_state::running);
+        if (run.waiting_reason() != reason_before)
+          mark(self, run_name);
         if (changed) {
           mark(self, run_name);
           touched.push_back(run_name);
+          for (auto copy : ended_copies(run))
+            if (!ended_before.count(copy))
+              newly_ended.emplace_back(run_name, copy);
         }
+      }
+      // A copy whose workers have all ended gives back what it holds at
+      // once (its waiting siblings may take it); if one failed, the run
+      // fails below.
+      for (const auto& [run_name, copy] : newly_ended) {
+        spdlog::info("scheduler: run {}[{}] ended", run_name, copy);
+        end_copy(self, st.runs[run_name], copy);
       }
       std::set<std::string> failed;
       for (const auto& [run_name, worker] : lost) {
@@ -977,7 +1081,7 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
       // A run whose workers all exited 0 is complete; one whose worker
       // failed fails, and its other workers are stopped (their machines get
       // worker sets without them).
-      bool ended = !failed.empty();
+      bool ended = !failed.empty() || !newly_ended.empty();
       for (const auto& run_name : touched) {
         if (failed.count(run_name))
           continue;
@@ -1012,18 +1116,16 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
         finish_run(self, run, run_state::stopped, why);
       } else {
         // One copy of an array: it alone ends.
-        account(st, run, -1, copy);
-        if (st.restoring.count(qname))
-          drop_restore(st, qname);
-        else if (!cpu_only(run.spec()) && st.queue->allocation_of(qname))
-          st.queue->complete(qname);
-        bool any_left = false;
-        for (auto& w : *run.mutable_workers()) {
-          if (w.array_index() == copy)
+        if (ended_copies(run).count(copy))
+          return;
+        end_copy(self, run, copy);
+        for (auto& w : *run.mutable_workers())
+          if (w.array_index() == copy && !worker_ended(w.state()))
             w.set_state(run_state::stopped);
-          else if (w.state() != run_state::stopped)
-            any_left = true;
-        }
+        const auto ended = ended_copies(run);
+        bool any_left = false;
+        for (const auto& w : run.workers())
+          any_left = any_left || !ended.count(w.array_index());
         for (const auto& q : queue_names_of(run.spec()))
           any_left = any_left || st.waiting.count(q) > 0;
         if (!any_left) {
@@ -1031,10 +1133,6 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
           run.set_state(run_state::stopped);
           run.set_waiting_reason(why);
           index_run(self, run);
-        } else {
-          for (const auto& w : run.workers())
-            if (w.array_index() == copy)
-              mark_machine(self, w.machine());
         }
         mark(self, run_name);
       }

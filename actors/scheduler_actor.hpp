@@ -21,7 +21,16 @@
 ///   shown `Down`, GPUs kept; when its agent reports again, a worker it
 ///   acknowledged before and no longer holds has failed, and so has its run.
 /// - `array.size` N runs N copies of the run, each placed on its own (queue
-///   names `<run>[i]`), workers named `<run>[i]-<rank>`.
+///   names `<run>[i]`), workers named `<run>[i]-<rank>`. A copy whose
+///   workers have all ended (exited, failed, or stopped at its time limit)
+///   gives back its GPUs, cores and memory at once and leaves its machines'
+///   worker sets; the run completes when every copy exited 0 and fails when
+///   a worker of any copy fails.
+/// - Each worker keeps the state its agent last reported (Exited, Failed,
+///   OOMKilled, Cancelled); only workers still going on take the run's end
+///   state. A worker not yet acknowledged that its agent reports stopping or
+///   ended is an earlier worker of the same name (run deleted and submitted
+///   again): that status changes nothing and the run says why it waits.
 /// - At start every stored run is loaded: waiting runs (and copies) queue
 ///   again in their submission order; placed ones re-adopt their GPUs as
 ///   soon as the snapshots of their machines name them (each GPU is held

@@ -809,3 +809,114 @@ TEST_F(SchedulerActor, EachArrayCopyEndsAtItsOwnTimeLimit) {
   EXPECT_EQ(sweep.state(), "Stopped") << sweep.ShortDebugString();
   ASSERT_EQ(submit(s, spec_of("next", 1)).state(), "Placed") << "the GPU is free";
 }
+
+// --- Array copies that end, worker states kept as reported -----------------
+
+TEST_F(SchedulerAssignments, AnArrayCopyThatExitedZeroFreesItsCoresAndLeavesItsMachine) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "cpu-01");
+  snapshot(s, cpu_machine("cpu-01", 2, 8));
+  auto spec = cpu_spec("arr", 1, 64);
+  spec.set_array_size(3);
+  auto arr = submit(s, spec);
+  ASSERT_EQ(arr.copies_placed(), 2u) << arr.ShortDebugString();
+  tell(s, in_states("cpu-01", {{"arr[0]-0", "Running", ""}, {"arr[1]-0", "Running", ""}}));
+  EXPECT_EQ(get(s, "arr").state(), "Running");
+  tell(s, in_states("cpu-01", {{"arr[0]-0", "Exited", ""}, {"arr[1]-0", "Running", ""}}));
+  arr = get(s, "arr");
+  EXPECT_EQ(arr.copies_placed(), 3u) << "copy 2 takes the core copy 0 gave back";
+  EXPECT_EQ(arr.waiting_reason(), "");
+  std::set<std::string> ordered;
+  for (const auto& o : log->last().workers())
+    ordered.insert(o.worker());
+  EXPECT_EQ(ordered, (std::set<std::string>{"arr[1]-0", "arr[2]-0"}))
+    << "copy 0 left the machine's set";
+  // The agent still lists the ended copy for a while: it changes nothing.
+  tell(s, in_states("cpu-01", {{"arr[0]-0", "Cancelled", ""}, {"arr[1]-0", "Running", ""},
+                               {"arr[2]-0", "Running", ""}}));
+  EXPECT_EQ(get(s, "arr").state(), "Running");
+  EXPECT_EQ(submit(s, cpu_spec("other", 1, 64)).state(), "Waiting") << "both cores held";
+  tell(s, in_states("cpu-01", {{"arr[1]-0", "Exited", ""}, {"arr[2]-0", "Exited", ""}}));
+  arr = get(s, "arr");
+  EXPECT_EQ(arr.state(), "Stopped") << arr.ShortDebugString();
+  EXPECT_EQ(arr.waiting_reason(), "completed: every worker exited with code 0");
+  for (const auto& w : arr.workers())
+    EXPECT_EQ(w.state(), "Exited") << w.name();
+  EXPECT_EQ(get(s, "other").state(), "Placed");
+}
+
+TEST_F(SchedulerAssignments, AnArrayCopyThatExitedZeroFreesItsGpuAndAFailedCopyFailsTheRun) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  snapshot(s, machine_of("gpu-01", 1));
+  auto spec = spec_of("garr", 1);
+  spec.set_array_size(3);
+  EXPECT_EQ(submit(s, spec).copies_placed(), 1u);
+  tell(s, in_states("gpu-01", {{"garr[0]-0", "Running", ""}}));
+  tell(s, in_states("gpu-01", {{"garr[0]-0", "Exited", ""}}));
+  auto garr = get(s, "garr");
+  EXPECT_EQ(garr.copies_placed(), 2u) << "copy 1 holds the GPU copy 0 gave back";
+  ASSERT_EQ(log->last().workers_size(), 1);
+  EXPECT_EQ(log->last().workers(0).worker(), "garr[1]-0");
+  tell(s, in_states("gpu-01", {{"garr[1]-0", "Running", ""}}));
+  tell(s, in_states("gpu-01", {{"garr[1]-0", "Failed", "exited with code 3"}}));
+  garr = get(s, "garr");
+  EXPECT_EQ(garr.state(), "Failed");
+  EXPECT_EQ(garr.waiting_reason(), "worker garr[1]-0 Failed: exited with code 3");
+  EXPECT_EQ(submit(s, spec_of("next", 1)).state(), "Placed") << "the GPU is free";
+}
+
+TEST_F(SchedulerAssignments, WorkersKeepTheStateTheirAgentReported) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  snapshot(s, machine_of("gpu-01", 8));
+  submit(s, spec_of("g", 1, 3));
+  tell(s, in_states("gpu-01", {{"g-0", "Running", ""}, {"g-1", "Running", ""},
+                               {"g-2", "Running", ""}}));
+  tell(s, in_states("gpu-01", {{"g-0", "Cancelled", "stopped"},
+                               {"g-1", "Failed", "exited with code 3"},
+                               {"g-2", "Running", ""}}));
+  auto g = get(s, "g");
+  EXPECT_EQ(g.state(), "Failed");
+  EXPECT_EQ(g.waiting_reason(), "worker g-1 Failed: exited with code 3")
+    << "the worker that failed, not the one cancelled";
+  std::map<std::string, std::string> states;
+  for (const auto& w : g.workers())
+    states[w.name()] = w.state();
+  EXPECT_EQ(states, (std::map<std::string, std::string>{
+                      {"g-0", "Cancelled"}, {"g-1", "Failed"}, {"g-2", "Failed"}}));
+  // Deleted: a worker that exited keeps Exited, the others are Stopped.
+  submit(s, spec_of("d", 1, 2));
+  tell(s, in_states("gpu-01", {{"d-0", "Running", ""}, {"d-1", "Running", ""}}));
+  tell(s, in_states("gpu-01", {{"d-0", "Exited", ""}, {"d-1", "Running", ""}}));
+  auto d = ask<v1::Run>(s, atom::remove_v, std::string{"d"});
+  ASSERT_EQ(d.workers_size(), 2);
+  EXPECT_EQ(d.workers(0).state(), "Exited");
+  EXPECT_EQ(d.workers(1).state(), "Stopped");
+}
+
+TEST_F(SchedulerAssignments, ARunSubmittedAgainUnderItsNameIsNotEndedByTheOldWorkersStatus) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  snapshot(s, machine_of("gpu-01", 8));
+  submit(s, spec_of("same", 1));
+  tell(s, in_states("gpu-01", {{"same-0", "Running", ""}}));
+  ask<v1::Run>(s, atom::remove_v, std::string{"same"});
+  EXPECT_EQ(submit(s, spec_of("same", 1)).state(), "Placed");
+  // The agent still stops the old same-0 and reports it under that name.
+  tell(s, in_states("gpu-01", {{"same-0", "Stopping", ""}}));
+  tell(s, in_states("gpu-01",
+                    {{"same-0", "Cancelled", "stopped: killed after the stop grace"}}));
+  auto again = get(s, "same");
+  EXPECT_EQ(again.state(), "Placed") << again.ShortDebugString();
+  EXPECT_NE(again.waiting_reason().find("still holds an earlier worker named same-0"),
+            std::string::npos)
+    << again.waiting_reason();
+  EXPECT_EQ(again.workers(0).state(), "Placed");
+  // Once the agent holds the new worker, its statuses count.
+  tell(s, in_states("gpu-01", {{"same-0", "Assigned", ""}}));
+  tell(s, in_states("gpu-01", {{"same-0", "Running", ""}}));
+  EXPECT_EQ(get(s, "same").state(), "Running");
+  tell(s, in_states("gpu-01", {{"same-0", "Exited", ""}}));
+  EXPECT_EQ(get(s, "same").state(), "Stopped");
+}
