@@ -515,12 +515,22 @@ bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms) {
     const bool ordered = order != ledger.workers().end();
     reap_child(rec.shim_pid());
     if (!live(rec)) {
-      if (!ordered) {
-        // The worker left the set and has ended: forget it, keep its log.
+      // The worker left the set and has ended: forget it, keep its log. One
+      // stopped because it left the set and ordered again is a new worker of
+      // the same name (its run was deleted and submitted again): forgotten
+      // too, so the next pass starts the new one.
+      bool again = ordered && rec.stop_requested_unix_ms() != 0;
+      if (!ordered || again) {
         std::error_code err;
         fs::remove_all(fs::path{rec.dir()} / "bundle", err);
         if (auto e = ledger.erase_process(name))
           spdlog::error("agent: cannot forget worker {}: {}", name, render_error(e));
+        if (again) {
+          spdlog::info("agent: worker {} ordered again after it was stopped: a new "
+                       "worker of that name starts",
+                       name);
+          changed = true;
+        }
       }
       continue;
     }

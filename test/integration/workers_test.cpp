@@ -448,6 +448,27 @@ TEST_F(Workers, WhatAHostProcessLeftRunningEndsWithIt) {
     << "the worker's child survived it";
 }
 
+TEST_F(Workers, ARunDeletedAndSubmittedAgainUnderItsNameRuns) {
+  ASSERT_TRUE(start_cluster("process"));
+  // The first worker ignores SIGTERM: it is still stopping (the 2 s grace)
+  // when the same name is ordered again.
+  ASSERT_EQ(astra({"run", "--name", "same", "--gpus", "1", "--", "sh", "-c",
+                   "trap '' TERM; echo first; while :; do sleep 1; done"})
+              .rc,
+            0);
+  ASSERT_TRUE(wait_run("same", "Running"));
+  ASSERT_EQ(astra({"delete", "same"}).rc, 0);
+  // At once, while the agent may still be stopping the first worker.
+  ASSERT_EQ(astra({"run", "--name", "same", "--gpus", "1", "--", "sh", "-c",
+                   "echo second; sleep 1000"})
+              .rc,
+            0);
+  ASSERT_TRUE(wait_run("same", "Running")) << astra({"run", "show", "same"}).out;
+  EXPECT_TRUE(wait_until([&] { return contains(astra({"logs", "same"}).out, "second"); }, 5s))
+    << astra({"logs", "same"}).out;
+  EXPECT_EQ(astra({"delete", "same"}).rc, 0);
+}
+
 TEST_F(Workers, ATimeLimitStopsTheRunAndItsWorkerIsCancelledThroughTheStopPath) {
   ASSERT_TRUE(start_cluster("process"));
   auto pids = dir_ / "pids";
