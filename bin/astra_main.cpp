@@ -309,9 +309,12 @@ void add_commands(CLI::App& app, options& opts, int& rc) {
         rc = 2;
         return;
       }
-      std::stringstream text;
-      text << in.rdbuf();
-      auto parsed = parse_run_spec(text.str(), run_file);
+      // At most one byte over the cap is read: a spec file that never ends
+      // (/dev/zero, a pipe) is refused, not read forever.
+      std::string text(max_run_spec_bytes + 1, '\0');
+      in.read(text.data(), static_cast<std::streamsize>(text.size()));
+      text.resize(static_cast<size_t>(in.gcount()));
+      auto parsed = parse_run_spec(text, run_file);
       if (!parsed) {
         std::fprintf(stderr, "astra: %s\n", render_error(parsed.error()).c_str());
         rc = 2;

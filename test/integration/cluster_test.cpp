@@ -633,6 +633,14 @@ TEST_F(Cluster, AstraReportsUnreachableController) {
   EXPECT_TRUE(contains(res.err, "127.0.0.1:1")) << res.err;
 }
 
+TEST_F(Cluster, AstraRefusesASpecFileThatNeverEnds) {
+  auto res = run_command({program("astra"), "--addr", "127.0.0.1:1", "run", "-f", "/dev/zero"},
+                         dir_.path());
+  EXPECT_FALSE(res.timed_out);
+  EXPECT_EQ(res.rc, 2);
+  EXPECT_TRUE(contains(res.err, "/dev/zero: the spec is larger than 1 MiB")) << res.err;
+}
+
 // -- 7. start-up failures ---------------------------------------------------------
 
 TEST_F(Cluster, ControllerRejectsUnknownConfigKey) {
