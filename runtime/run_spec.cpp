@@ -17,6 +17,7 @@
 
 #include <sys/resource.h>
 
+#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
 namespace astraeus {
@@ -522,6 +523,16 @@ caf::expected<v1::RunSpec> parse_run_spec(std::string_view text,
   std::string where{source};
   if (text.size() > max_run_spec_bytes)
     return spec_error(where + ": the spec is larger than 1 MiB");
+  // A spec that starts as JSON is held to JSON's grammar first: YAML would
+  // take some broken JSON (text after the closing brace) without a word.
+  auto first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string_view::npos && text[first] == '{') {
+    try {
+      (void) nlohmann::json::parse(text.begin(), text.end());
+    } catch (const nlohmann::json::parse_error& e) {
+      return spec_error(where + ": not valid JSON: " + e.what());
+    }
+  }
   YAML::Node root;
   try {
     root = YAML::Load(std::string{text});

@@ -158,6 +158,11 @@ TEST(RunSpec, BrokenFixturesNameTheField) {
   EXPECT_EQ(error_of("bad-syntax.yaml"),
             "bad-syntax.yaml:4:1: syntax error: end of sequence flow not "
             "found");
+  // JSON with text after its closing brace is refused, not half-read.
+  auto trailing = parse_run_spec(R"({"name": "a", "command": ["true"]} garbage)", "t.json");
+  ASSERT_FALSE(trailing);
+  EXPECT_NE(render_error(trailing.error()).find("t.json: not valid JSON: "), std::string::npos)
+    << render_error(trailing.error());
   // Two leaders parse (the message allows it) but do not validate.
   auto two = parse_fixture("bad-two-leaders.yaml");
   ASSERT_TRUE(two) << render_error(two.error());
