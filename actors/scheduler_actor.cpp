@@ -990,6 +990,25 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
     [self](v1::WorkerStatuses& statuses) {
       auto& st = self->state;
       const auto& machine = statuses.machine();
+      // Outputs of a worker stopped with its run or its copy (a time limit,
+      // a failed gang) come after that ended: kept on the worker all the same.
+      for (const auto& w : statuses.workers()) {
+        if (w.outputs_size() == 0)
+          continue;
+        auto r = st.runs.find(w.run());
+        if (r == st.runs.end())
+          continue;
+        auto& run = r->second;
+        bool run_ended = run.state() == std::string{run_state::stopped}
+                         || run.state() == std::string{run_state::failed};
+        auto ended = ended_copies(run);
+        for (auto& rw : *run.mutable_workers())
+          if (rw.name() == w.worker() && rw.machine() == machine && rw.outputs_size() == 0
+              && (run_ended || ended.count(rw.array_index()))) {
+            *rw.mutable_outputs() = w.outputs();
+            mark(self, r->first);
+          }
+      }
       auto on = st.runs_on.find(machine);
       if (on == st.runs_on.end())
         return;

@@ -342,11 +342,12 @@ TEST_F(Workers, LogsAreCappedAndRotatedAndFollowedAcrossRotation) {
   agent_flags_ = {"--set", "workers.log_max_bytes=4KiB"};
   ASSERT_TRUE(start_cluster("process"));
   // 300 numbered lines of 51 bytes (15 300 bytes: three rotations at 4 KiB),
-  // 510 bytes every 0.2 s, slow enough for a reader polling every 0.5 s to
-  // find its place in log or log.1.
+  // 510 bytes every 0.3 s (a rotation every 2.4 s), slow enough for a reader
+  // polling every 0.5 s, even on a loaded CI machine, to find its place in
+  // log or log.1.
   auto script = std::string{"i=1000; while [ $i -lt 1300 ]; do "
                             "echo \"line $i ........................................\"; "
-                            "[ $((i % 10)) = 0 ] && sleep 0.2; i=$((i+1)); done"};
+                            "[ $((i % 10)) = 0 ] && sleep 0.3; i=$((i+1)); done"};
   std::string expected;
   for (int i = 1000; i < 1300; ++i)
     expected += "line " + std::to_string(i) + " ........................................\n";

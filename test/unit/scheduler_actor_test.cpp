@@ -895,6 +895,27 @@ TEST_F(SchedulerAssignments, WorkersKeepTheStateTheirAgentReported) {
   EXPECT_EQ(d.workers(1).state(), "Stopped");
 }
 
+TEST_F(SchedulerAssignments, OutputsOfAWorkerStoppedWithItsRunAreKept) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  snapshot(s, machine_of("gpu-01", 8));
+  submit(s, spec_of("g", 1, 2));
+  tell(s, in_states("gpu-01", {{"g-0", "Running", ""}, {"g-1", "Running", ""}}));
+  // g-1 fails: the run fails and g-0 is stopped by its agent...
+  tell(s, in_states("gpu-01", {{"g-0", "Running", ""}, {"g-1", "Failed", "exited with code 3"}}));
+  ASSERT_EQ(get(s, "g").state(), "Failed");
+  // ...which reads what g-0 wrote to $ASTRAEUS_OUTPUTS once it has ended.
+  auto late = in_states("gpu-01", {{"g-0", "Cancelled", "stopped"}});
+  late.mutable_workers(0)->set_run("g");
+  (*late.mutable_workers(0)->mutable_outputs())["loss"] = "0.25";
+  tell(s, late);
+  auto g = get(s, "g");
+  ASSERT_EQ(g.workers_size(), 2);
+  ASSERT_EQ(g.workers(0).outputs().count("loss"), 1u);
+  EXPECT_EQ(g.workers(0).outputs().at("loss"), "0.25");
+  EXPECT_EQ(g.state(), "Failed") << "outputs change nothing else";
+}
+
 TEST_F(SchedulerAssignments, ARunSubmittedAgainUnderItsNameIsNotEndedByTheOldWorkersStatus) {
   auto s = spawn_scheduler();
   auto log = attach(s, "gpu-01");
