@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cctype>
 #include <set>
-#include <unordered_map>
 
 #include <caf/actor_cast.hpp>
 #include <caf/exit_reason.hpp>
@@ -20,6 +19,15 @@
 namespace astraeus {
 
 namespace {
+
+/// The worker of `orders` placed on GPU `gpu_id`; empty when none is.
+std::string gpu_holder(const v1::WorkerOrders& orders, const std::string& gpu_id) {
+  for (const auto& w : orders.workers())
+    for (const auto& id : w.gpu_ids())
+      if (id == gpu_id)
+        return w.worker();
+  return {};
+}
 
 /// How often an Up machine's facts are written to the store at most (they
 /// are also written on every transition to Up), so that `astra machine`
@@ -246,10 +254,8 @@ machine(machine_actor::stateful_pointer<machine_state> self,
       if (i == st.gpus.end()) {
         auto handle = self->template spawn<caf::linked>(
           gpu, st.config.record.name(), g, up, caf::actor_cast<machine_actor>(self));
-        for (const auto& w : st.orders.workers())
-          for (const auto& id : w.gpu_ids())
-            if (id == g.id())
-              self->send(handle, atom::assign_v, w.worker());
+        if (auto holder = gpu_holder(st.orders, g.id()); !holder.empty())
+          self->send(handle, atom::assign_v, std::move(holder));
         st.gpus.emplace(g.id(), std::move(handle));
       } else
         self->send(i->second, g);
@@ -274,14 +280,8 @@ machine(machine_actor::stateful_pointer<machine_state> self,
   // whole worker set placed here.
   auto tell_holders = [self] {
     auto& st = self->state;
-    std::unordered_map<std::string, std::string> holder;
-    for (const auto& w : st.orders.workers())
-      for (const auto& id : w.gpu_ids())
-        holder[id] = w.worker();
-    for (auto& [id, g] : st.gpus) {
-      auto i = holder.find(id);
-      self->send(g, atom::assign_v, i == holder.end() ? std::string{} : i->second);
-    }
+    for (auto& [id, g] : st.gpus)
+      self->send(g, atom::assign_v, gpu_holder(st.orders, id));
   };
     self->send(st.config.scheduler, atom::attach_v, name(),
                caf::actor_cast<machine_actor>(self));
