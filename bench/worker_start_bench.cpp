@@ -74,17 +74,27 @@ struct figures {
   double p50_ms = 0, p99_ms = 0, max_ms = 0;
 };
 
-figures measure(const std::string& runtime, int starts, const fs::path& dir) {
+/// The worker ledger of an agent whose data folder is `dir`.
+worker_ledger open_ledger(const fs::path& dir) {
   auto opened = Store::open((dir / "store").string());
-  std::shared_ptr<Store> store = std::move(*opened);
-  auto ledger = *worker_ledger::load(store);
+  return *worker_ledger::load(std::shared_ptr<Store>{std::move(*opened)});
+}
+
+/// A supervisor's settings for machine "bench" with data folder `dir`; workers
+/// are killed at once when stopped (no stop grace).
+supervisor_options bench_options(const fs::path& dir, const std::string& runtime) {
   supervisor_options opts;
   opts.data_dir = dir.string();
   opts.machine = "bench";
   opts.runtime = runtime;
   opts.images_dir = (dir / "images").string();
   opts.stop_grace = std::chrono::milliseconds{0};
-  worker_supervisor sup{opts};
+  return opts;
+}
+
+figures measure(const std::string& runtime, int starts, const fs::path& dir) {
+  auto ledger = open_ledger(dir);
+  worker_supervisor sup{bench_options(dir, runtime)};
   std::vector<double> ms;
   for (int i = 1; i <= starts; ++i) {
     // In a container the marker lands in the bundle's root filesystem.
@@ -147,14 +157,8 @@ int main(int argc, char** argv) {
   // Memory per running worker (process runtime): 50 workers.
   {
     auto dir = base / "memory";
-    auto opened = Store::open((dir / "store").string());
-    std::shared_ptr<Store> store = std::move(*opened);
-    auto ledger = *worker_ledger::load(store);
-    supervisor_options opts;
-    opts.data_dir = dir.string();
-    opts.machine = "bench";
-    opts.runtime = "process";
-    worker_supervisor sup{opts};
+    auto ledger = open_ledger(dir);
+    worker_supervisor sup{bench_options(dir, "process")};
     long rss0 = proc_kb(::getpid(), "status", "VmRSS:");
     const int n = 50;
     ledger.apply("bench", orders_of(1, n, "process", dir.string()));
@@ -168,10 +172,8 @@ int main(int argc, char** argv) {
                 "%.1f KiB\n",
                 n, static_cast<double>(pss) / n, static_cast<double>(rss1 - rss0) / n);
     ledger.apply("bench", orders_of(2, 0, "process", ""));
-    opts.stop_grace = std::chrono::milliseconds{0};
-    worker_supervisor killer{opts};
     for (int k = 0; k < 100 && !ledger.processes().empty(); ++k) {
-      killer.reconcile(ledger, now_ms());
+      sup.reconcile(ledger, now_ms());
       std::this_thread::sleep_for(std::chrono::milliseconds{5});
     }
   }
