@@ -633,6 +633,26 @@ TEST_F(Cluster, AstraReportsUnreachableController) {
   EXPECT_TRUE(contains(res.err, "127.0.0.1:1")) << res.err;
 }
 
+TEST_F(Cluster, VersionsNameTheProtocolTheHelloCarries) {
+  for (const auto* prog : {"astraeus", "astra"}) {
+    auto res = run_command({program(prog), "version"}, dir_.path());
+    EXPECT_EQ(res.rc, 0) << res.err;
+    EXPECT_TRUE(contains(res.out, "(protocol " + std::to_string(protocol_version) + ")"))
+      << prog << ": " << res.out;
+  }
+}
+
+TEST_F(Cluster, DevModeReadsTheControllersConfigFileAndNamesABadKey) {
+  auto file = dir_ / "controller.yaml";
+  write_text(file, "heartbeat:\n  lapsee: 5s\n");
+  auto res = run_command({program("astraeus"), "dev", "--data-dir", (dir_ / "dev").string(),
+                          "--port", "0", "--controller-config", file.string()},
+                         dir_.path());
+  EXPECT_FALSE(res.timed_out);
+  EXPECT_EQ(res.rc, 2) << res.err;
+  EXPECT_TRUE(contains(res.err, "heartbeat.lapsee")) << res.err;
+}
+
 TEST_F(Cluster, AstraRefusesASpecFileThatNeverEnds) {
   auto res = run_command({program("astra"), "--addr", "127.0.0.1:1", "run", "-f", "/dev/zero"},
                          dir_.path());
