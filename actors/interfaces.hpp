@@ -117,7 +117,7 @@ using cluster_actor = caf::typed_actor<
 
 /// The scheduler: keeps every run (family `runs`) and places waiting runs'
 /// workers onto concrete GPUs, all or nothing, after every change.
-/// Source: issue "The scheduler"; actors/placement.hpp (the engine).
+/// Source: issue "The scheduler"; actors/scheduler/placement.hpp (the engine).
 using scheduler_actor = caf::typed_actor<
   // Submits a run: validated, stored Waiting with sync, then a schedule pass;
   // answers the run as it is after the pass. Fails with ec::invalid_request

@@ -17,7 +17,7 @@
 #include <caf/exit_reason.hpp>
 #include <caf/send.hpp>
 
-#include "actors/machine_actor.hpp"
+#include "actors/controller/machine_actor.hpp"
 #include "messages/astraeus.pb.h"
 #include "messages/type_ids.hpp"
 

@@ -10,7 +10,7 @@
 //     test/fixtures/hosts/dgx-h100;
 //   - read_host_facts on the dgx-h100 tree (statfs answered by a fake, as
 //     the mount points do not exist under the fixture);
-//   - the agent's whole tick as actors/agent.cpp does it every report
+//   - the agent's whole tick as actors/agent/agent.cpp does it every report
 //     interval: read_host_facts for rdma_up, discover, then make_report's
 //     read_host_facts, the GPU section copied in, SerializeAsString.
 // CPU time is the process's (CLOCK_PROCESS_CPUTIME_ID): the NVML worker
@@ -29,9 +29,9 @@
 #include <spdlog/spdlog.h>
 
 #include "messages/astraeus.pb.h"
-#include "runtime/gpu_discovery.hpp"
-#include "runtime/host_facts.hpp"
-#include "runtime/pci_bus.hpp"
+#include "runtime/gpu/gpu_discovery.hpp"
+#include "runtime/host/host_facts.hpp"
+#include "runtime/host/pci_bus.hpp"
 
 #ifndef ASTRAEUS_NVML_STAND_IN
 #error "ASTRAEUS_NVML_STAND_IN (path of the stand-in libnvidia-ml.so) must be defined"

@@ -3,7 +3,7 @@
 //   gate_channel_bench [--seconds S]
 //
 // - handshakes/s: a whole handshake in one process, both sides
-//   (runtime/secure_channel.hpp): the client's hello, the gate's accept
+//   (runtime/gate/secure_channel.hpp): the client's hello, the gate's accept
 //   (X25519 key pair, crypto_kx, an Ed25519 signature), the client's check
 //   and sealed auth (crypto_kx, a verify, a signature), the gate's check (a
 //   verify). No sockets: the CPU cost of admitting one peer.
@@ -19,8 +19,8 @@
 #include <memory>
 #include <string>
 
-#include "runtime/frame_codec.hpp"
-#include "runtime/secure_channel.hpp"
+#include "runtime/gate/frame_codec.hpp"
+#include "runtime/gate/secure_channel.hpp"
 
 using namespace astraeus;
 using steady = std::chrono::steady_clock;

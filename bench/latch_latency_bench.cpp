@@ -60,17 +60,17 @@
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 
-#include "actors/controller.hpp"
+#include "actors/controller/controller.hpp"
 #include "messages/astraeus.pb.h"
 #include "messages/error.hpp"
-#include "runtime/config.hpp"
-#include "runtime/gate_client.hpp"
-#include "runtime/private_file.hpp"
-#include "runtime/secure_channel.hpp"
-#include "runtime/tokens.hpp"
-#include "runtime/wall_clock.hpp"
-#include "runtime/host_facts.hpp"
-#include "runtime/system_setup.hpp"
+#include "runtime/process/config.hpp"
+#include "runtime/gate/gate_client.hpp"
+#include "runtime/process/private_file.hpp"
+#include "runtime/gate/secure_channel.hpp"
+#include "runtime/gate/tokens.hpp"
+#include "runtime/process/wall_clock.hpp"
+#include "runtime/host/host_facts.hpp"
+#include "runtime/process/system_setup.hpp"
 
 using namespace astraeus;
 namespace fs = std::filesystem;
@@ -519,7 +519,7 @@ int main(int argc, char** argv) {
   }
 
   // 5. What the immediate report costs the agent before it is sent: it
-  // reads every host fact again (actors/agent.cpp, make_report). Same tree.
+  // reads every host fact again (actors/agent/agent.cpp, make_report). Same tree.
   std::vector<double> host_facts;
   {
     HostReaderOptions ho;

@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/placement.hpp"
+#include "actors/scheduler/placement.hpp"
 #include "sim_cluster.hpp"
 
 using namespace astraeus;

@@ -27,7 +27,7 @@
 #include <spdlog/spdlog.h>
 
 #include "bench_support.hpp"
-#include "runtime/system_setup.hpp"
+#include "runtime/process/system_setup.hpp"
 
 namespace {
 

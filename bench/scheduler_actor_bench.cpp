@@ -60,9 +60,9 @@
 #include <caf/send.hpp>
 #include <spdlog/spdlog.h>
 
-#include "actors/scheduler_actor.hpp"
+#include "actors/scheduler/scheduler_actor.hpp"
 #include "messages/error.hpp"
-#include "runtime/system_setup.hpp"
+#include "runtime/process/system_setup.hpp"
 #include "sim_cluster.hpp"
 #include "store/store.hpp"
 

@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "actors/placement.hpp"
+#include "actors/scheduler/placement.hpp"
 
 namespace astraeus::bench {
 

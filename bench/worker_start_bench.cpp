@@ -18,9 +18,9 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
-#include "runtime/worker_ledger.hpp"
-#include "runtime/worker_process.hpp"
-#include "runtime/worker_supervisor.hpp"
+#include "runtime/workers/worker_ledger.hpp"
+#include "runtime/workers/worker_process.hpp"
+#include "runtime/workers/worker_supervisor.hpp"
 #include "store/store.hpp"
 
 using namespace astraeus;

@@ -10,13 +10,13 @@
 #include <caf/send.hpp>
 #include <spdlog/spdlog.h>
 
-#include "actors/controller.hpp"
+#include "actors/controller/controller.hpp"
 #include "bin/process.hpp"
 #include "messages/error.hpp"
-#include "runtime/config.hpp"
-#include "runtime/gate_client.hpp"
-#include "runtime/logging.hpp"
-#include "runtime/system_setup.hpp"
+#include "runtime/process/config.hpp"
+#include "runtime/gate/gate_client.hpp"
+#include "runtime/process/logging.hpp"
+#include "runtime/process/system_setup.hpp"
 
 using namespace astraeus;
 

@@ -18,12 +18,12 @@
 
 #include "bin/cli_format.hpp"
 #include "messages/error.hpp"
-#include "runtime/config.hpp"
-#include "runtime/frame_codec.hpp"
-#include "runtime/gate_client.hpp"
-#include "runtime/private_file.hpp"
-#include "runtime/run_spec.hpp"
-#include "runtime/secure_channel.hpp"
+#include "runtime/process/config.hpp"
+#include "runtime/gate/frame_codec.hpp"
+#include "runtime/gate/gate_client.hpp"
+#include "runtime/process/private_file.hpp"
+#include "runtime/workers/run_spec.hpp"
+#include "runtime/gate/secure_channel.hpp"
 
 using namespace astraeus;
 

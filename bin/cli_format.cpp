@@ -8,10 +8,10 @@
 
 #include <google/protobuf/util/json_util.h>
 
-#include "actors/machine_pressure.hpp"
-#include "runtime/run_spec.hpp"
-#include "runtime/sysfs_text.hpp"
-#include "runtime/wall_clock.hpp"
+#include "actors/controller/machine_pressure.hpp"
+#include "runtime/workers/run_spec.hpp"
+#include "runtime/host/sysfs_text.hpp"
+#include "runtime/process/wall_clock.hpp"
 
 namespace astraeus::cli {
 

@@ -8,13 +8,13 @@
 #include <caf/actor_system_config.hpp>
 #include <spdlog/spdlog.h>
 
-#include "actors/controller.hpp"
+#include "actors/controller/controller.hpp"
 #include "bin/process.hpp"
 #include "messages/error.hpp"
-#include "runtime/config.hpp"
-#include "runtime/logging.hpp"
-#include "runtime/secure_channel.hpp"
-#include "runtime/system_setup.hpp"
+#include "runtime/process/config.hpp"
+#include "runtime/process/logging.hpp"
+#include "runtime/gate/secure_channel.hpp"
+#include "runtime/process/system_setup.hpp"
 #include "store/store.hpp"
 
 using namespace astraeus;

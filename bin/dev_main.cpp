@@ -12,16 +12,16 @@
 #include <caf/send.hpp>
 #include <spdlog/spdlog.h>
 
-#include "actors/controller.hpp"
+#include "actors/controller/controller.hpp"
 #include "bin/process.hpp"
 #include "messages/error.hpp"
-#include "runtime/config.hpp"
-#include "runtime/frame_codec.hpp"
-#include "runtime/logging.hpp"
-#include "runtime/secure_channel.hpp"
-#include "runtime/system_setup.hpp"
-#include "runtime/tokens.hpp"
-#include "runtime/wall_clock.hpp"
+#include "runtime/process/config.hpp"
+#include "runtime/gate/frame_codec.hpp"
+#include "runtime/process/logging.hpp"
+#include "runtime/gate/secure_channel.hpp"
+#include "runtime/process/system_setup.hpp"
+#include "runtime/gate/tokens.hpp"
+#include "runtime/process/wall_clock.hpp"
 #include "store/store.hpp"
 
 using namespace astraeus;

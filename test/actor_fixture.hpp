@@ -20,7 +20,7 @@
 #include <spdlog/spdlog.h>
 
 #include "messages/error.hpp"
-#include "runtime/system_setup.hpp"
+#include "runtime/process/system_setup.hpp"
 
 namespace astraeus::test {
 

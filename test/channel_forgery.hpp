@@ -11,8 +11,8 @@
 #include <sodium.h>
 
 #include "messages/error.hpp"
-#include "runtime/frame_codec.hpp"
-#include "runtime/secure_channel.hpp"
+#include "runtime/gate/frame_codec.hpp"
+#include "runtime/gate/secure_channel.hpp"
 
 namespace astraeus::test {
 

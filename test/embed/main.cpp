@@ -7,11 +7,11 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/scoped_actor.hpp>
 
-#include "actors/controller.hpp"
+#include "actors/controller/controller.hpp"
 #include "messages/error.hpp"
-#include "runtime/system_setup.hpp"
-#include "runtime/tokens.hpp"
-#include "runtime/wall_clock.hpp"
+#include "runtime/process/system_setup.hpp"
+#include "runtime/gate/tokens.hpp"
+#include "runtime/process/wall_clock.hpp"
 
 int main(int argc, char** argv) {
   if (argc < 2)

@@ -1,4 +1,4 @@
-// libFuzzer target: the gate's frame decoder (runtime/frame_codec.hpp), fed
+// libFuzzer target: the gate's frame decoder (runtime/gate/frame_codec.hpp), fed
 // a byte stream as a socket would deliver it, in pieces. Invariants: no
 // crash, no sanitizer report, a record is never longer than the cap, and a
 // length over the cap fails before its body is read. Issue 7.
@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "runtime/frame_codec.hpp"
+#include "runtime/gate/frame_codec.hpp"
 
 using namespace astraeus;
 

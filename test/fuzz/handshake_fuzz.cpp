@@ -1,5 +1,5 @@
 // libFuzzer target: both sides of the secure channel's handshake
-// (runtime/secure_channel.hpp) fed arbitrary records, and an established
+// (runtime/gate/secure_channel.hpp) fed arbitrary records, and an established
 // channel fed arbitrary sealed records. Invariants: no crash, no sanitizer
 // report, and nothing the fuzzer makes ever completes a handshake or opens
 // as a sealed frame (it cannot sign for a key nor seal without the session
@@ -11,8 +11,8 @@
 #include <memory>
 #include <string>
 
-#include "runtime/frame_codec.hpp"
-#include "runtime/secure_channel.hpp"
+#include "runtime/gate/frame_codec.hpp"
+#include "runtime/gate/secure_channel.hpp"
 
 using namespace astraeus;
 

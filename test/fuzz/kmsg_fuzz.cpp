@@ -1,4 +1,4 @@
-// libFuzzer target for the kernel-log parsers (runtime/kmsg.hpp): any bytes
+// libFuzzer target for the kernel-log parsers (runtime/faults/kmsg.hpp): any bytes
 // as a /dev/kmsg line and as a record's message. Besides what the
 // sanitizers catch, it aborts when a result breaks its documented form.
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "runtime/kmsg.hpp"
+#include "runtime/faults/kmsg.hpp"
 
 namespace {
 

@@ -36,9 +36,9 @@
 #include <map>
 
 #include "messages/error.hpp"
-#include "runtime/frame_codec.hpp"
-#include "runtime/gate_client.hpp"
-#include "runtime/secure_channel.hpp"
+#include "runtime/gate/frame_codec.hpp"
+#include "runtime/gate/gate_client.hpp"
+#include "runtime/gate/secure_channel.hpp"
 
 extern char** environ;
 

@@ -534,7 +534,7 @@ TEST_F(Health, RepeatsFoldIntoOneLatchWithACount) {
 // Fails at the time of writing: the agent handles the record before its
 // first GPU discovery finished, finds no GPU at 0000:3a:00.0, keeps it as an
 // unmapped incident (action "fence") and moves its kernel-log position past
-// it, so the GPU is never fenced (actors/agent.cpp, on_kernel_event).
+// it, so the GPU is never fenced (actors/agent/agent.cpp, on_kernel_event).
 TEST_F(Health, FatalXidAlreadyInTheLogWhenTheAgentStartsFences) {
   start_controller();
   ASSERT_TRUE(wait_ready(ctl_));
@@ -599,9 +599,9 @@ TEST_F(Health, LatchSurvivesKill9AndRestart) {
 // after): more than 100 in 24 h, so it is AtRisk.
 //
 // Fails at the time of writing: before its first discovery pass the
-// restarted agent reports a GPU section read as "no-gpu" (actors/agent.cpp,
+// restarted agent reports a GPU section read as "no-gpu" (actors/agent/agent.cpp,
 // send_report), which the machine actor takes as a complete read
-// (actors/machine_actor.cpp, complete_read): it drops every GPU actor ("GPU
+// (actors/controller/machine_actor.cpp, complete_read): it drops every GPU actor ("GPU
 // ... is gone") and makes new ones a moment later, with no history.
 TEST_F(Health, AgentRestartKeepsTheGpusAndTheirHistory) {
   ASSERT_TRUE(start_cluster());

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "integration/cluster_harness.hpp"
-#include "runtime/worker_process.hpp"
+#include "runtime/workers/worker_process.hpp"
 
 using namespace astraeus;
 using namespace astraeus::itest;

@@ -1,7 +1,7 @@
 // A stand-in libnvidia-ml.so for tests: exports the NVML symbols the agent
 // uses, with the real names and the real ABI, and serves GPUs from a JSON
 // fixture. The agent loads it through its ordinary dlopen code
-// (runtime/nvml.cpp), so tests exercise the real prober.
+// (runtime/gpu/nvml.cpp), so tests exercise the real prober.
 //
 // Built twice (test/CMakeLists.txt): the normal build, and an "old driver"
 // build (ASTRAEUS_STAND_IN_OLD_DRIVER=1) that lacks symbols older drivers

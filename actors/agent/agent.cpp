@@ -1,0 +1,783 @@
+#include "actors/agent/agent.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <system_error>
+
+#include <caf/actor_cast.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/send.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/io/system_messages.hpp>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+
+#include "actors/agent/probe_actor.hpp"
+#include "messages/error.hpp"
+#include "runtime/process/wall_clock.hpp"
+#include "messages/type_ids.hpp"
+#include "runtime/gate/frame_codec.hpp"
+#include "runtime/process/private_file.hpp"
+
+namespace astraeus {
+
+namespace fs = std::filesystem;
+using caf::io::connection_handle;
+using caf::io::receive_policy;
+
+namespace {
+
+caf::expected<std::string> read_small_file(const fs::path& path) {
+  return read_trimmed_file(path.string());
+}
+
+bool is_hex_id(const std::string& s) {
+  if (s.size() != 32)
+    return false;
+  for (auto c : s)
+    if (!std::isxdigit(static_cast<unsigned char>(c)))
+      return false;
+  return true;
+}
+
+std::string random_machine_id() {
+  std::random_device rd;
+  std::string out;
+  static constexpr char digits[] = "0123456789abcdef";
+  for (int i = 0; i < 32; ++i)
+    out.push_back(digits[rd() % 16]);
+  return out;
+}
+
+} // namespace
+
+caf::expected<agent_identity>
+load_or_create_identity(const std::string& data_dir,
+                        const std::string& requested_name,
+                        const std::string& hostname) {
+  std::error_code err;
+  fs::create_directories(data_dir, err);
+  if (err)
+    return caf::make_error(ec::store_failure, "cannot create the agent's data "
+                                              "folder "
+                                                + data_dir + ": "
+                                                + err.message());
+  ::chmod(data_dir.c_str(), 0700);
+  agent_identity out;
+  // Checked without exceptions: a folder this user cannot read is an error
+  // naming it, not a crash.
+  auto exists = [](const fs::path& p) -> caf::expected<bool> {
+    std::error_code ec_;
+    auto found = fs::exists(p, ec_);
+    if (ec_)
+      return caf::make_error(ec::store_failure,
+                             "cannot read " + p.string() + ": " + ec_.message());
+    return found;
+  };
+  auto id_path = fs::path{data_dir} / "machine-id";
+  auto id_exists = exists(id_path);
+  if (!id_exists)
+    return id_exists.error();
+  if (*id_exists) {
+    auto id = read_small_file(id_path);
+    if (!id)
+      return id.error();
+    if (!is_hex_id(*id))
+      return caf::make_error(ec::invalid_config,
+                             id_path.string()
+                               + " does not hold a machine id (32 hex digits); "
+                                 "restore it from a backup, or remove it to "
+                                 "give this machine a new identity");
+    out.machine_id = *id;
+  } else {
+    out.machine_id = random_machine_id();
+    if (auto e = write_private_file(id_path.string(), out.machine_id))
+      return e;
+  }
+  auto name_path = fs::path{data_dir} / "name";
+  if (!requested_name.empty()) {
+    out.name = requested_name;
+  } else if (auto name_exists = exists(name_path); !name_exists) {
+    return name_exists.error();
+  } else if (*name_exists) {
+    auto name = read_small_file(name_path);
+    if (!name)
+      return name.error();
+    out.name = *name;
+  }
+  if (out.name.empty())
+    out.name = hostname;
+  auto name_exists = exists(name_path);
+  if (!name_exists)
+    return name_exists.error();
+  auto stored = *name_exists ? read_small_file(name_path)
+                             : caf::expected<std::string>{std::string{}};
+  if (!stored || *stored != out.name)
+    if (auto e = write_private_file(name_path.string(), out.name))
+      return e;
+  return out;
+}
+
+caf::error agent_config::validate() const {
+  if (identity.name.empty() || identity.machine_id.empty() || !key)
+    return caf::make_error(ec::invalid_config, "agent: no machine identity");
+  if (controller_host.empty() || controller_port == 0)
+    return caf::make_error(ec::invalid_config,
+                           "controller.address/port: not set");
+  if (report_interval.count() <= 0)
+    return caf::make_error(ec::invalid_config,
+                           "report.interval: must be positive");
+  if (reconnect_min.count() <= 0 || reconnect_max < reconnect_min)
+    return caf::make_error(ec::invalid_config,
+                           "reconnect.min_backoff/max_backoff: need 0 < min "
+                           "<= max");
+  return caf::none;
+}
+
+v1::MachineReport make_report(const agent_config& config, uint64_t sequence,
+                              const v1::GpuSection* gpus) {
+  v1::MachineReport report;
+  report.set_machine(config.identity.name);
+  report.set_sequence(sequence);
+  report.set_sent_unix_ms(unix_ms_now());
+  report.set_agent_version(ASTRAEUS_VERSION);
+  *report.mutable_facts() = read_host_facts(config.host);
+  if (gpus != nullptr)
+    *report.mutable_facts()->mutable_gpus() = *gpus;
+  return report;
+}
+
+bool gpu_section_changed(const v1::GpuSection& before,
+                         const v1::GpuSection& after) {
+  if (before.read_as() != after.read_as()
+      || before.gpus_size() != after.gpus_size()
+      || before.bus_size() != after.bus_size()
+      || before.conditions_size() != after.conditions_size())
+    return true;
+  for (int i = 0; i < before.gpus_size(); ++i)
+    if (before.gpus(i).id() != after.gpus(i).id()
+        || before.gpus(i).status() != after.gpus(i).status())
+      return true;
+  for (int i = 0; i < before.conditions_size(); ++i)
+    if (before.conditions(i).status() != after.conditions(i).status()
+        || before.conditions(i).reason() != after.conditions(i).reason())
+      return true;
+  return false;
+}
+
+namespace {
+
+using agent_ptr = caf::io::stateful_broker<agent_state>*;
+
+void send_bytes(agent_ptr self, const std::string& bytes) {
+  auto& st = self->state;
+  auto& buf = self->wr_buf(st.connection);
+  auto first = reinterpret_cast<const char*>(bytes.data());
+  buf.insert(buf.end(), first, first + bytes.size());
+  self->flush(st.connection);
+}
+
+/// Sends a frame, sealed; nothing before the channel is established.
+void send_frame(agent_ptr self, const v1::Frame& frame) {
+  auto& st = self->state;
+  if (!st.connected || !st.channel || !st.channel->established())
+    return;
+  send_bytes(self, st.channel->encode(frame));
+}
+
+/// The hello, sent sealed as soon as the channel is established: the
+/// machine's name and id, and its join token until it has enrolled.
+void send_hello(agent_ptr self) {
+  auto& st = self->state;
+  v1::Frame frame;
+  auto* hello = frame.mutable_hello();
+  hello->set_protocol_version(protocol_version);
+  hello->set_role(v1::AGENT);
+  hello->set_machine_name(st.config.identity.name);
+  hello->set_machine_id(st.config.identity.machine_id);
+  hello->set_software_version(ASTRAEUS_VERSION);
+  if (!st.config.enrolled)
+    hello->set_join_token(st.config.join_token);
+  send_frame(self, frame);
+}
+
+/// Sends a report. `fresh`: read the host's facts now (the heartbeat);
+/// otherwise reuse the last ones read, so a report sent at once for a new
+/// fault latch or a cleared one costs no host reads.
+void send_report(agent_ptr self, bool fresh = false) {
+  auto& st = self->state;
+  if (!st.welcomed)
+    return;
+  if (fresh || !st.facts_known) {
+    st.host_facts = read_host_facts(st.config.host);
+    st.facts_known = true;
+    // Remembered for the next discovery pass's capability summary.
+    const auto& ports = st.host_facts.rdma_ports();
+    st.rdma_up = std::any_of(ports.begin(), ports.end(),
+                             [](const auto& p) { return p.state() == "ACTIVE"; });
+    for (const auto& w : st.host_facts.warnings())
+      spdlog::debug("agent {}: {}", st.config.identity.name, w);
+    if (st.supervisor)
+      st.supervisor->set_rdma_ports({ports.begin(), ports.end()});
+  }
+  v1::Frame frame;
+  auto* report = frame.mutable_report();
+  report->set_machine(st.config.identity.name);
+  report->set_sequence(++st.sequence);
+  report->set_sent_unix_ms(unix_ms_now());
+  report->set_agent_version(ASTRAEUS_VERSION);
+  auto* facts = report->mutable_facts();
+  *facts = st.host_facts;
+  auto* gpus = facts->mutable_gpus();
+  *gpus = st.gpus;
+  if (!st.gpus_known) {
+    // Not "no-gpu": the controller must not take this for a complete read
+    // and forget the GPUs it knows (and their 24 h history).
+    gpus->set_read_as("pending");
+    gpus->set_detail("GPU discovery has not finished yet");
+  }
+  if (st.latches)
+    st.latches->annotate(*gpus);
+  report->set_address(st.address);
+  if (st.workers)
+    *report->mutable_workers() = st.workers->statuses(st.config.identity.name);
+  send_frame(self, frame);
+}
+
+void schedule_reconnect(agent_ptr self) {
+  auto& st = self->state;
+  // Exponential back-off with +-20 % jitter, so a fleet that lost the
+  // controller does not reconnect in lock step.
+  static thread_local std::minstd_rand rng{std::random_device{}()};
+  std::uniform_real_distribution<double> jitter{0.8, 1.2};
+  auto delay = std::chrono::duration_cast<caf::timespan>(
+    st.backoff * jitter(rng));
+  self->delayed_send(self, delay, atom::reconnect_v);
+  st.backoff = std::min(st.backoff * 2, st.config.reconnect_max);
+}
+
+void drop_connection(agent_ptr self, const std::string& why) {
+  auto& st = self->state;
+  if (!st.connected)
+    return;
+  spdlog::warn("agent {}: disconnected from {}:{}: {}", st.config.identity.name,
+               st.config.controller_host, st.config.controller_port, why);
+  self->close(st.connection);
+  st.connected = false;
+  st.welcomed = false;
+  st.pending_body = 0;
+  st.channel.reset();
+  schedule_reconnect(self);
+}
+
+/// A GPU event from the kernel log: latch it (durably) and report a new
+/// latch at once.
+void on_kernel_event(agent_ptr self, const v1::KernelEvent& ke) {
+  auto& st = self->state;
+  if (!st.latches)
+    return;
+  if (!st.gpus_known) {
+    // Events are mapped to GPUs by PCI address: hold them until the first
+    // discovery pass says which GPUs there are (the kernel log is read from
+    // its start, so a fault logged before the agent started arrives now).
+    // Bounded: a kernel log full of GPU events before the first pass keeps
+    // the newest ones.
+    if (st.early_events.size() >= 10000)
+      st.early_events.erase(st.early_events.begin());
+    st.early_events.push_back(ke);
+    return;
+  }
+  gpu_event ev;
+  for (auto k : {gpu_event_kind::xid, gpu_event_kind::fallen_off_bus,
+                 gpu_event_kind::amd_reset_begin, gpu_event_kind::amd_reset_succeeded,
+                 gpu_event_kind::amd_reset_failed, gpu_event_kind::amd_ring_timeout})
+    if (ke.kind() == to_string(k))
+      ev.kind = k;
+  ev.pci_address = ke.pci_address();
+  if (ke.has_xid())
+    ev.xid = ke.xid();
+  ev.text = ke.text();
+  ev.sequence = ke.sequence();
+  ev.timestamp_us = ke.timestamp_us();
+  auto latched = st.latches->on_event(ev, st.gpus, unix_ms_now());
+  if (!latched) {
+    spdlog::error("agent {}: cannot store a fault latch: {}",
+                  st.config.identity.name, render_error(latched.error()));
+    return;
+  }
+  if (*latched)
+    send_report(self);
+}
+
+void on_clear_fault(agent_ptr self, const v1::ClearFaultCommand& cmd) {
+  auto& st = self->state;
+  v1::Frame frame;
+  auto* reply = frame.mutable_clear_fault_reply();
+  reply->set_id(cmd.id());
+  reply->set_uuid(cmd.gpu());
+  if (!st.latches) {
+    reply->set_error("this agent keeps no fault latches");
+  } else if (auto cleared = st.latches->clear(cmd.gpu()); !cleared) {
+    reply->set_error(render_error(cleared.error()));
+  } else {
+    reply->set_cleared(*cleared);
+  }
+  send_frame(self, frame);
+  if (reply->cleared())
+    send_report(self);
+}
+
+/// Applies the controller's worker set and answers with the workers held.
+/// A set sent in parts is applied once every part of its generation is in.
+void on_worker_orders(agent_ptr self, v1::WorkerOrders& part) {
+  auto& st = self->state;
+  const auto& name = st.config.identity.name;
+  v1::WorkerOrders orders;
+  if (part.parts() > 1) {
+    if (part.part() >= part.parts() || part.parts() > 4096) {
+      spdlog::error("agent {}: worker orders part {} of {} ignored", name, part.part(),
+                    part.parts());
+      return;
+    }
+    if (st.orders_parts.generation() != part.generation()
+        || st.parts_seen.size() != part.parts()) {
+      st.orders_parts.Clear();
+      st.orders_parts.set_machine(part.machine());
+      st.orders_parts.set_generation(part.generation());
+      st.parts_seen.assign(part.parts(), false);
+    }
+    if (st.parts_seen[part.part()])
+      return;
+    st.parts_seen[part.part()] = true;
+    for (auto& w : *part.mutable_workers())
+      *st.orders_parts.add_workers() = std::move(w);
+    if (std::find(st.parts_seen.begin(), st.parts_seen.end(), false) != st.parts_seen.end())
+      return;
+    orders = std::move(st.orders_parts);
+    st.orders_parts.Clear();
+    st.parts_seen.clear();
+  } else {
+    orders = std::move(part);
+  }
+  if (!st.workers) {
+    spdlog::error("agent {}: worker orders ignored: this agent has no worker "
+                  "store", name);
+    return;
+  }
+  auto held = st.workers->apply(name, orders);
+  if (!held) {
+    // Not acknowledged: the controller sends the set again.
+    spdlog::error("agent {}: cannot take the controller's workers: {}", name,
+                  render_error(held.error()));
+    return;
+  }
+  spdlog::info("agent {}: holds {} worker(s) (generation {})", name,
+               held->workers_size(), held->generation());
+  if (st.supervisor) {
+    st.supervisor->reconcile(*st.workers, unix_ms_now());
+    *held = st.workers->statuses(name);
+  }
+  v1::Frame frame;
+  *frame.mutable_worker_statuses() = std::move(*held);
+  send_frame(self, frame);
+}
+
+/// Checks the workers and reports a change at once.
+void supervise_now(agent_ptr self) {
+  auto& st = self->state;
+  if (!st.supervisor || !st.workers)
+    return;
+  if (st.supervisor->reconcile(*st.workers, unix_ms_now()) && st.welcomed) {
+    v1::Frame frame;
+    *frame.mutable_worker_statuses() = st.workers->statuses(st.config.identity.name);
+    send_frame(self, frame);
+  }
+}
+
+/// The supervisor's timer.
+void on_supervise(agent_ptr self) {
+  if (!self->state.supervisor || !self->state.workers)
+    return;
+  supervise_now(self);
+  self->delayed_send(self, self->state.config.worker_poll, atom::supervise_v);
+}
+
+/// Runs one blocking job of the supervisor on a detached actor of its own
+/// (its own thread), so reports and logs keep flowing; it answers
+/// `(atom::supervise, job)` and `done` then runs here.
+/// Starts waiting jobs while fewer than `max_jobs_running` run. A thread
+/// that cannot be created (the machine is out of them) runs its job here,
+/// blocking, rather than losing it or ending the agent.
+void start_jobs(agent_ptr self) {
+  auto& st = self->state;
+  auto agent = caf::actor_cast<caf::actor>(self);
+  while (st.jobs_running < agent_state::max_jobs_running && !st.jobs_waiting.empty()) {
+    auto [job, work] = std::move(st.jobs_waiting.front());
+    st.jobs_waiting.pop_front();
+    ++st.jobs_running;
+    auto run = [work = std::move(work)] {
+      try {
+        work();
+      } catch (const std::exception& e) {
+        spdlog::error("agent: a worker job failed: {}", e.what());
+      }
+    };
+    try {
+      self->spawn<caf::detached>([run, agent, job](caf::event_based_actor*) {
+        run();
+        caf::anon_send(agent, atom::supervise_v, job);
+      });
+    } catch (const std::exception& e) {
+      spdlog::warn("agent: no thread for a worker job ({}); running it in the agent",
+                   e.what());
+      run();
+      self->send(self, atom::supervise_v, job);
+    }
+  }
+}
+
+void offload_job(agent_ptr self, std::function<void()> work, std::function<void()> done) {
+  auto& st = self->state;
+  auto job = ++st.last_job;
+  st.jobs.emplace(job, std::move(done));
+  st.jobs_waiting.emplace_back(job, std::move(work));
+  start_jobs(self);
+}
+
+void on_job_done(agent_ptr self, uint64_t job) {
+  auto& st = self->state;
+  auto i = st.jobs.find(job);
+  if (i == st.jobs.end())
+    return;
+  if (st.jobs_running > 0)
+    --st.jobs_running;
+  start_jobs(self);
+  auto done = std::move(i->second);
+  st.jobs.erase(i);
+  done();
+  supervise_now(self);
+}
+
+/// Answers the controller's request for a piece of a worker's log.
+void on_logs(agent_ptr self, const v1::LogsCommand& cmd) {
+  auto& st = self->state;
+  v1::Frame frame;
+  auto* reply = frame.mutable_logs_reply();
+  reply->set_id(cmd.id());
+  if (!st.supervisor || !st.workers) {
+    reply->set_error("this agent runs no workers");
+  } else {
+    auto chunk = st.supervisor->read_log(*st.workers, cmd.worker(), cmd.offset(),
+                                         cmd.max_bytes());
+    if (chunk)
+      *reply->mutable_chunk() = std::move(*chunk);
+    else
+      reply->set_error(render_error(chunk.error()));
+  }
+  send_frame(self, frame);
+}
+
+void on_frame(agent_ptr self, v1::Frame& frame) {
+  auto& st = self->state;
+  const auto& name = st.config.identity.name;
+  switch (frame.body_case()) {
+    case v1::Frame::kWorkerOrders:
+      on_worker_orders(self, *frame.mutable_worker_orders());
+      return;
+    case v1::Frame::kClearFault:
+      on_clear_fault(self, frame.clear_fault());
+      return;
+    case v1::Frame::kLogs:
+      on_logs(self, frame.logs());
+      return;
+    case v1::Frame::kWelcome:
+      if (!st.config.enrolled) {
+        // Enrolled: from now on the identity alone; the token is spent,
+        // and the gate's key is kept and insisted on.
+        st.config.enrolled = true;
+        st.config.join_token.clear();
+        st.config.pinned = st.channel->server_key();
+        if (!st.config.pin_file.empty())
+          if (auto err = write_private_file(st.config.pin_file,
+                                            to_hex(st.channel->server_key())))
+            spdlog::error("agent {}: cannot keep the controller's key: {}",
+                          name, render_error(err));
+        spdlog::info("agent {}: enrolled; the controller's key {} is pinned "
+                     "and the token file may be deleted",
+                     name, fingerprint(st.channel->server_key()));
+      }
+      if (st.latches && frame.welcome().xid_policy().entries_size() > 0)
+        if (auto err = st.latches->set_policy(
+              xid_policy::from_table(frame.welcome().xid_policy())))
+          spdlog::error("agent {}: cannot keep the Xid policy: {}", name,
+                        render_error(err));
+      st.welcomed = true;
+      st.address = st.config.advertise_address;
+      if (st.address.empty()) {
+        auto route = route_source_address(st.config.controller_host,
+                                          st.config.controller_port);
+        if (route)
+          st.address = *route;
+        else
+          spdlog::warn("agent {}: no address to advertise ({}); set "
+                       "machine.advertise_address",
+                       name, render_error(route.error()));
+      }
+      st.backoff = st.config.reconnect_min;
+      st.failed_attempts = 0;
+      spdlog::info("agent {}: connected to cluster '{}' at {}:{} (controller "
+                   "{})",
+                   name, frame.welcome().cluster(), st.config.controller_host,
+                   st.config.controller_port,
+                   frame.welcome().controller_version());
+      send_report(self, true);
+      return;
+    case v1::Frame::kRefusal:
+      spdlog::error("agent {}: the controller refused this agent: {}", name,
+                    frame.refusal().reason());
+      // Keep trying slowly: an admin may fix the cause on the controller.
+      st.backoff = st.config.reconnect_max;
+      drop_connection(self, "refused");
+      return;
+    default:
+      spdlog::warn("agent {}: ignoring an unexpected {} frame", name,
+                   frame_kind(frame));
+  }
+}
+
+/// Starts a discovery pass unless one is in flight. The heartbeat never
+/// waits for it: reports go out with the last section. The probe answers
+/// with a plain message, so a pass that finishes late still lands.
+void start_discovery(agent_ptr self) {
+  auto& st = self->state;
+  if (st.discovering)
+    return;
+  st.discovering = true;
+  ++st.pass;
+  self->send(st.probe, atom::discovered_v, st.rdma_up);
+  // NVML has its own per-call deadlines; this bound catches anything else
+  // that hangs (a wedged sysfs read, nvidia-smi).
+  auto bound = st.config.gpu.nvml.call_deadline * 4
+               + st.config.gpu.nvidia_smi_deadline + std::chrono::seconds{5};
+  self->delayed_send(self, bound, atom::deadline_v, st.pass);
+}
+
+/// Handles the kernel events held back until GPUs were known.
+void drain_early_events(agent_ptr self) {
+  auto early = std::move(self->state.early_events);
+  self->state.early_events.clear();
+  for (const auto& ke : early)
+    on_kernel_event(self, ke);
+}
+
+void on_discovered(agent_ptr self, v1::GpuSection& section) {
+  auto& st = self->state;
+  st.discovering = false;
+  auto changed = !st.gpus_known || gpu_section_changed(st.gpus, section);
+  if (st.latches) {
+    auto latched = st.latches->on_readings(section, unix_ms_now());
+    if (!latched)
+      spdlog::error("agent {}: cannot store a fault latch: {}",
+                    st.config.identity.name, render_error(latched.error()));
+    else if (*latched)
+      changed = true;
+  }
+  st.gpus = std::move(section);
+  st.gpus_known = true;
+  if (st.supervisor && changed)
+    st.supervisor->sync_cdi(st.gpus, st.config.host.root);
+  drain_early_events(self);
+  if (changed)
+    send_report(self);
+}
+
+void on_discovery_deadline(agent_ptr self, uint64_t pass) {
+  auto& st = self->state;
+  if (!st.discovering || pass != st.pass)
+    return;
+  spdlog::error("agent {}: GPU discovery has not finished; reporting the last "
+                "known GPUs as unresponsive",
+                st.config.identity.name);
+  st.gpus.set_read_as("unresponsive");
+  st.gpus.set_detail("GPU discovery did not finish within its bound; the last "
+                     "known GPUs are kept");
+  for (auto& g : *st.gpus.mutable_gpus())
+    g.set_status("unresponsive");
+  st.gpus_known = true;
+  drain_early_events(self);
+  send_report(self);
+}
+
+} // namespace
+
+caf::behavior agent(caf::io::stateful_broker<agent_state>* self,
+                    agent_config config) {
+  self->state.config = std::move(config);
+  self->state.backoff = self->state.config.reconnect_min;
+  // The last known GPUs are kept in the agent's store across restarts.
+  if (!self->state.config.gpu.store)
+    self->state.config.gpu.store = self->state.config.store;
+  self->state.probe = self->spawn<caf::detached + caf::linked>(
+    probe, self->state.config.gpu);
+  if (self->state.config.store) {
+    auto latches = fault_latches::load(self->state.config.store,
+                                       read_boot_id(self->state.config.host.root));
+    if (!latches)
+      spdlog::error("agent: cannot load the fault latches: {}",
+                    render_error(latches.error()));
+    else
+      self->state.latches.emplace(std::move(*latches));
+    auto workers = worker_ledger::load(self->state.config.store);
+    if (!workers)
+      spdlog::error("agent: cannot load its workers: {}",
+                    render_error(workers.error()));
+    else
+      self->state.workers.emplace(std::move(*workers));
+  }
+  if (self->state.workers && !self->state.config.workers.data_dir.empty()) {
+    auto opts = self->state.config.workers;
+    opts.machine = self->state.config.identity.name;
+    self->state.supervisor = std::make_unique<worker_supervisor>(std::move(opts));
+    self->state.supervisor->set_offload(
+      [self](std::function<void()> work, std::function<void()> done) {
+        offload_job(self, std::move(work), std::move(done));
+      });
+    // Finds the workers a previous agent started (and starts held ones).
+    self->send(self, atom::supervise_v);
+  }
+  if (!self->state.config.kmsg_path.empty()) {
+    auto handle = caf::actor_cast<caf::actor>(self);
+    auto path = self->state.config.kmsg_path;
+    self->state.kmsg = std::make_unique<kmsg_reader>(
+      path,
+      [handle](gpu_event ev) {
+        v1::KernelEvent ke;
+        ke.set_kind(to_string(ev.kind));
+        ke.set_pci_address(ev.pci_address);
+        if (ev.xid)
+          ke.set_xid(*ev.xid);
+        ke.set_text(ev.text);
+        ke.set_sequence(ev.sequence);
+        ke.set_timestamp_us(ev.timestamp_us);
+        caf::anon_send(handle, std::move(ke));
+      },
+      [path](std::string error) {
+        spdlog::warn("agent: kernel log {}: {}", path, error);
+      });
+    self->state.kmsg->start();
+  }
+  start_discovery(self);
+  self->send(self, atom::reconnect_v);
+  self->delayed_send(self, self->state.config.report_interval, atom::tick_v);
+  return {
+    [self](atom::reconnect) {
+      auto& st = self->state;
+      if (st.connected)
+        return;
+      auto hdl = self->add_tcp_scribe(st.config.controller_host,
+                                      st.config.controller_port);
+      if (!hdl) {
+        if (st.failed_attempts++ % 10 == 0)
+          spdlog::warn("agent {}: cannot reach the controller at {}:{}: {} "
+                       "(retrying with back-off up to {} s)",
+                       st.config.identity.name, st.config.controller_host,
+                       st.config.controller_port, self->system().render(hdl.error()),
+                       std::chrono::duration_cast<std::chrono::seconds>(
+                         st.config.reconnect_max)
+                         .count());
+        schedule_reconnect(self);
+        return;
+      }
+      st.connection = *hdl;
+      st.connected = true;
+      st.pending_body = 0;
+      st.channel = std::make_unique<channel_client>(st.config.key,
+                                                    st.config.pinned);
+      self->configure_read(st.connection,
+                           receive_policy::exactly(frame_header_size));
+      send_bytes(self, st.channel->start());
+    },
+    [self](v1::GpuSection& section) { on_discovered(self, section); },
+    [self](v1::KernelEvent& ev) { on_kernel_event(self, ev); },
+    [self](atom::deadline, uint64_t pass) { on_discovery_deadline(self, pass); },
+    [self](atom::supervise) { on_supervise(self); },
+    [self](atom::supervise, uint64_t job) { on_job_done(self, job); },
+    [self](atom::tick) {
+      send_report(self, true);
+      start_discovery(self);
+      self->delayed_send(self, self->state.config.report_interval, atom::tick_v);
+    },
+    [self](caf::io::new_data_msg& msg) {
+      auto& st = self->state;
+      if (!st.connected || msg.handle != st.connection)
+        return;
+      const char* data = reinterpret_cast<const char*>(msg.buf.data());
+      if (st.pending_body == 0) {
+        auto len = decode_frame_length(
+          data, st.channel->record_cap(st.config.frame_cap_bytes));
+        if (!len) {
+          drop_connection(self, render_error(len.error()));
+          return;
+        }
+        st.pending_body = *len;
+        self->configure_read(st.connection, receive_policy::exactly(*len));
+        return;
+      }
+      st.pending_body = 0;
+      self->configure_read(st.connection,
+                           receive_policy::exactly(frame_header_size));
+      auto step = st.channel->on_record(data, msg.buf.size());
+      if (!step) {
+        if (step.error() == ec::handshake_failed) {
+          spdlog::error("agent {}: the controller at {}:{} is not the one this "
+                        "agent trusts: {}",
+                        st.config.identity.name, st.config.controller_host,
+                        st.config.controller_port, render_error(step.error()));
+          st.backoff = st.config.reconnect_max;
+        }
+        drop_connection(self, render_error(step.error()));
+        return;
+      }
+      if (!step->reply.empty())
+        send_bytes(self, step->reply);
+      if (step->established) {
+        if (!st.config.pinned)
+          spdlog::warn("agent {}: no controller key pinned: trusting {} "
+                       "(pass the install command's --controller-key to "
+                       "check it)",
+                       st.config.identity.name,
+                       to_hex(st.channel->server_key()));
+        send_hello(self);
+      }
+      if (step->frame)
+        on_frame(self, *step->frame);
+    },
+    [self](const caf::io::connection_closed_msg& msg) {
+      auto& st = self->state;
+      if (!st.connected || msg.handle != st.connection)
+        return;
+      st.connected = false;
+      st.welcomed = false;
+      st.channel.reset();
+      spdlog::warn("agent {}: the controller closed the connection; "
+                   "reconnecting",
+                   st.config.identity.name);
+      schedule_reconnect(self);
+    },
+  };
+}
+
+caf::expected<caf::actor> spawn_agent(caf::actor_system& sys,
+                                      agent_config config) {
+  if (auto err = config.validate())
+    return err;
+  return caf::actor{sys.middleman().spawn_broker(agent, std::move(config))};
+}
+
+} // namespace astraeus

@@ -1,0 +1,161 @@
+#pragma once
+/// @file
+/// The agent actor: runs on every machine. It connects out to the
+/// controller's gate (reconnecting by itself with exponential back-off),
+/// says hello with the machine's name and identity, then sends a report of
+/// the host's facts at once and every report interval.
+/// Source: shared/seeds/machines.md ("What it reports"), shared/DESIGN.md.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <caf/error.hpp>
+#include <caf/expected.hpp>
+#include <caf/fwd.hpp>
+#include <caf/io/broker.hpp>
+#include <caf/io/connection_handle.hpp>
+
+#include "actors/interfaces.hpp"
+#include "runtime/gpu/gpu_discovery.hpp"
+#include "runtime/gate/secure_channel.hpp"
+#include "runtime/faults/fault_latch.hpp"
+#include "runtime/host/host_facts.hpp"
+#include "runtime/faults/kmsg.hpp"
+#include "runtime/workers/worker_ledger.hpp"
+#include "runtime/workers/worker_supervisor.hpp"
+
+namespace astraeus {
+
+class Store;
+
+/// The identity an agent keeps in its data folder, so that a restarted or
+/// reinstalled agent keeps its name and identity.
+struct agent_identity {
+  std::string name;        ///< machine name: --name, else the stored one, else the hostname
+  std::string machine_id;  ///< 32 hex digits, random, created on first start
+};
+
+/// Loads the identity from `data_dir` (files `machine-id` and `name`, mode
+/// 0600), creating the folder and the files on first start. (The Ed25519
+/// key, `identity.key`, is loaded by `start_agent` with
+/// `load_or_create_keypair`.) A non-empty
+/// `requested_name` (the agent's --name) wins over the stored name and is
+/// stored. Errors: ec::store_failure naming the path when the folder or a
+/// file cannot be created, read or written; ec::invalid_config when a
+/// stored machine-id is not 32 hex digits.
+caf::expected<agent_identity>
+load_or_create_identity(const std::string& data_dir,
+                        const std::string& requested_name,
+                        const std::string& hostname);
+
+/// Validated settings of the agent actor.
+struct agent_config {
+  std::string controller_host = "127.0.0.1";  ///< the gate's host
+  uint16_t controller_port = 7450;            ///< the gate's port
+  agent_identity identity;                    ///< name and machine id
+  /// The machine's Ed25519 key pair (identity.key in the data folder); required.
+  std::shared_ptr<const identity_keypair> key;
+  /// The gate key to insist on; nullopt: trust the first one seen, then
+  /// keep it (`pin_file`).
+  std::optional<public_key> pinned;
+  /// Where the gate's key is kept once the agent has enrolled
+  /// (controller.pub in the data folder); empty: not kept (tests).
+  std::string pin_file;
+  /// The agent has enrolled before (it connects with its identity alone).
+  bool enrolled = false;
+  /// A join token to present once (from enrol.token_file); empty: none.
+  std::string join_token;
+  caf::timespan report_interval = std::chrono::seconds{10};
+  caf::timespan reconnect_min = std::chrono::milliseconds{500};
+  caf::timespan reconnect_max = std::chrono::seconds{30};
+  uint64_t frame_cap_bytes = 1u << 20;        ///< largest frame accepted, bytes
+  HostReaderOptions host;                     ///< where host facts are read
+  gpu_discovery_options gpu;                  ///< where GPUs are looked for
+  /// The agent's store (fault latches, the last known GPUs); required.
+  std::shared_ptr<Store> store;
+  /// The address other machines reach this one by; empty: the source
+  /// address of the route to the controller (`route_source_address`).
+  std::string advertise_address;
+  /// The kernel log to watch for GPU faults; empty: none.
+  std::string kmsg_path = "/dev/kmsg";
+  /// How workers are run (runtime/workers/worker_supervisor.hpp); an empty
+  /// `data_dir` runs none (workers stay Assigned).
+  supervisor_options workers;
+  /// How often the supervisor checks its workers (workers.poll_interval).
+  caf::timespan worker_poll = std::chrono::milliseconds{250};
+
+  /// Errors: ec::invalid_config naming the field.
+  caf::error validate() const;
+};
+
+/// The agent's state.
+struct agent_state {
+  /// Actor name for CAF.
+  static inline const char* name = "agent";
+  agent_config config;
+  caf::io::connection_handle connection;  ///< valid while connected
+  std::unique_ptr<channel_client> channel;  ///< the secure channel while connected
+  bool connected = false;                 ///< TCP connection up
+  bool welcomed = false;                  ///< the gate accepted the hello
+  uint32_t pending_body = 0;              ///< body bytes being read; 0 = header
+  uint64_t sequence = 0;                  ///< reports sent by this agent run
+  caf::timespan backoff{};                ///< next reconnect delay
+  uint32_t failed_attempts = 0;           ///< connection attempts since last success
+  probe_actor probe;                      ///< GPU discovery, on its own thread
+  bool discovering = false;               ///< a discovery pass is in flight
+  uint64_t pass = 0;                      ///< number of the latest pass
+  bool rdma_up = false;                   ///< an RDMA port was ACTIVE in the last report
+  v1::HostFacts host_facts;               ///< the host facts last read (each tick)
+  bool facts_known = false;               ///< host_facts has been read
+  v1::GpuSection gpus;                    ///< the last discovery pass
+  bool gpus_known = false;                ///< a pass has finished
+  std::optional<fault_latches> latches;   ///< the machine's fault latches
+  std::optional<worker_ledger> workers;   ///< the workers handed to this machine
+  v1::WorkerOrders orders_parts;          ///< parts of a set not yet complete
+  std::vector<bool> parts_seen;           ///< which parts of it arrived
+  std::unique_ptr<worker_supervisor> supervisor;  ///< runs them; null: none
+  /// The supervisor's blocking jobs in flight (each on a detached actor),
+  /// by number: what to run on this actor when the job says it is done.
+  std::map<uint64_t, std::function<void()>> jobs;
+  uint64_t last_job = 0;                  ///< number of the latest job
+  /// Jobs waiting for a thread: at most `max_jobs_running` run at once, so a
+  /// burst of starts (a 10,000-worker run) does not ask for 10,000 threads.
+  std::deque<std::pair<uint64_t, std::function<void()>>> jobs_waiting;
+  size_t jobs_running = 0;
+  static constexpr size_t max_jobs_running = 4;
+  std::string address;                    ///< advertised in reports (MASTER_ADDR)
+  std::unique_ptr<kmsg_reader> kmsg;      ///< the kernel-log reader thread
+  /// Kernel events that arrived before the first discovery pass.
+  std::vector<v1::KernelEvent> early_events;
+};
+
+/// The agent's behaviour. Handles `atom::reconnect` (try to connect),
+/// `atom::tick` (send a report when connected), `atom::supervise` (check
+/// the workers), `(atom::supervise, job)` (a blocking job of the supervisor
+/// finished on its detached actor: apply its result, report the workers)
+/// and the broker's I/O events.
+caf::behavior agent(caf::io::stateful_broker<agent_state>* self,
+                    agent_config config);
+
+/// Spawns the agent; it starts connecting at once. Errors: the config's.
+caf::expected<caf::actor> spawn_agent(caf::actor_system& sys,
+                                      agent_config config);
+
+/// Builds one report from the host's facts and the last GPU section (what
+/// the agent sends).
+v1::MachineReport make_report(const agent_config& config, uint64_t sequence,
+                              const v1::GpuSection* gpus = nullptr);
+
+/// Whether two GPU sections differ in what a user or the scheduler acts on
+/// (the GPU set, their status, how they were read, conditions), so the new
+/// one is reported at once rather than at the next heartbeat.
+bool gpu_section_changed(const v1::GpuSection& before, const v1::GpuSection& after);
+
+} // namespace astraeus

@@ -1,0 +1,114 @@
+#pragma once
+/// @file
+/// The cluster actor: the controller's front door. It keeps the machine
+/// registry (name -> machine actor), registers machines on an agent's first
+/// hello, restores every stored machine at start, and answers the CLI's
+/// requests by asking the machine actors.
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include <caf/error.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include "actors/interfaces.hpp"
+#include "actors/controller/machine_pressure.hpp"
+#include "runtime/gate/tokens.hpp"
+
+namespace astraeus {
+
+class Store;
+class token_registry;
+
+/// Validated settings of the cluster actor.
+struct cluster_config {
+  /// The controller's store; required.
+  std::shared_ptr<Store> store;
+  /// Heartbeat lapse handed to every machine actor (> 0).
+  caf::timespan heartbeat_lapse = std::chrono::seconds{60};
+  /// Pressure thresholds handed to every machine actor.
+  pressure_thresholds pressure;
+  /// How long the cluster waits for a machine actor's answer.
+  caf::timespan request_timeout = std::chrono::seconds{10};
+  /// Shown in the welcome and by `astra`.
+  std::string cluster_name = "default";
+  /// The fleet's Xid policy (`astra xids`).
+  v1::XidPolicyTable xid_policy;
+  /// The scheduler, told of every machine's snapshot; null: none (runs are
+  /// refused).
+  scheduler_actor scheduler;
+  /// Join and API tokens (runtime/gate/tokens.hpp). `start_controller` always
+  /// sets it: new machines then need a join token, known ones their enrolled
+  /// Ed25519 key, and every request is checked against its caller's role
+  /// and audited. Null: nothing is checked (an embedding control plane that
+  /// authenticates its callers itself).
+  std::shared_ptr<token_registry> tokens;
+  /// The gate's Ed25519 public key (hex), carried in join tokens' install
+  /// commands for agents to pin.
+  std::string controller_key;
+  /// The gate's address as machines reach it ("10.0.0.5:7450"); empty:
+  /// `astra` uses the address it connected to.
+  std::string advertise_address;
+
+  /// Errors: ec::invalid_config when the store is missing or a duration <= 0.
+  caf::error validate() const;
+};
+
+/// The state of the cluster actor.
+struct cluster_state {
+  /// Actor name for CAF.
+  static inline const char* name = "cluster";
+  /// Settings, validated at spawn.
+  cluster_config config;
+  /// Every known machine by name.
+  std::unordered_map<std::string, machine_actor> machines;
+  /// Machine identity by name, to refuse a second identity for one name.
+  std::unordered_map<std::string, std::string> identities;
+  /// The Ed25519 key each machine enrolled with (family tokens,
+  /// "machine/<name>"), by name.
+  std::unordered_map<std::string, std::string> keys;
+  /// Makes audit keys unique within one millisecond.
+  uint64_t audit_seq = 0;
+  /// Every workspace by name (family `workspaces`).
+  std::map<std::string, v1::Workspace> workspaces;
+};
+
+/// The cluster actor's behaviour (handlers: actors/interfaces.hpp).
+cluster_actor::behavior_type
+cluster(cluster_actor::stateful_pointer<cluster_state> self,
+        cluster_config config);
+
+/// The workspace every run without one is submitted to; it exists without
+/// being created and is granted nothing (all machines) until created with
+/// grants.
+inline constexpr const char* default_workspace = "default";
+
+/// Checks a workspace to create and fills what the controller decides
+/// (organisation "default" when empty). Errors: ec::invalid_request naming
+/// the bad name or grant.
+caf::error validate_workspace(v1::Workspace& ws);
+
+/// Submits `spec` into workspace `ws` (null: the default workspace, granted
+/// nothing): every grant becomes a label the run's machines must carry, and
+/// `spec.namespace` becomes the workspace's namespace ("ws-7f3c2a"; empty in
+/// the default workspace, whatever the client sent), so its workers' full
+/// names are `<namespace>.<name>` (shared/seeds/inside-a-worker.md).
+/// Errors: ec::invalid_request when the run asks for a pool or label that
+/// contradicts a grant ("workspace research is granted pool=h100; the run
+/// asks for pool=a100").
+caf::error apply_workspace(const v1::Workspace* ws, v1::RunSpec& spec);
+/// The least role that may send `req` (runtime/gate/tokens.hpp): reads, runs
+/// and `whoami` need a member; cordon, maintenance, clearing faults, tokens
+/// and the audit log an admin; a request body this build does not classify
+/// an admin too.
+role required_role(const v1::Request& req);
+
+/// Whether `name` is a valid machine name: 1-63 characters of letters,
+/// digits, '-', '_' and '.', starting with a letter or digit (a hostname).
+bool valid_machine_name(const std::string& name);
+
+} // namespace astraeus

@@ -1,0 +1,229 @@
+#include "actors/controller/controller.hpp"
+
+#include <filesystem>
+
+#include <unistd.h>
+
+#include <caf/actor_system.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/send.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <spdlog/spdlog.h>
+
+#include "actors/agent/agent.hpp"
+#include "actors/controller/cluster_actor.hpp"
+#include "actors/controller/gate.hpp"
+#include "actors/scheduler/scheduler_actor.hpp"
+#include "messages/error.hpp"
+#include "runtime/process/private_file.hpp"
+#include "runtime/gate/secure_channel.hpp"
+#include "runtime/gate/tokens.hpp"
+#include "runtime/process/wall_clock.hpp"
+#include "runtime/faults/xid_policy.hpp"
+#include "store/store.hpp"
+
+namespace astraeus {
+
+std::string local_hostname() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == '\0')
+    return "localhost";
+  return buf;
+}
+
+std::string owner_token_path(const std::string& keys_dir) {
+  return (std::filesystem::path{keys_dir} / "owner-token").string();
+}
+
+caf::expected<controller_handles> start_controller(caf::actor_system& sys,
+                                                   const ControllerConfig& cfg) {
+  controller_handles out;
+  auto store = Store::open(cfg.data_dir);
+  if (!store)
+    return store.error();
+  out.store = std::shared_ptr<Store>{std::move(*store)};
+  // The gate's identity and the token key live beside the store, never in it.
+  namespace fs = std::filesystem;
+  auto keys_dir = cfg.keys_dir.empty() ? cfg.data_dir + "-keys" : cfg.keys_dir;
+  auto identity = load_or_create_keypair((fs::path{keys_dir} / "gate.key").string());
+  if (!identity)
+    return identity.error();
+  out.identity = std::make_shared<const identity_keypair>(std::move(*identity));
+  out.keys_dir = keys_dir;
+  if (auto err = write_private_file((fs::path{keys_dir} / "gate.pub").string(),
+                                    out.identity->public_hex()))
+    return err;
+  auto token_key = load_or_create_token_key((fs::path{keys_dir} / "token.key").string());
+  if (!token_key)
+    return token_key.error();
+  out.tokens = std::make_shared<token_registry>(out.store, *token_key);
+  auto any = out.tokens->has_api_tokens();
+  if (!any)
+    return any.error();
+  if (!*any) {
+    // A new controller: the first owner token, for whoever runs it.
+    auto minted = out.tokens->mint_api("owner", role::owner, 0, "controller",
+                                       unix_ms_now());
+    if (!minted)
+      return minted.error();
+    auto path = owner_token_path(keys_dir);
+    if (auto err = write_private_file(path, minted->first))
+      return err;
+    spdlog::info("controller: created the first owner API token (id {}) in {} "
+                 "(mode 0600): the local astra finds it there; elsewhere, "
+                 "`astra login` with it",
+                 minted->second.id(), path);
+  }
+  cluster_config cc;
+  cc.store = out.store;
+  cc.heartbeat_lapse = cfg.heartbeat_lapse;
+  cc.request_timeout = cfg.request_timeout;
+  cc.cluster_name = cfg.cluster_name;
+  cc.pressure.memory_available_min_bytes = cfg.memory_available_min_bytes;
+  cc.pressure.memory_available_min_percent = cfg.memory_available_min_percent;
+  cc.pressure.memory_psi_full_avg10_max = cfg.memory_psi_full_avg10_max;
+  cc.pressure.disk_free_min_percent = cfg.disk_free_min_percent;
+  xid_policy policy;
+  auto fence = parse_xid_list(cfg.xid_fence);
+  auto at_risk = parse_xid_list(cfg.xid_at_risk);
+  auto record = parse_xid_list(cfg.xid_record);
+  for (auto [key, list] : {std::pair{"xid.fence", &fence},
+                           std::pair{"xid.at_risk", &at_risk},
+                           std::pair{"xid.record", &record}})
+    if (!*list)
+      return caf::make_error(ec::invalid_config,
+                             std::string{key} + ": " + render_error(list->error()));
+  if (auto err = policy.override_with(*fence, *at_risk, *record))
+    return err;
+  cc.xid_policy = policy.table();
+  scheduler_config sc;
+  sc.store = out.store;
+  if (auto err = sc.validate())
+    return err;
+  out.scheduler = sys.spawn(scheduler, std::move(sc));
+  cc.scheduler = out.scheduler;
+  cc.tokens = out.tokens;
+  cc.controller_key = out.identity->public_hex();
+  cc.advertise_address = cfg.advertise_address;
+  if (auto err = cc.validate())
+    return err;
+  out.cluster = sys.spawn(cluster, std::move(cc));
+  gate_config gc;
+  gc.listen_address = cfg.listen_address;
+  gc.port = cfg.listen_port;
+  gc.frame_cap_bytes = cfg.frame_cap_bytes;
+  gc.hello_timeout = cfg.hello_timeout;
+  gc.request_timeout = cfg.request_timeout;
+  gc.cluster_name = cfg.cluster_name;
+  gc.cluster = out.cluster;
+  gc.xid_policy = policy.table();
+  gc.identity = out.identity;
+  gc.max_unauthenticated_per_address = cfg.max_unauthenticated_per_address;
+  auto gate = spawn_gate(sys, std::move(gc));
+  if (!gate) {
+    caf::anon_send_exit(out.cluster, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(out.scheduler, caf::exit_reason::user_shutdown);
+    return gate.error();
+  }
+  out.gate = gate->first;
+  out.port = gate->second;
+  return out;
+}
+
+void stop_controller(caf::actor_system&, const controller_handles& h) {
+  if (h.gate)
+    caf::anon_send_exit(h.gate, caf::exit_reason::user_shutdown);
+  if (h.cluster)
+    caf::anon_send_exit(h.cluster, caf::exit_reason::user_shutdown);
+  if (h.scheduler)
+    caf::anon_send_exit(h.scheduler, caf::exit_reason::user_shutdown);
+}
+
+caf::expected<caf::actor> start_agent(caf::actor_system& sys,
+                                      const AgentConfig& cfg,
+                                      const std::string& join_token) {
+  auto identity = load_or_create_identity(cfg.data_dir, cfg.name,
+                                          local_hostname());
+  if (!identity)
+    return identity.error();
+  // The controller refuses such a name for good: say so now, not by
+  // retrying forever.
+  if (!valid_machine_name(identity->name))
+    return caf::make_error(ec::invalid_config,
+                           "machine.name: '" + identity->name
+                             + "' is not a valid machine name (1-63 letters, "
+                               "digits, '-', '_', '.', starting with a letter "
+                               "or digit)");
+  namespace fs = std::filesystem;
+  auto key = load_or_create_keypair((fs::path{cfg.data_dir} / "identity.key").string());
+  if (!key)
+    return key.error();
+  agent_config ac;
+  ac.key = std::make_shared<const identity_keypair>(std::move(*key));
+  ac.pin_file = (fs::path{cfg.data_dir} / "controller.pub").string();
+  std::error_code err;
+  ac.enrolled = fs::exists(ac.pin_file, err);
+  if (!cfg.controller_key.empty()) {
+    auto pinned = parse_public_key(cfg.controller_key, "controller.public_key");
+    if (!pinned)
+      return pinned.error();
+    ac.pinned = *pinned;
+  } else if (ac.enrolled) {
+    auto text = read_trimmed_file(ac.pin_file);
+    if (!text)
+      return text.error();
+    auto pinned = parse_public_key(*text, ac.pin_file);
+    if (!pinned)
+      return pinned.error();
+    ac.pinned = *pinned;
+  }
+  if (!ac.enrolled && !join_token.empty()) {
+    ac.join_token = join_token;
+  } else if (!ac.enrolled && !cfg.token_file.empty()) {
+    auto token = read_trimmed_file(cfg.token_file);
+    if (!token)
+      return caf::make_error(ec::invalid_config,
+                             "enrol.token_file: " + render_error(token.error()));
+    ac.join_token = std::move(*token);
+  }
+  auto store = Store::open((fs::path{cfg.data_dir} / "store").string());
+  if (!store)
+    return store.error();
+  ac.store = std::shared_ptr<Store>{std::move(*store)};
+  ac.kmsg_path = cfg.kmsg_path;
+  ac.controller_host = cfg.controller_address;
+  ac.advertise_address = cfg.advertise_address;
+  ac.controller_port = cfg.controller_port;
+  ac.identity = std::move(*identity);
+  ac.report_interval = cfg.report_interval;
+  ac.reconnect_min = cfg.reconnect_min;
+  ac.reconnect_max = cfg.reconnect_max;
+  ac.frame_cap_bytes = cfg.frame_cap_bytes;
+  ac.host.root = cfg.host_root;
+  ac.gpu.root = cfg.host_root;
+  ac.gpu.nvml.library = cfg.nvml_library;
+  ac.gpu.nvml.call_deadline = cfg.nvml_call_deadline;
+  ac.gpu.nvidia_smi = cfg.nvidia_smi;
+  auto& w = ac.workers;
+  w.data_dir = cfg.data_dir;
+  w.runtime = cfg.workers_runtime;
+  w.runc = cfg.runc;
+  w.umoci = cfg.umoci;
+  w.skopeo = cfg.skopeo;
+  w.images_dir = cfg.images_dir.empty()
+                   ? (std::filesystem::path{cfg.data_dir} / "images").string()
+                   : cfg.images_dir;
+  w.stop_grace = cfg.stop_grace;
+  // Workers are this agent's own descendants: their /proc is ours, even
+  // when host facts are read under another root.
+  w.proc_root = "/";
+  w.rdma_min_gbps = cfg.rdma_min_gbps;
+  w.log_max_bytes = cfg.worker_log_max_bytes;
+  w.cdi.static_dir = cfg.cdi_static_dir;
+  w.cdi.dynamic_dir = cfg.cdi_dynamic_dir;
+  w.cdi.nvidia_ctk = cfg.nvidia_ctk;
+  ac.worker_poll = cfg.worker_poll;
+  return spawn_agent(sys, std::move(ac));
+}
+
+} // namespace astraeus

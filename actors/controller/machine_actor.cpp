@@ -1,0 +1,569 @@
+#include "actors/controller/machine_actor.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+
+#include <caf/actor_cast.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/send.hpp>
+#include <spdlog/spdlog.h>
+
+#include "actors/gather.hpp"
+#include "actors/controller/gpu_actor.hpp"
+#include "actors/scheduler/placement.hpp"
+#include "messages/error.hpp"
+#include "runtime/process/wall_clock.hpp"
+#include "store/store.hpp"
+
+namespace astraeus {
+
+namespace {
+
+/// The worker of `orders` placed on GPU `gpu_id`; empty when none is.
+std::string gpu_holder(const v1::WorkerOrders& orders, const std::string& gpu_id) {
+  for (const auto& w : orders.workers())
+    for (const auto& id : w.gpu_ids())
+      if (id == gpu_id)
+        return w.worker();
+  return {};
+}
+
+/// How often an Up machine's facts are written to the store at most (they
+/// are also written on every transition to Up), so that `astra machine`
+/// shows recent facts after a controller restart without a write per report.
+constexpr int64_t facts_store_interval_ms = 10 * 60 * 1000;
+
+/// Whether a GPU section lists every GPU the driver has (so a GPU missing
+/// from it is gone), rather than the last known ones ("unresponsive",
+/// "unavailable") or none yet ("pending": discovery has not finished).
+bool complete_read(const v1::GpuSection& section) {
+  return section.read_as() == "driver: healthy"
+         || section.read_as() == "nvidia-smi" || section.read_as() == "no-gpu";
+}
+
+/// What of a GPU section must survive a controller restart: how it was
+/// read, the GPU ids and statuses, and their latches.
+std::string gpu_fingerprint(const v1::GpuSection& section) {
+  std::string out = section.read_as();
+  for (const auto& g : section.gpus()) {
+    out += "|" + g.id() + ":" + g.status();
+    for (const auto& f : g.latches())
+      out += "," + f.reason() + "#" + std::to_string(f.count());
+  }
+  return out;
+}
+
+} // namespace
+
+caf::error check_labels(const v1::SetLabels& req) {
+  auto bad = [](const std::string& s, size_t max) {
+    return s.empty() || s.size() > max
+           || std::any_of(s.begin(), s.end(), [](unsigned char c) {
+                return !(std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '/');
+              });
+  };
+  for (const auto& [k, v] : req.set()) {
+    if (bad(k, 253))
+      return caf::make_error(ec::invalid_request,
+                             "label key '" + k
+                               + "': use letters, digits, '-', '_', '.' and '/' "
+                                 "(at most 253)");
+    if (bad(v, 63))
+      return caf::make_error(ec::invalid_request,
+                             "label " + k + "='" + v
+                               + "': use 1-63 letters, digits, '-', '_' and '.'");
+  }
+  for (const auto& k : req.remove())
+    if (req.set().count(k))
+      return caf::make_error(ec::invalid_request,
+                             "label " + k + " is both set and removed");
+  return caf::none;
+}
+
+std::vector<v1::WorkerOrders> split_orders(const v1::WorkerOrders& orders,
+                                          size_t part_bytes) {
+  if (orders.ByteSizeLong() <= part_bytes)
+    return {orders};
+  std::vector<v1::WorkerOrders> parts;
+  size_t bytes = 0;
+  for (const auto& w : orders.workers()) {
+    auto size = w.ByteSizeLong() + 8;
+    if (parts.empty() || (bytes + size > part_bytes && parts.back().workers_size() > 0)) {
+      parts.emplace_back();
+      parts.back().set_machine(orders.machine());
+      parts.back().set_generation(orders.generation());
+      bytes = 0;
+    }
+    *parts.back().add_workers() = w;
+    bytes += size;
+  }
+  for (size_t i = 0; i < parts.size(); ++i) {
+    parts[i].set_part(static_cast<uint32_t>(i));
+    parts[i].set_parts(static_cast<uint32_t>(parts.size()));
+  }
+  return parts;
+}
+
+const std::string& to_string(v1::Machine::State state) {
+  return v1::Machine::State_Name(state);
+}
+
+caf::error machine_config::validate() const {
+  if (record.name().empty())
+    return caf::make_error(ec::invalid_config, "machine: empty name");
+  if (heartbeat_lapse.count() <= 0)
+    return caf::make_error(ec::invalid_config,
+                           "machine: heartbeat lapse must be positive");
+  return caf::none;
+}
+
+v1::Machine::State machine_state::shown_state() const {
+  return config.record.maintenance() ? v1::Machine::Maintenance : liveness;
+}
+
+bool machine_state::schedulable() const {
+  return shown_state() == v1::Machine::Up && !config.record.cordoned()
+         && !pressure.memory && !pressure.disk;
+}
+
+v1::SchedulerMachine machine_state::scheduler_view() const {
+  v1::SchedulerMachine out;
+  out.set_name(config.record.name());
+  out.set_schedulable(schedulable());
+  out.set_down(liveness == v1::Machine::Down);
+  out.set_address(config.record.address());
+  out.set_logical_cpus(facts.cpu().logical_cpus());
+  out.set_memory_bytes(facts.memory().total_bytes());
+  *out.mutable_labels() = config.record.labels();
+  // The NVLink domain is found from the GPUs (shared/seeds/machines.md,
+  // "Topology"); a label an admin set wins.
+  if (const auto& domain = facts.gpus().capabilities().nvlink_domain(); !domain.empty())
+    out.mutable_labels()->insert({topology_label::nvlink_domain, domain});
+  const auto& gpus = facts.gpus().gpus();
+  std::map<std::string, uint32_t> index_of;
+  for (int i = 0; i < gpus.size(); ++i)
+    index_of[gpus[i].pci_address()] = static_cast<uint32_t>(i);
+  for (const auto& g : gpus) {
+    if (g.id().empty())
+      continue;
+    auto* sg = out.add_gpus();
+    sg->set_id(g.id());
+    sg->set_numa_node(g.has_numa_node() ? g.numa_node() : -1);
+    auto h = gpu_health.find(g.id());
+    sg->set_health(h == gpu_health.end() ? "Healthy" : h->second.first);
+    // A GPU that does not answer is not placed onto.
+    if (g.status() == "unresponsive" || g.status() == "lost"
+        || g.status() == "unavailable")
+      sg->set_health("Faulty");
+    std::set<uint32_t> peers;
+    for (const auto& l : g.nvlinks())
+      if (l.active())
+        if (auto p = index_of.find(l.remote_pci_address()); p != index_of.end())
+          peers.insert(p->second);
+    for (auto p : peers)
+      sg->add_nvlink_peers(p);
+  }
+  return out;
+}
+
+v1::MachineView machine_state::view() const {
+  v1::MachineView out;
+  const auto& rec = config.record;
+  out.set_name(rec.name());
+  out.set_state(shown_state());
+  out.set_cordoned(rec.cordoned());
+  out.set_memory_pressure(pressure.memory);
+  out.set_disk_pressure(pressure.disk);
+  for (const auto& reason : pressure.reasons)
+    out.add_pressure_reasons(reason);
+  out.set_schedulable(schedulable());
+  out.set_registered_unix_ms(rec.registered_unix_ms());
+  out.set_last_report_unix_ms(last_report_unix_ms);
+  out.set_state_since_unix_ms(state_since_unix_ms);
+  *out.mutable_facts() = facts;
+  out.set_machine_id(rec.machine_id());
+  *out.mutable_labels() = rec.labels();
+  out.set_agent_version(rec.agent_version());
+  out.set_connected(session != 0);
+  // "GPUs healthy" is the controller's judgement, not the agent's.
+  auto* section = out.mutable_facts()->mutable_gpus();
+  auto* conds = section->mutable_conditions();
+  for (auto i = conds->begin(); i != conds->end();) {
+    if (i->type() == "GPUs healthy")
+      i = conds->erase(i);
+    else
+      ++i;
+  }
+  std::string faults;
+  for (const auto& [id, hr] : gpu_health)
+    if (hr.first == "Faulty")
+      faults += (faults.empty() ? "" : "; ") + id + ": " + hr.second;
+  auto* c = section->add_conditions();
+  c->set_type("GPUs healthy");
+  c->set_status(faults.empty());
+  c->set_reason(faults.empty() ? "AllGPUsHealthy" : "GPUFault");
+  c->set_message(faults.empty() ? "no GPU is fenced" : faults);
+  return out;
+}
+
+machine_actor::behavior_type
+machine(machine_actor::stateful_pointer<machine_state> self,
+        machine_config config) {
+  if (auto err = config.validate()) {
+    spdlog::error("machine: {}", render_error(err));
+    self->quit(err);
+    return machine_actor::behavior_type::make_empty_behavior();
+  }
+  auto& st = self->state;
+  st.config = std::move(config);
+  st.facts = st.config.record.last_facts();
+  st.last_report_unix_ms = st.config.record.last_report_unix_ms();
+  st.pressure = evaluate_pressure(st.facts, st.config.pressure);
+  st.state_since_unix_ms = unix_ms_now();
+  // The lapse runs from the moment this actor starts: a machine that never
+  // reports to this controller goes from Idle to Down.
+  st.last_report = self->clock().now();
+  st.lapse_timer_pending = true;
+  self->delayed_send(self, st.config.heartbeat_lapse, atom::lapse_v);
+  auto name = [self]() -> const std::string& {
+    return self->state.config.record.name();
+  };
+  // Tells the scheduler when what it places by changed.
+  auto tell_scheduler = [self] {
+    auto& st = self->state;
+    if (!st.config.scheduler)
+      return;
+    auto snap = st.scheduler_view();
+    auto bytes = snap.SerializeAsString();
+    if (bytes == st.scheduler_snapshot)
+      return;
+    st.scheduler_snapshot = std::move(bytes);
+    self->send(st.config.scheduler, std::move(snap));
+  };
+  // Keeps one GPU actor per reported GPU id.
+  auto sync_gpus = [self](bool up) {
+    auto& st = self->state;
+    const auto& section = st.facts.gpus();
+    std::set<std::string> seen;
+    for (const auto& g : section.gpus()) {
+      if (g.id().empty())
+        continue;
+      seen.insert(g.id());
+      auto i = st.gpus.find(g.id());
+      if (i == st.gpus.end()) {
+        auto handle = self->template spawn<caf::linked>(
+          gpu, st.config.record.name(), g, up, caf::actor_cast<machine_actor>(self));
+        if (auto holder = gpu_holder(st.orders, g.id()); !holder.empty())
+          self->send(handle, atom::assign_v, std::move(holder));
+        st.gpus.emplace(g.id(), std::move(handle));
+      } else
+        self->send(i->second, g);
+    }
+    if (!complete_read(section))
+      return;
+    for (auto i = st.gpus.begin(); i != st.gpus.end();) {
+      if (seen.count(i->first) == 0) {
+        spdlog::info("machine {}: GPU {} is gone", st.config.record.name(),
+                     i->first);
+        self->unlink_from(i->second);
+        caf::anon_send_exit(i->second, caf::exit_reason::user_shutdown);
+        st.gpu_health.erase(i->first);
+        i = st.gpus.erase(i);
+      } else {
+        ++i;
+      }
+    }
+  };
+  sync_gpus(false);
+  // Tells every GPU actor which worker holds it (empty = free), from the
+  // whole worker set placed here.
+  auto tell_holders = [self] {
+    auto& st = self->state;
+    for (auto& [id, g] : st.gpus)
+      self->send(g, atom::assign_v, gpu_holder(st.orders, id));
+  };
+    self->send(st.config.scheduler, atom::attach_v, name(),
+               caf::actor_cast<machine_actor>(self));
+  tell_scheduler();
+  // Hands the agent the worker set, when connected and not yet applied.
+  auto send_orders = [self] {
+    auto& st = self->state;
+    if (!st.orders_known || st.session == 0 || !st.gate
+        || st.acked_generation == st.orders.generation())
+      return;
+    auto gate = caf::actor_cast<gate_command_actor>(st.gate);
+    for (auto& part : split_orders(st.orders, orders_part_bytes))
+      self->send(gate, atom::assign_v, st.session, std::move(part));
+  };
+  // The agent's worker list, from its answer frame or a report.
+  auto on_statuses = [self, send_orders](v1::WorkerStatuses& statuses) {
+    auto& st = self->state;
+    statuses.set_machine(st.config.record.name());
+    st.acked_generation = statuses.generation();
+    auto bytes = statuses.SerializeAsString();
+    if (bytes != st.last_statuses) {
+      st.last_statuses = std::move(bytes);
+      if (st.config.scheduler)
+        self->send(st.config.scheduler, std::move(statuses));
+    }
+    send_orders();
+  };
+  auto set_liveness = [self, name, tell_scheduler](v1::Machine::State next,
+                                                  const char* why) {
+    auto& st = self->state;
+    if (st.liveness == next)
+      return;
+    for (auto& [id, g] : st.gpus)
+      self->send(g, atom::machine_up_v, next == v1::Machine::Up);
+    auto before = st.liveness;
+    st.liveness = next;
+    if (next == v1::Machine::Down)
+      st.last_statuses.clear();
+    if (st.config.record.maintenance()) {
+      spdlog::info("machine {}: in Maintenance; underneath {} -> {} ({})",
+                   name(), to_string(before), to_string(next), why);
+      return;
+    }
+    st.state_since_unix_ms = unix_ms_now();
+    spdlog::info("machine {}: {} -> {} ({})", name(), to_string(before),
+                 to_string(next), why);
+    tell_scheduler();
+  };
+  // Writes the record; `sync` for what a user is told about.
+  auto persist = [self, name](bool sync) -> caf::error {
+    auto& st = self->state;
+    if (!st.config.store)
+      return caf::none;
+    auto& rec = st.config.record;
+    *rec.mutable_last_facts() = st.facts;
+    rec.set_last_report_unix_ms(st.last_report_unix_ms);
+    if (auto err = st.config.store->put(family::machines, rec.name(), rec, sync)) {
+      spdlog::error("machine {}: cannot store its record: {}", name(),
+                    render_error(err));
+      return err;
+    }
+    st.facts_stored_unix_ms = unix_ms_now();
+    return caf::none;
+  };
+  return {
+    [self, set_liveness, persist, sync_gpus, tell_scheduler, on_statuses,
+     send_orders](v1::MachineReport& report) {
+      auto& st = self->state;
+      bool address_changed = !report.address().empty()
+                             && report.address() != st.config.record.address();
+      if (address_changed)
+        st.config.record.set_address(report.address());
+      st.last_report = self->clock().now();
+      st.last_report_unix_ms = unix_ms_now();
+      st.facts = std::move(*report.mutable_facts());
+      auto was_pressured = st.pressure.memory || st.pressure.disk;
+      st.pressure = evaluate_pressure(st.facts, st.config.pressure);
+      auto pressured = st.pressure.memory || st.pressure.disk;
+      if (pressured != was_pressured) {
+        if (pressured)
+          spdlog::warn("machine {}: under pressure, takes no new work: {}",
+                       st.config.record.name(), st.pressure.reasons.front());
+        else
+          spdlog::info("machine {}: pressure cleared, takes new work again",
+                       st.config.record.name());
+      }
+      auto came_up = st.liveness != v1::Machine::Up;
+      if (came_up)
+        set_liveness(v1::Machine::Up, "report received");
+      sync_gpus(true);
+      if (!report.agent_version().empty()
+          && report.agent_version() != st.config.record.agent_version()) {
+        st.config.record.set_agent_version(report.agent_version());
+        came_up = true;
+      }
+      came_up = came_up || address_changed;
+      // The controller keeps a copy of the GPUs and their faults, so they
+      // show while the machine is Down and after a controller restart.
+      auto gpu_print = gpu_fingerprint(st.facts.gpus());
+      if (gpu_print != st.stored_gpu_fingerprint) {
+        st.stored_gpu_fingerprint = gpu_print;
+        came_up = true;
+      }
+      if (came_up
+          || st.last_report_unix_ms - st.facts_stored_unix_ms
+               > facts_store_interval_ms)
+        persist(false);
+      if (!st.lapse_timer_pending) {
+        st.lapse_timer_pending = true;
+        self->delayed_send(self, st.config.heartbeat_lapse, atom::lapse_v);
+      }
+      tell_scheduler();
+      if (report.has_workers())
+        on_statuses(*report.mutable_workers());
+      else
+        send_orders();
+    },
+    [self](atom::get) -> v1::MachineView { return self->state.view(); },
+    [self](atom::gpus) -> caf::result<std::vector<v1::GpuView>> {
+      auto rp = self->make_response_promise<std::vector<v1::GpuView>>();
+      std::vector<gpu_actor> targets;
+      for (auto& [id, g] : self->state.gpus)
+        targets.push_back(g);
+      gather<v1::GpuView>(
+        self, targets, std::chrono::seconds{5},
+        [rp](std::vector<v1::GpuView> views) mutable {
+          std::sort(views.begin(), views.end(), [](const auto& a, const auto& b) {
+            return a.gpu().pci_address() < b.gpu().pci_address();
+          });
+          rp.deliver(std::move(views));
+        },
+        nullptr, atom::get_v);
+      return rp;
+    },
+    [self, persist, name, tell_scheduler](atom::cordon,
+                          bool on) -> caf::result<v1::MachineView> {
+      auto& rec = self->state.config.record;
+      if (rec.cordoned() != on) {
+        rec.set_cordoned(on);
+        if (auto err = persist(true)) {
+          rec.set_cordoned(!on);
+          return err;
+        }
+        spdlog::info("machine {}: {}", name(), on ? "cordoned" : "uncordoned");
+        tell_scheduler();
+      }
+      return self->state.view();
+    },
+    [self, persist, name, tell_scheduler](atom::maintenance,
+                          bool on) -> caf::result<v1::MachineView> {
+      auto& st = self->state;
+      auto& rec = st.config.record;
+      if (rec.maintenance() != on) {
+        auto before = st.shown_state();
+        rec.set_maintenance(on);
+        if (auto err = persist(true)) {
+          rec.set_maintenance(!on);
+          return err;
+        }
+        st.state_since_unix_ms = unix_ms_now();
+        spdlog::info("machine {}: {} -> {} (maintenance {})", name(),
+                     to_string(before), to_string(st.shown_state()),
+                     on ? "on" : "off");
+        tell_scheduler();
+      }
+      return st.view();
+    },
+    [self, name, send_orders](atom::connected, uint64_t session, bool up,
+                              caf::actor& gate) {
+      auto& st = self->state;
+      if (up) {
+        st.session = session;
+        st.gate = std::move(gate);
+        // A new session: whatever the agent applied, it says so again.
+        st.acked_generation = 0;
+        st.last_statuses.clear();
+        send_orders();
+      } else if (st.session == session) {
+        st.session = 0;
+        st.gate = nullptr;
+        spdlog::info("machine {}: agent disconnected", name());
+      }
+    },
+    [self, send_orders, tell_holders](atom::assign, v1::WorkerOrders& orders) {
+      auto& st = self->state;
+      st.orders = std::move(orders);
+      st.orders_known = true;
+      tell_holders();
+      send_orders();
+    },
+    [on_statuses](v1::WorkerStatuses& statuses) { on_statuses(statuses); },
+    [self, persist, name, tell_scheduler](v1::SetLabels& req)
+      -> caf::result<v1::MachineView> {
+      auto& rec = self->state.config.record;
+      if (auto err = check_labels(req))
+        return err;
+      auto before = rec.labels();
+      for (const auto& k : req.remove())
+        rec.mutable_labels()->erase(k);
+      for (const auto& [k, v] : req.set())
+        (*rec.mutable_labels())[k] = v;
+      if (auto err = persist(true)) {
+        *rec.mutable_labels() = before;
+        return err;
+      }
+      spdlog::info("machine {}: labels set ({}) and removed ({})", name(), req.set_size(),
+                   req.remove_size());
+      tell_scheduler();
+      return self->state.view();
+    },
+    [self, name](atom::logs, v1::LogsCommand& cmd) -> caf::result<v1::LogChunk> {
+      auto& st = self->state;
+      if (st.session == 0 || !st.gate)
+        return caf::make_error(ec::not_connected,
+                               "machine " + name()
+                                 + " is not connected: its agent keeps the "
+                                   "worker's log; start it and try again");
+      auto rp = self->make_response_promise<v1::LogChunk>();
+      self->request(caf::actor_cast<gate_command_actor>(st.gate),
+                    std::chrono::seconds{10}, atom::logs_v, st.session,
+                    std::move(cmd))
+        .then(
+          [rp](v1::LogsReply& reply) mutable {
+            if (!reply.error().empty())
+              rp.deliver(caf::make_error(ec::invalid_request, reply.error()));
+            else
+              rp.deliver(std::move(*reply.mutable_chunk()));
+          },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
+    },
+    [self, tell_scheduler](atom::health, std::string& id, std::string& health,
+                           std::string& reasons) {
+      auto& st = self->state;
+      if (st.gpus.count(id) == 0)
+        return;
+      st.gpu_health[id] = {std::move(health), std::move(reasons)};
+      tell_scheduler();
+    },
+    [self, name](atom::clear,
+                 std::string& gpu_id) -> caf::result<v1::ClearFaultResult> {
+      auto& st = self->state;
+      if (st.session == 0 || !st.gate)
+        return caf::make_error(ec::not_connected,
+                               "machine " + name()
+                                 + " is not connected: a fault is cleared on "
+                                   "the machine itself; start its agent and "
+                                   "try again");
+      auto rp = self->make_response_promise<v1::ClearFaultResult>();
+      self->request(st.gate, std::chrono::seconds{10}, atom::clear_v, st.session,
+                    gpu_id)
+        .then(
+          [rp](v1::ClearFaultReply& reply) mutable {
+            if (!reply.error().empty()) {
+              rp.deliver(caf::make_error(ec::store_failure, reply.error()));
+              return;
+            }
+            v1::ClearFaultResult out;
+            out.set_uuid(reply.uuid());
+            out.set_cleared(reply.cleared());
+            rp.deliver(std::move(out));
+          },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
+    },
+    [self, set_liveness](atom::lapse) {
+      auto& st = self->state;
+      st.lapse_timer_pending = false;
+      auto now = self->clock().now();
+      auto deadline = st.last_report + st.config.heartbeat_lapse;
+      if (now >= deadline) {
+        // Lapsed: Up (or Idle, never reported) becomes Down. The timer is
+        // re-armed by the next report.
+        if (st.liveness != v1::Machine::Down)
+          set_liveness(v1::Machine::Down, "heartbeat lapsed");
+        return;
+      }
+      // A report came since the timer was set: wait for the rest.
+      st.lapse_timer_pending = true;
+      self->delayed_send(self, deadline - now, atom::lapse_v);
+    },
+  };
+}
+
+} // namespace astraeus

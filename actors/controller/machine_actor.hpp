@@ -1,0 +1,130 @@
+#pragma once
+/// @file
+/// The machine actor: one per machine on the controller. Its states are the
+/// seed's (shared/seeds/machines.md, "States"):
+/// - `Idle`: registered, has not reported yet (also after a controller
+///   restart, until the agent's first report to this controller);
+/// - `Up`: reporting;
+/// - `Down`: no report for the heartbeat lapse (default 60 s);
+/// - `Maintenance`: taken out of service by an admin; reports never end it.
+/// Cordon and pressure are flags beside the state; either stops new work.
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/actor_clock.hpp>
+#include <caf/error.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include "actors/interfaces.hpp"
+#include "actors/controller/machine_pressure.hpp"
+#include "messages/astraeus.pb.h"
+
+namespace astraeus {
+
+class Store;
+
+/// Validated settings of one machine actor.
+struct machine_config {
+  /// The stored record: name, identity, cordon, maintenance, last facts.
+  v1::MachineRecord record;
+  /// A machine is `Down` once no report arrived for this long (> 0).
+  caf::timespan heartbeat_lapse = std::chrono::seconds{60};
+  /// Thresholds for memory and disk pressure.
+  pressure_thresholds pressure;
+  /// Where the record is kept; null keeps it in memory only (benchmarks).
+  std::shared_ptr<Store> store;
+  /// The scheduler, sent a snapshot whenever what it places by changes;
+  /// null: none.
+  scheduler_actor scheduler;
+
+  /// Errors: ec::invalid_config when the name is empty or the lapse <= 0.
+  caf::error validate() const;
+};
+
+/// The state of one machine actor.
+struct machine_state {
+  /// Actor name for CAF.
+  static inline const char* name = "machine";
+  /// Settings, validated at spawn.
+  machine_config config;
+  /// Liveness as the heartbeat sees it: Idle, Up or Down. The shown state is
+  /// Maintenance whenever `config.record.maintenance()` is set.
+  v1::Machine::State liveness = v1::Machine::Idle;
+  /// When the last report arrived, on the actor clock (virtual in tests).
+  caf::actor_clock::time_point last_report{};
+  /// Whether a lapse timer message is in flight (at most one at a time).
+  bool lapse_timer_pending = false;
+  /// The current gate session of its agent; 0 = not connected.
+  uint64_t session = 0;
+  /// The gate holding that session (delivers commands such as clear-fault).
+  caf::actor gate;
+  /// Each GPU's health and reasons, as its GPU actor last said.
+  std::map<std::string, std::pair<std::string, std::string>> gpu_health;
+  /// The last report's facts and derived pressure.
+  v1::HostFacts facts;
+  pressure_verdict pressure;
+  /// Wall-clock times for display, Unix milliseconds.
+  int64_t last_report_unix_ms = 0;
+  int64_t state_since_unix_ms = 0;
+  /// Wall-clock time the record was last written with facts (Unix ms).
+  int64_t facts_stored_unix_ms = 0;
+  /// The GPU picture last stored (read_as, ids, statuses, latches).
+  std::string stored_gpu_fingerprint;
+  /// The last snapshot sent to the scheduler (to send only changes).
+  std::string scheduler_snapshot;
+  /// The workers the scheduler placed here (whole set) and whether any set
+  /// came yet.
+  v1::WorkerOrders orders;
+  bool orders_known = false;
+  /// The generation of orders the agent last said it applied.
+  uint64_t acked_generation = 0;
+  /// The agent's last worker list passed to the scheduler (wire bytes;
+  /// cleared when the agent disconnects or the machine goes Down, so the
+  /// first list after its return always reaches the scheduler).
+  std::string last_statuses;
+
+  /// What the scheduler places by: schedulable, labels, GPUs and health.
+  /// The labels are the machine's, plus topology.astraeus.io/nvlink-domain
+  /// from its GPUs' capabilities when it has none of that name.
+  v1::SchedulerMachine scheduler_view() const;
+  /// One GPU actor per GPU id, spawned from reports (and from the stored
+  /// facts at start, so a Down machine still lists its last known GPUs).
+  std::map<std::string, gpu_actor> gpus;
+
+  /// The state users see: Maintenance overrides liveness.
+  v1::Machine::State shown_state() const;
+  /// Whether the machine takes new work: Up, not cordoned, no pressure.
+  bool schedulable() const;
+  /// The machine as `astra machine` shows it.
+  v1::MachineView view() const;
+};
+
+/// The machine actor's behaviour (see actors/interfaces.hpp for handlers).
+machine_actor::behavior_type
+machine(machine_actor::stateful_pointer<machine_state> self,
+        machine_config config);
+
+/// Checks a label change: keys of letters, digits, '-', '_', '.', '/' (at
+/// most 253), values of at most 63 such characters (no '/'), like
+/// Kubernetes labels. Errors: ec::invalid_request naming the label.
+caf::error check_labels(const v1::SetLabels& req);
+
+/// Worker sets larger than this many bytes are sent in parts, so that no
+/// frame comes near the agent's frame cap (1 MiB by default).
+inline constexpr size_t orders_part_bytes = 256u << 10;
+
+/// Splits a worker set into parts of at most `part_bytes` each (a single
+/// worker larger than that is a part of its own), numbered `part` of
+/// `parts`; a set that fits is returned whole (parts = 0).
+std::vector<v1::WorkerOrders> split_orders(const v1::WorkerOrders& orders,
+                                          size_t part_bytes);
+
+/// "Idle", "Up", "Down", "Maintenance".
+const std::string& to_string(v1::Machine::State state);
+
+} // namespace astraeus

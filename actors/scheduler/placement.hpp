@@ -1,0 +1,454 @@
+#pragma once
+/// @file
+/// The placement engine: which machines and which concrete GPUs the workers
+/// of a run get. Plain C++ (no actors, no Protobuf): the scheduler actor
+/// owns one `placement_index` and one `scheduler_queue` and feeds them from
+/// machine and GPU events. Everything here is single-threaded and
+/// deterministic: the same calls in the same order give the same answers.
+///
+/// The rules (shared/seeds/gpus.md "How a worker gets its GPUs", "Limits";
+/// machines.md "Pools and topology", "GPU health"; drove-gpu-scheduling.md
+/// "NUMA locality"; DESIGN.md "scheduler"):
+/// - GPUs are whole and never shared; each worker gets concrete GPUs.
+/// - Only schedulable machines (Up, not cordoned, not in maintenance or
+///   acceptance, not under pressure) that carry every required label.
+/// - Never a Faulty, Foreign or held GPU. AtRisk GPUs only when no placement
+///   on healthy GPUs exists, and never for `healthy_only`.
+/// - Within a machine: the NUMA node with the most free GPUs first, its GPUs
+///   first (Drove's rule); among those, GPUs joined by NVLink.
+/// - A run's workers (its gang) are placed all or nothing, within one site,
+///   preferring one machine, then one NVLink domain, one InfiniBand fabric,
+///   one rack.
+/// - Across machines: best fit (the machine or group with the fewest free
+///   GPUs that still fits), so whole machines stay free for large runs.
+///
+/// Sizes: a machine has at most 64 GPU slots (`gpu_mask` is one bit per
+/// slot). 100,000 machines with 8 GPUs each take ~0.3 GiB (bench/RESULTS.md).
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include <caf/error.hpp>
+#include <caf/expected.hpp>
+
+namespace astraeus {
+
+/// A machine in a `placement_index`: a dense number issued by `add_machine`,
+/// stable for the index's life (never reused, also after removal).
+using machine_id = uint32_t;
+
+/// What holds GPUs: a committed placement, a restored hold or a queue's
+/// reservation; 0 = none. Unique: a released id is not issued again (a slot
+/// number with a generation count, 2^32 reuses of one slot before it wraps).
+using allocation_id = uint64_t;
+
+/// One bit per GPU slot of a machine (bit i = slot i).
+using gpu_mask = uint64_t;
+
+/// The most GPU slots a machine can have (the width of `gpu_mask`).
+inline constexpr unsigned max_gpus_per_machine = 64;
+
+/// The topology labels (machines.md, "Pools and topology").
+namespace topology_label {
+/// A site: a run never spans sites. A machine without it is in the one
+/// unnamed site.
+inline constexpr const char* site = "topology.astraeus.io/site";
+/// A rack.
+inline constexpr const char* rack = "topology.astraeus.io/rack";
+/// An InfiniBand fabric.
+inline constexpr const char* fabric = "topology.astraeus.io/fabric";
+/// A multi-machine NVLink domain (GB200 NVL72).
+inline constexpr const char* nvlink_domain = "topology.astraeus.io/nvlink-domain";
+} // namespace topology_label
+
+/// A GPU's health as the scheduler acts on it (actors/controller/gpu_health.hpp).
+enum class gpu_health : uint8_t {
+  healthy,  ///< used
+  at_risk,  ///< used only when no healthy placement exists; never for healthy_only
+  faulty,   ///< fenced: never used
+  foreign,  ///< memory in use outside Astraeus: not used meanwhile
+};
+
+/// "Healthy", "AtRisk", "Faulty" or "Foreign" (the words of `GpuView.health`).
+const char* to_string(gpu_health x);
+
+/// Parses the words of `to_string`; nullopt for anything else.
+std::optional<gpu_health> parse_gpu_health(std::string_view text);
+
+/// A machine's labels, key -> value.
+using label_map = std::map<std::string, std::string>;
+
+/// One GPU of a machine, as the machine reported it.
+struct gpu_spec {
+  std::string id;                          ///< UUID (GPU-...) or AMD unique id; unique in the index
+  int numa_node = -1;                      ///< the NUMA node it is local to; -1 unknown
+  gpu_mask nvlink_peers = 0;               ///< bit j: an NVLink to the machine's j-th GPU of this list
+  gpu_health health = gpu_health::healthy; ///< its health now
+};
+
+/// A machine as the index needs it.
+struct machine_spec {
+  std::string name;            ///< unique in the index
+  label_map labels;            ///< pool and topology labels
+  bool schedulable = true;     ///< takes new work now (`MachineView.schedulable`)
+  std::vector<gpu_spec> gpus;  ///< in the driver's index order; at most 64
+};
+
+/// One GPU: its machine and its slot there (slots are stable for the GPU's
+/// life on the machine).
+struct gpu_ref {
+  machine_id machine = 0; ///< the machine
+  uint8_t slot = 0;       ///< the slot, 0..63
+  friend bool operator==(gpu_ref a, gpu_ref b) {
+    return a.machine == b.machine && a.slot == b.slot;
+  }
+};
+
+/// Some GPUs of one machine.
+struct gpu_set {
+  machine_id machine = 0; ///< the machine
+  gpu_mask gpus = 0;      ///< its GPU slots
+};
+
+/// A worker group of a run (`task_groups`): `workers` workers with
+/// `gpus_per_worker` GPUs each.
+struct worker_group {
+  std::string name = "default"; ///< the group's name
+  uint32_t workers = 1;         ///< how many workers, at least 1
+  uint32_t gpus_per_worker = 1; ///< whole GPUs per worker, 1..64
+};
+
+/// What a run asks for.
+struct placement_request {
+  std::string run;                  ///< the run's name (unique in a queue)
+  std::vector<worker_group> groups; ///< ranks run across groups in this order
+  uint32_t leader_group = 0;        ///< index into `groups`; its rank 0 leads
+  label_map required_labels;        ///< every one must be on the machine (pool=h100)
+  bool healthy_only = false;        ///< never AtRisk GPUs (`gpu_requests.healthy_only`)
+  int64_t time_limit_seconds = 0;   ///< the run's time limit, s; 0 = none
+  int32_t priority = 0;             ///< queue order: higher first, then submission order
+};
+
+/// How tightly a placement's machines are joined, tightest first.
+enum class placement_tier : uint8_t {
+  one_machine,   ///< every worker on one machine
+  nvlink_domain, ///< one multi-machine NVLink domain
+  fabric,        ///< one InfiniBand fabric
+  rack,          ///< one rack (Ethernet between machines)
+  site,          ///< one site (Ethernet between machines)
+};
+
+/// "one machine", "one NVLink domain", "one fabric", "one rack", "one site".
+const char* to_string(placement_tier x);
+
+/// Where one worker goes.
+struct placed_worker {
+  uint32_t rank = 0;        ///< from 0 across all groups (`ASTRAEUS_REPLICA_INDEX`)
+  uint32_t group = 0;       ///< index into the request's groups
+  uint32_t group_rank = 0;  ///< index within its group
+  machine_id machine = 0;   ///< its machine
+  gpu_mask gpus = 0;        ///< its GPU slots there (`placement_index::gpu_ids`)
+  int numa_node = -1;       ///< the NUMA node most of its GPUs are local to; -1 unknown
+};
+
+/// Where a whole run goes: every worker, by rank.
+struct placement {
+  std::string run;                    ///< the request's run
+  std::vector<placed_worker> workers; ///< index = rank
+  uint32_t leader = 0;                ///< rank of the leader: rank 0 of the leader group
+  placement_tier tier = placement_tier::one_machine; ///< how tightly it is joined
+  bool uses_at_risk = false;          ///< some GPU is AtRisk (none was healthy enough)
+  bool healthy_only = false;          ///< the request's `healthy_only`, checked again at commit
+  uint32_t selector = 0;              ///< the label set it was placed for, checked at commit
+};
+
+/// Why a run cannot be placed now.
+enum class waiting_code : uint8_t {
+  invalid_request, ///< the request is malformed (no groups, 0 GPUs, ...)
+  no_machine,      ///< no machine carries the required labels
+  none_schedulable,///< machines carry them but none takes new work
+  never_fits,      ///< larger than the machines (or the largest site) even when empty
+  not_enough_gpus, ///< not enough free GPUs now
+  reserved,        ///< it would fit, but only on GPUs reserved for an earlier run
+};
+
+/// Why a run waits: a code for programs and a sentence for people, e.g.
+/// "waiting: needs 8 healthy GPUs on one machine in pool h100; best machine has 6".
+struct waiting_reason {
+  waiting_code code = waiting_code::not_enough_gpus; ///< for programs
+  std::string message;                                ///< for people
+};
+
+/// The answer of `placement_index::place`.
+using placement_result = std::variant<placement, waiting_reason>;
+
+/// Options of a `placement_index`.
+struct placement_options {
+  /// How many machines of the best-fitting size a multi-GPU placement on one
+  /// machine compares for NUMA and NVLink quality (1 = the first one).
+  unsigned quality_lookahead = 8;
+};
+
+/// Totals over the whole index, for views and checks.
+struct placement_totals {
+  uint64_t machines = 0;      ///< not removed
+  uint64_t schedulable = 0;   ///< of those, taking new work
+  uint64_t gpus = 0;          ///< present GPUs
+  uint64_t held = 0;          ///< GPU slots held (present or gone)
+  uint64_t free_healthy = 0;  ///< free healthy GPUs (any machine state)
+  uint64_t free_at_risk = 0;  ///< free AtRisk GPUs
+  uint64_t fenced = 0;        ///< Faulty or Foreign present GPUs
+  uint64_t allocations = 0;   ///< live allocations
+};
+
+/// The machines and GPUs the scheduler places onto, with incremental
+/// updates. Per machine it keeps bit masks (present, healthy, at risk, held)
+/// so free counts per machine and per NUMA node are popcounts; per label set
+/// that requests have used (a "selector") and per topology group (NVLink
+/// domain, fabric, rack, site, whole cluster) it keeps schedulable machines
+/// in buckets by free-GPU count, healthy and healthy-or-at-risk. Every update
+/// moves a machine between buckets in O(selectors x tiers); a single-worker
+/// placement finds its best-fitting machine in O(GPUs per machine).
+///
+/// Errors are `caf::error`s with `ec::no_such_machine` (unknown machine or
+/// GPU) or `ec::invalid_request` (a malformed or conflicting change); a
+/// failed call changes nothing.
+class placement_index {
+public:
+  /// An empty index.
+  explicit placement_index(placement_options options = {});
+  ~placement_index();
+  placement_index(const placement_index&) = delete;
+  placement_index& operator=(const placement_index&) = delete;
+  placement_index(placement_index&&) noexcept;
+  placement_index& operator=(placement_index&&) noexcept;
+
+  // -- machines and GPUs ---------------------------------------------------
+
+  /// Adds a machine. Fails on a duplicate machine name, a GPU id already in
+  /// the index or repeated in `spec`, more than 64 GPUs, or an empty name.
+  caf::expected<machine_id> add_machine(const machine_spec& spec);
+
+  /// Applies `spec` (same name) to machine `m`: labels, schedulable, GPUs
+  /// (`set_gpus`). Fails as `set_gpus` does, or on another name.
+  caf::error update_machine(machine_id m, const machine_spec& spec);
+
+  /// Whether `m` takes new work. Its held GPUs stay held either way (a Down
+  /// machine's workers keep their GPUs until told otherwise).
+  caf::error set_schedulable(machine_id m, bool schedulable);
+
+  /// Replaces the labels of `m`.
+  caf::error set_labels(machine_id m, const label_map& labels);
+
+  /// Replaces the GPUs of `m`. A GPU keeps its slot while its id stays; a
+  /// free GPU that is no longer listed is forgotten; a held one stays held,
+  /// unusable, until its allocation is released (or it is listed again).
+  /// NVLink peers are made symmetric. Fails on a GPU id of another machine,
+  /// a repeated id, or more than 64 slots.
+  caf::error set_gpus(machine_id m, const std::vector<gpu_spec>& gpus);
+
+  /// Removes `m` (its name may then be added again). Fails while any of its
+  /// GPUs is held.
+  caf::error remove_machine(machine_id m);
+
+  /// Sets the health of the GPU with id `gpu_id`.
+  caf::error set_gpu_health(std::string_view gpu_id, gpu_health health);
+
+  /// Sets the health of GPU `gpu`.
+  caf::error set_gpu_health(gpu_ref gpu, gpu_health health);
+
+  // -- look-ups --------------------------------------------------------------
+
+  /// The machine named `name`, if any (removed machines are not found).
+  std::optional<machine_id> find_machine(std::string_view name) const;
+  /// The GPU with id `gpu_id`, if any.
+  std::optional<gpu_ref> find_gpu(std::string_view gpu_id) const;
+  /// Machine ids issued so far (ids are 0 .. this - 1).
+  size_t machine_ids() const;
+  /// The name of `m` (empty for an unknown id).
+  const std::string& machine_name(machine_id m) const;
+  /// The label value `key` of `m`, if set.
+  std::optional<std::string> machine_label(machine_id m, std::string_view key) const;
+  /// Whether `m` takes new work (false for unknown or removed machines).
+  bool schedulable(machine_id m) const;
+  /// The number of GPU slots of `m` (present or held after removal).
+  unsigned gpu_slots(machine_id m) const;
+  /// The present GPUs of `m`.
+  gpu_mask present_gpus(machine_id m) const;
+  /// Free GPUs of `m` that may be assigned: healthy ones, plus AtRisk ones
+  /// when `with_at_risk` (regardless of whether `m` is schedulable).
+  gpu_mask free_gpus(machine_id m, bool with_at_risk) const;
+  /// The id of `gpu` (empty for an empty slot).
+  std::string_view gpu_id(gpu_ref gpu) const;
+  /// The ids of the GPU slots `gpus` of `m`, in slot order.
+  std::vector<std::string> gpu_ids(machine_id m, gpu_mask gpus) const;
+  /// The health of `gpu` (faulty for an empty slot).
+  gpu_health health(gpu_ref gpu) const;
+  /// The NUMA node of `gpu` (-1 unknown).
+  int numa_node(gpu_ref gpu) const;
+  /// The allocation holding `gpu`; 0 when free.
+  allocation_id holder(gpu_ref gpu) const;
+  /// The GPUs an allocation holds (empty for an unknown one).
+  std::vector<gpu_set> allocation_gpus(allocation_id a) const;
+  /// The owner an allocation was made for (empty for an unknown one).
+  std::string allocation_owner(allocation_id a) const;
+  /// Totals over the whole index (O(machines)).
+  placement_totals totals() const;
+
+  // -- placing ---------------------------------------------------------------
+
+  /// Where `request` would go now, all or nothing, or why it waits. Changes
+  /// no machine or GPU state (the first request with a new label set builds
+  /// that set's buckets once, O(machines)).
+  placement_result place(const placement_request& request);
+
+  /// A cheap necessary condition for `place` to succeed (free GPUs in the
+  /// best site and the largest free block on one machine), O(sites + 64).
+  bool may_fit(const placement_request& request);
+
+  /// Holds every GPU of `where` for `where.run`, all or nothing. Fails
+  /// (changing nothing) if any GPU is no longer free and assignable under
+  /// the request's rules, or a machine no longer takes new work or carries
+  /// the labels: then `place` again.
+  caf::expected<allocation_id> commit(const placement& where);
+
+  /// Holds `gpus` for `owner`, all or nothing, whatever their health or
+  /// machine state (for reservations and for restoring holds after a
+  /// restart). Fails if a slot is empty or already held.
+  caf::expected<allocation_id> hold(std::string owner, const std::vector<gpu_set>& gpus);
+
+  /// Holds the GPUs with ids `gpu_ids` for `owner`, as `hold` does: how the
+  /// scheduler re-adopts running workers after a restart.
+  caf::expected<allocation_id> restore(std::string owner,
+                                       const std::vector<std::string>& gpu_ids);
+
+  /// Frees every GPU of allocation `a` (the only way GPUs become free).
+  caf::error release(allocation_id a);
+
+  /// What-if planning: frees the GPUs of `a` but keeps the allocation, so
+  /// that `resume` holds exactly the same GPUs again. Used by the queue to
+  /// find when a blocked run could start. Fails for an unknown or already
+  /// suspended allocation.
+  caf::error suspend(allocation_id a);
+
+  /// Holds the GPUs of suspended `a` again. Fails if one was taken meanwhile.
+  caf::error resume(allocation_id a);
+
+  /// Recounts everything from the per-GPU records and compares it with the
+  /// masks, buckets and counters; the first difference in words, or empty.
+  /// O(machines x selectors); for tests.
+  std::string check_invariants() const;
+
+private:
+  struct state;
+  std::unique_ptr<state> st_;
+};
+
+/// Options of a `scheduler_queue`.
+struct queue_options {
+  /// How many blocked runs one pass tries to find a start time for before it
+  /// gives up reserving (the first that gets one holds the reservation).
+  unsigned reservation_attempts = 8;
+};
+
+/// A run the queue started.
+struct queue_decision {
+  std::string run;          ///< the run
+  placement where;          ///< its workers
+  allocation_id allocation; ///< what holds its GPUs
+  int64_t start = 0;        ///< `now` of the pass, s
+  int64_t end = 0;          ///< start + time limit, s; INT64_MAX without one
+  bool backfilled = false;  ///< started while an earlier run waited on a reservation
+};
+
+/// The GPUs kept for the first blocked run, and from when.
+struct queue_reservation {
+  std::string run;          ///< the blocked run
+  int64_t start = 0;        ///< the earliest time it can start, s
+  std::vector<gpu_set> gpus;///< the GPUs it would get then
+};
+
+/// The queue of runs waiting for GPUs, with reservation and backfill like
+/// Slurm's: in order (priority, then submission), each run starts if it can;
+/// the first run that cannot gets a reservation at the earliest time it
+/// could start, counting on running runs ending at their time limits (a run
+/// without one never ends, as far as planning goes). A later run may then
+/// start only if it leaves the reserved GPUs alone, or if its own time limit
+/// ends it before the reservation starts. Time is explicit (`now`, seconds
+/// on any fixed clock), so passes are deterministic.
+class scheduler_queue {
+public:
+  /// A queue placing into `index` (which must outlive it). All placing into
+  /// `index` should go through this queue, or reservations are not honoured.
+  explicit scheduler_queue(placement_index& index, queue_options options = {});
+
+  /// Queues `request` at `now`. Fails (ec::invalid_request) on an empty or
+  /// duplicate run name.
+  caf::error submit(placement_request request, int64_t now);
+
+  /// Removes a waiting run. Fails (ec::invalid_request) if it is not waiting.
+  caf::error cancel(std::string_view run);
+
+  /// A running run ended: frees its GPUs. Fails if it is not running.
+  caf::error complete(std::string_view run);
+
+  /// Adopts a run already holding `allocation` (after a restart), started at
+  /// `start` with `time_limit_seconds` (0 = none).
+  caf::error adopt(std::string run, allocation_id allocation, int64_t start,
+                   int64_t time_limit_seconds);
+
+  /// One pass at `now`: starts what may start, in order, and records why the
+  /// rest waits (`waiting`). Returns the runs started, in order.
+  std::vector<queue_decision> schedule(int64_t now);
+
+  /// Why `run` waited in the last pass (nullptr if it did not wait).
+  const waiting_reason* waiting(std::string_view run) const;
+  /// The reservation of the last pass, if one was made.
+  const std::optional<queue_reservation>& reservation() const { return reservation_; }
+  /// The allocation of a running run, if it runs.
+  std::optional<allocation_id> allocation_of(std::string_view run) const;
+  /// Runs waiting.
+  size_t waiting_count() const { return order_.size(); }
+  /// Runs running.
+  size_t running_count() const { return running_.size(); }
+
+private:
+  using order_key = std::tuple<int64_t, int64_t, uint64_t>; // -priority, submitted, seq
+  struct running_run {
+    allocation_id allocation = 0;
+    int64_t start = 0;
+    int64_t end = 0;
+  };
+  struct plan {
+    int64_t start = 0;
+    std::vector<gpu_set> gpus;
+  };
+  std::optional<plan> earliest_start(const placement_request& request, int64_t now);
+  allocation_id hold_free_part(const std::vector<gpu_set>& gpus, const std::string& run);
+  std::optional<queue_decision> start(const placement_request& request, placement where,
+                                      int64_t now, bool backfilled);
+
+  placement_index& index_;
+  queue_options options_;
+  uint64_t seq_ = 0;
+  std::map<order_key, placement_request> order_;
+  std::unordered_map<std::string, order_key> pending_;
+  std::unordered_map<std::string, running_run> running_;
+  std::set<std::pair<int64_t, allocation_id>> ends_; // finite ends only
+  std::unordered_map<std::string, waiting_reason> waiting_;
+  std::optional<queue_reservation> reservation_;
+};
+
+/// "45s", "12m", "1h 30m", "2d 3h": a duration for people.
+std::string format_duration(int64_t seconds);
+
+} // namespace astraeus

@@ -1,0 +1,190 @@
+#pragma once
+/// @file
+/// The scheduler actor: keeps every run (store family `runs`, key = run
+/// name, value = `v1::Run`) and places waiting runs onto concrete GPUs with
+/// the placement engine (actors/scheduler/placement.hpp): one `placement_index` fed
+/// from machine snapshots (`v1::SchedulerMachine`) and one `scheduler_queue`.
+///
+/// - A schedule pass runs after every submit, snapshot, completion and
+///   delete, with `now` from the actor clock (virtual in tests).
+/// - Group commit: every run changed while the mailbox is busy is written
+///   in one RocksDB batch with sync (an `atom::tick` the actor sends itself
+///   after the first change, so it runs after the messages already queued);
+///   only then are the waiting requests answered and the machines sent
+///   their new worker sets. A user is never told of a run that is not on
+///   disk, and one fsync serves a whole burst of submissions.
+/// - Waiting runs carry the engine's waiting reason.
+/// - Every machine actor attaches itself; after each change the scheduler
+///   sends it the whole set of workers placed on it (`v1::WorkerOrders`),
+///   which its agent acknowledges (`v1::WorkerStatuses`): the worker is then
+///   `Assigned`. A machine that goes Down (snapshot `down`) has its workers
+///   shown `Down`, GPUs kept; when its agent reports again, a worker it
+///   acknowledged before and no longer holds has failed, and so has its run.
+/// - `array.size` N runs N copies of the run, each placed on its own (queue
+///   names `<run>[i]`), workers named `<run>[i]-<rank>`. A copy whose
+///   workers have all ended (exited, failed, or stopped at its time limit)
+///   gives back its GPUs, cores and memory at once and leaves its machines'
+///   worker sets; the run completes when every copy exited 0 and fails when
+///   a worker of any copy fails.
+/// - Each worker keeps the state its agent last reported (Exited, Failed,
+///   OOMKilled, Cancelled); only workers still going on take the run's end
+///   state. A worker not yet acknowledged that its agent reports stopping or
+///   ended is an earlier worker of the same name (run deleted and submitted
+///   again): that status changes nothing and the run says why it waits.
+/// - At start every stored run is loaded: waiting runs (and copies) queue
+///   again in their submission order; placed ones re-adopt their GPUs as
+///   soon as the snapshots of their machines name them (each GPU is held
+///   for the run the moment it appears, so no new run can take it
+///   meanwhile).
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+#include <string>
+#include <vector>
+
+#include <caf/error.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <caf/typed_response_promise.hpp>
+
+#include "actors/interfaces.hpp"
+#include "actors/scheduler/placement.hpp"
+#include "messages/astraeus.pb.h"
+
+namespace astraeus {
+
+class Store;
+
+/// The run states (`v1::Run.state`).
+namespace run_state {
+inline constexpr const char* waiting = "Waiting";
+inline constexpr const char* placed = "Placed";
+inline constexpr const char* assigned = "Assigned";
+inline constexpr const char* down = "Down";
+inline constexpr const char* running = "Running";
+inline constexpr const char* stopping = "Stopping";
+inline constexpr const char* stopped = "Stopped";
+inline constexpr const char* failed = "Failed";
+} // namespace run_state
+
+/// Validated settings of the scheduler actor.
+struct scheduler_config {
+  /// The controller's store; required.
+  std::shared_ptr<Store> store;
+  /// Options of the placement engine.
+  placement_options placement;
+  /// Options of the queue.
+  queue_options queue;
+
+  /// Errors: ec::invalid_config when the store is missing.
+  caf::error validate() const;
+};
+
+/// A stored placed run whose GPUs are not all known yet (after a restart):
+/// the GPUs that appeared are held piecewise until every one is there.
+struct run_restore {
+  /// GPU ids not held yet.
+  std::set<std::string> missing;
+  /// Holds on the GPUs that appeared so far.
+  std::vector<allocation_id> pieces;
+};
+
+/// The state of the scheduler actor.
+struct scheduler_state {
+  /// Actor name for CAF.
+  static inline const char* name = "scheduler";
+  /// Settings, validated at spawn.
+  scheduler_config config;
+  /// The machines and GPUs. Declared before `queue`, which refers to it.
+  std::unique_ptr<placement_index> index;
+  /// The waiting and running runs.
+  std::unique_ptr<scheduler_queue> queue;
+  /// Every run by name.
+  std::map<std::string, v1::Run> runs;
+  /// Placed runs (queue names: the run, or `<run>[i]` for an array copy)
+  /// still re-adopting their GPUs after a restart.
+  std::map<std::string, run_restore> restoring;
+  /// Queue names of the runs and copies now waiting.
+  std::unordered_set<std::string> waiting;
+  /// CPU-only runs and copies waiting, in submission order (the placement
+  /// engine places GPU workers; these are placed by `place_cpu_runs`).
+  std::vector<std::string> cpu_queue;
+  /// Why each CPU-only run or copy waits.
+  std::map<std::string, std::string> cpu_waiting_reason;
+  /// The attached machine actors by machine name.
+  std::map<std::string, machine_actor> machines;
+  /// What the last snapshot of each machine said: address, Down.
+  struct machine_facts {
+    std::string address;
+    bool down = false;
+    bool schedulable = false;
+    std::map<std::string, std::string> labels;
+    uint32_t logical_cpus = 0;
+    uint64_t memory_bytes = 0;
+    /// CPU cores and memory the workers of live runs asked for here.
+    double cpus_used = 0;
+    uint64_t memory_used = 0;
+    /// CPU-only workers placed here (they spread out).
+    uint32_t cpu_workers = 0;
+  };
+  std::unordered_map<std::string, machine_facts> machine_facts_by_name;
+  /// Live runs (placed, not stopped) with a worker on each machine.
+  std::unordered_map<std::string, std::unordered_set<std::string>> runs_on;
+  /// Generation of the worker set last sent to each machine.
+  std::map<std::string, uint64_t> generation;
+  /// First generation of this actor's life: later than any of a previous
+  /// run of the controller (wall-clock based), so agents never mistake a new
+  /// set for one they have applied.
+  uint64_t generation_base = 0;
+  /// Group commit: runs changed since the last flush (erased ones are no
+  /// longer in `runs`), requests answered after it, machines whose worker
+  /// set changed, and whether the flush message is on its way.
+  std::unordered_set<std::string> dirty_runs;
+  std::vector<std::pair<caf::typed_response_promise<v1::Run>, v1::Run>> replies;
+  std::vector<std::pair<caf::typed_response_promise<v1::Run>, std::string>>
+    run_replies;
+  std::unordered_set<std::string> dirty_machines;
+  bool flush_pending = false;
+  /// The armed time limit of each placed run or copy (queue name -> token;
+  /// a timer whose token no longer matches is stale).
+  std::unordered_map<std::string, uint64_t> limit_token;
+  uint64_t next_limit_token = 1;
+};
+
+/// The scheduler actor's behaviour (handlers: actors/interfaces.hpp).
+scheduler_actor::behavior_type
+scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
+          scheduler_config config);
+
+/// The engine's request for a run spec: groups in rank order (leader group
+/// first), `pool` and `labels` as required labels, healthy_only, time limit.
+/// `queue_name`: the run's name, or `<run>[i]` for copy i of an array.
+placement_request placement_request_of(const v1::RunSpec& spec,
+                                       const std::string& queue_name = {});
+
+/// The queue names of a run: its name, or `<run>[0]` .. `<run>[N-1]` for an
+/// array of size N (`array.size`; source: shared/seeds/inside-a-worker.md,
+/// "Arrays").
+std::vector<std::string> queue_names_of(const v1::RunSpec& spec);
+
+/// Whether a run places no GPUs (CPU-only workers).
+inline bool cpu_only(const v1::RunSpec& spec) { return spec.gpus_per_worker() == 0; }
+
+/// The run and copy index a queue name stands for: ("train", -1) for
+/// "train", ("sweep", 3) for "sweep[3]".
+std::pair<std::string, int32_t> parse_queue_name(const std::string& queue_name);
+
+/// A worker's name: `<run>-<rank>`, or `<run>[<copy>]-<rank>` in an array.
+std::string worker_name(const std::string& run, int32_t copy, uint32_t rank);
+
+
+/// The engine's machine for a snapshot. Health words as `parse_gpu_health`
+/// reads them (empty = Healthy). Errors: ec::invalid_request for an unknown
+/// health word or an NVLink peer index out of range.
+caf::expected<machine_spec> machine_spec_of(const v1::SchedulerMachine& m);
+
+} // namespace astraeus

@@ -1,0 +1,449 @@
+#include "runtime/faults/fault_latch.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include <spdlog/spdlog.h>
+
+#include "messages/error.hpp"
+#include "store/store.hpp"
+
+namespace astraeus {
+
+namespace {
+
+constexpr const char* latch_prefix = "latch/";
+constexpr const char* incident_prefix = "incident/";
+constexpr const char* policy_key = "policy";
+constexpr const char* position_key = "kmsg-position";
+/// Incidents kept at most (oldest dropped first).
+constexpr size_t max_incidents = 500;
+
+std::string latch_key(const std::string& gpu, const std::string& rule) {
+  return latch_prefix + gpu + "/" + rule;
+}
+
+const v1::Gpu* find_by_pci(const v1::GpuSection& s, const std::string& pci) {
+  if (pci.empty())
+    return nullptr;
+  for (const auto& g : s.gpus())
+    if (g.pci_address() == pci)
+      return &g;
+  return nullptr;
+}
+
+std::string kind_name(gpu_event_kind k) {
+  std::string out = to_string(k);
+  std::replace(out.begin(), out.end(), '_', '-');
+  return out;
+}
+
+} // namespace
+
+std::string recovery_action_name(uint32_t action) {
+  switch (action) {
+    case 0: return "none";
+    case 1: return "GPU reset";
+    case 2: return "node reboot";
+    case 3: return "drain P2P";
+    case 4: return "drain P2P and reset";
+    case 5: return "recover IMEX domain";
+    case 6: return "bus reset";
+    case 7: return "system reboot";
+    default: return "unknown (" + std::to_string(action) + ")";
+  }
+}
+
+std::string xid_fault_reason(uint32_t xid) {
+  return "Xid " + std::to_string(xid) + " fault";
+}
+
+std::string read_boot_id(const std::string& root) {
+  std::ifstream in{std::filesystem::path{root} / "proc/sys/kernel/random/boot_id"};
+  std::string id;
+  std::getline(in, id);
+  return id;
+}
+
+std::vector<std::pair<std::string, v1::FaultLatch>>
+faults_in_readings(const v1::Gpu& g) {
+  std::vector<std::pair<std::string, v1::FaultLatch>> out;
+  auto add = [&](const char* rule, std::string reason, std::string evidence) {
+    v1::FaultLatch f;
+    f.set_gpu_id(g.id());
+    f.set_pci_address(g.pci_address());
+    f.set_reason(std::move(reason));
+    f.set_source(g.vendor() == "amd" ? "sysfs" : "nvml");
+    f.set_evidence(std::move(evidence));
+    out.emplace_back(rule, std::move(f));
+  };
+  const auto& rr = g.row_remapping();
+  if (rr.has_failed() && rr.failed())
+    add("row-remap-failure", "row-remap failure — GPU needs RMA",
+        "row remapping failed");
+  if (rr.has_uncorrectable_rows() && rr.uncorrectable_rows() > 0)
+    add("uncorrectable-rows",
+        std::to_string(rr.uncorrectable_rows()) + " uncorrectable row(s) remapped",
+        "remapped rows: " + std::to_string(rr.uncorrectable_rows()) + " uncorrectable");
+  const auto& ecc = g.ecc();
+  if (ecc.has_volatile_uncorrectable() && ecc.volatile_uncorrectable() > 0)
+    add("active-uncorrectable-ecc",
+        std::to_string(ecc.volatile_uncorrectable())
+          + " active uncorrectable ECC error(s)",
+        "volatile uncorrectable ECC count "
+          + std::to_string(ecc.volatile_uncorrectable()));
+  if (!g.nvlinks().empty()
+      && std::none_of(g.nvlinks().begin(), g.nvlinks().end(),
+                      [](const auto& l) { return l.active(); }))
+    add("nvlink-inactive",
+        "all " + std::to_string(g.nvlinks_size()) + " NVLink link(s) inactive",
+        "NVLink state: every link inactive");
+  const auto& fab = g.fabric();
+  if (fab.health() == "route-unhealthy")
+    add("fabric-route", "NVLink fabric route unhealthy",
+        "fabric health: route unhealthy");
+  if (fab.state() == "completed" && fab.has_status() && fab.status() != 0)
+    add("fabric-registration",
+        "fabric registration failed (status " + std::to_string(fab.status()) + ")",
+        "fabric registration status " + std::to_string(fab.status()));
+  return out;
+}
+
+caf::expected<fault_latches> fault_latches::load(std::shared_ptr<Store> store,
+                                                 std::string boot_id) {
+  fault_latches out;
+  out.store_ = std::move(store);
+  out.boot_id_ = std::move(boot_id);
+  caf::error bad;
+  auto err = out.store_->for_each(
+    family::faults, [&](std::string_view key, std::string_view bytes) {
+      auto k = std::string{key};
+      if (k.rfind(latch_prefix, 0) == 0) {
+        v1::FaultLatch f;
+        if (!f.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+          spdlog::error("latch: stored latch '{}' does not parse; kept", k);
+          return true;
+        }
+        auto rule = k.substr(k.rfind('/') + 1);
+        out.latches_[f.gpu_id()].push_back(f);
+        out.rules_[f.gpu_id()].push_back(rule);
+      } else if (k.rfind(incident_prefix, 0) == 0) {
+        v1::GpuIncident inc;
+        if (inc.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+          out.incidents_[k] = inc;
+      } else if (k == policy_key) {
+        v1::XidPolicyTable t;
+        if (t.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+          out.policy_ = xid_policy::from_table(t);
+      } else if (k == position_key) {
+        v1::KmsgPosition pos;
+        if (pos.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))
+            && pos.boot_id() == out.boot_id_)
+          out.position_ = pos.sequence();
+      }
+      return true;
+    });
+  if (err)
+    return err;
+  return out;
+}
+
+caf::error fault_latches::set_policy(const xid_policy& policy) {
+  policy_ = policy;
+  return store_->put(family::faults, policy_key, policy_.table(), true);
+}
+
+caf::expected<bool> fault_latches::latch(const std::string& rule,
+                                         v1::FaultLatch fault,
+                                         int64_t now_unix_ms, bool repeat) {
+  auto gpu = fault.gpu_id();
+  auto& list = latches_[gpu];
+  auto& rules = rules_[gpu];
+  auto i = std::find(rules.begin(), rules.end(), rule);
+  bool is_new = i == rules.end();
+  v1::FaultLatch* slot;
+  if (!is_new && !repeat) {
+    // A reading that still shows a latched fault is the same fault, not a
+    // repeat: nothing to count and nothing to write.
+    const auto& held = list[static_cast<size_t>(i - rules.begin())];
+    if (held.reason() == fault.reason() && held.evidence() == fault.evidence())
+      return false;
+  }
+  if (is_new) {
+    fault.set_first_seen_unix_ms(now_unix_ms);
+    fault.set_count(0);
+    list.push_back(fault);
+    rules.push_back(rule);
+    slot = &list.back();
+  } else {
+    slot = &list[static_cast<size_t>(i - rules.begin())];
+    // The reason may carry a count that grew ("3 active uncorrectable ...").
+    slot->set_reason(fault.reason());
+    slot->set_evidence(fault.evidence());
+  }
+  slot->set_count(slot->count() + 1);
+  slot->set_last_seen_unix_ms(now_unix_ms);
+  if (auto err = store_->put(family::faults, latch_key(gpu, rule), *slot, true)) {
+    if (is_new) {
+      list.pop_back();
+      rules.pop_back();
+    }
+    return err;
+  }
+  if (is_new)
+    spdlog::warn("latch: GPU {} ({}) is Faulty: {} [{}]", gpu,
+                 slot->pci_address(), slot->reason(), slot->evidence());
+  return is_new;
+}
+
+caf::error fault_latches::record(v1::GpuIncident incident, int64_t now_unix_ms) {
+  auto key = std::string{incident_prefix}
+             + (incident.gpu_id().empty() ? "pci-" + incident.pci_address()
+                                          : incident.gpu_id())
+             + "/" + incident.kind() + "/"
+             + (incident.has_xid() ? std::to_string(incident.xid()) : "-");
+  auto& slot = incidents_[key];
+  if (slot.count() == 0) {
+    incident.set_first_seen_unix_ms(now_unix_ms);
+    slot = std::move(incident);
+  } else {
+    slot.set_text(incident.text());
+  }
+  slot.set_count(slot.count() + 1);
+  slot.set_last_seen_unix_ms(now_unix_ms);
+  if (incidents_.size() > max_incidents) {
+    auto oldest = std::min_element(incidents_.begin(), incidents_.end(),
+                                   [](const auto& a, const auto& b) {
+                                     return a.second.last_seen_unix_ms()
+                                            < b.second.last_seen_unix_ms();
+                                   });
+    (void) store_->erase(family::faults, oldest->first, false);
+    incidents_.erase(oldest);
+  }
+  if (auto i = incidents_.find(key); i != incidents_.end())
+    return store_->put(family::faults, key, i->second, false);
+  return caf::none;
+}
+
+caf::expected<bool> fault_latches::on_event(const gpu_event& ev,
+                                            const v1::GpuSection& known,
+                                            int64_t now_unix_ms) {
+  if (ev.sequence != 0 && ev.sequence <= position_)
+    return false;
+  const auto* gpu = find_by_pci(known, ev.pci_address);
+  bool fences = false;
+  std::string rule, reason;
+  xid_action action = xid_action::record;
+  switch (ev.kind) {
+    case gpu_event_kind::xid:
+      if (ev.xid) {
+        action = policy_.action(*ev.xid);
+        fences = action == xid_action::fence;
+        rule = "xid-" + std::to_string(*ev.xid);
+        reason = xid_fault_reason(*ev.xid);
+      }
+      break;
+    case gpu_event_kind::fallen_off_bus:
+    case gpu_event_kind::amd_reset_failed:
+      fences = true;
+      action = xid_action::fence;
+      rule = "driver-fault";
+      reason = "driver fault: " + ev.text;
+      break;
+    case gpu_event_kind::amd_ring_timeout:
+      action = xid_action::at_risk;
+      break;
+    default:
+      break;
+  }
+  // "GPU has fallen off the bus" is what Xid 79 means: the notice and the Xid
+  // line are several records of one event and fold into one latch, read
+  // "Xid 79 fault" whichever came first.
+  bool handled = false;
+  bool fallen = ev.kind == gpu_event_kind::fallen_off_bus
+                || (ev.kind == gpu_event_kind::xid && ev.xid && *ev.xid == 79);
+  if (fences && gpu != nullptr && fallen) {
+    auto& rules = rules_[gpu->id()];
+    auto has = [&](const char* r) {
+      return std::find(rules.begin(), rules.end(), r) != rules.end();
+    };
+    if (ev.kind == gpu_event_kind::fallen_off_bus && has("xid-79")) {
+      rule = "xid-79";
+      reason = xid_fault_reason(79);
+    } else if (ev.kind == gpu_event_kind::xid && has("driver-fault")) {
+      auto& list = latches_[gpu->id()];
+      auto at = static_cast<size_t>(
+        std::find(rules.begin(), rules.end(), "driver-fault") - rules.begin());
+      if (list[at].evidence().find("fallen off the bus") != std::string::npos) {
+        // Renamed to the Xid: its count and first sighting carry over.
+        auto old_latch = list[at];
+        v1::FaultLatch f = old_latch;
+        f.set_reason(reason);
+        f.set_xid(79);
+        f.set_evidence(ev.text);
+        f.set_count(old_latch.count() + 1);
+        f.set_last_seen_unix_ms(now_unix_ms);
+        if (auto err = store_->put(family::faults, latch_key(gpu->id(), rule), f, true))
+          return err;
+        if (auto err = store_->erase(family::faults, latch_key(gpu->id(), "driver-fault"), true))
+          return err;
+        list[at] = std::move(f);
+        rules[at] = rule;
+        handled = true;
+      }
+    }
+  }
+  bool is_new = false;
+  if (handled) {
+    // Folded above into the latch of the same event.
+  } else if (fences && gpu != nullptr) {
+    v1::FaultLatch f;
+    f.set_gpu_id(gpu->id());
+    f.set_pci_address(gpu->pci_address());
+    f.set_reason(reason);
+    f.set_source("kernel-log");
+    if (ev.xid)
+      f.set_xid(*ev.xid);
+    f.set_evidence(ev.text);
+    auto r = latch(rule, std::move(f), now_unix_ms);
+    if (!r)
+      return r;
+    is_new = *r;
+  } else {
+    v1::GpuIncident inc;
+    if (gpu != nullptr)
+      inc.set_gpu_id(gpu->id());
+    inc.set_pci_address(ev.pci_address);
+    inc.set_kind(kind_name(ev.kind));
+    if (ev.xid)
+      inc.set_xid(*ev.xid);
+    inc.set_action(to_string(action));
+    inc.set_text(ev.text);
+    if (gpu == nullptr)
+      spdlog::warn("latch: kernel event maps to no GPU ({}): {}",
+                   ev.pci_address.empty() ? "no PCI address" : ev.pci_address,
+                   ev.text);
+    if (auto err = record(std::move(inc), now_unix_ms))
+      return err;
+  }
+  if (ev.sequence != 0) {
+    position_ = ev.sequence;
+    v1::KmsgPosition pos;
+    pos.set_boot_id(boot_id_);
+    pos.set_sequence(position_);
+    (void) store_->put(family::faults, position_key, pos, false);
+  }
+  return is_new;
+}
+
+caf::expected<bool> fault_latches::on_readings(const v1::GpuSection& section,
+                                               int64_t now_unix_ms) {
+  bool changed = false;
+  // A different GPU at a latched GPU's PCI address: it was replaced.
+  for (auto it = latches_.begin(); it != latches_.end();) {
+    const auto& id = it->first;
+    const auto& pci = it->second.empty() ? std::string{} : it->second.front().pci_address();
+    const auto* now = find_by_pci(section, pci);
+    if (now != nullptr && !now->id().empty() && now->id() != id
+        && now->status() != "unresponsive" && now->status() != "unavailable") {
+      spdlog::info("latch: GPU at {} was replaced ({} -> {}); its fault latch "
+                   "is dropped",
+                   pci, id, now->id());
+      for (const auto& rule : rules_[id])
+        if (auto err = store_->erase(family::faults, latch_key(id, rule), true))
+          return err;
+      rules_.erase(id);
+      it = latches_.erase(it);
+      changed = true;
+    } else {
+      ++it;
+    }
+  }
+  for (const auto& g : section.gpus()) {
+    if (g.id().empty() || g.status() == "unresponsive" || g.status() == "unavailable")
+      continue;
+    auto faults = faults_in_readings(g);
+    if (auto confirmed = confirmed_by_driver(g))
+      faults.push_back(std::move(*confirmed));
+    for (auto& [rule, fault] : faults) {
+      auto r = latch(rule, std::move(fault), now_unix_ms, false);
+      if (!r)
+        return r.error();
+      changed = changed || *r;
+    }
+  }
+  return changed;
+}
+
+std::optional<std::pair<std::string, v1::FaultLatch>>
+fault_latches::confirmed_by_driver(const v1::Gpu& g) const {
+  if (!g.has_recovery_action() || g.recovery_action() == 0)
+    return std::nullopt;
+  // The Xid the driver confirmed: this GPU's latest one in the kernel log.
+  const v1::GpuIncident* last = nullptr;
+  for (const auto& [key, inc] : incidents_)
+    if (inc.gpu_id() == g.id() && inc.has_xid()
+        && (last == nullptr || inc.last_seen_unix_ms() > last->last_seen_unix_ms()))
+      last = &inc;
+  v1::FaultLatch f;
+  f.set_gpu_id(g.id());
+  f.set_pci_address(g.pci_address());
+  f.set_source("nvml");
+  auto action = recovery_action_name(g.recovery_action());
+  if (last != nullptr) {
+    f.set_xid(last->xid());
+    f.set_reason(xid_fault_reason(last->xid()));
+    f.set_evidence("the driver confirmed it: recovery action " + action + " after "
+                   + last->text());
+    return std::make_pair("xid-" + std::to_string(last->xid()), std::move(f));
+  }
+  f.set_reason("driver fault: recovery action " + action);
+  f.set_evidence("NVML recovery action " + std::to_string(g.recovery_action()) + " ("
+                 + action + "), no Xid seen in the kernel log");
+  return std::make_pair(std::string{"recovery-action"}, std::move(f));
+}
+
+caf::expected<bool> fault_latches::clear(const std::string& gpu_id) {
+  auto i = latches_.find(gpu_id);
+  if (i == latches_.end() || i->second.empty())
+    return false;
+  for (const auto& rule : rules_[gpu_id])
+    if (auto err = store_->erase(family::faults, latch_key(gpu_id, rule), true))
+      return err;
+  spdlog::info("latch: fault of GPU {} cleared by an admin", gpu_id);
+  latches_.erase(i);
+  rules_.erase(gpu_id);
+  return true;
+}
+
+void fault_latches::annotate(v1::GpuSection& section) const {
+  std::map<std::string, v1::Gpu*> by_id;
+  for (auto& g : *section.mutable_gpus())
+    by_id[g.id()] = &g;
+  for (const auto& [id, list] : latches_) {
+    if (list.empty())
+      continue;
+    auto* g = by_id.count(id) ? by_id[id] : nullptr;
+    if (g == nullptr) {
+      // Latched but not seen now (e.g. fallen off the bus): still listed.
+      g = section.add_gpus();
+      g->set_id(id);
+      g->set_pci_address(list.front().pci_address());
+      g->set_status("lost");
+      g->set_status_detail("not reported by the driver since its fault");
+      by_id[id] = g;
+    }
+    for (const auto& f : list)
+      *g->add_latches() = f;
+  }
+  for (const auto& [key, inc] : incidents_) {
+    auto i = inc.gpu_id().empty() ? by_id.end() : by_id.find(inc.gpu_id());
+    if (i != by_id.end() && i->second != nullptr)
+      *i->second->add_incidents() = inc;
+    else
+      *section.add_unmapped_incidents() = inc;
+  }
+}
+
+} // namespace astraeus

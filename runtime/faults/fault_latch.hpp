@@ -1,0 +1,118 @@
+#pragma once
+/// @file
+/// GPU fault latches on the machine. A fault (a fatal Xid from the kernel
+/// log, a failed row remap, active uncorrectable ECC errors, every NVLink
+/// link down, a broken NVLink fabric, an AMD reset that failed) is written to
+/// the agent's RocksDB with `sync=true` before it is reported, survives agent
+/// restarts and reboots, and goes away only when an admin clears it or the
+/// GPU is replaced (another id at its PCI address). Repeats fold into one
+/// latch with a count and a last-seen time. Reasons read exactly as the seed
+/// words them (shared/seeds/gpus.md, "What fences a GPU").
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <caf/error.hpp>
+#include <caf/expected.hpp>
+
+#include "messages/astraeus.pb.h"
+#include "runtime/faults/kmsg.hpp"
+#include "runtime/faults/xid_policy.hpp"
+
+namespace astraeus {
+
+class Store;
+
+/// The latches of one machine, kept in its agent's store (family "faults").
+/// One thread at a time.
+class fault_latches {
+public:
+  /// Loads the latches, incidents, Xid policy and kernel-log position kept
+  /// in `store`. `boot_id`: this boot's id (a new boot resets the position).
+  /// Errors: the store's.
+  static caf::expected<fault_latches> load(std::shared_ptr<Store> store,
+                                           std::string boot_id);
+
+  /// Uses `policy` from now on and keeps it (the controller sends it).
+  caf::error set_policy(const xid_policy& policy);
+
+  /// The policy in force.
+  const xid_policy& policy() const {
+    return policy_;
+  }
+
+  /// Handles one kernel-log event, mapping it to a GPU of `known` by its
+  /// PCI address. A fencing event becomes (or repeats) a latch, written with
+  /// sync; others become incidents. Returns true when a new latch was
+  /// written (report it at once). Events at or before the stored position
+  /// of this boot are skipped. Errors: the store's (nothing is reported
+  /// then: a latch is never reported before it is durable).
+  caf::expected<bool> on_event(const gpu_event& ev, const v1::GpuSection& known,
+                               int64_t now_unix_ms);
+
+  /// Handles a discovery pass: latches the faults its readings show, and
+  /// drops the latches of GPUs that were replaced. Returns true when a latch
+  /// was added or dropped.
+  caf::expected<bool> on_readings(const v1::GpuSection& section,
+                                  int64_t now_unix_ms);
+
+  /// Clears every latch of `gpu_id`; returns whether one was latched.
+  caf::expected<bool> clear(const std::string& gpu_id);
+
+  /// Adds each GPU's latches and incidents to `section`; a GPU with a latch
+  /// that discovery no longer sees (e.g. fallen off the bus) is listed with
+  /// status "lost"; incidents that map to no GPU go to unmapped_incidents.
+  void annotate(v1::GpuSection& section) const;
+
+  /// Every latch, by GPU id.
+  const std::map<std::string, std::vector<v1::FaultLatch>>& latches() const {
+    return latches_;
+  }
+
+private:
+  fault_latches() = default;
+  // repeat: a kernel-log event counts as a repeat; a reading that still
+  // shows the same fault does not (no count, no write).
+  caf::expected<bool> latch(const std::string& rule, v1::FaultLatch fault,
+                            int64_t now_unix_ms, bool repeat = true);
+  // The latch a GPU's NVML recovery action calls for: "Xid <n> fault" for
+  // its latest Xid (the driver confirmed it), else a driver fault.
+  std::optional<std::pair<std::string, v1::FaultLatch>>
+  confirmed_by_driver(const v1::Gpu& g) const;
+  caf::error record(v1::GpuIncident incident, int64_t now_unix_ms);
+
+  std::shared_ptr<Store> store_;
+  std::string boot_id_;
+  uint64_t position_ = 0;
+  xid_policy policy_;
+  /// GPU id -> its latches (one per rule).
+  std::map<std::string, std::vector<v1::FaultLatch>> latches_;
+  /// Rule keys by GPU id, parallel to latches_.
+  std::map<std::string, std::vector<std::string>> rules_;
+  /// Incidents by store key.
+  std::map<std::string, v1::GpuIncident> incidents_;
+};
+
+/// The words for an NVML recovery action (nvmlDeviceGpuRecoveryAction_t):
+/// 1 -> "GPU reset", 2 -> "node reboot", ...; unknown values name the number.
+std::string recovery_action_name(uint32_t action);
+
+/// The reason text of a fatal Xid: "Xid 79 fault".
+std::string xid_fault_reason(uint32_t xid);
+
+/// The latches a GPU's readings call for, as (rule, latch) pairs: row-remap
+/// failure, uncorrectable rows remapped, active uncorrectable ECC, every
+/// NVLink link inactive, fabric route unhealthy or registration failed.
+/// Historical scars (aggregate ECC, retired pages, a pending remap, some
+/// links down) call for none.
+std::vector<std::pair<std::string, v1::FaultLatch>>
+faults_in_readings(const v1::Gpu& gpu);
+
+/// This boot's id from <root>/proc/sys/kernel/random/boot_id ("" if none).
+std::string read_boot_id(const std::string& root);
+
+} // namespace astraeus

@@ -1,0 +1,628 @@
+#include "runtime/faults/kmsg.hpp"
+#include "runtime/host/sysfs_text.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <charconv>
+#include <climits>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+// Deliberately free of the rest of the runtime (no CAF, no protobuf, no
+// logging) so the fuzz target builds this file alone.
+
+namespace astraeus {
+
+namespace {
+
+constexpr size_t max_text_bytes = 512;
+constexpr size_t max_line_bytes = 64 * 1024;
+constexpr size_t read_buffer_bytes = 16 * 1024;  // > the kernel's largest record (8 KiB)
+constexpr int first_retry_ms = 1000;
+constexpr int last_retry_ms = 30000;
+
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+
+bool is_alnum(char c) {
+  return is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F')
+    return c - 'A' + 10;
+  return -1;
+}
+
+char to_lower(char c) {
+  return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+}
+
+std::string_view trim_left(std::string_view text) {
+  auto first = text.find_first_not_of(text_whitespace);
+  return first == std::string_view::npos ? std::string_view{} : text.substr(first);
+}
+
+bool starts_with_nocase(std::string_view text, std::string_view prefix) {
+  if (text.size() < prefix.size())
+    return false;
+  for (size_t i = 0; i < prefix.size(); ++i)
+    if (to_lower(text[i]) != to_lower(prefix[i]))
+      return false;
+  return true;
+}
+
+/// The whole of `text` as a decimal number; nullopt when empty, not all
+/// digits, or too large for T.
+template <typename T>
+std::optional<T> to_number(std::string_view text) {
+  if (text.empty() || !std::all_of(text.begin(), text.end(), is_digit))
+    return std::nullopt;
+  T value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc{} || end != text.data() + text.size())
+    return std::nullopt;
+  return value;
+}
+
+/// Length of the run of decimal digits at the start of `text`.
+size_t digit_run(std::string_view text) {
+  size_t n = 0;
+  while (n < text.size() && is_digit(text[n]))
+    ++n;
+  return n;
+}
+
+
+/// The event text: trimmed, valid UTF-8, at most max_text_bytes, cut at a
+/// character boundary.
+std::string event_text(std::string_view message) {
+  std::string text = to_valid_utf8(trim(message));
+  if (text.size() > max_text_bytes) {
+    size_t cut = max_text_bytes;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xc0) == 0x80)
+      --cut;
+    text.resize(cut);
+    text.resize(trim(text).size());  // nothing to trim on the left: it was trimmed
+  }
+  return text;
+}
+
+/// A PCI address at the start of `text`: "dddd:bb:dd[.f]" (domain 4 to 8
+/// hex digits, bus 2, device 2 and at most 0x1f, function 0 to 7), any
+/// case. On success returns the address as "dddd:bb:dd.f" in lower case
+/// (function 0 when absent) and sets `*used` to the characters consumed.
+std::optional<std::string> parse_pci(std::string_view text, bool need_function, size_t* used) {
+  size_t i = 0;
+  while (i < text.size() && i <= 8 && hex_value(text[i]) >= 0)
+    ++i;
+  size_t domain_digits = i;
+  if (domain_digits < 4 || domain_digits > 8)
+    return std::nullopt;
+  auto hex2 = [&](size_t at) {
+    return at + 2 <= text.size() && hex_value(text[at]) >= 0 && hex_value(text[at + 1]) >= 0;
+  };
+  if (i >= text.size() || text[i] != ':' || !hex2(i + 1))
+    return std::nullopt;
+  size_t bus = i + 1;
+  i = bus + 2;
+  if (i >= text.size() || text[i] != ':' || !hex2(i + 1))
+    return std::nullopt;
+  size_t device = i + 1;
+  i = device + 2;
+  if (hex_value(text[device]) * 16 + hex_value(text[device + 1]) > 0x1f)
+    return std::nullopt;
+  // A third hex digit would make this something else ("0000:3b:001").
+  if (i < text.size() && hex_value(text[i]) >= 0)
+    return std::nullopt;
+  char function = '0';
+  if (i + 1 < text.size() && text[i] == '.' && text[i + 1] >= '0' && text[i + 1] <= '7'
+      && (i + 2 >= text.size() || !is_alnum(text[i + 2]))) {
+    function = text[i + 1];
+    i += 2;
+  } else if (need_function) {
+    return std::nullopt;
+  }
+  std::string out;
+  out.reserve(domain_digits + 10);
+  for (size_t k = 0; k < domain_digits; ++k)
+    out += to_lower(text[k]);
+  out += ':';
+  out += to_lower(text[bus]);
+  out += to_lower(text[bus + 1]);
+  out += ':';
+  out += to_lower(text[device]);
+  out += to_lower(text[device + 1]);
+  out += '.';
+  out += function;
+  *used = i;
+  return out;
+}
+
+/// The first PCI address in free text: a full "dddd:bb:dd.f", or
+/// "PCI:dddd:bb:dd" as NVRM writes it; "" when there is none.
+std::string find_pci(std::string_view text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (i > 0 && is_alnum(text[i - 1]))
+      continue;
+    bool after_pci_tag = i >= 4 && starts_with_nocase(text.substr(i - 4), "PCI:");
+    size_t used = 0;
+    if (auto pci = parse_pci(text.substr(i), !after_pci_tag, &used))
+      if (i + used >= text.size() || !is_alnum(text[i + used]))
+        return *pci;
+  }
+  return {};
+}
+
+/// "NVRM: Xid (PCI:0000:3b:00): 79, ..." after "NVRM: ": the event, or
+/// nullopt when the line does not parse.
+std::optional<gpu_event> parse_xid(std::string_view body) {
+  body.remove_prefix(3);  // "Xid"
+  body = trim_left(body);
+  if (body.empty() || body.front() != '(')
+    return std::nullopt;
+  body.remove_prefix(1);
+  if (starts_with_nocase(body, "PCI:"))
+    body.remove_prefix(4);
+  size_t used = 0;
+  auto pci = parse_pci(body, false, &used);
+  if (!pci)
+    return std::nullopt;
+  body.remove_prefix(used);
+  if (!starts_with(body, "):"))
+    return std::nullopt;
+  body = trim_left(body.substr(2));
+  size_t digits = digit_run(body);
+  auto number = to_number<uint32_t>(body.substr(0, digits));
+  if (!number)
+    return std::nullopt;
+  if (digits < body.size() && body[digits] != ',' && body[digits] != ' ' && body[digits] != '\t')
+    return std::nullopt;
+  gpu_event event;
+  event.kind = gpu_event_kind::xid;
+  event.pci_address = std::move(*pci);
+  event.xid = *number;
+  return event;
+}
+
+/// A "[drm:function [module]] " tag at the start of `text` (the module part
+/// is absent when the driver is built in): its length including the
+/// trailing space, or 0 when there is none.
+size_t drm_tag_length(std::string_view text) {
+  if (!starts_with(text, "[drm:"))
+    return 0;
+  auto end = text.find("] ");
+  if (end == std::string_view::npos) {
+    // The tag alone, nothing after it.
+    return text.back() == ']' ? text.size() : 0;
+  }
+  return end + 2;
+}
+
+/// What an amdgpu message says after its prefixes ("amdgpu: ", "[drm] ",
+/// "[drm:...] "); nullopt when it is not an event.
+std::optional<gpu_event_kind> amd_kind(std::string_view body) {
+  for (int round = 0; round < 4; ++round) {
+    body = trim_left(body);
+    if (starts_with(body, "amdgpu: "))
+      body.remove_prefix(8);
+    else if (starts_with(body, "[drm] "))
+      body.remove_prefix(6);
+    else if (size_t tag = drm_tag_length(body))
+      body.remove_prefix(tag);
+    else
+      break;
+  }
+  body = trim_left(body);
+  if (starts_with(body, "GPU reset begin"))
+    return gpu_event_kind::amd_reset_begin;
+  if (starts_with(body, "ASIC reset failed"))
+    return gpu_event_kind::amd_reset_failed;
+  if (starts_with(body, "GPU reset")) {
+    body.remove_prefix(9);
+    if (starts_with(body, "(")) {
+      size_t digits = digit_run(body.substr(1));
+      if (digits == 0 || body.size() < digits + 2 || body[digits + 1] != ')')
+        return std::nullopt;
+      body.remove_prefix(digits + 2);
+    }
+    if (starts_with(body, " succeeded"))
+      return gpu_event_kind::amd_reset_succeeded;
+    if (starts_with(body, " failed"))
+      return gpu_event_kind::amd_reset_failed;
+    return std::nullopt;
+  }
+  // "*ERROR* ring gfx timeout, ..." (DRM_ERROR, drm_err); "ring gfx
+  // timeout, ..." (dev_err, since Linux 6.10).
+  if (starts_with(body, "*ERROR* "))
+    body.remove_prefix(8);
+  if (starts_with(body, "ring ")) {
+    body.remove_prefix(5);
+    auto name_end = body.find(' ');
+    if (name_end == 0 || name_end == std::string_view::npos)
+      return std::nullopt;
+    if (starts_with(body.substr(name_end), " timeout"))
+      return gpu_event_kind::amd_ring_timeout;
+  }
+  return std::nullopt;
+}
+
+} // namespace
+
+std::optional<kmsg_record> parse_kmsg_line(std::string_view line) {
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r'))
+    line.remove_suffix(1);
+  if (line.empty() || line.front() == ' ' || line.front() == '\t')
+    return std::nullopt;
+  if (trim(line).empty())
+    return std::nullopt;
+
+  kmsg_record record;
+  size_t lead = digit_run(line);
+  if (lead > 0 && lead < line.size() && line[lead] == ',') {
+    // "prio,seq,timestamp,flags[,more];message"
+    auto semicolon = line.find(';');
+    if (semicolon == std::string_view::npos)
+      return std::nullopt;
+    std::string_view header = line.substr(0, semicolon);
+    std::string_view fields[3];
+    for (auto& field : fields) {
+      auto comma = header.find(',');
+      if (comma == std::string_view::npos)
+        return std::nullopt;  // fewer than four fields: no flags
+      field = header.substr(0, comma);
+      header.remove_prefix(comma + 1);
+    }
+    auto priority = to_number<uint32_t>(fields[0]);
+    auto sequence = to_number<uint64_t>(fields[1]);
+    auto timestamp = to_number<uint64_t>(fields[2]);
+    if (!priority || *priority > static_cast<uint32_t>(INT_MAX) || !sequence || !timestamp)
+      return std::nullopt;
+    record.priority = static_cast<int>(*priority);
+    record.sequence = *sequence;
+    record.timestamp_us = *timestamp;
+    record.message = std::string(line.substr(semicolon + 1));
+    return record;
+  }
+
+  // A plain line: "[<prio>][[ seconds.micros]][[ T123]] message".
+  std::string_view rest = line;
+  if (rest.size() > 1 && rest[0] == '<' && is_digit(rest[1])) {
+    size_t digits = digit_run(rest.substr(1));
+    auto priority = to_number<uint32_t>(rest.substr(1, digits));
+    if (!priority || *priority > static_cast<uint32_t>(INT_MAX) || digits + 1 >= rest.size()
+        || rest[digits + 1] != '>')
+      return std::nullopt;
+    record.priority = static_cast<int>(*priority);
+    rest.remove_prefix(digits + 2);
+  }
+  if (!rest.empty() && rest[0] == '[') {
+    auto inside = trim_left(rest.substr(1));
+    if (!inside.empty() && is_digit(inside[0])) {
+      size_t whole = digit_run(inside);
+      auto seconds = to_number<uint64_t>(inside.substr(0, whole));
+      if (!seconds || whole >= inside.size() || inside[whole] != '.')
+        return std::nullopt;
+      auto after_dot = inside.substr(whole + 1);
+      size_t fraction = digit_run(after_dot);
+      if (fraction == 0 || fraction > 9 || fraction >= after_dot.size() || after_dot[fraction] != ']')
+        return std::nullopt;
+      uint64_t micros = 0;
+      for (size_t k = 0; k < 6; ++k)
+        micros = micros * 10 + (k < fraction ? static_cast<uint64_t>(after_dot[k] - '0') : 0);
+      if (*seconds > (UINT64_MAX - micros) / 1000000u)
+        return std::nullopt;
+      record.timestamp_us = *seconds * 1000000u + micros;
+      rest = after_dot.substr(fraction + 1);
+      // An optional caller id: "[ T1234]" or "[  C3]".
+      auto caller = trim_left(rest);
+      if (!caller.empty() && caller[0] == '[') {
+        auto id = trim_left(caller.substr(1));
+        if (!id.empty() && (id[0] == 'T' || id[0] == 'C')) {
+          size_t n = digit_run(id.substr(1));
+          if (n > 0 && n + 1 < id.size() && id[n + 1] == ']')
+            rest = id.substr(n + 2);
+        }
+      }
+      rest = trim_left(rest);
+    }
+  }
+  record.message = std::string(rest);
+  return record;
+}
+
+std::optional<gpu_event> parse_gpu_event(const kmsg_record& record) {
+  std::string_view message = trim(record.message);
+  std::optional<gpu_event> event;
+  if (starts_with(message, "NVRM:")) {
+    auto body = trim_left(message.substr(5));
+    if (starts_with(body, "Xid ") || starts_with(body, "Xid(")) {
+      event = parse_xid(body);
+    } else if (body.find("fallen off the bus") != std::string_view::npos) {
+      event.emplace();
+      event->kind = gpu_event_kind::fallen_off_bus;
+      event->pci_address = find_pci(body);
+    }
+  } else if (starts_with(message, "amdgpu ")) {
+    auto rest = message.substr(7);
+    size_t used = 0;
+    auto pci = parse_pci(rest, true, &used);
+    if (!pci || used >= rest.size() || rest[used] != ':')
+      return std::nullopt;
+    if (auto kind = amd_kind(rest.substr(used + 1))) {
+      event.emplace();
+      event->kind = *kind;
+      event->pci_address = std::move(*pci);
+    }
+  } else if (size_t tag = drm_tag_length(message)) {
+    // "[drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring gfx timeout, ...":
+    // no device named; only amdgpu's own tags count.
+    if (message.substr(0, tag).find("amdgpu") == std::string_view::npos)
+      return std::nullopt;
+    auto kind = amd_kind(message.substr(tag));
+    if (kind == gpu_event_kind::amd_ring_timeout) {
+      event.emplace();
+      event->kind = *kind;
+    }
+  }
+  if (!event)
+    return std::nullopt;
+  event->text = event_text(message);
+  event->sequence = record.sequence;
+  event->timestamp_us = record.timestamp_us;
+  return event;
+}
+
+const char* to_string(gpu_event_kind kind) {
+  switch (kind) {
+  case gpu_event_kind::xid:
+    return "xid";
+  case gpu_event_kind::fallen_off_bus:
+    return "fallen_off_bus";
+  case gpu_event_kind::amd_reset_begin:
+    return "amd_reset_begin";
+  case gpu_event_kind::amd_reset_succeeded:
+    return "amd_reset_succeeded";
+  case gpu_event_kind::amd_reset_failed:
+    return "amd_reset_failed";
+  case gpu_event_kind::amd_ring_timeout:
+    return "amd_ring_timeout";
+  }
+  return "unknown";
+}
+
+// --- kmsg_reader ------------------------------------------------------------
+
+kmsg_reader::kmsg_reader(std::string path, std::function<void(gpu_event)> on_event,
+                         std::function<void(std::string)> on_error)
+    : path_(std::move(path)), on_event_(std::move(on_event)), on_error_(std::move(on_error)) {}
+
+kmsg_reader::~kmsg_reader() {
+  stop();
+}
+
+void kmsg_reader::start() {
+  if (thread_.joinable()) {
+    if (running_)
+      return;
+    stop();  // it ended by itself (a regular file read to its end)
+  }
+  stopping_ = false;
+  running_ = true;
+  // Without an eventfd the thread still ends: it then polls with a short
+  // timeout and checks stopping_.
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  try {
+    thread_ = std::thread([this] { run(); });
+  } catch (...) {
+    running_ = false;
+    report(path_ + ": cannot start the reader thread");
+    if (wake_fd_ >= 0)
+      ::close(wake_fd_);
+    wake_fd_ = -1;
+  }
+}
+
+void kmsg_reader::stop() {
+  stopping_ = true;
+  if (wake_fd_ >= 0) {
+    uint64_t one = 1;
+    [[maybe_unused]] auto ignored = ::write(wake_fd_, &one, sizeof one);
+  }
+  if (!thread_.joinable() || thread_.get_id() == std::this_thread::get_id())
+    return;
+  thread_.join();
+  if (wake_fd_ >= 0)
+    ::close(wake_fd_);
+  wake_fd_ = -1;
+}
+
+uint64_t kmsg_reader::lines_read() const {
+  return lines_.load();
+}
+
+void kmsg_reader::report(const std::string& error) {
+  if (!on_error_)
+    return;
+  try {
+    on_error_(error);
+  } catch (...) {
+  }
+}
+
+void kmsg_reader::run() {
+  struct mark_ended {
+    std::atomic<bool>& running;
+    ~mark_ended() {
+      running = false;
+    }
+  } ended{running_};
+  // Without an eventfd (wake_fd_ -1, which poll ignores) every wait is cut
+  // into 100 ms slices so that stop() is still seen promptly.
+  const int slice_ms = wake_fd_ >= 0 ? -1 : 100;
+
+  // Waits until `fd` is readable (or hung up); false when stop() was called.
+  auto wait_readable = [&](int fd) {
+    while (!stopping_) {
+      pollfd fds[2] = {{fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+      int ready = ::poll(fds, 2, slice_ms);
+      if (stopping_)
+        return false;
+      if (ready > 0 && fds[0].revents != 0)
+        return true;
+      if (ready < 0 && errno != EINTR)
+        ::usleep(100 * 1000);  // ENOMEM: do not spin
+    }
+    return false;
+  };
+  // Sleeps `ms` milliseconds; false when stop() was called.
+  auto pause = [&](int ms) {
+    using clock = std::chrono::steady_clock;
+    auto deadline = clock::now() + std::chrono::milliseconds(ms);
+    while (!stopping_) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
+      if (left <= 0)
+        return true;
+      pollfd wake = {wake_fd_, POLLIN, 0};
+      ::poll(&wake, 1, static_cast<int>(slice_ms < 0 ? left : std::min<long long>(left, slice_ms)));
+    }
+    return false;
+  };
+
+  std::string pending;
+  bool discarding = false;  // inside a line that was too long
+  auto take_line = [&](std::string_view line) {
+    lines_.fetch_add(1);
+    auto record = parse_kmsg_line(line);
+    if (!record)
+      return;
+    auto event = parse_gpu_event(*record);
+    if (!event || !on_event_)
+      return;
+    try {
+      on_event_(std::move(*event));
+    } catch (...) {
+      report(path_ + ": the GPU event callback threw an exception");
+    }
+  };
+  auto feed = [&](std::string_view data) {
+    while (!data.empty() && !stopping_) {
+      auto newline = data.find('\n');
+      auto part = data.substr(0, newline);
+      if (!discarding) {
+        pending.append(part);
+        if (pending.size() > max_line_bytes) {
+          report(path_ + ": dropped a line longer than " + std::to_string(max_line_bytes) + " bytes");
+          pending.clear();
+          discarding = true;
+        }
+      }
+      if (newline == std::string_view::npos)
+        return;
+      if (discarding)
+        lines_.fetch_add(1);  // counted, though dropped
+      else
+        take_line(pending);
+      pending.clear();
+      discarding = false;
+      data.remove_prefix(newline + 1);
+    }
+  };
+  auto flush = [&]() {
+    if (discarding)
+      lines_.fetch_add(1);
+    else if (!pending.empty())
+      take_line(pending);
+    pending.clear();
+    discarding = false;
+  };
+
+  std::vector<char> buffer(read_buffer_bytes);
+  std::string last_error;
+  int retry_ms = first_retry_ms;
+  auto failed = [&](const std::string& error) {
+    if (error != last_error)
+      report(error);
+    last_error = error;
+    bool go_on = pause(retry_ms);
+    retry_ms = std::min(retry_ms * 2, last_retry_ms);
+    return go_on;
+  };
+
+  while (!stopping_) {
+    int fd = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+      if (!failed(path_ + ": cannot open: " + std::strerror(errno)))
+        break;
+      continue;
+    }
+    struct stat st {};
+    bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    bool fifo = !regular && S_ISFIFO(st.st_mode);
+    if (S_ISCHR(st.st_mode))
+      ::lseek(fd, 0, SEEK_SET);  // /dev/kmsg: the first retained record
+    last_error.clear();
+    retry_ms = first_retry_ms;
+
+    enum class outcome { stopped, finished, reopen, error } result = outcome::stopped;
+    std::string error;
+    // A FIFO without a writer reads as end of file at once; poll first, it
+    // waits for a writer's data or its close.
+    bool readable = regular;
+    while (!stopping_) {
+      if (!readable && !wait_readable(fd))
+        break;
+      ssize_t n = ::read(fd, buffer.data(), buffer.size());
+      if (n > 0) {
+        readable = true;
+        feed(std::string_view(buffer.data(), static_cast<size_t>(n)));
+        continue;
+      }
+      if (n == 0) {
+        flush();
+        result = regular ? outcome::finished : outcome::reopen;
+        break;
+      }
+      if (errno == EINTR)
+        continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        readable = false;
+        continue;
+      }
+      if (errno == EPIPE) {
+        report(path_ + ": kernel log records were overwritten before they were read; continuing");
+        pending.clear();
+        discarding = false;
+        continue;
+      }
+      error = path_ + ": read failed: " + std::strerror(errno);
+      result = outcome::error;
+      break;
+    }
+    ::close(fd);
+    if (result == outcome::finished || result == outcome::stopped)
+      break;
+    flush();
+    if (result == outcome::error) {
+      if (!failed(error))
+        break;
+    } else if (!fifo && !pause(first_retry_ms)) {
+      break;  // end of a device or socket: do not spin
+    }
+  }
+}
+
+} // namespace astraeus

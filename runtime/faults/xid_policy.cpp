@@ -1,0 +1,162 @@
+#include "runtime/faults/xid_policy.hpp"
+
+#include <cctype>
+#include <cstdlib>
+
+#include "messages/error.hpp"
+
+namespace astraeus {
+
+namespace {
+
+// NVIDIA's meanings (Xid Errors, NVIDIA GPU deployment and management
+// documentation), shortened. Only the seed's list fences by default.
+struct builtin {
+  uint32_t xid;
+  xid_action action;
+  const char* meaning;
+};
+
+constexpr builtin builtins[] = {
+  {8, xid_action::record, "GPU stopped processing"},
+  {13, xid_action::record, "graphics engine exception (usually the application)"},
+  {31, xid_action::record, "GPU memory page fault (usually the application)"},
+  {32, xid_action::record, "invalid or corrupted push buffer stream"},
+  {38, xid_action::record, "driver firmware error"},
+  {43, xid_action::record, "GPU stopped processing (application fault)"},
+  {45, xid_action::record, "preemptive cleanup after an earlier error"},
+  {48, xid_action::fence, "double-bit ECC error"},
+  {61, xid_action::record, "internal micro-controller breakpoint/warning"},
+  {62, xid_action::record, "internal micro-controller halt"},
+  {63, xid_action::fence, "ECC page retirement or row remapping recording event"},
+  {64, xid_action::record, "ECC page retirement or row remapper recording failure"},
+  {68, xid_action::record, "NVDEC0 exception"},
+  {69, xid_action::record, "graphics engine class error"},
+  {74, xid_action::fence, "NVLink error"},
+  {79, xid_action::fence, "GPU has fallen off the bus"},
+  {92, xid_action::fence, "high single-bit ECC error rate"},
+  {94, xid_action::record, "contained ECC error (application restart needed)"},
+  {95, xid_action::fence, "uncontained ECC error"},
+  {109, xid_action::record, "context switch timeout"},
+  {119, xid_action::fence, "GSP RPC timeout"},
+  {120, xid_action::fence, "GSP error"},
+  {121, xid_action::record, "C2C link corrected error"},
+  {122, xid_action::record, "SPI PMU RPC read failure"},
+  {123, xid_action::record, "SPI PMU RPC write failure"},
+  {140, xid_action::record, "ECC unrecovered error"},
+  {143, xid_action::record, "GPU initialization failure"},
+  {149, xid_action::fence, "NVLink fabric / NETIR error"},
+  {154, xid_action::fence, "GPU recovery action changed (reset or reboot required)"},
+};
+
+} // namespace
+
+const char* to_string(xid_action a) {
+  switch (a) {
+    case xid_action::fence: return "fence";
+    case xid_action::at_risk: return "at-risk";
+    case xid_action::record: return "record";
+  }
+  return "record";
+}
+
+xid_policy::xid_policy() {
+  for (const auto& b : builtins)
+    entries_[b.xid] = entry{b.action, b.meaning, false};
+}
+
+caf::error xid_policy::override_with(const std::vector<uint32_t>& fence,
+                                     const std::vector<uint32_t>& at_risk,
+                                     const std::vector<uint32_t>& record) {
+  std::map<uint32_t, const char*> seen;
+  auto apply = [&](const std::vector<uint32_t>& xs, xid_action a,
+                   const char* key) -> caf::error {
+    for (auto x : xs) {
+      if (auto i = seen.find(x); i != seen.end())
+        return caf::make_error(ec::invalid_config,
+                               "Xid " + std::to_string(x) + " is in both "
+                                 + i->second + " and " + key);
+      seen[x] = key;
+      auto& e = entries_[x];
+      e.action = a;
+      e.overridden = true;
+    }
+    return caf::none;
+  };
+  if (auto err = apply(fence, xid_action::fence, "xid.fence"))
+    return err;
+  if (auto err = apply(at_risk, xid_action::at_risk, "xid.at_risk"))
+    return err;
+  return apply(record, xid_action::record, "xid.record");
+}
+
+xid_action xid_policy::action(uint32_t xid) const {
+  auto i = entries_.find(xid);
+  return i == entries_.end() ? xid_action::record : i->second.action;
+}
+
+v1::XidPolicyTable xid_policy::table() const {
+  v1::XidPolicyTable out;
+  out.set_default_action("record");
+  for (const auto& [xid, e] : entries_) {
+    auto* p = out.add_entries();
+    p->set_xid(xid);
+    p->set_action(to_string(e.action));
+    p->set_meaning(e.meaning);
+    p->set_overridden(e.overridden);
+  }
+  return out;
+}
+
+xid_policy xid_policy::from_table(const v1::XidPolicyTable& table) {
+  xid_policy out;
+  for (const auto& p : table.entries()) {
+    auto& e = out.entries_[p.xid()];
+    if (p.action() == "fence")
+      e.action = xid_action::fence;
+    else if (p.action() == "at-risk")
+      e.action = xid_action::at_risk;
+    else if (p.action() == "record")
+      e.action = xid_action::record;
+    if (!p.meaning().empty())
+      e.meaning = p.meaning();
+    e.overridden = p.overridden();
+  }
+  return out;
+}
+
+caf::expected<std::vector<uint32_t>> parse_xid_list(std::string_view text) {
+  std::vector<uint32_t> out;
+  std::string item;
+  auto flush = [&]() -> caf::error {
+    size_t b = 0, e = item.size();
+    while (b < e && std::isspace(static_cast<unsigned char>(item[b])))
+      ++b;
+    while (e > b && std::isspace(static_cast<unsigned char>(item[e - 1])))
+      --e;
+    auto word = item.substr(b, e - b);
+    item.clear();
+    if (word.empty())
+      return caf::none;
+    char* end = nullptr;
+    auto v = std::strtoul(word.c_str(), &end, 10);
+    if (*end != '\0' || word[0] == '-' || v == 0 || v > 100000)
+      return caf::make_error(ec::invalid_config,
+                             "'" + word + "' is not an Xid number");
+    out.push_back(static_cast<uint32_t>(v));
+    return caf::none;
+  };
+  for (char c : text) {
+    if (c == ',' || c == '[' || c == ']') {
+      if (auto err = flush())
+        return err;
+    } else {
+      item.push_back(c);
+    }
+  }
+  if (auto err = flush())
+    return err;
+  return out;
+}
+
+} // namespace astraeus

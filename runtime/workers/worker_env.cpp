@@ -1,0 +1,132 @@
+#include "runtime/workers/worker_env.hpp"
+#include "runtime/workers/worker_outputs.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace astraeus {
+
+namespace {
+
+std::string prefixed(const v1::WorkerOrder& order, const std::string& name) {
+  return order.namespace_().empty() ? name : order.namespace_() + "." + name;
+}
+
+/// The leader's worker name: rank 0 of the same copy (ranks run leader
+/// group first, so rank 0 is the leader group's rank 0).
+std::string leader_worker_name(const v1::WorkerOrder& order) {
+  if (order.array_index() < 0)
+    return order.run() + "-0";
+  return order.run() + "[" + std::to_string(order.array_index()) + "]-0";
+}
+
+std::string ib_hca(const worker_env_context& ctx) {
+  std::string out;
+  for (const auto& p : ctx.rdma_ports) {
+    if (p.state() != "ACTIVE" || p.rate_gbps() < ctx.rdma_min_gbps)
+      continue;
+    if (!out.empty())
+      out += ",";
+    out += "=" + p.device() + ":" + std::to_string(p.port());
+  }
+  return out;
+}
+
+/// Whether every GPU of the order is an NVIDIA GPU (UUIDs "GPU-...";
+/// AMD GPUs go by their unique id or PCI address).
+bool nvidia_gpus(const v1::WorkerOrder& order) {
+  return std::all_of(order.gpu_ids().begin(), order.gpu_ids().end(),
+                     [](const std::string& id) { return id.rfind("GPU-", 0) == 0; });
+}
+
+} // namespace
+
+std::string full_worker_name(const v1::WorkerOrder& order) {
+  return prefixed(order, order.worker());
+}
+
+std::map<std::string, std::string>
+worker_environment(const v1::WorkerOrder& order, const worker_env_context& ctx) {
+  std::map<std::string, std::string> env;
+  const auto& spec = order.spec();
+  const auto rank = std::to_string(order.rank());
+  const auto world = std::to_string(order.world_size());
+  // Who and where.
+  env["ASTRAEUS_TASK_NAME"] = full_worker_name(order);
+  env["ASTRAEUS_JOB_NAME"] = prefixed(order, order.run());
+  env["ASTRAEUS_NODE_NAME"] = ctx.machine;
+  env["ASTRAEUS_REPLICA_INDEX"] = rank;
+  env["ASTRAEUS_GROUP_NAME"] = order.group().empty() ? "default" : order.group();
+  env["ASTRAEUS_GROUP_REPLICA_INDEX"] = std::to_string(order.group_rank());
+  env["RANK"] = rank;
+  env["WORLD_SIZE"] = world;
+  env["ASTRAEUS_WORLD_SIZE"] = world;
+  // Rendezvous.
+  env["ASTRAEUS_LEADER_TASK_NAME"] = prefixed(order, leader_worker_name(order));
+  if (!order.master_addr().empty()) {
+    env["ASTRAEUS_LEADER_ADDRESS"] = order.master_addr();
+    env["MASTER_ADDR"] = order.master_addr();
+    env["MASTER_PORT"] = std::to_string(order.master_port() ? order.master_port() : 29500);
+  }
+  // GPUs and the network.
+  const auto gpus = order.gpu_ids_size();
+  if (gpus > 0) {
+    env["ASTRAEUS_GPU_COUNT"] = std::to_string(gpus);
+    env["NCCL_DEBUG"] = "WARN";
+    env["NCCL_ASYNC_ERROR_HANDLING"] = "1";
+    env["NCCL_SOCKET_IFNAME"] = "^lo,docker,virbr,veth,cni,wg";
+    // The IMEX channel of a multi-machine NVLink domain: the NVIDIA runtime
+    // hook hands it over to a container of NVIDIA GPUs (UUIDs GPU-...); a
+    // host process needs no hand-over.
+    if (!order.nvlink_domain().empty() && !ctx.host_process && nvidia_gpus(order))
+      env["NVIDIA_IMEX_CHANNELS"] = "0";
+    auto hca = ib_hca(ctx);
+    if (!hca.empty())
+      env["NCCL_IB_HCA"] = hca;
+    else if (order.machine_count() > 1)
+      env["NCCL_IB_DISABLE"] = "1";
+    env["SLURM_GPUS_ON_NODE"] = std::to_string(gpus);
+    env["SLURM_GPUS_PER_TASK"] = std::to_string(gpus);
+  }
+  // Arrays.
+  if (order.array_index() >= 0) {
+    env["ASTRAEUS_ARRAY_TASK_ID"] = std::to_string(order.array_index());
+    env["ASTRAEUS_ARRAY_SIZE"] = std::to_string(spec.array_size());
+  }
+  // Slurm's names: one worker per machine is Slurm's shape here.
+  env["SLURM_JOB_ID"] = order.run();
+  env["SLURM_JOBID"] = order.run();
+  env["SLURM_JOB_NAME"] = order.run();
+  env["SLURM_PROCID"] = rank;
+  env["SLURM_NODEID"] = rank;
+  env["SLURM_LOCALID"] = "0";
+  env["SLURM_NTASKS"] = world;
+  env["SLURM_NPROCS"] = world;
+  env["SLURM_NNODES"] = world;
+  env["SLURM_JOB_NUM_NODES"] = world;
+  env["SLURM_NTASKS_PER_NODE"] = "1";
+  env["SLURMD_NODENAME"] = ctx.machine;
+  env["SLURM_CLUSTER_NAME"] = "astraeus";
+  if (spec.cpus_per_worker() > 0)
+    env["SLURM_CPUS_PER_TASK"] = std::to_string(
+      static_cast<uint64_t>(std::ceil(spec.cpus_per_worker())));
+  if (spec.memory_bytes_per_worker() > 0)
+    env["SLURM_MEM_PER_NODE"] = std::to_string(spec.memory_bytes_per_worker() >> 20);
+  // The run's env wins over everything injected above.
+  for (const auto& [k, v] : spec.env())
+    env[k] = v;
+  // Features you turn on: above the run's env.
+  if (spec.outputs())
+    env["ASTRAEUS_OUTPUTS"] = ctx.outputs_file.empty() ? container_outputs_file
+                                                        : ctx.outputs_file;
+  if (ctx.host_process) {
+    // Empty for a CPU worker: it sees no GPU.
+    std::string ids;
+    for (const auto& id : order.gpu_ids())
+      ids += (ids.empty() ? "" : ",") + id;
+    env["CUDA_VISIBLE_DEVICES"] = ids;
+  }
+  return env;
+}
+
+} // namespace astraeus

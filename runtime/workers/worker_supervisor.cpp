@@ -1,0 +1,669 @@
+#include "runtime/workers/worker_supervisor.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstring>
+#include <fstream>
+#include <system_error>
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <spdlog/spdlog.h>
+
+#include "messages/error.hpp"
+#include "runtime/workers/oci_bundle.hpp"
+#include "runtime/workers/worker_env.hpp"
+#include "runtime/workers/worker_ledger.hpp"
+#include "runtime/workers/run_spec.hpp"
+#include "runtime/workers/worker_outputs.hpp"
+#include "runtime/workers/worker_process.hpp"
+
+namespace astraeus {
+
+namespace fs = std::filesystem;
+
+namespace state {
+constexpr const char* running = "Running";
+constexpr const char* stopping = "Stopping";
+constexpr const char* exited = "Exited";
+constexpr const char* failed = "Failed";
+constexpr const char* oom_killed = "OOMKilled";
+constexpr const char* cancelled = "Cancelled";
+} // namespace state
+
+namespace {
+
+bool live(const v1::WorkerProcess& p) {
+  return p.state() == state::running || p.state() == state::stopping;
+}
+
+/// runc container ids allow letters, digits, '_', '+', '-', '.'.
+std::string container_id(const std::string& worker) {
+  std::string out = "astraeus-";
+  for (char c : worker)
+    out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.'
+            || c == '_' || c == '+')
+             ? c
+             : '_';
+  return out;
+}
+
+std::vector<std::string> as_env_list(const std::map<std::string, std::string>& env) {
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [k, v] : env)
+    out.push_back(k + "=" + v);
+  return out;
+}
+
+void append_log(const std::string& dir, const std::string& line) {
+  std::error_code err;
+  fs::create_directories(dir, err);
+  std::ofstream out{dir + "/log", std::ios::app};
+  out << "astraeus: " << line << '\n';
+}
+
+std::string signal_name(int sig) {
+  const char* d = ::sigabbrev_np(sig);
+  return d ? std::string{"SIG"} + d : std::to_string(sig);
+}
+
+/// Whether the clamped-limit warnings were given (once per agent).
+std::atomic<bool> nofile_warned{false};
+std::atomic<bool> memlock_warned{false};
+
+constexpr const char* default_path =
+  "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+} // namespace
+
+worker_supervisor::worker_supervisor(supervisor_options options)
+  : options_(std::move(options)) {
+}
+
+std::string worker_supervisor::worker_dir(const std::string& worker) const {
+  return (fs::path{options_.data_dir} / "workers" / worker).string();
+}
+
+std::string worker_supervisor::runtime_for(const v1::RunSpec& spec) const {
+  auto wanted = spec.runtime().empty() ? options_.runtime : spec.runtime();
+  if (wanted == "process" || wanted == "runc")
+    return wanted;
+  return find_executable(options_.runc, default_path).empty() ? "process" : "runc";
+}
+
+v1::WorkerProcess worker_supervisor::start(const v1::WorkerOrder& order,
+                                           int64_t now_ms) {
+  v1::WorkerProcess rec;
+  rec.set_worker(order.worker());
+  rec.set_run(order.run());
+  rec.set_runtime(runtime_for(order.spec()));
+  rec.set_dir(worker_dir(order.worker()));
+  rec.set_started_unix_ms(now_ms);
+  rec.set_stop_signal(SIGTERM);
+  // Only containers get the memory limit (the process runtime applies none),
+  // so only they can be OOMKilled by it.
+  rec.set_has_memory_limit(rec.runtime() == "runc"
+                           && order.spec().memory_bytes_per_worker() > 0);
+  caf::error err;
+  if (order.worker().empty() || order.worker().find('/') != std::string::npos
+      || order.worker() == "." || order.worker() == "..")
+    err = caf::make_error(ec::invalid_request,
+                          "worker name '" + order.worker() + "' is not a file name");
+  else if (rec.runtime() == "runc")
+    err = start_runc(order, rec);
+  else
+    err = start_process(order, rec);
+  if (err) {
+    rec.set_state(state::failed);
+    rec.set_detail("cannot start: " + render_error(err));
+    rec.set_exit_code(-1);
+    append_log(rec.dir(), rec.detail());
+    spdlog::error("agent: worker {}: {}", order.worker(), rec.detail());
+    return rec;
+  }
+  rec.set_state(state::running);
+  spdlog::info("agent: worker {} running ({} runtime, pid {})", order.worker(),
+               rec.runtime(), rec.pid());
+  return rec;
+}
+
+namespace {
+
+/// Whether this process may raise hard resource limits (CAP_SYS_RESOURCE
+/// in its effective set, /proc/self/status CapEff bit 24).
+bool can_raise_limits() {
+  std::ifstream in{"/proc/self/status"};
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("CapEff:", 0) == 0) {
+      try {
+        return (std::stoull(line.substr(7), nullptr, 16) >> 24) & 1u;
+      } catch (...) {
+        return false;
+      }
+    }
+  return false;
+}
+
+/// The limit `resource` a worker gets: `wanted` (RLIM_INFINITY for
+/// unlimited), clamped to the agent's own hard limit when the agent may
+/// not raise it, with a warning the first time.
+rlimit worker_limit(int resource, rlim_t wanted, const char* what,
+                    std::atomic<bool>& warned) {
+  rlimit own{};
+  ::getrlimit(resource, &own);
+  rlimit out{wanted, wanted};
+  static const bool privileged = can_raise_limits();
+  if (!privileged && own.rlim_max != RLIM_INFINITY
+      && (wanted == RLIM_INFINITY || wanted > own.rlim_max)) {
+    if (!warned.exchange(true))
+      spdlog::warn("agent: workers get {} {} instead of {}: the agent's own hard "
+                   "limit is {} and it may not raise it (raise it, e.g. Limit{}= in "
+                   "its unit)",
+                   what, own.rlim_max,
+                   wanted == RLIM_INFINITY ? std::string{"unlimited"} : std::to_string(wanted),
+                   own.rlim_max,
+                   std::string{what} == "nofile" ? "NOFILE" : "MEMLOCK");
+    out.rlim_cur = out.rlim_max = own.rlim_max;
+  }
+  return out;
+}
+
+/// A container's limits no higher than the agent's own hard limits where
+/// it may not raise them (runc could not set them: the start would fail);
+/// each lowered limit is said in the agent's log, naming the worker.
+void clamp_to_agent(std::vector<oci_rlimit>& limits, const std::string& worker) {
+  static const bool privileged = can_raise_limits();
+  if (privileged)
+    return;
+  for (auto& l : limits) {
+    auto resource = rlimit_resource(l.name);
+    if (!resource)
+      continue;
+    rlimit own{};
+    if (::getrlimit(*resource, &own) != 0 || own.rlim_max == RLIM_INFINITY)
+      continue;
+    auto max = static_cast<int64_t>(own.rlim_max);
+    auto over = [max](int64_t v) { return v < 0 || v > max; };
+    if (!over(l.hard) && !over(l.soft))
+      continue;
+    spdlog::warn("agent: worker {}: {} lowered to {}: the agent's own hard limit, "
+                 "which it may not raise",
+                 worker, l.name, max);
+    if (over(l.hard))
+      l.hard = max;
+    if (over(l.soft))
+      l.soft = max;
+  }
+}
+
+} // namespace
+
+caf::error worker_supervisor::start_process(const v1::WorkerOrder& order,
+                                            v1::WorkerProcess& rec) {
+  const auto& spec = order.spec();
+  if (spec.command_size() == 0)
+    return caf::make_error(ec::invalid_request,
+                           "the run has no command: the process runtime runs the "
+                           "run's command on the machine (an image's ENTRYPOINT "
+                           "needs the runc runtime)");
+  worker_env_context ctx;
+  ctx.machine = options_.machine;
+  ctx.rdma_ports = rdma_ports_;
+  ctx.rdma_min_gbps = options_.rdma_min_gbps;
+  ctx.host_process = true;
+  if (spec.outputs()) {
+    if (auto err = prepare_outputs_dir(rec.dir(), ::getuid(), ::getgid()))
+      return err;
+    ctx.outputs_file = outputs_host_dir(rec.dir()) + "/outputs";
+  }
+  auto env = worker_environment(order, ctx);
+  env.emplace("PATH", default_path);
+  env.emplace("HOME", "/root");
+  process_launch what;
+  what.argv.assign(spec.command().begin(), spec.command().end());
+  what.env = as_env_list(env);
+  what.dir = rec.dir();
+  what.log_max_bytes = options_.log_max_bytes;
+  what.rlimits.emplace_back(RLIMIT_NOFILE, worker_limit(RLIMIT_NOFILE, options_.nofile,
+                                                        "nofile", nofile_warned));
+  if (order.gpu_ids_size() > 0)
+    what.rlimits.emplace_back(RLIMIT_MEMLOCK, worker_limit(RLIMIT_MEMLOCK, RLIM_INFINITY,
+                                                           "memlock", memlock_warned));
+  apply_ulimits(what.rlimits, spec);
+  auto launched = launch_process(what);
+  if (!launched)
+    return launched.error();
+  rec.set_shim_pid(launched->shim_pid);
+  rec.set_pid(launched->pid);
+  rec.set_start_ticks(launched->start_ticks);
+  return caf::none;
+}
+
+caf::error worker_supervisor::start_runc(const v1::WorkerOrder& order,
+                                         v1::WorkerProcess& rec) {
+  const auto& spec = order.spec();
+  auto runc = find_executable(options_.runc, default_path);
+  if (runc.empty())
+    return caf::make_error(ec::invalid_request,
+                           "the runc program '" + options_.runc + "' is not found");
+  auto image = find_image(spec.image(), options_.images_dir);
+  if (!image)
+    return image.error();
+  auto bundle = (fs::path{rec.dir()} / "bundle").string();
+  if (auto err = unpack_image(*image, bundle, options_.umoci, options_.skopeo))
+    return err;
+  auto rootfs = bundle + "/rootfs";
+  oci_worker w;
+  w.args = worker_command({spec.command().begin(), spec.command().end()}, *image);
+  if (w.args.empty())
+    return caf::make_error(ec::invalid_request,
+                           "the run has no command and image " + spec.image()
+                             + " has no ENTRYPOINT or CMD");
+  auto user = resolve_user(image->user, rootfs);
+  if (!user)
+    return user.error();
+  w.user = *user;
+  worker_env_context ctx;
+  ctx.machine = options_.machine;
+  ctx.rdma_ports = rdma_ports_;
+  ctx.rdma_min_gbps = options_.rdma_min_gbps;
+  auto ours = worker_environment(order, ctx);
+  // The image's variables first; ours (and the run's) win.
+  std::map<std::string, std::string> env;
+  for (const auto& kv : image->env) {
+    auto eq = kv.find('=');
+    if (eq != std::string::npos)
+      env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  for (auto& [k, v] : ours)
+    env[k] = v;
+  env.emplace("PATH", default_path);
+  if (!env.count("HOME")) {
+    // The user's home from the image's /etc/passwd, else /root.
+    std::string home = "/root";
+    std::ifstream passwd{rootfs + "/etc/passwd"};
+    std::string line;
+    while (std::getline(passwd, line)) {
+      std::vector<std::string> f;
+      size_t start = 0, colon;
+      while ((colon = line.find(':', start)) != std::string::npos) {
+        f.push_back(line.substr(start, colon - start));
+        start = colon + 1;
+      }
+      f.push_back(line.substr(start));
+      if (f.size() >= 6 && f[2] == std::to_string(w.user.uid)) {
+        home = f[5];
+        break;
+      }
+    }
+    env["HOME"] = home;
+  }
+  w.env = as_env_list(env);
+  w.cwd = image->workdir.empty() ? "/" : image->workdir;
+  w.hostname = options_.machine;
+  w.memory_bytes = spec.memory_bytes_per_worker();
+  w.cpus = spec.cpus_per_worker();
+  w.shm_bytes = shm_size_bytes(static_cast<uint32_t>(order.gpu_ids_size()),
+                               spec.memory_bytes_per_worker());
+  auto as_oci = [](const char* name, rlimit l) {
+    auto v = [](rlim_t x) { return x == RLIM_INFINITY ? int64_t{-1} : static_cast<int64_t>(x); };
+    return oci_rlimit{name, v(l.rlim_cur), v(l.rlim_max)};
+  };
+  w.rlimits.push_back(as_oci("nofile", worker_limit(RLIMIT_NOFILE, options_.nofile,
+                                                    "nofile", nofile_warned)));
+  if (order.gpu_ids_size() > 0) {
+    w.rlimits.push_back(as_oci("memlock", worker_limit(RLIMIT_MEMLOCK, RLIM_INFINITY,
+                                                       "memlock", memlock_warned)));
+    auto reg = load_cdi(options_.cdi);
+    std::vector<std::string> names;
+    for (const auto& id : order.gpu_ids()) {
+      auto nv = "nvidia.com/gpu=" + id;
+      names.push_back(reg.devices.count("amd.com/gpu=" + id) ? "amd.com/gpu=" + id : nv);
+    }
+    // Checked before the hand-over; a stale NVIDIA spec is written again
+    // rather than a worker started that fails.
+    auto edits = checked_cdi_edits(options_.cdi, names, nvidia_driver_, nvidia_gpus_);
+    if (!edits)
+      return edits.error();
+    w.devices = edits->devices;
+    w.mounts = edits->mounts;
+    w.hooks = edits->hooks;
+    w.user.groups.insert(w.user.groups.end(), edits->additional_gids.begin(),
+                         edits->additional_gids.end());
+    for (const auto& e : edits->env)
+      w.env.push_back(e);
+  }
+  if (!image->stop_signal.empty()) {
+    auto sig = parse_signal(image->stop_signal);
+    if (!sig)
+      return sig.error();
+    rec.set_stop_signal(*sig);
+  }
+  w.cpu_burst = spec.cpu_burst();
+  apply_ulimits(w.rlimits, spec);
+  clamp_to_agent(w.rlimits, rec.worker());
+  if (spec.outputs()) {
+    if (auto err = prepare_outputs_dir(rec.dir(), w.user.uid, w.user.gid))
+      return err;
+    w.mounts.push_back({outputs_host_dir(rec.dir()), container_outputs_dir,
+                        {"rbind", "rw", "nosuid", "nodev"}});
+  }
+  {
+    std::ofstream out{bundle + "/config.json", std::ios::trunc};
+    out << oci_config(w, "rootfs").dump(2) << '\n';
+    if (!out.flush())
+      return caf::make_error(ec::store_failure, "cannot write " + bundle + "/config.json");
+  }
+  auto root = (fs::path{options_.data_dir} / "runc").string();
+  auto id = container_id(order.worker());
+  std::error_code ec_;
+  if (fs::exists(fs::path{root} / id, ec_)) {
+    // A container of that name left from an earlier start: remove it.
+    if (run_tool({runc, "--root", root, "delete", "--force", id}).first != 0)
+      spdlog::warn("agent: worker {}: cannot delete the old container {}",
+                   order.worker(), id);
+  }
+  process_launch what;
+  // --keep: the container (and its cgroup) stays after it exits, so its
+  // OOM-kill counter can be read; finish() deletes it.
+  what.argv = {runc, "--root", root, "run", "--keep", "--bundle", bundle, id};
+  what.env = {std::string{"PATH="} + default_path};
+  what.dir = rec.dir();
+  what.log_max_bytes = options_.log_max_bytes;
+  auto launched = launch_process(what);
+  if (!launched)
+    return launched.error();
+  rec.set_container_id(id);
+  rec.set_shim_pid(launched->shim_pid);
+  rec.set_pid(launched->pid);
+  rec.set_start_ticks(launched->start_ticks);
+  return caf::none;
+}
+
+void worker_supervisor::kill_now(const v1::WorkerProcess& rec) {
+  if (rec.runtime() == "runc" && !rec.container_id().empty()) {
+    auto runc = find_executable(options_.runc, default_path);
+    auto root = (fs::path{options_.data_dir} / "runc").string();
+    if (!runc.empty()
+        && run_tool({runc, "--root", root, "kill", "--all", rec.container_id(), "KILL"}).first
+             != 0)
+      spdlog::debug("agent: runc kill {} failed (already gone?)", rec.container_id());
+  }
+  signal_process(rec.pid(), SIGKILL, true);
+}
+
+bool worker_supervisor::finish(v1::WorkerProcess& rec) {
+  auto end = read_process_end(rec.dir());
+  if (!end) {
+    if (process_alive(rec.shim_pid(), 0, options_.proc_root)
+        && process_start_ticks(rec.shim_pid(), options_.proc_root) != 0)
+      return false;  // the shim is writing the exit file
+    rec.set_state(state::failed);
+    rec.set_exit_code(-1);
+    rec.set_detail("the worker's process ended and left no exit status");
+    return true;
+  }
+  rec.set_exit_code(end->exit_code);
+  // A container's OOM kills, read from its memory cgroup (a new cgroup per
+  // start, so any kill counted there happened in this run); then the kept
+  // container is deleted.
+  uint64_t oom_kills = 0;
+  if (rec.runtime() == "runc" && !rec.container_id().empty()) {
+    auto root = (fs::path{options_.data_dir} / "runc").string();
+    if (auto cg = runc_memory_cgroup(root, rec.container_id()))
+      oom_kills = cgroup_oom_kills(*cg, options_.cgroup_root).value_or(0);
+    auto runc = find_executable(options_.runc, default_path);
+    if (!runc.empty()
+        && run_tool({runc, "--root", root, "delete", "--force", rec.container_id()}).first != 0)
+      spdlog::warn("agent: worker {}: cannot delete its ended container {}", rec.worker(),
+                   rec.container_id());
+  }
+  // runc reports a container killed by signal N as exit code 128 + N.
+  int sig = end->signal;
+  if (sig == 0 && rec.runtime() == "runc" && end->exit_code > 128
+      && end->exit_code < 128 + NSIG)
+    sig = end->exit_code - 128;
+  if (rec.stop_requested_unix_ms() != 0) {
+    rec.set_state(state::cancelled);
+    rec.set_detail(sig == SIGKILL ? "stopped: killed after the stop grace"
+                                  : "stopped");
+  } else if (end->exit_code == 0) {
+    rec.set_state(state::exited);
+    rec.set_detail("");
+  } else if (oom_kills > 0) {
+    rec.set_state(state::oom_killed);
+    rec.set_detail(rec.has_memory_limit()
+                     ? "OOMKilled: the container exceeded its memory limit"
+                     : "OOMKilled: the kernel's OOM killer ended a process of the "
+                       "container (the machine ran out of memory)");
+  } else if (sig != 0) {
+    rec.set_state(state::failed);
+    rec.set_detail("killed by signal " + std::to_string(sig) + " (" + signal_name(sig) + ")");
+  } else {
+    rec.set_state(state::failed);
+    rec.set_detail("exited with code " + std::to_string(end->exit_code));
+  }
+  spdlog::info("agent: worker {} {}{}{}", rec.worker(), rec.state(),
+               rec.detail().empty() ? "" : ": ", rec.detail());
+  auto outputs = read_outputs(rec.dir());
+  rec.mutable_outputs()->insert(outputs.values.begin(), outputs.values.end());
+  for (const auto& warning : outputs.warnings) {
+    spdlog::warn("agent: worker {}: {}", rec.worker(), warning);
+    append_log(rec.dir(), warning);
+  }
+  return true;
+}
+
+bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms) {
+  bool changed = false;
+  auto keep = [&](const v1::WorkerProcess& rec) {
+    if (auto err = ledger.put_process(rec))
+      spdlog::error("agent: cannot store worker {}: {}", rec.worker(), render_error(err));
+  };
+  // Starts that came back from the offload (a worker that left the set
+  // meanwhile is stopped below like any other).
+  for (auto& [name, rec] : started_) {
+    keep(rec);
+    changed = true;
+  }
+  started_.clear();
+  for (const auto& [name, order] : ledger.workers()) {
+    if (ledger.processes().count(name) || starting_.count(name))
+      continue;
+    if (!offload_) {
+      keep(start(order, now_ms));
+      changed = true;
+      continue;
+    }
+    // The start blocks (unpacking, CDI): it runs on a copy of this
+    // supervisor's settings and facts, off the agent's actor.
+    starting_.insert(name);
+    auto job = std::make_shared<worker_supervisor>(*this);
+    job->offload_ = nullptr;
+    auto rec = std::make_shared<v1::WorkerProcess>();
+    offload_(
+      [job, order = order, now_ms, rec] {
+        try {
+          *rec = job->start(order, now_ms);
+        } catch (const std::exception& e) {
+          rec->set_worker(order.worker());
+          rec->set_run(order.run());
+          rec->set_dir(job->worker_dir(order.worker()));
+          rec->set_state(state::failed);
+          rec->set_exit_code(-1);
+          rec->set_detail(std::string{"cannot start: "} + e.what());
+          spdlog::error("agent: worker {}: {}", order.worker(), rec->detail());
+        }
+      },
+      [this, name = name, rec] {
+        starting_.erase(name);
+        started_[name] = std::move(*rec);
+      });
+  }
+  std::vector<std::string> names;
+  for (const auto& [name, rec] : ledger.processes())
+    names.push_back(name);
+  for (const auto& name : names) {
+    auto rec = ledger.processes().at(name);
+    auto order = ledger.workers().find(name);
+    const bool ordered = order != ledger.workers().end();
+    reap_child(rec.shim_pid());
+    if (!live(rec)) {
+      // The worker left the set and has ended: forget it, keep its log. One
+      // stopped because it left the set and ordered again is a new worker of
+      // the same name (its run was deleted and submitted again): forgotten
+      // too, so the next pass starts the new one.
+      bool again = ordered && rec.stop_requested_unix_ms() != 0;
+      if (!ordered || again) {
+        std::error_code err;
+        fs::remove_all(fs::path{rec.dir()} / "bundle", err);
+        if (auto e = ledger.erase_process(name))
+          spdlog::error("agent: cannot forget worker {}: {}", name, render_error(e));
+        if (again) {
+          spdlog::info("agent: worker {} ordered again after it was stopped: a new "
+                       "worker of that name starts",
+                       name);
+          changed = true;
+        }
+      }
+      continue;
+    }
+    if (!process_alive(rec.pid(), rec.start_ticks(), options_.proc_root)) {
+      if (finish(rec)) {
+        keep(rec);
+        changed = true;
+      }
+      continue;
+    }
+    if (rec.stop_requested_unix_ms() == 0) {
+      // The one reason the agent stops a worker: its run no longer holds
+      // it (deleted, failed, preempted, or at its time limit: the scheduler
+      // alone keeps time limits, and its next worker set leaves the worker
+      // out). A machine cut off from the controller keeps its workers.
+      if (ordered)
+        continue;
+      spdlog::info("agent: stopping worker {} (its run no longer holds it): {} to pid {}",
+                   name, signal_name(rec.stop_signal()), rec.pid());
+      rec.set_state(state::stopping);
+      rec.set_stop_requested_unix_ms(now_ms);
+      signal_process(rec.pid(), rec.stop_signal(), false);
+      keep(rec);
+      changed = true;
+      continue;
+    }
+    if (now_ms - rec.stop_requested_unix_ms() >= options_.stop_grace.count()) {
+      spdlog::info("agent: worker {} still runs after the {} ms stop grace: SIGKILL",
+                   name, options_.stop_grace.count());
+      kill_now(rec);
+    }
+  }
+  return changed;
+}
+
+void worker_supervisor::sync_cdi(const v1::GpuSection& gpus, const std::string& sys_root) {
+  // "driver: healthy", "nvidia-smi", "no-gpu"; not "pending" or
+  // "unresponsive" (keep what is there then), nor "unavailable" unless the
+  // driver itself went away (NVML cannot be loaded, or says the kernel
+  // driver is not loaded): then the NVIDIA GPUs are gone for CDI.
+  const auto& how = gpus.read_as();
+  bool driver_gone = false;
+  if (how == "unavailable") {
+    driver_gone = gpus.detail().find("NVML_ERROR_DRIVER_NOT_LOADED") != std::string::npos;
+    for (const auto& t : gpus.tried())
+      driver_gone = driver_gone
+                    || (t.rfind("NVML ", 0) == 0 && t.find(": not loaded (") != std::string::npos);
+    if (!driver_gone)
+      return;
+  } else if (how.find("healthy") == std::string::npos
+             && how.find("nvidia-smi") == std::string::npos
+             && how.find("no-gpu") == std::string::npos) {
+    return;
+  }
+  std::string driver;
+  std::vector<std::string> nvidia;
+  std::vector<cdi_gpu> found;
+  std::vector<amd_cdi_gpu> amd;
+  for (const auto& g : gpus.gpus()) {
+    if (g.vendor() == "nvidia" && driver_gone)
+      continue;
+    if (g.vendor() == "nvidia") {
+      nvidia.push_back(g.id());
+      found.push_back({g.id(), g.pci_address(), g.has_index() ? int64_t{g.index()} : -1});
+      driver = g.driver_version();
+    } else if (g.vendor() == "amd") {
+      amd.push_back({g.id(), g.pci_address()});
+    }
+  }
+  nvidia_driver_ = driver;
+  nvidia_gpus_ = std::move(found);
+  cdi_wanted wanted{driver, std::move(nvidia), std::move(amd), sys_root};
+  if (cdi_syncing_) {
+    cdi_next_ = std::move(wanted);  // the latest pass wins
+    return;
+  }
+  run_cdi_sync(std::move(wanted));
+}
+
+void worker_supervisor::run_cdi_sync(cdi_wanted wanted) {
+  auto work = [o = options_.cdi, w = std::move(wanted)] {
+    if (!o.nvidia_ctk.empty() || w.nvidia.empty()) {
+      auto wrote = sync_nvidia_spec(o, w.driver, w.nvidia);
+      if (!wrote)
+        spdlog::error("agent: CDI: {}", render_error(wrote.error()));
+      else if (*wrote)
+        spdlog::info("agent: CDI: {} {}/nvidia.yaml", w.nvidia.empty() ? "removed" : "wrote",
+                     o.dynamic_dir);
+    }
+    auto wrote = write_amd_spec(o, w.sys_root, "/", w.amd);
+    if (!wrote)
+      spdlog::error("agent: CDI: {}", render_error(wrote.error()));
+    else if (*wrote)
+      spdlog::info("agent: CDI: {} {}/amd-astraeus.json", w.amd.empty() ? "removed" : "wrote",
+                   o.dynamic_dir);
+  };
+  if (!offload_) {
+    work();
+    return;
+  }
+  cdi_syncing_ = true;
+  offload_(std::move(work), [this] {
+    cdi_syncing_ = false;
+    if (cdi_next_) {
+      auto next = std::move(*cdi_next_);
+      cdi_next_.reset();
+      run_cdi_sync(std::move(next));
+    }
+  });
+}
+
+caf::expected<v1::LogChunk> worker_supervisor::read_log(const worker_ledger& ledger,
+                                                        const std::string& worker,
+                                                        uint64_t offset,
+                                                        uint32_t max_bytes) const {
+  if (worker.empty() || worker.find('/') != std::string::npos || worker == "."
+      || worker == "..")
+    return caf::make_error(ec::invalid_request, "'" + worker + "' is not a worker name");
+  if (max_bytes == 0 || max_bytes > (1u << 20))
+    max_bytes = 1u << 20;
+  auto piece = read_log_piece(worker_dir(worker), offset, max_bytes);
+  if (!piece)
+    return caf::make_error(ec::invalid_request, "machine " + options_.machine
+                                                  + " has no log for worker " + worker);
+  v1::LogChunk out;
+  out.set_worker(worker);
+  out.set_machine(options_.machine);
+  out.set_next_offset(piece->next_offset);
+  out.set_data(std::move(piece->data));
+  auto p = ledger.processes().find(worker);
+  out.set_state(p == ledger.processes().end() ? "Ended" : p->second.state());
+  out.set_finished(p == ledger.processes().end() || !live(p->second));
+  return out;
+}
+
+} // namespace astraeus

@@ -1,0 +1,165 @@
+#pragma once
+/// @file
+/// The worker supervisor: makes the processes on this machine match the
+/// workers its ledger holds. Each held worker that has no process is
+/// started (once: a worker that ended is not restarted); each process whose
+/// worker left the set is stopped (that is also how a time limit stops it:
+/// the scheduler keeps `time_limit_seconds` and sends a set without it; the
+/// agent keeps no timer of its own): its stop signal (SIGTERM, or the image's
+/// STOPSIGNAL) to the main process, then SIGKILL to all of it after the
+/// stop grace (30 s by default, `stop.grace`, ASTRAEUS_STOP_GRACE); it is
+/// then `Cancelled`. Every state it finds is kept in the ledger (sync)
+/// with the pid and start time, so a restarted agent finds its workers
+/// again: same process, no restart.
+///
+/// States (v1::WorkerStatus.state): Running (with pid), Stopping, Exited
+/// (code 0), Failed (with the reason: "exited with code 3", "killed by
+/// signal 11", "cannot start: ..."), OOMKilled ("the container exceeded
+/// its memory limit": read from the container's memory cgroup, whose
+/// `oom_kill` counter rose, never inferred from SIGKILL), Cancelled.
+///
+/// Runtimes: `process` runs the run's command as a host process with
+/// CUDA_VISIBLE_DEVICES set to its GPUs; `runc` runs an OCI container from
+/// the run's image (runtime/workers/oci_bundle.hpp). `auto` picks runc when the
+/// runc program is found, else process; a run may ask for one
+/// (RunSpec.runtime). Output goes to `<data>/workers/<worker>/log`,
+/// rotated to `log.1` at `workers.log_max_bytes` (runtime/workers/worker_process.hpp).
+/// Sources: shared/seeds/inside-a-worker.md ("Signals on stop", "Limits",
+/// "Command and working directory"), issue 6.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <caf/expected.hpp>
+
+#include "messages/astraeus.pb.h"
+#include "runtime/workers/cdi.hpp"
+
+namespace astraeus {
+
+class worker_ledger;
+
+/// Settings of the supervisor (agent config keys in brackets).
+struct supervisor_options {
+  /// The agent's data folder: workers live in `<data_dir>/workers/<name>`.
+  std::string data_dir;
+  /// This machine's name (ASTRAEUS_NODE_NAME).
+  std::string machine;
+  /// [workers.runtime] auto, process or runc.
+  std::string runtime = "auto";
+  /// [workers.runc] the runc program.
+  std::string runc = "runc";
+  /// [workers.umoci], [workers.skopeo]: image unpacking tools.
+  std::string umoci = "umoci";
+  std::string skopeo = "skopeo";
+  /// [workers.images_dir] where image names ("busybox") are looked up.
+  std::string images_dir;
+  /// [stop.grace] time between the stop signal and SIGKILL.
+  std::chrono::milliseconds stop_grace{30000};
+  /// Prefix of the /proc where the workers' processes are seen ("/": they
+  /// are the agent's descendants, whatever host.root says).
+  std::string proc_root = "/";
+  /// Prefix under which the containers' cgroups (`/sys/fs/cgroup/...`, as
+  /// runc names them) are read for their OOM-kill counters ("/": the host's).
+  std::string cgroup_root = "/";
+  /// Open files per worker (seed: 1 048 576); like `memlock` unlimited for
+  /// GPU workers, clamped with a warning to the agent's own hard limit when
+  /// the agent lacks CAP_SYS_RESOURCE.
+  uint64_t nofile = 1048576;
+  /// [workers.log_max_bytes] a worker's log is rotated at this size: the
+  /// machine keeps `log` and `log.1`, at most twice this; 0: no cap.
+  uint64_t log_max_bytes = 64ull << 20;
+  /// RDMA ports slower than this (Gb/s) are left out of NCCL_IB_HCA.
+  double rdma_min_gbps = 100;
+  /// How GPUs are handed to containers (CDI specs); may be empty.
+  cdi_options cdi;
+};
+
+/// Runs `work` away from the caller's actor (it may block: image unpacking,
+/// nvidia-ctk), then `done` on that actor again. The agent's runs each job
+/// on a detached CAF actor; a supervisor without one runs both inline.
+using offload_fn = std::function<void(std::function<void()> work, std::function<void()> done)>;
+
+/// One supervisor per agent; not thread-safe (the agent's actor calls it;
+/// the blocking parts of a start and of a CDI sync run through the offload
+/// on copies of what they need, and only their results come back).
+class worker_supervisor {
+public:
+  explicit worker_supervisor(supervisor_options options);
+
+  /// Sends blocking work (each worker's start: image unpacking, CDI checks;
+  /// CDI spec writing) through `offload` from now on. While a worker starts
+  /// it has no process record (the controller sees it Assigned); the
+  /// reconcile after its `done` stores the record and reports it.
+  void set_offload(offload_fn offload) { offload_ = std::move(offload); }
+
+  /// Starts, checks and stops workers so that the processes match
+  /// `ledger`'s workers; `now_ms` is the wall clock. Returns true when a
+  /// worker's status changed (the agent then reports at once). Store
+  /// failures are logged; the record is written again at the next call.
+  bool reconcile(worker_ledger& ledger, int64_t now_ms);
+
+  /// The machine's RDMA ports (from its host facts), for NCCL_IB_HCA.
+  void set_rdma_ports(std::vector<v1::RdmaPort> ports) { rdma_ports_ = std::move(ports); }
+
+  /// Keeps the CDI specs in step with a discovery pass (a complete read:
+  /// `read_as` "driver: healthy", nvidia-smi or no-gpu; or "unavailable"
+  /// because the driver went away, when NVML cannot be loaded or reports
+  /// NVML_ERROR_DRIVER_NOT_LOADED, which removes the agent's NVIDIA spec):
+  /// NVIDIA's through nvidia-ctk under the fingerprint rule, the AMD spec
+  /// from sysfs (`sys_root`). The writing runs through the offload, one
+  /// sync at a time (the latest pass asked for runs next). Failures are
+  /// logged (a GPU worker then fails to start with the reason).
+  void sync_cdi(const v1::GpuSection& gpus, const std::string& sys_root);
+
+  /// Up to `max_bytes` (at most 1 MiB) of `worker`'s log from `offset`, a
+  /// position in its whole output across rotations (`read_log_piece`). Errors:
+  /// ec::invalid_request when this machine has no log for that worker.
+  caf::expected<v1::LogChunk> read_log(const worker_ledger& ledger,
+                                       const std::string& worker, uint64_t offset,
+                                       uint32_t max_bytes) const;
+
+  /// The runtime a worker of `spec` gets here ("process" or "runc").
+  std::string runtime_for(const v1::RunSpec& spec) const;
+
+  /// The folder of `worker`.
+  std::string worker_dir(const std::string& worker) const;
+
+  /// The options.
+  const supervisor_options& options() const { return options_; }
+
+private:
+  v1::WorkerProcess start(const v1::WorkerOrder& order, int64_t now_ms);
+  caf::error start_process(const v1::WorkerOrder& order, v1::WorkerProcess& rec);
+  caf::error start_runc(const v1::WorkerOrder& order, v1::WorkerProcess& rec);
+  /// Sets the final state of `rec` from its exit file; false while unknown.
+  bool finish(v1::WorkerProcess& rec);
+  void kill_now(const v1::WorkerProcess& rec);
+
+  /// What a CDI sync writes, computed from a discovery pass.
+  struct cdi_wanted {
+    std::string driver;
+    std::vector<std::string> nvidia;
+    std::vector<amd_cdi_gpu> amd;
+    std::string sys_root;
+  };
+  void run_cdi_sync(cdi_wanted wanted);
+
+  supervisor_options options_;
+  std::vector<v1::RdmaPort> rdma_ports_;
+  std::string nvidia_driver_;               ///< of the last complete read
+  std::vector<cdi_gpu> nvidia_gpus_;        ///< its NVIDIA GPUs
+  offload_fn offload_;
+  std::set<std::string> starting_;          ///< workers whose start is in flight
+  std::map<std::string, v1::WorkerProcess> started_;  ///< their records, back
+  bool cdi_syncing_ = false;
+  std::optional<cdi_wanted> cdi_next_;      ///< a sync asked for while one ran
+};
+
+} // namespace astraeus

@@ -1,0 +1,224 @@
+// GPU health on the controller: the seed's thresholds at their exact
+// boundaries, on virtual time (shared/seeds/gpus.md, "Health", "At risk",
+// "Used outside Astraeus").
+
+#include <gtest/gtest.h>
+
+#include "actors/controller/gpu_health.hpp"
+
+using namespace astraeus;
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+v1::Gpu h100() {
+  v1::Gpu g;
+  g.set_id("GPU-1");
+  g.set_vendor("nvidia");
+  g.set_pci_address("0000:3b:00.0");
+  g.set_memory_total_bytes(80ull << 30);
+  g.set_memory_used_bytes(0);
+  g.set_temperature_c(40);
+  g.mutable_ecc()->set_volatile_correctable(0);
+  g.set_pcie_replays(0);
+  return g;
+}
+
+health_verdict judge(const v1::Gpu& g, const gpu_health_history& h,
+                     bool assigned = false) {
+  return evaluate_health(g, h, assigned, 1'000'000'000);
+}
+
+} // namespace
+
+TEST(GpuHealth, AQuietGpuIsHealthy) {
+  gpu_health_history h;
+  auto g = h100();
+  h.add(g, clock_type::time_point{} + 1h, 24h);
+  EXPECT_EQ(judge(g, h).health, "Healthy");
+}
+
+TEST(GpuHealth, FiftyCorrectableErrorsIn24hAreFineFiftyOneAreAtRisk) {
+  gpu_health_history h;
+  auto g = h100();
+  auto t = clock_type::time_point{} + 1h;
+  h.add(g, t, 24h);
+  g.mutable_ecc()->set_volatile_correctable(50);
+  h.add(g, t + 1h, 24h);
+  EXPECT_EQ(judge(g, h).health, "Healthy");
+  g.mutable_ecc()->set_volatile_correctable(51);
+  h.add(g, t + 2h, 24h);
+  auto v = judge(g, h);
+  EXPECT_EQ(v.health, "AtRisk");
+  ASSERT_EQ(v.reasons.size(), 1u);
+  EXPECT_EQ(v.reasons[0], "51 correctable memory errors in 24 h (> 50)");
+}
+
+TEST(GpuHealth, ErrorsOlderThan24hNoLongerCount) {
+  gpu_health_history h;
+  auto g = h100();
+  auto t = clock_type::time_point{} + 1h;
+  h.add(g, t, 24h);
+  g.mutable_ecc()->set_volatile_correctable(60);
+  h.add(g, t + 1h, 24h);
+  ASSERT_EQ(judge(g, h).health, "AtRisk");
+  // A day later with no new errors, the growth has left the window.
+  h.add(g, t + 26h, 24h);
+  EXPECT_EQ(judge(g, h).health, "Healthy");
+}
+
+TEST(GpuHealth, ACounterResetDoesNotHideNewErrors) {
+  gpu_health_history h;
+  auto g = h100();
+  auto t = clock_type::time_point{} + 1h;
+  g.mutable_ecc()->set_volatile_correctable(40);
+  h.add(g, t, 24h);
+  g.mutable_ecc()->set_volatile_correctable(0);  // driver reloaded
+  h.add(g, t + 1h, 24h);
+  g.mutable_ecc()->set_volatile_correctable(51);
+  h.add(g, t + 2h, 24h);
+  EXPECT_EQ(h.correctable_ecc(), 51u);
+}
+
+TEST(GpuHealth, PcieReplaysAndNvlinkErrorsAtTheirBoundaries) {
+  gpu_health_history h;
+  auto g = h100();
+  auto* link = g.add_nvlinks();
+  link->set_active(true);
+  link->set_replay_errors(0);
+  auto t = clock_type::time_point{} + 1h;
+  h.add(g, t, 24h);
+  g.set_pcie_replays(100);
+  link->set_replay_errors(10);
+  h.add(g, t + 1min, 24h);
+  EXPECT_EQ(judge(g, h).health, "Healthy");
+  g.set_pcie_replays(101);
+  link->set_replay_errors(11);
+  h.add(g, t + 2min, 24h);
+  auto v = judge(g, h);
+  EXPECT_EQ(v.health, "AtRisk");
+  EXPECT_EQ(v.reasons.size(), 2u);
+}
+
+TEST(GpuHealth, TenMinutesSlowedByHeatAreFineMoreAreAtRisk) {
+  gpu_health_history h;
+  auto g = h100();
+  auto t = clock_type::time_point{} + 1h;
+  g.set_thermal_slowdown(true);
+  h.add(g, t, 24h);
+  h.add(g, t + 10min, 24h);
+  EXPECT_EQ(judge(g, h).health, "Healthy");
+  g.set_thermal_slowdown(false);
+  h.add(g, t + 10min + 1s, 24h);
+  auto v = judge(g, h);
+  EXPECT_EQ(v.health, "AtRisk");
+  EXPECT_NE(v.reasons.at(0).find("slowed down by heat"), std::string::npos);
+}
+
+TEST(GpuHealth, ADayOfReportsFromAQuietGpuKeepsAHandfulOfSamplesAndTheSameAnswers) {
+  // One report every 10 s for a day: counters still, then 30 errors, still
+  // again, 11 minutes slowed by heat, still again.
+  gpu_health_history h;
+  auto g = h100();
+  auto t0 = clock_type::time_point{} + 1h;
+  g.mutable_ecc()->set_volatile_correctable(5);
+  g.set_thermal_slowdown(false);
+  auto t = t0;
+  for (; t < t0 + 6h; t += 10s)
+    h.add(g, t, 24h);
+  g.mutable_ecc()->set_volatile_correctable(35);
+  for (; t < t0 + 12h; t += 10s)
+    h.add(g, t, 24h);
+  g.set_thermal_slowdown(true);
+  for (auto until = t + 11min; t < until; t += 10s)
+    h.add(g, t, 24h);
+  g.set_thermal_slowdown(false);
+  for (; t < t0 + 24h; t += 10s)
+    h.add(g, t, 24h);
+  EXPECT_LE(h.size(), 8u) << "8,640 reports, a handful of changes";
+  EXPECT_EQ(h.correctable_ecc(), 30u);
+  EXPECT_EQ(h.thermal_slowdown(), std::chrono::seconds{11 * 60});
+  EXPECT_EQ(judge(g, h).health, "AtRisk");
+  // A day later the heat and the errors have left the window.
+  for (auto until = t + 13h; t < until; t += 10s)
+    h.add(g, t, 24h);
+  EXPECT_EQ(h.correctable_ecc(), 0u);
+  EXPECT_EQ(h.thermal_slowdown(), std::chrono::seconds{0});
+  EXPECT_LE(h.size(), 3u);
+}
+
+TEST(GpuHealth, EightySixDegreesIsFineEightySevenIsAtRisk) {
+  gpu_health_history h;
+  auto g = h100();
+  g.set_temperature_c(86);
+  EXPECT_EQ(judge(g, h).health, "Healthy");
+  g.set_temperature_c(87);
+  auto v = judge(g, h);
+  EXPECT_EQ(v.health, "AtRisk");
+  EXPECT_EQ(v.reasons.at(0), "temperature 87 °C (>= 87 °C)");
+}
+
+TEST(GpuHealth, ARowWaitingToBeRemappedIsAtRiskNotFaulty) {
+  gpu_health_history h;
+  auto g = h100();
+  g.mutable_row_remapping()->set_pending(true);
+  EXPECT_EQ(judge(g, h).health, "AtRisk");
+}
+
+TEST(GpuHealth, HistoricalScarsDoNotCount) {
+  gpu_health_history h;
+  auto g = h100();
+  g.mutable_ecc()->set_aggregate_correctable(100000);
+  g.mutable_ecc()->set_aggregate_uncorrectable(3);
+  g.mutable_retired_pages()->set_double_bit(4);
+  auto* up = g.add_nvlinks();
+  up->set_active(true);
+  g.add_nvlinks()->set_active(false);
+  h.add(g, clock_type::time_point{} + 1h, 24h);
+  EXPECT_EQ(judge(g, h).health, "Healthy");
+}
+
+TEST(GpuHealth, ALatchedFaultIsFaultyWithTheLatchReason) {
+  gpu_health_history h;
+  auto g = h100();
+  g.set_temperature_c(95);
+  g.set_memory_used_bytes(70ull << 30);
+  g.add_latches()->set_reason("Xid 79 fault");
+  auto v = judge(g, h);
+  EXPECT_EQ(v.health, "Faulty") << "a fault outranks foreign use and heat";
+  EXPECT_EQ(v.reasons, std::vector<std::string>{"Xid 79 fault"});
+}
+
+TEST(GpuHealth, MemoryInUseOutsideAstraeusIsForeignAboveTenPercent) {
+  gpu_health_history h;
+  auto g = h100();
+  g.set_memory_total_bytes(1000);
+  g.set_memory_used_bytes(100);  // exactly 10 %
+  EXPECT_EQ(judge(g, h).health, "Healthy");
+  g.set_memory_used_bytes(101);
+  auto v = judge(g, h);
+  EXPECT_EQ(v.health, "Foreign");
+  EXPECT_NE(v.reasons.at(0).find("outside Astraeus"), std::string::npos);
+  EXPECT_EQ(judge(g, h, /*assigned=*/true).health, "Healthy")
+    << "memory of a GPU Astraeus assigned is the worker's own";
+}
+
+TEST(GpuHealth, AnAtRiskXidWithin24hIsAtRisk) {
+  gpu_health_history h;
+  auto g = h100();
+  auto* inc = g.add_incidents();
+  inc->set_kind("xid");
+  inc->set_xid(13);
+  inc->set_action("at-risk");
+  inc->set_count(2);
+  inc->set_text("NVRM: Xid ... 13");
+  int64_t now = 100LL * 86400 * 1000;
+  inc->set_last_seen_unix_ms(now - 24LL * 3600 * 1000);
+  EXPECT_EQ(evaluate_health(g, h, false, now).health, "AtRisk");
+  inc->set_last_seen_unix_ms(now - 24LL * 3600 * 1000 - 1);
+  EXPECT_EQ(evaluate_health(g, h, false, now).health, "Healthy");
+  inc->set_action("record");
+  inc->set_last_seen_unix_ms(now);
+  EXPECT_EQ(evaluate_health(g, h, false, now).health, "Healthy");
+}

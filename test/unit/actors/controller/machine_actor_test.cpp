@@ -1,0 +1,452 @@
+// The machine actor's state machine on virtual time: Idle -> Up -> Down,
+// Maintenance, cordon and pressure (shared/seeds/machines.md, "States").
+
+#include "actor_fixture.hpp"
+
+#include <caf/event_based_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include "actors/controller/machine_actor.hpp"
+#include "store/store.hpp"
+
+using namespace astraeus;
+using namespace std::chrono_literals;
+using State = v1::Machine::State;
+
+namespace {
+
+v1::MachineReport report_of(const std::string& name, uint64_t avail_mib = 16384) {
+  v1::MachineReport r;
+  r.set_machine(name);
+  auto* mem = r.mutable_facts()->mutable_memory();
+  mem->set_total_bytes(32ull << 30);
+  mem->set_available_bytes(avail_mib << 20);
+  auto* fs = r.mutable_facts()->add_filesystems();
+  fs->set_mount_point("/");
+  fs->set_type("ext4");
+  fs->set_size_bytes(100ull << 30);
+  fs->set_free_bytes(50ull << 30);
+  r.mutable_facts()->mutable_cpu()->set_logical_cpus(64);
+  return r;
+}
+
+class MachineActor : public test::actor_test {
+protected:
+  machine_actor spawn_machine(std::shared_ptr<Store> store = nullptr,
+                              v1::MachineRecord rec = {}) {
+    machine_config mc;
+    if (rec.name().empty())
+      rec.set_name("gpu-01");
+    mc.record = rec;
+    mc.heartbeat_lapse = 60s;
+    mc.store = std::move(store);
+    auto m = spawn(machine, std::move(mc));
+    run();
+    return m;
+  }
+
+  State state_of(const machine_actor& m) {
+    return ask<v1::MachineView>(m, atom::get_v).state();
+  }
+
+  void report(const machine_actor& m, v1::MachineReport r = report_of("gpu-01")) {
+    (*self)->send(m, std::move(r));
+    run();
+  }
+};
+
+} // namespace
+
+TEST_F(MachineActor, IsIdleUntilItsFirstReport) {
+  auto m = spawn_machine();
+  EXPECT_EQ(state_of(m), v1::Machine::Idle);
+  auto view = ask<v1::MachineView>(m, atom::get_v);
+  EXPECT_FALSE(view.schedulable());
+  EXPECT_EQ(view.last_report_unix_ms(), 0);
+}
+
+TEST_F(MachineActor, IsUpOnAReport) {
+  auto m = spawn_machine();
+  report(m);
+  auto view = ask<v1::MachineView>(m, atom::get_v);
+  EXPECT_EQ(view.state(), v1::Machine::Up);
+  EXPECT_TRUE(view.schedulable());
+  EXPECT_EQ(view.facts().cpu().logical_cpus(), 64u);
+  EXPECT_GT(view.last_report_unix_ms(), 0);
+}
+
+TEST_F(MachineActor, StaysUpJustBeforeTheLapseAndIsDownAtIt) {
+  auto m = spawn_machine();
+  report(m);
+  advance(60s - 1ms);
+  EXPECT_EQ(state_of(m), v1::Machine::Up);
+  advance(1ms);
+  EXPECT_EQ(state_of(m), v1::Machine::Down);
+  EXPECT_FALSE(ask<v1::MachineView>(m, atom::get_v).schedulable());
+}
+
+TEST_F(MachineActor, EveryReportRestartsTheHeartbeat) {
+  auto m = spawn_machine();
+  report(m);
+  advance(30s);
+  report(m);  // the deadline is now 30 s + 60 s
+  advance(40s);
+  EXPECT_EQ(state_of(m), v1::Machine::Up) << "Down at 70 s despite a report at 30 s";
+  advance(20s - 1ms);
+  EXPECT_EQ(state_of(m), v1::Machine::Up);
+  advance(1ms);
+  EXPECT_EQ(state_of(m), v1::Machine::Down);
+}
+
+TEST_F(MachineActor, AReportAfterDownBringsItBackUp) {
+  auto m = spawn_machine();
+  report(m);
+  advance(61s);
+  ASSERT_EQ(state_of(m), v1::Machine::Down);
+  report(m);
+  EXPECT_EQ(state_of(m), v1::Machine::Up);
+  // And the heartbeat is armed again.
+  advance(60s);
+  EXPECT_EQ(state_of(m), v1::Machine::Down);
+}
+
+TEST_F(MachineActor, AMachineThatNeverReportsGoesDownAfterTheLapse) {
+  auto m = spawn_machine();
+  advance(59s);
+  EXPECT_EQ(state_of(m), v1::Machine::Idle);
+  advance(1s);
+  EXPECT_EQ(state_of(m), v1::Machine::Down);
+}
+
+TEST_F(MachineActor, MaintenanceIgnoresReports) {
+  auto m = spawn_machine();
+  report(m);
+  auto view = ask<v1::MachineView>(m, atom::maintenance_v, true);
+  EXPECT_EQ(view.state(), v1::Machine::Maintenance);
+  report(m);
+  advance(10s);
+  report(m);
+  EXPECT_EQ(state_of(m), v1::Machine::Maintenance);
+  EXPECT_FALSE(ask<v1::MachineView>(m, atom::get_v).schedulable());
+  // Off again: the liveness underneath shows (reports kept it Up).
+  view = ask<v1::MachineView>(m, atom::maintenance_v, false);
+  EXPECT_EQ(view.state(), v1::Machine::Up);
+}
+
+TEST_F(MachineActor, MaintenanceOffShowsDownWhenReportsStopped) {
+  auto m = spawn_machine();
+  report(m);
+  ask<v1::MachineView>(m, atom::maintenance_v, true);
+  advance(120s);
+  EXPECT_EQ(state_of(m), v1::Machine::Maintenance);
+  EXPECT_EQ(ask<v1::MachineView>(m, atom::maintenance_v, false).state(),
+            v1::Machine::Down);
+}
+
+TEST_F(MachineActor, CordonStopsNewWorkButKeepsTheState) {
+  auto m = spawn_machine();
+  report(m);
+  auto view = ask<v1::MachineView>(m, atom::cordon_v, true);
+  EXPECT_TRUE(view.cordoned());
+  EXPECT_EQ(view.state(), v1::Machine::Up);
+  EXPECT_FALSE(view.schedulable());
+  view = ask<v1::MachineView>(m, atom::cordon_v, false);
+  EXPECT_FALSE(view.cordoned());
+  EXPECT_TRUE(view.schedulable());
+}
+
+TEST_F(MachineActor, MemoryPressureStopsNewWorkUntilItRecovers) {
+  auto m = spawn_machine();
+  report(m, report_of("gpu-01", 50));  // 50 MiB available of 32 GiB
+  auto view = ask<v1::MachineView>(m, atom::get_v);
+  EXPECT_EQ(view.state(), v1::Machine::Up);
+  EXPECT_TRUE(view.memory_pressure());
+  EXPECT_FALSE(view.schedulable());
+  ASSERT_EQ(view.pressure_reasons_size(), 1);
+  EXPECT_NE(view.pressure_reasons(0).find("memory available"), std::string::npos)
+    << view.pressure_reasons(0);
+  report(m);
+  view = ask<v1::MachineView>(m, atom::get_v);
+  EXPECT_FALSE(view.memory_pressure());
+  EXPECT_TRUE(view.schedulable());
+}
+
+TEST_F(MachineActor, DiskPressureStopsNewWork) {
+  auto m = spawn_machine();
+  auto r = report_of("gpu-01");
+  r.mutable_facts()->mutable_filesystems(0)->set_free_bytes(5ull << 30);  // 5 %
+  report(m, r);
+  auto view = ask<v1::MachineView>(m, atom::get_v);
+  EXPECT_TRUE(view.disk_pressure());
+  EXPECT_FALSE(view.schedulable());
+  EXPECT_NE(view.pressure_reasons(0).find("disk /"), std::string::npos);
+}
+
+TEST_F(MachineActor, CordonAndMaintenanceAreStoredBeforeTheAnswer) {
+  test::temp_dir dir;
+  {
+    auto store = Store::open(dir.path() + "/db");
+    ASSERT_TRUE(store) << render_error(store.error());
+    std::shared_ptr<Store> db{std::move(*store)};
+    auto m = spawn_machine(db);
+    report(m);
+    ask<v1::MachineView>(m, atom::cordon_v, true);
+    ask<v1::MachineView>(m, atom::maintenance_v, true);
+    v1::MachineRecord rec;
+    auto found = db->get(family::machines, "gpu-01", rec);
+    ASSERT_TRUE(found && *found);
+    EXPECT_TRUE(rec.cordoned());
+    EXPECT_TRUE(rec.maintenance());
+    EXPECT_EQ(rec.last_facts().cpu().logical_cpus(), 64u);
+    caf::anon_send_exit(m, caf::exit_reason::user_shutdown);
+    run();
+  }
+  // A new actor from the stored record starts in Maintenance, cordoned.
+  auto store = Store::open(dir.path() + "/db");
+  ASSERT_TRUE(store);
+  std::shared_ptr<Store> db{std::move(*store)};
+  v1::MachineRecord rec;
+  ASSERT_TRUE(*db->get(family::machines, "gpu-01", rec));
+  auto m = spawn_machine(db, rec);
+  auto view = ask<v1::MachineView>(m, atom::get_v);
+  EXPECT_EQ(view.state(), v1::Machine::Maintenance);
+  EXPECT_TRUE(view.cordoned());
+  EXPECT_EQ(view.facts().cpu().logical_cpus(), 64u) << "last facts kept";
+}
+
+TEST_F(MachineActor, ConnectedFollowsTheCurrentSessionOnly) {
+  auto m = spawn_machine();
+  (*self)->send(m, atom::connected_v, uint64_t{1}, true, caf::actor{});
+  (*self)->send(m, atom::connected_v, uint64_t{2}, true, caf::actor{});
+  // The old session's close arrives after the new one began.
+  (*self)->send(m, atom::connected_v, uint64_t{1}, false, caf::actor{});
+  run();
+  EXPECT_TRUE(ask<v1::MachineView>(m, atom::get_v).connected());
+  (*self)->send(m, atom::connected_v, uint64_t{2}, false, caf::actor{});
+  run();
+  EXPECT_FALSE(ask<v1::MachineView>(m, atom::get_v).connected());
+}
+
+namespace {
+
+/// Stands in for the gate and the scheduler: keeps what a machine sends.
+struct machine_outbox {
+  std::vector<std::pair<uint64_t, v1::WorkerOrders>> orders;  // session, set
+  std::vector<v1::SchedulerMachine> snapshots;
+  std::vector<v1::WorkerStatuses> statuses;
+  std::vector<std::string> attached;
+};
+
+caf::behavior outbox_actor(caf::event_based_actor*, std::shared_ptr<machine_outbox> box) {
+  return {
+    [box](atom::assign, uint64_t session, v1::WorkerOrders& o) {
+      box->orders.emplace_back(session, std::move(o));
+    },
+    [box](v1::SchedulerMachine& m) { box->snapshots.push_back(std::move(m)); },
+    [box](v1::WorkerStatuses& s) { box->statuses.push_back(std::move(s)); },
+    [box](atom::attach, std::string& name, machine_actor&) { box->attached.push_back(name); },
+  };
+}
+
+v1::WorkerOrders orders_of(uint64_t generation, std::vector<std::string> workers) {
+  v1::WorkerOrders o;
+  o.set_machine("gpu-01");
+  o.set_generation(generation);
+  for (auto& w : workers)
+    o.add_workers()->set_worker(w);
+  return o;
+}
+
+} // namespace
+
+class MachineWorkers : public MachineActor {
+protected:
+  machine_actor spawn_wired() {
+    box = std::make_shared<machine_outbox>();
+    stub = spawn(outbox_actor, box);
+    machine_config mc;
+    mc.record.set_name("gpu-01");
+    mc.heartbeat_lapse = 60s;
+    mc.scheduler = caf::actor_cast<scheduler_actor>(stub);
+    auto m = spawn(machine, std::move(mc));
+    run();
+    return m;
+  }
+  std::shared_ptr<machine_outbox> box;
+  caf::actor stub;
+};
+
+TEST_F(MachineWorkers, HandsItsAgentTheWorkerSetAndResendsUntilAcknowledged) {
+  auto m = spawn_wired();
+  ASSERT_EQ(box->attached, (std::vector<std::string>{"gpu-01"}));
+  // Not connected: kept for later.
+  (*self)->send(m, atom::assign_v, orders_of(7, {"a-0"}));
+  run();
+  EXPECT_TRUE(box->orders.empty());
+  (*self)->send(m, atom::connected_v, uint64_t{3}, true, stub);
+  run();
+  ASSERT_EQ(box->orders.size(), 1u);
+  EXPECT_EQ(box->orders[0].first, 3u);
+  EXPECT_EQ(box->orders[0].second.generation(), 7u);
+  // A report that does not show generation 7 applied: sent again.
+  report(m);
+  EXPECT_EQ(box->orders.size(), 2u);
+  // The agent's answer: acknowledged, passed on to the scheduler.
+  v1::WorkerStatuses held;
+  held.set_generation(7);
+  auto* w = held.add_workers();
+  w->set_worker("a-0");
+  w->set_state("Assigned");
+  (*self)->send(m, held);
+  run();
+  ASSERT_EQ(box->statuses.size(), 1u);
+  EXPECT_EQ(box->statuses[0].machine(), "gpu-01");
+  auto r = report_of("gpu-01");
+  *r.mutable_workers() = held;
+  report(m, r);
+  EXPECT_EQ(box->orders.size(), 2u) << "nothing resent once applied";
+  EXPECT_EQ(box->statuses.size(), 1u) << "an unchanged list is not passed on again";
+}
+
+TEST_F(MachineWorkers, GoingDownTellsTheSchedulerAndTheFirstListAfterReachesIt) {
+  auto m = spawn_wired();
+  auto r = report_of("gpu-01");
+  r.set_address("10.0.0.11");
+  auto* w = r.mutable_workers()->add_workers();
+  w->set_worker("a-0");
+  report(m, r);
+  ASSERT_FALSE(box->snapshots.empty());
+  EXPECT_FALSE(box->snapshots.back().down());
+  EXPECT_EQ(box->snapshots.back().address(), "10.0.0.11");
+  EXPECT_EQ(box->statuses.size(), 1u);
+  advance(61s);
+  EXPECT_EQ(state_of(m), v1::Machine::Down);
+  EXPECT_TRUE(box->snapshots.back().down());
+  EXPECT_FALSE(box->snapshots.back().schedulable());
+  report(m, r);
+  EXPECT_FALSE(box->snapshots.back().down());
+  EXPECT_EQ(box->statuses.size(), 2u) << "the same list, after Down, is passed on again";
+}
+
+TEST(MachinePressure, UnknownValuesAreNoPressure) {
+  v1::HostFacts facts;
+  auto verdict = evaluate_pressure(facts, pressure_thresholds{});
+  EXPECT_FALSE(verdict.memory);
+  EXPECT_FALSE(verdict.disk);
+}
+
+TEST(MachinePressure, PsiMemoryStallsArePressure) {
+  v1::HostFacts facts;
+  facts.mutable_memory()->set_total_bytes(64ull << 30);
+  facts.mutable_memory()->set_available_bytes(32ull << 30);
+  auto* psi = facts.mutable_memory()->mutable_pressure();
+  psi->set_present(true);
+  psi->set_full_avg10(35.0);
+  auto verdict = evaluate_pressure(facts, pressure_thresholds{});
+  EXPECT_TRUE(verdict.memory);
+  EXPECT_NE(verdict.reasons.at(0).find("PSI"), std::string::npos);
+}
+
+TEST(MachinePressure, SharedAndUnwatchedFilesystemsDoNotCount) {
+  v1::HostFacts facts;
+  auto* nfs = facts.add_filesystems();
+  nfs->set_mount_point("/");
+  nfs->set_shared(true);
+  nfs->set_size_bytes(100);
+  nfs->set_free_bytes(1);
+  auto* boot = facts.add_filesystems();
+  boot->set_mount_point("/boot/efi");
+  boot->set_size_bytes(100);
+  boot->set_free_bytes(1);
+  EXPECT_FALSE(evaluate_pressure(facts, pressure_thresholds{}).disk);
+}
+
+TEST(MachinePressure, FormatsBytesInBinaryUnits) {
+  EXPECT_EQ(format_bytes(0), "0 B");
+  EXPECT_EQ(format_bytes(512ull << 20), "512 MiB");
+  EXPECT_EQ(format_bytes(1536ull << 20), "1.5 GiB");
+}
+
+TEST(SplitOrders, ALargeWorkerSetGoesInPartsThatEachFitAndKeepEveryWorker) {
+  v1::WorkerOrders orders;
+  orders.set_machine("gpu-01");
+  orders.set_generation(42);
+  for (int i = 0; i < 20; ++i) {
+    auto* w = orders.add_workers();
+    w->set_worker("big-" + std::to_string(i));
+    (*w->mutable_spec()->mutable_env())["BLOB"] = std::string(60000, 'x');
+  }
+  auto parts = split_orders(orders, 256u << 10);
+  ASSERT_GT(parts.size(), 4u);
+  int seen = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    EXPECT_EQ(parts[i].part(), i);
+    EXPECT_EQ(parts[i].parts(), parts.size());
+    EXPECT_EQ(parts[i].generation(), 42u);
+    EXPECT_LE(parts[i].ByteSizeLong(), (256u << 10) + 128);
+    seen += parts[i].workers_size();
+  }
+  EXPECT_EQ(seen, 20);
+  // A small set goes whole.
+  v1::WorkerOrders small;
+  small.add_workers()->set_worker("a-0");
+  auto whole = split_orders(small, 256u << 10);
+  ASSERT_EQ(whole.size(), 1u);
+  EXPECT_EQ(whole[0].parts(), 0u);
+}
+
+TEST_F(MachineWorkers, LabelsAreStoredAndTheSchedulerPlacesByThem) {
+  test::temp_dir dir;
+  auto store = std::shared_ptr<Store>{std::move(*Store::open(dir.path() + "/c"))};
+  box = std::make_shared<machine_outbox>();
+  stub = spawn(outbox_actor, box);
+  machine_config mc;
+  mc.record.set_name("gpu-01");
+  mc.heartbeat_lapse = 60s;
+  mc.store = store;
+  mc.scheduler = caf::actor_cast<scheduler_actor>(stub);
+  auto m = spawn(machine, std::move(mc));
+  run();
+  v1::SetLabels req;
+  (*req.mutable_set())["pool"] = "h100";
+  (*req.mutable_set())["topology.astraeus.io/rack"] = "r12";
+  auto view = ask<v1::MachineView>(m, req);
+  EXPECT_EQ(view.labels().at("pool"), "h100");
+  ASSERT_FALSE(box->snapshots.empty());
+  EXPECT_EQ(box->snapshots.back().labels().at("pool"), "h100");
+  v1::MachineRecord rec;
+  ASSERT_TRUE(*store->get(family::machines, "gpu-01", rec));
+  EXPECT_EQ(rec.labels().at("topology.astraeus.io/rack"), "r12");
+  // Remove one; a bad value is refused and changes nothing.
+  v1::SetLabels drop;
+  drop.add_remove("topology.astraeus.io/rack");
+  EXPECT_EQ(ask<v1::MachineView>(m, drop).labels().count("topology.astraeus.io/rack"), 0u);
+  v1::SetLabels bad;
+  (*bad.mutable_set())["pool"] = "has space";
+  auto err = ask_error<v1::MachineView>(m, bad);
+  EXPECT_EQ(render_error(err), "label pool='has space': use 1-63 letters, digits, '-', '_' and '.'");
+  EXPECT_EQ(ask<v1::MachineView>(m, atom::get_v).labels().at("pool"), "h100");
+}
+
+TEST_F(MachineWorkers, TheNvlinkDomainOfItsGpusIsALabelTheSchedulerSeesAndAnAdminsLabelWins) {
+  auto m = spawn_wired();
+  auto r = report_of("gpu-01");
+  r.mutable_facts()->mutable_gpus()->mutable_capabilities()->set_nvlink_domain("c0ffee/7");
+  report(m, r);
+  ASSERT_FALSE(box->snapshots.empty());
+  EXPECT_EQ(box->snapshots.back().labels().at("topology.astraeus.io/nvlink-domain"),
+            "c0ffee/7")
+    << "shared/seeds/machines.md: found from the GPUs";
+  machine_config mc;
+  mc.record.set_name("gpu-02");
+  (*mc.record.mutable_labels())["topology.astraeus.io/nvlink-domain"] = "rack-12";
+  mc.heartbeat_lapse = 60s;
+  mc.scheduler = caf::actor_cast<scheduler_actor>(stub);
+  auto m2 = spawn(machine, std::move(mc));
+  run();
+  auto r2 = report_of("gpu-02");
+  r2.mutable_facts()->mutable_gpus()->mutable_capabilities()->set_nvlink_domain("c0ffee/7");
+  report(m2, r2);
+  EXPECT_EQ(box->snapshots.back().name(), "gpu-02");
+  EXPECT_EQ(box->snapshots.back().labels().at("topology.astraeus.io/nvlink-domain"), "rack-12");
+}

@@ -1,0 +1,943 @@
+// The scheduler actor: runs submitted, placed onto concrete GPUs from machine
+// snapshots, deleted, completed, and resumed after a restart. Deterministic:
+// CAF's test coordinator, no sleeping.
+
+#include "actor_fixture.hpp"
+
+#include <set>
+#include <vector>
+
+#include <caf/event_based_actor.hpp>
+
+#include "actors/scheduler/scheduler_actor.hpp"
+#include "store/store.hpp"
+
+using namespace astraeus;
+
+namespace {
+
+/// A machine with `n` GPUs named "<name>-gpu<i>": the first half on NUMA
+/// node 0, the rest on node 1; `health[i]` when given.
+v1::SchedulerMachine machine_of(const std::string& name, int n,
+                                std::vector<std::string> health = {}) {
+  v1::SchedulerMachine m;
+  m.set_name(name);
+  m.set_schedulable(true);
+  (*m.mutable_labels())["pool"] = "h100";
+  for (int i = 0; i < n; ++i) {
+    auto* g = m.add_gpus();
+    g->set_id(name + "-gpu" + std::to_string(i));
+    g->set_numa_node(i < n / 2 ? 0 : 1);
+    g->set_health(i < static_cast<int>(health.size()) ? health[i] : "Healthy");
+  }
+  return m;
+}
+
+v1::RunSpec spec_of(const std::string& name, uint32_t gpus, uint32_t workers = 1) {
+  v1::RunSpec s;
+  s.set_name(name);
+  s.set_image("ghcr.io/acme/train:1");
+  s.add_command("train");
+  s.set_gpus_per_worker(gpus);
+  s.set_workers(workers);
+  return s;
+}
+
+std::set<std::string> gpus_of(const v1::Run& run) {
+  std::set<std::string> out;
+  for (const auto& w : run.workers())
+    out.insert(w.gpu_ids().begin(), w.gpu_ids().end());
+  return out;
+}
+
+class SchedulerActor : public test::actor_test {
+protected:
+  SchedulerActor() {
+    auto s = Store::open(dir.path() + "/controller");
+    if (!s)
+      ADD_FAILURE() << render_error(s.error());
+    else
+      db = std::shared_ptr<Store>{std::move(*s)};
+  }
+
+  scheduler_actor spawn_scheduler() {
+    scheduler_config sc;
+    sc.store = db;
+    auto s = spawn(scheduler, std::move(sc));
+    run();
+    return s;
+  }
+
+  void snapshot(const scheduler_actor& s, v1::SchedulerMachine m) {
+    (*self)->send(s, std::move(m));
+    run();
+  }
+
+  v1::Run submit(const scheduler_actor& s, v1::RunSpec spec) {
+    return ask<v1::Run>(s, atom::submit_v, std::move(spec));
+  }
+
+  v1::Run get(const scheduler_actor& s, const std::string& name) {
+    return ask<v1::Run>(s, atom::get_v, name);
+  }
+
+  v1::Run stored(const std::string& name) {
+    v1::Run out;
+    auto found = db->get(family::runs, name, out);
+    EXPECT_TRUE(found && *found) << "run " << name << " is not stored";
+    return out;
+  }
+
+  test::temp_dir dir;
+  std::shared_ptr<Store> db;
+};
+
+} // namespace
+
+TEST_F(SchedulerActor, PlacesARunOnConcreteGpusWithNumaNodes) {
+  auto s = spawn_scheduler();
+  snapshot(s, machine_of("gpu-01", 8));
+  auto spec = spec_of("train", 4, 2);
+  spec.set_pool("h100");
+  auto run = submit(s, spec);
+  ASSERT_EQ(run.state(), "Placed") << run.ShortDebugString();
+  ASSERT_EQ(run.workers_size(), 2);
+  EXPECT_EQ(run.leader_machine(), "gpu-01");
+  EXPECT_GT(run.placed_unix_ms(), 0);
+  std::set<int> numa;
+  for (int r = 0; r < 2; ++r) {
+    const auto& w = run.workers(r);
+    EXPECT_EQ(w.rank(), static_cast<uint32_t>(r));
+    EXPECT_EQ(w.group(), "default");
+    EXPECT_EQ(w.machine(), "gpu-01");
+    EXPECT_EQ(w.state(), "Placed");
+    ASSERT_EQ(w.gpu_ids_size(), 4);
+    for (const auto& id : w.gpu_ids()) {
+      EXPECT_EQ(id.rfind("gpu-01-gpu", 0), 0u) << id;
+      // Each worker's GPUs are on its NUMA node.
+      int i = std::stoi(id.substr(10));
+      EXPECT_EQ(i < 4 ? 0 : 1, w.numa_node()) << id;
+    }
+    numa.insert(w.numa_node());
+  }
+  EXPECT_EQ(numa, (std::set<int>{0, 1}));
+  EXPECT_EQ(gpus_of(run).size(), 8u);
+  // Stored as answered, and shown the same by get and list.
+  EXPECT_EQ(stored("train").ShortDebugString(), run.ShortDebugString());
+  EXPECT_EQ(get(s, "train").ShortDebugString(), run.ShortDebugString());
+  auto list = ask<v1::RunList>(s, atom::runs_v);
+  ASSERT_EQ(list.runs_size(), 1);
+  EXPECT_EQ(list.runs(0).spec().name(), "train");
+}
+
+TEST_F(SchedulerActor, ARunThatDoesNotFitWaitsUntilTheFirstIsDeleted) {
+  auto s = spawn_scheduler();
+  snapshot(s, machine_of("gpu-01", 8));
+  auto a = submit(s, spec_of("big", 6));
+  ASSERT_EQ(a.state(), "Placed");
+  auto b = submit(s, spec_of("next", 4));
+  EXPECT_EQ(b.state(), "Waiting");
+  EXPECT_EQ(b.workers_size(), 0);
+  EXPECT_EQ(b.waiting_reason(),
+            "waiting: needs 4 GPUs on one machine; best machine has 2");
+  EXPECT_EQ(stored("next").state(), "Waiting");
+  auto gone = ask<v1::Run>(s, atom::remove_v, std::string{"big"});
+  EXPECT_EQ(gone.state(), "Stopped");
+  v1::Run none;
+  auto found = db->get(family::runs, "big", none);
+  ASSERT_TRUE(found);
+  EXPECT_FALSE(*found);
+  auto err = ask_error<v1::Run>(s, atom::get_v, std::string{"big"});
+  EXPECT_EQ(err, ec::invalid_request);
+  EXPECT_EQ(render_error(err), "no run named big");
+  b = get(s, "next");
+  EXPECT_EQ(b.state(), "Placed");
+  EXPECT_TRUE(b.waiting_reason().empty());
+  EXPECT_EQ(gpus_of(b).size(), 4u);
+  EXPECT_EQ(stored("next").state(), "Placed");
+}
+
+TEST_F(SchedulerActor, AFaultyGpuIsNeverAssigned) {
+  auto s = spawn_scheduler();
+  snapshot(s, machine_of("gpu-01", 8, {"Faulty"}));
+  auto a = submit(s, spec_of("seven", 7));
+  ASSERT_EQ(a.state(), "Placed");
+  EXPECT_EQ(gpus_of(a).count("gpu-01-gpu0"), 0u);
+  auto b = submit(s, spec_of("one", 1));
+  EXPECT_EQ(b.state(), "Waiting");
+  // A later snapshot fences GPUs the first run holds: once it is deleted,
+  // they are not given out either.
+  snapshot(s, machine_of("gpu-01", 8, {"Faulty", "Faulty", "Faulty", "Faulty",
+                                       "Faulty", "Faulty", "Faulty", "Healthy"}));
+  EXPECT_EQ(get(s, "one").state(), "Waiting");
+  ask<v1::Run>(s, atom::remove_v, std::string{"seven"});
+  b = get(s, "one");
+  ASSERT_EQ(b.state(), "Placed");
+  EXPECT_EQ(gpus_of(b), (std::set<std::string>{"gpu-01-gpu7"}));
+}
+
+TEST_F(SchedulerActor, HealthyOnlyWaitsWhenOnlyAtRiskGpusAreFree) {
+  auto s = spawn_scheduler();
+  snapshot(s, machine_of("gpu-01", 2, {"Healthy", "AtRisk"}));
+  auto a = submit(s, spec_of("first", 1));
+  ASSERT_EQ(a.state(), "Placed");
+  EXPECT_EQ(gpus_of(a), (std::set<std::string>{"gpu-01-gpu0"}));
+  auto strict = spec_of("strict", 1);
+  strict.set_healthy_only(true);
+  auto b = submit(s, strict);
+  EXPECT_EQ(b.state(), "Waiting");
+  EXPECT_NE(b.waiting_reason().find("healthy"), std::string::npos) << b.waiting_reason();
+  // A run that accepts AtRisk GPUs takes the last one.
+  auto c = submit(s, spec_of("lenient", 1));
+  ASSERT_EQ(c.state(), "Placed");
+  EXPECT_EQ(gpus_of(c), (std::set<std::string>{"gpu-01-gpu1"}));
+  EXPECT_EQ(get(s, "strict").state(), "Waiting");
+}
+
+TEST_F(SchedulerActor, RefusesADuplicateNameAndABadSpec) {
+  auto s = spawn_scheduler();
+  submit(s, spec_of("train", 1));
+  auto err = ask_error<v1::Run>(s, atom::submit_v, spec_of("train", 2));
+  EXPECT_EQ(err, ec::invalid_request);
+  EXPECT_EQ(render_error(err), "a run named train already exists");
+  auto bad = spec_of("bad", 65);
+  err = ask_error<v1::Run>(s, atom::submit_v, bad);
+  EXPECT_EQ(err, ec::invalid_request);
+  EXPECT_NE(render_error(err).find("gpus"), std::string::npos) << render_error(err);
+  EXPECT_EQ(ask<v1::RunList>(s, atom::runs_v).runs_size(), 1);
+}
+
+TEST_F(SchedulerActor, CompletionFreesTheGpusForTheNextRun) {
+  auto s = spawn_scheduler();
+  snapshot(s, machine_of("gpu-01", 8));
+  submit(s, spec_of("a", 8));
+  EXPECT_EQ(submit(s, spec_of("b", 8)).state(), "Waiting");
+  (*self)->send(s, atom::complete_v, std::string{"a"});
+  run();
+  EXPECT_EQ(get(s, "a").state(), "Stopped");
+  EXPECT_EQ(stored("a").state(), "Stopped");
+  EXPECT_EQ(get(s, "b").state(), "Placed");
+}
+
+TEST_F(SchedulerActor, ARestartedSchedulerResumesEveryRun) {
+  std::set<std::string> held;
+  {
+    auto s = spawn_scheduler();
+    snapshot(s, machine_of("gpu-01", 8));
+    auto a = submit(s, spec_of("placed", 6));
+    ASSERT_EQ(a.state(), "Placed");
+    held = gpus_of(a);
+    EXPECT_EQ(submit(s, spec_of("waits", 4)).state(), "Waiting");
+    caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+    run();
+  }
+  auto s = spawn_scheduler();
+  auto a = get(s, "placed");
+  EXPECT_EQ(a.state(), "Placed");
+  EXPECT_EQ(gpus_of(a), held);
+  EXPECT_EQ(get(s, "waits").state(), "Waiting");
+  // The machine reports again: the placed run keeps its GPUs; a new run
+  // cannot take them.
+  snapshot(s, machine_of("gpu-01", 8));
+  EXPECT_EQ(gpus_of(get(s, "placed")), held);
+  EXPECT_EQ(get(s, "waits").state(), "Waiting");
+  auto c = submit(s, spec_of("small", 2));
+  ASSERT_EQ(c.state(), "Placed");
+  for (const auto& id : gpus_of(c))
+    EXPECT_EQ(held.count(id), 0u) << id;
+  EXPECT_EQ(submit(s, spec_of("more", 1)).state(), "Waiting");
+  // Completing the restored run frees its GPUs for the waiting one.
+  (*self)->send(s, atom::complete_v, std::string{"placed"});
+  run();
+  EXPECT_EQ(get(s, "waits").state(), "Placed");
+}
+
+TEST_F(SchedulerActor, AMachineThatStopsTakingWorkKeepsItsRunsGpus) {
+  auto s = spawn_scheduler();
+  snapshot(s, machine_of("gpu-01", 8));
+  auto a = submit(s, spec_of("a", 4));
+  ASSERT_EQ(a.state(), "Placed");
+  auto down = machine_of("gpu-01", 8);
+  down.set_schedulable(false);
+  snapshot(s, down);
+  EXPECT_EQ(get(s, "a").ShortDebugString(), a.ShortDebugString());
+  auto b = submit(s, spec_of("b", 1));
+  EXPECT_EQ(b.state(), "Waiting");
+  EXPECT_NE(b.waiting_reason().find("takes new work"), std::string::npos)
+    << b.waiting_reason();
+  snapshot(s, machine_of("gpu-01", 8));
+  b = get(s, "b");
+  ASSERT_EQ(b.state(), "Placed");
+  for (const auto& id : gpus_of(b))
+    EXPECT_EQ(gpus_of(a).count(id), 0u) << id;
+}
+
+TEST_F(SchedulerActor, ARestartHoldsEachGpuOfARunAsSoonAsItsMachineReports) {
+  std::set<std::string> held;
+  {
+    auto s = spawn_scheduler();
+    snapshot(s, machine_of("gpu-01", 4));
+    snapshot(s, machine_of("gpu-02", 4));
+    auto a = submit(s, spec_of("wide", 4, 2));
+    ASSERT_EQ(a.state(), "Placed") << a.ShortDebugString();
+    held = gpus_of(a);
+    ASSERT_EQ(held.size(), 8u);
+    caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+    run();
+  }
+  auto s = spawn_scheduler();
+  // Only one of its machines is back: its GPUs are held for the run anyway.
+  snapshot(s, machine_of("gpu-01", 4));
+  EXPECT_EQ(submit(s, spec_of("new", 1)).state(), "Waiting");
+  snapshot(s, machine_of("gpu-02", 4));
+  EXPECT_EQ(get(s, "new").state(), "Waiting");
+  EXPECT_EQ(gpus_of(get(s, "wide")), held);
+  (*self)->send(s, atom::complete_v, std::string{"wide"});
+  run();
+  EXPECT_EQ(get(s, "wide").state(), "Stopped");
+  EXPECT_EQ(get(s, "new").state(), "Placed");
+}
+
+// --- Assignments, machines going Down, arrays, MASTER_ADDR ---------------
+
+namespace {
+
+/// Stands in for a machine actor: keeps every worker set it is sent.
+struct orders_log {
+  std::vector<v1::WorkerOrders> sets;
+  const v1::WorkerOrders& last() const { return sets.back(); }
+};
+
+caf::behavior orders_recorder(caf::event_based_actor*, std::shared_ptr<orders_log> log) {
+  return {
+    [log](atom::assign, v1::WorkerOrders& orders) { log->sets.push_back(std::move(orders)); },
+  };
+}
+
+v1::WorkerStatuses holding(const std::string& machine,
+                           std::vector<std::string> workers, uint64_t generation = 0) {
+  v1::WorkerStatuses out;
+  out.set_machine(machine);
+  out.set_generation(generation);
+  for (auto& w : workers) {
+    auto* s = out.add_workers();
+    s->set_worker(w);
+    s->set_state("Assigned");
+  }
+  return out;
+}
+
+} // namespace
+
+class SchedulerAssignments : public SchedulerActor {
+protected:
+  std::shared_ptr<orders_log> attach(const scheduler_actor& s, const std::string& machine) {
+    auto log = std::make_shared<orders_log>();
+    auto rec = spawn(orders_recorder, log);
+    (*self)->send(s, atom::attach_v, machine, caf::actor_cast<machine_actor>(rec));
+    run();
+    return log;
+  }
+
+  void tell(const scheduler_actor& s, v1::WorkerStatuses st) {
+    (*self)->send(s, std::move(st));
+    run();
+  }
+};
+
+TEST_F(SchedulerAssignments, AMachineGetsItsWorkersOnceTheyAreStoredAndTheAgentAcknowledges) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  ASSERT_EQ(log->sets.size(), 1u) << "an attached machine learns its (empty) set";
+  EXPECT_EQ(log->last().workers_size(), 0);
+  auto m = machine_of("gpu-01", 8);
+  m.set_address("10.0.0.11");
+  snapshot(s, m);
+  auto run = submit(s, spec_of("train", 4, 2));
+  ASSERT_EQ(run.state(), "Placed");
+  ASSERT_EQ(log->sets.size(), 2u);
+  const auto& set = log->last();
+  EXPECT_EQ(set.machine(), "gpu-01");
+  EXPECT_GT(set.generation(), log->sets[0].generation());
+  ASSERT_EQ(set.workers_size(), 2);
+  for (int r = 0; r < 2; ++r) {
+    const auto& o = set.workers(r);
+    EXPECT_EQ(o.worker(), "train-" + std::to_string(r));
+    EXPECT_EQ(o.run(), "train");
+    EXPECT_EQ(o.rank(), static_cast<uint32_t>(r));
+    EXPECT_EQ(o.world_size(), 2u);
+    EXPECT_EQ(o.master_addr(), "10.0.0.11");
+    EXPECT_EQ(o.master_port(), 29500u);
+    EXPECT_EQ(o.array_index(), -1);
+    EXPECT_EQ(o.gpu_ids_size(), 4);
+    EXPECT_EQ(o.spec().name(), "train");
+  }
+  // The set went out after the run was on disk.
+  EXPECT_EQ(stored("train").state(), "Placed");
+  EXPECT_EQ(run.master_addr(), "10.0.0.11");
+  EXPECT_FALSE(run.workers(0).acknowledged());
+  // The agent holds them: Assigned, stored.
+  tell(s, holding("gpu-01", {"train-0", "train-1"}, set.generation()));
+  auto now = get(s, "train");
+  for (const auto& w : now.workers()) {
+    EXPECT_TRUE(w.acknowledged()) << w.name();
+    EXPECT_EQ(w.state(), "Assigned") << w.name();
+  }
+  EXPECT_TRUE(stored("train").workers(1).acknowledged());
+  // Deleting the run hands the machine a set without them.
+  ask<v1::Run>(s, atom::remove_v, std::string{"train"});
+  EXPECT_EQ(log->last().workers_size(), 0);
+}
+
+TEST_F(SchedulerAssignments, MasterAddrIsTheLeaderMachinesAddress) {
+  auto s = spawn_scheduler();
+  for (auto [name, addr] : {std::pair{"gpu-01", "10.0.0.11"}, std::pair{"gpu-02", "10.0.0.12"}}) {
+    auto m = machine_of(name, 8);
+    m.set_address(addr);
+    snapshot(s, m);
+  }
+  auto run = submit(s, spec_of("gang", 8, 2));
+  ASSERT_EQ(run.state(), "Placed");
+  ASSERT_EQ(run.workers_size(), 2);
+  EXPECT_EQ(run.leader_machine(), run.workers(0).machine());
+  EXPECT_EQ(run.master_addr(), run.leader_machine() == "gpu-01" ? "10.0.0.11" : "10.0.0.12");
+  EXPECT_NE(run.workers(0).machine(), run.workers(1).machine());
+}
+
+TEST_F(SchedulerAssignments, OrdersOfAWorkspaceRunCarryItsNamespaceAndDefaultOnesNone) {
+  // The cluster actor sets RunSpec.namespace from the workspace
+  // (apply_workspace); the agent makes full names of it.
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  snapshot(s, machine_of("gpu-01", 8));
+  auto in_ws = spec_of("whoami", 1, 2);
+  in_ws.set_workspace("vision");
+  in_ws.set_namespace_("ws-7f3c2a");
+  ASSERT_EQ(submit(s, in_ws).state(), "Placed");
+  auto plain = spec_of("plain", 1);
+  plain.set_workspace("default");
+  ASSERT_EQ(submit(s, plain).state(), "Placed");
+  std::map<std::string, std::string> ns_of;
+  for (const auto& o : log->last().workers())
+    ns_of[o.worker()] = o.namespace_();
+  EXPECT_EQ(ns_of, (std::map<std::string, std::string>{
+                     {"whoami-0", "ws-7f3c2a"}, {"whoami-1", "ws-7f3c2a"}, {"plain-0", ""}}));
+  // Kept with the run: a restarted scheduler hands out the same names.
+  caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+  run();
+  auto s2 = spawn_scheduler();
+  auto log2 = attach(s2, "gpu-01");
+  ASSERT_EQ(log2->last().workers_size(), 3);
+  for (const auto& o : log2->last().workers())
+    EXPECT_EQ(o.namespace_(), o.run() == "whoami" ? "ws-7f3c2a" : "") << o.worker();
+}
+
+TEST_F(SchedulerAssignments, OrdersCarryTheMachinesNvlinkDomain) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  auto m = machine_of("gpu-01", 8);
+  (*m.mutable_labels())["topology.astraeus.io/nvlink-domain"] = "c0ffee/7";
+  snapshot(s, m);
+  ASSERT_EQ(submit(s, spec_of("nvl", 4)).state(), "Placed");
+  ASSERT_EQ(log->last().workers_size(), 1);
+  EXPECT_EQ(log->last().workers(0).nvlink_domain(), "c0ffee/7");
+  auto log2 = attach(s, "gpu-02");
+  snapshot(s, machine_of("gpu-02", 8));
+  auto spec = spec_of("plain", 8);
+  ASSERT_EQ(submit(s, spec).state(), "Placed");
+  ASSERT_EQ(log2->last().workers_size(), 1);
+  EXPECT_EQ(log2->last().workers(0).nvlink_domain(), "") << "gpu-02 is in no domain";
+}
+
+TEST_F(SchedulerAssignments, WorkersOfADownMachineAreDownAndKeepTheirGpusUntilItIsBack) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  snapshot(s, machine_of("gpu-01", 8));
+  auto a = submit(s, spec_of("a", 4));
+  tell(s, holding("gpu-01", {"a-0"}, log->last().generation()));
+  auto down = machine_of("gpu-01", 8);
+  down.set_schedulable(false);
+  down.set_down(true);
+  snapshot(s, down);
+  auto seen = get(s, "a");
+  EXPECT_EQ(seen.workers(0).state(), "Down");
+  EXPECT_EQ(gpus_of(seen), gpus_of(a));
+  EXPECT_EQ(stored("a").workers(0).state(), "Down");
+  // Back: the agent still holds it.
+  snapshot(s, machine_of("gpu-01", 8));
+  EXPECT_EQ(get(s, "a").workers(0).state(), "Down") << "until the agent says";
+  tell(s, holding("gpu-01", {"a-0"}, log->last().generation()));
+  EXPECT_EQ(get(s, "a").workers(0).state(), "Assigned");
+  EXPECT_EQ(get(s, "a").state(), "Placed");
+}
+
+TEST_F(SchedulerAssignments, AWorkerTheMachineNoLongerHoldsFailsItsRunAndFreesItsGpus) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  snapshot(s, machine_of("gpu-01", 8));
+  submit(s, spec_of("a", 8));
+  EXPECT_EQ(submit(s, spec_of("b", 8)).state(), "Waiting");
+  tell(s, holding("gpu-01", {"a-0"}, log->last().generation()));
+  auto down = machine_of("gpu-01", 8);
+  down.set_schedulable(false);
+  down.set_down(true);
+  snapshot(s, down);
+  snapshot(s, machine_of("gpu-01", 8));
+  // It came back with an empty data folder: a-0 is gone.
+  tell(s, holding("gpu-01", {}));
+  auto a = get(s, "a");
+  EXPECT_EQ(a.state(), "Failed");
+  EXPECT_NE(a.waiting_reason().find("worker a-0 was lost"), std::string::npos)
+    << a.waiting_reason();
+  EXPECT_EQ(stored("a").state(), "Failed");
+  EXPECT_EQ(get(s, "b").state(), "Placed") << "a's GPUs are free again";
+  ASSERT_FALSE(log->sets.empty());
+  ASSERT_EQ(log->last().workers_size(), 1);
+  EXPECT_EQ(log->last().workers(0).worker(), "b-0");
+}
+
+TEST_F(SchedulerAssignments, AnArrayPlacesEachCopyOnItsOwn) {
+  auto s = spawn_scheduler();
+  snapshot(s, machine_of("gpu-01", 2));
+  auto spec = spec_of("sweep", 1);
+  spec.set_array_size(3);
+  auto sweep = submit(s, spec);
+  EXPECT_EQ(sweep.state(), "Placed");
+  EXPECT_EQ(sweep.copies_placed(), 2u);
+  ASSERT_EQ(sweep.workers_size(), 2);
+  std::set<std::string> names;
+  for (const auto& w : sweep.workers())
+    names.insert(w.name());
+  EXPECT_EQ(names, (std::set<std::string>{"sweep[0]-0", "sweep[1]-0"}));
+  EXPECT_EQ(sweep.waiting_reason().rfind("1 of 3 copies waiting: ", 0), 0u)
+    << sweep.waiting_reason();
+  // A restart keeps the placed copies and queues the third again.
+  caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+  run();
+  auto s2 = spawn_scheduler();
+  snapshot(s2, machine_of("gpu-01", 3));
+  auto again = get(s2, "sweep");
+  ASSERT_EQ(again.workers_size(), 3) << again.ShortDebugString();
+  EXPECT_EQ(again.copies_placed(), 3u);
+  EXPECT_EQ(again.waiting_reason(), "");
+  EXPECT_EQ(gpus_of(again).size(), 3u);
+}
+
+TEST_F(SchedulerAssignments, ARestartedSchedulerHandsEachMachineItsWorkersAgain) {
+  {
+    auto s = spawn_scheduler();
+    snapshot(s, machine_of("gpu-01", 8));
+    submit(s, spec_of("a", 2));
+    caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+    run();
+  }
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  ASSERT_EQ(log->sets.size(), 1u);
+  ASSERT_EQ(log->last().workers_size(), 1);
+  EXPECT_EQ(log->last().workers(0).worker(), "a-0");
+}
+
+TEST(SchedulerNames, QueueAndWorkerNames) {
+  v1::RunSpec spec;
+  spec.set_name("sweep");
+  EXPECT_EQ(queue_names_of(spec), (std::vector<std::string>{"sweep"}));
+  spec.set_array_size(2);
+  EXPECT_EQ(queue_names_of(spec), (std::vector<std::string>{"sweep[0]", "sweep[1]"}));
+  EXPECT_EQ(parse_queue_name("sweep[12]"), (std::pair<std::string, int32_t>{"sweep", 12}));
+  EXPECT_EQ(parse_queue_name("train"), (std::pair<std::string, int32_t>{"train", -1}));
+  EXPECT_EQ(parse_queue_name("odd[x]"), (std::pair<std::string, int32_t>{"odd[x]", -1}));
+  EXPECT_EQ(worker_name("train", -1, 3), "train-3");
+  EXPECT_EQ(worker_name("sweep", 2, 0), "sweep[2]-0");
+}
+
+// --- CPU-only runs ---------------------------------------------------------
+
+namespace {
+
+v1::SchedulerMachine cpu_machine(const std::string& name, uint32_t cpus, uint64_t mem_gib,
+                                 int gpus = 0) {
+  auto m = machine_of(name, gpus);
+  m.set_logical_cpus(cpus);
+  m.set_memory_bytes(mem_gib << 30);
+  return m;
+}
+
+v1::RunSpec cpu_spec(const std::string& name, double cpus, uint64_t mem_mib,
+                     uint32_t workers = 1) {
+  auto s = spec_of(name, 0, workers);
+  s.set_cpus_per_worker(cpus);
+  s.set_memory_bytes_per_worker(mem_mib << 20);
+  return s;
+}
+
+} // namespace
+
+TEST_F(SchedulerActor, ACpuOnlyRunGoesWhereItsCoresAndMemoryFitAndSpreads) {
+  auto s = spawn_scheduler();
+  snapshot(s, cpu_machine("cpu-01", 4, 8));
+  snapshot(s, cpu_machine("cpu-02", 8, 8));
+  auto whoami = submit(s, cpu_spec("whoami", 1, 256));
+  ASSERT_EQ(whoami.state(), "Placed") << whoami.ShortDebugString();
+  ASSERT_EQ(whoami.workers_size(), 1);
+  EXPECT_EQ(whoami.workers(0).machine(), "cpu-02") << "the most cores left";
+  EXPECT_EQ(whoami.workers(0).gpu_ids_size(), 0);
+  EXPECT_EQ(whoami.leader_machine(), "cpu-02");
+  EXPECT_EQ(stored("whoami").state(), "Placed");
+  // A gang of 3 x 3 cores: 7 left on cpu-02 and 4 on cpu-01 -> 2 + 1.
+  auto gang = submit(s, cpu_spec("gang", 3, 1024, 3));
+  ASSERT_EQ(gang.state(), "Placed") << gang.ShortDebugString();
+  std::map<std::string, int> per;
+  for (const auto& w : gang.workers())
+    ++per[w.machine()];
+  EXPECT_EQ(per, (std::map<std::string, int>{{"cpu-01", 1}, {"cpu-02", 2}}));
+  // Nothing has 2 cores left now... cpu-01 has 1, cpu-02 has 1: it waits.
+  auto big = submit(s, cpu_spec("big", 2, 256));
+  EXPECT_EQ(big.state(), "Waiting");
+  EXPECT_NE(big.waiting_reason().find("needs 1 CPU-only worker(s) of 2 core(s)"),
+            std::string::npos)
+    << big.waiting_reason();
+  // Deleting the gang frees its cores.
+  ask<v1::Run>(s, atom::remove_v, std::string{"gang"});
+  EXPECT_EQ(get(s, "big").state(), "Placed");
+}
+
+TEST_F(SchedulerActor, ACpuOnlyRunWaitsForAMachineWithItsPoolAndSurvivesARestart) {
+  {
+    auto s = spawn_scheduler();
+    auto spec = cpu_spec("batch", 1, 64);
+    spec.set_pool("cpu");
+    auto batch = submit(s, spec);
+    EXPECT_EQ(batch.state(), "Waiting");
+    EXPECT_EQ(batch.waiting_reason(), "waiting: no machine carrying pool=cpu takes new work");
+    auto m = cpu_machine("cpu-01", 2, 4);
+    (*m.mutable_labels())["pool"] = "cpu";
+    snapshot(s, m);
+    ASSERT_EQ(get(s, "batch").state(), "Placed");
+    caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+    run();
+  }
+  auto s = spawn_scheduler();
+  auto again = get(s, "batch");
+  EXPECT_EQ(again.state(), "Placed");
+  auto m = cpu_machine("cpu-01", 2, 4);
+  (*m.mutable_labels())["pool"] = "cpu";
+  snapshot(s, m);
+  // Its core still counts: a 2-core run does not fit the 2-core machine.
+  auto two = cpu_spec("two", 2, 64);
+  two.set_pool("cpu");
+  EXPECT_EQ(submit(s, two).state(), "Waiting");
+  (*self)->send(s, atom::complete_v, std::string{"batch"});
+  run();
+  EXPECT_EQ(get(s, "batch").state(), "Stopped");
+  EXPECT_EQ(get(s, "two").state(), "Placed");
+}
+
+// --- The placement rules, through the actor --------------------------------
+
+TEST_F(SchedulerActor, TwoGpusOfAWorkerAreJoinedByNvlinkWhereThereIsAPair) {
+  auto s = spawn_scheduler();
+  auto m = machine_of("gpu-01", 8);
+  // NVLink joins 1-2 and 5-6 only.
+  for (auto [a, b] : {std::pair{1, 2}, std::pair{5, 6}}) {
+    m.mutable_gpus(a)->add_nvlink_peers(static_cast<uint32_t>(b));
+    m.mutable_gpus(b)->add_nvlink_peers(static_cast<uint32_t>(a));
+  }
+  snapshot(s, m);
+  auto run = submit(s, spec_of("pair", 2));
+  ASSERT_EQ(run.state(), "Placed");
+  auto ids = gpus_of(run);
+  EXPECT_TRUE(ids == (std::set<std::string>{"gpu-01-gpu1", "gpu-01-gpu2"})
+              || ids == (std::set<std::string>{"gpu-01-gpu5", "gpu-01-gpu6"}))
+    << run.ShortDebugString();
+}
+
+TEST_F(SchedulerActor, AGangNeverSpansSitesAndPrefersOneRack) {
+  auto s = spawn_scheduler();
+  auto at = [](const std::string& name, const std::string& site, const std::string& rack) {
+    auto m = machine_of(name, 8);
+    (*m.mutable_labels())[topology_label::site] = site;
+    (*m.mutable_labels())[topology_label::rack] = rack;
+    return m;
+  };
+  snapshot(s, at("ams-1", "ams", "r1"));
+  snapshot(s, at("fra-1", "fra", "r9"));
+  auto gang = submit(s, spec_of("gang", 8, 2));
+  EXPECT_EQ(gang.state(), "Waiting") << "one free machine per site is not a gang";
+  // A second machine in ams (another rack): placed there at once.
+  snapshot(s, at("ams-2", "ams", "r2"));
+  gang = get(s, "gang");
+  ASSERT_EQ(gang.state(), "Placed") << gang.ShortDebugString();
+  auto machines_of = [](const v1::Run& r) {
+    std::set<std::string> out;
+    for (const auto& w : r.workers())
+      out.insert(w.machine());
+    return out;
+  };
+  EXPECT_EQ(machines_of(gang), (std::set<std::string>{"ams-1", "ams-2"}));
+  // With a third machine in rack r1, a new gang takes one rack.
+  ask<v1::Run>(s, atom::remove_v, std::string{"gang"});
+  snapshot(s, at("ams-3", "ams", "r1"));
+  auto again = submit(s, spec_of("again", 8, 2));
+  ASSERT_EQ(again.state(), "Placed");
+  EXPECT_EQ(machines_of(again), (std::set<std::string>{"ams-1", "ams-3"})) << "one rack (r1) first";
+}
+
+TEST_F(SchedulerActor, AtRiskGpusOnlyWhenNoHealthyOnesFit) {
+  auto s = spawn_scheduler();
+  snapshot(s, machine_of("gpu-01", 2, {"AtRisk", "Healthy"}));
+  auto first = submit(s, spec_of("first", 1));
+  EXPECT_EQ(gpus_of(first), (std::set<std::string>{"gpu-01-gpu1"})) << "the healthy one first";
+  auto second = submit(s, spec_of("second", 1));
+  EXPECT_EQ(gpus_of(second), (std::set<std::string>{"gpu-01-gpu0"}))
+    << "AtRisk when nothing healthy is left";
+}
+
+TEST_F(SchedulerActor, ABigGangAtTheHeadIsNotStarvedBySmallRuns) {
+  auto s = spawn_scheduler();
+  snapshot(s, machine_of("gpu-01", 8));
+  auto small = spec_of("small", 4);
+  small.set_time_limit_seconds(3600);
+  ASSERT_EQ(submit(s, small).state(), "Placed");
+  // The head run needs the whole machine: it waits with a reservation at
+  // small's end (in an hour).
+  auto big = spec_of("big", 8);
+  EXPECT_EQ(submit(s, big).state(), "Waiting");
+  // A run that would still hold GPUs then is not backfilled onto them...
+  auto endless = spec_of("endless", 2);
+  EXPECT_EQ(submit(s, endless).state(), "Waiting");
+  // ...one that ends before the reservation is.
+  auto quick = spec_of("quick", 2);
+  quick.set_time_limit_seconds(600);
+  EXPECT_EQ(submit(s, quick).state(), "Placed");
+  (*self)->send(s, atom::complete_v, std::string{"small"});
+  (*self)->send(s, atom::complete_v, std::string{"quick"});
+  run();
+  EXPECT_EQ(get(s, "big").state(), "Placed") << "the head goes first once the GPUs are free";
+  EXPECT_EQ(get(s, "endless").state(), "Waiting");
+}
+
+// --- Workers' outcomes: a run completes, or fails and stops its gang --------
+
+namespace {
+
+v1::WorkerStatuses in_states(const std::string& machine,
+                             std::vector<std::tuple<std::string, std::string, std::string>> ws) {
+  v1::WorkerStatuses out;
+  out.set_machine(machine);
+  for (auto& [w, state, detail] : ws) {
+    auto* s = out.add_workers();
+    s->set_worker(w);
+    s->set_state(state);
+    s->set_detail(detail);
+  }
+  return out;
+}
+
+} // namespace
+
+TEST_F(SchedulerAssignments, ARunIsRunningWhenAllItsWorkersRunAndStoppedWhenAllExitedZero) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  snapshot(s, machine_of("gpu-01", 8));
+  auto a = submit(s, spec_of("a", 2, 2));
+  EXPECT_EQ(log->last().workers(0).machine_count(), 1u);
+  tell(s, in_states("gpu-01", {{"a-0", "Running", ""}, {"a-1", "Assigned", ""}}));
+  EXPECT_EQ(get(s, "a").state(), "Placed") << "one worker still starting";
+  tell(s, in_states("gpu-01", {{"a-0", "Running", ""}, {"a-1", "Running", ""}}));
+  EXPECT_EQ(get(s, "a").state(), "Running");
+  tell(s, in_states("gpu-01", {{"a-0", "Exited", ""}, {"a-1", "Running", ""}}));
+  EXPECT_EQ(get(s, "a").state(), "Running") << "rank 1 still runs";
+  tell(s, in_states("gpu-01", {{"a-0", "Exited", ""}, {"a-1", "Exited", ""}}));
+  auto done = get(s, "a");
+  EXPECT_EQ(done.state(), "Stopped");
+  EXPECT_EQ(done.waiting_reason(), "completed: every worker exited with code 0");
+  EXPECT_EQ(stored("a").state(), "Stopped");
+  EXPECT_EQ(log->last().workers_size(), 0) << "the machine lets them go";
+  // Its GPUs are free again: another run takes all 8.
+  EXPECT_EQ(submit(s, spec_of("b", 8)).state(), "Placed");
+}
+
+TEST_F(SchedulerAssignments, AFailedWorkerFailsItsRunAndItsGangIsStopped) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  snapshot(s, machine_of("gpu-01", 8));
+  submit(s, spec_of("g", 2, 2));
+  tell(s, in_states("gpu-01", {{"g-0", "Running", ""}, {"g-1", "Running", ""}}));
+  tell(s, in_states("gpu-01", {{"g-0", "Running", ""},
+                               {"g-1", "OOMKilled",
+                                "OOMKilled: the container exceeded its memory limit"}}));
+  auto failed = get(s, "g");
+  EXPECT_EQ(failed.state(), "Failed");
+  EXPECT_EQ(failed.waiting_reason(),
+            "worker g-1 OOMKilled: the container exceeded its memory limit");
+  EXPECT_EQ(log->last().workers_size(), 0)
+    << "the machine's set no longer holds g-0: its agent stops it";
+}
+
+TEST_F(SchedulerActor, ARunIsStoppedAtItsTimeLimitAndItsGpusGoToTheNext) {
+  auto s = spawn_scheduler();
+  snapshot(s, machine_of("gpu-01", 8));
+  auto a = spec_of("a", 8);
+  a.set_time_limit_seconds(60);
+  ASSERT_EQ(submit(s, a).state(), "Placed");
+  EXPECT_EQ(submit(s, spec_of("b", 8)).state(), "Waiting");
+  advance(std::chrono::seconds{59});
+  EXPECT_EQ(get(s, "a").state(), "Placed");
+  advance(std::chrono::seconds{2});
+  auto done = get(s, "a");
+  EXPECT_EQ(done.state(), "Stopped");
+  EXPECT_EQ(done.waiting_reason(), "time limit of 1m reached");
+  EXPECT_EQ(stored("a").state(), "Stopped");
+  EXPECT_EQ(get(s, "b").state(), "Placed");
+}
+
+TEST_F(SchedulerActor, EachArrayCopyEndsAtItsOwnTimeLimit) {
+  auto s = spawn_scheduler();
+  snapshot(s, machine_of("gpu-01", 1));
+  auto spec = spec_of("sweep", 1);
+  spec.set_array_size(2);
+  spec.set_time_limit_seconds(10);
+  auto sweep = submit(s, spec);
+  EXPECT_EQ(sweep.copies_placed(), 1u);
+  advance(std::chrono::seconds{11});
+  sweep = get(s, "sweep");
+  EXPECT_EQ(sweep.state(), "Placed") << "copy 1 took the GPU copy 0 left";
+  EXPECT_EQ(sweep.copies_placed(), 2u);
+  advance(std::chrono::seconds{11});
+  sweep = get(s, "sweep");
+  EXPECT_EQ(sweep.state(), "Stopped") << sweep.ShortDebugString();
+  ASSERT_EQ(submit(s, spec_of("next", 1)).state(), "Placed") << "the GPU is free";
+}
+
+// --- Array copies that end, worker states kept as reported -----------------
+
+TEST_F(SchedulerAssignments, AnArrayCopyThatExitedZeroFreesItsCoresAndLeavesItsMachine) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "cpu-01");
+  snapshot(s, cpu_machine("cpu-01", 2, 8));
+  auto spec = cpu_spec("arr", 1, 64);
+  spec.set_array_size(3);
+  auto arr = submit(s, spec);
+  ASSERT_EQ(arr.copies_placed(), 2u) << arr.ShortDebugString();
+  tell(s, in_states("cpu-01", {{"arr[0]-0", "Running", ""}, {"arr[1]-0", "Running", ""}}));
+  EXPECT_EQ(get(s, "arr").state(), "Running");
+  tell(s, in_states("cpu-01", {{"arr[0]-0", "Exited", ""}, {"arr[1]-0", "Running", ""}}));
+  arr = get(s, "arr");
+  EXPECT_EQ(arr.copies_placed(), 3u) << "copy 2 takes the core copy 0 gave back";
+  EXPECT_EQ(arr.waiting_reason(), "");
+  std::set<std::string> ordered;
+  for (const auto& o : log->last().workers())
+    ordered.insert(o.worker());
+  EXPECT_EQ(ordered, (std::set<std::string>{"arr[1]-0", "arr[2]-0"}))
+    << "copy 0 left the machine's set";
+  // The agent still lists the ended copy for a while: it changes nothing.
+  tell(s, in_states("cpu-01", {{"arr[0]-0", "Cancelled", ""}, {"arr[1]-0", "Running", ""},
+                               {"arr[2]-0", "Running", ""}}));
+  EXPECT_EQ(get(s, "arr").state(), "Running");
+  EXPECT_EQ(submit(s, cpu_spec("other", 1, 64)).state(), "Waiting") << "both cores held";
+  tell(s, in_states("cpu-01", {{"arr[1]-0", "Exited", ""}, {"arr[2]-0", "Exited", ""}}));
+  arr = get(s, "arr");
+  EXPECT_EQ(arr.state(), "Stopped") << arr.ShortDebugString();
+  EXPECT_EQ(arr.waiting_reason(), "completed: every worker exited with code 0");
+  for (const auto& w : arr.workers())
+    EXPECT_EQ(w.state(), "Exited") << w.name();
+  EXPECT_EQ(get(s, "other").state(), "Placed");
+}
+
+TEST_F(SchedulerAssignments, AnArrayCopyThatExitedZeroFreesItsGpuAndAFailedCopyFailsTheRun) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  snapshot(s, machine_of("gpu-01", 1));
+  auto spec = spec_of("garr", 1);
+  spec.set_array_size(3);
+  EXPECT_EQ(submit(s, spec).copies_placed(), 1u);
+  tell(s, in_states("gpu-01", {{"garr[0]-0", "Running", ""}}));
+  tell(s, in_states("gpu-01", {{"garr[0]-0", "Exited", ""}}));
+  auto garr = get(s, "garr");
+  EXPECT_EQ(garr.copies_placed(), 2u) << "copy 1 holds the GPU copy 0 gave back";
+  ASSERT_EQ(log->last().workers_size(), 1);
+  EXPECT_EQ(log->last().workers(0).worker(), "garr[1]-0");
+  tell(s, in_states("gpu-01", {{"garr[1]-0", "Running", ""}}));
+  tell(s, in_states("gpu-01", {{"garr[1]-0", "Failed", "exited with code 3"}}));
+  garr = get(s, "garr");
+  EXPECT_EQ(garr.state(), "Failed");
+  EXPECT_EQ(garr.waiting_reason(), "worker garr[1]-0 Failed: exited with code 3");
+  EXPECT_EQ(submit(s, spec_of("next", 1)).state(), "Placed") << "the GPU is free";
+}
+
+TEST_F(SchedulerAssignments, WorkersKeepTheStateTheirAgentReported) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  snapshot(s, machine_of("gpu-01", 8));
+  submit(s, spec_of("g", 1, 3));
+  tell(s, in_states("gpu-01", {{"g-0", "Running", ""}, {"g-1", "Running", ""},
+                               {"g-2", "Running", ""}}));
+  tell(s, in_states("gpu-01", {{"g-0", "Cancelled", "stopped"},
+                               {"g-1", "Failed", "exited with code 3"},
+                               {"g-2", "Running", ""}}));
+  auto g = get(s, "g");
+  EXPECT_EQ(g.state(), "Failed");
+  EXPECT_EQ(g.waiting_reason(), "worker g-1 Failed: exited with code 3")
+    << "the worker that failed, not the one cancelled";
+  std::map<std::string, std::string> states;
+  for (const auto& w : g.workers())
+    states[w.name()] = w.state();
+  EXPECT_EQ(states, (std::map<std::string, std::string>{
+                      {"g-0", "Cancelled"}, {"g-1", "Failed"}, {"g-2", "Failed"}}));
+  // Deleted: a worker that exited keeps Exited, the others are Stopped.
+  submit(s, spec_of("d", 1, 2));
+  tell(s, in_states("gpu-01", {{"d-0", "Running", ""}, {"d-1", "Running", ""}}));
+  tell(s, in_states("gpu-01", {{"d-0", "Exited", ""}, {"d-1", "Running", ""}}));
+  auto d = ask<v1::Run>(s, atom::remove_v, std::string{"d"});
+  ASSERT_EQ(d.workers_size(), 2);
+  EXPECT_EQ(d.workers(0).state(), "Exited");
+  EXPECT_EQ(d.workers(1).state(), "Stopped");
+}
+
+TEST_F(SchedulerAssignments, OutputsOfAWorkerStoppedWithItsRunAreKept) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  snapshot(s, machine_of("gpu-01", 8));
+  submit(s, spec_of("g", 1, 2));
+  tell(s, in_states("gpu-01", {{"g-0", "Running", ""}, {"g-1", "Running", ""}}));
+  // g-1 fails: the run fails and g-0 is stopped by its agent...
+  tell(s, in_states("gpu-01", {{"g-0", "Running", ""}, {"g-1", "Failed", "exited with code 3"}}));
+  ASSERT_EQ(get(s, "g").state(), "Failed");
+  // ...which reads what g-0 wrote to $ASTRAEUS_OUTPUTS once it has ended.
+  auto late = in_states("gpu-01", {{"g-0", "Cancelled", "stopped"}});
+  late.mutable_workers(0)->set_run("g");
+  (*late.mutable_workers(0)->mutable_outputs())["loss"] = "0.25";
+  tell(s, late);
+  auto g = get(s, "g");
+  ASSERT_EQ(g.workers_size(), 2);
+  ASSERT_EQ(g.workers(0).outputs().count("loss"), 1u);
+  EXPECT_EQ(g.workers(0).outputs().at("loss"), "0.25");
+  EXPECT_EQ(g.state(), "Failed") << "outputs change nothing else";
+}
+
+TEST_F(SchedulerAssignments, ARunSubmittedAgainUnderItsNameIsNotEndedByTheOldWorkersStatus) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  snapshot(s, machine_of("gpu-01", 8));
+  submit(s, spec_of("same", 1));
+  tell(s, in_states("gpu-01", {{"same-0", "Running", ""}}));
+  ask<v1::Run>(s, atom::remove_v, std::string{"same"});
+  EXPECT_EQ(submit(s, spec_of("same", 1)).state(), "Placed");
+  // The agent still stops the old same-0 and reports it under that name.
+  tell(s, in_states("gpu-01", {{"same-0", "Stopping", ""}}));
+  tell(s, in_states("gpu-01",
+                    {{"same-0", "Cancelled", "stopped: killed after the stop grace"}}));
+  auto again = get(s, "same");
+  EXPECT_EQ(again.state(), "Placed") << again.ShortDebugString();
+  EXPECT_NE(again.waiting_reason().find("still holds an earlier worker named same-0"),
+            std::string::npos)
+    << again.waiting_reason();
+  EXPECT_EQ(again.workers(0).state(), "Placed");
+  // Once the agent holds the new worker, its statuses count.
+  tell(s, in_states("gpu-01", {{"same-0", "Assigned", ""}}));
+  tell(s, in_states("gpu-01", {{"same-0", "Running", ""}}));
+  EXPECT_EQ(get(s, "same").state(), "Running");
+  tell(s, in_states("gpu-01", {{"same-0", "Exited", ""}}));
+  EXPECT_EQ(get(s, "same").state(), "Stopped");
+}

@@ -1,0 +1,157 @@
+// Join and API tokens (issue 7; shared/seeds/machines.md "Create one",
+// bring-up-a-gpu-cluster.md Troubleshooting): single use, expiry, roles,
+// revocation, and nothing but keyed hashes in the store.
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "actor_fixture.hpp"
+#include "messages/error.hpp"
+#include "runtime/gate/tokens.hpp"
+#include "store/store.hpp"
+
+using namespace astraeus;
+
+namespace {
+
+class Tokens : public ::testing::Test {
+protected:
+  Tokens() {
+    auto s = Store::open(dir.path() + "/store");
+    EXPECT_TRUE(s);
+    store = std::shared_ptr<Store>{std::move(*s)};
+    auto key = load_or_create_token_key(dir.path() + "/keys/token.key");
+    EXPECT_TRUE(key);
+    registry = std::make_unique<token_registry>(store, *key);
+  }
+
+  /// Every byte RocksDB wrote, to look for a token in.
+  std::string store_bytes() {
+    store.reset();
+    registry.reset();
+    std::string all;
+    for (auto& e : std::filesystem::recursive_directory_iterator(dir.path() + "/store")) {
+      if (!e.is_regular_file())
+        continue;
+      std::ifstream in{e.path(), std::ios::binary};
+      std::stringstream ss;
+      ss << in.rdbuf();
+      all += ss.str();
+    }
+    return all;
+  }
+
+  test::temp_dir dir;
+  std::shared_ptr<Store> store;
+  std::unique_ptr<token_registry> registry;
+  int64_t now = 1'800'000'000'000;
+};
+
+} // namespace
+
+TEST_F(Tokens, AJoinTokenIsSingleUseAndCarriesItsLabels) {
+  auto minted = registry->mint_join({{"pool", "h100"}}, 0, "alice", now);
+  ASSERT_TRUE(minted) << render_error(minted.error());
+  auto& [token, rec] = *minted;
+  EXPECT_EQ(token.rfind("astj_", 0), 0u);
+  EXPECT_EQ(rec.expires_unix_ms(), now + 3600 * 1000) << "default TTL 1 h";
+  auto used = registry->redeem_join(token, "gpu-01", now + 1000);
+  ASSERT_TRUE(used) << render_error(used.error());
+  EXPECT_EQ(used->labels().at("pool"), "h100");
+  auto again = registry->redeem_join(token, "gpu-02", now + 2000);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error(), ec::enrollment_used);
+  auto text = render_error(again.error());
+  EXPECT_NE(text.find("ENROLLMENT_USED"), std::string::npos) << text;
+  EXPECT_NE(text.find("gpu-01"), std::string::npos) << text;
+}
+
+TEST_F(Tokens, AnExpiredJoinTokenSaysSo) {
+  auto minted = registry->mint_join({}, 60, "alice", now);
+  ASSERT_TRUE(minted);
+  auto late = registry->redeem_join(minted->first, "gpu-01", now + 60'000);
+  ASSERT_FALSE(late);
+  EXPECT_EQ(late.error(), ec::enrollment_expired);
+  EXPECT_NE(render_error(late.error()).find("expired"), std::string::npos);
+}
+
+TEST_F(Tokens, UnknownAndMalformedTokensAreRefused) {
+  EXPECT_EQ(registry->redeem_join("astj_" + std::string(64, '0'), "m", now).error(),
+            ec::enrollment_required);
+  EXPECT_EQ(registry->redeem_join("", "m", now).error(), ec::enrollment_required);
+  EXPECT_EQ(registry->authenticate("", now).error(), ec::unauthenticated);
+  EXPECT_EQ(registry->authenticate("asta_nope", now).error(), ec::unauthenticated);
+  // A join token is no API token and the other way round.
+  auto join = registry->mint_join({}, 0, "x", now);
+  ASSERT_TRUE(join);
+  EXPECT_EQ(registry->authenticate(join->first, now).error(), ec::unauthenticated);
+  auto api = registry->mint_api("bob", role::member, 0, "x", now);
+  ASSERT_TRUE(api);
+  EXPECT_EQ(registry->redeem_join(api->first, "m", now).error(),
+            ec::enrollment_required);
+}
+
+TEST_F(Tokens, ApiTokensNameTheirPrincipalUntilExpiredOrRevoked) {
+  auto admin = registry->mint_api("alice", role::admin, 3600, "owner", now);
+  ASSERT_TRUE(admin);
+  auto who = registry->authenticate(admin->first, now + 1);
+  ASSERT_TRUE(who) << render_error(who.error());
+  EXPECT_EQ(who->name(), "alice");
+  EXPECT_EQ(who->role(), "admin");
+  EXPECT_TRUE(has_role(*who, role::member));
+  EXPECT_TRUE(has_role(*who, role::admin));
+  EXPECT_FALSE(has_role(*who, role::owner));
+  auto expired = registry->authenticate(admin->first, now + 3600 * 1000);
+  ASSERT_FALSE(expired);
+  EXPECT_NE(render_error(expired.error()).find("expired"), std::string::npos);
+
+  auto member = registry->mint_api("bob", role::member, 0, "owner", now);
+  ASSERT_TRUE(member);
+  ASSERT_TRUE(registry->authenticate(member->first, now + 1));
+  auto revoked = registry->revoke_api(member->second.id());
+  ASSERT_TRUE(revoked) << render_error(revoked.error());
+  auto after = registry->authenticate(member->first, now + 2);
+  ASSERT_FALSE(after);
+  EXPECT_NE(render_error(after.error()).find("revoked"), std::string::npos);
+  EXPECT_EQ(registry->revoke_api("nope").error(), ec::invalid_request);
+}
+
+TEST_F(Tokens, TheStoreHoldsOnlyKeyedHashes) {
+  auto join = registry->mint_join({{"pool", "a100"}}, 0, "alice", now);
+  auto api = registry->mint_api("bob", role::member, 0, "alice", now);
+  ASSERT_TRUE(join && api);
+  auto hashed_elsewhere = registry->hash_hex(join->first);
+  auto bytes = store_bytes();
+  ASSERT_FALSE(bytes.empty());
+  EXPECT_EQ(bytes.find(join->first), std::string::npos);
+  EXPECT_EQ(bytes.find(join->first.substr(5)), std::string::npos);
+  EXPECT_EQ(bytes.find(api->first.substr(5)), std::string::npos);
+  EXPECT_NE(bytes.find(hashed_elsewhere), std::string::npos)
+    << "stored under its keyed hash";
+}
+
+TEST_F(Tokens, TheHashDependsOnTheControllersKey) {
+  auto other_key = load_or_create_token_key(dir.path() + "/keys/other.key");
+  ASSERT_TRUE(other_key);
+  token_registry other{store, *other_key};
+  EXPECT_NE(other.hash_hex("astj_x"), registry->hash_hex("astj_x"));
+  // And the key survives a restart.
+  auto again = load_or_create_token_key(dir.path() + "/keys/token.key");
+  ASSERT_TRUE(again);
+  token_registry same{store, *again};
+  EXPECT_EQ(same.hash_hex("astj_x"), registry->hash_hex("astj_x"));
+}
+
+TEST_F(Tokens, BadTtlsAndLabelsAreRefused) {
+  EXPECT_EQ(registry->mint_join({}, 31ull * 24 * 3600, "a", now).error(),
+            ec::invalid_request);
+  EXPECT_EQ(registry->mint_join({{"po ol", "x"}}, 0, "a", now).error(),
+            ec::invalid_request);
+  EXPECT_EQ(registry->mint_api("", role::admin, 0, "a", now).error(),
+            ec::invalid_request);
+  EXPECT_FALSE(parse_role("root"));
+  EXPECT_EQ(parse_role("Admin"), role::admin);
+}
