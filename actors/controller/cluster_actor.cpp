@@ -2,16 +2,13 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdio>
-#include <random>
-#include <tuple>
 
 #include <caf/actor_cast.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <spdlog/spdlog.h>
 
-#include "actors/gather.hpp"
+#include "actors/controller/cluster_requests.hpp"
 #include "actors/controller/machine_actor.hpp"
 #include "messages/error.hpp"
 #include "runtime/gate/secure_channel.hpp"
@@ -23,84 +20,177 @@ namespace astraeus {
 
 namespace {
 
-v1::Response error_response(uint64_t id, const caf::error& err) {
-  v1::Response out;
-  out.set_id(id);
-  auto* e = out.mutable_error();
-  if (err.category() == caf::atom("astraeus"))
-    e->set_code(to_string(static_cast<ec>(err.code())));
-  else
-    e->set_code(caf::to_string(err.category()));
-  e->set_message(render_error(err));
-  return out;
-}
-
-using cluster_ptr = cluster_actor::stateful_pointer<cluster_state>;
-
-/// Keeps an audit record (who, what, when, result) with sync, and logs it.
-void audit(cluster_ptr self, const v1::Principal& who, const std::string& action,
-           const std::string& target, const std::string& result) {
-  v1::AuditRecord rec;
-  rec.set_unix_ms(unix_ms_now());
-  rec.set_who(who.name().empty() ? std::string{"cli"}
-                                 : who.name() + " (" + who.role() + ", token "
-                                     + who.token_id() + ")");
-  rec.set_action(action);
-  rec.set_target(target);
-  rec.set_result(result);
-  char key[64];
-  std::snprintf(key, sizeof(key), "%020lld-%08llu",
-                static_cast<long long>(rec.unix_ms()),
-                static_cast<unsigned long long>(++self->state.audit_seq));
-  if (auto err = self->state.config.store->put(family::audit, key, rec, true))
-    spdlog::error("cluster: cannot store an audit record: {}", render_error(err));
-  spdlog::info("cluster: audit: {} {} {}: {}", rec.who(), action, target, result);
-}
-
-/// What an audit record says of a response.
-std::string outcome(const v1::Response& resp) {
-  return resp.has_error() ? "failed: " + resp.error().message() : "ok";
-}
-
-/// The request's body name, e.g. "set_cordon".
-std::string request_kind(const v1::Request& req) {
-  auto* field = req.GetDescriptor()->FindFieldByNumber(req.body_case());
-  return field != nullptr ? field->name() : std::string{"unknown request"};
-}
-
 std::string key_store_name(const std::string& machine) {
   return "machine/" + machine;
 }
 
-} // namespace
-
-role required_role(const v1::Request& req) {
-  switch (req.body_case()) {
-    case v1::Request::kListMachines:
-    case v1::Request::kGetMachine:
-    case v1::Request::kListGpus:
-    case v1::Request::kXidPolicy:
-    case v1::Request::kListRuns:
-    case v1::Request::kGetRun:
-    case v1::Request::kSubmitRun:
-    case v1::Request::kDeleteRun:
-    case v1::Request::kWhoami:
-    case v1::Request::kListWorkspaces:
-    case v1::Request::kGetLogs:
-      return role::member;
-    case v1::Request::kSetCordon:
-    case v1::Request::kSetMaintenance:
-    case v1::Request::kClearFault:
-    case v1::Request::kCreateJoinToken:
-    case v1::Request::kCreateApiToken:
-    case v1::Request::kRevokeApiToken:
-    case v1::Request::kListAudit:
-    case v1::Request::kCreateWorkspace:
-      return role::admin;
-    default:
-      return role::admin;
-  }
+/// Spawns the machine actor of `record`, linked to the cluster, and enters
+/// it in the registry.
+machine_actor spawn_machine(cluster_ptr self, v1::MachineRecord record) {
+  auto& st = self->state;
+  machine_config cfg;
+  auto name = record.name();
+  auto identity = record.machine_id();
+  cfg.record = std::move(record);
+  cfg.heartbeat_lapse = st.config.heartbeat_lapse;
+  cfg.pressure = st.config.pressure;
+  cfg.store = st.config.store;
+  cfg.scheduler = st.config.scheduler;
+  auto handle = self->spawn<caf::linked>(machine, std::move(cfg));
+  st.identities[name] = std::move(identity);
+  st.machines[name] = handle;
+  return handle;
 }
+
+/// Restores every stored machine: Idle (or Maintenance) until it reports.
+void restore_machines(cluster_ptr self) {
+  size_t restored = 0;
+  auto err = self->state.config.store->for_each(
+    family::machines, [&](std::string_view key, std::string_view bytes) {
+      v1::MachineRecord rec;
+      if (!rec.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))
+          || rec.name() != key) {
+        spdlog::error("cluster: stored machine record '{}' does not parse; "
+                      "left in the store untouched",
+                      std::string{key});
+        return true;
+      }
+      spawn_machine(self, std::move(rec));
+      ++restored;
+      return true;
+    });
+  if (err)
+    spdlog::error("cluster: cannot read stored machines: {}", render_error(err));
+  spdlog::info("cluster: {} machine(s) restored from the store", restored);
+}
+
+/// Restores every stored workspace.
+void restore_workspaces(cluster_ptr self) {
+  auto loaded = self->state.config.store->load_all<v1::Workspace>(family::workspaces);
+  if (!loaded) {
+    spdlog::error("cluster: cannot read stored workspaces: {}",
+                  render_error(loaded.error()));
+    return;
+  }
+  for (auto& [key, ws] : *loaded)
+    self->state.workspaces[key] = std::move(ws);
+}
+
+/// Restores the Ed25519 key every machine enrolled with.
+void restore_machine_keys(cluster_ptr self) {
+  auto err = self->state.config.store->for_each(
+    family::tokens, [&](std::string_view key, std::string_view bytes) {
+      if (key.substr(0, 8) != "machine/")
+        return true;
+      v1::MachineIdentity id;
+      if (!id.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+        spdlog::error("cluster: stored identity '{}' does not parse; left "
+                      "untouched (that machine must enrol again)",
+                      std::string{key});
+      else
+        self->state.keys[id.name()] = id.identity_key();
+      return true;
+    });
+  if (err)
+    spdlog::error("cluster: cannot read machine identities: {}",
+                  render_error(err));
+}
+
+caf::error identity_mismatch(const std::string& name) {
+  return caf::make_error(
+    ec::identity_mismatch,
+    "machine name " + name
+      + " is registered to another machine identity; give this agent "
+        "another --name, or reuse the original agent's data folder");
+}
+
+/// Checks the Ed25519 key of `hello` against the one its name enrolled with;
+/// a machine not enrolled yet uses up its join token, whose record fills
+/// `token`. Errors: ec::identity_mismatch, ec::invalid_request (no key),
+/// ec::enrollment_required and the token registry's errors, a store error.
+caf::error check_enrolment(cluster_ptr self, const v1::Hello& hello, uint64_t now,
+                           v1::JoinTokenRecord& token) {
+  auto& st = self->state;
+  const auto& name = hello.machine_name();
+  const auto& key = hello.identity_key();
+  if (key.size() != 32)
+    return caf::make_error(ec::invalid_request,
+                           "machine " + name
+                             + " has no identity key from the secure channel");
+  auto bound = st.keys.find(name);
+  if (bound != st.keys.end())
+    return bound->second != key ? identity_mismatch(name) : caf::none;
+  // Not enrolled yet (new, or registered before enrolment existed): its
+  // join token, used up now, says it may join.
+  if (hello.join_token().empty())
+    return caf::make_error(
+      ec::enrollment_required,
+      "machine " + name
+        + " is not enrolled: start its agent with --token-file (an admin mints "
+          "a join token with `astra tokens create`)");
+  auto redeemed = st.config.tokens->redeem_join(hello.join_token(), name, now);
+  if (!redeemed) {
+    spdlog::warn("cluster: machine {} (key {}) cannot enrol: {}", name,
+                 to_hex(key).substr(0, 16), render_error(redeemed.error()));
+    return redeemed.error();
+  }
+  token = std::move(*redeemed);
+  v1::MachineIdentity id;
+  id.set_name(name);
+  id.set_identity_key(key);
+  id.set_join_token_id(token.id());
+  id.set_enrolled_unix_ms(now);
+  if (auto err = st.config.store->put(family::tokens, key_store_name(name), id, true))
+    return err;
+  st.keys[name] = key;
+  spdlog::info("cluster: machine {} enrolled with join token {} (key {})", name,
+               token.id(), to_hex(key).substr(0, 16));
+  return caf::none;
+}
+
+/// Answers an agent's hello (actors/interfaces.hpp, `atom::enrol`).
+caf::result<machine_actor> enrol(cluster_ptr self, const v1::Hello& hello,
+                                 uint64_t session) {
+  auto& st = self->state;
+  const auto& name = hello.machine_name();
+  if (!valid_machine_name(name))
+    return caf::make_error(ec::invalid_request,
+                           "machine name '" + name
+                             + "' is not a valid hostname (1-63 letters, "
+                               "digits, '-', '_', '.')");
+  if (hello.machine_id().empty())
+    return caf::make_error(ec::invalid_request,
+                           "machine " + name + " sent no machine identity");
+  machine_actor handle;
+  auto now = unix_ms_now();
+  auto known = st.machines.find(name);
+  if (known != st.machines.end() && st.identities[name] != hello.machine_id())
+    return identity_mismatch(name);
+  v1::JoinTokenRecord token;
+  if (st.config.tokens)
+    if (auto err = check_enrolment(self, hello, now, token))
+      return err;
+  if (known != st.machines.end()) {
+    handle = known->second;
+  } else {
+    v1::MachineRecord rec;
+    rec.set_name(name);
+    rec.set_machine_id(hello.machine_id());
+    rec.set_registered_unix_ms(now);
+    rec.set_agent_version(hello.software_version());
+    // The labels given with its join token become the machine's.
+    *rec.mutable_labels() = token.labels();
+    if (auto err = st.config.store->put(family::machines, name, rec, true))
+      return err;
+    spdlog::info("cluster: machine {} registered (Idle until it reports)", name);
+    handle = spawn_machine(self, std::move(rec));
+  }
+  self->send(handle, atom::connected_v, session, true,
+             caf::actor_cast<caf::actor>(self->current_sender()));
+  return handle;
+}
+
+} // namespace
 
 bool valid_machine_name(const std::string& name) {
   if (name.empty() || name.size() > 63 || !std::isalnum(static_cast<unsigned char>(name[0])))
@@ -190,643 +280,16 @@ cluster(cluster_actor::stateful_pointer<cluster_state> self,
     return cluster_actor::behavior_type::make_empty_behavior();
   }
   self->state.config = std::move(config);
-  auto spawn_machine = [self](v1::MachineRecord record) {
-    auto& st = self->state;
-    machine_config cfg;
-    auto name = record.name();
-    auto identity = record.machine_id();
-    cfg.record = std::move(record);
-    cfg.heartbeat_lapse = st.config.heartbeat_lapse;
-    cfg.pressure = st.config.pressure;
-    cfg.store = st.config.store;
-    cfg.scheduler = st.config.scheduler;
-    auto handle = self->spawn<caf::linked>(machine, std::move(cfg));
-    st.identities[name] = std::move(identity);
-    st.machines[name] = handle;
-    return handle;
-  };
-  // Restore every stored machine: Idle (or Maintenance) until it reports.
-  size_t restored = 0;
-  auto err = self->state.config.store->for_each(
-    family::machines, [&](std::string_view key, std::string_view bytes) {
-      v1::MachineRecord rec;
-      if (!rec.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))
-          || rec.name() != key) {
-        spdlog::error("cluster: stored machine record '{}' does not parse; "
-                      "left in the store untouched",
-                      std::string{key});
-        return true;
-      }
-      spawn_machine(std::move(rec));
-      ++restored;
-      return true;
-    });
-  if (err)
-    spdlog::error("cluster: cannot read stored machines: {}", render_error(err));
-  spdlog::info("cluster: {} machine(s) restored from the store", restored);
-  auto loaded = self->state.config.store->load_all<v1::Workspace>(family::workspaces);
-  if (!loaded)
-    spdlog::error("cluster: cannot read stored workspaces: {}",
-                  render_error(loaded.error()));
-  else
-    for (auto& [key, ws] : *loaded)
-      self->state.workspaces[key] = std::move(ws);
-  err = self->state.config.store->for_each(
-    family::tokens, [&](std::string_view key, std::string_view bytes) {
-      if (key.substr(0, 8) != "machine/")
-        return true;
-      v1::MachineIdentity id;
-      if (!id.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
-        spdlog::error("cluster: stored identity '{}' does not parse; left "
-                      "untouched (that machine must enrol again)",
-                      std::string{key});
-      else
-        self->state.keys[id.name()] = id.identity_key();
-      return true;
-    });
-  if (err)
-    spdlog::error("cluster: cannot read machine identities: {}",
-                  render_error(err));
-
-  // Asks `m` something and turns the answer into a Response for request `id`.
-  auto view_response = [](uint64_t id, const v1::MachineView& view) {
-    v1::Response out;
-    out.set_id(id);
-    *out.mutable_machine() = view;
-    return out;
-  };
+  restore_machines(self);
+  restore_workspaces(self);
+  restore_machine_keys(self);
   return {
-    [self, spawn_machine](atom::enrol, v1::Hello& hello,
-                          uint64_t session) -> caf::result<machine_actor> {
-      auto& st = self->state;
-      const auto& name = hello.machine_name();
-      if (!valid_machine_name(name))
-        return caf::make_error(ec::invalid_request,
-                               "machine name '" + name
-                                 + "' is not a valid hostname (1-63 letters, "
-                                   "digits, '-', '_', '.')");
-      if (hello.machine_id().empty())
-        return caf::make_error(ec::invalid_request,
-                               "machine " + name + " sent no machine identity");
-      machine_actor handle;
-      auto now = unix_ms_now();
-      auto known = st.machines.find(name);
-      auto mismatch = caf::make_error(
-        ec::identity_mismatch,
-        "machine name " + name
-          + " is registered to another machine identity; give this agent "
-            "another --name, or reuse the original agent's data folder");
-      if (known != st.machines.end() && st.identities[name] != hello.machine_id())
-        return mismatch;
-      v1::JoinTokenRecord token;
-      if (st.config.tokens) {
-        const auto& key = hello.identity_key();
-        if (key.size() != 32)
-          return caf::make_error(ec::invalid_request,
-                                 "machine " + name
-                                   + " has no identity key from the secure "
-                                     "channel");
-        auto bound = st.keys.find(name);
-        if (bound != st.keys.end() && bound->second != key)
-          return mismatch;
-        if (bound == st.keys.end()) {
-          // Not enrolled yet (new, or registered before enrolment existed):
-          // its join token, used up now, says it may join.
-          if (hello.join_token().empty())
-            return caf::make_error(
-              ec::enrollment_required,
-              "machine " + name
-                + " is not enrolled: start its agent with --token-file (an "
-                  "admin mints a join token with `astra tokens create`)");
-          auto redeemed = st.config.tokens->redeem_join(hello.join_token(),
-                                                         name, now);
-          if (!redeemed) {
-            spdlog::warn("cluster: machine {} (key {}) cannot enrol: {}", name,
-                         to_hex(key).substr(0, 16),
-                         render_error(redeemed.error()));
-            return redeemed.error();
-          }
-          token = std::move(*redeemed);
-          v1::MachineIdentity id;
-          id.set_name(name);
-          id.set_identity_key(key);
-          id.set_join_token_id(token.id());
-          id.set_enrolled_unix_ms(now);
-          if (auto err = st.config.store->put(family::tokens,
-                                              key_store_name(name), id, true))
-            return err;
-          st.keys[name] = key;
-          spdlog::info("cluster: machine {} enrolled with join token {} (key "
-                       "{})",
-                       name, token.id(), to_hex(key).substr(0, 16));
-        }
-      }
-      if (known != st.machines.end()) {
-        handle = known->second;
-      } else {
-        v1::MachineRecord rec;
-        rec.set_name(name);
-        rec.set_machine_id(hello.machine_id());
-        rec.set_registered_unix_ms(now);
-        rec.set_agent_version(hello.software_version());
-        // The labels given with its join token become the machine's.
-        *rec.mutable_labels() = token.labels();
-        if (auto err = st.config.store->put(family::machines, name, rec, true))
-          return err;
-        spdlog::info("cluster: machine {} registered (Idle until it reports)",
-                     name);
-        handle = spawn_machine(std::move(rec));
-      }
-      self->send(handle, atom::connected_v, session, true,
-                 caf::actor_cast<caf::actor>(self->current_sender()));
-      return handle;
+    [self](atom::enrol, v1::Hello& hello,
+           uint64_t session) -> caf::result<machine_actor> {
+      return enrol(self, hello, session);
     },
-    [self, view_response](v1::Request& req) -> caf::result<v1::Response> {
-      auto& st = self->state;
-      auto id = req.id();
-      auto timeout = st.config.request_timeout;
-      const auto caller = req.caller();
-      auto need = required_role(req);
-      if (st.config.tokens && !has_role(caller, need)) {
-        auto err = caller.role().empty()
-                     ? caf::make_error(ec::unauthenticated,
-                                       "no API token: run `astra login`, or "
-                                       "set ASTRAEUS_TOKEN")
-                     : caf::make_error(ec::permission_denied,
-                                       caller.name() + " is a " + caller.role()
-                                         + "; only "
-                                         + (need == role::member
-                                              ? std::string{"members"}
-                                              : std::string{"owners and admins"})
-                                         + " may do this");
-        if (need != role::member)
-          audit(self, caller, request_kind(req), "",
-                "refused: " + render_error(err));
-        return error_response(id, err);
-      }
-      auto find = [&](const std::string& name) -> caf::expected<machine_actor> {
-        auto i = st.machines.find(name);
-        if (i == st.machines.end())
-          return caf::make_error(ec::no_such_machine,
-                                 "no machine named " + name);
-        return i->second;
-      };
-      auto machine_handles = [&] {
-        std::vector<machine_actor> out;
-        out.reserve(st.machines.size());
-        for (auto& [name, m] : st.machines)
-          out.push_back(m);
-        return out;
-      };
-      auto warn_no_answer = [](const caf::error& err) {
-        spdlog::warn("cluster: a machine did not answer: {}", render_error(err));
-      };
-      // Forwards one question to a machine actor, answering on `rp`; an
-      // admin `action` (non-empty) is audited with its result.
-      auto ask = [&](const std::string& name, const std::string& action,
-                     auto... xs) -> caf::result<v1::Response> {
-        auto done = [self, caller, action, name](const v1::Response& resp) {
-          if (!action.empty())
-            audit(self, caller, action, name, outcome(resp));
-        };
-        auto m = find(name);
-        if (!m) {
-          auto resp = error_response(id, m.error());
-          done(resp);
-          return resp;
-        }
-        auto rp = self->make_response_promise<v1::Response>();
-        self->request(*m, timeout, xs...)
-          .then(
-            [rp, id, view_response, done](v1::MachineView& view) mutable {
-              auto resp = view_response(id, view);
-              done(resp);
-              rp.deliver(std::move(resp));
-            },
-            [rp, id, done](caf::error& err) mutable {
-              auto resp = error_response(id, err);
-              done(resp);
-              rp.deliver(std::move(resp));
-            });
-        return rp;
-      };
-      switch (req.body_case()) {
-        case v1::Request::kListMachines: {
-          auto rp = self->make_response_promise<v1::Response>();
-          gather<v1::MachineView>(
-            self, machine_handles(), timeout,
-            [rp, id](std::vector<v1::MachineView> views) mutable {
-              std::sort(views.begin(), views.end(),
-                        [](const auto& a, const auto& b) {
-                          return a.name() < b.name();
-                        });
-              v1::Response out;
-              out.set_id(id);
-              auto* list = out.mutable_machines();
-              for (auto& v : views)
-                *list->add_machines() = std::move(v);
-              rp.deliver(std::move(out));
-            },
-            warn_no_answer, atom::get_v);
-          return rp;
-        }
-        case v1::Request::kListGpus: {
-          std::vector<machine_actor> targets;
-          const auto& only = req.list_gpus().machine();
-          if (only.empty()) {
-            targets = machine_handles();
-          } else {
-            auto m = find(only);
-            if (!m)
-              return error_response(id, m.error());
-            targets.push_back(*m);
-          }
-          auto rp = self->make_response_promise<v1::Response>();
-          gather<std::vector<v1::GpuView>>(
-            self, targets, timeout,
-            [rp, id](std::vector<std::vector<v1::GpuView>> per_machine) mutable {
-              std::vector<v1::GpuView> all;
-              for (auto& views : per_machine)
-                for (auto& v : views)
-                  all.push_back(std::move(v));
-              std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
-                return std::tie(a.machine(), a.gpu().pci_address(), a.gpu().id())
-                       < std::tie(b.machine(), b.gpu().pci_address(), b.gpu().id());
-              });
-              v1::Response out;
-              out.set_id(id);
-              auto* list = out.mutable_gpus();
-              for (auto& v : all)
-                *list->add_gpus() = std::move(v);
-              rp.deliver(std::move(out));
-            },
-            warn_no_answer, atom::gpus_v);
-          return rp;
-        }
-        case v1::Request::kGetMachine:
-          return ask(req.get_machine().name(), "", atom::get_v);
-        case v1::Request::kSetCordon:
-          return ask(req.set_cordon().name(),
-                     req.set_cordon().cordoned() ? "cordon" : "uncordon",
-                     atom::cordon_v, req.set_cordon().cordoned());
-        case v1::Request::kSetLabels:
-          return ask(req.set_labels().name(), "label", req.set_labels());
-        case v1::Request::kSetMaintenance:
-          return ask(req.set_maintenance().name(),
-                     req.set_maintenance().maintenance() ? "maintenance on"
-                                                         : "maintenance off",
-                     atom::maintenance_v, req.set_maintenance().maintenance());
-        case v1::Request::kClearFault: {
-          const auto& cf = req.clear_fault();
-          auto m = find(cf.machine());
-          auto target = cf.machine() + "/" + cf.gpu();
-          auto audit = [self, caller, target](const std::string& result) {
-            astraeus::audit(self, caller, "clear-fault", target, result);
-          };
-          if (!m) {
-            audit("refused: " + render_error(m.error()));
-            return error_response(id, m.error());
-          }
-          if (cf.gpu().empty())
-            return error_response(id, caf::make_error(ec::invalid_request,
-                                                      "name the GPU to clear"));
-          auto rp = self->make_response_promise<v1::Response>();
-          self->request(*m, timeout, atom::clear_v, cf.gpu())
-            .then(
-              [rp, id, audit](v1::ClearFaultResult& result) mutable {
-                audit(result.cleared() ? "cleared" : "nothing latched");
-                v1::Response out;
-                out.set_id(id);
-                *out.mutable_cleared() = std::move(result);
-                rp.deliver(std::move(out));
-              },
-              [rp, id, audit](caf::error& err) mutable {
-                audit("failed: " + render_error(err));
-                rp.deliver(error_response(id, err));
-              });
-          return rp;
-        }
-        case v1::Request::kXidPolicy: {
-          v1::Response out;
-          out.set_id(id);
-          *out.mutable_xids() = st.config.xid_policy;
-          return out;
-        }
-        case v1::Request::kCreateWorkspace: {
-          auto ws = req.create_workspace().workspace();
-          // An admin action: audited with its result.
-          auto fail = [&](const caf::error& err) {
-            audit(self, caller, "create workspace", ws.name(),
-                  "failed: " + render_error(err));
-            return error_response(id, err);
-          };
-          if (auto err = validate_workspace(ws))
-            return fail(err);
-          if (ws.name() == default_workspace)
-            return fail(caf::make_error(ec::invalid_request,
-                                        "workspace default exists already and is "
-                                        "granted every machine; create a workspace "
-                                        "with another name for a pool"));
-          if (st.workspaces.count(ws.name()))
-            return fail(caf::make_error(ec::invalid_request,
-                                        "a workspace named " + ws.name()
-                                          + " already exists"));
-          char ns[16];
-          std::snprintf(ns, sizeof(ns), "ws-%06x",
-                        static_cast<unsigned>(std::random_device{}() & 0xffffffu));
-          ws.set_namespace_(ns);
-          ws.set_created_unix_ms(unix_ms_now());
-          if (auto err = st.config.store->put(family::workspaces, ws.name(), ws, true))
-            return fail(err);
-          audit(self, caller, "create workspace", ws.name(), "ok");
-          st.workspaces[ws.name()] = ws;
-          spdlog::info("cluster: workspace {} created (organisation {}, {} grant(s))",
-                       ws.name(), ws.organisation(), ws.grants_size());
-          v1::Response out;
-          out.set_id(id);
-          *out.mutable_workspace() = std::move(ws);
-          return out;
-        }
-        case v1::Request::kListWorkspaces: {
-          v1::Response out;
-          out.set_id(id);
-          auto* list = out.mutable_workspaces();
-          if (!st.workspaces.count(default_workspace)) {
-            auto* d = list->add_workspaces();
-            d->set_name(default_workspace);
-            d->set_organisation("default");
-          }
-          for (const auto& [name, ws] : st.workspaces)
-            *list->add_workspaces() = ws;
-          return out;
-        }
-        case v1::Request::kSubmitRun:
-        case v1::Request::kListRuns:
-        case v1::Request::kGetRun:
-        case v1::Request::kDeleteRun: {
-          if (!st.config.scheduler)
-            return error_response(id, caf::make_error(ec::invalid_request,
-                                                      "this controller runs no "
-                                                      "scheduler"));
-          // The workspace is resolved before any promise is made.
-          v1::RunSpec spec;
-          if (req.has_submit_run()) {
-              spec = req.submit_run().spec();
-              auto wname = spec.workspace().empty() ? std::string{default_workspace}
-                                                    : spec.workspace();
-              auto w = st.workspaces.find(wname);
-              if (w == st.workspaces.end() && wname != default_workspace)
-                return error_response(
-                  id, caf::make_error(ec::invalid_request,
-                                      "no workspace named " + wname
-                                        + "; create it with: astra workspace create "
-                                        + wname + " --grant pool=NAME"));
-              if (auto err = apply_workspace(w == st.workspaces.end() ? nullptr
-                                                                      : &w->second,
-                                             spec))
-                return error_response(id, err);
-          }
-          auto rp = self->make_response_promise<v1::Response>();
-          auto on_run = [rp, id](v1::Run& run) mutable {
-            v1::Response out;
-            out.set_id(id);
-            *out.mutable_run() = std::move(run);
-            rp.deliver(std::move(out));
-          };
-          auto on_error = [rp, id](caf::error& err) mutable {
-            rp.deliver(error_response(id, err));
-          };
-          auto& sched = st.config.scheduler;
-          if (req.has_submit_run()) {
-            // The run is its submitter's, whatever the spec says.
-            spec.set_owner(caller.name());
-            self->request(sched, timeout, atom::submit_v, std::move(spec))
-              .then(on_run, on_error);
-          } else if (req.has_get_run()) {
-            self->request(sched, timeout, atom::get_v, req.get_run().name())
-              .then(on_run, on_error);
-          } else if (req.has_delete_run() && st.config.tokens
-                     && !has_role(caller, role::admin)) {
-            // Members stop only their own runs.
-            auto name = req.delete_run().name();
-            self->request(sched, timeout, atom::get_v, name)
-              .then(
-                [self, sched, timeout, name, caller, on_run, on_error,
-                 rp, id](v1::Run& run) mutable {
-                  if (run.spec().owner() != caller.name()) {
-                    rp.deliver(error_response(
-                      id, caf::make_error(ec::permission_denied,
-                                          "run " + name + " is "
-                                            + (run.spec().owner().empty()
-                                                 ? std::string{"nobody's"}
-                                                 : run.spec().owner() + "'s")
-                                            + "; a member stops only their own "
-                                              "runs")));
-                    return;
-                  }
-                  self->request(sched, timeout, atom::remove_v, name)
-                    .then(on_run, on_error);
-                },
-                on_error);
-          } else if (req.has_delete_run()) {
-            self->request(sched, timeout, atom::remove_v, req.delete_run().name())
-              .then(on_run, on_error);
-          } else {
-            self->request(sched, timeout, atom::runs_v)
-              .then(
-                [rp, id](v1::RunList& runs) mutable {
-                  v1::Response out;
-                  out.set_id(id);
-                  *out.mutable_runs() = std::move(runs);
-                  rp.deliver(std::move(out));
-                },
-                on_error);
-          }
-          return rp;
-        }
-        case v1::Request::kCreateJoinToken: {
-          const auto& body = req.create_join_token();
-          std::map<std::string, std::string> labels(body.labels().begin(),
-                                                    body.labels().end());
-          std::string what;
-          for (const auto& [k, v] : labels)
-            what += (what.empty() ? "" : ",") + k + "=" + v;
-          if (!st.config.tokens) {
-            return error_response(id, caf::make_error(ec::invalid_request,
-                                                      "this controller keeps "
-                                                      "no tokens"));
-          }
-          auto minted = st.config.tokens->mint_join(labels, body.ttl_seconds(),
-                                                    caller.name(), unix_ms_now());
-          if (!minted) {
-            audit(self, caller, "create join token", what,
-                  "failed: " + render_error(minted.error()));
-            return error_response(id, minted.error());
-          }
-          audit(self, caller, "create join token", what,
-                "ok: token " + minted->second.id());
-          v1::Response out;
-          out.set_id(id);
-          auto* t = out.mutable_join_token();
-          t->set_token(std::move(minted->first));
-          t->set_id(minted->second.id());
-          t->set_expires_unix_ms(minted->second.expires_unix_ms());
-          *t->mutable_labels() = minted->second.labels();
-          t->set_controller_key(st.config.controller_key);
-          t->set_controller_address(st.config.advertise_address);
-          return out;
-        }
-        case v1::Request::kCreateApiToken: {
-          const auto& body = req.create_api_token();
-          auto r = parse_role(body.role().empty() ? "member" : body.role());
-          auto target = body.name() + " (" + body.role() + ")";
-          caf::error err;
-          if (!st.config.tokens)
-            err = caf::make_error(ec::invalid_request,
-                                  "this controller keeps no tokens");
-          else if (!r)
-            err = caf::make_error(ec::invalid_request,
-                                  "role '" + body.role()
-                                    + "': use owner, admin or member");
-          else if (*r == role::owner && !has_role(caller, role::owner))
-            err = caf::make_error(ec::permission_denied,
-                                  "only an owner may create an owner token");
-          if (err) {
-            audit(self, caller, "create API token", target,
-                  "refused: " + render_error(err));
-            return error_response(id, err);
-          }
-          auto minted = st.config.tokens->mint_api(body.name(), *r,
-                                                   body.ttl_seconds(),
-                                                   caller.name(), unix_ms_now());
-          if (!minted) {
-            audit(self, caller, "create API token", target,
-                  "failed: " + render_error(minted.error()));
-            return error_response(id, minted.error());
-          }
-          audit(self, caller, "create API token", target,
-                "ok: token " + minted->second.id());
-          v1::Response out;
-          out.set_id(id);
-          auto* t = out.mutable_api_token();
-          t->set_token(std::move(minted->first));
-          t->set_id(minted->second.id());
-          t->set_name(minted->second.name());
-          t->set_role(minted->second.role());
-          t->set_expires_unix_ms(minted->second.expires_unix_ms());
-          return out;
-        }
-        case v1::Request::kRevokeApiToken: {
-          const auto& tid = req.revoke_api_token().id();
-          if (!st.config.tokens)
-            return error_response(id, caf::make_error(ec::invalid_request,
-                                                      "this controller keeps "
-                                                      "no tokens"));
-          auto revoked = st.config.tokens->revoke_api(tid);
-          if (!revoked) {
-            audit(self, caller, "revoke API token", tid,
-                  "failed: " + render_error(revoked.error()));
-            return error_response(id, revoked.error());
-          }
-          audit(self, caller, "revoke API token", tid, "ok");
-          v1::Response out;
-          out.set_id(id);
-          auto* t = out.mutable_api_token();
-          t->set_id(revoked->id());
-          t->set_name(revoked->name());
-          t->set_role(revoked->role());
-          t->set_expires_unix_ms(revoked->expires_unix_ms());
-          return out;
-        }
-        case v1::Request::kWhoami: {
-          v1::Response out;
-          out.set_id(id);
-          *out.mutable_principal() = caller;
-          return out;
-        }
-        case v1::Request::kListAudit: {
-          auto limit = req.list_audit().limit() == 0 ? 100u
-                                                     : req.list_audit().limit();
-          std::vector<v1::AuditRecord> all;
-          auto err = st.config.store->for_each(
-            family::audit, [&](std::string_view, std::string_view bytes) {
-              v1::AuditRecord rec;
-              if (rec.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
-                all.push_back(std::move(rec));
-              return true;
-            });
-          if (err)
-            return error_response(id, err);
-          v1::Response out;
-          out.set_id(id);
-          auto* list = out.mutable_audit();
-          for (auto i = all.rbegin(); i != all.rend() && limit > 0; ++i, --limit)
-            *list->add_records() = std::move(*i);
-          return out;
-        }
-        case v1::Request::kGetLogs: {
-          // The run says where the worker is; its machine's agent keeps
-          // the log.
-          if (!st.config.scheduler)
-            return error_response(id, caf::make_error(ec::invalid_request,
-                                                      "this controller runs no "
-                                                      "scheduler"));
-          auto q = req.get_logs();
-          auto rp = self->make_response_promise<v1::Response>();
-          self->request(st.config.scheduler, timeout, atom::get_v, q.run())
-            .then(
-              [self, rp, id, q, timeout](v1::Run& run) mutable {
-                auto rank = q.worker() < 0 ? 0u : static_cast<uint32_t>(q.worker());
-                const v1::WorkerAssignment* w = nullptr;
-                for (const auto& x : run.workers())
-                  if (x.rank() == rank && (!w || x.array_index() < w->array_index()))
-                    w = &x;
-                if (!w) {
-                  rp.deliver(error_response(
-                    id, caf::make_error(ec::invalid_request,
-                                        "run " + q.run() + " has no worker "
-                                          + std::to_string(rank)
-                                          + (run.workers_size() == 0
-                                               ? " (it is " + run.state()
-                                                   + ": not placed yet)"
-                                               : ""))));
-                  return;
-                }
-                auto m = self->state.machines.find(w->machine());
-                if (m == self->state.machines.end()) {
-                  rp.deliver(error_response(
-                    id, caf::make_error(ec::no_such_machine,
-                                        "no machine named " + w->machine())));
-                  return;
-                }
-                v1::LogsCommand cmd;
-                cmd.set_worker(w->name());
-                cmd.set_offset(q.offset());
-                cmd.set_max_bytes(q.max_bytes());
-                self->request(m->second, timeout, atom::logs_v, std::move(cmd))
-                  .then(
-                    [rp, id](v1::LogChunk& chunk) mutable {
-                      v1::Response out;
-                      out.set_id(id);
-                      *out.mutable_logs() = std::move(chunk);
-                      rp.deliver(std::move(out));
-                    },
-                    [rp, id](caf::error& err) mutable {
-                      rp.deliver(error_response(id, err));
-                    });
-              },
-              [rp, id](caf::error& err) mutable {
-                rp.deliver(error_response(id, err));
-              });
-          return rp;
-        }
-        case v1::Request::BODY_NOT_SET:
-          break;
-      }
-      return error_response(id, caf::make_error(ec::invalid_request,
-                                                "request carries no known body "
-                                                "(is astra newer than the "
-                                                "controller?)"));
+    [self](v1::Request& req) -> caf::result<v1::Response> {
+      return answer_cluster_request(self, req);
     },
     [self](atom::get, const std::string& name) -> caf::result<machine_actor> {
       auto& st = self->state;

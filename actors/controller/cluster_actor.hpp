@@ -101,12 +101,6 @@ caf::error validate_workspace(v1::Workspace& ws);
 /// contradicts a grant ("workspace research is granted pool=h100; the run
 /// asks for pool=a100").
 caf::error apply_workspace(const v1::Workspace* ws, v1::RunSpec& spec);
-/// The least role that may send `req` (runtime/gate/tokens.hpp): reads, runs
-/// and `whoami` need a member; cordon, maintenance, clearing faults, tokens
-/// and the audit log an admin; a request body this build does not classify
-/// an admin too.
-role required_role(const v1::Request& req);
-
 /// Whether `name` is a valid machine name: 1-63 characters of letters,
 /// digits, '-', '_' and '.', starting with a letter or digit (a hostname).
 bool valid_machine_name(const std::string& name);
