@@ -1,0 +1,50 @@
+// astra's GPU commands: list GPUs, clear a latched fault, print the Xid
+// policy.
+
+#include "bin/astra/commands.hpp"
+#include "bin/cli_format.hpp"
+
+namespace astraeus::cli {
+
+void add_gpu_commands(CLI::App& app, invocation& inv) {
+  auto* gpus = app.add_subcommand("gpus", "list the GPUs of every machine");
+  auto& only = inv.keep<std::string>();
+  gpus->add_option("--machine", only, "only this machine's GPUs");
+  gpus->callback([&inv, &only] {
+    v1::Request req;
+    req.mutable_list_gpus()->set_machine(only);
+    inv.rc = call(inv.opts, req, [](const v1::Response& r) {
+      return format_gpu_list(r.gpus(), now_ms());
+    });
+  });
+  auto* gpu_cmd = app.add_subcommand("gpu", "act on one GPU");
+  gpu_cmd->require_subcommand(1);
+  auto* clear = gpu_cmd->add_subcommand(
+    "clear-fault",
+    "clear a GPU's latched fault (after the GPU was reset or replaced); the "
+    "machine must be connected");
+  auto& machine = inv.keep<std::string>();
+  auto& gpu = inv.keep<std::string>();
+  clear->add_option("MACHINE", machine, "machine name")->required();
+  clear->add_option("GPU-ID", gpu, "GPU id (UUID, or the AMD id)")->required();
+  clear->callback([&inv, &machine, &gpu] {
+    v1::Request req;
+    req.mutable_clear_fault()->set_machine(machine);
+    req.mutable_clear_fault()->set_gpu(gpu);
+    // The answer is JSON either way, as the API returns it.
+    auto json_opts = inv.opts;
+    json_opts.output = "json";
+    inv.rc = call(json_opts, req, [](const v1::Response&) { return std::string{}; });
+  });
+  auto* xids = app.add_subcommand("xids", "print the Xid policy in force: which "
+                                          "Xids fence, mark at-risk or are recorded");
+  xids->callback([&inv] {
+    v1::Request req;
+    req.mutable_xid_policy();
+    inv.rc = call(inv.opts, req, [](const v1::Response& r) {
+      return format_xid_policy(r.xids());
+    });
+  });
+}
+
+} // namespace astraeus::cli

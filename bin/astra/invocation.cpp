@@ -1,0 +1,169 @@
+#include "bin/astra/invocation.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <sstream>
+
+#include "bin/cli_format.hpp"
+#include "messages/error.hpp"
+#include "runtime/gate/frame_codec.hpp"
+#include "runtime/gate/secure_channel.hpp"
+#include "runtime/process/config.hpp"
+#include "runtime/process/private_file.hpp"
+
+namespace astraeus::cli {
+
+namespace {
+
+/// The credentials file's "key=value" lines.
+std::map<std::string, std::string> read_credentials(const std::string& path) {
+  std::map<std::string, std::string> out;
+  auto text = read_trimmed_file(path);
+  if (!text)
+    return out;
+  std::stringstream in{*text};
+  std::string line;
+  while (std::getline(in, line)) {
+    auto eq = line.find('=');
+    if (eq != std::string::npos)
+      out[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return out;
+}
+
+} // namespace
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+           std::chrono::system_clock::now().time_since_epoch())
+    .count();
+}
+
+std::string credentials_path() {
+  if (auto xdg = std::getenv("XDG_CONFIG_HOME"); xdg != nullptr && xdg[0] == '/')
+    return std::string{xdg} + "/astraeus/credentials";
+  auto home = std::getenv("HOME");
+  return std::string{home != nullptr ? home : "."} + "/.config/astraeus/credentials";
+}
+
+gate_credentials resolve_credentials(options& opts) {
+  gate_credentials out;
+  std::string pin = opts.controller_key;
+  if (!opts.token_file.empty()) {
+    auto token = read_trimmed_file(opts.token_file);
+    if (!token)
+      std::fprintf(stderr, "astra: --token-file: %s\n",
+                   render_error(token.error()).c_str());
+    else
+      out.api_token = *token;
+  } else if (auto env = std::getenv("ASTRAEUS_TOKEN"); env != nullptr && *env != '\0') {
+    out.api_token = env;
+  } else if (auto saved = read_credentials(credentials_path());
+             !saved["token"].empty()) {
+    out.api_token = saved["token"];
+    if (pin.empty())
+      pin = saved["controller_key"];
+    if (!opts.addr_given && !saved["addr"].empty())
+      opts.addr = saved["addr"];
+  } else {
+    for (auto keys : {default_data_dir("dev") + "/controller-keys",
+                      default_data_dir("controller") + "-keys"}) {
+      auto token = read_trimmed_file(keys + "/owner-token");
+      if (!token)
+        continue;
+      out.api_token = *token;
+      if (pin.empty())
+        if (auto key = read_trimmed_file(keys + "/gate.pub"))
+          pin = *key;
+      break;
+    }
+  }
+  if (!pin.empty()) {
+    auto key = parse_public_key(pin, "--controller-key");
+    if (key)
+      out.pinned = *key;
+    else
+      std::fprintf(stderr, "astra: %s\n", render_error(key.error()).c_str());
+  }
+  return out;
+}
+
+int call(options opts, v1::Request req,
+         const std::function<std::string(const v1::Response&)>& table) {
+  auto creds = resolve_credentials(opts);
+  auto addr = parse_gate_address(opts.addr);
+  if (!addr) {
+    std::fprintf(stderr, "astra: %s\n", render_error(addr.error()).c_str());
+    return 2;
+  }
+  auto timeout = std::chrono::milliseconds{
+    static_cast<int64_t>(opts.timeout_s * 1000)};
+  auto client = gate_client::connect_cli(*addr, timeout, creds);
+  if (!client) {
+    std::fprintf(stderr, "astra: %s\n", render_error(client.error()).c_str());
+    if (client.error() == ec::unreachable)
+      std::fprintf(stderr, "astra: is the controller running? Start one with "
+                           "`astraeus dev`, or point astra at yours with "
+                           "--addr or ASTRAEUS_ADDR.\n");
+    if (client.error() == ec::protocol_violation && creds.api_token.empty())
+      std::fprintf(stderr, "astra: no API token: run `astra login`, set "
+                           "ASTRAEUS_TOKEN, or pass --token-file.\n");
+    return 3;
+  }
+  auto resp = client->call(std::move(req), timeout);
+  if (!resp) {
+    std::fprintf(stderr, "astra: %s\n", render_error(resp.error()).c_str());
+    return 3;
+  }
+  if (resp->has_error()) {
+    if (opts.output == "json")
+      std::fputs((to_json(resp->error()) + "\n").c_str(), stdout);
+    std::fprintf(stderr, "astra: %s\n", resp->error().message().c_str());
+    return 1;
+  }
+  if (opts.output == "json") {
+    if (resp->has_machines())
+      std::fputs((to_json(resp->machines()) + "\n").c_str(), stdout);
+    else if (resp->has_machine())
+      std::fputs((to_json(resp->machine()) + "\n").c_str(), stdout);
+    else if (resp->has_gpus())
+      std::fputs((to_json(resp->gpus()) + "\n").c_str(), stdout);
+    else if (resp->has_cleared())
+      std::fputs((to_json_compact(resp->cleared()) + "\n").c_str(), stdout);
+    else if (resp->has_xids())
+      std::fputs((to_json(resp->xids()) + "\n").c_str(), stdout);
+    else if (resp->has_run())
+      std::fputs((to_json(resp->run()) + "\n").c_str(), stdout);
+    else if (resp->has_runs())
+      std::fputs((to_json(resp->runs()) + "\n").c_str(), stdout);
+    else if (resp->has_workspace())
+      std::fputs((to_json(resp->workspace()) + "\n").c_str(), stdout);
+    else if (resp->has_workspaces())
+      std::fputs((to_json(resp->workspaces()) + "\n").c_str(), stdout);
+    else if (resp->has_join_token()) {
+      auto doc = to_json_compact(resp->join_token());
+      // The seed's API answer carries the install command too.
+      auto install = install_command(
+        resp->join_token(), resp->join_token().controller_address().empty()
+                              ? opts.addr
+                              : resp->join_token().controller_address());
+      std::string quoted;
+      for (auto c : install)
+        quoted += c == '"' || c == '\\' ? std::string{"\\"} + c : std::string{c};
+      doc.insert(doc.size() - 1, ",\"install\":\"" + quoted + "\"");
+      std::fputs((doc + "\n").c_str(), stdout);
+    } else if (resp->has_api_token())
+      std::fputs((to_json(resp->api_token()) + "\n").c_str(), stdout);
+    else if (resp->has_principal())
+      std::fputs((to_json(resp->principal()) + "\n").c_str(), stdout);
+    else if (resp->has_audit())
+      std::fputs((to_json(resp->audit()) + "\n").c_str(), stdout);
+  } else {
+    std::fputs(table(*resp).c_str(), stdout);
+  }
+  return 0;
+}
+
+} // namespace astraeus::cli

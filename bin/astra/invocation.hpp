@@ -1,0 +1,80 @@
+#pragma once
+/// @file
+/// One run of `astra`: its global options, its exit code, the storage of
+/// every command's options, and the call to the controller's gate that
+/// most commands make. Each command group (bin/astra/commands.hpp) adds
+/// its commands to a CLI11 app and keeps what they parse in the invocation.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "messages/astraeus.pb.h"
+#include "runtime/gate/gate_client.hpp"
+
+namespace astraeus::cli {
+
+/// astra's global options (`astra --addr ... --output json COMMAND`).
+struct options {
+  /// The controller's gate, HOST:PORT.
+  std::string addr;
+  /// Whether --addr or ASTRAEUS_ADDR gave `addr` (else `astra login`'s wins).
+  bool addr_given = false;
+  /// "table" or "json".
+  std::string output = "table";
+  /// Seconds to wait for the controller.
+  double timeout_s = 10;
+  /// --token-file: the file holding the API token.
+  std::string token_file;
+  /// --controller-key: the gate's public key to insist on (64 hex digits).
+  std::string controller_key;
+};
+
+/// One run of astra. Owns every command's option storage: a command's
+/// values live as long as the invocation, so callbacks may refer to them.
+class invocation {
+public:
+  /// The global options, filled by the parse.
+  options opts;
+  /// The exit code the command's callback sets: 0 ok, 1 the controller
+  /// answered with an error, 2 bad input, 3 the controller is unreachable.
+  int rc = 0;
+
+  /// A new value of type T owned by this invocation (a command's option
+  /// storage), valid until the invocation ends.
+  template <class T>
+  T& keep(T init = T{}) {
+    auto held = std::make_shared<T>(std::move(init));
+    auto& ref = *held;
+    kept_.push_back(std::move(held));
+    return ref;
+  }
+
+private:
+  std::vector<std::shared_ptr<void>> kept_;
+};
+
+/// Milliseconds since the Unix epoch, for the ages astra prints.
+int64_t now_ms();
+
+/// Where `astra login` keeps its credentials:
+/// $XDG_CONFIG_HOME/astraeus/credentials, else ~/.config/astraeus/credentials.
+std::string credentials_path();
+
+/// Whom astra authenticates as, and which gate key it insists on. In
+/// order: --token-file; ASTRAEUS_TOKEN; `astra login`'s credentials (whose
+/// address replaces `opts.addr` unless one was given); the first owner
+/// token a local controller wrote (`astraeus dev`'s, then a controller's at
+/// the default data folder), pinning that controller's key.
+/// --controller-key pins in every case. Problems are printed to stderr.
+gate_credentials resolve_credentials(options& opts);
+
+/// Sends one request and prints its answer (`table` for people, JSON with
+/// --output json); returns the exit code: 0 ok, 1 the controller answered
+/// with an error, 2 a bad address, 3 unreachable.
+int call(options opts, v1::Request req,
+         const std::function<std::string(const v1::Response&)>& table);
+
+} // namespace astraeus::cli

@@ -1,0 +1,133 @@
+// astra's machine commands: list and show machines; label, cordon and
+// maintenance.
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+
+#include "bin/astra/commands.hpp"
+#include "bin/cli_format.hpp"
+
+namespace astraeus::cli {
+
+namespace {
+
+/// Adds `cmd NAME`, a request about one machine that answers its view.
+void add_machine_flag(CLI::App& app, invocation& inv, const char* cmd, const char* help,
+                      std::function<void(v1::Request&, const std::string&)> fill,
+                      std::function<std::string(const v1::MachineView&)> said) {
+  auto* sub = app.add_subcommand(cmd, help);
+  auto& target = inv.keep<std::string>();
+  sub->add_option("NAME", target, "machine name")->required();
+  sub->callback([&inv, &target, fill, said] {
+    v1::Request req;
+    fill(req, target);
+    inv.rc = call(inv.opts, req, [said](const v1::Response& r) {
+      return said(r.machine());
+    });
+  });
+}
+
+/// `astra label NAME KEY=VALUE... KEY-...`.
+void add_label(CLI::App& app, invocation& inv) {
+  // Labels: pools (pool=h100) and topology, like `kubectl label`.
+  auto* label = app.add_subcommand("label", "set (KEY=VALUE) or remove (KEY-) labels of a "
+                                            "machine, e.g. astra label gpu-01 pool=h100");
+  auto& machine = inv.keep<std::string>();
+  auto& args = inv.keep<std::vector<std::string>>();
+  label->add_option("NAME", machine, "machine name")->required();
+  label->add_option("LABELS", args, "KEY=VALUE to set, KEY- to remove")->required();
+  label->callback([&inv, &machine, &args] {
+    v1::Request req;
+    auto* sl = req.mutable_set_labels();
+    sl->set_name(machine);
+    for (const auto& a : args) {
+      auto eq = a.find('=');
+      if (eq != std::string::npos && eq > 0)
+        (*sl->mutable_set())[a.substr(0, eq)] = a.substr(eq + 1);
+      else if (a.size() > 1 && a.back() == '-' && eq == std::string::npos)
+        sl->add_remove(a.substr(0, a.size() - 1));
+      else {
+        std::fprintf(stderr, "astra: label %s: give KEY=VALUE to set or KEY- to remove\n",
+                     a.c_str());
+        inv.rc = 2;
+        return;
+      }
+    }
+    inv.rc = call(inv.opts, req, [](const v1::Response& r) {
+      std::string out = "machine " + r.machine().name() + " labels:";
+      std::vector<std::string> all;
+      for (const auto& [k, v] : r.machine().labels())
+        all.push_back(k + "=" + v);
+      std::sort(all.begin(), all.end());
+      for (const auto& l : all)
+        out += " " + l;
+      return out + (all.empty() ? " none\n" : "\n");
+    });
+  });
+}
+
+/// `astra maintenance NAME on|off`.
+void add_maintenance(CLI::App& app, invocation& inv) {
+  auto* maint = app.add_subcommand(
+    "maintenance", "take a machine out of service (on) or return it (off)");
+  auto& name = inv.keep<std::string>();
+  auto& mode = inv.keep<std::string>();
+  maint->add_option("NAME", name, "machine name")->required();
+  maint->add_option("MODE", mode, "on or off")
+    ->required()
+    ->check(CLI::IsMember({"on", "off"}));
+  maint->callback([&inv, &name, &mode] {
+    v1::Request req;
+    req.mutable_set_maintenance()->set_name(name);
+    req.mutable_set_maintenance()->set_maintenance(mode == "on");
+    inv.rc = call(inv.opts, req, [](const v1::Response& r) {
+      return "machine " + r.machine().name() + " is "
+             + v1::Machine::State_Name(r.machine().state()) + "\n";
+    });
+  });
+}
+
+} // namespace
+
+void add_machine_views(CLI::App& app, invocation& inv) {
+  auto* machines = app.add_subcommand("machines", "list machines");
+  machines->callback([&inv] {
+    v1::Request req;
+    req.mutable_list_machines();
+    inv.rc = call(inv.opts, req, [](const v1::Response& r) {
+      return format_machine_list(r.machines(), now_ms());
+    });
+  });
+  auto* machine = app.add_subcommand("machine", "show one machine in full");
+  auto& name = inv.keep<std::string>();
+  machine->add_option("NAME", name, "machine name")->required();
+  machine->callback([&inv, &name] {
+    v1::Request req;
+    req.mutable_get_machine()->set_name(name);
+    inv.rc = call(inv.opts, req, [](const v1::Response& r) {
+      return format_machine(r.machine(), now_ms());
+    });
+  });
+}
+
+void add_machine_actions(CLI::App& app, invocation& inv) {
+  add_label(app, inv);
+  add_machine_flag(
+    app, inv, "cordon", "stop new work landing on a machine; what runs there continues",
+    [](v1::Request& r, const std::string& n) {
+      r.mutable_set_cordon()->set_name(n);
+      r.mutable_set_cordon()->set_cordoned(true);
+    },
+    [](const v1::MachineView& m) { return "machine " + m.name() + " cordoned\n"; });
+  add_machine_flag(
+    app, inv, "uncordon", "let new work land on a machine again",
+    [](v1::Request& r, const std::string& n) {
+      r.mutable_set_cordon()->set_name(n);
+      r.mutable_set_cordon()->set_cordoned(false);
+    },
+    [](const v1::MachineView& m) { return "machine " + m.name() + " uncordoned\n"; });
+  add_maintenance(app, inv);
+}
+
+} // namespace astraeus::cli

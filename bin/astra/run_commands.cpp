@@ -1,0 +1,252 @@
+// astra's run commands: submit a run (flags or a spec file), show and list
+// runs, print a worker's output, delete a run.
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "bin/astra/commands.hpp"
+#include "bin/cli_format.hpp"
+#include "messages/error.hpp"
+#include "runtime/gate/frame_codec.hpp"
+#include "runtime/process/config.hpp"
+#include "runtime/workers/run_spec.hpp"
+
+namespace astraeus::cli {
+
+namespace {
+
+/// What `astra run` parses.
+struct run_flags {
+  std::string name, image, file, mem, pool, workspace, runtime;
+  uint32_t gpus = 0, workers = 1, array = 0;
+  double cpus = 0;
+  uint64_t time_limit = 0;
+  bool healthy_only = false, outputs = false;
+  std::vector<std::string> command, env;
+};
+
+/// Declares `astra run`'s options on `run`, stored in `f`.
+void add_run_options(CLI::App* run, run_flags& f) {
+  run->add_option("--name", f.name, "run name");
+  run->add_option("--image", f.image, "OCI image or root filesystem");
+  run->add_option("-f,--file", f.file, "run spec file (JSON or YAML)");
+  run->add_option("--gpus", f.gpus, "whole GPUs per worker");
+  run->add_option("--workers", f.workers, "number of workers (a gang)");
+  run->add_option("--cpus", f.cpus, "CPU cores per worker");
+  run->add_option("--mem", f.mem, "memory per worker, e.g. 256M, 16G");
+  run->add_option("--pool", f.pool, "pool the machines must be in");
+  run->add_option("--workspace", f.workspace,
+                  "workspace to run in (default: default); its grants are "
+                  "labels the machines must carry");
+  run->add_option("--array-size", f.array,
+                  "run N copies, each placed on its own (array.size)");
+  run->add_option("--env", f.env, "KEY=VALUE, repeatable");
+  run->add_option("--runtime", f.runtime,
+                  "how the workers run: runc (OCI containers) or process (host "
+                  "processes); default: the machine's choice");
+  run->add_flag("--healthy-only", f.healthy_only, "never AtRisk GPUs: wait instead");
+  run->add_flag("--outputs", f.outputs,
+                "give each worker $ASTRAEUS_OUTPUTS: key=value lines written there "
+                "are shown by astra run show once it ends");
+  run->add_option("--time-limit-seconds", f.time_limit, "stop after this long")
+    ->check(CLI::Range(uint64_t{0}, uint64_t{max_run_time_limit_seconds}));
+  run->add_option("command", f.command, "command and arguments (after --)");
+}
+
+/// Reads the spec file `path` into `spec`; false (and a message on stderr)
+/// when it cannot be read or does not parse.
+bool read_spec_file(const std::string& path, v1::RunSpec& spec) {
+  std::ifstream in{path};
+  if (!in) {
+    std::fprintf(stderr, "astra: cannot read %s\n", path.c_str());
+    return false;
+  }
+  // At most one byte over the cap is read: a spec file that never ends
+  // (/dev/zero, a pipe) is refused, not read forever.
+  std::string text(max_run_spec_bytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  auto parsed = parse_run_spec(text, path);
+  if (!parsed) {
+    std::fprintf(stderr, "astra: %s\n", render_error(parsed.error()).c_str());
+    return false;
+  }
+  spec = std::move(*parsed);
+  return true;
+}
+
+/// The spec `astra run` submits: the file's, then each flag given over it;
+/// false (and a message on stderr) on bad input.
+bool build_spec(const CLI::App& run, const run_flags& f, v1::RunSpec& spec) {
+  if (!f.file.empty() && !read_spec_file(f.file, spec))
+    return false;
+  if (!f.name.empty())
+    spec.set_name(f.name);
+  if (!f.image.empty())
+    spec.set_image(f.image);
+  if (run.count("--gpus") > 0)
+    spec.set_gpus_per_worker(f.gpus);
+  if (run.count("--workers") > 0 || (f.file.empty() && spec.task_groups().empty()))
+    spec.set_workers(f.workers);
+  if (run.count("--cpus") > 0)
+    spec.set_cpus_per_worker(f.cpus);  // validated below: finite, >= 0
+  if (!f.mem.empty()) {
+    auto bytes = parse_memory_size(f.mem);
+    if (!bytes) {
+      std::fprintf(stderr, "astra: --mem: %s\n", render_error(bytes.error()).c_str());
+      return false;
+    }
+    spec.set_memory_bytes_per_worker(*bytes);
+  }
+  if (!f.pool.empty())
+    spec.set_pool(f.pool);
+  if (!f.workspace.empty())
+    spec.set_workspace(f.workspace);
+  if (!f.runtime.empty())
+    spec.set_runtime(f.runtime);
+  if (run.count("--array-size") > 0)
+    spec.set_array_size(f.array);
+  if (f.healthy_only)
+    spec.set_healthy_only(true);
+  if (f.outputs)
+    spec.set_outputs(true);
+  if (f.time_limit > 0)
+    spec.set_time_limit_seconds(f.time_limit);
+  for (const auto& kv : f.env) {
+    auto eq = kv.find('=');
+    (*spec.mutable_env())[kv.substr(0, eq)] = eq == std::string::npos ? "" : kv.substr(eq + 1);
+  }
+  if (!f.command.empty()) {
+    spec.clear_command();
+    for (const auto& c : f.command)
+      spec.add_command(c);
+  }
+  if (auto err = validate_run_spec(spec)) {
+    std::fprintf(stderr, "astra: %s\n", render_error(err).c_str());
+    return false;
+  }
+  return true;
+}
+
+/// What `astra logs` parses.
+struct logs_flags {
+  std::string run;
+  int worker = 0;
+  bool follow = false;
+};
+
+/// `astra logs RUN`: prints the worker's output from offset 0, and with
+/// --follow keeps polling until it ends. Returns the exit code.
+int print_logs(const options& opts, const logs_flags& f) {
+  auto addr = parse_gate_address(opts.addr);
+  if (!addr) {
+    std::fprintf(stderr, "astra: %s\n", render_error(addr.error()).c_str());
+    return 2;
+  }
+  auto timeout = std::chrono::milliseconds{static_cast<int64_t>(opts.timeout_s * 1000)};
+  auto resolved = opts;
+  auto creds = resolve_credentials(resolved);
+  auto client = gate_client::connect_cli(*addr, timeout, creds);
+  if (!client) {
+    std::fprintf(stderr, "astra: %s\n", render_error(client.error()).c_str());
+    return 3;
+  }
+  uint64_t offset = 0;
+  for (;;) {
+    v1::Request req;
+    auto* q = req.mutable_get_logs();
+    q->set_run(f.run);
+    q->set_worker(f.worker);
+    q->set_offset(offset);
+    auto resp = client->call(req, timeout);
+    if (!resp) {
+      std::fprintf(stderr, "astra: %s\n", render_error(resp.error()).c_str());
+      return 3;
+    }
+    if (resp->has_error()) {
+      std::fprintf(stderr, "astra: %s\n", resp->error().message().c_str());
+      return 1;
+    }
+    const auto& chunk = resp->logs();
+    std::fwrite(chunk.data().data(), 1, chunk.data().size(), stdout);
+    std::fflush(stdout);
+    offset = chunk.next_offset();
+    if (!chunk.data().empty())
+      continue;  // more may be there already
+    if (!f.follow || chunk.finished())
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds{500});
+  }
+  return 0;
+}
+
+} // namespace
+
+void add_run_commands(CLI::App& app, invocation& inv) {
+  auto* run = app.add_subcommand(
+    "run", "submit a run: astra run --name NAME --gpus 8 --workers 2 --image IMG "
+           "-- CMD ARGS..., or astra run -f spec.yaml; astra run show NAME");
+  run->require_subcommand(0, 1);
+  auto& flags = inv.keep<run_flags>();
+  add_run_options(run, flags);
+  auto* show = run->add_subcommand("show", "show one run: state, and per worker "
+                                           "rank, group, machine, GPUs, NUMA node");
+  auto& show_name = inv.keep<std::string>();
+  show->add_option("NAME", show_name, "run name")->required();
+  show->callback([&inv, &show_name] {
+    v1::Request req;
+    req.mutable_get_run()->set_name(show_name);
+    inv.rc = call(inv.opts, req, [](const v1::Response& r) {
+      return format_run(r.run(), now_ms());
+    });
+  });
+  run->callback([&inv, &flags, run, show] {
+    if (show->parsed())
+      return;
+    v1::RunSpec spec;
+    if (!build_spec(*run, flags, spec)) {
+      inv.rc = 2;
+      return;
+    }
+    v1::Request req;
+    *req.mutable_submit_run()->mutable_spec() = spec;
+    inv.rc = call(inv.opts, req, [](const v1::Response& r) {
+      return format_submitted(r.run());
+    });
+  });
+  auto* runs = app.add_subcommand("runs", "list runs");
+  runs->callback([&inv] {
+    v1::Request req;
+    req.mutable_list_runs();
+    inv.rc = call(inv.opts, req, [](const v1::Response& r) {
+      return format_run_list(r.runs(), now_ms());
+    });
+  });
+}
+
+void add_run_control_commands(CLI::App& app, invocation& inv) {
+  // A worker's output, read from its machine.
+  auto* logs = app.add_subcommand(
+    "logs", "print a worker's output: astra logs RUN [--worker N] [-f]");
+  auto& flags = inv.keep<logs_flags>();
+  logs->add_option("RUN", flags.run, "run name")->required();
+  logs->add_option("--worker", flags.worker, "the worker's rank (default 0, the leader)")
+    ->check(CLI::Range(0, static_cast<int>(max_run_workers) - 1));
+  logs->add_flag("-f,--follow", flags.follow, "keep printing new output until the "
+                                             "worker ends");
+  logs->callback([&inv, &flags] { inv.rc = print_logs(inv.opts, flags); });
+  auto* del = app.add_subcommand("delete", "stop a run and free its GPUs");
+  auto& name = inv.keep<std::string>();
+  del->add_option("NAME", name, "run name")->required();
+  del->callback([&inv, &name] {
+    v1::Request req;
+    req.mutable_delete_run()->set_name(name);
+    inv.rc = call(inv.opts, req, [](const v1::Response& r) {
+      return "run " + r.run().spec().name() + " deleted\n";
+    });
+  });
+}
+
+} // namespace astraeus::cli
