@@ -207,6 +207,350 @@ v1::MachineView machine_state::view() const {
   return out;
 }
 
+
+namespace {
+
+using machine_ptr = machine_actor::stateful_pointer<machine_state>;
+
+const std::string& name_of(machine_ptr self) {
+  return self->state.config.record.name();
+}
+
+/// Tells the scheduler when what it places by changed.
+void tell_scheduler(machine_ptr self) {
+  auto& st = self->state;
+  if (!st.config.scheduler)
+    return;
+  auto snap = st.scheduler_view();
+  auto bytes = snap.SerializeAsString();
+  if (bytes == st.scheduler_snapshot)
+    return;
+  st.scheduler_snapshot = std::move(bytes);
+  self->send(st.config.scheduler, std::move(snap));
+}
+
+/// Keeps one GPU actor per reported GPU id; `up`: whether the machine is Up.
+/// After a complete read, the actors of GPUs missing from it end.
+void sync_gpus(machine_ptr self, bool up) {
+  auto& st = self->state;
+  const auto& section = st.facts.gpus();
+  std::set<std::string> seen;
+  for (const auto& g : section.gpus()) {
+    if (g.id().empty())
+      continue;
+    seen.insert(g.id());
+    auto i = st.gpus.find(g.id());
+    if (i == st.gpus.end()) {
+      auto handle = self->spawn<caf::linked>(gpu, st.config.record.name(), g, up,
+                                             caf::actor_cast<machine_actor>(self));
+      if (auto holder = gpu_holder(st.orders, g.id()); !holder.empty())
+        self->send(handle, atom::assign_v, std::move(holder));
+      st.gpus.emplace(g.id(), std::move(handle));
+    } else
+      self->send(i->second, g);
+  }
+  if (!complete_read(section))
+    return;
+  for (auto i = st.gpus.begin(); i != st.gpus.end();) {
+    if (seen.count(i->first) == 0) {
+      spdlog::info("machine {}: GPU {} is gone", st.config.record.name(), i->first);
+      self->unlink_from(i->second);
+      caf::anon_send_exit(i->second, caf::exit_reason::user_shutdown);
+      st.gpu_health.erase(i->first);
+      i = st.gpus.erase(i);
+    } else {
+      ++i;
+    }
+  }
+}
+
+/// Tells every GPU actor which worker holds it (empty = free), from the
+/// whole worker set placed here.
+void tell_holders(machine_ptr self) {
+  auto& st = self->state;
+  for (auto& [id, g] : st.gpus)
+    self->send(g, atom::assign_v, gpu_holder(st.orders, id));
+}
+
+/// Hands the agent the worker set, when connected and not yet applied.
+void send_orders(machine_ptr self) {
+  auto& st = self->state;
+  if (!st.orders_known || st.session == 0 || !st.gate
+      || st.acked_generation == st.orders.generation())
+    return;
+  auto gate = caf::actor_cast<gate_command_actor>(st.gate);
+  for (auto& part : split_orders(st.orders, orders_part_bytes))
+    self->send(gate, atom::assign_v, st.session, std::move(part));
+}
+
+/// The agent's worker list, from its answer frame or a report.
+void on_statuses(machine_ptr self, v1::WorkerStatuses& statuses) {
+  auto& st = self->state;
+  statuses.set_machine(st.config.record.name());
+  st.acked_generation = statuses.generation();
+  auto bytes = statuses.SerializeAsString();
+  if (bytes != st.last_statuses) {
+    st.last_statuses = std::move(bytes);
+    if (st.config.scheduler)
+      self->send(st.config.scheduler, std::move(statuses));
+  }
+  send_orders(self);
+}
+
+/// Moves the machine's liveness to `next` (`why` is logged).
+void set_liveness(machine_ptr self, v1::Machine::State next, const char* why) {
+  auto& st = self->state;
+  if (st.liveness == next)
+    return;
+  for (auto& [id, g] : st.gpus)
+    self->send(g, atom::machine_up_v, next == v1::Machine::Up);
+  auto before = st.liveness;
+  st.liveness = next;
+  if (next == v1::Machine::Down)
+    st.last_statuses.clear();
+  if (st.config.record.maintenance()) {
+    spdlog::info("machine {}: in Maintenance; underneath {} -> {} ({})", name_of(self),
+                 to_string(before), to_string(next), why);
+    return;
+  }
+  st.state_since_unix_ms = unix_ms_now();
+  spdlog::info("machine {}: {} -> {} ({})", name_of(self), to_string(before),
+               to_string(next), why);
+  tell_scheduler(self);
+}
+
+/// Writes the record; `sync` for what a user is told about.
+caf::error persist(machine_ptr self, bool sync) {
+  auto& st = self->state;
+  if (!st.config.store)
+    return caf::none;
+  auto& rec = st.config.record;
+  *rec.mutable_last_facts() = st.facts;
+  rec.set_last_report_unix_ms(st.last_report_unix_ms);
+  if (auto err = st.config.store->put(family::machines, rec.name(), rec, sync)) {
+    spdlog::error("machine {}: cannot store its record: {}", name_of(self),
+                  render_error(err));
+    return err;
+  }
+  st.facts_stored_unix_ms = unix_ms_now();
+  return caf::none;
+}
+
+/// Takes the facts of `report`, logs a change of pressure, and says whether
+/// the address changed.
+bool take_report(machine_ptr self, v1::MachineReport& report) {
+  auto& st = self->state;
+  bool address_changed = !report.address().empty()
+                         && report.address() != st.config.record.address();
+  if (address_changed)
+    st.config.record.set_address(report.address());
+  st.last_report = self->clock().now();
+  st.last_report_unix_ms = unix_ms_now();
+  st.facts = std::move(*report.mutable_facts());
+  auto was_pressured = st.pressure.memory || st.pressure.disk;
+  st.pressure = evaluate_pressure(st.facts, st.config.pressure);
+  auto pressured = st.pressure.memory || st.pressure.disk;
+  if (pressured != was_pressured) {
+    if (pressured)
+      spdlog::warn("machine {}: under pressure, takes no new work: {}",
+                   st.config.record.name(), st.pressure.reasons.front());
+    else
+      spdlog::info("machine {}: pressure cleared, takes new work again",
+                   st.config.record.name());
+  }
+  return address_changed;
+}
+
+/// An agent's report: facts, liveness, GPUs, the stored record, the lapse
+/// timer, the scheduler's view and the worker list.
+void on_report(machine_ptr self, v1::MachineReport& report) {
+  auto& st = self->state;
+  bool address_changed = take_report(self, report);
+  auto came_up = st.liveness != v1::Machine::Up;
+  if (came_up)
+    set_liveness(self, v1::Machine::Up, "report received");
+  sync_gpus(self, true);
+  if (!report.agent_version().empty()
+      && report.agent_version() != st.config.record.agent_version()) {
+    st.config.record.set_agent_version(report.agent_version());
+    came_up = true;
+  }
+  came_up = came_up || address_changed;
+  // The controller keeps a copy of the GPUs and their faults, so they
+  // show while the machine is Down and after a controller restart.
+  auto gpu_print = gpu_fingerprint(st.facts.gpus());
+  if (gpu_print != st.stored_gpu_fingerprint) {
+    st.stored_gpu_fingerprint = gpu_print;
+    came_up = true;
+  }
+  if (came_up
+      || st.last_report_unix_ms - st.facts_stored_unix_ms > facts_store_interval_ms)
+    persist(self, false);
+  if (!st.lapse_timer_pending) {
+    st.lapse_timer_pending = true;
+    self->delayed_send(self, st.config.heartbeat_lapse, atom::lapse_v);
+  }
+  tell_scheduler(self);
+  if (report.has_workers())
+    on_statuses(self, *report.mutable_workers());
+  else
+    send_orders(self);
+}
+
+/// The view of every GPU of the machine, by PCI address.
+caf::result<std::vector<v1::GpuView>> gpu_views(machine_ptr self) {
+  auto rp = self->make_response_promise<std::vector<v1::GpuView>>();
+  std::vector<gpu_actor> targets;
+  for (auto& [id, g] : self->state.gpus)
+    targets.push_back(g);
+  gather<v1::GpuView>(
+    self, targets, std::chrono::seconds{5},
+    [rp](std::vector<v1::GpuView> views) mutable {
+      std::sort(views.begin(), views.end(), [](const auto& a, const auto& b) {
+        return a.gpu().pci_address() < b.gpu().pci_address();
+      });
+      rp.deliver(std::move(views));
+    },
+    nullptr, atom::get_v);
+  return rp;
+}
+
+caf::result<v1::MachineView> set_cordon(machine_ptr self, bool on) {
+  auto& rec = self->state.config.record;
+  if (rec.cordoned() != on) {
+    rec.set_cordoned(on);
+    if (auto err = persist(self, true)) {
+      rec.set_cordoned(!on);
+      return err;
+    }
+    spdlog::info("machine {}: {}", name_of(self), on ? "cordoned" : "uncordoned");
+    tell_scheduler(self);
+  }
+  return self->state.view();
+}
+
+caf::result<v1::MachineView> set_maintenance(machine_ptr self, bool on) {
+  auto& st = self->state;
+  auto& rec = st.config.record;
+  if (rec.maintenance() != on) {
+    auto before = st.shown_state();
+    rec.set_maintenance(on);
+    if (auto err = persist(self, true)) {
+      rec.set_maintenance(!on);
+      return err;
+    }
+    st.state_since_unix_ms = unix_ms_now();
+    spdlog::info("machine {}: {} -> {} (maintenance {})", name_of(self),
+                 to_string(before), to_string(st.shown_state()), on ? "on" : "off");
+    tell_scheduler(self);
+  }
+  return st.view();
+}
+
+caf::result<v1::MachineView> set_labels(machine_ptr self, const v1::SetLabels& req) {
+  auto& rec = self->state.config.record;
+  if (auto err = check_labels(req))
+    return err;
+  auto before = rec.labels();
+  for (const auto& k : req.remove())
+    rec.mutable_labels()->erase(k);
+  for (const auto& [k, v] : req.set())
+    (*rec.mutable_labels())[k] = v;
+  if (auto err = persist(self, true)) {
+    *rec.mutable_labels() = before;
+    return err;
+  }
+  spdlog::info("machine {}: labels set ({}) and removed ({})", name_of(self),
+               req.set_size(), req.remove_size());
+  tell_scheduler(self);
+  return self->state.view();
+}
+
+/// Gate session `session` of the agent began (`up`) or ended.
+void on_connected(machine_ptr self, uint64_t session, bool up, caf::actor& gate) {
+  auto& st = self->state;
+  if (up) {
+    st.session = session;
+    st.gate = std::move(gate);
+    // A new session: whatever the agent applied, it says so again.
+    st.acked_generation = 0;
+    st.last_statuses.clear();
+    send_orders(self);
+  } else if (st.session == session) {
+    st.session = 0;
+    st.gate = nullptr;
+    spdlog::info("machine {}: agent disconnected", name_of(self));
+  }
+}
+
+/// Asks the agent, through the gate, for a part of a worker's log.
+caf::result<v1::LogChunk> fetch_logs(machine_ptr self, v1::LogsCommand& cmd) {
+  auto& st = self->state;
+  if (st.session == 0 || !st.gate)
+    return caf::make_error(ec::not_connected,
+                           "machine " + name_of(self)
+                             + " is not connected: its agent keeps the "
+                               "worker's log; start it and try again");
+  auto rp = self->make_response_promise<v1::LogChunk>();
+  self->request(caf::actor_cast<gate_command_actor>(st.gate), std::chrono::seconds{10},
+                atom::logs_v, st.session, std::move(cmd))
+    .then(
+      [rp](v1::LogsReply& reply) mutable {
+        if (!reply.error().empty())
+          rp.deliver(caf::make_error(ec::invalid_request, reply.error()));
+        else
+          rp.deliver(std::move(*reply.mutable_chunk()));
+      },
+      [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+  return rp;
+}
+
+/// Asks the agent, through the gate, to clear GPU `gpu_id`'s latched fault.
+caf::result<v1::ClearFaultResult> clear_fault(machine_ptr self, const std::string& gpu_id) {
+  auto& st = self->state;
+  if (st.session == 0 || !st.gate)
+    return caf::make_error(ec::not_connected,
+                           "machine " + name_of(self)
+                             + " is not connected: a fault is cleared on "
+                               "the machine itself; start its agent and "
+                               "try again");
+  auto rp = self->make_response_promise<v1::ClearFaultResult>();
+  self->request(st.gate, std::chrono::seconds{10}, atom::clear_v, st.session, gpu_id)
+    .then(
+      [rp](v1::ClearFaultReply& reply) mutable {
+        if (!reply.error().empty()) {
+          rp.deliver(caf::make_error(ec::store_failure, reply.error()));
+          return;
+        }
+        v1::ClearFaultResult out;
+        out.set_uuid(reply.uuid());
+        out.set_cleared(reply.cleared());
+        rp.deliver(std::move(out));
+      },
+      [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+  return rp;
+}
+
+/// The heartbeat lapse timer fired.
+void on_lapse(machine_ptr self) {
+  auto& st = self->state;
+  st.lapse_timer_pending = false;
+  auto now = self->clock().now();
+  auto deadline = st.last_report + st.config.heartbeat_lapse;
+  if (now >= deadline) {
+    // Lapsed: Up (or Idle, never reported) becomes Down. The timer is
+    // re-armed by the next report.
+    if (st.liveness != v1::Machine::Down)
+      set_liveness(self, v1::Machine::Down, "heartbeat lapsed");
+    return;
+  }
+  // A report came since the timer was set: wait for the rest.
+  st.lapse_timer_pending = true;
+  self->delayed_send(self, deadline - now, atom::lapse_v);
+}
+
+} // namespace
+
 machine_actor::behavior_type
 machine(machine_actor::stateful_pointer<machine_state> self,
         machine_config config) {
@@ -226,343 +570,50 @@ machine(machine_actor::stateful_pointer<machine_state> self,
   st.last_report = self->clock().now();
   st.lapse_timer_pending = true;
   self->delayed_send(self, st.config.heartbeat_lapse, atom::lapse_v);
-  auto name = [self]() -> const std::string& {
-    return self->state.config.record.name();
-  };
-  // Tells the scheduler when what it places by changed.
-  auto tell_scheduler = [self] {
-    auto& st = self->state;
-    if (!st.config.scheduler)
-      return;
-    auto snap = st.scheduler_view();
-    auto bytes = snap.SerializeAsString();
-    if (bytes == st.scheduler_snapshot)
-      return;
-    st.scheduler_snapshot = std::move(bytes);
-    self->send(st.config.scheduler, std::move(snap));
-  };
-  // Keeps one GPU actor per reported GPU id.
-  auto sync_gpus = [self](bool up) {
-    auto& st = self->state;
-    const auto& section = st.facts.gpus();
-    std::set<std::string> seen;
-    for (const auto& g : section.gpus()) {
-      if (g.id().empty())
-        continue;
-      seen.insert(g.id());
-      auto i = st.gpus.find(g.id());
-      if (i == st.gpus.end()) {
-        auto handle = self->template spawn<caf::linked>(
-          gpu, st.config.record.name(), g, up, caf::actor_cast<machine_actor>(self));
-        if (auto holder = gpu_holder(st.orders, g.id()); !holder.empty())
-          self->send(handle, atom::assign_v, std::move(holder));
-        st.gpus.emplace(g.id(), std::move(handle));
-      } else
-        self->send(i->second, g);
-    }
-    if (!complete_read(section))
-      return;
-    for (auto i = st.gpus.begin(); i != st.gpus.end();) {
-      if (seen.count(i->first) == 0) {
-        spdlog::info("machine {}: GPU {} is gone", st.config.record.name(),
-                     i->first);
-        self->unlink_from(i->second);
-        caf::anon_send_exit(i->second, caf::exit_reason::user_shutdown);
-        st.gpu_health.erase(i->first);
-        i = st.gpus.erase(i);
-      } else {
-        ++i;
-      }
-    }
-  };
-  sync_gpus(false);
-  // Tells every GPU actor which worker holds it (empty = free), from the
-  // whole worker set placed here.
-  auto tell_holders = [self] {
-    auto& st = self->state;
-    for (auto& [id, g] : st.gpus)
-      self->send(g, atom::assign_v, gpu_holder(st.orders, id));
-  };
-    self->send(st.config.scheduler, atom::attach_v, name(),
-               caf::actor_cast<machine_actor>(self));
-  tell_scheduler();
-  // Hands the agent the worker set, when connected and not yet applied.
-  auto send_orders = [self] {
-    auto& st = self->state;
-    if (!st.orders_known || st.session == 0 || !st.gate
-        || st.acked_generation == st.orders.generation())
-      return;
-    auto gate = caf::actor_cast<gate_command_actor>(st.gate);
-    for (auto& part : split_orders(st.orders, orders_part_bytes))
-      self->send(gate, atom::assign_v, st.session, std::move(part));
-  };
-  // The agent's worker list, from its answer frame or a report.
-  auto on_statuses = [self, send_orders](v1::WorkerStatuses& statuses) {
-    auto& st = self->state;
-    statuses.set_machine(st.config.record.name());
-    st.acked_generation = statuses.generation();
-    auto bytes = statuses.SerializeAsString();
-    if (bytes != st.last_statuses) {
-      st.last_statuses = std::move(bytes);
-      if (st.config.scheduler)
-        self->send(st.config.scheduler, std::move(statuses));
-    }
-    send_orders();
-  };
-  auto set_liveness = [self, name, tell_scheduler](v1::Machine::State next,
-                                                  const char* why) {
-    auto& st = self->state;
-    if (st.liveness == next)
-      return;
-    for (auto& [id, g] : st.gpus)
-      self->send(g, atom::machine_up_v, next == v1::Machine::Up);
-    auto before = st.liveness;
-    st.liveness = next;
-    if (next == v1::Machine::Down)
-      st.last_statuses.clear();
-    if (st.config.record.maintenance()) {
-      spdlog::info("machine {}: in Maintenance; underneath {} -> {} ({})",
-                   name(), to_string(before), to_string(next), why);
-      return;
-    }
-    st.state_since_unix_ms = unix_ms_now();
-    spdlog::info("machine {}: {} -> {} ({})", name(), to_string(before),
-                 to_string(next), why);
-    tell_scheduler();
-  };
-  // Writes the record; `sync` for what a user is told about.
-  auto persist = [self, name](bool sync) -> caf::error {
-    auto& st = self->state;
-    if (!st.config.store)
-      return caf::none;
-    auto& rec = st.config.record;
-    *rec.mutable_last_facts() = st.facts;
-    rec.set_last_report_unix_ms(st.last_report_unix_ms);
-    if (auto err = st.config.store->put(family::machines, rec.name(), rec, sync)) {
-      spdlog::error("machine {}: cannot store its record: {}", name(),
-                    render_error(err));
-      return err;
-    }
-    st.facts_stored_unix_ms = unix_ms_now();
-    return caf::none;
-  };
+  sync_gpus(self, false);
+  self->send(st.config.scheduler, atom::attach_v, name_of(self),
+             caf::actor_cast<machine_actor>(self));
+  tell_scheduler(self);
   return {
-    [self, set_liveness, persist, sync_gpus, tell_scheduler, on_statuses,
-     send_orders](v1::MachineReport& report) {
-      auto& st = self->state;
-      bool address_changed = !report.address().empty()
-                             && report.address() != st.config.record.address();
-      if (address_changed)
-        st.config.record.set_address(report.address());
-      st.last_report = self->clock().now();
-      st.last_report_unix_ms = unix_ms_now();
-      st.facts = std::move(*report.mutable_facts());
-      auto was_pressured = st.pressure.memory || st.pressure.disk;
-      st.pressure = evaluate_pressure(st.facts, st.config.pressure);
-      auto pressured = st.pressure.memory || st.pressure.disk;
-      if (pressured != was_pressured) {
-        if (pressured)
-          spdlog::warn("machine {}: under pressure, takes no new work: {}",
-                       st.config.record.name(), st.pressure.reasons.front());
-        else
-          spdlog::info("machine {}: pressure cleared, takes new work again",
-                       st.config.record.name());
-      }
-      auto came_up = st.liveness != v1::Machine::Up;
-      if (came_up)
-        set_liveness(v1::Machine::Up, "report received");
-      sync_gpus(true);
-      if (!report.agent_version().empty()
-          && report.agent_version() != st.config.record.agent_version()) {
-        st.config.record.set_agent_version(report.agent_version());
-        came_up = true;
-      }
-      came_up = came_up || address_changed;
-      // The controller keeps a copy of the GPUs and their faults, so they
-      // show while the machine is Down and after a controller restart.
-      auto gpu_print = gpu_fingerprint(st.facts.gpus());
-      if (gpu_print != st.stored_gpu_fingerprint) {
-        st.stored_gpu_fingerprint = gpu_print;
-        came_up = true;
-      }
-      if (came_up
-          || st.last_report_unix_ms - st.facts_stored_unix_ms
-               > facts_store_interval_ms)
-        persist(false);
-      if (!st.lapse_timer_pending) {
-        st.lapse_timer_pending = true;
-        self->delayed_send(self, st.config.heartbeat_lapse, atom::lapse_v);
-      }
-      tell_scheduler();
-      if (report.has_workers())
-        on_statuses(*report.mutable_workers());
-      else
-        send_orders();
-    },
+    [self](v1::MachineReport& report) { on_report(self, report); },
     [self](atom::get) -> v1::MachineView { return self->state.view(); },
     [self](atom::gpus) -> caf::result<std::vector<v1::GpuView>> {
-      auto rp = self->make_response_promise<std::vector<v1::GpuView>>();
-      std::vector<gpu_actor> targets;
-      for (auto& [id, g] : self->state.gpus)
-        targets.push_back(g);
-      gather<v1::GpuView>(
-        self, targets, std::chrono::seconds{5},
-        [rp](std::vector<v1::GpuView> views) mutable {
-          std::sort(views.begin(), views.end(), [](const auto& a, const auto& b) {
-            return a.gpu().pci_address() < b.gpu().pci_address();
-          });
-          rp.deliver(std::move(views));
-        },
-        nullptr, atom::get_v);
-      return rp;
+      return gpu_views(self);
     },
-    [self, persist, name, tell_scheduler](atom::cordon,
-                          bool on) -> caf::result<v1::MachineView> {
-      auto& rec = self->state.config.record;
-      if (rec.cordoned() != on) {
-        rec.set_cordoned(on);
-        if (auto err = persist(true)) {
-          rec.set_cordoned(!on);
-          return err;
-        }
-        spdlog::info("machine {}: {}", name(), on ? "cordoned" : "uncordoned");
-        tell_scheduler();
-      }
-      return self->state.view();
+    [self](atom::cordon, bool on) -> caf::result<v1::MachineView> {
+      return set_cordon(self, on);
     },
-    [self, persist, name, tell_scheduler](atom::maintenance,
-                          bool on) -> caf::result<v1::MachineView> {
-      auto& st = self->state;
-      auto& rec = st.config.record;
-      if (rec.maintenance() != on) {
-        auto before = st.shown_state();
-        rec.set_maintenance(on);
-        if (auto err = persist(true)) {
-          rec.set_maintenance(!on);
-          return err;
-        }
-        st.state_since_unix_ms = unix_ms_now();
-        spdlog::info("machine {}: {} -> {} (maintenance {})", name(),
-                     to_string(before), to_string(st.shown_state()),
-                     on ? "on" : "off");
-        tell_scheduler();
-      }
-      return st.view();
+    [self](atom::maintenance, bool on) -> caf::result<v1::MachineView> {
+      return set_maintenance(self, on);
     },
-    [self, name, send_orders](atom::connected, uint64_t session, bool up,
-                              caf::actor& gate) {
-      auto& st = self->state;
-      if (up) {
-        st.session = session;
-        st.gate = std::move(gate);
-        // A new session: whatever the agent applied, it says so again.
-        st.acked_generation = 0;
-        st.last_statuses.clear();
-        send_orders();
-      } else if (st.session == session) {
-        st.session = 0;
-        st.gate = nullptr;
-        spdlog::info("machine {}: agent disconnected", name());
-      }
+    [self](atom::connected, uint64_t session, bool up, caf::actor& gate) {
+      on_connected(self, session, up, gate);
     },
-    [self, send_orders, tell_holders](atom::assign, v1::WorkerOrders& orders) {
+    [self](atom::assign, v1::WorkerOrders& orders) {
       auto& st = self->state;
       st.orders = std::move(orders);
       st.orders_known = true;
-      tell_holders();
-      send_orders();
+      tell_holders(self);
+      send_orders(self);
     },
-    [on_statuses](v1::WorkerStatuses& statuses) { on_statuses(statuses); },
-    [self, persist, name, tell_scheduler](v1::SetLabels& req)
-      -> caf::result<v1::MachineView> {
-      auto& rec = self->state.config.record;
-      if (auto err = check_labels(req))
-        return err;
-      auto before = rec.labels();
-      for (const auto& k : req.remove())
-        rec.mutable_labels()->erase(k);
-      for (const auto& [k, v] : req.set())
-        (*rec.mutable_labels())[k] = v;
-      if (auto err = persist(true)) {
-        *rec.mutable_labels() = before;
-        return err;
-      }
-      spdlog::info("machine {}: labels set ({}) and removed ({})", name(), req.set_size(),
-                   req.remove_size());
-      tell_scheduler();
-      return self->state.view();
+    [self](v1::WorkerStatuses& statuses) { on_statuses(self, statuses); },
+    [self](v1::SetLabels& req) -> caf::result<v1::MachineView> {
+      return set_labels(self, req);
     },
-    [self, name](atom::logs, v1::LogsCommand& cmd) -> caf::result<v1::LogChunk> {
-      auto& st = self->state;
-      if (st.session == 0 || !st.gate)
-        return caf::make_error(ec::not_connected,
-                               "machine " + name()
-                                 + " is not connected: its agent keeps the "
-                                   "worker's log; start it and try again");
-      auto rp = self->make_response_promise<v1::LogChunk>();
-      self->request(caf::actor_cast<gate_command_actor>(st.gate),
-                    std::chrono::seconds{10}, atom::logs_v, st.session,
-                    std::move(cmd))
-        .then(
-          [rp](v1::LogsReply& reply) mutable {
-            if (!reply.error().empty())
-              rp.deliver(caf::make_error(ec::invalid_request, reply.error()));
-            else
-              rp.deliver(std::move(*reply.mutable_chunk()));
-          },
-          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
-      return rp;
+    [self](atom::logs, v1::LogsCommand& cmd) -> caf::result<v1::LogChunk> {
+      return fetch_logs(self, cmd);
     },
-    [self, tell_scheduler](atom::health, std::string& id, std::string& health,
-                           std::string& reasons) {
+    [self](atom::health, std::string& id, std::string& health, std::string& reasons) {
       auto& st = self->state;
       if (st.gpus.count(id) == 0)
         return;
       st.gpu_health[id] = {std::move(health), std::move(reasons)};
-      tell_scheduler();
+      tell_scheduler(self);
     },
-    [self, name](atom::clear,
-                 std::string& gpu_id) -> caf::result<v1::ClearFaultResult> {
-      auto& st = self->state;
-      if (st.session == 0 || !st.gate)
-        return caf::make_error(ec::not_connected,
-                               "machine " + name()
-                                 + " is not connected: a fault is cleared on "
-                                   "the machine itself; start its agent and "
-                                   "try again");
-      auto rp = self->make_response_promise<v1::ClearFaultResult>();
-      self->request(st.gate, std::chrono::seconds{10}, atom::clear_v, st.session,
-                    gpu_id)
-        .then(
-          [rp](v1::ClearFaultReply& reply) mutable {
-            if (!reply.error().empty()) {
-              rp.deliver(caf::make_error(ec::store_failure, reply.error()));
-              return;
-            }
-            v1::ClearFaultResult out;
-            out.set_uuid(reply.uuid());
-            out.set_cleared(reply.cleared());
-            rp.deliver(std::move(out));
-          },
-          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
-      return rp;
+    [self](atom::clear, std::string& gpu_id) -> caf::result<v1::ClearFaultResult> {
+      return clear_fault(self, gpu_id);
     },
-    [self, set_liveness](atom::lapse) {
-      auto& st = self->state;
-      st.lapse_timer_pending = false;
-      auto now = self->clock().now();
-      auto deadline = st.last_report + st.config.heartbeat_lapse;
-      if (now >= deadline) {
-        // Lapsed: Up (or Idle, never reported) becomes Down. The timer is
-        // re-armed by the next report.
-        if (st.liveness != v1::Machine::Down)
-          set_liveness(v1::Machine::Down, "heartbeat lapsed");
-        return;
-      }
-      // A report came since the timer was set: wait for the rest.
-      st.lapse_timer_pending = true;
-      self->delayed_send(self, deadline - now, atom::lapse_v);
-    },
+    [self](atom::lapse) { on_lapse(self); },
   };
 }
 
