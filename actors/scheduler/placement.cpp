@@ -190,28 +190,6 @@ void bucket_remove(selector_rec& s, unsigned slot, bucket_list& b, machine_id id
 
 } // namespace
 
-const char* to_string(gpu_health x) {
-  switch (x) {
-    case gpu_health::healthy: return "Healthy";
-    case gpu_health::at_risk: return "AtRisk";
-    case gpu_health::faulty: return "Faulty";
-    case gpu_health::foreign: return "Foreign";
-  }
-  return "Faulty";
-}
-
-std::optional<gpu_health> parse_gpu_health(std::string_view text) {
-  if (text == "Healthy")
-    return gpu_health::healthy;
-  if (text == "AtRisk")
-    return gpu_health::at_risk;
-  if (text == "Faulty")
-    return gpu_health::faulty;
-  if (text == "Foreign")
-    return gpu_health::foreign;
-  return std::nullopt;
-}
-
 const char* to_string(placement_tier x) {
   switch (x) {
     case placement_tier::one_machine: return "one machine";

@@ -54,22 +54,12 @@
 #include "actors/interfaces.hpp"
 #include "actors/scheduler/placement.hpp"
 #include "messages/astraeus.pb.h"
+#include "messages/run_state.hpp"
+#include "messages/worker_state.hpp"
 
 namespace astraeus {
 
 class Store;
-
-/// The run states (`v1::Run.state`).
-namespace run_state {
-inline constexpr const char* waiting = "Waiting";
-inline constexpr const char* placed = "Placed";
-inline constexpr const char* assigned = "Assigned";
-inline constexpr const char* down = "Down";
-inline constexpr const char* running = "Running";
-inline constexpr const char* stopping = "Stopping";
-inline constexpr const char* stopped = "Stopped";
-inline constexpr const char* failed = "Failed";
-} // namespace run_state
 
 /// Validated settings of the scheduler actor.
 struct scheduler_config {
