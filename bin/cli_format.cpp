@@ -14,6 +14,7 @@
 #include "messages/gpu_read.hpp"
 #include "messages/run_state.hpp"
 #include "messages/typed_twins.hpp"
+#include "runtime/process/duration_text.hpp"
 #include "runtime/workers/run_spec.hpp"
 #include "runtime/host/sysfs_text.hpp"
 #include "runtime/process/wall_clock.hpp"
@@ -50,23 +51,6 @@ std::string format_pressure(const v1::Pressure& p) {
          + " / " + percent(p.some_avg300()) + ", full " + percent(p.full_avg10())
          + " / " + percent(p.full_avg60()) + " / " + percent(p.full_avg300())
          + " (10s / 60s / 300s)";
-}
-
-std::string format_duration(uint64_t seconds) {
-  char buf[64];
-  if (seconds >= 86400)
-    std::snprintf(buf, sizeof(buf), "%llud %lluh",
-                  static_cast<unsigned long long>(seconds / 86400),
-                  static_cast<unsigned long long>(seconds % 86400 / 3600));
-  else if (seconds >= 3600)
-    std::snprintf(buf, sizeof(buf), "%lluh %llum",
-                  static_cast<unsigned long long>(seconds / 3600),
-                  static_cast<unsigned long long>(seconds % 3600 / 60));
-  else
-    std::snprintf(buf, sizeof(buf), "%llum %llus",
-                  static_cast<unsigned long long>(seconds / 60),
-                  static_cast<unsigned long long>(seconds % 60));
-  return buf;
 }
 
 std::string pressure_cell(const v1::MachineView& m) {

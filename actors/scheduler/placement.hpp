@@ -41,6 +41,7 @@
 #include <caf/expected.hpp>
 
 #include "messages/gpu_health_state.hpp"
+#include "runtime/process/duration_text.hpp"
 
 namespace astraeus {
 
@@ -435,8 +436,5 @@ private:
   std::unordered_map<std::string, waiting_reason> waiting_;
   std::optional<queue_reservation> reservation_;
 };
-
-/// "45s", "12m", "1h 30m", "2d 3h": a duration for people.
-std::string format_duration(int64_t seconds);
 
 } // namespace astraeus
