@@ -27,28 +27,6 @@ caf::error unknown_machine(machine_id m) {
 
 } // namespace placement_detail
 
-const char* to_string(gpu_health x) {
-  switch (x) {
-    case gpu_health::healthy: return "Healthy";
-    case gpu_health::at_risk: return "AtRisk";
-    case gpu_health::faulty: return "Faulty";
-    case gpu_health::foreign: return "Foreign";
-  }
-  return "Faulty";
-}
-
-std::optional<gpu_health> parse_gpu_health(std::string_view text) {
-  if (text == "Healthy")
-    return gpu_health::healthy;
-  if (text == "AtRisk")
-    return gpu_health::at_risk;
-  if (text == "Faulty")
-    return gpu_health::faulty;
-  if (text == "Foreign")
-    return gpu_health::foreign;
-  return std::nullopt;
-}
-
 // ---------------------------------------------------------------------------
 // Labels, groups and GPU lists of a machine
 // ---------------------------------------------------------------------------

@@ -73,14 +73,12 @@ caf::expected<machine_spec> machine_spec_of(const v1::SchedulerMachine& m) {
     gpu_spec gs;
     gs.id = g.id();
     gs.numa_node = g.numa_node();
-    if (!g.health().empty()) {
-      auto h = parse_gpu_health(g.health());
-      if (!h)
-        return caf::make_error(ec::invalid_request,
-                               "machine " + m.name() + ": GPU " + g.id()
-                                 + " has unknown health '" + g.health() + "'");
-      gs.health = *h;
-    }
+    auto h = health_of(g);
+    if (!h)
+      return caf::make_error(ec::invalid_request,
+                             "machine " + m.name() + ": GPU " + g.id()
+                               + " has unknown health '" + g.health() + "'");
+    gs.health = *h;
     for (auto peer : g.nvlink_peers()) {
       if (peer >= static_cast<uint32_t>(m.gpus_size()) || peer >= max_gpus_per_machine)
         return caf::make_error(ec::invalid_request,

@@ -51,12 +51,12 @@ std::vector<std::string> held_gpu_ids(const v1::Run& run, int32_t copy = -2);
 /// that is no longer live); those machines get their new worker sets.
 void index_run(self_ptr self, const v1::Run& run);
 
-/// Whether a worker state is an end its agent reported (kept as reported:
-/// only the run's state summarises) or the scheduler's Stopped.
-bool worker_ended(const std::string& s);
+/// Whether a worker has ended (messages/worker_state.hpp, worker_ended).
+bool worker_ended(const v1::WorkerAssignment& w);
 
-/// Sets the run's state, and that of each worker still going on.
-void set_run_state(v1::Run& run, const char* state);
+/// Sets the run's end (Stopped or Failed), and that of each worker still
+/// going on (a worker keeps the end its agent reported).
+void set_run_state(v1::Run& run, run_state end);
 
 /// The array copies of a run that have ended (every worker of the copy
 /// ended): they hold nothing and are no longer on their machines.
@@ -77,7 +77,7 @@ void release_run(scheduler_state& st, const v1::Run& run);
 bool holds_gpus(const scheduler_state& st, const v1::Run& run);
 
 /// Ends a run: releases its GPUs, sets its state, stores it.
-void finish_run(self_ptr self, v1::Run& run, const char* state, const std::string& why);
+void finish_run(self_ptr self, v1::Run& run, run_state state, const std::string& why);
 
 /// The waiting reason a run shows: the engine's words, and for an array how
 /// many copies still wait.

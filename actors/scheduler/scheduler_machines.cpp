@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <spdlog/spdlog.h>
@@ -20,29 +21,19 @@ namespace astraeus::scheduler_detail {
 
 namespace {
 
-/// The run's worker state for a state its agent reports: Running, Assigned
-/// (also while starting), else the agent's own word (Stopping, Exited,
-/// Failed, OOMKilled, Cancelled).
-std::string worker_state_of(const std::string& agent_state) {
-  if (agent_state == "Running")
-    return run_state::running;
-  if (agent_state.empty() || agent_state == "Assigned" || agent_state == "Starting")
-    return run_state::assigned;
-  return agent_state;
-}
-
-/// What a run's worker states say of it: {nullptr, ""} while it goes on;
+/// What a run's worker states say of it: {nullopt, ""} while it goes on;
 /// {Failed, why} when a worker failed (`held`: the agent's statuses, for
 /// the reason); {Stopped, why} when every worker of every copy exited 0.
-std::pair<const char*, std::string>
+std::pair<std::optional<run_state>, std::string>
 run_outcome(const v1::Run& run,
             const std::map<std::string, const v1::WorkerStatus*>& held) {
   bool all_exited = run.workers_size() > 0;
   // The worker that failed names the reason; one its agent Cancelled (its
   // gang stopped) only when none failed.
   const v1::WorkerAssignment* cancelled = nullptr;
-  auto failure = [&](const v1::WorkerAssignment& w) -> std::pair<const char*, std::string> {
-    const auto& s = w.state();
+  auto failure = [&](const v1::WorkerAssignment& w)
+    -> std::pair<std::optional<run_state>, std::string> {
+    const std::string s = to_string(state_of(w));
     std::string detail;
     if (auto h = held.find(w.name()); h != held.end())
       detail = h->second->detail();
@@ -53,16 +44,16 @@ run_outcome(const v1::Run& run,
     return {run_state::failed, "worker " + w.name() + " " + detail};
   };
   for (const auto& w : run.workers()) {
-    const auto& s = w.state();
-    if (s == "Cancelled") {
+    const auto s = state_of(w);
+    if (s == worker_state::cancelled) {
       if (!cancelled)
         cancelled = &w;
       continue;
     }
-    if (s == "Failed" || s == "OOMKilled")
+    if (worker_failed(s))
       return failure(w);
     // A copy stopped at its time limit has ended too.
-    if (s != "Exited" && s != run_state::stopped)
+    if (s != worker_state::exited && s != worker_state::stopped)
       all_exited = false;
   }
   if (cancelled)
@@ -70,7 +61,7 @@ run_outcome(const v1::Run& run,
   auto copies = std::max<uint32_t>(1, run.spec().array_size());
   if (all_exited && run.copies_placed() >= copies)
     return {run_state::stopped, "completed: every worker exited with code 0"};
-  return {nullptr, {}};
+  return {std::nullopt, {}};
 }
 
 } // namespace
@@ -107,7 +98,7 @@ void apply_snapshot(self_ptr self, v1::SchedulerMachine& m) {
         auto& run = st.runs[run_name];
         for (auto& w : *run.mutable_workers())
           if (w.machine() == m.name())
-            w.set_state(run_state::down);
+            set_state(w, worker_state::down);
         mark(self, run_name);
       }
   }
@@ -128,8 +119,7 @@ void apply_worker_statuses(self_ptr self, v1::WorkerStatuses& statuses) {
     if (r == st.runs.end())
       continue;
     auto& run = r->second;
-    bool run_ended = run.state() == std::string{run_state::stopped}
-                     || run.state() == std::string{run_state::failed};
+    bool run_ended = has_ended(state_of(run));
     auto ended = ended_copies(run);
     for (auto& rw : *run.mutable_workers())
       if (rw.name() == w.worker() && rw.machine() == machine && rw.outputs_size() == 0
@@ -166,8 +156,9 @@ void apply_worker_statuses(self_ptr self, v1::WorkerStatuses& statuses) {
           lost.emplace_back(run_name, w.name());
         continue;
       }
-      auto next = worker_state_of(h->second->state());
-      if (!w.acknowledged() && (next == "Stopping" || worker_ended(next))) {
+      // The agent's word, but Assigned until it runs.
+      auto next = state_of(*h->second);
+      if (!w.acknowledged() && (next == worker_state::stopping || worker_ended(next))) {
         // The agent answers a worker it was just handed with Assigned;
         // one it reports stopping or ended before that is an earlier
         // worker of the same name (a run deleted and submitted again)
@@ -179,9 +170,9 @@ void apply_worker_statuses(self_ptr self, v1::WorkerStatuses& statuses) {
         spdlog::warn("scheduler: run {}: {}", run_name, why);
         continue;
       }
-      if (!w.acknowledged() || w.state() != next) {
+      if (!w.acknowledged() || state_of(w) != next) {
         w.set_acknowledged(true);
-        w.set_state(next);
+        set_state(w, next);
         changed = true;
       }
       // What it wrote to $ASTRAEUS_OUTPUTS, once it has ended.
@@ -192,13 +183,13 @@ void apply_worker_statuses(self_ptr self, v1::WorkerStatuses& statuses) {
     }
     // Placed until every worker runs; then Running.
     const auto ended_now = ended_copies(run);
-    if (changed && run.state() == std::string{run_state::placed}
+    if (changed && state_of(run) == run_state::placed
         && std::all_of(run.workers().begin(), run.workers().end(),
                        [&ended_now](const auto& w) {
-                         return w.state() == run_state::running
+                         return state_of(w) == worker_state::running
                                 || ended_now.count(w.array_index());
                        }))
-      run.set_state(run_state::running);
+      set_state(run, run_state::running);
     if (run.waiting_reason() != reason_before)
       mark(self, run_name);
     if (changed) {
@@ -235,10 +226,10 @@ void apply_worker_statuses(self_ptr self, v1::WorkerStatuses& statuses) {
       continue;
     auto& run = st.runs[run_name];
     auto [state, why] = run_outcome(run, held);
-    if (state == nullptr)
+    if (!state)
       continue;
-    spdlog::info("scheduler: run {} {}: {}", run_name, state, why);
-    finish_run(self, run, state, why);
+    spdlog::info("scheduler: run {} {}: {}", run_name, to_string(*state), why);
+    finish_run(self, run, *state, why);
     ended = true;
   }
   if (ended)

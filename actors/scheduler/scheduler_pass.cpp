@@ -115,7 +115,7 @@ void place_cpu_runs(scheduler_state& st, std::set<std::string>& touched,
         w->set_group_rank(i);
         w->set_machine(where[rank]);
         w->set_numa_node(-1);
-        w->set_state(run_state::placed);
+        set_state(*w, worker_state::placed);
         w->set_array_index(copy);
         w->set_name(worker_name(run_name, copy, rank));
       }
@@ -164,7 +164,7 @@ void schedule_pass(self_ptr self) {
       for (auto& id : st.index->gpu_ids(pw.machine, pw.gpus))
         w->add_gpu_ids(std::move(id));
       w->set_numa_node(pw.numa_node);
-      w->set_state(run_state::placed);
+      set_state(*w, worker_state::placed);
       w->set_array_index(copy);
       w->set_name(worker_name(run_name, copy, pw.rank));
       if (pw.rank == d.where.leader)
@@ -229,7 +229,7 @@ v1::WorkerOrders orders_for(scheduler_state& st, const std::string& machine) {
       spans[w.array_index()].insert(w.machine());
     }
     for (const auto& w : run.workers()) {
-      if (w.machine() != machine || w.state() == run_state::stopped
+      if (w.machine() != machine || state_of(w) == worker_state::stopped
           || ended.count(w.array_index()))
         continue;
       auto* o = out.add_workers();

@@ -1,6 +1,5 @@
 // The queue of runs waiting for GPUs, with reservation and backfill like
-// Slurm's (scheduler_queue in placement.hpp), and format_duration for its
-// waiting reasons.
+// Slurm's (scheduler_queue in placement.hpp).
 
 #include "actors/scheduler/placement.hpp"
 
@@ -12,21 +11,6 @@ namespace astraeus {
 
 using placement_detail::invalid;
 using placement_detail::never;
-
-std::string format_duration(int64_t seconds) {
-  if (seconds < 0)
-    seconds = 0;
-  if (seconds < 60)
-    return std::to_string(seconds) + "s";
-  if (seconds < 3600)
-    return std::to_string(seconds / 60) + "m";
-  if (seconds < 86400) {
-    auto m = (seconds % 3600) / 60;
-    return std::to_string(seconds / 3600) + "h" + (m ? " " + std::to_string(m) + "m" : "");
-  }
-  auto h = (seconds % 86400) / 3600;
-  return std::to_string(seconds / 86400) + "d" + (h ? " " + std::to_string(h) + "h" : "");
-}
 
 scheduler_queue::scheduler_queue(placement_index& index, queue_options options)
   : index_(index), options_(options) {

@@ -47,7 +47,7 @@ caf::error load_runs(self_ptr self) {
       if (w.name().empty())
         w.set_name(worker_name(key, w.array_index(), w.rank()));
     }
-    if (run.state() == run_state::stopped || run.state() == run_state::failed) {
+    if (has_ended(state_of(run))) {
       st.runs.emplace(key, std::move(run));
       continue;
     }
@@ -78,10 +78,10 @@ caf::error load_runs(self_ptr self) {
       else
         st.waiting.insert(qname);
     }
-    if (run.workers_size() == 0 && run.state() != run_state::waiting) {
+    if (run.workers_size() == 0 && state_of(run) != run_state::waiting) {
       spdlog::error("scheduler: stored run {} is {} without workers; it waits again",
                     key, run.state());
-      run.set_state(run_state::waiting);
+      set_state(run, run_state::waiting);
     }
     st.runs.emplace(key, std::move(run));
   }

@@ -26,8 +26,7 @@ int64_t clock_seconds(self_ptr self) {
 }
 
 bool live(const v1::Run& run) {
-  const auto& s = run.state();
-  return s != run_state::waiting && s != run_state::stopped && s != run_state::failed;
+  return is_live(state_of(run));
 }
 
 /// Schedules the group commit (once per burst).
@@ -82,20 +81,20 @@ void index_run(self_ptr self, const v1::Run& run) {
   }
 }
 
-/// Whether a worker state is an end its agent reported (kept as reported:
-/// only the run's state summarises) or the scheduler's Stopped.
-bool worker_ended(const std::string& s) {
-  return s == "Exited" || s == "Failed" || s == "OOMKilled" || s == "Cancelled"
-         || s == run_state::stopped;
+/// Whether a worker has ended (messages/worker_state.hpp, worker_ended).
+bool worker_ended(const v1::WorkerAssignment& w) {
+  return worker_ended(state_of(w));
 }
 
-/// Sets the run's state, and that of each worker still going on (a worker
-/// keeps the end its agent reported: Exited, Failed, OOMKilled, Cancelled).
-void set_run_state(v1::Run& run, const char* state) {
-  run.set_state(state);
+/// Sets the run's end (Stopped or Failed), and that of each worker still
+/// going on (a worker keeps the end its agent reported: Exited, Failed,
+/// OOMKilled, Cancelled).
+void set_run_state(v1::Run& run, run_state end) {
+  set_state(run, end);
+  const auto worker_end = end == run_state::failed ? worker_state::failed : worker_state::stopped;
   for (auto& w : *run.mutable_workers())
-    if (!worker_ended(w.state()))
-      w.set_state(state);
+    if (!worker_ended(w))
+      set_state(w, worker_end);
 }
 
 /// The array copies of a run that have ended (every worker of the copy
@@ -106,7 +105,7 @@ std::set<int32_t> ended_copies(const v1::Run& run) {
     if (w.array_index() < 0)
       continue;
     auto [it, fresh] = all_ended.emplace(w.array_index(), true);
-    it->second = it->second && worker_ended(w.state());
+    it->second = it->second && worker_ended(w);
   }
   std::set<int32_t> out;
   for (const auto& [copy, ended] : all_ended)
@@ -136,7 +135,7 @@ void account(scheduler_state& st, const v1::Run& run, int sign, int32_t copy) {
   const auto ended = copy == -2 ? ended_copies(run) : std::set<int32_t>{};
   for (const auto& w : run.workers()) {
     if ((copy != -2 && w.array_index() != copy) || ended.count(w.array_index())
-        || (sign < 0 && w.state() == run_state::stopped))
+        || (sign < 0 && state_of(w) == worker_state::stopped))
       continue;
     auto& f = st.machine_facts_by_name[w.machine()];
     f.cpus_used = std::max(0.0, f.cpus_used + sign * spec.cpus_per_worker());
@@ -187,7 +186,7 @@ bool holds_gpus(const scheduler_state& st, const v1::Run& run) {
 }
 
 /// Ends a run: releases its GPUs, sets its state, stores it.
-void finish_run(self_ptr self, v1::Run& run, const char* state,
+void finish_run(self_ptr self, v1::Run& run, run_state state,
                 const std::string& why) {
   auto& st = self->state;
   release_run(st, run);
@@ -232,7 +231,7 @@ std::string waiting_reason_of(const scheduler_state& st, const v1::Run& run) {
 /// CPU and memory, and (for the first copy) the leader and MASTER_ADDR.
 void copy_placed(scheduler_state& st, v1::Run& run, int32_t copy,
                  const std::string& leader_machine) {
-  run.set_state(run_state::placed);
+  set_state(run, run_state::placed);
   run.set_copies_placed(run.copies_placed() + 1);
   if (run.placed_unix_ms() == 0)
     run.set_placed_unix_ms(unix_ms_now());
@@ -278,7 +277,7 @@ caf::result<v1::Run> submit_run(self_ptr self, v1::RunSpec& spec) {
                            "a run named " + name + " already exists");
   v1::Run run;
   *run.mutable_spec() = std::move(spec);
-  run.set_state(run_state::waiting);
+  set_state(run, run_state::waiting);
   run.set_waiting_reason("waiting: not scheduled yet");
   run.set_submitted_unix_ms(unix_ms_now());
   auto now = clock_seconds(self);
@@ -316,7 +315,7 @@ caf::result<v1::Run> remove_run(self_ptr self, const std::string& name) {
   v1::Run out = std::move(it->second);
   st.runs.erase(it);
   release_run(st, out);
-  if (out.state() != run_state::failed)
+  if (state_of(out) != run_state::failed)
     set_run_state(out, run_state::stopped);
   index_run(self, out);
   mark(self, name);

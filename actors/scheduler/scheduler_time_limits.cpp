@@ -37,7 +37,7 @@ void arm_stored_time_limits(self_ptr self) {
     std::set<int32_t> copies;
     const auto ended = ended_copies(run);
     for (const auto& w : run.workers())
-      if (w.state() != run_state::stopped && !ended.count(w.array_index()))
+      if (state_of(w) != worker_state::stopped && !ended.count(w.array_index()))
         copies.insert(w.array_index());
     for (auto c : copies)
       arm_time_limit(self, c < 0 ? key : key + "[" + std::to_string(c) + "]", left);
@@ -67,8 +67,8 @@ void time_limit_reached(self_ptr self, const std::string& qname, uint64_t token)
       return;
     end_copy(self, run, copy);
     for (auto& w : *run.mutable_workers())
-      if (w.array_index() == copy && !worker_ended(w.state()))
-        w.set_state(run_state::stopped);
+      if (w.array_index() == copy && !worker_ended(w))
+        set_state(w, worker_state::stopped);
     const auto ended = ended_copies(run);
     bool any_left = false;
     for (const auto& w : run.workers())
@@ -77,7 +77,7 @@ void time_limit_reached(self_ptr self, const std::string& qname, uint64_t token)
       any_left = any_left || st.waiting.count(q) > 0;
     if (!any_left) {
       // Every copy has ended: nothing left to release.
-      run.set_state(run_state::stopped);
+      set_state(run, run_state::stopped);
       run.set_waiting_reason(why);
       index_run(self, run);
     }

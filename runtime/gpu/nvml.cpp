@@ -34,6 +34,8 @@
 #include <utility>
 #include <vector>
 
+#include "messages/gpu_read.hpp"
+
 namespace astraeus {
 namespace {
 
@@ -523,13 +525,13 @@ class gpu_reader {
   void read() {
     gpu_.set_vendor("nvidia");
     gpu_.set_index(index_);
-    gpu_.set_status("ok");
+    set_read_status(gpu_, gpu_read_status::ok);
     try {
       nvml_return rc = timed(w_, "nvmlDeviceGetHandleByIndex_v2",
                              [&] { return api_.handle_by_index(index_, &dev_); });
       if (rc != NVML_SUCCESS) {
         // No handle, nothing else can be read: the driver cannot reach it.
-        gpu_.set_status("lost");
+        set_read_status(gpu_, gpu_read_status::lost);
         gpu_.set_status_detail("nvmlDeviceGetHandleByIndex_v2 returned " + return_text(rc));
         return;
       }
@@ -541,7 +543,7 @@ class gpu_reader {
       read_fabric();
       read_recovery_action();
     } catch (const gpu_lost& lost) {
-      gpu_.set_status("lost");
+      set_read_status(gpu_, gpu_read_status::lost);
       gpu_.set_status_detail(lost.call + " returned " + return_text(NVML_ERROR_GPU_IS_LOST));
     }
   }
@@ -1296,7 +1298,7 @@ struct nvml_prober::impl {
           gpu = std::move(*p.gpu);
           if (!gpu.id().empty())
             remember_identity(p.index, gpu);
-          else if (gpu.status() == "lost")
+          else if (read_status(gpu) == gpu_read_status::lost)
             fill_identity(p.index, gpu);  // lost before it told its UUID
         }
       } else {
@@ -1350,7 +1352,7 @@ struct nvml_prober::impl {
     }
     gpu.set_vendor("nvidia");
     gpu.set_index(index);
-    gpu.set_status("unresponsive");
+    set_read_status(gpu, gpu_read_status::unresponsive);
     return gpu;
   }
 
