@@ -3,7 +3,8 @@
 /// A run's state (`v1::Run.state`) as an enum, its accessors (`state_code`
 /// when set, else the stored word parsed, so runs stored before the enum
 /// read back the same) and the predicates on it. The scheduler sets it
-/// (actors/scheduler/scheduler_actor.cpp); `astra runs` shows the word.
+/// (actors/scheduler/scheduler_runs.cpp, scheduler_machines.cpp,
+/// scheduler_time_limits.cpp); `astra runs` shows the word.
 
 #include <cstdint>
 #include <optional>

@@ -1,0 +1,219 @@
+// Placing a request: its checks and shape, the cases where it can never be
+// placed, the rank layout, the order of attempts (healthy GPUs first, then
+// with AtRisk ones; one machine, then a gang tier by tier) and, when it
+// cannot be placed now, why, in plain words.
+
+#include "actors/scheduler/placement.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+
+#include "actors/scheduler/placement_internal.hpp"
+
+namespace astraeus {
+
+using namespace placement_detail;
+
+namespace {
+
+std::string plural(uint64_t n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+std::string gpus_text(uint64_t n, bool healthy) {
+  return std::to_string(n) + (healthy ? " healthy" : "") + (n == 1 ? " GPU" : " GPUs");
+}
+
+shape shape_of(const placement_request& r) {
+  shape s;
+  for (const auto& g : r.groups) {
+    s.workers += g.workers;
+    s.gpus += uint64_t(g.workers) * g.gpus_per_worker;
+    if (g.gpus_per_worker > s.gmax) {
+      s.gmax = g.gpus_per_worker;
+      s.workers_gmax = 0;
+    }
+    if (g.gpus_per_worker == s.gmax)
+      s.workers_gmax += g.workers;
+    s.gmin = std::min(s.gmin, g.gpus_per_worker);
+  }
+  s.uniform = s.gmin == s.gmax;
+  return s;
+}
+
+std::optional<std::string> check_request(const placement_request& r) {
+  if (r.groups.empty())
+    return "the run has no worker groups";
+  if (r.leader_group >= r.groups.size())
+    return "the leader group " + std::to_string(r.leader_group) + " does not exist";
+  uint64_t workers = 0;
+  for (const auto& g : r.groups) {
+    if (g.workers == 0)
+      return "worker group " + g.name + " has no workers";
+    if (g.gpus_per_worker == 0)
+      return "worker group " + g.name + " asks for no GPUs (the GPU placement engine places GPU workers)";
+    workers += g.workers;
+  }
+  if (workers > (1u << 20))
+    return "the run has more than 1,048,576 workers";
+  return std::nullopt;
+}
+
+waiting_reason waiting_for(waiting_code code, std::string message) {
+  return waiting_reason{code, std::move(message)};
+}
+
+// Why `request` can never be placed on the machines of `sel`, if so.
+std::optional<waiting_reason> never_placed(const selector_rec& sel, const shape& sh, bool gang) {
+  const std::string& where = sel.where;
+  if (sel.matching == 0)
+    return waiting_for(waiting_code::no_machine, "waiting: no machine" + where);
+  if (sel.schedulable == 0)
+    return waiting_for(waiting_code::none_schedulable,
+                "waiting: no machine" + where + " takes new work (" +
+                  plural(sel.matching, "machine is", "machines are") +
+                  " Down, cordoned, in maintenance, in acceptance or under pressure)");
+  unsigned max_present = 0;
+  for (size_t p = sel.present_hist.size(); p-- > 0;)
+    if (sel.present_hist[p]) {
+      max_present = static_cast<unsigned>(p);
+      break;
+    }
+  if (sh.gmax > max_present)
+    return waiting_for(waiting_code::never_fits,
+                "waiting: never fits: a worker needs " + gpus_text(sh.gmax, false) +
+                  " on one machine; machines" + where + " have at most " +
+                  std::to_string(max_present));
+  if (gang) {
+    uint64_t best_site = 0;
+    for (uint64_t p : sel.site_present)
+      best_site = std::max(best_site, p);
+    if (sh.gpus > best_site)
+      return waiting_for(waiting_code::never_fits,
+                  "waiting: never fits: needs " + gpus_text(sh.gpus, false) +
+                    " within one site; the largest site" + where + " has " +
+                    std::to_string(best_site));
+  }
+  return std::nullopt;
+}
+
+// Ranks run across groups in request order; the leader is rank 0 of the
+// leader group.
+void lay_out_ranks(const placement_request& request, placement& out) {
+  uint32_t rank = 0;
+  for (uint32_t gi = 0; gi < request.groups.size(); ++gi) {
+    if (gi == request.leader_group)
+      out.leader = rank;
+    for (uint32_t r = 0; r < request.groups[gi].workers; ++r, ++rank) {
+      out.workers[rank].rank = rank;
+      out.workers[rank].group = gi;
+      out.workers[rank].group_rank = r;
+    }
+  }
+}
+
+// Why a request that could be placed on empty machines waits now, in the
+// words of the best there is.
+waiting_reason why_waiting(const selector_rec& sel, const placement_request& request,
+                           const shape& sh, bool gang) {
+  const std::string& where = sel.where;
+  unsigned k = request.healthy_only ? kind_healthy : kind_usable;
+  if (!gang) {
+    unsigned best = sel.groups[t_cluster][0].kind[k].max_free();
+    std::string msg = "waiting: needs " + gpus_text(sh.gpus, request.healthy_only) +
+                      " on one machine" + where + "; best machine has " + std::to_string(best);
+    if (request.healthy_only &&
+        sel.groups[t_cluster][0].kind[kind_usable].max_free() >= sh.gpus)
+      msg += " (it would fit with GPUs at risk, which healthy_only refuses)";
+    return waiting_for(waiting_code::not_enough_gpus, std::move(msg));
+  }
+  std::string need;
+  if (sh.uniform) {
+    need = plural(sh.workers, "worker", "workers") + " of " +
+           gpus_text(sh.gmax, request.healthy_only) + " each (" + gpus_text(sh.gpus, false) + ")";
+  } else {
+    std::map<uint32_t, uint64_t, std::greater<>> by_size;
+    for (const auto& g : request.groups)
+      by_size[g.gpus_per_worker] += g.workers;
+    for (const auto& [g, n] : by_size) {
+      if (!need.empty())
+        need += " and ";
+      need += plural(n, "worker", "workers") + " of " + gpus_text(g, request.healthy_only);
+    }
+    need += " (" + gpus_text(sh.gpus, false) + ")";
+  }
+  uint64_t best_room = 0, best_free = 0;
+  for (const auto& site : sel.groups[t_site]) {
+    best_room = std::max(best_room, site.kind[k].capacity(sh.gmax));
+    best_free = std::max(best_free, site.kind[k].free_sum);
+  }
+  std::string msg = "waiting: needs " + need + " within one site" + where;
+  if (sh.uniform)
+    msg += "; best site has room for " + std::to_string(best_room);
+  else
+    msg += "; best site has " + std::to_string(best_free) + " free";
+  return waiting_for(waiting_code::not_enough_gpus, std::move(msg));
+}
+
+} // namespace
+
+const char* to_string(placement_tier x) {
+  switch (x) {
+    case placement_tier::one_machine: return "one machine";
+    case placement_tier::nvlink_domain: return "one NVLink domain";
+    case placement_tier::fabric: return "one fabric";
+    case placement_tier::rack: return "one rack";
+    case placement_tier::site: return "one site";
+  }
+  return "one site";
+}
+
+bool placement_index::may_fit(const placement_request& request) {
+  auto& S = *st_;
+  if (check_request(request))
+    return false;
+  shape sh = shape_of(request);
+  const selector_rec& sel = S.selectors[S.selector_for(request.required_labels)];
+  if (sel.schedulable == 0)
+    return false;
+  unsigned k = request.healthy_only ? kind_healthy : kind_usable;
+  const auto& cluster = sel.groups[t_cluster][0].kind[k];
+  if (cluster.max_free() < sh.gmax)
+    return false;
+  if (sh.workers == 1)
+    return true;
+  for (const auto& site : sel.groups[t_site])
+    if (site.kind[k].free_sum >= sh.gpus && site.kind[k].capacity(sh.gmax) >= sh.workers_gmax)
+      return true;
+  return false;
+}
+
+placement_result placement_index::place(const placement_request& request) {
+  auto& S = *st_;
+  if (auto why = check_request(request))
+    return waiting_for(waiting_code::invalid_request, "cannot place: " + *why);
+  shape sh = shape_of(request);
+  uint32_t sid = S.selector_for(request.required_labels);
+  const selector_rec& sel = S.selectors[sid];
+  bool gang = sh.workers > 1;
+  if (auto never = never_placed(sel, sh, gang))
+    return std::move(*never);
+  placement out;
+  out.run = request.run;
+  out.healthy_only = request.healthy_only;
+  out.selector = sid;
+  out.workers.resize(sh.workers);
+  lay_out_ranks(request, out);
+  for (unsigned k : {kind_healthy, kind_usable}) {
+    if (k == kind_usable && request.healthy_only)
+      break;
+    if (S.place_on_one_machine(sel, k, request, sh, out))
+      return out;
+    if (gang && S.place_gang(sel, k, request, sh, out))
+      return out;
+  }
+  return why_waiting(sel, request, sh, gang);
+}
+
+} // namespace astraeus

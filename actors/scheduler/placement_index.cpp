@@ -1,0 +1,444 @@
+// The index's machines and GPUs: adding, updating and removing machines,
+// their labels and topology groups, their GPU lists and health, and the
+// look-ups. The buckets these changes move machines between are in
+// placement_buckets.cpp.
+
+#include "actors/scheduler/placement.hpp"
+
+#include <algorithm>
+#include <array>
+
+#include "actors/scheduler/placement_internal.hpp"
+#include "messages/error.hpp"
+
+namespace astraeus {
+
+using namespace placement_detail;
+
+namespace placement_detail {
+
+caf::error invalid(std::string what) {
+  return caf::make_error(ec::invalid_request, std::move(what));
+}
+
+caf::error unknown_machine(machine_id m) {
+  return caf::make_error(ec::no_such_machine, "no machine with id " + std::to_string(m));
+}
+
+} // namespace placement_detail
+
+// ---------------------------------------------------------------------------
+// Labels, groups and GPU lists of a machine
+// ---------------------------------------------------------------------------
+
+const std::string placement_index::state::empty;
+
+uint32_t placement_index::state::intern_label(const std::string& k, const std::string& v) {
+  key_scratch.assign(k);
+  key_scratch.push_back('\0');
+  key_scratch.append(v);
+  auto [it, added] = label_ids.try_emplace(key_scratch, static_cast<uint32_t>(label_ids.size()));
+  return it->second;
+}
+
+uint32_t placement_index::state::intern_group(unsigned t, const std::string& key) {
+  auto& ids = group_ids[t];
+  auto [it, added] = ids.try_emplace(key, static_cast<uint32_t>(ids.size()));
+  return it->second;
+}
+
+void placement_index::state::set_machine_labels(machine_rec& m, const label_map& labels) {
+  m.label_text = labels;
+  m.labels.clear();
+  for (const auto& [k, v] : labels)
+    m.labels.push_back(intern_label(k, v));
+  std::sort(m.labels.begin(), m.labels.end());
+  auto value = [&](const char* key) -> const std::string* {
+    auto i = labels.find(key);
+    return i == labels.end() ? nullptr : &i->second;
+  };
+  const std::string* site = value(topology_label::site);
+  std::string site_name = site ? *site : std::string{};
+  m.group[t_site] = intern_group(t_site, site_name);
+  const std::pair<unsigned, const char*> inner[] = {{t_nvlink, topology_label::nvlink_domain},
+                                                    {t_fabric, topology_label::fabric},
+                                                    {t_rack, topology_label::rack}};
+  for (auto [t, key] : inner) {
+    const std::string* v = value(key);
+    m.group[t] = v ? intern_group(t, site_name + '\0' + *v) : no_group;
+  }
+  m.group[t_cluster] = 0;
+}
+
+void placement_index::state::rebuild_masks(machine_rec& m) {
+  m.present = m.healthy = m.at_risk = m.held = 0;
+  m.numa.clear();
+  for (unsigned i = 0; i < m.gpus.size(); ++i) {
+    const gpu_rec& g = m.gpus[i];
+    if (g.holder != 0)
+      m.held |= bit(i);
+    if (!g.present)
+      continue;
+    m.present |= bit(i);
+    if (g.health == gpu_health::healthy)
+      m.healthy |= bit(i);
+    else if (g.health == gpu_health::at_risk)
+      m.at_risk |= bit(i);
+    auto n = std::find_if(m.numa.begin(), m.numa.end(),
+                          [&](const auto& p) { return p.first == g.numa; });
+    if (n == m.numa.end())
+      m.numa.emplace_back(g.numa, bit(i));
+    else
+      n->second |= bit(i);
+  }
+  std::sort(m.numa.begin(), m.numa.end());
+}
+
+caf::error placement_index::state::check_gpu_list(machine_id id, const std::vector<gpu_spec>& gpus) const {
+  if (gpus.size() > max_gpus_per_machine)
+    return invalid("a machine has at most 64 GPUs; " + std::to_string(gpus.size()) + " listed");
+  unsigned fresh = 0;
+  std::vector<bool> listed_slot(max_gpus_per_machine, false);
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    const auto& g = gpus[i];
+    if (g.id.empty())
+      return invalid("a GPU without an id");
+    for (size_t j = 0; j < i; ++j)
+      if (gpus[j].id == g.id)
+        return invalid("GPU " + g.id + " is listed twice");
+    auto it = gpu_by_id.find(g.id);
+    if (it == gpu_by_id.end()) {
+      ++fresh;
+      continue;
+    }
+    if (it->second.machine != id)
+      return invalid("GPU " + g.id + " is already on machine " +
+                     machines[it->second.machine].name);
+    listed_slot[it->second.slot] = true;
+  }
+  unsigned occupied = 0;
+  if (id < machines.size())
+    for (unsigned s = 0; s < machines[id].gpus.size(); ++s)
+      if (listed_slot[s] || machines[id].gpus[s].holder != 0 ||
+          (machines[id].gpus[s].gone && machines[id].gpus[s].id))
+        ++occupied;
+  if (occupied + fresh > max_gpus_per_machine)
+    return invalid("machine would have more than 64 GPU slots (held GPUs keep theirs)");
+  return {};
+}
+
+void placement_index::state::drop_slot(machine_rec& m, unsigned s) {
+  gpu_rec& g = m.gpus[s];
+  if (g.id)
+    gpu_by_id.erase(*g.id);
+  g = gpu_rec{};
+}
+
+// Applies a checked GPU list.
+void placement_index::state::apply_gpu_list(machine_id id, const std::vector<gpu_spec>& gpus) {
+  machine_rec& m = machines[id];
+  counts before = count_of(m);
+  std::vector<int> slot_of(gpus.size(), -1);
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    auto it = gpu_by_id.find(gpus[i].id);
+    if (it != gpu_by_id.end())
+      slot_of[i] = it->second.slot;
+  }
+  // Forget or keep (held) the GPUs no longer listed.
+  for (unsigned s = 0; s < m.gpus.size(); ++s) {
+    gpu_rec& g = m.gpus[s];
+    if (!g.id || std::find(slot_of.begin(), slot_of.end(), static_cast<int>(s)) != slot_of.end())
+      continue;
+    if (g.holder != 0) {
+      g.present = false;
+      g.gone = true;
+      g.nvlink = 0;
+    } else {
+      drop_slot(m, s);
+    }
+  }
+  // Place new GPUs in empty slots, then update every listed one.
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    if (slot_of[i] < 0) {
+      unsigned s = 0;
+      while (s < m.gpus.size() && (m.gpus[s].id || m.gpus[s].holder != 0))
+        ++s;
+      if (s == m.gpus.size())
+        m.gpus.emplace_back();
+      auto [it, added] = gpu_by_id.emplace(gpus[i].id, gpu_ref{id, static_cast<uint8_t>(s)});
+      m.gpus[s].id = &it->first;
+      slot_of[i] = static_cast<int>(s);
+    }
+    gpu_rec& g = m.gpus[static_cast<unsigned>(slot_of[i])];
+    g.present = true;
+    g.gone = false;
+    g.numa = static_cast<int16_t>(gpus[i].numa_node < -1 ? -1 : gpus[i].numa_node);
+    g.health = gpus[i].health;
+    g.nvlink = 0;
+  }
+  for (size_t i = 0; i < gpus.size(); ++i)
+    for (gpu_mask peers = gpus[i].nvlink_peers; peers; peers &= peers - 1) {
+      unsigned j = lowest(peers);
+      if (j >= gpus.size() || j == i)
+        continue;
+      auto a = static_cast<unsigned>(slot_of[i]), b = static_cast<unsigned>(slot_of[j]);
+      m.gpus[a].nvlink |= bit(b);
+      m.gpus[b].nvlink |= bit(a);
+    }
+  while (!m.gpus.empty() && !m.gpus.back().id && m.gpus.back().holder == 0)
+    m.gpus.pop_back();
+  rebuild_masks(m);
+  changed(id, before);
+}
+
+// ---------------------------------------------------------------------------
+// placement_index
+// ---------------------------------------------------------------------------
+
+placement_index::placement_index(placement_options options) : st_(std::make_unique<state>()) {
+  st_->options = options;
+  if (st_->options.quality_lookahead == 0)
+    st_->options.quality_lookahead = 1;
+}
+
+placement_index::~placement_index() = default;
+placement_index::placement_index(placement_index&&) noexcept = default;
+placement_index& placement_index::operator=(placement_index&&) noexcept = default;
+
+caf::expected<machine_id> placement_index::add_machine(const machine_spec& spec) {
+  auto& S = *st_;
+  if (spec.name.empty())
+    return invalid("a machine needs a name");
+  if (S.machine_by_name.count(spec.name))
+    return invalid("machine " + spec.name + " is already in the placement index");
+  if (S.machines.size() >= UINT32_MAX - 1)
+    return invalid("too many machines");
+  auto id = static_cast<machine_id>(S.machines.size());
+  if (auto err = S.check_gpu_list(id, spec.gpus))
+    return err;
+  S.machines.emplace_back();
+  machine_rec& m = S.machines.back();
+  m.name = spec.name;
+  m.schedulable = spec.schedulable;
+  S.set_machine_labels(m, spec.labels);
+  S.machine_by_name.emplace(spec.name, id);
+  S.attach_matching(id);
+  S.apply_gpu_list(id, spec.gpus);
+  return id;
+}
+
+caf::error placement_index::update_machine(machine_id m, const machine_spec& spec) {
+  auto& S = *st_;
+  if (m >= S.machines.size() || S.machines[m].removed)
+    return unknown_machine(m);
+  if (spec.name != S.machines[m].name)
+    return invalid("machine " + S.machines[m].name + " cannot be renamed to " + spec.name);
+  if (auto err = S.check_gpu_list(m, spec.gpus))
+    return err;
+  if (spec.labels != S.machines[m].label_text)
+    set_labels(m, spec.labels);
+  set_schedulable(m, spec.schedulable);
+  S.apply_gpu_list(m, spec.gpus);
+  return {};
+}
+
+caf::error placement_index::set_schedulable(machine_id id, bool schedulable) {
+  auto& S = *st_;
+  if (id >= S.machines.size() || S.machines[id].removed)
+    return unknown_machine(id);
+  machine_rec& m = S.machines[id];
+  if (m.schedulable == schedulable)
+    return {};
+  counts c = count_of(m);
+  if (!schedulable)
+    for (uint32_t sid : m.selectors)
+      S.view_remove(S.selectors[sid], id, c);
+  m.schedulable = schedulable;
+  if (schedulable)
+    for (uint32_t sid : m.selectors)
+      S.view_insert(S.selectors[sid], id);
+  return {};
+}
+
+caf::error placement_index::set_labels(machine_id id, const label_map& labels) {
+  auto& S = *st_;
+  if (id >= S.machines.size() || S.machines[id].removed)
+    return unknown_machine(id);
+  S.detach_all(id);
+  S.set_machine_labels(S.machines[id], labels);
+  S.attach_matching(id);
+  return {};
+}
+
+caf::error placement_index::set_gpus(machine_id id, const std::vector<gpu_spec>& gpus) {
+  auto& S = *st_;
+  if (id >= S.machines.size() || S.machines[id].removed)
+    return unknown_machine(id);
+  if (auto err = S.check_gpu_list(id, gpus))
+    return err;
+  S.apply_gpu_list(id, gpus);
+  return {};
+}
+
+caf::error placement_index::remove_machine(machine_id id) {
+  auto& S = *st_;
+  if (id >= S.machines.size() || S.machines[id].removed)
+    return unknown_machine(id);
+  machine_rec& m = S.machines[id];
+  if (m.held)
+    return invalid("machine " + m.name + " still has held GPUs; release them first");
+  S.detach_all(id);
+  for (unsigned s = 0; s < m.gpus.size(); ++s)
+    S.drop_slot(m, s);
+  S.machine_by_name.erase(m.name);
+  m.gpus.clear();
+  m.numa.clear();
+  m.present = m.healthy = m.at_risk = m.held = 0;
+  m.removed = true;
+  m.schedulable = false;
+  return {};
+}
+
+caf::error placement_index::set_gpu_health(std::string_view gpu_id, gpu_health health) {
+  auto ref = find_gpu(gpu_id);
+  if (!ref)
+    return caf::make_error(ec::no_such_machine, "no GPU " + std::string{gpu_id});
+  return set_gpu_health(*ref, health);
+}
+
+caf::error placement_index::set_gpu_health(gpu_ref ref, gpu_health health) {
+  auto& S = *st_;
+  if (ref.machine >= S.machines.size() || S.machines[ref.machine].removed)
+    return unknown_machine(ref.machine);
+  machine_rec& m = S.machines[ref.machine];
+  if (ref.slot >= m.gpus.size() || !m.gpus[ref.slot].id)
+    return caf::make_error(ec::no_such_machine, "no GPU in slot " + std::to_string(ref.slot) +
+                                                  " of machine " + m.name);
+  gpu_rec& g = m.gpus[ref.slot];
+  if (g.health == health)
+    return {};
+  counts before = count_of(m);
+  g.health = health;
+  m.healthy &= ~bit(ref.slot);
+  m.at_risk &= ~bit(ref.slot);
+  if (g.present && health == gpu_health::healthy)
+    m.healthy |= bit(ref.slot);
+  else if (g.present && health == gpu_health::at_risk)
+    m.at_risk |= bit(ref.slot);
+  S.changed(ref.machine, before);
+  return {};
+}
+
+std::optional<machine_id> placement_index::find_machine(std::string_view name) const {
+  auto it = st_->machine_by_name.find(std::string{name});
+  if (it == st_->machine_by_name.end())
+    return std::nullopt;
+  return it->second;
+}
+
+std::optional<gpu_ref> placement_index::find_gpu(std::string_view gpu_id) const {
+  auto it = st_->gpu_by_id.find(std::string{gpu_id});
+  if (it == st_->gpu_by_id.end())
+    return std::nullopt;
+  return it->second;
+}
+
+size_t placement_index::machine_ids() const {
+  return st_->machines.size();
+}
+
+const std::string& placement_index::machine_name(machine_id m) const {
+  return m < st_->machines.size() ? st_->machines[m].name : state::empty;
+}
+
+std::optional<std::string> placement_index::machine_label(machine_id m,
+                                                          std::string_view key) const {
+  if (m >= st_->machines.size())
+    return std::nullopt;
+  const auto& labels = st_->machines[m].label_text;
+  auto it = labels.find(std::string{key});
+  if (it == labels.end())
+    return std::nullopt;
+  return it->second;
+}
+
+bool placement_index::schedulable(machine_id m) const {
+  return m < st_->machines.size() && st_->machines[m].in_views();
+}
+
+unsigned placement_index::gpu_slots(machine_id m) const {
+  return m < st_->machines.size() ? static_cast<unsigned>(st_->machines[m].gpus.size()) : 0;
+}
+
+gpu_mask placement_index::present_gpus(machine_id m) const {
+  return m < st_->machines.size() ? st_->machines[m].present : 0;
+}
+
+gpu_mask placement_index::free_gpus(machine_id m, bool with_at_risk) const {
+  if (m >= st_->machines.size())
+    return 0;
+  const auto& rec = st_->machines[m];
+  return with_at_risk ? rec.free_usable() : rec.free_healthy();
+}
+
+std::string_view placement_index::gpu_id(gpu_ref g) const {
+  if (g.machine >= st_->machines.size() || g.slot >= st_->machines[g.machine].gpus.size())
+    return {};
+  const auto* id = st_->machines[g.machine].gpus[g.slot].id;
+  return id ? std::string_view{*id} : std::string_view{};
+}
+
+std::vector<std::string> placement_index::gpu_ids(machine_id m, gpu_mask gpus) const {
+  std::vector<std::string> out;
+  for (gpu_mask b = gpus; b; b &= b - 1)
+    out.emplace_back(gpu_id({m, static_cast<uint8_t>(lowest(b))}));
+  return out;
+}
+
+gpu_health placement_index::health(gpu_ref g) const {
+  if (g.machine >= st_->machines.size() || g.slot >= st_->machines[g.machine].gpus.size())
+    return gpu_health::faulty;
+  const auto& rec = st_->machines[g.machine].gpus[g.slot];
+  return rec.present ? rec.health : gpu_health::faulty;
+}
+
+int placement_index::numa_node(gpu_ref g) const {
+  if (g.machine >= st_->machines.size() || g.slot >= st_->machines[g.machine].gpus.size())
+    return -1;
+  return st_->machines[g.machine].gpus[g.slot].numa;
+}
+
+allocation_id placement_index::holder(gpu_ref g) const {
+  if (g.machine >= st_->machines.size() || g.slot >= st_->machines[g.machine].gpus.size())
+    return 0;
+  return st_->machines[g.machine].gpus[g.slot].holder;
+}
+
+std::vector<gpu_set> placement_index::allocation_gpus(allocation_id a) const {
+  const alloc_rec* rec = st_->find_alloc(a);
+  return rec ? rec->gpus : std::vector<gpu_set>{};
+}
+
+std::string placement_index::allocation_owner(allocation_id a) const {
+  const alloc_rec* rec = st_->find_alloc(a);
+  return rec ? rec->owner : std::string{};
+}
+
+placement_totals placement_index::totals() const {
+  placement_totals t;
+  for (const auto& m : st_->machines) {
+    if (m.removed)
+      continue;
+    ++t.machines;
+    t.schedulable += m.schedulable;
+    t.gpus += popcount(m.present);
+    t.held += popcount(m.held);
+    t.free_healthy += popcount(m.free_healthy());
+    t.free_at_risk += popcount(m.free_at_risk());
+    t.fenced += popcount(m.present & ~m.healthy & ~m.at_risk);
+  }
+  t.allocations = st_->alloc_live;
+  return t;
+}
+
+} // namespace astraeus

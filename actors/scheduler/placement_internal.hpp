@@ -1,0 +1,332 @@
+#pragma once
+/// @file
+/// Private to the placement engine (not installed for users; included only
+/// by `actors/scheduler/placement_*.cpp`): the per-machine and per-GPU
+/// records, the buckets by free-GPU count, the allocation slot map and
+/// `placement_index::state`, whose methods are defined by concern:
+/// - `placement_index.cpp`: machines, GPUs, labels and look-ups;
+/// - `placement_buckets.cpp`: label sets ("selectors") and their buckets;
+/// - `placement_allocations.cpp`: holding and freeing GPUs (commit, hold,
+///   release, suspend, resume);
+/// - `placement_gpu_pick.cpp`: the NUMA-local, NVLink-connected pick of GPUs
+///   within a machine and the best machine for a one-machine placement;
+/// - `placement_gang.cpp`: a gang over several machines, tier by tier;
+/// - `placement_decision.cpp`: `place`, `may_fit` and the waiting reasons;
+/// - `placement_invariants.cpp`: `check_invariants`;
+/// - `scheduler_queue.cpp`: the queue and backfill.
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <caf/error.hpp>
+
+#include "actors/scheduler/placement.hpp"
+
+namespace astraeus {
+namespace placement_detail {
+
+/// Set GPUs in `x`.
+inline unsigned popcount(gpu_mask x) {
+  return static_cast<unsigned>(__builtin_popcountll(x));
+}
+
+/// The lowest set slot of `x` (x != 0).
+inline unsigned lowest(gpu_mask x) {
+  return static_cast<unsigned>(__builtin_ctzll(x));
+}
+
+/// The mask of slot `i`.
+inline gpu_mask bit(unsigned i) {
+  return gpu_mask{1} << i;
+}
+
+/// Topology tiers of the buckets, tightest first; the cluster tier has one
+/// group holding every machine.
+enum tier : unsigned { t_nvlink = 0, t_fabric, t_rack, t_site, t_cluster };
+inline constexpr unsigned tier_count = 5;
+/// Bucket kinds: by free healthy GPUs, and by free healthy-or-at-risk GPUs.
+inline constexpr unsigned kind_healthy = 0;
+inline constexpr unsigned kind_usable = 1;
+inline constexpr uint32_t no_group = UINT32_MAX;
+inline constexpr uint32_t slots_per_machine = tier_count * 2;
+inline constexpr uint32_t not_member = UINT32_MAX;
+inline constexpr int64_t never = std::numeric_limits<int64_t>::max();
+
+/// One GPU slot of a machine.
+struct gpu_rec {
+  const std::string* id = nullptr; ///< the key in gpu_by_id (node-stable); null = empty slot
+  gpu_mask nvlink = 0;             ///< NVLink peers (symmetric)
+  allocation_id holder = 0;        ///< 0 = free
+  int16_t numa = -1;               ///< NUMA node; -1 unknown
+  gpu_health health = gpu_health::healthy; ///< its health now
+  bool present = false;            ///< listed by the machine's last GPU list
+  bool gone = false;               ///< no longer listed but still held
+};
+
+/// One machine: its labels, topology groups and GPU masks.
+struct machine_rec {
+  std::string name;                             ///< unique among machines not removed
+  std::vector<uint32_t> labels;                 ///< sorted label ids
+  label_map label_text;                         ///< the labels as given
+  std::array<uint32_t, tier_count> group{no_group, no_group, no_group, no_group, 0}; ///< per tier
+  bool schedulable = false;                     ///< takes new work
+  bool removed = false;                         ///< removed (the id is never reused)
+  gpu_mask present = 0, healthy = 0, at_risk = 0, held = 0; ///< by slot
+  std::vector<gpu_rec> gpus;                    ///< by slot
+  std::vector<std::pair<int, gpu_mask>> numa;   ///< node -> present GPUs, by node
+  std::vector<uint32_t> selectors;              ///< matching selectors
+
+  gpu_mask free_healthy() const { return healthy & ~held; }
+  gpu_mask free_at_risk() const { return at_risk & ~held; }
+  gpu_mask free_usable() const { return (healthy | at_risk) & ~held; }
+  bool in_views() const { return schedulable && !removed; }
+};
+
+/// The counts that place a machine in buckets.
+struct counts {
+  unsigned healthy = 0, usable = 0, present = 0;
+};
+
+inline counts count_of(const machine_rec& m) {
+  return {popcount(m.free_healthy()), popcount(m.free_usable()), popcount(m.present)};
+}
+
+/// Machines by free-GPU count: by_free[f] lists the machines with f free.
+struct bucket_list {
+  std::vector<std::vector<machine_id>> by_free;
+  uint32_t members = 0;
+  uint64_t free_sum = 0;
+
+  bool has(unsigned f) const { return f < by_free.size() && !by_free[f].empty(); }
+  /// The most free GPUs of a member; 0 when none.
+  unsigned max_free() const {
+    for (size_t f = by_free.size(); f-- > 0;)
+      if (!by_free[f].empty())
+        return static_cast<unsigned>(f);
+    return 0;
+  }
+  /// How many workers of g GPUs fit, one machine each at most floor(f/g).
+  uint64_t capacity(unsigned g) const {
+    uint64_t n = 0;
+    for (size_t f = g; f < by_free.size(); ++f)
+      n += by_free[f].size() * (f / g);
+    return n;
+  }
+};
+
+/// One topology group of a selector: its buckets of both kinds.
+struct group_view {
+  bucket_list kind[2];
+};
+
+/// A label set that requests have used, with its buckets per tier and group.
+struct selector_rec {
+  std::vector<uint32_t> labels; ///< sorted label ids
+  label_map label_text;         ///< the labels as given
+  std::string where;            ///< " in pool h100", " with a=b", ""
+  std::array<std::vector<group_view>, tier_count> groups; ///< by tier, then group id
+  std::vector<uint32_t> pos;    ///< [machine * slots_per_machine + tier * 2 + kind]
+  std::vector<uint32_t> present_hist; ///< matching machines by present GPUs
+  std::vector<uint64_t> site_present; ///< present GPUs of matching machines by site group
+  uint32_t matching = 0;              ///< matching machines (not removed)
+  uint32_t schedulable = 0;           ///< of those, in the buckets
+};
+
+/// What an allocation holds.
+struct alloc_rec {
+  std::string owner;
+  std::vector<gpu_set> gpus; ///< one entry per machine, sorted by machine
+  bool suspended = false;
+};
+
+/// Allocations live in a slot map: id = generation << 32 | (slot + 1), so a
+/// look-up is an array access and a released id is not issued again until
+/// its slot was reused 2^32 times. A free slot keeps its buffers.
+struct alloc_slot {
+  uint32_t generation = 0;
+  bool live = false;
+  alloc_rec rec;
+};
+
+/// A worker class of a gang: every rank asking for g GPUs.
+struct demand {
+  uint32_t g = 0;
+  std::vector<uint32_t> ranks;
+};
+
+/// A machine a gang plan uses, and what it has left.
+struct chosen_machine {
+  machine_id machine = 0;
+  unsigned left = 0; ///< GPUs not yet promised
+};
+
+/// The shape of a request without allocating: totals and the largest worker.
+struct shape {
+  uint64_t workers = 0;
+  uint64_t gpus = 0;
+  uint32_t gmax = 0;
+  uint32_t gmin = UINT32_MAX;
+  uint64_t workers_gmax = 0;
+  bool uniform = true;
+};
+
+/// An `ec::invalid_request` error.
+caf::error invalid(std::string what);
+
+/// An `ec::no_such_machine` error for machine id `m`.
+caf::error unknown_machine(machine_id m);
+
+/// Sets `pos` and counts for `id` joining bucket f.
+inline void bucket_push(bucket_list& b, machine_id id, unsigned f, uint32_t& pos) {
+  if (b.by_free.size() <= f)
+    b.by_free.resize(f + 1);
+  pos = static_cast<uint32_t>(b.by_free[f].size());
+  b.by_free[f].push_back(id);
+  ++b.members;
+  b.free_sum += f;
+}
+
+/// Takes `id` out of bucket f (its position is in `s.pos` at `slot`).
+inline void bucket_remove(selector_rec& s, unsigned slot, bucket_list& b, machine_id id,
+                          unsigned f) {
+  auto& v = b.by_free[f];
+  uint32_t p = s.pos[static_cast<size_t>(id) * slots_per_machine + slot];
+  machine_id last = v.back();
+  v[p] = last;
+  s.pos[static_cast<size_t>(last) * slots_per_machine + slot] = p;
+  v.pop_back();
+  s.pos[static_cast<size_t>(id) * slots_per_machine + slot] = not_member;
+  --b.members;
+  b.free_sum -= f;
+}
+
+} // namespace placement_detail
+
+/// Everything a `placement_index` holds.
+struct placement_index::state {
+  using machine_rec = placement_detail::machine_rec;
+  using selector_rec = placement_detail::selector_rec;
+  using counts = placement_detail::counts;
+  using bucket_list = placement_detail::bucket_list;
+  using alloc_rec = placement_detail::alloc_rec;
+  using shape = placement_detail::shape;
+
+  placement_options options;
+  std::vector<machine_rec> machines;
+  std::unordered_map<std::string, machine_id> machine_by_name;
+  std::unordered_map<std::string, gpu_ref> gpu_by_id;
+  std::unordered_map<std::string, uint32_t> label_ids;
+  std::array<std::unordered_map<std::string, uint32_t>, placement_detail::t_cluster> group_ids;
+  std::map<std::vector<uint32_t>, uint32_t> selector_by_labels;
+  std::vector<selector_rec> selectors;
+  std::vector<placement_detail::alloc_slot> alloc_slots;
+  std::vector<uint32_t> alloc_free;
+  size_t alloc_live = 0;
+  static const std::string empty;
+
+  // Planning scratch, reused so that placing allocates little.
+  std::vector<uint32_t> cursor;
+  std::vector<placement_detail::chosen_machine> chosen;
+  std::vector<uint32_t> rank_machine;
+  std::vector<std::pair<uint64_t, uint32_t>> candidates;
+  std::vector<placement_detail::demand> classes;
+  std::vector<uint32_t> label_scratch;
+  std::vector<gpu_set> sets_scratch;
+  std::vector<machine_id> one_machine;
+  std::string key_scratch;
+
+  // -- labels and groups (placement_index.cpp) -------------------------------
+
+  uint32_t intern_label(const std::string& k, const std::string& v);
+  uint32_t intern_group(unsigned t, const std::string& key);
+  void set_machine_labels(machine_rec& m, const label_map& labels);
+
+  // -- GPUs of a machine (placement_index.cpp) -------------------------------
+
+  static void rebuild_masks(machine_rec& m);
+  caf::error check_gpu_list(machine_id id, const std::vector<gpu_spec>& gpus) const;
+  void drop_slot(machine_rec& m, unsigned s);
+  /// Applies a checked GPU list.
+  void apply_gpu_list(machine_id id, const std::vector<gpu_spec>& gpus);
+
+  // -- selectors and their buckets (placement_buckets.cpp) -------------------
+
+  static bool matches(const machine_rec& m, const selector_rec& s) {
+    return std::includes(m.labels.begin(), m.labels.end(), s.labels.begin(), s.labels.end());
+  }
+  void view_insert(selector_rec& s, machine_id id);
+  void view_remove(selector_rec& s, machine_id id, counts c);
+  void view_move(selector_rec& s, machine_id id, counts from, counts to);
+  void stats_add(selector_rec& s, const machine_rec& m, unsigned present, int sign);
+  void attach(uint32_t sid, machine_id id);
+  void detach_all(machine_id id);
+  void attach_matching(machine_id id);
+  /// After the masks of `id` changed from `before`: moves it between buckets.
+  void changed(machine_id id, counts before);
+  /// The selector of `labels`, built on first use (O(machines)).
+  uint32_t selector_for(const label_map& labels);
+
+  // -- holding (placement_allocations.cpp) -----------------------------------
+
+  alloc_rec* find_alloc(allocation_id a);
+  const alloc_rec* find_alloc(allocation_id a) const {
+    return const_cast<state*>(this)->find_alloc(a);
+  }
+  allocation_id hold_checked(const std::string& owner, const std::vector<gpu_set>& sets);
+  void drop_alloc(allocation_id a);
+  /// Sorts by machine and merges; false if two sets overlap.
+  static bool merge_sets(std::vector<gpu_set>& sets);
+  /// Frees the GPUs of `sets` held by `a`; drops gone slots when `forget`.
+  void free_sets(const std::vector<gpu_set>& sets, allocation_id a, bool forget);
+
+  // -- choosing GPUs within a machine (placement_gpu_pick.cpp) ---------------
+
+  /// The best `t` GPUs of `cand` for one worker: the most NVLinks among them
+  /// and to `linked` (GPUs it already has), then the fewest NVLinks cut to
+  /// the rest of `cand` (keeping joined GPUs together for later workers),
+  /// then the lowest slots.
+  static gpu_mask best_subset(const machine_rec& m, gpu_mask cand, unsigned t, gpu_mask linked);
+  /// Drove's rule: the NUMA node with the most GPUs of `avail` first, taking
+  /// its GPUs first, then the next; NVLink decides within a node.
+  static gpu_mask pick_gpus(const machine_rec& m, gpu_mask avail, unsigned n, gpu_mask linked);
+  /// One worker of g GPUs from the machine's remaining `primary` (healthy)
+  /// GPUs, then `secondary` (AtRisk) ones; removes what it takes. Returns
+  /// the GPUs; sets its NUMA node and adds a quality penalty (0 = all on one
+  /// NUMA node and all joined by NVLink).
+  static gpu_mask select_worker(const machine_rec& m, gpu_mask& primary, gpu_mask& secondary,
+                                unsigned g, int& numa, uint64_t& penalty);
+  /// Every worker of `request` on one machine of bucket kind `k`: best fit
+  /// by free GPUs, then the best NUMA/NVLink layout among a few machines of
+  /// that size. Fills `out` (machines, GPUs, tier) and returns true, or
+  /// false when no machine has room.
+  bool place_on_one_machine(const selector_rec& sel, unsigned k,
+                            const placement_request& request, const shape& sh,
+                            placement& out);
+
+  // -- gangs over several machines (placement_gang.cpp) ----------------------
+
+  /// The gang's worker classes (by GPUs per worker, largest first) in
+  /// `classes`; returns how many.
+  size_t gang_classes(const placement_request& request, const shape& sh, const placement& out);
+  /// Promises machines of `bl` to the ranks of the first `nclasses` classes:
+  /// largest free machines first, the last one best fit. False if they do
+  /// not fit.
+  bool pack_gang(const bucket_list& bl, size_t nclasses);
+  /// The concrete GPUs of a packed gang, machine by machine, larger workers
+  /// first; true if some GPU is AtRisk.
+  bool pick_gang_gpus(unsigned k, size_t nclasses, placement& out);
+  /// The gang on the tightest tier with a group that fits, best fit among
+  /// that tier's groups. Fills `out` and returns true, or false.
+  bool place_gang(const selector_rec& sel, unsigned k, const placement_request& request,
+                  const shape& sh, placement& out);
+};
+
+} // namespace astraeus

@@ -1,0 +1,161 @@
+#pragma once
+/// @file
+/// Private to the scheduler actor (not installed; included only by
+/// `actors/scheduler/scheduler_*.cpp`): the functions its handlers are made
+/// of, by concern:
+/// - `scheduler_runs.cpp`: a run's life and its array copies (submit,
+///   delete, complete, what a run holds and gives back);
+/// - `scheduler_pass.cpp`: a schedule pass (GPU runs through the queue,
+///   CPU-only runs by cores and memory) and the group commit;
+/// - `scheduler_machines.cpp`: what machines tell it (snapshots, worker
+///   statuses);
+/// - `scheduler_time_limits.cpp`: time limits of runs and copies;
+/// - `scheduler_restart.cpp`: loading the stored runs and re-adopting their
+///   GPUs after a restart.
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <caf/error.hpp>
+
+#include "actors/scheduler/scheduler_actor.hpp"
+
+namespace astraeus::scheduler_detail {
+
+/// The scheduler actor, as its handlers see it.
+using self_ptr = scheduler_actor::stateful_pointer<scheduler_state>;
+
+// -- runs and their copies (scheduler_runs.cpp) ------------------------------
+
+/// Seconds on the actor clock (virtual in tests): the queue's `now`.
+int64_t clock_seconds(self_ptr self);
+
+/// Whether a run is placed and not ended (Placed, Assigned, Down, Running,
+/// Stopping).
+bool live(const v1::Run& run);
+
+/// Marks `run` for the group commit (scheduled once per burst).
+void mark(self_ptr self, const std::string& run);
+
+/// Marks `machine` for a new worker set after the group commit.
+void mark_machine(self_ptr self, const std::string& machine);
+
+/// The GPU ids the workers of copy `copy` (-2: all) hold.
+std::vector<std::string> held_gpu_ids(const v1::Run& run, int32_t copy = -2);
+
+/// Records which machines a live run has workers on (and forgets a run
+/// that is no longer live); those machines get their new worker sets.
+void index_run(self_ptr self, const v1::Run& run);
+
+/// Whether a worker has ended (messages/worker_state.hpp, worker_ended).
+bool worker_ended(const v1::WorkerAssignment& w);
+
+/// Sets the run's end (Stopped or Failed), and that of each worker still
+/// going on (a worker keeps the end its agent reported).
+void set_run_state(v1::Run& run, run_state end);
+
+/// The array copies of a run that have ended (every worker of the copy
+/// ended): they hold nothing and are no longer on their machines.
+std::set<int32_t> ended_copies(const v1::Run& run);
+
+/// Releases the piecewise holds of a copy still re-adopting its GPUs.
+void drop_restore(scheduler_state& st, const std::string& qname);
+
+/// Adds (`sign` 1) or removes (-1) the CPU cores and memory the workers of
+/// copy `copy` (-2: all but ended copies) ask for to their machines' use.
+void account(scheduler_state& st, const v1::Run& run, int sign, int32_t copy = -2);
+
+/// Releases whatever each copy of a run holds or takes it out of the queue.
+void release_run(scheduler_state& st, const v1::Run& run);
+
+/// Whether any copy of the run holds GPUs or is re-adopting them (a
+/// CPU-only run: whether it is placed).
+bool holds_gpus(const scheduler_state& st, const v1::Run& run);
+
+/// Ends a run: releases its GPUs, sets its state, stores it.
+void finish_run(self_ptr self, v1::Run& run, run_state state, const std::string& why);
+
+/// The waiting reason a run shows: the engine's words, and for an array how
+/// many copies still wait.
+std::string waiting_reason_of(const scheduler_state& st, const v1::Run& run);
+
+/// Marks copy `copy` of `run` placed: state, counters, its workers' use of
+/// CPU and memory, and (for the first copy) the leader and MASTER_ADDR.
+void copy_placed(scheduler_state& st, v1::Run& run, int32_t copy,
+                 const std::string& leader_machine);
+
+/// Gives back what copy `copy` of `run` holds (its GPUs, cores and memory,
+/// its time limit) and tells its machines: the copy has ended.
+void end_copy(self_ptr self, const v1::Run& run, int32_t copy);
+
+/// `ec::invalid_request`: "no run named NAME".
+caf::error no_such_run(const std::string& name);
+
+/// `atom::submit`: queues every copy of a new run, then a pass; answered
+/// after the group commit.
+caf::result<v1::Run> submit_run(self_ptr self, v1::RunSpec& spec);
+
+/// `atom::remove`: releases what the run holds, forgets it, then a pass;
+/// answered with its last state after the group commit.
+caf::result<v1::Run> remove_run(self_ptr self, const std::string& name);
+
+/// `atom::complete`: the run stopped; gives back what it holds.
+void complete_run(self_ptr self, const std::string& name);
+
+// -- schedule pass and group commit (scheduler_pass.cpp) ---------------------
+
+/// One pass of the queue: placed runs get their workers and are marked for
+/// the group commit; waiting runs get the engine's reason.
+void schedule_pass(self_ptr self);
+
+/// Places the CPU-only runs and copies waiting, in submission order.
+void place_cpu_runs(scheduler_state& st, std::set<std::string>& touched,
+                    std::vector<std::string>& started);
+
+/// The worker set of `machine`: every worker of a live run placed there.
+v1::WorkerOrders orders_for(scheduler_state& st, const std::string& machine);
+
+/// The group commit: one batch with sync for every run changed since the
+/// last flush, then the answers, then the machines' new worker sets.
+void flush(self_ptr self);
+
+// -- what machines say (scheduler_machines.cpp) ------------------------------
+
+/// A `v1::SchedulerMachine` snapshot: the index, the machine's facts, its
+/// workers Down when it is; then re-adoption and a pass.
+void apply_snapshot(self_ptr self, v1::SchedulerMachine& m);
+
+/// A machine's `v1::WorkerStatuses`: workers acknowledged, Running, ended,
+/// lost; copies and runs that ended give back what they hold.
+void apply_worker_statuses(self_ptr self, v1::WorkerStatuses& statuses);
+
+// -- time limits (scheduler_time_limits.cpp) ---------------------------------
+
+/// Stops run or copy `qname` when its time limit, `seconds` from now, is
+/// reached (an `atom::deadline` to itself, matched by token).
+void arm_time_limit(self_ptr self, const std::string& qname, int64_t seconds);
+
+/// Arms the time limits of the live runs loaded at start, counting the time
+/// they have been placed (wall clock).
+void arm_stored_time_limits(self_ptr self);
+
+/// `atom::deadline`: the time limit of run or copy `qname` is reached
+/// (ignored when `token` is stale).
+void time_limit_reached(self_ptr self, const std::string& qname, uint64_t token);
+
+// -- restart (scheduler_restart.cpp) -----------------------------------------
+
+/// Loads every stored run: waiting copies queue again in submission order;
+/// placed ones re-adopt their GPUs as their machines' snapshots arrive.
+/// Errors: the store's, when the runs cannot be loaded.
+caf::error load_runs(self_ptr self);
+
+/// Holds, for each copy still re-adopting, the GPUs its machines now list;
+/// once all are there, holds them as one allocation and adopts the copy.
+void restore_pass(self_ptr self);
+
+} // namespace astraeus::scheduler_detail

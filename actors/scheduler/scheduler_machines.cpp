@@ -1,0 +1,239 @@
+// What machines tell the scheduler: snapshots (`v1::SchedulerMachine`:
+// GPUs, labels, cores, memory, Down) and their agents' worker statuses
+// (`v1::WorkerStatuses`: acknowledged, Running, ended, lost).
+
+#include "actors/scheduler/scheduler_actor.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <optional>
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "actors/scheduler/scheduler_internal.hpp"
+#include "messages/error.hpp"
+#include "runtime/process/wall_clock.hpp"
+#include "runtime/workers/run_spec.hpp"
+
+namespace astraeus::scheduler_detail {
+
+namespace {
+
+/// What a run's worker states say of it: {nullopt, ""} while it goes on;
+/// {Failed, why} when a worker failed (`held`: the agent's statuses, for
+/// the reason); {Stopped, why} when every worker of every copy exited 0.
+std::pair<std::optional<run_state>, std::string>
+run_outcome(const v1::Run& run,
+            const std::map<std::string, const v1::WorkerStatus*>& held) {
+  bool all_exited = run.workers_size() > 0;
+  // The worker that failed names the reason; one its agent Cancelled (its
+  // gang stopped) only when none failed.
+  const v1::WorkerAssignment* cancelled = nullptr;
+  auto failure = [&](const v1::WorkerAssignment& w)
+    -> std::pair<std::optional<run_state>, std::string> {
+    const std::string s = to_string(state_of(w));
+    std::string detail;
+    if (auto h = held.find(w.name()); h != held.end())
+      detail = h->second->detail();
+    // "worker g-1 Failed: exited with code 3", "worker g-1 OOMKilled: the
+    // container exceeded its memory limit".
+    if (detail.rfind(s, 0) != 0)
+      detail = s + (detail.empty() ? "" : ": " + detail);
+    return {run_state::failed, "worker " + w.name() + " " + detail};
+  };
+  for (const auto& w : run.workers()) {
+    const auto s = state_of(w);
+    if (s == worker_state::cancelled) {
+      if (!cancelled)
+        cancelled = &w;
+      continue;
+    }
+    if (worker_failed(s))
+      return failure(w);
+    // A copy stopped at its time limit has ended too.
+    if (s != worker_state::exited && s != worker_state::stopped)
+      all_exited = false;
+  }
+  if (cancelled)
+    return failure(*cancelled);
+  auto copies = std::max<uint32_t>(1, run.spec().array_size());
+  if (all_exited && run.copies_placed() >= copies)
+    return {run_state::stopped, "completed: every worker exited with code 0"};
+  return {std::nullopt, {}};
+}
+
+} // namespace
+
+void apply_snapshot(self_ptr self, v1::SchedulerMachine& m) {
+  auto& st = self->state;
+  auto spec = machine_spec_of(m);
+  if (!spec) {
+    spdlog::error("scheduler: snapshot dropped: {}", render_error(spec.error()));
+    return;
+  }
+  caf::error err;
+  if (auto id = st.index->find_machine(m.name()))
+    err = st.index->update_machine(*id, *spec);
+  else if (auto added = st.index->add_machine(*spec); !added)
+    err = added.error();
+  if (err) {
+    spdlog::error("scheduler: snapshot of {} dropped: {}", m.name(),
+                  render_error(err));
+    return;
+  }
+  auto& facts = st.machine_facts_by_name[m.name()];
+  facts.address = m.address();
+  facts.schedulable = m.schedulable() && !m.down();
+  facts.labels.clear();
+  for (const auto& [k, v] : m.labels())
+    facts.labels[k] = v;
+  facts.logical_cpus = m.logical_cpus();
+  facts.memory_bytes = m.memory_bytes();
+  if (m.down() && !facts.down) {
+    // Its workers are Down and keep their GPUs until it is back.
+    if (auto on = st.runs_on.find(m.name()); on != st.runs_on.end())
+      for (const auto& run_name : on->second) {
+        auto& run = st.runs[run_name];
+        for (auto& w : *run.mutable_workers())
+          if (w.machine() == m.name())
+            set_state(w, worker_state::down);
+        mark(self, run_name);
+      }
+  }
+  facts.down = m.down();
+  restore_pass(self);
+  schedule_pass(self);
+}
+
+void apply_worker_statuses(self_ptr self, v1::WorkerStatuses& statuses) {
+  auto& st = self->state;
+  const auto& machine = statuses.machine();
+  // Outputs of a worker stopped with its run or its copy (a time limit,
+  // a failed gang) come after that ended: kept on the worker all the same.
+  for (const auto& w : statuses.workers()) {
+    if (w.outputs_size() == 0)
+      continue;
+    auto r = st.runs.find(w.run());
+    if (r == st.runs.end())
+      continue;
+    auto& run = r->second;
+    bool run_ended = has_ended(state_of(run));
+    auto ended = ended_copies(run);
+    for (auto& rw : *run.mutable_workers())
+      if (rw.name() == w.worker() && rw.machine() == machine && rw.outputs_size() == 0
+          && (run_ended || ended.count(rw.array_index()))) {
+        *rw.mutable_outputs() = w.outputs();
+        mark(self, r->first);
+      }
+  }
+  auto on = st.runs_on.find(machine);
+  if (on == st.runs_on.end())
+    return;
+  std::map<std::string, const v1::WorkerStatus*> held;
+  for (const auto& w : statuses.workers())
+    held[w.worker()] = &w;
+  std::vector<std::pair<std::string, std::string>> lost;
+  std::vector<std::string> touched;
+  std::vector<std::pair<std::string, int32_t>> newly_ended;
+  for (const auto& run_name : on->second) {
+    auto& run = st.runs[run_name];
+    bool changed = false;
+    // A copy that has ended is off its machines: its workers' statuses
+    // (the agent still stopping them) change nothing.
+    const auto ended_before = ended_copies(run);
+    // Set again below while an earlier worker of the name is still held.
+    const auto reason_before = run.waiting_reason();
+    if (reason_before.find(" still holds an earlier worker named ") != std::string::npos)
+      run.set_waiting_reason(waiting_reason_of(st, run));
+    for (auto& w : *run.mutable_workers()) {
+      if (w.machine() != machine || ended_before.count(w.array_index()))
+        continue;
+      auto h = held.find(w.name());
+      if (h == held.end()) {
+        if (w.acknowledged())
+          lost.emplace_back(run_name, w.name());
+        continue;
+      }
+      // The agent's word, but Assigned until it runs.
+      auto next = state_of(*h->second);
+      if (!w.acknowledged() && (next == worker_state::stopping || worker_ended(next))) {
+        // The agent answers a worker it was just handed with Assigned;
+        // one it reports stopping or ended before that is an earlier
+        // worker of the same name (a run deleted and submitted again)
+        // that it still stops: not this run's. It changes nothing here.
+        auto why = "waiting: machine " + machine + " still holds an earlier worker named "
+                   + w.name() + " (" + h->second->state() + "); this worker starts once "
+                   + "the agent has let it go";
+        run.set_waiting_reason(why);
+        spdlog::warn("scheduler: run {}: {}", run_name, why);
+        continue;
+      }
+      if (!w.acknowledged() || state_of(w) != next) {
+        w.set_acknowledged(true);
+        set_state(w, next);
+        changed = true;
+      }
+      // What it wrote to $ASTRAEUS_OUTPUTS, once it has ended.
+      if (h->second->outputs_size() > 0 && w.outputs_size() == 0) {
+        *w.mutable_outputs() = h->second->outputs();
+        changed = true;
+      }
+    }
+    // Placed until every worker runs; then Running.
+    const auto ended_now = ended_copies(run);
+    if (changed && state_of(run) == run_state::placed
+        && std::all_of(run.workers().begin(), run.workers().end(),
+                       [&ended_now](const auto& w) {
+                         return state_of(w) == worker_state::running
+                                || ended_now.count(w.array_index());
+                       }))
+      set_state(run, run_state::running);
+    if (run.waiting_reason() != reason_before)
+      mark(self, run_name);
+    if (changed) {
+      mark(self, run_name);
+      touched.push_back(run_name);
+      for (auto copy : ended_copies(run))
+        if (!ended_before.count(copy))
+          newly_ended.emplace_back(run_name, copy);
+    }
+  }
+  // A copy whose workers have all ended gives back what it holds at
+  // once (its waiting siblings may take it); if one failed, the run
+  // fails below.
+  for (const auto& [run_name, copy] : newly_ended) {
+    spdlog::info("scheduler: run {}[{}] ended", run_name, copy);
+    end_copy(self, st.runs[run_name], copy);
+  }
+  std::set<std::string> failed;
+  for (const auto& [run_name, worker] : lost) {
+    if (!failed.insert(run_name).second)
+      continue;
+    auto& run = st.runs[run_name];
+    auto why = "worker " + worker + " was lost: machine " + machine
+               + " no longer holds it";
+    spdlog::warn("scheduler: run {} failed: {}", run_name, why);
+    finish_run(self, run, run_state::failed, why);
+  }
+  // A run whose workers all exited 0 is complete; one whose worker
+  // failed fails, and its other workers are stopped (their machines get
+  // worker sets without them).
+  bool ended = !failed.empty() || !newly_ended.empty();
+  for (const auto& run_name : touched) {
+    if (failed.count(run_name))
+      continue;
+    auto& run = st.runs[run_name];
+    auto [state, why] = run_outcome(run, held);
+    if (!state)
+      continue;
+    spdlog::info("scheduler: run {} {}: {}", run_name, to_string(*state), why);
+    finish_run(self, run, *state, why);
+    ended = true;
+  }
+  if (ended)
+    schedule_pass(self);
+}
+
+} // namespace astraeus::scheduler_detail

@@ -1,0 +1,302 @@
+// A schedule pass: GPU runs and copies through the placement engine's
+// queue, CPU-only ones by cores and memory (place_cpu_runs); then the group
+// commit (flush): the changed runs stored in one batch with sync, the
+// waiting requests answered, and each changed machine sent its worker set
+// (orders_for).
+
+#include "actors/scheduler/scheduler_actor.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "actors/scheduler/scheduler_internal.hpp"
+#include "messages/error.hpp"
+#include "runtime/process/wall_clock.hpp"
+#include "runtime/workers/run_spec.hpp"
+#include "runtime/host/sysfs_text.hpp"
+#include "store/store.hpp"
+
+namespace astraeus::scheduler_detail {
+
+/// Places the CPU-only runs and copies waiting, in submission order, each
+/// all or nothing: every worker goes to the machine (Up, taking work, with
+/// every required label) with the most CPU cores left that still fits its
+/// cores and memory; ties go to the machine with fewer CPU-only workers,
+/// then by name. The GPU engine never sees them; their cores and memory
+/// count against the machine like those of GPU workers.
+void place_cpu_runs(scheduler_state& st, std::set<std::string>& touched,
+                    std::vector<std::string>& started) {
+  for (auto it = st.cpu_queue.begin(); it != st.cpu_queue.end();) {
+    const auto qname = *it;
+    auto [run_name, copy] = parse_queue_name(qname);
+    auto r = st.runs.find(run_name);
+    if (r == st.runs.end()) {
+      it = st.cpu_queue.erase(it);
+      continue;
+    }
+    auto& run = r->second;
+    const auto& spec = run.spec();
+    auto req = placement_request_of(spec, qname);
+    const double cpus = spec.cpus_per_worker();
+    const uint64_t mem = spec.memory_bytes_per_worker();
+    std::map<std::string, std::pair<double, uint64_t>> taken;  // tentative
+    std::vector<std::string> where;
+    size_t candidates = 0;
+    bool fits = true;
+    uint32_t total = 0;
+    for (const auto& g : req.groups)
+      total += g.workers;
+    for (uint32_t rank = 0; rank < total && fits; ++rank) {
+      const std::string* best = nullptr;
+      double best_free = -1;
+      uint32_t best_load = 0;
+      candidates = 0;
+      for (const auto& [name, f] : st.machine_facts_by_name) {
+        if (!f.schedulable || f.down)
+          continue;
+        bool labelled = std::all_of(req.required_labels.begin(), req.required_labels.end(),
+                                    [&f = f](const auto& kv) {
+                                      auto l = f.labels.find(kv.first);
+                                      return l != f.labels.end() && l->second == kv.second;
+                                    });
+        if (!labelled)
+          continue;
+        ++candidates;
+        auto t = taken[name];
+        double free_cpus = static_cast<double>(f.logical_cpus) - f.cpus_used - t.first;
+        uint64_t used_mem = f.memory_used + t.second;
+        uint64_t free_mem = f.memory_bytes > used_mem ? f.memory_bytes - used_mem : 0;
+        if (free_cpus + 1e-9 < cpus || free_mem < mem)
+          continue;
+        if (best == nullptr || free_cpus > best_free
+            || (free_cpus == best_free
+                && (f.cpu_workers < best_load
+                    || (f.cpu_workers == best_load && name < *best)))) {
+          best = &name;
+          best_free = free_cpus;
+          best_load = f.cpu_workers;
+        }
+      }
+      if (best == nullptr) {
+        fits = false;
+        break;
+      }
+      taken[*best].first += cpus;
+      taken[*best].second += mem;
+      where.push_back(*best);
+    }
+    if (!fits) {
+      std::string labels;
+      for (const auto& [k, v] : req.required_labels)
+        labels += (labels.empty() ? " carrying " : ",") + k + "=" + v;
+      std::string each = show_number(cpus) + " core(s)";
+      if (mem > 0)
+        each += " and " + std::to_string(mem >> 20) + " MiB";
+      st.cpu_waiting_reason[qname] =
+        candidates == 0
+          ? "waiting: no machine" + labels + " takes new work"
+          : "waiting: needs " + std::to_string(total) + " CPU-only worker(s) of " + each
+              + " on " + (labels.empty() ? "any machine" : "machines" + labels)
+              + "; only " + std::to_string(where.size()) + " fit now";
+      ++it;
+      continue;
+    }
+    auto groups = run_groups_in_rank_order(spec);
+    uint32_t rank = 0;
+    for (size_t g = 0; g < groups.size(); ++g)
+      for (uint32_t i = 0; i < groups[g].second; ++i, ++rank) {
+        auto* w = run.add_workers();
+        w->set_rank(rank);
+        w->set_group(groups[g].first);
+        w->set_group_rank(i);
+        w->set_machine(where[rank]);
+        w->set_numa_node(-1);
+        set_state(*w, worker_state::placed);
+        w->set_array_index(copy);
+        w->set_name(worker_name(run_name, copy, rank));
+      }
+    copy_placed(st, run, copy, where.empty() ? std::string{} : where.front());
+    st.cpu_waiting_reason.erase(qname);
+    st.waiting.erase(qname);
+    touched.insert(run_name);
+    started.push_back(qname);
+    spdlog::info("scheduler: run {} placed ({} CPU-only worker(s))", qname, where.size());
+    it = st.cpu_queue.erase(it);
+  }
+}
+
+/// One pass of the queue: placed runs get their workers and are marked for
+/// the group commit; waiting runs get the engine's reason.
+void schedule_pass(self_ptr self) {
+  auto& st = self->state;
+  auto decisions = st.queue->schedule(clock_seconds(self));
+  std::set<std::string> touched;
+  std::vector<std::string> started;
+  for (auto& d : decisions) {
+    auto [run_name, copy] = parse_queue_name(d.run);
+    st.waiting.erase(d.run);
+    auto it = st.runs.find(run_name);
+    if (it == st.runs.end()) {
+      spdlog::error("scheduler: placed unknown run {}; releasing it", d.run);
+      st.queue->complete(d.run);
+      continue;
+    }
+    auto& run = it->second;
+    auto groups = run_groups_in_rank_order(run.spec());
+    // Drop what an earlier placement of this copy left (none normally).
+    auto* ws = run.mutable_workers();
+    ws->erase(std::remove_if(ws->begin(), ws->end(),
+                             [copy = copy](const auto& w) {
+                               return w.array_index() == copy;
+                             }),
+              ws->end());
+    std::string leader_machine;
+    for (const auto& pw : d.where.workers) {
+      auto* w = run.add_workers();
+      w->set_rank(pw.rank);
+      w->set_group(pw.group < groups.size() ? groups[pw.group].first : "");
+      w->set_group_rank(pw.group_rank);
+      w->set_machine(st.index->machine_name(pw.machine));
+      for (auto& id : st.index->gpu_ids(pw.machine, pw.gpus))
+        w->add_gpu_ids(std::move(id));
+      w->set_numa_node(pw.numa_node);
+      set_state(*w, worker_state::placed);
+      w->set_array_index(copy);
+      w->set_name(worker_name(run_name, copy, pw.rank));
+      if (pw.rank == d.where.leader)
+        leader_machine = w->machine();
+    }
+    copy_placed(st, run, copy, leader_machine);
+    touched.insert(run_name);
+    started.push_back(d.run);
+    spdlog::info("scheduler: run {} placed ({} worker(s), {})", d.run,
+                 d.where.workers.size(), to_string(d.where.tier));
+  }
+  place_cpu_runs(st, touched, started);
+  for (const auto& qname : started) {
+    const auto& spec = st.runs[parse_queue_name(qname).first].spec();
+    if (spec.time_limit_seconds() > 0)
+      arm_time_limit(self, qname, static_cast<int64_t>(spec.time_limit_seconds()));
+  }
+  for (const auto& name : touched) {
+    auto& run = st.runs[name];
+    run.set_waiting_reason(waiting_reason_of(st, run));
+    index_run(self, run);
+    mark(self, name);
+  }
+  for (const auto& qname : st.waiting) {
+    auto run_name = parse_queue_name(qname).first;
+    auto it = st.runs.find(run_name);
+    if (it == st.runs.end() || touched.count(run_name))
+      continue;
+    auto why = waiting_reason_of(st, it->second);
+    if (why != it->second.waiting_reason()) {
+      it->second.set_waiting_reason(std::move(why));
+      mark(self, run_name);
+    }
+  }
+}
+
+/// The worker set of `machine`: every worker of a live run placed there.
+v1::WorkerOrders orders_for(scheduler_state& st, const std::string& machine) {
+  v1::WorkerOrders out;
+  out.set_machine(machine);
+  auto& gen = st.generation[machine];
+  gen = gen == 0 ? st.generation_base : gen + 1;
+  out.set_generation(gen);
+  auto on = st.runs_on.find(machine);
+  if (on == st.runs_on.end())
+    return out;
+  // The machine's multi-machine NVLink domain (NVIDIA_IMEX_CHANNELS).
+  std::string nvlink_domain;
+  if (auto f = st.machine_facts_by_name.find(machine); f != st.machine_facts_by_name.end())
+    if (auto l = f->second.labels.find(topology_label::nvlink_domain); l != f->second.labels.end())
+      nvlink_domain = l->second;
+  for (const auto& run_name : on->second) {
+    auto it = st.runs.find(run_name);
+    if (it == st.runs.end())
+      continue;
+    const auto& run = it->second;
+    const auto ended = ended_copies(run);
+    std::map<int32_t, uint32_t> world;
+    std::map<int32_t, std::set<std::string>> spans;  // machines per copy
+    for (const auto& w : run.workers()) {
+      ++world[w.array_index()];
+      spans[w.array_index()].insert(w.machine());
+    }
+    for (const auto& w : run.workers()) {
+      if (w.machine() != machine || state_of(w) == worker_state::stopped
+          || ended.count(w.array_index()))
+        continue;
+      auto* o = out.add_workers();
+      o->set_worker(w.name());
+      o->set_run(run_name);
+      o->set_rank(w.rank());
+      o->set_group(w.group());
+      o->set_group_rank(w.group_rank());
+      o->set_world_size(world[w.array_index()]);
+      *o->mutable_gpu_ids() = w.gpu_ids();
+      o->set_numa_node(w.numa_node());
+      o->set_master_addr(run.master_addr());
+      o->set_master_port(master_port);
+      *o->mutable_spec() = run.spec();
+      o->set_array_index(w.array_index());
+      o->set_leader_machine(run.leader_machine());
+      o->set_machine_count(static_cast<uint32_t>(spans[w.array_index()].size()));
+      o->set_namespace_(run.spec().namespace_());
+      o->set_nvlink_domain(nvlink_domain);
+    }
+  }
+  return out;
+}
+
+/// The group commit: one batch with sync for every run changed since the
+/// last flush, then the answers, then the machines' new worker sets.
+void flush(self_ptr self) {
+  auto& st = self->state;
+  st.flush_pending = false;
+  std::vector<Store::change> changes;
+  changes.reserve(st.dirty_runs.size());
+  for (const auto& name : st.dirty_runs) {
+    auto it = st.runs.find(name);
+    if (it == st.runs.end())
+      changes.push_back({family::runs, name, std::nullopt});
+    else
+      changes.push_back({family::runs, name, it->second.SerializeAsString()});
+  }
+  auto err = st.config.store->write(changes, true);
+  if (err) {
+    // Kept dirty: the next change tries again. Nobody is told of a run that
+    // is not on disk.
+    spdlog::error("scheduler: cannot store {} run(s): {}", changes.size(),
+                  render_error(err));
+    for (auto& [rp, run] : st.replies)
+      rp.deliver(err);
+    for (auto& [rp, name] : st.run_replies)
+      rp.deliver(err);
+  } else {
+    st.dirty_runs.clear();
+    for (auto& [rp, run] : st.replies)
+      rp.deliver(std::move(run));
+    for (auto& [rp, name] : st.run_replies) {
+      auto it = st.runs.find(name);
+      if (it != st.runs.end())
+        rp.deliver(it->second);
+      else
+        rp.deliver(caf::make_error(ec::invalid_request, "no run named " + name));
+    }
+    // Agents act only on what is on disk here.
+    for (const auto& m : st.dirty_machines)
+      if (auto h = st.machines.find(m); h != st.machines.end())
+        self->send(h->second, atom::assign_v, orders_for(st, m));
+    st.dirty_machines.clear();
+  }
+  st.replies.clear();
+  st.run_replies.clear();
+}
+
+} // namespace astraeus::scheduler_detail

@@ -1,0 +1,209 @@
+// The queue of runs waiting for GPUs, with reservation and backfill like
+// Slurm's (scheduler_queue in placement.hpp).
+
+#include "actors/scheduler/placement.hpp"
+
+#include <algorithm>
+
+#include "actors/scheduler/placement_internal.hpp"
+
+namespace astraeus {
+
+using placement_detail::invalid;
+using placement_detail::never;
+
+scheduler_queue::scheduler_queue(placement_index& index, queue_options options)
+  : index_(index), options_(options) {
+}
+
+caf::error scheduler_queue::submit(placement_request request, int64_t now) {
+  if (request.run.empty())
+    return invalid("a run needs a name");
+  if (pending_.count(request.run) || running_.count(request.run))
+    return invalid("run " + request.run + " is already queued or running");
+  order_key key{-static_cast<int64_t>(request.priority), now, seq_++};
+  pending_.emplace(request.run, key);
+  order_.emplace(key, std::move(request));
+  return {};
+}
+
+caf::error scheduler_queue::cancel(std::string_view run) {
+  auto it = pending_.find(std::string{run});
+  if (it == pending_.end())
+    return invalid("run " + std::string{run} + " is not waiting");
+  order_.erase(it->second);
+  waiting_.erase(it->first);
+  pending_.erase(it);
+  return {};
+}
+
+caf::error scheduler_queue::complete(std::string_view run) {
+  auto it = running_.find(std::string{run});
+  if (it == running_.end())
+    return invalid("run " + std::string{run} + " is not running");
+  if (auto err = index_.release(it->second.allocation))
+    return err;
+  ends_.erase({it->second.end, it->second.allocation});
+  running_.erase(it);
+  return {};
+}
+
+caf::error scheduler_queue::adopt(std::string run, allocation_id allocation, int64_t start,
+                                  int64_t time_limit_seconds) {
+  if (run.empty() || pending_.count(run) || running_.count(run))
+    return invalid("run " + run + " is already queued or running");
+  if (index_.allocation_gpus(allocation).empty())
+    return invalid("no allocation " + std::to_string(allocation) + " for run " + run);
+  int64_t end = time_limit_seconds > 0 ? start + time_limit_seconds : never;
+  running_.emplace(std::move(run), running_run{allocation, start, end});
+  if (end != never)
+    ends_.emplace(end, allocation);
+  return {};
+}
+
+const waiting_reason* scheduler_queue::waiting(std::string_view run) const {
+  auto it = waiting_.find(std::string{run});
+  return it == waiting_.end() ? nullptr : &it->second;
+}
+
+std::optional<allocation_id> scheduler_queue::allocation_of(std::string_view run) const {
+  auto it = running_.find(std::string{run});
+  if (it == running_.end())
+    return std::nullopt;
+  return it->second.allocation;
+}
+
+std::optional<scheduler_queue::plan>
+scheduler_queue::earliest_start(const placement_request& request, int64_t now) {
+  // Release running runs in the order they must end, until the run fits;
+  // then hold everything again exactly as it was.
+  std::vector<allocation_id> suspended;
+  std::optional<plan> out;
+  for (auto it = ends_.begin(); it != ends_.end();) {
+    int64_t end = it->first;
+    for (; it != ends_.end() && it->first == end; ++it)
+      if (!index_.suspend(it->second))
+        suspended.push_back(it->second);
+    if (!index_.may_fit(request))
+      continue;
+    auto r = index_.place(request);
+    if (auto* p = std::get_if<placement>(&r)) {
+      plan pl;
+      pl.start = std::max(end, now);
+      for (const auto& w : p->workers)
+        pl.gpus.push_back({w.machine, w.gpus});
+      out = std::move(pl);
+      break;
+    }
+  }
+  for (auto a = suspended.rbegin(); a != suspended.rend(); ++a)
+    index_.resume(*a);
+  return out;
+}
+
+allocation_id scheduler_queue::hold_free_part(const std::vector<gpu_set>& gpus,
+                                              const std::string& run) {
+  std::vector<gpu_set> free_part;
+  for (const auto& set : gpus) {
+    gpu_mask f = set.gpus & index_.free_gpus(set.machine, true);
+    if (f)
+      free_part.push_back({set.machine, f});
+  }
+  if (free_part.empty())
+    return 0;
+  auto a = index_.hold("reservation for " + run, free_part);
+  return a ? *a : 0;
+}
+
+std::optional<queue_decision> scheduler_queue::start(const placement_request& request,
+                                                    placement where, int64_t now,
+                                                    bool backfilled) {
+  // place() answered on this very state, so commit succeeds; if it ever did
+  // not, the run simply waits for the next pass.
+  auto a = index_.commit(where);
+  if (!a)
+    return std::nullopt;
+  queue_decision d;
+  d.run = request.run;
+  d.start = now;
+  d.end = request.time_limit_seconds > 0 ? now + request.time_limit_seconds : never;
+  d.backfilled = backfilled;
+  d.allocation = *a;
+  d.where = std::move(where);
+  running_.emplace(request.run, running_run{d.allocation, d.start, d.end});
+  if (d.end != never)
+    ends_.emplace(d.end, d.allocation);
+  return d;
+}
+
+std::vector<queue_decision> scheduler_queue::schedule(int64_t now) {
+  std::vector<queue_decision> out;
+  waiting_.clear();
+  reservation_.reset();
+  allocation_id held = 0; // the free part of the reservation, held during the pass
+  unsigned attempts = 0;
+  for (auto it = order_.begin(); it != order_.end();) {
+    const placement_request& req = it->second;
+    auto r = index_.place(req);
+    if (auto* p = std::get_if<placement>(&r)) {
+      // Reserved GPUs are held, so this leaves them alone.
+      if (auto d = start(req, std::move(*p), now, reservation_.has_value())) {
+        out.push_back(std::move(*d));
+        pending_.erase(req.run);
+        it = order_.erase(it);
+        continue;
+      }
+      waiting_[req.run] = waiting_reason{waiting_code::not_enough_gpus,
+                                         "waiting: its GPUs changed while it was placed"};
+      ++it;
+      continue;
+    }
+    waiting_reason why = std::get<waiting_reason>(std::move(r));
+    if (why.code == waiting_code::not_enough_gpus) {
+      if (!reservation_) {
+        if (attempts < options_.reservation_attempts) {
+          ++attempts;
+          if (auto pl = earliest_start(req, now)) {
+            reservation_ = queue_reservation{req.run, pl->start, std::move(pl->gpus)};
+            held = hold_free_part(reservation_->gpus, req.run);
+            why.message += "; GPUs are reserved for it, due to start in " +
+                           format_duration(reservation_->start - now);
+          }
+        }
+      } else {
+        // Would it fit on the reserved GPUs? Only if it ends before the
+        // reservation starts.
+        int64_t end = req.time_limit_seconds > 0 ? now + req.time_limit_seconds : never;
+        if (held)
+          index_.release(held);
+        held = 0;
+        auto r2 = index_.place(req);
+        if (auto* p = std::get_if<placement>(&r2)) {
+          if (end <= reservation_->start) {
+            auto d = start(req, std::move(*p), now, true);
+            held = hold_free_part(reservation_->gpus, reservation_->run);
+            if (d) {
+              out.push_back(std::move(*d));
+              pending_.erase(req.run);
+              it = order_.erase(it);
+              continue;
+            }
+          }
+          why = waiting_reason{waiting_code::reserved,
+                               "waiting: the GPUs it fits on are reserved for " +
+                                 reservation_->run + ", due to start in " +
+                                 format_duration(reservation_->start - now) +
+                                 ", before this run's time limit would end it"};
+        }
+        held = hold_free_part(reservation_->gpus, reservation_->run);
+      }
+    }
+    waiting_[req.run] = std::move(why);
+    ++it;
+  }
+  if (held)
+    index_.release(held);
+  return out;
+}
+
+} // namespace astraeus

@@ -1,0 +1,347 @@
+// A run's life and its array copies: submitting, deleting and completing
+// a run; which machines a live run is on; the CPU cores and memory its
+// workers use there; what a run or a copy holds and gives back when it ends.
+
+#include "actors/scheduler/scheduler_actor.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "actors/scheduler/scheduler_internal.hpp"
+#include "messages/error.hpp"
+#include "runtime/process/wall_clock.hpp"
+#include "runtime/workers/run_spec.hpp"
+
+namespace astraeus::scheduler_detail {
+
+/// Seconds on the actor clock (virtual in tests): the queue's `now`.
+int64_t clock_seconds(self_ptr self) {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+           self->clock().now().time_since_epoch())
+    .count();
+}
+
+bool live(const v1::Run& run) {
+  return is_live(state_of(run));
+}
+
+/// Schedules the group commit (once per burst).
+void mark(self_ptr self, const std::string& run) {
+  auto& st = self->state;
+  st.dirty_runs.insert(run);
+  if (!st.flush_pending) {
+    st.flush_pending = true;
+    self->send(self, atom::tick_v);
+  }
+}
+
+void mark_machine(self_ptr self, const std::string& machine) {
+  self->state.dirty_machines.insert(machine);
+  if (!self->state.flush_pending) {
+    self->state.flush_pending = true;
+    self->send(self, atom::tick_v);
+  }
+}
+
+/// The GPU ids the workers of copy `copy` (-1: all) hold.
+std::vector<std::string> held_gpu_ids(const v1::Run& run, int32_t copy) {
+  std::vector<std::string> out;
+  for (const auto& w : run.workers())
+    if (copy == -2 || w.array_index() == copy)
+      for (const auto& id : w.gpu_ids())
+        out.push_back(id);
+  return out;
+}
+
+/// Records which machines a live run has workers on (and forgets a run
+/// that is no longer live); those machines get their new worker sets. A
+/// live run's machines only grow (array copies placed later), so only its
+/// own workers' machines are visited.
+void index_run(self_ptr self, const v1::Run& run) {
+  auto& st = self->state;
+  const auto& name = run.spec().name();
+  const bool is_live = live(run);
+  for (const auto& w : run.workers()) {
+    const auto& m = w.machine();
+    if (is_live) {
+      if (st.runs_on[m].insert(name).second)
+        mark_machine(self, m);
+      continue;
+    }
+    auto it = st.runs_on.find(m);
+    if (it == st.runs_on.end() || it->second.erase(name) == 0)
+      continue;
+    mark_machine(self, m);
+    if (it->second.empty())
+      st.runs_on.erase(it);
+  }
+}
+
+/// Whether a worker has ended (messages/worker_state.hpp, worker_ended).
+bool worker_ended(const v1::WorkerAssignment& w) {
+  return worker_ended(state_of(w));
+}
+
+/// Sets the run's end (Stopped or Failed), and that of each worker still
+/// going on (a worker keeps the end its agent reported: Exited, Failed,
+/// OOMKilled, Cancelled).
+void set_run_state(v1::Run& run, run_state end) {
+  set_state(run, end);
+  const auto worker_end = end == run_state::failed ? worker_state::failed : worker_state::stopped;
+  for (auto& w : *run.mutable_workers())
+    if (!worker_ended(w))
+      set_state(w, worker_end);
+}
+
+/// The array copies of a run that have ended (every worker of the copy
+/// ended): they hold nothing and are no longer on their machines.
+std::set<int32_t> ended_copies(const v1::Run& run) {
+  std::map<int32_t, bool> all_ended;
+  for (const auto& w : run.workers()) {
+    if (w.array_index() < 0)
+      continue;
+    auto [it, fresh] = all_ended.emplace(w.array_index(), true);
+    it->second = it->second && worker_ended(w);
+  }
+  std::set<int32_t> out;
+  for (const auto& [copy, ended] : all_ended)
+    if (ended)
+      out.insert(copy);
+  return out;
+}
+
+/// Releases the piecewise holds of a copy still re-adopting its GPUs.
+void drop_restore(scheduler_state& st, const std::string& qname) {
+  auto it = st.restoring.find(qname);
+  if (it == st.restoring.end())
+    return;
+  for (auto a : it->second.pieces)
+    if (auto err = st.index->release(a))
+      spdlog::error("scheduler: run {}: cannot release a restored hold: {}",
+                    qname, render_error(err));
+  st.restoring.erase(it);
+}
+
+/// Adds (`sign` 1) or removes (-1) the CPU cores and memory the workers of
+/// copy `copy` (-2: all) ask for to their machines' use.
+/// With `copy` -2, the workers of copies that have ended are left out
+/// (they gave theirs back when they ended).
+void account(scheduler_state& st, const v1::Run& run, int sign, int32_t copy) {
+  const auto& spec = run.spec();
+  const auto ended = copy == -2 ? ended_copies(run) : std::set<int32_t>{};
+  for (const auto& w : run.workers()) {
+    if ((copy != -2 && w.array_index() != copy) || ended.count(w.array_index())
+        || (sign < 0 && state_of(w) == worker_state::stopped))
+      continue;
+    auto& f = st.machine_facts_by_name[w.machine()];
+    f.cpus_used = std::max(0.0, f.cpus_used + sign * spec.cpus_per_worker());
+    auto mem = spec.memory_bytes_per_worker();
+    f.memory_used = sign > 0 ? f.memory_used + mem
+                             : f.memory_used - std::min(f.memory_used, mem);
+    if (cpu_only(spec))
+      f.cpu_workers = sign > 0 ? f.cpu_workers + 1
+                               : f.cpu_workers - std::min<uint32_t>(f.cpu_workers, 1);
+  }
+}
+
+/// Releases whatever each copy of a run holds (running, restoring) or takes
+/// it out of the queue (waiting).
+void release_run(scheduler_state& st, const v1::Run& run) {
+  if (live(run))
+    account(st, run, -1);
+  for (const auto& qname : queue_names_of(run.spec())) {
+    st.waiting.erase(qname);
+    if (cpu_only(run.spec())) {
+      st.cpu_queue.erase(std::remove(st.cpu_queue.begin(), st.cpu_queue.end(), qname),
+                         st.cpu_queue.end());
+      st.cpu_waiting_reason.erase(qname);
+      continue;
+    }
+    if (st.restoring.count(qname)) {
+      drop_restore(st, qname);
+    } else if (st.queue->allocation_of(qname)) {
+      if (auto err = st.queue->complete(qname))
+        spdlog::error("scheduler: run {}: cannot release its GPUs: {}", qname,
+                      render_error(err));
+    } else {
+      // Waiting: leaves the queue. Stopped or Failed: nothing to release.
+      static_cast<void>(st.queue->cancel(qname));
+    }
+  }
+}
+
+/// Whether any copy of the run holds GPUs or is re-adopting them (a
+/// CPU-only run: whether it is placed).
+bool holds_gpus(const scheduler_state& st, const v1::Run& run) {
+  if (cpu_only(run.spec()))
+    return live(run);
+  for (const auto& qname : queue_names_of(run.spec()))
+    if (st.restoring.count(qname) || st.queue->allocation_of(qname))
+      return true;
+  return false;
+}
+
+/// Ends a run: releases its GPUs, sets its state, stores it.
+void finish_run(self_ptr self, v1::Run& run, run_state state,
+                const std::string& why) {
+  auto& st = self->state;
+  release_run(st, run);
+  set_run_state(run, state);
+  run.set_waiting_reason(why);
+  index_run(self, run);
+  mark(self, run.spec().name());
+}
+
+/// The waiting reason a run shows: the engine's words, and for an array how
+/// many copies still wait.
+std::string waiting_reason_of(const scheduler_state& st, const v1::Run& run) {
+  auto names = queue_names_of(run.spec());
+  size_t waiting = 0;
+  const waiting_reason* first = nullptr;
+  for (const auto& qname : names)
+    if (st.waiting.count(qname)) {
+      ++waiting;
+      if (!first)
+        first = st.queue->waiting(qname);
+    }
+  if (waiting == 0)
+    return {};
+  std::string why = first ? first->message : "waiting: not scheduled yet";
+  if (cpu_only(run.spec()))
+    for (const auto& qname : names)
+      if (auto r = st.cpu_waiting_reason.find(qname); r != st.cpu_waiting_reason.end()) {
+        why = r->second;
+        break;
+      }
+  if (run.spec().array_size() > 0) {
+    const std::string prefix = "waiting: ";
+    if (why.rfind(prefix, 0) == 0)
+      why = why.substr(prefix.size());
+    return std::to_string(waiting) + " of " + std::to_string(names.size())
+           + " copies waiting: " + why;
+  }
+  return why;
+}
+
+/// Marks copy `copy` of `run` placed: state, counters, its workers' use of
+/// CPU and memory, and (for the first copy) the leader and MASTER_ADDR.
+void copy_placed(scheduler_state& st, v1::Run& run, int32_t copy,
+                 const std::string& leader_machine) {
+  set_state(run, run_state::placed);
+  run.set_copies_placed(run.copies_placed() + 1);
+  if (run.placed_unix_ms() == 0)
+    run.set_placed_unix_ms(unix_ms_now());
+  account(st, run, 1, copy);
+  if (run.leader_machine().empty() && !leader_machine.empty()) {
+    run.set_leader_machine(leader_machine);
+    auto f = st.machine_facts_by_name.find(leader_machine);
+    run.set_master_addr(f != st.machine_facts_by_name.end() && !f->second.address.empty()
+                          ? f->second.address
+                          : leader_machine);
+  }
+}
+
+/// Gives back what copy `copy` of `run` holds (its GPUs, cores and memory,
+/// its time limit) and tells its machines: the copy has ended.
+void end_copy(self_ptr self, const v1::Run& run, int32_t copy) {
+  auto& st = self->state;
+  const auto qname = run.spec().name() + "[" + std::to_string(copy) + "]";
+  account(st, run, -1, copy);
+  if (st.restoring.count(qname))
+    drop_restore(st, qname);
+  else if (!cpu_only(run.spec()) && st.queue->allocation_of(qname))
+    if (auto err = st.queue->complete(qname))
+      spdlog::error("scheduler: run {}: cannot release its GPUs: {}", qname,
+                    render_error(err));
+  st.limit_token.erase(qname);
+  for (const auto& w : run.workers())
+    if (w.array_index() == copy)
+      mark_machine(self, w.machine());
+}
+
+caf::error no_such_run(const std::string& name) {
+  return caf::make_error(ec::invalid_request, "no run named " + name);
+}
+
+caf::result<v1::Run> submit_run(self_ptr self, v1::RunSpec& spec) {
+  auto& st = self->state;
+  if (auto err = validate_run_spec(spec))
+    return err;
+  const auto name = spec.name();
+  if (st.runs.count(name))
+    return caf::make_error(ec::invalid_request,
+                           "a run named " + name + " already exists");
+  v1::Run run;
+  *run.mutable_spec() = std::move(spec);
+  set_state(run, run_state::waiting);
+  run.set_waiting_reason("waiting: not scheduled yet");
+  run.set_submitted_unix_ms(unix_ms_now());
+  auto now = clock_seconds(self);
+  std::vector<std::string> queued;
+  for (const auto& qname : queue_names_of(run.spec())) {
+    if (cpu_only(run.spec())) {
+      st.cpu_queue.push_back(qname);
+      st.waiting.insert(qname);
+      continue;
+    }
+    if (auto err = st.queue->submit(placement_request_of(run.spec(), qname), now)) {
+      for (const auto& q : queued) {
+        static_cast<void>(st.queue->cancel(q));
+        st.waiting.erase(q);
+      }
+      return err;
+    }
+    queued.push_back(qname);
+    st.waiting.insert(qname);
+  }
+  st.runs.emplace(name, std::move(run));
+  mark(self, name);
+  schedule_pass(self);
+  // Answered once the run (as the pass left it) is on disk.
+  auto rp = self->make_response_promise<v1::Run>();
+  st.run_replies.emplace_back(rp, name);
+  return rp;
+}
+
+caf::result<v1::Run> remove_run(self_ptr self, const std::string& name) {
+  auto& st = self->state;
+  auto it = st.runs.find(name);
+  if (it == st.runs.end())
+    return no_such_run(name);
+  v1::Run out = std::move(it->second);
+  st.runs.erase(it);
+  release_run(st, out);
+  if (state_of(out) != run_state::failed)
+    set_run_state(out, run_state::stopped);
+  index_run(self, out);
+  mark(self, name);
+  spdlog::info("scheduler: run {} deleted", name);
+  schedule_pass(self);
+  auto rp = self->make_response_promise<v1::Run>();
+  st.replies.emplace_back(rp, std::move(out));
+  return rp;
+}
+
+void complete_run(self_ptr self, const std::string& name) {
+  auto& st = self->state;
+  auto it = st.runs.find(name);
+  if (it == st.runs.end()) {
+    spdlog::warn("scheduler: completion of unknown run {} ignored", name);
+    return;
+  }
+  auto& run = it->second;
+  if (!holds_gpus(st, run)) {
+    spdlog::warn("scheduler: completion of run {} ({}) ignored: not placed",
+                 name, run.state());
+    return;
+  }
+  finish_run(self, run, run_state::stopped, "");
+  spdlog::info("scheduler: run {} stopped", name);
+  schedule_pass(self);
+}
+
+} // namespace astraeus::scheduler_detail

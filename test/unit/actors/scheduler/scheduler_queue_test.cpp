@@ -1,0 +1,129 @@
+// The queue with reservation and backfill (actors/scheduler/
+// scheduler_queue.cpp), with explicit times.
+
+#include "actors/scheduler/placement.hpp"
+
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "test/unit/actors/scheduler/placement_test_support.hpp"
+
+using namespace astraeus;
+using namespace astraeus::placement_test;
+
+TEST(Placement, BackfillThatWouldDelayTheHeadGangIsRefused) {
+  placement_index idx;
+  auto m1 = add(idx, dgx("m1"));
+  auto m2 = add(idx, dgx("m2"));
+  auto small = add(idx, dgx("small", h100, 2)); // too small for the head gang
+  scheduler_queue q{idx};
+  auto a = single("a", 8);
+  a.time_limit_seconds = 1000;
+  auto b = single("b", 4);
+  b.time_limit_seconds = 500;
+  ASSERT_FALSE(q.submit(a, 0));
+  ASSERT_FALSE(q.submit(b, 0));
+  auto first = q.schedule(0);
+  ASSERT_EQ(first.size(), 2u);
+  ASSERT_EQ(first[0].where.workers[0].machine, m1);
+  ASSERT_EQ(first[1].where.workers[0].machine, m2);
+  // The head: two whole machines, which it gets when a ends at t=1000.
+  auto head = gang("head", 2, 8);
+  head.time_limit_seconds = 100;
+  auto long_one = single("long", 4);
+  long_one.time_limit_seconds = 2000; // would still run at t=1000
+  auto short_one = single("short", 4);
+  short_one.time_limit_seconds = 300; // ends at t=310, before the reservation
+  auto elsewhere = single("elsewhere", 2); // no limit, but off the reserved GPUs
+  for (const auto& r : {head, long_one, short_one, elsewhere})
+    ASSERT_FALSE(q.submit(r, 5));
+  auto started = q.schedule(10);
+  ASSERT_TRUE(q.reservation());
+  EXPECT_EQ(q.reservation()->run, "head");
+  EXPECT_EQ(q.reservation()->start, 1000);
+  ASSERT_EQ(started.size(), 2u);
+  EXPECT_EQ(started[0].run, "short");
+  EXPECT_TRUE(started[0].backfilled);
+  EXPECT_EQ(started[0].where.workers[0].machine, m2);
+  EXPECT_EQ(started[0].end, 310);
+  EXPECT_EQ(started[1].run, "elsewhere");
+  EXPECT_EQ(started[1].where.workers[0].machine, small);
+  ASSERT_NE(q.waiting("long"), nullptr);
+  EXPECT_EQ(q.waiting("long")->code, waiting_code::reserved);
+  EXPECT_EQ(q.waiting("long")->message,
+            "waiting: the GPUs it fits on are reserved for head, due to start in 16m, before "
+            "this run's time limit would end it");
+  EXPECT_EQ(q.waiting("head")->message,
+            "waiting: needs 2 workers of 8 GPUs each (16 GPUs) within one site in pool h100; "
+            "best site has room for 0; GPUs are reserved for it, due to start in 16m");
+  EXPECT_EQ(idx.totals().allocations, 4u) << "the reservation is not left held";
+  // Time passes; b and short end; still nobody takes the reserved GPUs.
+  ASSERT_FALSE(q.complete("b"));
+  ASSERT_FALSE(q.complete("short"));
+  EXPECT_TRUE(q.schedule(600).empty());
+  EXPECT_EQ(q.waiting("long")->code, waiting_code::reserved);
+  // a ends: the head starts before "long".
+  ASSERT_FALSE(q.complete("a"));
+  auto later = q.schedule(1000);
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_EQ(later[0].run, "head");
+  EXPECT_FALSE(later[0].backfilled);
+  EXPECT_EQ(idx.check_invariants(), "");
+}
+
+TEST(Placement, BackfillThatEndsBeforeTheReservationIsAllowed) {
+  placement_index idx;
+  add(idx, dgx("m1"));
+  add(idx, dgx("m2"));
+  scheduler_queue q{idx};
+  auto a = single("a", 8);
+  a.time_limit_seconds = 3600;
+  ASSERT_FALSE(q.submit(a, 0));
+  ASSERT_EQ(q.schedule(0).size(), 1u);
+  ASSERT_FALSE(q.submit(gang("head", 2, 8), 1));
+  // Exactly up to the reservation (t=3600) is fine.
+  auto fits = single("fits", 8);
+  fits.time_limit_seconds = 3590;
+  ASSERT_FALSE(q.submit(fits, 2));
+  auto started = q.schedule(10);
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(started[0].run, "fits");
+  EXPECT_TRUE(started[0].backfilled);
+  // Without a time limit it could delay the head forever: refused.
+  ASSERT_FALSE(q.complete("fits"));
+  ASSERT_FALSE(q.submit(single("forever", 1), 11));
+  EXPECT_TRUE(q.schedule(11).empty());
+  EXPECT_EQ(q.waiting("forever")->code, waiting_code::reserved);
+  // With no reservation (a has no time limit, so no start time can be
+  // promised), small runs are not held back.
+  placement_index idx2;
+  add(idx2, dgx("m1"));
+  add(idx2, dgx("m2"));
+  scheduler_queue q2{idx2};
+  ASSERT_FALSE(q2.submit(single("a", 8), 0));
+  ASSERT_EQ(q2.schedule(0).size(), 1u);
+  ASSERT_FALSE(q2.submit(gang("head", 2, 8), 1));
+  ASSERT_FALSE(q2.submit(single("small", 4), 2));
+  auto s2 = q2.schedule(3);
+  EXPECT_FALSE(q2.reservation());
+  ASSERT_EQ(s2.size(), 1u);
+  EXPECT_EQ(s2[0].run, "small");
+}
+
+TEST(Placement, QueueOrderIsPriorityThenSubmission) {
+  placement_index idx;
+  add(idx, dgx("m1"));
+  scheduler_queue q{idx};
+  auto low = single("low", 8);
+  auto high = single("high", 8);
+  high.priority = 10;
+  ASSERT_FALSE(q.submit(low, 0));
+  ASSERT_FALSE(q.submit(high, 5));
+  EXPECT_TRUE(q.submit(single("low", 1), 6)) << "duplicate names are refused";
+  auto started = q.schedule(10);
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(started[0].run, "high");
+  ASSERT_FALSE(q.cancel("low"));
+  EXPECT_EQ(q.waiting_count(), 0u);
+}
