@@ -6,7 +6,6 @@
 #include <random>
 #include <tuple>
 
-#include <caf/actor_cast.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <spdlog/spdlog.h>
@@ -37,11 +36,16 @@ v1::Response error_response(uint64_t id, const caf::error& err) {
 
 using cluster_ptr = cluster_actor::stateful_pointer<cluster_state>;
 
+/// Now on the cluster's wall clock, Unix ms.
+int64_t now_ms(cluster_ptr self) {
+  return self->state.config.clock->now_unix_ms();
+}
+
 /// Keeps an audit record (who, what, when, result) with sync, and logs it.
 void audit(cluster_ptr self, const v1::Principal& who, const std::string& action,
            const std::string& target, const std::string& result) {
   v1::AuditRecord rec;
-  rec.set_unix_ms(unix_ms_now());
+  rec.set_unix_ms(now_ms(self));
   rec.set_who(who.name().empty() ? std::string{"cli"}
                                  : who.name() + " (" + who.role() + ", token "
                                      + who.token_id() + ")");
@@ -178,6 +182,8 @@ caf::error cluster_config::validate() const {
   if (heartbeat_lapse.count() <= 0 || request_timeout.count() <= 0)
     return caf::make_error(ec::invalid_config,
                            "cluster: durations must be positive");
+  if (!clock)
+    return caf::make_error(ec::invalid_config, "cluster: no wall clock");
   return caf::none;
 }
 
@@ -200,6 +206,7 @@ cluster(cluster_actor::stateful_pointer<cluster_state> self,
     cfg.pressure = st.config.pressure;
     cfg.store = st.config.store;
     cfg.scheduler = st.config.scheduler;
+    cfg.clock = st.config.clock;
     auto handle = self->spawn<caf::linked>(machine, std::move(cfg));
     st.identities[name] = std::move(identity);
     st.machines[name] = handle;
@@ -255,9 +262,10 @@ cluster(cluster_actor::stateful_pointer<cluster_state> self,
     *out.mutable_machine() = view;
     return out;
   };
-  return {
-    [self, spawn_machine](atom::enrol, v1::Hello& hello,
-                          uint64_t session) -> caf::result<machine_actor> {
+  // An agent's enrolment; `gate` delivers its session's commands (null for
+  // an embedding control plane's, which has none).
+  auto enrol = [self, spawn_machine](v1::Hello& hello, uint64_t session,
+                                     gate_command_actor gate) -> caf::result<machine_actor> {
       auto& st = self->state;
       const auto& name = hello.machine_name();
       if (!valid_machine_name(name))
@@ -269,7 +277,7 @@ cluster(cluster_actor::stateful_pointer<cluster_state> self,
         return caf::make_error(ec::invalid_request,
                                "machine " + name + " sent no machine identity");
       machine_actor handle;
-      auto now = unix_ms_now();
+      auto now = now_ms(self);
       auto known = st.machines.find(name);
       auto mismatch = caf::make_error(
         ec::identity_mismatch,
@@ -337,10 +345,15 @@ cluster(cluster_actor::stateful_pointer<cluster_state> self,
                      name);
         handle = spawn_machine(std::move(rec));
       }
-      self->send(handle, atom::connected_v, session, true,
-                 caf::actor_cast<caf::actor>(self->current_sender()));
+      self->send(handle, atom::connected_v, session, true, std::move(gate));
       return handle;
+    };
+  return {
+    [enrol](atom::enrol, v1::Hello& hello, uint64_t session) {
+      return enrol(hello, session, gate_command_actor{});
     },
+    [enrol](atom::enrol, v1::Hello& hello, uint64_t session,
+            gate_command_actor& gate) { return enrol(hello, session, std::move(gate)); },
     [self, view_response](v1::Request& req) -> caf::result<v1::Response> {
       auto& st = self->state;
       auto id = req.id();
@@ -535,7 +548,7 @@ cluster(cluster_actor::stateful_pointer<cluster_state> self,
           std::snprintf(ns, sizeof(ns), "ws-%06x",
                         static_cast<unsigned>(std::random_device{}() & 0xffffffu));
           ws.set_namespace_(ns);
-          ws.set_created_unix_ms(unix_ms_now());
+          ws.set_created_unix_ms(now_ms(self));
           if (auto err = st.config.store->put(family::workspaces, ws.name(), ws, true))
             return fail(err);
           audit(self, caller, "create workspace", ws.name(), "ok");
@@ -657,7 +670,7 @@ cluster(cluster_actor::stateful_pointer<cluster_state> self,
                                                       "no tokens"));
           }
           auto minted = st.config.tokens->mint_join(labels, body.ttl_seconds(),
-                                                    caller.name(), unix_ms_now());
+                                                    caller.name(), now_ms(self));
           if (!minted) {
             audit(self, caller, "create join token", what,
                   "failed: " + render_error(minted.error()));
@@ -698,7 +711,7 @@ cluster(cluster_actor::stateful_pointer<cluster_state> self,
           }
           auto minted = st.config.tokens->mint_api(body.name(), *r,
                                                    body.ttl_seconds(),
-                                                   caller.name(), unix_ms_now());
+                                                   caller.name(), now_ms(self));
           if (!minted) {
             audit(self, caller, "create API token", target,
                   "failed: " + render_error(minted.error()));
@@ -839,7 +852,7 @@ cluster(cluster_actor::stateful_pointer<cluster_state> self,
       auto& st = self->state;
       if (!st.config.tokens)
         return v1::Principal{};
-      auto who = st.config.tokens->authenticate(token, unix_ms_now());
+      auto who = st.config.tokens->authenticate(token, now_ms(self));
       if (!who) {
         spdlog::warn("cluster: a CLI session was refused: {}",
                      render_error(who.error()));

@@ -4,7 +4,6 @@
 #include <cctype>
 #include <set>
 
-#include <caf/actor_cast.hpp>
 #include <caf/exit_reason.hpp>
 #include <caf/send.hpp>
 #include <spdlog/spdlog.h>
@@ -115,6 +114,8 @@ caf::error machine_config::validate() const {
   if (heartbeat_lapse.count() <= 0)
     return caf::make_error(ec::invalid_config,
                            "machine: heartbeat lapse must be positive");
+  if (!clock)
+    return caf::make_error(ec::invalid_config, "machine: no wall clock");
   return caf::none;
 }
 
@@ -220,7 +221,7 @@ machine(machine_actor::stateful_pointer<machine_state> self,
   st.facts = st.config.record.last_facts();
   st.last_report_unix_ms = st.config.record.last_report_unix_ms();
   st.pressure = evaluate_pressure(st.facts, st.config.pressure);
-  st.state_since_unix_ms = unix_ms_now();
+  st.state_since_unix_ms = st.config.clock->now_unix_ms();
   // The lapse runs from the moment this actor starts: a machine that never
   // reports to this controller goes from Idle to Down.
   st.last_report = self->clock().now();
@@ -253,7 +254,7 @@ machine(machine_actor::stateful_pointer<machine_state> self,
       auto i = st.gpus.find(g.id());
       if (i == st.gpus.end()) {
         auto handle = self->template spawn<caf::linked>(
-          gpu, st.config.record.name(), g, up, caf::actor_cast<machine_actor>(self));
+          gpu, st.config.record.name(), g, up, machine_actor{self}, st.config.clock);
         if (auto holder = gpu_holder(st.orders, g.id()); !holder.empty())
           self->send(handle, atom::assign_v, std::move(holder));
         st.gpus.emplace(g.id(), std::move(handle));
@@ -284,7 +285,7 @@ machine(machine_actor::stateful_pointer<machine_state> self,
       self->send(g, atom::assign_v, gpu_holder(st.orders, id));
   };
     self->send(st.config.scheduler, atom::attach_v, name(),
-               caf::actor_cast<machine_actor>(self));
+               machine_actor{self});
   tell_scheduler();
   // Hands the agent the worker set, when connected and not yet applied.
   auto send_orders = [self] {
@@ -292,9 +293,8 @@ machine(machine_actor::stateful_pointer<machine_state> self,
     if (!st.orders_known || st.session == 0 || !st.gate
         || st.acked_generation == st.orders.generation())
       return;
-    auto gate = caf::actor_cast<gate_command_actor>(st.gate);
     for (auto& part : split_orders(st.orders, orders_part_bytes))
-      self->send(gate, atom::assign_v, st.session, std::move(part));
+      self->send(st.gate, atom::assign_v, st.session, std::move(part));
   };
   // The agent's worker list, from its answer frame or a report.
   auto on_statuses = [self, send_orders](v1::WorkerStatuses& statuses) {
@@ -325,7 +325,7 @@ machine(machine_actor::stateful_pointer<machine_state> self,
                    name(), to_string(before), to_string(next), why);
       return;
     }
-    st.state_since_unix_ms = unix_ms_now();
+    st.state_since_unix_ms = st.config.clock->now_unix_ms();
     spdlog::info("machine {}: {} -> {} ({})", name(), to_string(before),
                  to_string(next), why);
     tell_scheduler();
@@ -343,7 +343,7 @@ machine(machine_actor::stateful_pointer<machine_state> self,
                     render_error(err));
       return err;
     }
-    st.facts_stored_unix_ms = unix_ms_now();
+    st.facts_stored_unix_ms = st.config.clock->now_unix_ms();
     return caf::none;
   };
   return {
@@ -355,7 +355,7 @@ machine(machine_actor::stateful_pointer<machine_state> self,
       if (address_changed)
         st.config.record.set_address(report.address());
       st.last_report = self->clock().now();
-      st.last_report_unix_ms = unix_ms_now();
+      st.last_report_unix_ms = st.config.clock->now_unix_ms();
       st.facts = std::move(*report.mutable_facts());
       auto was_pressured = st.pressure.memory || st.pressure.disk;
       st.pressure = evaluate_pressure(st.facts, st.config.pressure);
@@ -441,7 +441,7 @@ machine(machine_actor::stateful_pointer<machine_state> self,
           rec.set_maintenance(!on);
           return err;
         }
-        st.state_since_unix_ms = unix_ms_now();
+        st.state_since_unix_ms = st.config.clock->now_unix_ms();
         spdlog::info("machine {}: {} -> {} (maintenance {})", name(),
                      to_string(before), to_string(st.shown_state()),
                      on ? "on" : "off");
@@ -450,7 +450,7 @@ machine(machine_actor::stateful_pointer<machine_state> self,
       return st.view();
     },
     [self, name, send_orders](atom::connected, uint64_t session, bool up,
-                              caf::actor& gate) {
+                              gate_command_actor& gate) {
       auto& st = self->state;
       if (up) {
         st.session = session;
@@ -461,7 +461,7 @@ machine(machine_actor::stateful_pointer<machine_state> self,
         send_orders();
       } else if (st.session == session) {
         st.session = 0;
-        st.gate = nullptr;
+        st.gate = gate_command_actor{};
         spdlog::info("machine {}: agent disconnected", name());
       }
     },
@@ -500,7 +500,7 @@ machine(machine_actor::stateful_pointer<machine_state> self,
                                  + " is not connected: its agent keeps the "
                                    "worker's log; start it and try again");
       auto rp = self->make_response_promise<v1::LogChunk>();
-      self->request(caf::actor_cast<gate_command_actor>(st.gate),
+      self->request(st.gate,
                     std::chrono::seconds{10}, atom::logs_v, st.session,
                     std::move(cmd))
         .then(

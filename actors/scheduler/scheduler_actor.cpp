@@ -243,7 +243,7 @@ void restore_pass(self_ptr self) {
       ++it;
       continue;
     }
-    int64_t elapsed = std::max<int64_t>(0, (unix_ms_now() - run.placed_unix_ms()) / 1000);
+    int64_t elapsed = std::max<int64_t>(0, (st.config.clock->now_unix_ms() - run.placed_unix_ms()) / 1000);
     auto err = st.queue->adopt(qname, *all, clock_seconds(self) - elapsed,
                                static_cast<int64_t>(run.spec().time_limit_seconds()));
     if (err) {
@@ -295,7 +295,7 @@ void copy_placed(scheduler_state& st, v1::Run& run, int32_t copy,
   run.set_state(run_state::placed);
   run.set_copies_placed(run.copies_placed() + 1);
   if (run.placed_unix_ms() == 0)
-    run.set_placed_unix_ms(unix_ms_now());
+    run.set_placed_unix_ms(st.config.clock->now_unix_ms());
   account(st, run, 1, copy);
   if (run.leader_machine().empty() && !leader_machine.empty()) {
     run.set_leader_machine(leader_machine);
@@ -700,6 +700,8 @@ std::string worker_name(const std::string& run, int32_t copy, uint32_t rank) {
 caf::error scheduler_config::validate() const {
   if (!store)
     return caf::make_error(ec::invalid_config, "scheduler: no store");
+  if (!clock)
+    return caf::make_error(ec::invalid_config, "scheduler: no wall clock");
   return caf::none;
 }
 
@@ -762,7 +764,7 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
   st.config = std::move(config);
   st.index = std::make_unique<placement_index>(st.config.placement);
   st.queue = std::make_unique<scheduler_queue>(*st.index, st.config.queue);
-  st.generation_base = static_cast<uint64_t>(unix_ms_now()) * 1000;
+  st.generation_base = static_cast<uint64_t>(st.config.clock->now_unix_ms()) * 1000;
 
   // Load every stored run: waiting copies queue again in submission order;
   // placed ones re-adopt their GPUs as their machines' snapshots arrive.
@@ -839,7 +841,7 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
   for (const auto& [key, run] : st.runs) {
     if (!live(run) || run.spec().time_limit_seconds() == 0)
       continue;
-    auto elapsed = (unix_ms_now() - run.placed_unix_ms()) / 1000;
+    auto elapsed = (st.config.clock->now_unix_ms() - run.placed_unix_ms()) / 1000;
     auto left = static_cast<int64_t>(run.spec().time_limit_seconds()) - elapsed;
     std::set<int32_t> copies;
     const auto ended = ended_copies(run);
@@ -865,7 +867,7 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
       *run.mutable_spec() = std::move(spec);
       run.set_state(run_state::waiting);
       run.set_waiting_reason("waiting: not scheduled yet");
-      run.set_submitted_unix_ms(unix_ms_now());
+      run.set_submitted_unix_ms(st.config.clock->now_unix_ms());
       auto now = clock_seconds(self);
       std::vector<std::string> queued;
       for (const auto& qname : queue_names_of(run.spec())) {
