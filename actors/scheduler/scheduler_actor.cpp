@@ -243,7 +243,8 @@ void restore_pass(self_ptr self) {
       ++it;
       continue;
     }
-    int64_t elapsed = std::max<int64_t>(0, (st.config.clock->now_unix_ms() - run.placed_unix_ms()) / 1000);
+    int64_t elapsed =
+      std::max<int64_t>(0, (st.config.clock->now_unix_ms() - run.placed_unix_ms()) / 1000);
     auto err = st.queue->adopt(qname, *all, clock_seconds(self) - elapsed,
                                static_cast<int64_t>(run.spec().time_limit_seconds()));
     if (err) {
