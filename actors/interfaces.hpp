@@ -128,7 +128,7 @@ using machine_actor = caf::typed_actor<
   // with a null gate).
   caf::reacts_to<atom::connected, uint64_t, bool, gate_command_actor>,
   // A GPU's health changed: id, health, reasons joined by "; ".
-  caf::reacts_to<atom::health, std::string, std::string, std::string>,
+  caf::reacts_to<atom::health, std::string, gpu_health, std::string>,
   // Clears a GPU's fault latch on the machine (delivered to its agent).
   // Fails with ec::not_connected when the agent is not connected, and with
   // the agent's error when the clear fails there.

@@ -29,6 +29,7 @@
 #include <spdlog/spdlog.h>
 
 #include "messages/astraeus.pb.h"
+#include "messages/gpu_read.hpp"
 #include "runtime/gpu/gpu_discovery.hpp"
 #include "runtime/host/host_facts.hpp"
 #include "runtime/host/pci_bus.hpp"
@@ -161,7 +162,7 @@ int main(int argc, char** argv) {
               section.read_as().c_str(), section.gpus_size(), section.bus_size(),
               section.conditions_size(),
               section.gpus_size() > 0 ? section.gpus(0).unknown_fields_size() : 0);
-  if (section.read_as() != "driver: healthy" || section.gpus_size() == 0) {
+  if (read_as(section) != gpu_read_as::driver || section.gpus_size() == 0) {
     std::fprintf(stderr, "discovery did not read the stand-in (read_as %s: %s)\n",
                  section.read_as().c_str(), section.detail().c_str());
     return 1;

@@ -63,6 +63,8 @@
 #include "actors/controller/controller.hpp"
 #include "messages/astraeus.pb.h"
 #include "messages/error.hpp"
+#include "messages/gpu_health_state.hpp"
+#include "messages/gpu_read.hpp"
 #include "runtime/process/config.hpp"
 #include "runtime/gate/gate_client.hpp"
 #include "runtime/process/private_file.hpp"
@@ -391,7 +393,7 @@ int main(int argc, char** argv) {
     gpus = list_gpus(*gc);
     if (gpus.size() == 8
         && std::all_of(gpus.begin(), gpus.end(),
-                       [](const auto& g) { return g.gpu().status() == "ok"; }))
+                       [](const auto& g) { return read_status(g.gpu()) == gpu_read_status::ok; }))
       break;
     std::this_thread::sleep_for(20ms);
   }
@@ -474,7 +476,7 @@ int main(int argc, char** argv) {
       auto reason = "Xid " + std::to_string(xid) + " fault";
       size_t faulty = 0;
       for (const auto& g : now)
-        if (g.health() == "Faulty" && g.health_reasons_size() == 1
+        if (health_of(g) == gpu_health::faulty && g.health_reasons_size() == 1
             && g.health_reasons(0) == reason)
           ++faulty;
       if (faulty != targets.size())
@@ -507,7 +509,7 @@ int main(int argc, char** argv) {
         if (!resp || resp->has_error())
           fail("ListGpus failed while polling");
         for (const auto& g : resp->gpus().gpus())
-          if (g.gpu().id() == t.id && g.health() == "Faulty")
+          if (g.gpu().id() == t.id && health_of(g) == gpu_health::faulty)
             seen = true;
       }
       if (!seen)

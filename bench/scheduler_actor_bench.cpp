@@ -98,7 +98,7 @@ v1::SchedulerMachine snapshot_of(const machine_spec& m) {
     auto* sg = out.add_gpus();
     sg->set_id(g.id);
     sg->set_numa_node(g.numa_node);
-    sg->set_health(to_string(g.health));
+    set_health(*sg, g.health);
     for (unsigned j = 0; j < max_gpus_per_machine; ++j)
       if (g.nvlink_peers & (gpu_mask{1} << j))
         sg->add_nvlink_peers(j);
@@ -217,7 +217,7 @@ private:
           me->res_.latency_ns.push_back(ns_since(t));
           me->res_.answered_s.push_back(ns_since(me->t0_) / 1e9);
           --me->in_flight_;
-          if (run.state() == run_state::placed) {
+          if (state_of(run) == run_state::placed) {
             ++me->res_.placed;
             unsigned n = gpus_held(run);
             me->live_.runs.emplace_back(run.spec().name(), n);

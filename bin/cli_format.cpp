@@ -4,11 +4,17 @@
 #include <cstdio>
 #include <ctime>
 #include <map>
+#include <memory>
 #include <sstream>
 
 #include <google/protobuf/util/json_util.h>
 
 #include "actors/controller/machine_pressure.hpp"
+#include "messages/gpu_health_state.hpp"
+#include "messages/gpu_read.hpp"
+#include "messages/run_state.hpp"
+#include "messages/typed_twins.hpp"
+#include "runtime/process/duration_text.hpp"
 #include "runtime/workers/run_spec.hpp"
 #include "runtime/host/sysfs_text.hpp"
 #include "runtime/process/wall_clock.hpp"
@@ -45,23 +51,6 @@ std::string format_pressure(const v1::Pressure& p) {
          + " / " + percent(p.some_avg300()) + ", full " + percent(p.full_avg10())
          + " / " + percent(p.full_avg60()) + " / " + percent(p.full_avg300())
          + " (10s / 60s / 300s)";
-}
-
-std::string format_duration(uint64_t seconds) {
-  char buf[64];
-  if (seconds >= 86400)
-    std::snprintf(buf, sizeof(buf), "%llud %lluh",
-                  static_cast<unsigned long long>(seconds / 86400),
-                  static_cast<unsigned long long>(seconds % 86400 / 3600));
-  else if (seconds >= 3600)
-    std::snprintf(buf, sizeof(buf), "%lluh %llum",
-                  static_cast<unsigned long long>(seconds / 3600),
-                  static_cast<unsigned long long>(seconds % 3600 / 60));
-  else
-    std::snprintf(buf, sizeof(buf), "%llum %llus",
-                  static_cast<unsigned long long>(seconds / 60),
-                  static_cast<unsigned long long>(seconds % 60));
-  return buf;
 }
 
 std::string pressure_cell(const v1::MachineView& m) {
@@ -358,11 +347,11 @@ std::string numa_cell(const v1::Gpu& g) {
 }
 
 std::string health_cell(const v1::GpuView& v) {
-  std::string out = v.health().empty() ? "Healthy" : v.health();
+  std::string out = to_string(health_of(v));
   if (!v.health_reasons().empty())
     out += ": " + v.health_reasons(0);
-  if (v.gpu().status() == "unresponsive" || v.gpu().status() == "lost")
-    out += " (" + v.gpu().status() + ")";
+  if (auto status = read_status(v.gpu()); !answers(status))
+    out += std::string{" ("} + to_string(status) + ")";
   return out;
 }
 
@@ -404,7 +393,7 @@ std::string format_gpu_section(const v1::GpuSection& s) {
                       g.model(), g.pci_address(), numa_cell(g),
                       gpu_memory_cell(g), g.architecture().empty() ? "-" : g.architecture(),
                       g.nvlinks().empty() ? "-" : std::to_string(active) + "/" + std::to_string(g.nvlinks_size()),
-                      g.status().empty() ? "ok" : g.status()});
+                      to_string(read_status(g))});
     }
     out << indent(render_table({"INDEX", "ID", "MODEL", "PCI", "NUMA", "MEMORY",
                                 "ARCH", "NVLINK", "STATUS"},
@@ -508,7 +497,7 @@ std::string format_run(const v1::Run& r, int64_t now_unix_ms) {
   out << "Run:         " << r.spec().name() << "\n";
   out << "State:       " << r.state() << "\n";
   if (!r.waiting_reason().empty()) {
-    const bool ended = r.state() == "Stopped" || r.state() == "Failed";
+    const bool ended = has_ended(state_of(r));
     std::string why = r.waiting_reason();
     if (!ended && why.rfind("waiting: ", 0) == 0)
       why = why.substr(9);
@@ -615,23 +604,32 @@ std::string format_xid_policy(const v1::XidPolicyTable& table) {
            "xid.at_risk, xid.record.\n";
 }
 
-std::string to_json_compact(const google::protobuf::Message& msg) {
+namespace {
+
+/// `msg` as JSON with every field and the proto's names, without the typed
+/// twins (the `*_code` enums; messages/typed_twins.hpp): users read the
+/// words.
+std::string json_of(const google::protobuf::Message& msg, bool whitespace) {
+  std::unique_ptr<google::protobuf::Message> shown{msg.New()};
+  shown->CopyFrom(msg);
+  clear_typed_twins(*shown);
   google::protobuf::util::JsonPrintOptions opts;
+  opts.add_whitespace = whitespace;
   opts.always_print_primitive_fields = true;
   opts.preserve_proto_field_names = true;
   std::string out;
-  (void) google::protobuf::util::MessageToJsonString(msg, &out, opts);
+  (void) google::protobuf::util::MessageToJsonString(*shown, &out, opts);
   return out;
 }
 
+} // namespace
+
+std::string to_json_compact(const google::protobuf::Message& msg) {
+  return json_of(msg, false);
+}
+
 std::string to_json(const google::protobuf::Message& msg) {
-  google::protobuf::util::JsonPrintOptions opts;
-  opts.add_whitespace = true;
-  opts.always_print_primitive_fields = true;
-  opts.preserve_proto_field_names = true;
-  std::string out;
-  (void) google::protobuf::util::MessageToJsonString(msg, &out, opts);
-  return out;
+  return json_of(msg, true);
 }
 
 } // namespace astraeus::cli

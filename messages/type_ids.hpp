@@ -2,11 +2,12 @@
 /// @file
 /// CAF type IDs and atoms of Astraeus. Register them on every actor system
 /// with `cfg.add_message_types<caf::id_block::astraeus>()` (see
-/// runtime/actor_system_setup.hpp, which does it for you).
+/// runtime/process/system_setup.hpp, which does it for you).
 
 #include <caf/type_id.hpp>
 
 #include "messages/astraeus.pb.h"
+#include "messages/gpu_health_state.hpp"
 #include "messages/inspect.hpp"
 
 CAF_BEGIN_TYPE_ID_BLOCK(astraeus, caf::first_custom_type_id)
@@ -98,5 +99,9 @@ CAF_BEGIN_TYPE_ID_BLOCK(astraeus, caf::first_custom_type_id)
   CAF_ADD_ATOM(astraeus, astraeus::atom, probe_due, "probedue")
   /// Internal (a supervisor job's detached actor -> agent): the job finished.
   CAF_ADD_ATOM(astraeus, astraeus::atom, job_done, "jobdone")
+
+  // renov-vocab (issue 11): the typed vocabularies that travel between actors.
+  /// A GPU's health (gpu -> machine, with atom::health).
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::gpu_health))
 
 CAF_END_TYPE_ID_BLOCK(astraeus)

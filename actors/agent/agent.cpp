@@ -19,6 +19,7 @@
 
 #include "actors/agent/probe_actor.hpp"
 #include "messages/error.hpp"
+#include "messages/gpu_read.hpp"
 #include "runtime/process/wall_clock.hpp"
 #include "messages/type_ids.hpp"
 #include "runtime/gate/frame_codec.hpp"
@@ -156,14 +157,14 @@ v1::MachineReport make_report(const agent_config& config, uint64_t sequence,
 
 bool gpu_section_changed(const v1::GpuSection& before,
                          const v1::GpuSection& after) {
-  if (before.read_as() != after.read_as()
+  if (read_as(before) != read_as(after)
       || before.gpus_size() != after.gpus_size()
       || before.bus_size() != after.bus_size()
       || before.conditions_size() != after.conditions_size())
     return true;
   for (int i = 0; i < before.gpus_size(); ++i)
     if (before.gpus(i).id() != after.gpus(i).id()
-        || before.gpus(i).status() != after.gpus(i).status())
+        || read_status(before.gpus(i)) != read_status(after.gpus(i)))
       return true;
   for (int i = 0; i < before.conditions_size(); ++i)
     if (before.conditions(i).status() != after.conditions(i).status()
@@ -240,7 +241,7 @@ void send_report(agent_ptr self, bool fresh = false) {
   if (!st.gpus_known) {
     // Not "no-gpu": the controller must not take this for a complete read
     // and forget the GPUs it knows (and their 24 h history).
-    gpus->set_read_as("pending");
+    set_read_as(*gpus, gpu_read_as::pending);
     gpus->set_detail("GPU discovery has not finished yet");
   }
   if (st.latches)
@@ -608,11 +609,11 @@ void on_discovery_deadline(agent_ptr self, uint64_t pass) {
   spdlog::error("agent {}: GPU discovery has not finished; reporting the last "
                 "known GPUs as unresponsive",
                 st.config.identity.name);
-  st.gpus.set_read_as("unresponsive");
+  set_read_as(st.gpus, gpu_read_as::unresponsive);
   st.gpus.set_detail("GPU discovery did not finish within its bound; the last "
                      "known GPUs are kept");
   for (auto& g : *st.gpus.mutable_gpus())
-    g.set_status("unresponsive");
+    set_read_status(g, gpu_read_status::unresponsive);
   st.gpus_known = true;
   drain_early_events(self);
   send_report(self);

@@ -12,7 +12,7 @@ v1::GpuView gpu_state::view() const {
   v1::GpuView out;
   out.set_machine(machine);
   *out.mutable_gpu() = facts;
-  out.set_health(verdict.health);
+  set_health(out, verdict.health);
   for (const auto& r : verdict.reasons)
     out.add_health_reasons(r);
   out.set_holder(holder);
@@ -39,10 +39,10 @@ void judge(gpu_actor::stateful_pointer<gpu_state> self) {
   if (st.verdict.health == before.health && st.verdict.reasons == before.reasons)
     return;
   if (st.verdict.health != before.health)
-    spdlog::log(st.verdict.health == "Healthy" ? spdlog::level::info
-                                               : spdlog::level::warn,
+    spdlog::log(st.verdict.health == gpu_health::healthy ? spdlog::level::info
+                                                          : spdlog::level::warn,
                 "gpu {} on {}: {} -> {}{}{}", st.facts.id(), st.machine,
-                before.health, st.verdict.health,
+                to_string(before.health), to_string(st.verdict.health),
                 st.verdict.reasons.empty() ? "" : ": ", joined(st.verdict.reasons));
   if (st.machine_handle)
     self->send(st.machine_handle, atom::health_v, st.facts.id(), st.verdict.health,

@@ -94,7 +94,7 @@ health_verdict evaluate_health(const v1::Gpu& g, const gpu_health_history& h,
   for (const auto& f : g.latches())
     out.reasons.push_back(f.reason());
   if (!out.reasons.empty()) {
-    out.health = "Faulty";
+    out.health = gpu_health::faulty;
     return out;
   }
   // Foreign: memory in use that Astraeus did not hand out.
@@ -107,7 +107,7 @@ health_verdict evaluate_health(const v1::Gpu& g, const gpu_health_history& h,
       std::snprintf(buf, sizeof(buf),
                     "%.1f%% of its memory in use outside Astraeus (> %.0f%%)",
                     std::ceil(pct * 10.0) / 10.0, limits.foreign_memory_percent);
-      out.health = "Foreign";
+      out.health = gpu_health::foreign;
       out.reasons.emplace_back(buf);
       return out;
     }
@@ -142,7 +142,7 @@ health_verdict evaluate_health(const v1::Gpu& g, const gpu_health_history& h,
         (inc.has_xid() ? "Xid " + std::to_string(inc.xid()) : inc.kind())
         + " in the last 24 h (" + std::to_string(inc.count()) + "x): " + inc.text());
   if (!out.reasons.empty())
-    out.health = "AtRisk";
+    out.health = gpu_health::at_risk;
   return out;
 }
 

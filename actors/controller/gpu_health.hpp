@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "messages/astraeus.pb.h"
+#include "messages/gpu_health_state.hpp"
 
 namespace astraeus {
 
@@ -72,8 +73,8 @@ private:
 
 /// Health and why.
 struct health_verdict {
-  std::string health = "Healthy";    ///< Healthy | AtRisk | Faulty | Foreign
-  std::vector<std::string> reasons;  ///< of the health shown
+  gpu_health health = gpu_health::healthy; ///< Healthy | AtRisk | Faulty | Foreign
+  std::vector<std::string> reasons;        ///< of the health shown
 };
 
 /// Judges one GPU: its facts (with latches and incidents), its history,

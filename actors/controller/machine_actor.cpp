@@ -12,6 +12,8 @@
 #include "actors/controller/gpu_actor.hpp"
 #include "actors/scheduler/placement.hpp"
 #include "messages/error.hpp"
+#include "messages/gpu_health_state.hpp"
+#include "messages/gpu_read.hpp"
 #include "runtime/process/wall_clock.hpp"
 #include "store/store.hpp"
 
@@ -32,14 +34,6 @@ std::string gpu_holder(const v1::WorkerOrders& orders, const std::string& gpu_id
 /// are also written on every transition to Up), so that `astra machine`
 /// shows recent facts after a controller restart without a write per report.
 constexpr int64_t facts_store_interval_ms = 10 * 60 * 1000;
-
-/// Whether a GPU section lists every GPU the driver has (so a GPU missing
-/// from it is gone), rather than the last known ones ("unresponsive",
-/// "unavailable") or none yet ("pending": discovery has not finished).
-bool complete_read(const v1::GpuSection& section) {
-  return section.read_as() == "driver: healthy"
-         || section.read_as() == "nvidia-smi" || section.read_as() == "no-gpu";
-}
 
 /// What of a GPU section must survive a controller restart: how it was
 /// read, the GPU ids and statuses, and their latches.
@@ -151,12 +145,11 @@ v1::SchedulerMachine machine_state::scheduler_view() const {
     auto* sg = out.add_gpus();
     sg->set_id(g.id());
     sg->set_numa_node(g.has_numa_node() ? g.numa_node() : -1);
-    auto h = gpu_health.find(g.id());
-    sg->set_health(h == gpu_health.end() ? "Healthy" : h->second.first);
+    auto h = gpu_verdicts.find(g.id());
     // A GPU that does not answer is not placed onto.
-    if (g.status() == "unresponsive" || g.status() == "lost"
-        || g.status() == "unavailable")
-      sg->set_health("Faulty");
+    set_health(*sg, !answers(read_status(g))     ? gpu_health::faulty
+                    : h == gpu_verdicts.end() ? gpu_health::healthy
+                                              : h->second.first);
     std::set<uint32_t> peers;
     for (const auto& l : g.nvlinks())
       if (l.active())
@@ -197,8 +190,8 @@ v1::MachineView machine_state::view() const {
       ++i;
   }
   std::string faults;
-  for (const auto& [id, hr] : gpu_health)
-    if (hr.first == "Faulty")
+  for (const auto& [id, hr] : gpu_verdicts)
+    if (hr.first == gpu_health::faulty)
       faults += (faults.empty() ? "" : "; ") + id + ": " + hr.second;
   auto* c = section->add_conditions();
   c->set_type("GPUs healthy");
@@ -261,7 +254,7 @@ machine(machine_actor::stateful_pointer<machine_state> self,
       } else
         self->send(i->second, g);
     }
-    if (!complete_read(section))
+    if (!is_complete_read(read_as(section)))
       return;
     for (auto i = st.gpus.begin(); i != st.gpus.end();) {
       if (seen.count(i->first) == 0) {
@@ -269,7 +262,7 @@ machine(machine_actor::stateful_pointer<machine_state> self,
                      i->first);
         self->unlink_from(i->second);
         caf::anon_send_exit(i->second, caf::exit_reason::user_shutdown);
-        st.gpu_health.erase(i->first);
+        st.gpu_verdicts.erase(i->first);
         i = st.gpus.erase(i);
       } else {
         ++i;
@@ -513,12 +506,12 @@ machine(machine_actor::stateful_pointer<machine_state> self,
           [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
       return rp;
     },
-    [self, tell_scheduler](atom::health, std::string& id, std::string& health,
+    [self, tell_scheduler](atom::health, std::string& id, gpu_health health,
                            std::string& reasons) {
       auto& st = self->state;
       if (st.gpus.count(id) == 0)
         return;
-      st.gpu_health[id] = {std::move(health), std::move(reasons)};
+      st.gpu_verdicts[id] = {health, std::move(reasons)};
       tell_scheduler();
     },
     [self, name](atom::clear,

@@ -71,7 +71,7 @@ struct machine_state {
   /// embedding control plane's enrolment).
   gate_command_actor gate;
   /// Each GPU's health and reasons, as its GPU actor last said.
-  std::map<std::string, std::pair<std::string, std::string>> gpu_health;
+  std::map<std::string, std::pair<gpu_health, std::string>> gpu_verdicts;
   /// The last report's facts and derived pressure.
   v1::HostFacts facts;
   pressure_verdict pressure;

@@ -190,28 +190,6 @@ void bucket_remove(selector_rec& s, unsigned slot, bucket_list& b, machine_id id
 
 } // namespace
 
-const char* to_string(gpu_health x) {
-  switch (x) {
-    case gpu_health::healthy: return "Healthy";
-    case gpu_health::at_risk: return "AtRisk";
-    case gpu_health::faulty: return "Faulty";
-    case gpu_health::foreign: return "Foreign";
-  }
-  return "Faulty";
-}
-
-std::optional<gpu_health> parse_gpu_health(std::string_view text) {
-  if (text == "Healthy")
-    return gpu_health::healthy;
-  if (text == "AtRisk")
-    return gpu_health::at_risk;
-  if (text == "Faulty")
-    return gpu_health::faulty;
-  if (text == "Foreign")
-    return gpu_health::foreign;
-  return std::nullopt;
-}
-
 const char* to_string(placement_tier x) {
   switch (x) {
     case placement_tier::one_machine: return "one machine";
@@ -221,21 +199,6 @@ const char* to_string(placement_tier x) {
     case placement_tier::site: return "one site";
   }
   return "one site";
-}
-
-std::string format_duration(int64_t seconds) {
-  if (seconds < 0)
-    seconds = 0;
-  if (seconds < 60)
-    return std::to_string(seconds) + "s";
-  if (seconds < 3600)
-    return std::to_string(seconds / 60) + "m";
-  if (seconds < 86400) {
-    auto m = (seconds % 3600) / 60;
-    return std::to_string(seconds / 3600) + "h" + (m ? " " + std::to_string(m) + "m" : "");
-  }
-  auto h = (seconds % 86400) / 3600;
-  return std::to_string(seconds / 86400) + "d" + (h ? " " + std::to_string(h) + "h" : "");
 }
 
 // ---------------------------------------------------------------------------

@@ -40,6 +40,9 @@
 #include <caf/error.hpp>
 #include <caf/expected.hpp>
 
+#include "messages/gpu_health_state.hpp"
+#include "runtime/process/duration_text.hpp"
+
 namespace astraeus {
 
 /// A machine in a `placement_index`: a dense number issued by `add_machine`,
@@ -69,20 +72,6 @@ inline constexpr const char* fabric = "topology.astraeus.io/fabric";
 /// A multi-machine NVLink domain (GB200 NVL72).
 inline constexpr const char* nvlink_domain = "topology.astraeus.io/nvlink-domain";
 } // namespace topology_label
-
-/// A GPU's health as the scheduler acts on it (actors/controller/gpu_health.hpp).
-enum class gpu_health : uint8_t {
-  healthy,  ///< used
-  at_risk,  ///< used only when no healthy placement exists; never for healthy_only
-  faulty,   ///< fenced: never used
-  foreign,  ///< memory in use outside Astraeus: not used meanwhile
-};
-
-/// "Healthy", "AtRisk", "Faulty" or "Foreign" (the words of `GpuView.health`).
-const char* to_string(gpu_health x);
-
-/// Parses the words of `to_string`; nullopt for anything else.
-std::optional<gpu_health> parse_gpu_health(std::string_view text);
 
 /// A machine's labels, key -> value.
 using label_map = std::map<std::string, std::string>;
@@ -447,8 +436,5 @@ private:
   std::unordered_map<std::string, waiting_reason> waiting_;
   std::optional<queue_reservation> reservation_;
 };
-
-/// "45s", "12m", "1h 30m", "2d 3h": a duration for people.
-std::string format_duration(int64_t seconds);
 
 } // namespace astraeus

@@ -26,8 +26,7 @@ int64_t clock_seconds(self_ptr self) {
 }
 
 bool live(const v1::Run& run) {
-  const auto& s = run.state();
-  return s != run_state::waiting && s != run_state::stopped && s != run_state::failed;
+  return is_live(state_of(run));
 }
 
 /// Schedules the group commit (once per burst).
@@ -82,20 +81,20 @@ void index_run(self_ptr self, const v1::Run& run) {
   }
 }
 
-/// Whether a worker state is an end its agent reported (kept as reported:
-/// only the run's state summarises) or the scheduler's Stopped.
-bool worker_ended(const std::string& s) {
-  return s == "Exited" || s == "Failed" || s == "OOMKilled" || s == "Cancelled"
-         || s == run_state::stopped;
+/// Whether a worker has ended (messages/worker_state.hpp, worker_ended).
+bool worker_ended(const v1::WorkerAssignment& w) {
+  return worker_ended(state_of(w));
 }
 
-/// Sets the run's state, and that of each worker still going on (a worker
-/// keeps the end its agent reported: Exited, Failed, OOMKilled, Cancelled).
-void set_run_state(v1::Run& run, const char* state) {
-  run.set_state(state);
+/// Sets the run's end (Stopped or Failed), and that of each worker still
+/// going on (a worker keeps the end its agent reported: Exited, Failed,
+/// OOMKilled, Cancelled).
+void set_run_state(v1::Run& run, run_state end) {
+  set_state(run, end);
+  const auto worker_end = end == run_state::failed ? worker_state::failed : worker_state::stopped;
   for (auto& w : *run.mutable_workers())
-    if (!worker_ended(w.state()))
-      w.set_state(state);
+    if (!worker_ended(w))
+      set_state(w, worker_end);
 }
 
 /// The array copies of a run that have ended (every worker of the copy
@@ -106,7 +105,7 @@ std::set<int32_t> ended_copies(const v1::Run& run) {
     if (w.array_index() < 0)
       continue;
     auto [it, fresh] = all_ended.emplace(w.array_index(), true);
-    it->second = it->second && worker_ended(w.state());
+    it->second = it->second && worker_ended(w);
   }
   std::set<int32_t> out;
   for (const auto& [copy, ended] : all_ended)
@@ -136,7 +135,7 @@ void account(scheduler_state& st, const v1::Run& run, int sign, int32_t copy = -
   const auto ended = copy == -2 ? ended_copies(run) : std::set<int32_t>{};
   for (const auto& w : run.workers()) {
     if ((copy != -2 && w.array_index() != copy) || ended.count(w.array_index())
-        || (sign < 0 && w.state() == run_state::stopped))
+        || (sign < 0 && state_of(w) == worker_state::stopped))
       continue;
     auto& f = st.machine_facts_by_name[w.machine()];
     f.cpus_used = std::max(0.0, f.cpus_used + sign * spec.cpus_per_worker());
@@ -187,7 +186,7 @@ bool holds_gpus(const scheduler_state& st, const v1::Run& run) {
 }
 
 /// Ends a run: releases its GPUs, sets its state, stores it.
-void finish_run(self_ptr self, v1::Run& run, const char* state,
+void finish_run(self_ptr self, v1::Run& run, run_state state,
                 const std::string& why) {
   auto& st = self->state;
   release_run(st, run);
@@ -293,7 +292,7 @@ std::string waiting_reason_of(const scheduler_state& st, const v1::Run& run) {
 /// CPU and memory, and (for the first copy) the leader and MASTER_ADDR.
 void copy_placed(scheduler_state& st, v1::Run& run, int32_t copy,
                  const std::string& leader_machine) {
-  run.set_state(run_state::placed);
+  set_state(run, run_state::placed);
   run.set_copies_placed(run.copies_placed() + 1);
   if (run.placed_unix_ms() == 0)
     run.set_placed_unix_ms(st.config.clock->now_unix_ms());
@@ -400,7 +399,7 @@ void place_cpu_runs(scheduler_state& st, std::set<std::string>& touched,
         w->set_group_rank(i);
         w->set_machine(where[rank]);
         w->set_numa_node(-1);
-        w->set_state(run_state::placed);
+        set_state(*w, worker_state::placed);
         w->set_array_index(copy);
         w->set_name(worker_name(run_name, copy, rank));
       }
@@ -476,7 +475,7 @@ void schedule_pass(self_ptr self) {
       for (auto& id : st.index->gpu_ids(pw.machine, pw.gpus))
         w->add_gpu_ids(std::move(id));
       w->set_numa_node(pw.numa_node);
-      w->set_state(run_state::placed);
+      set_state(*w, worker_state::placed);
       w->set_array_index(copy);
       w->set_name(worker_name(run_name, copy, pw.rank));
       if (pw.rank == d.where.leader)
@@ -541,7 +540,7 @@ v1::WorkerOrders orders_for(scheduler_state& st, const std::string& machine) {
       spans[w.array_index()].insert(w.machine());
     }
     for (const auto& w : run.workers()) {
-      if (w.machine() != machine || w.state() == run_state::stopped
+      if (w.machine() != machine || state_of(w) == worker_state::stopped
           || ended.count(w.array_index()))
         continue;
       auto* o = out.add_workers();
@@ -611,29 +610,19 @@ void flush(self_ptr self) {
   st.run_replies.clear();
 }
 
-/// The run's worker state for a state its agent reports: Running, Assigned
-/// (also while starting), else the agent's own word (Stopping, Exited,
-/// Failed, OOMKilled, Cancelled).
-std::string worker_state_of(const std::string& agent_state) {
-  if (agent_state == "Running")
-    return run_state::running;
-  if (agent_state.empty() || agent_state == "Assigned" || agent_state == "Starting")
-    return run_state::assigned;
-  return agent_state;
-}
-
-/// What a run's worker states say of it: {nullptr, ""} while it goes on;
+/// What a run's worker states say of it: {nullopt, ""} while it goes on;
 /// {Failed, why} when a worker failed (`held`: the agent's statuses, for
 /// the reason); {Stopped, why} when every worker of every copy exited 0.
-std::pair<const char*, std::string>
+std::pair<std::optional<run_state>, std::string>
 run_outcome(const v1::Run& run,
             const std::map<std::string, const v1::WorkerStatus*>& held) {
   bool all_exited = run.workers_size() > 0;
   // The worker that failed names the reason; one its agent Cancelled (its
   // gang stopped) only when none failed.
   const v1::WorkerAssignment* cancelled = nullptr;
-  auto failure = [&](const v1::WorkerAssignment& w) -> std::pair<const char*, std::string> {
-    const auto& s = w.state();
+  auto failure = [&](const v1::WorkerAssignment& w)
+    -> std::pair<std::optional<run_state>, std::string> {
+    const std::string s = to_string(state_of(w));
     std::string detail;
     if (auto h = held.find(w.name()); h != held.end())
       detail = h->second->detail();
@@ -644,16 +633,16 @@ run_outcome(const v1::Run& run,
     return {run_state::failed, "worker " + w.name() + " " + detail};
   };
   for (const auto& w : run.workers()) {
-    const auto& s = w.state();
-    if (s == "Cancelled") {
+    const auto s = state_of(w);
+    if (s == worker_state::cancelled) {
       if (!cancelled)
         cancelled = &w;
       continue;
     }
-    if (s == "Failed" || s == "OOMKilled")
+    if (worker_failed(s))
       return failure(w);
     // A copy stopped at its time limit has ended too.
-    if (s != "Exited" && s != run_state::stopped)
+    if (s != worker_state::exited && s != worker_state::stopped)
       all_exited = false;
   }
   if (cancelled)
@@ -661,7 +650,7 @@ run_outcome(const v1::Run& run,
   auto copies = std::max<uint32_t>(1, run.spec().array_size());
   if (all_exited && run.copies_placed() >= copies)
     return {run_state::stopped, "completed: every worker exited with code 0"};
-  return {nullptr, {}};
+  return {std::nullopt, {}};
 }
 
 caf::error no_such_run(const std::string& name) {
@@ -732,14 +721,12 @@ caf::expected<machine_spec> machine_spec_of(const v1::SchedulerMachine& m) {
     gpu_spec gs;
     gs.id = g.id();
     gs.numa_node = g.numa_node();
-    if (!g.health().empty()) {
-      auto h = parse_gpu_health(g.health());
-      if (!h)
-        return caf::make_error(ec::invalid_request,
-                               "machine " + m.name() + ": GPU " + g.id()
-                                 + " has unknown health '" + g.health() + "'");
-      gs.health = *h;
-    }
+    auto h = health_of(g);
+    if (!h)
+      return caf::make_error(ec::invalid_request,
+                             "machine " + m.name() + ": GPU " + g.id()
+                               + " has unknown health '" + g.health() + "'");
+    gs.health = *h;
     for (auto peer : g.nvlink_peers()) {
       if (peer >= static_cast<uint32_t>(m.gpus_size()) || peer >= max_gpus_per_machine)
         return caf::make_error(ec::invalid_request,
@@ -795,7 +782,7 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
       if (w.name().empty())
         w.set_name(worker_name(key, w.array_index(), w.rank()));
     }
-    if (run.state() == run_state::stopped || run.state() == run_state::failed) {
+    if (has_ended(state_of(run))) {
       st.runs.emplace(key, std::move(run));
       continue;
     }
@@ -826,10 +813,10 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
       else
         st.waiting.insert(qname);
     }
-    if (run.workers_size() == 0 && run.state() != run_state::waiting) {
+    if (run.workers_size() == 0 && state_of(run) != run_state::waiting) {
       spdlog::error("scheduler: stored run {} is {} without workers; it waits again",
                     key, run.state());
-      run.set_state(run_state::waiting);
+      set_state(run, run_state::waiting);
     }
     st.runs.emplace(key, std::move(run));
   }
@@ -847,7 +834,7 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
     std::set<int32_t> copies;
     const auto ended = ended_copies(run);
     for (const auto& w : run.workers())
-      if (w.state() != run_state::stopped && !ended.count(w.array_index()))
+      if (state_of(w) != worker_state::stopped && !ended.count(w.array_index()))
         copies.insert(w.array_index());
     for (auto c : copies)
       arm_time_limit(self, c < 0 ? key : key + "[" + std::to_string(c) + "]", left);
@@ -866,7 +853,7 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
                                "a run named " + name + " already exists");
       v1::Run run;
       *run.mutable_spec() = std::move(spec);
-      run.set_state(run_state::waiting);
+      set_state(run, run_state::waiting);
       run.set_waiting_reason("waiting: not scheduled yet");
       run.set_submitted_unix_ms(st.config.clock->now_unix_ms());
       auto now = clock_seconds(self);
@@ -916,7 +903,7 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
       v1::Run out = std::move(it->second);
       st.runs.erase(it);
       release_run(st, out);
-      if (out.state() != run_state::failed)
+      if (state_of(out) != run_state::failed)
         set_run_state(out, run_state::stopped);
       index_run(self, out);
       mark(self, name);
@@ -958,7 +945,7 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
             auto& run = st.runs[run_name];
             for (auto& w : *run.mutable_workers())
               if (w.machine() == m.name())
-                w.set_state(run_state::down);
+                set_state(w, worker_state::down);
             mark(self, run_name);
           }
       }
@@ -1002,8 +989,7 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
         if (r == st.runs.end())
           continue;
         auto& run = r->second;
-        bool run_ended = run.state() == std::string{run_state::stopped}
-                         || run.state() == std::string{run_state::failed};
+        bool run_ended = has_ended(state_of(run));
         auto ended = ended_copies(run);
         for (auto& rw : *run.mutable_workers())
           if (rw.name() == w.worker() && rw.machine() == machine && rw.outputs_size() == 0
@@ -1040,8 +1026,9 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
               lost.emplace_back(run_name, w.name());
             continue;
           }
-          auto next = worker_state_of(h->second->state());
-          if (!w.acknowledged() && (next == "Stopping" || worker_ended(next))) {
+          // The agent's word, but Assigned until it runs.
+          auto next = state_of(*h->second);
+          if (!w.acknowledged() && (next == worker_state::stopping || worker_ended(next))) {
             // The agent answers a worker it was just handed with Assigned;
             // one it reports stopping or ended before that is an earlier
             // worker of the same name (a run deleted and submitted again)
@@ -1053,9 +1040,9 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
             spdlog::warn("scheduler: run {}: {}", run_name, why);
             continue;
           }
-          if (!w.acknowledged() || w.state() != next) {
+          if (!w.acknowledged() || state_of(w) != next) {
             w.set_acknowledged(true);
-            w.set_state(next);
+            set_state(w, next);
             changed = true;
           }
           // What it wrote to $ASTRAEUS_OUTPUTS, once it has ended.
@@ -1066,13 +1053,13 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
         }
         // Placed until every worker runs; then Running.
         const auto ended_now = ended_copies(run);
-        if (changed && run.state() == std::string{run_state::placed}
+        if (changed && state_of(run) == run_state::placed
             && std::all_of(run.workers().begin(), run.workers().end(),
                            [&ended_now](const auto& w) {
-                             return w.state() == run_state::running
+                             return state_of(w) == worker_state::running
                                     || ended_now.count(w.array_index());
                            }))
-          run.set_state(run_state::running);
+          set_state(run, run_state::running);
         if (run.waiting_reason() != reason_before)
           mark(self, run_name);
         if (changed) {
@@ -1109,10 +1096,10 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
           continue;
         auto& run = st.runs[run_name];
         auto [state, why] = run_outcome(run, held);
-        if (state == nullptr)
+        if (!state)
           continue;
-        spdlog::info("scheduler: run {} {}: {}", run_name, state, why);
-        finish_run(self, run, state, why);
+        spdlog::info("scheduler: run {} {}: {}", run_name, to_string(*state), why);
+        finish_run(self, run, *state, why);
         ended = true;
       }
       if (ended)
@@ -1142,8 +1129,8 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
           return;
         end_copy(self, run, copy);
         for (auto& w : *run.mutable_workers())
-          if (w.array_index() == copy && !worker_ended(w.state()))
-            w.set_state(run_state::stopped);
+          if (w.array_index() == copy && !worker_ended(w))
+            set_state(w, worker_state::stopped);
         const auto ended = ended_copies(run);
         bool any_left = false;
         for (const auto& w : run.workers())
@@ -1152,7 +1139,7 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
           any_left = any_left || st.waiting.count(q) > 0;
         if (!any_left) {
           // Every copy has ended: nothing left to release.
-          run.set_state(run_state::stopped);
+          set_state(run, run_state::stopped);
           run.set_waiting_reason(why);
           index_run(self, run);
         }

@@ -54,23 +54,13 @@
 #include "actors/interfaces.hpp"
 #include "actors/scheduler/placement.hpp"
 #include "messages/astraeus.pb.h"
+#include "messages/run_state.hpp"
+#include "messages/worker_state.hpp"
 #include "runtime/process/wall_clock.hpp"
 
 namespace astraeus {
 
 class Store;
-
-/// The run states (`v1::Run.state`).
-namespace run_state {
-inline constexpr const char* waiting = "Waiting";
-inline constexpr const char* placed = "Placed";
-inline constexpr const char* assigned = "Assigned";
-inline constexpr const char* down = "Down";
-inline constexpr const char* running = "Running";
-inline constexpr const char* stopping = "Stopping";
-inline constexpr const char* stopped = "Stopped";
-inline constexpr const char* failed = "Failed";
-} // namespace run_state
 
 /// Validated settings of the scheduler actor.
 struct scheduler_config {
@@ -186,9 +176,10 @@ std::pair<std::string, int32_t> parse_queue_name(const std::string& queue_name);
 std::string worker_name(const std::string& run, int32_t copy, uint32_t rank);
 
 
-/// The engine's machine for a snapshot. Health words as `parse_gpu_health`
-/// reads them (empty = Healthy). Errors: ec::invalid_request for an unknown
-/// health word or an NVLink peer index out of range.
+/// The engine's machine for a snapshot. Each GPU's health as `health_of`
+/// reads it (messages/gpu_health_state.hpp: the enum, else the word; empty
+/// = Healthy). Errors: ec::invalid_request for an unknown health word or an
+/// NVLink peer index out of range.
 caf::expected<machine_spec> machine_spec_of(const v1::SchedulerMachine& m);
 
 } // namespace astraeus

@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "messages/error.hpp"
+#include "messages/gpu_read.hpp"
 #include "store/store.hpp"
 
 namespace astraeus {
@@ -346,7 +347,7 @@ caf::expected<bool> fault_latches::on_readings(const v1::GpuSection& section,
     const auto& pci = it->second.empty() ? std::string{} : it->second.front().pci_address();
     const auto* now = find_by_pci(section, pci);
     if (now != nullptr && !now->id().empty() && now->id() != id
-        && now->status() != "unresponsive" && now->status() != "unavailable") {
+        && readings_current(read_status(*now))) {
       spdlog::info("latch: GPU at {} was replaced ({} -> {}); its fault latch "
                    "is dropped",
                    pci, id, now->id());
@@ -361,7 +362,7 @@ caf::expected<bool> fault_latches::on_readings(const v1::GpuSection& section,
     }
   }
   for (const auto& g : section.gpus()) {
-    if (g.id().empty() || g.status() == "unresponsive" || g.status() == "unavailable")
+    if (g.id().empty() || !readings_current(read_status(g)))
       continue;
     auto faults = faults_in_readings(g);
     if (auto confirmed = confirmed_by_driver(g))
@@ -430,7 +431,7 @@ void fault_latches::annotate(v1::GpuSection& section) const {
       g = section.add_gpus();
       g->set_id(id);
       g->set_pci_address(list.front().pci_address());
-      g->set_status("lost");
+      set_read_status(*g, gpu_read_status::lost);
       g->set_status_detail("not reported by the driver since its fault");
       by_id[id] = g;
     }

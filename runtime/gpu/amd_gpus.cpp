@@ -11,6 +11,7 @@
 #include <string_view>
 #include <utility>
 
+#include "messages/gpu_read.hpp"
 #include "runtime/host/host_facts.hpp"
 #include "runtime/host/pci_bus.hpp"
 #include "runtime/host/sysfs_text.hpp"
@@ -398,7 +399,7 @@ amd_result read_amd_gpus(const std::string& root_in) {
 
     v1::Gpu gpu;
     gpu.set_vendor("amd");
-    gpu.set_status("ok");
+    set_read_status(gpu, gpu_read_status::ok);
     gpu.set_index(static_cast<uint32_t>(std::min<uint64_t>(number, UINT32_MAX)));
     gpu.set_card(name);
     gpu.set_pci_address(to_valid_utf8(ascii_lower(slot->second)));

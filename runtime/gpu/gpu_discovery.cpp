@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "messages/error.hpp"
+#include "messages/gpu_read.hpp"
 #include "runtime/gpu/amd_gpus.hpp"
 #include "runtime/gpu/nvidia_smi.hpp"
 #include "runtime/host/pci_bus.hpp"
@@ -334,7 +335,8 @@ v1::GpuSection gpu_discovery::discover(bool rdma_up) {
   if (nvidia == nvidia_read::unresponsive || nvidia == nvidia_read::unavailable) {
     // Keep the last known GPUs, marked as not answering.
     for (auto g : last_nvidia_) {
-      g.set_status(nvidia == nvidia_read::unresponsive ? "unresponsive" : "unavailable");
+      set_read_status(g, nvidia == nvidia_read::unresponsive ? gpu_read_status::unresponsive
+                                                            : gpu_read_status::unavailable);
       g.set_status_detail(nvidia_problem);
       gpus.push_back(std::move(g));
     }
@@ -376,21 +378,21 @@ v1::GpuSection gpu_discovery::discover(bool rdma_up) {
   bool any_driver = !gpus.empty() && nvidia != nvidia_read::unresponsive
                     && nvidia != nvidia_read::unavailable;
   if (nvidia == nvidia_read::unresponsive) {
-    out.set_read_as("unresponsive");
+    set_read_as(out, gpu_read_as::unresponsive);
     out.set_detail(nvidia_problem + "; the last known GPUs are kept");
   } else if (nvidia == nvidia_read::unavailable) {
-    out.set_read_as("unavailable");
+    set_read_as(out, gpu_read_as::unavailable);
     out.set_detail(nvidia_problem + "; the last known GPUs are kept");
   } else if (nvidia == nvidia_read::smi) {
-    out.set_read_as("nvidia-smi");
+    set_read_as(out, gpu_read_as::nvidia_smi);
     // What nvidia-smi could not give (lines it printed that are unusable, a
     // query that failed) shows on the machine's page.
     if (!smi_detail.empty())
       out.set_detail("nvidia-smi: " + smi_detail);
   } else if (any_driver) {
-    out.set_read_as("driver: healthy");
+    set_read_as(out, gpu_read_as::driver);
   } else {
-    out.set_read_as("no-gpu");
+    set_read_as(out, gpu_read_as::no_gpu);
     out.set_detail("no GPU found: " + join(tried, "; "));
   }
   for (auto& g : gpus)

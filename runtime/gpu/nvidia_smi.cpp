@@ -24,6 +24,7 @@
 #include <linux/close_range.h>
 #endif
 
+#include "messages/gpu_read.hpp"
 #include "runtime/host/host_facts.hpp"
 #include "runtime/gpu/nvml.hpp"
 #include "runtime/host/sysfs_text.hpp"
@@ -566,10 +567,10 @@ std::optional<v1::Gpu> parse_row(const std::vector<std::string_view>& columns,
   gpu.set_id(!uuid.empty() ? uuid : gpu.pci_address());
   gpu.set_data_centre(nvidia_data_centre_model(gpu.model()));
   if (r.lost) {
-    gpu.set_status("lost");
+    set_read_status(gpu, gpu_read_status::lost);
     gpu.set_status_detail("nvidia-smi: GPU is lost");
   } else {
-    gpu.set_status("ok");
+    set_read_status(gpu, gpu_read_status::ok);
   }
   return gpu;
 }
@@ -609,7 +610,7 @@ std::optional<v1::Gpu> parse_handle_failure(std::string_view line) {
     }
   }
   gpu.set_id(gpu.pci_address());
-  gpu.set_status("lost");
+  set_read_status(gpu, gpu_read_status::lost);
   gpu.set_status_detail(excerpt(line, 300));
   return gpu;
 }
@@ -860,7 +861,7 @@ size_t apply_nvidia_smi_nvlink_status(std::string_view text, std::vector<v1::Gpu
     l->set_remote_kind("unknown");
   }
   for (size_t i = 0; i < gpus.size(); ++i)
-    if (!named[i] && gpus[i].status() != "lost")
+    if (!named[i] && read_status(gpus[i]) != gpu_read_status::lost)
       gpus[i].add_unknown_fields("nvlinks: " + unlisted);
   return count;
 }

@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "messages/gpu_read.hpp"
 #include "runtime/gpu/nvml_abi.hpp"
 #include "runtime/gpu/nvml_call_thread.hpp"
 #include "runtime/gpu/nvml_gpu_reader.hpp"
@@ -352,7 +353,7 @@ struct nvml_prober::impl {
           gpu = std::move(*p.gpu);
           if (!gpu.id().empty())
             remember_identity(p.index, gpu);
-          else if (gpu.status() == "lost")
+          else if (read_status(gpu) == gpu_read_status::lost)
             fill_identity(p.index, gpu);  // lost before it told its UUID
         }
       } else {
@@ -406,7 +407,7 @@ struct nvml_prober::impl {
     }
     gpu.set_vendor("nvidia");
     gpu.set_index(index);
-    gpu.set_status("unresponsive");
+    set_read_status(gpu, gpu_read_status::unresponsive);
     return gpu;
   }
 

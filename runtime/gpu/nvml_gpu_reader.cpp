@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "messages/gpu_read.hpp"
+
 namespace astraeus::nvml_abi {
 namespace {
 
@@ -64,13 +66,13 @@ class gpu_reader {
   void read() {
     gpu_.set_vendor("nvidia");
     gpu_.set_index(index_);
-    gpu_.set_status("ok");
+    set_read_status(gpu_, gpu_read_status::ok);
     try {
       nvml_return rc = timed(w_, "nvmlDeviceGetHandleByIndex_v2",
                              [&] { return api_.handle_by_index(index_, &dev_); });
       if (rc != NVML_SUCCESS) {
         // No handle, nothing else can be read: the driver cannot reach it.
-        gpu_.set_status("lost");
+        set_read_status(gpu_, gpu_read_status::lost);
         gpu_.set_status_detail("nvmlDeviceGetHandleByIndex_v2 returned " + return_text(rc));
         return;
       }
@@ -82,7 +84,7 @@ class gpu_reader {
       read_fabric();
       read_recovery_action();
     } catch (const gpu_lost& lost) {
-      gpu_.set_status("lost");
+      set_read_status(gpu_, gpu_read_status::lost);
       gpu_.set_status_detail(lost.call + " returned " + return_text(NVML_ERROR_GPU_IS_LOST));
     }
   }

@@ -1,3 +1,4 @@
+#include "messages/gpu_read.hpp"
 #include "runtime/host/host_facts.hpp"
 
 #include <algorithm>
@@ -970,7 +971,7 @@ v1::HostFacts read_host_facts(const HostReaderOptions& opts) {
   guarded("/sys/class/infiniband", [&] { reader.read_rdma(); });
   // GPUs are not host facts: the agent puts GPU discovery's section here
   // (runtime/gpu/gpu_discovery.hpp). Until it does, this is no read at all.
-  facts.mutable_gpus()->set_read_as("pending");
+  set_read_as(*facts.mutable_gpus(), gpu_read_as::pending);
   facts.mutable_gpus()->set_detail("GPUs are read by GPU discovery, not with the host facts");
   make_strings_valid_utf8(facts);
   return facts;

@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "messages/error.hpp"
+#include "messages/worker_state.hpp"
 #include "store/store.hpp"
 
 namespace astraeus {
@@ -90,11 +91,16 @@ v1::WorkerStatuses worker_ledger::statuses(const std::string& machine) const {
     auto* w = out.add_workers();
     w->set_worker(name);
     w->set_run(order.run());
-    w->set_state("Assigned");
+    set_state(*w, worker_state::assigned);
     auto p = processes_.find(name);
     if (p == processes_.end())
       continue;
-    w->set_state(p->second.state());
+    if (auto state = state_of(p->second)) {
+      set_state(*w, *state);
+    } else {  // a word this build does not know: passed on as it is
+      w->set_state(p->second.state());
+      w->clear_state_code();
+    }
     w->set_detail(p->second.detail());
     w->set_pid(p->second.pid());
     w->set_exit_code(p->second.exit_code());

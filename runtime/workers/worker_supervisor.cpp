@@ -15,6 +15,8 @@
 #include <spdlog/spdlog.h>
 
 #include "messages/error.hpp"
+#include "messages/gpu_read.hpp"
+#include "messages/worker_state.hpp"
 #include "runtime/workers/oci_bundle.hpp"
 #include "runtime/workers/worker_env.hpp"
 #include "runtime/workers/worker_ledger.hpp"
@@ -26,19 +28,11 @@ namespace astraeus {
 
 namespace fs = std::filesystem;
 
-namespace state {
-constexpr const char* running = "Running";
-constexpr const char* stopping = "Stopping";
-constexpr const char* exited = "Exited";
-constexpr const char* failed = "Failed";
-constexpr const char* oom_killed = "OOMKilled";
-constexpr const char* cancelled = "Cancelled";
-} // namespace state
-
 namespace {
 
 bool live(const v1::WorkerProcess& p) {
-  return p.state() == state::running || p.state() == state::stopping;
+  auto s = state_of(p);
+  return s && process_runs(*s);
 }
 
 /// runc container ids allow letters, digits, '_', '+', '-', '.'.
@@ -119,14 +113,14 @@ v1::WorkerProcess worker_supervisor::start(const v1::WorkerOrder& order,
   else
     err = start_process(order, rec);
   if (err) {
-    rec.set_state(state::failed);
+    set_state(rec, worker_state::failed);
     rec.set_detail("cannot start: " + render_error(err));
     rec.set_exit_code(-1);
     append_log(rec.dir(), rec.detail());
     spdlog::error("agent: worker {}: {}", order.worker(), rec.detail());
     return rec;
   }
-  rec.set_state(state::running);
+  set_state(rec, worker_state::running);
   spdlog::info("agent: worker {} running ({} runtime, pid {})", order.worker(),
                rec.runtime(), rec.pid());
   return rec;
@@ -404,7 +398,7 @@ bool worker_supervisor::finish(v1::WorkerProcess& rec) {
     if (process_alive(rec.shim_pid(), 0, options_.proc_root)
         && process_start_ticks(rec.shim_pid(), options_.proc_root) != 0)
       return false;  // the shim is writing the exit file
-    rec.set_state(state::failed);
+    set_state(rec, worker_state::failed);
     rec.set_exit_code(-1);
     rec.set_detail("the worker's process ended and left no exit status");
     return true;
@@ -430,23 +424,23 @@ bool worker_supervisor::finish(v1::WorkerProcess& rec) {
       && end->exit_code < 128 + NSIG)
     sig = end->exit_code - 128;
   if (rec.stop_requested_unix_ms() != 0) {
-    rec.set_state(state::cancelled);
+    set_state(rec, worker_state::cancelled);
     rec.set_detail(sig == SIGKILL ? "stopped: killed after the stop grace"
                                   : "stopped");
   } else if (end->exit_code == 0) {
-    rec.set_state(state::exited);
+    set_state(rec, worker_state::exited);
     rec.set_detail("");
   } else if (oom_kills > 0) {
-    rec.set_state(state::oom_killed);
+    set_state(rec, worker_state::oom_killed);
     rec.set_detail(rec.has_memory_limit()
                      ? "OOMKilled: the container exceeded its memory limit"
                      : "OOMKilled: the kernel's OOM killer ended a process of the "
                        "container (the machine ran out of memory)");
   } else if (sig != 0) {
-    rec.set_state(state::failed);
+    set_state(rec, worker_state::failed);
     rec.set_detail("killed by signal " + std::to_string(sig) + " (" + signal_name(sig) + ")");
   } else {
-    rec.set_state(state::failed);
+    set_state(rec, worker_state::failed);
     rec.set_detail("exited with code " + std::to_string(end->exit_code));
   }
   spdlog::info("agent: worker {} {}{}{}", rec.worker(), rec.state(),
@@ -495,7 +489,7 @@ bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms, steady_
           rec->set_worker(order.worker());
           rec->set_run(order.run());
           rec->set_dir(job->worker_dir(order.worker()));
-          rec->set_state(state::failed);
+          set_state(*rec, worker_state::failed);
           rec->set_exit_code(-1);
           rec->set_detail(std::string{"cannot start: "} + e.what());
           spdlog::error("agent: worker {}: {}", order.worker(), rec->detail());
@@ -552,7 +546,7 @@ bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms, steady_
         continue;
       spdlog::info("agent: stopping worker {} (its run no longer holds it): {} to pid {}",
                    name, signal_name(rec.stop_signal()), rec.pid());
-      rec.set_state(state::stopping);
+      set_state(rec, worker_state::stopping);
       rec.set_stop_requested_unix_ms(now_ms);
       stop_sent_[name] = now;
       signal_process(rec.pid(), rec.stop_signal(), false);
@@ -572,22 +566,20 @@ bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms, steady_
 }
 
 void worker_supervisor::sync_cdi(const v1::GpuSection& gpus, const std::string& sys_root) {
-  // "driver: healthy", "nvidia-smi", "no-gpu"; not "pending" or
-  // "unresponsive" (keep what is there then), nor "unavailable" unless the
-  // driver itself went away (NVML cannot be loaded, or says the kernel
-  // driver is not loaded): then the NVIDIA GPUs are gone for CDI.
-  const auto& how = gpus.read_as();
+  // A complete read; not "pending" or "unresponsive" (keep what is there
+  // then), nor "unavailable" unless the driver itself went away (NVML
+  // cannot be loaded, or says the kernel driver is not loaded): then the
+  // NVIDIA GPUs are gone for CDI.
+  const auto how = read_as(gpus);
   bool driver_gone = false;
-  if (how == "unavailable") {
+  if (how == gpu_read_as::unavailable) {
     driver_gone = gpus.detail().find("NVML_ERROR_DRIVER_NOT_LOADED") != std::string::npos;
     for (const auto& t : gpus.tried())
       driver_gone = driver_gone
                     || (t.rfind("NVML ", 0) == 0 && t.find(": not loaded (") != std::string::npos);
     if (!driver_gone)
       return;
-  } else if (how.find("healthy") == std::string::npos
-             && how.find("nvidia-smi") == std::string::npos
-             && how.find("no-gpu") == std::string::npos) {
+  } else if (!is_complete_read(how)) {
     return;
   }
   std::string driver;

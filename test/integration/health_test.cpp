@@ -598,11 +598,11 @@ TEST_F(Health, LatchSurvivesKill9AndRestart) {
 // logged 500 PCIe replays while the agent was restarting (0 before, 500
 // after): more than 100 in 24 h, so it is AtRisk.
 //
-// Fails at the time of writing: before its first discovery pass the
-// restarted agent reports a GPU section read as "no-gpu" (actors/agent/agent.cpp,
-// send_report), which the machine actor takes as a complete read
-// (actors/controller/machine_actor.cpp, complete_read): it drops every GPU actor ("GPU
-// ... is gone") and makes new ones a moment later, with no history.
+// Before its first discovery pass the restarted agent reports its GPU
+// section read as "pending" (actors/agent/agent.cpp, send_report), which is
+// not a complete read (messages/gpu_read.hpp, is_complete_read): were it
+// taken for one, the machine actor would drop every GPU actor ("GPU ... is
+// gone") and make new ones a moment later, with no history.
 TEST_F(Health, AgentRestartKeepsTheGpusAndTheirHistory) {
   ASSERT_TRUE(start_cluster());
   auto before = wait_gpu(pci_3a, [](const v1::GpuView& g) {

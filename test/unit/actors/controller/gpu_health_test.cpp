@@ -36,7 +36,7 @@ TEST(GpuHealth, AQuietGpuIsHealthy) {
   gpu_health_history h;
   auto g = h100();
   h.add(g, clock_type::time_point{} + 1h, 24h);
-  EXPECT_EQ(judge(g, h).health, "Healthy");
+  EXPECT_EQ(judge(g, h).health, gpu_health::healthy);
 }
 
 TEST(GpuHealth, FiftyCorrectableErrorsIn24hAreFineFiftyOneAreAtRisk) {
@@ -46,11 +46,11 @@ TEST(GpuHealth, FiftyCorrectableErrorsIn24hAreFineFiftyOneAreAtRisk) {
   h.add(g, t, 24h);
   g.mutable_ecc()->set_volatile_correctable(50);
   h.add(g, t + 1h, 24h);
-  EXPECT_EQ(judge(g, h).health, "Healthy");
+  EXPECT_EQ(judge(g, h).health, gpu_health::healthy);
   g.mutable_ecc()->set_volatile_correctable(51);
   h.add(g, t + 2h, 24h);
   auto v = judge(g, h);
-  EXPECT_EQ(v.health, "AtRisk");
+  EXPECT_EQ(v.health, gpu_health::at_risk);
   ASSERT_EQ(v.reasons.size(), 1u);
   EXPECT_EQ(v.reasons[0], "51 correctable memory errors in 24 h (> 50)");
 }
@@ -62,10 +62,10 @@ TEST(GpuHealth, ErrorsOlderThan24hNoLongerCount) {
   h.add(g, t, 24h);
   g.mutable_ecc()->set_volatile_correctable(60);
   h.add(g, t + 1h, 24h);
-  ASSERT_EQ(judge(g, h).health, "AtRisk");
+  ASSERT_EQ(judge(g, h).health, gpu_health::at_risk);
   // A day later with no new errors, the growth has left the window.
   h.add(g, t + 26h, 24h);
-  EXPECT_EQ(judge(g, h).health, "Healthy");
+  EXPECT_EQ(judge(g, h).health, gpu_health::healthy);
 }
 
 TEST(GpuHealth, ACounterResetDoesNotHideNewErrors) {
@@ -92,12 +92,12 @@ TEST(GpuHealth, PcieReplaysAndNvlinkErrorsAtTheirBoundaries) {
   g.set_pcie_replays(100);
   link->set_replay_errors(10);
   h.add(g, t + 1min, 24h);
-  EXPECT_EQ(judge(g, h).health, "Healthy");
+  EXPECT_EQ(judge(g, h).health, gpu_health::healthy);
   g.set_pcie_replays(101);
   link->set_replay_errors(11);
   h.add(g, t + 2min, 24h);
   auto v = judge(g, h);
-  EXPECT_EQ(v.health, "AtRisk");
+  EXPECT_EQ(v.health, gpu_health::at_risk);
   EXPECT_EQ(v.reasons.size(), 2u);
 }
 
@@ -108,11 +108,11 @@ TEST(GpuHealth, TenMinutesSlowedByHeatAreFineMoreAreAtRisk) {
   g.set_thermal_slowdown(true);
   h.add(g, t, 24h);
   h.add(g, t + 10min, 24h);
-  EXPECT_EQ(judge(g, h).health, "Healthy");
+  EXPECT_EQ(judge(g, h).health, gpu_health::healthy);
   g.set_thermal_slowdown(false);
   h.add(g, t + 10min + 1s, 24h);
   auto v = judge(g, h);
-  EXPECT_EQ(v.health, "AtRisk");
+  EXPECT_EQ(v.health, gpu_health::at_risk);
   EXPECT_NE(v.reasons.at(0).find("slowed down by heat"), std::string::npos);
 }
 
@@ -139,7 +139,7 @@ TEST(GpuHealth, ADayOfReportsFromAQuietGpuKeepsAHandfulOfSamplesAndTheSameAnswer
   EXPECT_LE(h.size(), 8u) << "8,640 reports, a handful of changes";
   EXPECT_EQ(h.correctable_ecc(), 30u);
   EXPECT_EQ(h.thermal_slowdown(), std::chrono::seconds{11 * 60});
-  EXPECT_EQ(judge(g, h).health, "AtRisk");
+  EXPECT_EQ(judge(g, h).health, gpu_health::at_risk);
   // A day later the heat and the errors have left the window.
   for (auto until = t + 13h; t < until; t += 10s)
     h.add(g, t, 24h);
@@ -152,10 +152,10 @@ TEST(GpuHealth, EightySixDegreesIsFineEightySevenIsAtRisk) {
   gpu_health_history h;
   auto g = h100();
   g.set_temperature_c(86);
-  EXPECT_EQ(judge(g, h).health, "Healthy");
+  EXPECT_EQ(judge(g, h).health, gpu_health::healthy);
   g.set_temperature_c(87);
   auto v = judge(g, h);
-  EXPECT_EQ(v.health, "AtRisk");
+  EXPECT_EQ(v.health, gpu_health::at_risk);
   EXPECT_EQ(v.reasons.at(0), "temperature 87 °C (>= 87 °C)");
 }
 
@@ -163,7 +163,7 @@ TEST(GpuHealth, ARowWaitingToBeRemappedIsAtRiskNotFaulty) {
   gpu_health_history h;
   auto g = h100();
   g.mutable_row_remapping()->set_pending(true);
-  EXPECT_EQ(judge(g, h).health, "AtRisk");
+  EXPECT_EQ(judge(g, h).health, gpu_health::at_risk);
 }
 
 TEST(GpuHealth, HistoricalScarsDoNotCount) {
@@ -176,7 +176,7 @@ TEST(GpuHealth, HistoricalScarsDoNotCount) {
   up->set_active(true);
   g.add_nvlinks()->set_active(false);
   h.add(g, clock_type::time_point{} + 1h, 24h);
-  EXPECT_EQ(judge(g, h).health, "Healthy");
+  EXPECT_EQ(judge(g, h).health, gpu_health::healthy);
 }
 
 TEST(GpuHealth, ALatchedFaultIsFaultyWithTheLatchReason) {
@@ -186,7 +186,7 @@ TEST(GpuHealth, ALatchedFaultIsFaultyWithTheLatchReason) {
   g.set_memory_used_bytes(70ull << 30);
   g.add_latches()->set_reason("Xid 79 fault");
   auto v = judge(g, h);
-  EXPECT_EQ(v.health, "Faulty") << "a fault outranks foreign use and heat";
+  EXPECT_EQ(v.health, gpu_health::faulty) << "a fault outranks foreign use and heat";
   EXPECT_EQ(v.reasons, std::vector<std::string>{"Xid 79 fault"});
 }
 
@@ -195,12 +195,12 @@ TEST(GpuHealth, MemoryInUseOutsideAstraeusIsForeignAboveTenPercent) {
   auto g = h100();
   g.set_memory_total_bytes(1000);
   g.set_memory_used_bytes(100);  // exactly 10 %
-  EXPECT_EQ(judge(g, h).health, "Healthy");
+  EXPECT_EQ(judge(g, h).health, gpu_health::healthy);
   g.set_memory_used_bytes(101);
   auto v = judge(g, h);
-  EXPECT_EQ(v.health, "Foreign");
+  EXPECT_EQ(v.health, gpu_health::foreign);
   EXPECT_NE(v.reasons.at(0).find("outside Astraeus"), std::string::npos);
-  EXPECT_EQ(judge(g, h, /*assigned=*/true).health, "Healthy")
+  EXPECT_EQ(judge(g, h, /*assigned=*/true).health, gpu_health::healthy)
     << "memory of a GPU Astraeus assigned is the worker's own";
 }
 
@@ -215,10 +215,10 @@ TEST(GpuHealth, AnAtRiskXidWithin24hIsAtRisk) {
   inc->set_text("NVRM: Xid ... 13");
   int64_t now = 100LL * 86400 * 1000;
   inc->set_last_seen_unix_ms(now - 24LL * 3600 * 1000);
-  EXPECT_EQ(evaluate_health(g, h, false, now).health, "AtRisk");
+  EXPECT_EQ(evaluate_health(g, h, false, now).health, gpu_health::at_risk);
   inc->set_last_seen_unix_ms(now - 24LL * 3600 * 1000 - 1);
-  EXPECT_EQ(evaluate_health(g, h, false, now).health, "Healthy");
+  EXPECT_EQ(evaluate_health(g, h, false, now).health, gpu_health::healthy);
   inc->set_action("record");
   inc->set_last_seen_unix_ms(now);
-  EXPECT_EQ(evaluate_health(g, h, false, now).health, "Healthy");
+  EXPECT_EQ(evaluate_health(g, h, false, now).health, gpu_health::healthy);
 }

@@ -54,7 +54,7 @@ struct model_run {
 };
 
 /// A run holds GPUs in every state but these (so a Down state holds too).
-bool holds_gpus(const std::string& state) {
+bool holds_gpus(run_state state) {
   return state != run_state::waiting && state != run_state::stopped
          && state != run_state::failed;
 }
@@ -258,8 +258,8 @@ private:
       if (want == runs_.end())
         return fail("the list shows run " + name + ", which was deleted or never submitted");
       const auto& r = want->second;
-      if (!holds_gpus(run.state())) {
-        if (run.state() == run_state::waiting && run.workers_size() != 0)
+      if (!holds_gpus(state_of(run))) {
+        if (state_of(run) == run_state::waiting && run.workers_size() != 0)
           return fail("waiting run " + name + " has workers: " + run.ShortDebugString());
         continue;
       }
