@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include <caf/io/fwd.hpp>
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
 
@@ -29,7 +30,8 @@ using gpu_actor = caf::typed_actor<
   caf::replies_to<atom::get>::with<v1::GpuView>>;
 
 /// The gate, as the machine actors see it: delivers commands to an agent's
-/// session and returns the agent's answer.
+/// session and returns the agent's answer. Sent by the machine actors only
+/// (each to the session its `connected` message named).
 using gate_command_actor = caf::typed_actor<
   // Clears GPU `gpu` on the agent of `session`. Fails with ec::not_connected
   // when the session is gone, ec::timeout when the agent does not answer.
@@ -42,6 +44,69 @@ using gate_command_actor = caf::typed_actor<
   // ec::not_connected when the session is gone, ec::timeout when the agent
   // does not answer.
   caf::replies_to<atom::logs, uint64_t, v1::LogsCommand>::with<v1::LogsReply>>;
+
+/// The gate (actors/controller/gate.hpp), a typed CAF broker: its commands
+/// for the machine actors, its internal timers and the socket events CAF's
+/// middleman delivers. Nothing else reaches it.
+using gate_actor = gate_command_actor::extend<
+  // From the doorman: a peer connected. Closed at once (nothing read) when
+  // its source address already holds gate.max_unauthenticated_per_address
+  // connections that were not welcomed; else its handshake begins and its
+  // hello_due timer is armed.
+  caf::reacts_to<caf::io::new_connection_msg>,
+  // From the peer's scribe: a frame's header or body. A garbage, oversized,
+  // tampered or replayed record, a frame out of order, a wrong protocol
+  // version or a report for another machine closes the connection with a
+  // refusal and a log line naming the peer and the reason.
+  caf::reacts_to<caf::io::new_data_msg>,
+  // From the peer's scribe: the connection ended (a frame cut short is
+  // logged as "truncated frame"); the machine actor is told its session
+  // ended and the commands waiting for that agent fail with
+  // ec::not_connected.
+  caf::reacts_to<caf::io::connection_closed_msg>,
+  // From the doorman: the listening socket closed (logged).
+  caf::reacts_to<caf::io::acceptor_closed_msg>,
+  // Internal timer (to itself, gate.hello_timeout after a connection): the
+  // peer of `connection` in session `session` has not sent its hello; it is
+  // refused with ec::timeout.
+  caf::reacts_to<atom::hello_due, caf::io::connection_handle, uint64_t>,
+  // Internal timer (to itself, gate.request_timeout after a command): the
+  // clear-fault or logs command `id` is still unanswered; its requester
+  // gets ec::timeout.
+  caf::reacts_to<atom::expire, uint64_t>>;
+
+/// The agent (actors/agent/agent.hpp), a typed CAF broker on every
+/// machine: its connection to the gate, its timers, and what its own
+/// helpers (the probe, the kernel-log thread, the supervisor's job actors)
+/// send it. Nothing outside the agent's process reaches it; commands from
+/// the controller arrive as frames on its connection.
+using agent_actor = caf::typed_actor<
+  // Internal timer: (re)connect to the gate now; a failed attempt retries
+  // with exponential back-off (reconnect.min_backoff .. max_backoff).
+  caf::reacts_to<atom::reconnect>,
+  // Internal timer, every report interval: a heartbeat report with fresh
+  // host facts, and a discovery pass.
+  caf::reacts_to<atom::tick>,
+  // From the probe: a discovery pass finished; latches are evaluated and a
+  // changed section is reported at once.
+  caf::reacts_to<v1::GpuSection>,
+  // Internal timer: discovery pass `pass` is overdue; the last known GPUs
+  // are reported unresponsive.
+  caf::reacts_to<atom::probe_due, uint64_t>,
+  // From the kernel-log thread: a GPU event (Xid, fallen off the bus, AMD
+  // reset); latched durably, reported at once when it latches.
+  caf::reacts_to<v1::KernelEvent>,
+  // Internal timer, every workers.poll_interval: the supervisor checks the
+  // workers; a changed status is reported at once.
+  caf::reacts_to<atom::supervise>,
+  // From a supervisor job's detached actor: job `job` (a start, a CDI sync)
+  // finished; its result is applied on the agent.
+  caf::reacts_to<atom::job_done, uint64_t>,
+  // From its scribe: a frame's header or body from the gate; a bad one
+  // drops the connection (reconnect with back-off).
+  caf::reacts_to<caf::io::new_data_msg>,
+  // From its scribe: the gate closed the connection; reconnect with back-off.
+  caf::reacts_to<caf::io::connection_closed_msg>>;
 
 /// One machine on the controller (the "node actor"): the state machine
 /// Idle -> Up -> Down, Maintenance, plus the cordon and pressure flags.
@@ -59,8 +124,9 @@ using machine_actor = caf::typed_actor<
   // Fails with ec::store_failure when the store write fails.
   caf::replies_to<atom::maintenance, bool>::with<v1::MachineView>,
   // The agent's gate session `session` started (true, with the gate that
-  // holds it) or ended (false).
-  caf::reacts_to<atom::connected, uint64_t, bool, caf::actor>,
+  // holds it; from the cluster on enrolment) or ended (false; from the gate,
+  // with a null gate).
+  caf::reacts_to<atom::connected, uint64_t, bool, gate_command_actor>,
   // A GPU's health changed: id, health, reasons joined by "; ".
   caf::reacts_to<atom::health, std::string, gpu_health, std::string>,
   // Clears a GPU's fault latch on the machine (delivered to its agent).
@@ -104,8 +170,13 @@ using cluster_actor = caf::typed_actor<
   // belongs to another identity, ec::enrollment_required /
   // ec::enrollment_used / ec::enrollment_expired for a missing, used or
   // expired token, ec::invalid_request when the name is empty or malformed,
-  // ec::store_failure when the registration cannot be stored.
+  // ec::store_failure when the registration cannot be stored. From an
+  // embedding control plane: the session has no gate, so commands to the
+  // machine's agent (clear-fault, logs) fail with ec::not_connected.
   caf::replies_to<atom::enrol, v1::Hello, uint64_t>::with<machine_actor>,
+  // The same from the gate, which delivers the session's commands: the
+  // machine actor is handed `gate` with its session.
+  caf::replies_to<atom::enrol, v1::Hello, uint64_t, gate_command_actor>::with<machine_actor>,
   // A CLI request (list, show, cordon, maintenance, GPUs); failures are carried
   // in Response.error (e.g. no_such_machine: "no machine named gpu-09").
   caf::replies_to<v1::Request>::with<v1::Response>,

@@ -36,15 +36,16 @@ CAF_BEGIN_TYPE_ID_BLOCK(astraeus, caf::first_custom_type_id)
   CAF_ADD_ATOM(astraeus, astraeus::atom, cordon, "cordon")
   /// Turns a machine's maintenance on or off.
   CAF_ADD_ATOM(astraeus, astraeus::atom, maintenance, "maintenanc")
-  /// A machine's heartbeat deadline passed (timer message to itself).
+  /// Internal timer (machine -> itself): its heartbeat deadline may have passed.
   CAF_ADD_ATOM(astraeus, astraeus::atom, lapse, "lapse")
   /// An agent connected (true) or its gate session ended (false).
   CAF_ADD_ATOM(astraeus, astraeus::atom, connected, "connected")
   /// Registers a machine by name and identity.
   CAF_ADD_ATOM(astraeus, astraeus::atom, enrol, "enrol")
-  /// The agent's report timer fired.
+  /// Internal timer: the agent's report interval (agent -> itself); the
+  /// scheduler's group commit (scheduler -> itself).
   CAF_ADD_ATOM(astraeus, astraeus::atom, tick, "tick")
-  /// The agent should (re)connect to the gate.
+  /// Internal timer (agent -> itself): (re)connect to the gate.
   CAF_ADD_ATOM(astraeus, astraeus::atom, reconnect, "reconnect")
   /// Asks a machine for its GPUs.
   CAF_ADD_ATOM(astraeus, astraeus::atom, gpus, "gpus")
@@ -56,7 +57,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(astraeus, caf::first_custom_type_id)
   CAF_ADD_ATOM(astraeus, astraeus::atom, clear, "clear")
   /// A GPU actor's health changed (gpu -> machine).
   CAF_ADD_ATOM(astraeus, astraeus::atom, health, "health")
-  /// A gate connection's hello deadline passed.
+  /// Internal timer (scheduler -> itself): a run's time limit is reached.
   CAF_ADD_ATOM(astraeus, astraeus::atom, deadline, "deadline")
   /// Scheduler: submits a run.
   CAF_ADD_ATOM(astraeus, astraeus::atom, submit, "submit")
@@ -84,10 +85,20 @@ CAF_BEGIN_TYPE_ID_BLOCK(astraeus, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::LogsCommand))
   CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::LogsReply))
   CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::LogChunk))
-  /// The agent's worker supervisor timer (agent -> itself).
+  /// Internal timer (agent -> itself): the worker supervisor's check.
   CAF_ADD_ATOM(astraeus, astraeus::atom, supervise, "supervise")
   /// Reads a worker's log (controller -> machine -> gate -> agent).
   CAF_ADD_ATOM(astraeus, astraeus::atom, logs, "logs")
+  // renov-determinism (issue 11): internal timers get atoms of their own,
+  // never a command's atom with another arity.
+  /// Internal timer (gate -> itself): a connection's hello deadline.
+  CAF_ADD_ATOM(astraeus, astraeus::atom, hello_due, "hellodue")
+  /// Internal timer (gate -> itself): a command to an agent is overdue.
+  CAF_ADD_ATOM(astraeus, astraeus::atom, expire, "expire")
+  /// Internal timer (agent -> itself): a GPU discovery pass is overdue.
+  CAF_ADD_ATOM(astraeus, astraeus::atom, probe_due, "probedue")
+  /// Internal (a supervisor job's detached actor -> agent): the job finished.
+  CAF_ADD_ATOM(astraeus, astraeus::atom, job_done, "jobdone")
 
   // renov-vocab (issue 11): the typed vocabularies that travel between actors.
   /// A GPU's health (gpu -> machine, with atom::health).

@@ -60,9 +60,46 @@ const char* to_string(family f) {
   return "unknown";
 }
 
+void store_faults::fail_next_writes(size_t count, kind k) {
+  std::lock_guard<std::mutex> lock{mu_};
+  armed_ = count;
+  kind_ = k;
+}
+
+size_t store_faults::armed() const {
+  std::lock_guard<std::mutex> lock{mu_};
+  return armed_;
+}
+
+size_t store_faults::failed() const {
+  std::lock_guard<std::mutex> lock{mu_};
+  return failed_;
+}
+
+std::optional<store_faults::kind> store_faults::take() {
+  std::lock_guard<std::mutex> lock{mu_};
+  if (armed_ == 0)
+    return std::nullopt;
+  --armed_;
+  ++failed_;
+  return kind_;
+}
+
 struct Store::impl {
   std::string path;
   rocksdb::DB* db = nullptr;
+  /// Faults a test armed (store_faults).
+  store_faults faults;
+
+  /// The status of a write: an armed fault's, else `write()`'s.
+  template <class Write>
+  rocksdb::Status checked(Write&& write) {
+    if (auto k = faults.take())
+      return *k == store_faults::kind::disk_full
+               ? rocksdb::Status::NoSpace("injected by the store's fault hook")
+               : rocksdb::Status::IOError("injected by the store's fault hook");
+    return write();
+  }
   /// Every handle opened, ours and unknown ones, destroyed on close.
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   /// Ours, indexed by `family`.
@@ -174,7 +211,8 @@ caf::error Store::put_raw(family f, std::string_view key,
                           std::string_view bytes, bool sync) {
   rocksdb::WriteOptions opts;
   opts.sync = sync;
-  auto s = impl_->db->Put(opts, impl_->handle(f), slice(key), slice(bytes));
+  auto s = impl_->checked(
+    [&] { return impl_->db->Put(opts, impl_->handle(f), slice(key), slice(bytes)); });
   if (!s.ok())
     return store_error(impl_->path, "cannot write " + impl_->where(f, key)
                                       + ": " + s.ToString());
@@ -199,7 +237,7 @@ caf::expected<bool> Store::get(family f, std::string_view key,
 caf::error Store::erase(family f, std::string_view key, bool sync) {
   rocksdb::WriteOptions opts;
   opts.sync = sync;
-  auto s = impl_->db->Delete(opts, impl_->handle(f), slice(key));
+  auto s = impl_->checked([&] { return impl_->db->Delete(opts, impl_->handle(f), slice(key)); });
   if (!s.ok())
     return store_error(impl_->path, "cannot erase " + impl_->where(f, key)
                                       + ": " + s.ToString());
@@ -219,7 +257,7 @@ caf::error Store::write(const std::vector<change>& changes, bool sync) {
   }
   rocksdb::WriteOptions opts;
   opts.sync = sync;
-  auto s = impl_->db->Write(opts, &batch);
+  auto s = impl_->checked([&] { return impl_->db->Write(opts, &batch); });
   if (!s.ok())
     return store_error(impl_->path, "cannot write a batch of "
                                       + std::to_string(changes.size())
@@ -248,6 +286,10 @@ Store::for_each(family f,
 
 const std::string& Store::path() const {
   return impl_->path;
+}
+
+store_faults& Store::faults() {
+  return impl_->faults;
 }
 
 caf::error Store::corrupt(family f, std::string_view key,

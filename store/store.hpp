@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -41,6 +42,38 @@ inline constexpr size_t family_count = 9;
 
 /// The column family's name, e.g. "machines".
 const char* to_string(family f);
+
+/// Faults a test injects into a `Store`'s writes, through the very calls
+/// production makes (RocksDB's own habit: faults through the interfaces in
+/// use, so the code that handles a failed write is the code that runs).
+/// Production never arms it. Thread-safe.
+class store_faults {
+public:
+  /// How an injected write fails: RocksDB's status for an I/O error, or for
+  /// a full disk ("IO error: No space left on device").
+  enum class kind { io_error, disk_full };
+
+  /// The next `count` writes (each `put`, `put_raw`, `erase` or `write`
+  /// batch counts one) fail with `k`, before anything reaches RocksDB;
+  /// later writes succeed again. Replaces what was armed before.
+  void fail_next_writes(size_t count = 1, kind k = kind::io_error);
+
+  /// Writes still armed to fail.
+  size_t armed() const;
+
+  /// Writes failed by this hook so far.
+  size_t failed() const;
+
+  /// For the `Store`: takes one armed fault (the kind of the write that
+  /// must fail), or nullopt when the write may go ahead.
+  std::optional<kind> take();
+
+private:
+  mutable std::mutex mu_;
+  size_t armed_ = 0;
+  size_t failed_ = 0;
+  kind kind_ = kind::io_error;
+};
 
 /// One RocksDB database with a column family per `family`. Thread-safe:
 /// actors on several threads may share one `Store` through a
@@ -144,6 +177,11 @@ public:
 
   /// The folder the database lives in, as given to `open`.
   const std::string& path() const;
+
+  /// The store's fault hook: a test makes the next writes fail through it
+  /// (their errors are those of a real failure: `ec::store_failure` naming
+  /// the path, family and key, with RocksDB's status text).
+  store_faults& faults();
 
 private:
   struct impl;

@@ -7,7 +7,6 @@
 #include <sstream>
 #include <system_error>
 
-#include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
@@ -138,6 +137,8 @@ caf::error agent_config::validate() const {
     return caf::make_error(ec::invalid_config,
                            "reconnect.min_backoff/max_backoff: need 0 < min "
                            "<= max");
+  if (!clock)
+    return caf::make_error(ec::invalid_config, "agent: no wall clock");
   return caf::none;
 }
 
@@ -146,7 +147,7 @@ v1::MachineReport make_report(const agent_config& config, uint64_t sequence,
   v1::MachineReport report;
   report.set_machine(config.identity.name);
   report.set_sequence(sequence);
-  report.set_sent_unix_ms(unix_ms_now());
+  report.set_sent_unix_ms(config.clock->now_unix_ms());
   report.set_agent_version(ASTRAEUS_VERSION);
   *report.mutable_facts() = read_host_facts(config.host);
   if (gpus != nullptr)
@@ -174,7 +175,7 @@ bool gpu_section_changed(const v1::GpuSection& before,
 
 namespace {
 
-using agent_ptr = caf::io::stateful_broker<agent_state>*;
+using agent_ptr = agent_actor::stateful_broker_pointer<agent_state>;
 
 void send_bytes(agent_ptr self, const std::string& bytes) {
   auto& st = self->state;
@@ -231,7 +232,7 @@ void send_report(agent_ptr self, bool fresh = false) {
   auto* report = frame.mutable_report();
   report->set_machine(st.config.identity.name);
   report->set_sequence(++st.sequence);
-  report->set_sent_unix_ms(unix_ms_now());
+  report->set_sent_unix_ms(st.config.clock->now_unix_ms());
   report->set_agent_version(ASTRAEUS_VERSION);
   auto* facts = report->mutable_facts();
   *facts = st.host_facts;
@@ -306,7 +307,7 @@ void on_kernel_event(agent_ptr self, const v1::KernelEvent& ke) {
   ev.text = ke.text();
   ev.sequence = ke.sequence();
   ev.timestamp_us = ke.timestamp_us();
-  auto latched = st.latches->on_event(ev, st.gpus, unix_ms_now());
+  auto latched = st.latches->on_event(ev, st.gpus, st.config.clock->now_unix_ms());
   if (!latched) {
     spdlog::error("agent {}: cannot store a fault latch: {}",
                   st.config.identity.name, render_error(latched.error()));
@@ -381,7 +382,8 @@ void on_worker_orders(agent_ptr self, v1::WorkerOrders& part) {
   spdlog::info("agent {}: holds {} worker(s) (generation {})", name,
                held->workers_size(), held->generation());
   if (st.supervisor) {
-    st.supervisor->reconcile(*st.workers, unix_ms_now());
+    st.supervisor->reconcile(*st.workers, st.config.clock->now_unix_ms(),
+                             self->clock().now());
     *held = st.workers->statuses(name);
   }
   v1::Frame frame;
@@ -394,7 +396,9 @@ void supervise_now(agent_ptr self) {
   auto& st = self->state;
   if (!st.supervisor || !st.workers)
     return;
-  if (st.supervisor->reconcile(*st.workers, unix_ms_now()) && st.welcomed) {
+  if (st.supervisor->reconcile(*st.workers, st.config.clock->now_unix_ms(),
+                               self->clock().now())
+      && st.welcomed) {
     v1::Frame frame;
     *frame.mutable_worker_statuses() = st.workers->statuses(st.config.identity.name);
     send_frame(self, frame);
@@ -411,13 +415,13 @@ void on_supervise(agent_ptr self) {
 
 /// Runs one blocking job of the supervisor on a detached actor of its own
 /// (its own thread), so reports and logs keep flowing; it answers
-/// `(atom::supervise, job)` and `done` then runs here.
+/// `(atom::job_done, job)` and `done` then runs here.
 /// Starts waiting jobs while fewer than `max_jobs_running` run. A thread
 /// that cannot be created (the machine is out of them) runs its job here,
 /// blocking, rather than losing it or ending the agent.
 void start_jobs(agent_ptr self) {
   auto& st = self->state;
-  auto agent = caf::actor_cast<caf::actor>(self);
+  agent_actor agent{self};
   while (st.jobs_running < agent_state::max_jobs_running && !st.jobs_waiting.empty()) {
     auto [job, work] = std::move(st.jobs_waiting.front());
     st.jobs_waiting.pop_front();
@@ -432,13 +436,13 @@ void start_jobs(agent_ptr self) {
     try {
       self->spawn<caf::detached>([run, agent, job](caf::event_based_actor*) {
         run();
-        caf::anon_send(agent, atom::supervise_v, job);
+        caf::anon_send(agent, atom::job_done_v, job);
       });
     } catch (const std::exception& e) {
       spdlog::warn("agent: no thread for a worker job ({}); running it in the agent",
                    e.what());
       run();
-      self->send(self, atom::supervise_v, job);
+      self->send(self, atom::job_done_v, job);
     }
   }
 }
@@ -566,7 +570,7 @@ void start_discovery(agent_ptr self) {
   // that hangs (a wedged sysfs read, nvidia-smi).
   auto bound = st.config.gpu.nvml.call_deadline * 4
                + st.config.gpu.nvidia_smi_deadline + std::chrono::seconds{5};
-  self->delayed_send(self, bound, atom::deadline_v, st.pass);
+  self->delayed_send(self, bound, atom::probe_due_v, st.pass);
 }
 
 /// Handles the kernel events held back until GPUs were known.
@@ -582,7 +586,7 @@ void on_discovered(agent_ptr self, v1::GpuSection& section) {
   st.discovering = false;
   auto changed = !st.gpus_known || gpu_section_changed(st.gpus, section);
   if (st.latches) {
-    auto latched = st.latches->on_readings(section, unix_ms_now());
+    auto latched = st.latches->on_readings(section, st.config.clock->now_unix_ms());
     if (!latched)
       spdlog::error("agent {}: cannot store a fault latch: {}",
                     st.config.identity.name, render_error(latched.error()));
@@ -617,8 +621,8 @@ void on_discovery_deadline(agent_ptr self, uint64_t pass) {
 
 } // namespace
 
-caf::behavior agent(caf::io::stateful_broker<agent_state>* self,
-                    agent_config config) {
+agent_actor::behavior_type agent(agent_actor::stateful_broker_pointer<agent_state> self,
+                                 agent_config config) {
   self->state.config = std::move(config);
   self->state.backoff = self->state.config.reconnect_min;
   // The last known GPUs are kept in the agent's store across restarts.
@@ -653,7 +657,7 @@ caf::behavior agent(caf::io::stateful_broker<agent_state>* self,
     self->send(self, atom::supervise_v);
   }
   if (!self->state.config.kmsg_path.empty()) {
-    auto handle = caf::actor_cast<caf::actor>(self);
+    agent_actor handle{self};
     auto path = self->state.config.kmsg_path;
     self->state.kmsg = std::make_unique<kmsg_reader>(
       path,
@@ -706,9 +710,9 @@ caf::behavior agent(caf::io::stateful_broker<agent_state>* self,
     },
     [self](v1::GpuSection& section) { on_discovered(self, section); },
     [self](v1::KernelEvent& ev) { on_kernel_event(self, ev); },
-    [self](atom::deadline, uint64_t pass) { on_discovery_deadline(self, pass); },
+    [self](atom::probe_due, uint64_t pass) { on_discovery_deadline(self, pass); },
     [self](atom::supervise) { on_supervise(self); },
-    [self](atom::supervise, uint64_t job) { on_job_done(self, job); },
+    [self](atom::job_done, uint64_t job) { on_job_done(self, job); },
     [self](atom::tick) {
       send_report(self, true);
       start_discovery(self);
@@ -774,11 +778,11 @@ caf::behavior agent(caf::io::stateful_broker<agent_state>* self,
   };
 }
 
-caf::expected<caf::actor> spawn_agent(caf::actor_system& sys,
-                                      agent_config config) {
+caf::expected<agent_actor> spawn_agent(caf::actor_system& sys,
+                                       agent_config config) {
   if (auto err = config.validate())
     return err;
-  return caf::actor{sys.middleman().spawn_broker(agent, std::move(config))};
+  return sys.middleman().spawn_broker(agent, std::move(config));
 }
 
 } // namespace astraeus

@@ -21,6 +21,8 @@
 #include <caf/fwd.hpp>
 #include <caf/io/broker.hpp>
 #include <caf/io/connection_handle.hpp>
+#include <caf/io/typed_broker.hpp>
+#include <caf/stateful_actor.hpp>
 
 #include "actors/interfaces.hpp"
 #include "runtime/gpu/gpu_discovery.hpp"
@@ -28,6 +30,7 @@
 #include "runtime/faults/fault_latch.hpp"
 #include "runtime/host/host_facts.hpp"
 #include "runtime/faults/kmsg.hpp"
+#include "runtime/process/wall_clock.hpp"
 #include "runtime/workers/worker_ledger.hpp"
 #include "runtime/workers/worker_supervisor.hpp"
 
@@ -90,6 +93,9 @@ struct agent_config {
   supervisor_options workers;
   /// How often the supervisor checks its workers (workers.poll_interval).
   caf::timespan worker_poll = std::chrono::milliseconds{250};
+  /// The wall clock of reports' send times, fault latches and worker
+  /// records; never of a timer (those run on the actor clock).
+  std::shared_ptr<const wall_clock> clock = real_wall_clock();
 
   /// Errors: ec::invalid_config naming the field.
   caf::error validate() const;
@@ -136,17 +142,14 @@ struct agent_state {
   std::vector<v1::KernelEvent> early_events;
 };
 
-/// The agent's behaviour. Handles `atom::reconnect` (try to connect),
-/// `atom::tick` (send a report when connected), `atom::supervise` (check
-/// the workers), `(atom::supervise, job)` (a blocking job of the supervisor
-/// finished on its detached actor: apply its result, report the workers)
-/// and the broker's I/O events.
-caf::behavior agent(caf::io::stateful_broker<agent_state>* self,
-                    agent_config config);
+/// The agent's behaviour (its handlers: `agent_actor` in
+/// actors/interfaces.hpp).
+agent_actor::behavior_type agent(agent_actor::stateful_broker_pointer<agent_state> self,
+                                 agent_config config);
 
 /// Spawns the agent; it starts connecting at once. Errors: the config's.
-caf::expected<caf::actor> spawn_agent(caf::actor_system& sys,
-                                      agent_config config);
+caf::expected<agent_actor> spawn_agent(caf::actor_system& sys,
+                                       agent_config config);
 
 /// Builds one report from the host's facts and the last GPU section (what
 /// the agent sends).

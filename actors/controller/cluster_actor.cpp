@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cctype>
 
-#include <caf/actor_cast.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <spdlog/spdlog.h>
@@ -36,6 +35,7 @@ machine_actor spawn_machine(cluster_ptr self, v1::MachineRecord record) {
   cfg.pressure = st.config.pressure;
   cfg.store = st.config.store;
   cfg.scheduler = st.config.scheduler;
+  cfg.clock = st.config.clock;
   auto handle = self->spawn<caf::linked>(machine, std::move(cfg));
   st.identities[name] = std::move(identity);
   st.machines[name] = handle;
@@ -149,8 +149,10 @@ caf::error check_enrolment(cluster_ptr self, const v1::Hello& hello, uint64_t no
 }
 
 /// Answers an agent's hello (actors/interfaces.hpp, `atom::enrol`).
+/// `gate` delivers its session's commands (null for an embedding control
+/// plane's agent, which has none).
 caf::result<machine_actor> enrol(cluster_ptr self, const v1::Hello& hello,
-                                 uint64_t session) {
+                                 uint64_t session, gate_command_actor gate) {
   auto& st = self->state;
   const auto& name = hello.machine_name();
   if (!valid_machine_name(name))
@@ -162,7 +164,7 @@ caf::result<machine_actor> enrol(cluster_ptr self, const v1::Hello& hello,
     return caf::make_error(ec::invalid_request,
                            "machine " + name + " sent no machine identity");
   machine_actor handle;
-  auto now = unix_ms_now();
+  auto now = self->state.config.clock->now_unix_ms();
   auto known = st.machines.find(name);
   if (known != st.machines.end() && st.identities[name] != hello.machine_id())
     return identity_mismatch(name);
@@ -185,8 +187,7 @@ caf::result<machine_actor> enrol(cluster_ptr self, const v1::Hello& hello,
     spdlog::info("cluster: machine {} registered (Idle until it reports)", name);
     handle = spawn_machine(self, std::move(rec));
   }
-  self->send(handle, atom::connected_v, session, true,
-             caf::actor_cast<caf::actor>(self->current_sender()));
+  self->send(handle, atom::connected_v, session, true, std::move(gate));
   return handle;
 }
 
@@ -268,6 +269,8 @@ caf::error cluster_config::validate() const {
   if (heartbeat_lapse.count() <= 0 || request_timeout.count() <= 0)
     return caf::make_error(ec::invalid_config,
                            "cluster: durations must be positive");
+  if (!clock)
+    return caf::make_error(ec::invalid_config, "cluster: no wall clock");
   return caf::none;
 }
 
@@ -286,7 +289,11 @@ cluster(cluster_actor::stateful_pointer<cluster_state> self,
   return {
     [self](atom::enrol, v1::Hello& hello,
            uint64_t session) -> caf::result<machine_actor> {
-      return enrol(self, hello, session);
+      return enrol(self, hello, session, gate_command_actor{});
+    },
+    [self](atom::enrol, v1::Hello& hello, uint64_t session,
+           gate_command_actor& gate) -> caf::result<machine_actor> {
+      return enrol(self, hello, session, std::move(gate));
     },
     [self](v1::Request& req) -> caf::result<v1::Response> {
       return answer_cluster_request(self, req);
@@ -302,7 +309,7 @@ cluster(cluster_actor::stateful_pointer<cluster_state> self,
       auto& st = self->state;
       if (!st.config.tokens)
         return v1::Principal{};
-      auto who = st.config.tokens->authenticate(token, unix_ms_now());
+      auto who = st.config.tokens->authenticate(token, self->state.config.clock->now_unix_ms());
       if (!who) {
         spdlog::warn("cluster: a CLI session was refused: {}",
                      render_error(who.error()));

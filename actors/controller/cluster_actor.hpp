@@ -18,6 +18,7 @@
 #include "actors/interfaces.hpp"
 #include "actors/controller/machine_pressure.hpp"
 #include "runtime/gate/tokens.hpp"
+#include "runtime/process/wall_clock.hpp"
 
 namespace astraeus {
 
@@ -53,8 +54,12 @@ struct cluster_config {
   /// The gate's address as machines reach it ("10.0.0.5:7450"); empty:
   /// `astra` uses the address it connected to.
   std::string advertise_address;
+  /// The wall clock of audit records, enrolment, workspaces and token
+  /// expiry; handed to every machine actor.
+  std::shared_ptr<const wall_clock> clock = real_wall_clock();
 
-  /// Errors: ec::invalid_config when the store is missing or a duration <= 0.
+  /// Errors: ec::invalid_config when the store or the clock is missing or a
+  /// duration <= 0.
   caf::error validate() const;
 };
 

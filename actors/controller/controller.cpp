@@ -35,8 +35,11 @@ std::string owner_token_path(const std::string& keys_dir) {
   return (std::filesystem::path{keys_dir} / "owner-token").string();
 }
 
-caf::expected<controller_handles> start_controller(caf::actor_system& sys,
-                                                   const ControllerConfig& cfg) {
+caf::expected<controller_handles>
+start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
+                 std::shared_ptr<const wall_clock> clock) {
+  if (!clock)
+    return caf::make_error(ec::invalid_config, "controller: no wall clock");
   controller_handles out;
   auto store = Store::open(cfg.data_dir);
   if (!store)
@@ -63,7 +66,7 @@ caf::expected<controller_handles> start_controller(caf::actor_system& sys,
   if (!*any) {
     // A new controller: the first owner token, for whoever runs it.
     auto minted = out.tokens->mint_api("owner", role::owner, 0, "controller",
-                                       unix_ms_now());
+                                       clock->now_unix_ms());
     if (!minted)
       return minted.error();
     auto path = owner_token_path(keys_dir);
@@ -98,6 +101,7 @@ caf::expected<controller_handles> start_controller(caf::actor_system& sys,
   cc.xid_policy = policy.table();
   scheduler_config sc;
   sc.store = out.store;
+  sc.clock = clock;
   if (auto err = sc.validate())
     return err;
   out.scheduler = sys.spawn(scheduler, std::move(sc));
@@ -105,6 +109,7 @@ caf::expected<controller_handles> start_controller(caf::actor_system& sys,
   cc.tokens = out.tokens;
   cc.controller_key = out.identity->public_hex();
   cc.advertise_address = cfg.advertise_address;
+  cc.clock = clock;
   if (auto err = cc.validate())
     return err;
   out.cluster = sys.spawn(cluster, std::move(cc));
@@ -139,9 +144,9 @@ void stop_controller(caf::actor_system&, const controller_handles& h) {
     caf::anon_send_exit(h.scheduler, caf::exit_reason::user_shutdown);
 }
 
-caf::expected<caf::actor> start_agent(caf::actor_system& sys,
-                                      const AgentConfig& cfg,
-                                      const std::string& join_token) {
+caf::expected<agent_actor> start_agent(caf::actor_system& sys,
+                                       const AgentConfig& cfg,
+                                       const std::string& join_token) {
   auto identity = load_or_create_identity(cfg.data_dir, cfg.name,
                                           local_hostname());
   if (!identity)

@@ -16,6 +16,7 @@
 
 #include "actors/interfaces.hpp"
 #include "runtime/process/config.hpp"
+#include "runtime/process/wall_clock.hpp"
 
 namespace astraeus {
 
@@ -31,7 +32,7 @@ struct controller_handles {
   std::string keys_dir;          ///< where gate.key, gate.pub, token.key, owner-token are
   cluster_actor cluster;         ///< the front door
   scheduler_actor scheduler;     ///< places runs onto GPUs
-  caf::actor gate;               ///< the gate broker
+  gate_actor gate;               ///< the gate broker
   uint16_t port = 0;             ///< the port the gate listens on
 };
 
@@ -41,9 +42,13 @@ struct controller_handles {
 /// API token yet, spawns the cluster (which restores every stored machine)
 /// and binds the gate. Errors: the store's (e.g. "store
 /// /var/lib/astraeus/controller is in use by another process"), a key file
-/// that cannot be read or written, the gate's bind failure.
-caf::expected<controller_handles> start_controller(caf::actor_system& sys,
-                                                   const ControllerConfig& cfg);
+/// that cannot be read or written, the gate's bind failure. `clock` dates
+/// what the controller's actors store and decides every rule stated in
+/// dates (token expiry, the 24 h incident window); an embedding control
+/// plane or a test may pass its own.
+caf::expected<controller_handles>
+start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
+                 std::shared_ptr<const wall_clock> clock = real_wall_clock());
 
 /// Stops the controller's actors (gate first, so no new work arrives).
 void stop_controller(caf::actor_system& sys, const controller_handles& h);
@@ -55,9 +60,9 @@ void stop_controller(caf::actor_system& sys, const controller_handles& h);
 /// Errors: the identity's (folder not writable, broken machine-id or key),
 /// a token file that cannot be read, a malformed controller.public_key, and
 /// the config's.
-caf::expected<caf::actor> start_agent(caf::actor_system& sys,
-                                      const AgentConfig& cfg,
-                                      const std::string& join_token = {});
+caf::expected<agent_actor> start_agent(caf::actor_system& sys,
+                                       const AgentConfig& cfg,
+                                       const std::string& join_token = {});
 
 /// Where a controller with keys folder `keys_dir` writes its first owner
 /// API token.

@@ -38,7 +38,7 @@ caf::error gate_config::validate() const {
 
 namespace {
 
-using gate_ptr = caf::io::stateful_broker<gate_state>*;
+using gate_ptr = gate_actor::stateful_broker_pointer<gate_state>;
 
 /// Writes bytes as they are (a handshake reply, an encoded frame).
 void write_bytes(gate_ptr self, connection_handle hdl, const std::string& bytes) {
@@ -100,7 +100,7 @@ void forget(gate_ptr self, connection_handle hdl) {
   mark_welcomed(self, i->second); // no longer pending either way
   if (i->second.machine_handle)
     self->send(i->second.machine_handle, atom::connected_v, i->second.session,
-               false, caf::actor{});
+               false, gate_command_actor{});
   // Commands still waiting for this agent's answer fail now.
   fail_session(self->state.pending_clears, i->second);
   fail_session(self->state.pending_logs, i->second);
@@ -217,7 +217,7 @@ void on_hello(gate_ptr self, connection_handle hdl, gate_connection& conn,
       self
         ->request(self->state.config.cluster,
                   self->state.config.request_timeout, atom::enrol_v,
-                  std::move(hello), session)
+                  std::move(hello), session, gate_command_actor{self})
         .then(
           [self, hdl, session](machine_actor& handle) {
             auto i = self->state.connections.find(hdl);
@@ -225,7 +225,7 @@ void on_hello(gate_ptr self, connection_handle hdl, gate_connection& conn,
                 || i->second.session != session) {
               // Gone while enrolling.
               self->send(handle, atom::connected_v, session, false,
-                         caf::actor{});
+                         gate_command_actor{});
               return;
             }
             i->second.machine_handle = handle;
@@ -354,8 +354,8 @@ void on_frame(gate_ptr self, connection_handle hdl, gate_connection& conn,
 
 } // namespace
 
-caf::behavior gate(caf::io::stateful_broker<gate_state>* self,
-                   gate_config config, caf::io::doorman_ptr doorman) {
+gate_actor::behavior_type gate(gate_actor::stateful_broker_pointer<gate_state> self,
+                               gate_config config, caf::io::doorman_ptr doorman) {
   self->state.config = std::move(config);
   self->add_doorman(std::move(doorman));
   return {
@@ -380,7 +380,7 @@ caf::behavior gate(caf::io::stateful_broker<gate_state>* self,
       conn.channel = std::make_shared<channel_server>(st.config.identity);
       self->configure_read(msg.handle, receive_policy::exactly(frame_header_size));
       self->delayed_send(self, self->state.config.hello_timeout,
-                         atom::deadline_v, msg.handle, conn.session);
+                         atom::hello_due_v, msg.handle, conn.session);
       spdlog::debug("gate: connection from {}", conn.peer);
     },
     [self](caf::io::new_data_msg& msg) {
@@ -426,7 +426,7 @@ caf::behavior gate(caf::io::stateful_broker<gate_state>* self,
       }
       forget(self, msg.handle);
     },
-    [self](atom::deadline, connection_handle hdl, uint64_t session) {
+    [self](atom::hello_due, connection_handle hdl, uint64_t session) {
       auto i = self->state.connections.find(hdl);
       if (i == self->state.connections.end() || i->second.session != session
           || i->second.hello_seen)
@@ -446,7 +446,7 @@ caf::behavior gate(caf::io::stateful_broker<gate_state>* self,
           frame.mutable_clear_fault()->set_gpu(std::move(gpu));
           // An agent that never answers must not leave the command behind.
           self->delayed_send(self, self->state.config.request_timeout,
-                             atom::clear_v, id);
+                             atom::expire_v, id);
         });
     },
     [self](atom::assign, uint64_t session, v1::WorkerOrders& orders) {
@@ -467,14 +467,13 @@ caf::behavior gate(caf::io::stateful_broker<gate_state>* self,
           cmd.set_id(id);
           *frame.mutable_logs() = std::move(cmd);
           self->delayed_send(self, self->state.config.request_timeout,
-                             atom::logs_v, id);
+                             atom::expire_v, id);
         });
     },
-    [self](atom::logs, uint64_t id) {
+    [self](atom::expire, uint64_t id) {
+      // Command ids are shared by both kinds: at most one holds `id`.
       expire(self->state.pending_logs, id,
              "the machine's agent did not send the log in time");
-    },
-    [self](atom::clear, uint64_t id) {
       expire(self->state.pending_clears, id,
              "the machine's agent did not answer the clear-fault command in time");
     },
@@ -484,7 +483,7 @@ caf::behavior gate(caf::io::stateful_broker<gate_state>* self,
   };
 }
 
-caf::expected<std::pair<caf::actor, uint16_t>>
+caf::expected<std::pair<gate_actor, uint16_t>>
 spawn_gate(caf::actor_system& sys, gate_config config) {
   if (auto err = config.validate())
     return err;
@@ -501,7 +500,7 @@ spawn_gate(caf::actor_system& sys, gate_config config) {
   auto port = (*dm)->port();
   config.port = port;
   auto hdl = mm.spawn_broker(gate, std::move(config), std::move(*dm));
-  return std::make_pair(caf::actor{hdl}, port);
+  return std::make_pair(std::move(hdl), port);
 }
 
 } // namespace astraeus

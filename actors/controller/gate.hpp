@@ -26,6 +26,8 @@
 #include <caf/fwd.hpp>
 #include <caf/io/broker.hpp>
 #include <caf/io/connection_handle.hpp>
+#include <caf/io/typed_broker.hpp>
+#include <caf/stateful_actor.hpp>
 #include <caf/typed_response_promise.hpp>
 
 #include "actors/interfaces.hpp"
@@ -101,15 +103,16 @@ struct gate_state {
   uint64_t next_command = 1;
 };
 
-/// The gate's behaviour; see `spawn_gate`.
-caf::behavior gate(caf::io::stateful_broker<gate_state>* self,
-                   gate_config config, caf::io::doorman_ptr doorman);
+/// The gate's behaviour (its handlers: `gate_actor` in actors/interfaces.hpp);
+/// see `spawn_gate`.
+gate_actor::behavior_type gate(gate_actor::stateful_broker_pointer<gate_state> self,
+                               gate_config config, caf::io::doorman_ptr doorman);
 
 /// Binds `config.listen_address:config.port` and spawns the gate on it.
 /// Returns the gate and the port it listens on. Errors: ec::invalid_config
 /// for a bad config; the bind failure ("cannot listen on 127.0.0.1:7450:
 /// address in use") otherwise.
-caf::expected<std::pair<caf::actor, uint16_t>>
+caf::expected<std::pair<gate_actor, uint16_t>>
 spawn_gate(caf::actor_system& sys, gate_config config);
 
 } // namespace astraeus

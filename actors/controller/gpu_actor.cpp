@@ -34,7 +34,8 @@ std::string joined(const std::vector<std::string>& xs) {
 void judge(gpu_actor::stateful_pointer<gpu_state> self) {
   auto& st = self->state;
   auto before = st.verdict;
-  st.verdict = evaluate_health(st.facts, st.history, !st.holder.empty(), unix_ms_now());
+  st.verdict = evaluate_health(st.facts, st.history, !st.holder.empty(),
+                               st.clock->now_unix_ms());
   if (st.verdict.health == before.health && st.verdict.reasons == before.reasons)
     return;
   if (st.verdict.health != before.health)
@@ -52,13 +53,15 @@ void judge(gpu_actor::stateful_pointer<gpu_state> self) {
 
 gpu_actor::behavior_type gpu(gpu_actor::stateful_pointer<gpu_state> self,
                              std::string machine, v1::Gpu facts,
-                             bool machine_up, machine_actor machine_handle) {
+                             bool machine_up, machine_actor machine_handle,
+                             std::shared_ptr<const wall_clock> clock) {
   auto& st = self->state;
+  st.clock = clock ? std::move(clock) : real_wall_clock();
   st.machine = std::move(machine);
   st.facts = std::move(facts);
   st.machine_up = machine_up;
   st.machine_handle = std::move(machine_handle);
-  st.last_seen_unix_ms = machine_up ? unix_ms_now() : 0;
+  st.last_seen_unix_ms = machine_up ? st.clock->now_unix_ms() : 0;
   if (machine_up)
     st.history.add(st.facts, self->clock().now(), health_thresholds{}.window);
   judge(self);
@@ -66,7 +69,7 @@ gpu_actor::behavior_type gpu(gpu_actor::stateful_pointer<gpu_state> self,
     [self](v1::Gpu& facts) {
       auto& st = self->state;
       st.facts = std::move(facts);
-      st.last_seen_unix_ms = unix_ms_now();
+      st.last_seen_unix_ms = st.clock->now_unix_ms();
       st.history.add(st.facts, self->clock().now(), health_thresholds{}.window);
       judge(self);
     },

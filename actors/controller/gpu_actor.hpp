@@ -15,6 +15,7 @@
 #include "actors/controller/gpu_health.hpp"
 #include "actors/interfaces.hpp"
 #include "messages/astraeus.pb.h"
+#include "runtime/process/wall_clock.hpp"
 
 namespace astraeus {
 
@@ -38,15 +39,20 @@ struct gpu_state {
   health_verdict verdict;
   /// Its machine actor, told when the health changes.
   machine_actor machine_handle;
+  /// The wall clock of `last_seen_unix_ms` and of the incidents' 24 h
+  /// window (the machine's).
+  std::shared_ptr<const wall_clock> clock;
 
   /// The GPU as `astra gpus` shows it.
   v1::GpuView view() const;
 };
 
 /// The GPU actor's behaviour; `facts` are its first facts (id required).
-/// `machine_handle` is told (atom::health) whenever the health changes.
+/// `machine_handle` is told (atom::health) whenever the health changes;
+/// `clock` (null: the system's) dates what it is told.
 gpu_actor::behavior_type gpu(gpu_actor::stateful_pointer<gpu_state> self,
                              std::string machine, v1::Gpu facts,
-                             bool machine_up, machine_actor machine_handle);
+                             bool machine_up, machine_actor machine_handle,
+                             std::shared_ptr<const wall_clock> clock);
 
 } // namespace astraeus

@@ -4,7 +4,6 @@
 #include <cctype>
 #include <set>
 
-#include <caf/actor_cast.hpp>
 #include <caf/exit_reason.hpp>
 #include <caf/send.hpp>
 #include <spdlog/spdlog.h>
@@ -109,6 +108,8 @@ caf::error machine_config::validate() const {
   if (heartbeat_lapse.count() <= 0)
     return caf::make_error(ec::invalid_config,
                            "machine: heartbeat lapse must be positive");
+  if (!clock)
+    return caf::make_error(ec::invalid_config, "machine: no wall clock");
   return caf::none;
 }
 
@@ -235,7 +236,7 @@ void sync_gpus(machine_ptr self, bool up) {
     auto i = st.gpus.find(g.id());
     if (i == st.gpus.end()) {
       auto handle = self->spawn<caf::linked>(gpu, st.config.record.name(), g, up,
-                                             caf::actor_cast<machine_actor>(self));
+                                             machine_actor{self}, st.config.clock);
       if (auto holder = gpu_holder(st.orders, g.id()); !holder.empty())
         self->send(handle, atom::assign_v, std::move(holder));
       st.gpus.emplace(g.id(), std::move(handle));
@@ -271,9 +272,8 @@ void send_orders(machine_ptr self) {
   if (!st.orders_known || st.session == 0 || !st.gate
       || st.acked_generation == st.orders.generation())
     return;
-  auto gate = caf::actor_cast<gate_command_actor>(st.gate);
   for (auto& part : split_orders(st.orders, orders_part_bytes))
-    self->send(gate, atom::assign_v, st.session, std::move(part));
+    self->send(st.gate, atom::assign_v, st.session, std::move(part));
 }
 
 /// The agent's worker list, from its answer frame or a report.
@@ -306,7 +306,7 @@ void set_liveness(machine_ptr self, v1::Machine::State next, const char* why) {
                  to_string(before), to_string(next), why);
     return;
   }
-  st.state_since_unix_ms = unix_ms_now();
+  st.state_since_unix_ms = st.config.clock->now_unix_ms();
   spdlog::info("machine {}: {} -> {} ({})", name_of(self), to_string(before),
                to_string(next), why);
   tell_scheduler(self);
@@ -325,7 +325,7 @@ caf::error persist(machine_ptr self, bool sync) {
                   render_error(err));
     return err;
   }
-  st.facts_stored_unix_ms = unix_ms_now();
+  st.facts_stored_unix_ms = st.config.clock->now_unix_ms();
   return caf::none;
 }
 
@@ -338,7 +338,7 @@ bool take_report(machine_ptr self, v1::MachineReport& report) {
   if (address_changed)
     st.config.record.set_address(report.address());
   st.last_report = self->clock().now();
-  st.last_report_unix_ms = unix_ms_now();
+  st.last_report_unix_ms = st.config.clock->now_unix_ms();
   st.facts = std::move(*report.mutable_facts());
   auto was_pressured = st.pressure.memory || st.pressure.disk;
   st.pressure = evaluate_pressure(st.facts, st.config.pressure);
@@ -432,7 +432,7 @@ caf::result<v1::MachineView> set_maintenance(machine_ptr self, bool on) {
       rec.set_maintenance(!on);
       return err;
     }
-    st.state_since_unix_ms = unix_ms_now();
+    st.state_since_unix_ms = st.config.clock->now_unix_ms();
     spdlog::info("machine {}: {} -> {} (maintenance {})", name_of(self),
                  to_string(before), to_string(st.shown_state()), on ? "on" : "off");
     tell_scheduler(self);
@@ -460,7 +460,7 @@ caf::result<v1::MachineView> set_labels(machine_ptr self, const v1::SetLabels& r
 }
 
 /// Gate session `session` of the agent began (`up`) or ended.
-void on_connected(machine_ptr self, uint64_t session, bool up, caf::actor& gate) {
+void on_connected(machine_ptr self, uint64_t session, bool up, gate_command_actor& gate) {
   auto& st = self->state;
   if (up) {
     st.session = session;
@@ -471,7 +471,7 @@ void on_connected(machine_ptr self, uint64_t session, bool up, caf::actor& gate)
     send_orders(self);
   } else if (st.session == session) {
     st.session = 0;
-    st.gate = nullptr;
+    st.gate = gate_command_actor{};
     spdlog::info("machine {}: agent disconnected", name_of(self));
   }
 }
@@ -485,7 +485,7 @@ caf::result<v1::LogChunk> fetch_logs(machine_ptr self, v1::LogsCommand& cmd) {
                              + " is not connected: its agent keeps the "
                                "worker's log; start it and try again");
   auto rp = self->make_response_promise<v1::LogChunk>();
-  self->request(caf::actor_cast<gate_command_actor>(st.gate), std::chrono::seconds{10},
+  self->request(st.gate, std::chrono::seconds{10},
                 atom::logs_v, st.session, std::move(cmd))
     .then(
       [rp](v1::LogsReply& reply) mutable {
@@ -557,7 +557,7 @@ machine(machine_actor::stateful_pointer<machine_state> self,
   st.facts = st.config.record.last_facts();
   st.last_report_unix_ms = st.config.record.last_report_unix_ms();
   st.pressure = evaluate_pressure(st.facts, st.config.pressure);
-  st.state_since_unix_ms = unix_ms_now();
+  st.state_since_unix_ms = st.config.clock->now_unix_ms();
   // The lapse runs from the moment this actor starts: a machine that never
   // reports to this controller goes from Idle to Down.
   st.last_report = self->clock().now();
@@ -565,7 +565,7 @@ machine(machine_actor::stateful_pointer<machine_state> self,
   self->delayed_send(self, st.config.heartbeat_lapse, atom::lapse_v);
   sync_gpus(self, false);
   self->send(st.config.scheduler, atom::attach_v, name_of(self),
-             caf::actor_cast<machine_actor>(self));
+             machine_actor{self});
   tell_scheduler(self);
   return {
     [self](v1::MachineReport& report) { on_report(self, report); },
@@ -579,7 +579,7 @@ machine(machine_actor::stateful_pointer<machine_state> self,
     [self](atom::maintenance, bool on) -> caf::result<v1::MachineView> {
       return set_maintenance(self, on);
     },
-    [self](atom::connected, uint64_t session, bool up, caf::actor& gate) {
+    [self](atom::connected, uint64_t session, bool up, gate_command_actor& gate) {
       on_connected(self, session, up, gate);
     },
     [self](atom::assign, v1::WorkerOrders& orders) {

@@ -23,6 +23,7 @@
 #include "actors/interfaces.hpp"
 #include "actors/controller/machine_pressure.hpp"
 #include "messages/astraeus.pb.h"
+#include "runtime/process/wall_clock.hpp"
 
 namespace astraeus {
 
@@ -41,8 +42,12 @@ struct machine_config {
   /// The scheduler, sent a snapshot whenever what it places by changes;
   /// null: none.
   scheduler_actor scheduler;
+  /// The wall clock of the times users read (state since, last report) and
+  /// of the interval between stored facts; also handed to its GPU actors.
+  std::shared_ptr<const wall_clock> clock = real_wall_clock();
 
-  /// Errors: ec::invalid_config when the name is empty or the lapse <= 0.
+  /// Errors: ec::invalid_config when the name is empty, the lapse <= 0 or
+  /// the clock is null.
   caf::error validate() const;
 };
 
@@ -61,8 +66,10 @@ struct machine_state {
   bool lapse_timer_pending = false;
   /// The current gate session of its agent; 0 = not connected.
   uint64_t session = 0;
-  /// The gate holding that session (delivers commands such as clear-fault).
-  caf::actor gate;
+  /// The gate holding that session (delivers commands such as clear-fault);
+  /// null while not connected, or for a session without a gate (an
+  /// embedding control plane's enrolment).
+  gate_command_actor gate;
   /// Each GPU's health and reasons, as its GPU actor last said.
   std::map<std::string, std::pair<gpu_health, std::string>> gpu_verdicts;
   /// The last report's facts and derived pressure.
@@ -71,7 +78,8 @@ struct machine_state {
   /// Wall-clock times for display, Unix milliseconds.
   int64_t last_report_unix_ms = 0;
   int64_t state_since_unix_ms = 0;
-  /// Wall-clock time the record was last written with facts (Unix ms).
+  /// Wall-clock time the record was last written with facts (Unix ms): the
+  /// facts are stored again once a report comes more than 10 min later.
   int64_t facts_stored_unix_ms = 0;
   /// The GPU picture last stored (read_as, ids, statuses, latches).
   std::string stored_gpu_fingerprint;

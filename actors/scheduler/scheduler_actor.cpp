@@ -44,6 +44,8 @@ std::string worker_name(const std::string& run, int32_t copy, uint32_t rank) {
 caf::error scheduler_config::validate() const {
   if (!store)
     return caf::make_error(ec::invalid_config, "scheduler: no store");
+  if (!clock)
+    return caf::make_error(ec::invalid_config, "scheduler: no wall clock");
   return caf::none;
 }
 
@@ -104,7 +106,7 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
   st.config = std::move(config);
   st.index = std::make_unique<placement_index>(st.config.placement);
   st.queue = std::make_unique<scheduler_queue>(*st.index, st.config.queue);
-  st.generation_base = static_cast<uint64_t>(unix_ms_now()) * 1000;
+  st.generation_base = static_cast<uint64_t>(st.config.clock->now_unix_ms()) * 1000;
 
   if (auto err = load_runs(self)) {
     self->quit(err);

@@ -56,6 +56,7 @@
 #include "messages/astraeus.pb.h"
 #include "messages/run_state.hpp"
 #include "messages/worker_state.hpp"
+#include "runtime/process/wall_clock.hpp"
 
 namespace astraeus {
 
@@ -69,8 +70,11 @@ struct scheduler_config {
   placement_options placement;
   /// Options of the queue.
   queue_options queue;
+  /// The wall clock of submitted and placed times, and of a placed run's
+  /// elapsed time after a restart (its time limit counts from its placing).
+  std::shared_ptr<const wall_clock> clock = real_wall_clock();
 
-  /// Errors: ec::invalid_config when the store is missing.
+  /// Errors: ec::invalid_config when the store or the clock is missing.
   caf::error validate() const;
 };
 

@@ -143,7 +143,7 @@ void restore_pass(self_ptr self) {
       ++it;
       continue;
     }
-    int64_t elapsed = std::max<int64_t>(0, (unix_ms_now() - run.placed_unix_ms()) / 1000);
+    int64_t elapsed = std::max<int64_t>(0, (self->state.config.clock->now_unix_ms() - run.placed_unix_ms()) / 1000);
     auto err = st.queue->adopt(qname, *all, clock_seconds(self) - elapsed,
                                static_cast<int64_t>(run.spec().time_limit_seconds()));
     if (err) {

@@ -234,7 +234,7 @@ void copy_placed(scheduler_state& st, v1::Run& run, int32_t copy,
   set_state(run, run_state::placed);
   run.set_copies_placed(run.copies_placed() + 1);
   if (run.placed_unix_ms() == 0)
-    run.set_placed_unix_ms(unix_ms_now());
+    run.set_placed_unix_ms(st.config.clock->now_unix_ms());
   account(st, run, 1, copy);
   if (run.leader_machine().empty() && !leader_machine.empty()) {
     run.set_leader_machine(leader_machine);
@@ -279,7 +279,7 @@ caf::result<v1::Run> submit_run(self_ptr self, v1::RunSpec& spec) {
   *run.mutable_spec() = std::move(spec);
   set_state(run, run_state::waiting);
   run.set_waiting_reason("waiting: not scheduled yet");
-  run.set_submitted_unix_ms(unix_ms_now());
+  run.set_submitted_unix_ms(self->state.config.clock->now_unix_ms());
   auto now = clock_seconds(self);
   std::vector<std::string> queued;
   for (const auto& qname : queue_names_of(run.spec())) {

@@ -32,7 +32,7 @@ void arm_stored_time_limits(self_ptr self) {
   for (const auto& [key, run] : st.runs) {
     if (!live(run) || run.spec().time_limit_seconds() == 0)
       continue;
-    auto elapsed = (unix_ms_now() - run.placed_unix_ms()) / 1000;
+    auto elapsed = (self->state.config.clock->now_unix_ms() - run.placed_unix_ms()) / 1000;
     auto left = static_cast<int64_t>(run.spec().time_limit_seconds()) - elapsed;
     std::set<int32_t> copies;
     const auto ended = ended_copies(run);

@@ -16,6 +16,11 @@
 /// (`crypto_generichash` with the controller's token key), in family
 /// `tokens`, and compares it in constant time; no token is ever stored or
 /// logged.
+///
+/// Expiry is a date users read ("expired at 2026-12-01 14:05:09 UTC"), so it
+/// stays on the wall clock: every call takes `now_ms`, which the cluster reads
+/// from its injected `wall_clock` (runtime/process/wall_clock.hpp); a wall
+/// clock set back keeps a token valid for longer, by design.
 
 #include <array>
 #include <cstdint>

@@ -2,7 +2,7 @@
 /// @file
 /// NVIDIA GPU discovery through NVML, loaded with dlopen at run time.
 ///
-/// There is no link-time dependency on NVML and no nvml.h: runtime/gpu/nvml.cpp
+/// There is no link-time dependency on NVML and no nvml.h: runtime/gpu/nvml_abi.hpp
 /// declares the few C types and function signatures it uses, matching
 /// NVML's public ABI. The library path is configurable, so tests load a
 /// stand-in libnvidia-ml.so built from a JSON fixture through the same code

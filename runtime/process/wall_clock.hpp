@@ -1,21 +1,82 @@
 #pragma once
 /// @file
-/// Wall-clock time for what users read (registered, last report, audit
-/// records). Timers and lapses use the actor clock instead, so tests can run
-/// them on virtual time.
+/// Wall-clock time for what users read as dates and for the rules that are
+/// stated in dates: registered and last-report times, audit records, token
+/// expiry, the 24 h incident window, the interval between stored facts, a
+/// run's elapsed time across a controller restart. Every actor and rule that
+/// needs it is handed a `wall_clock` in its config, so a test sets the time
+/// (`test_wall_clock`) and checks those rules deterministically.
+///
+/// Durations that time something (heartbeat lapses, the stop grace,
+/// deadlines, back-off) never use this clock: they run on the actor clock
+/// (virtual in tests) or on std::chrono::steady_clock, so a wall clock set
+/// back or forward neither delays nor hastens them (issue 23, item 4).
+/// Source: shared/DESIGN.md ("Time").
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <ctime>
+#include <memory>
 #include <string>
 
 namespace astraeus {
 
-/// Milliseconds since the Unix epoch, now.
+/// A source of wall-clock time. Implementations are thread-safe: one clock
+/// is shared by every actor of a process.
+class wall_clock {
+public:
+  virtual ~wall_clock() = default;
+
+  /// Milliseconds since the Unix epoch, now.
+  virtual int64_t now_unix_ms() const = 0;
+};
+
+/// The system's wall clock (std::chrono::system_clock): what production runs.
+class system_wall_clock final : public wall_clock {
+public:
+  int64_t now_unix_ms() const override {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+  }
+};
+
+/// A wall clock that moves only when a test moves it.
+class test_wall_clock final : public wall_clock {
+public:
+  /// Starts at `start_unix_ms` (default 2026-12-01 00:00:00 UTC).
+  explicit test_wall_clock(int64_t start_unix_ms = 1'796'083'200'000) : now_(start_unix_ms) {}
+
+  int64_t now_unix_ms() const override {
+    return now_.load();
+  }
+
+  /// Sets the time (it may go back, as a real clock set by hand does).
+  void set(int64_t unix_ms) {
+    now_.store(unix_ms);
+  }
+
+  /// Moves the time by `d` (negative: back).
+  void advance(std::chrono::milliseconds d) {
+    now_.fetch_add(d.count());
+  }
+
+private:
+  std::atomic<int64_t> now_;
+};
+
+/// The process's system wall clock, shared: the default of every config.
+inline std::shared_ptr<const wall_clock> real_wall_clock() {
+  static const auto clock = std::make_shared<const system_wall_clock>();
+  return clock;
+}
+
+/// Milliseconds since the Unix epoch on the system's wall clock. For the
+/// process's edges only (a `main`, a benchmark, a test's fixture); actors
+/// and rules read the `wall_clock` of their config instead.
 inline int64_t unix_ms_now() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-           std::chrono::system_clock::now().time_since_epoch())
-    .count();
+  return real_wall_clock()->now_unix_ms();
 }
 
 /// `unix_ms` as "2026-12-01 14:05:09 UTC" (token expiry, audit records).

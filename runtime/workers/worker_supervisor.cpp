@@ -454,7 +454,7 @@ bool worker_supervisor::finish(v1::WorkerProcess& rec) {
   return true;
 }
 
-bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms) {
+bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms, steady_time now) {
   bool changed = false;
   auto keep = [&](const v1::WorkerProcess& rec) {
     if (auto err = ledger.put_process(rec))
@@ -509,6 +509,7 @@ bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms) {
     const bool ordered = order != ledger.workers().end();
     reap_child(rec.shim_pid());
     if (!live(rec)) {
+      stop_sent_.erase(name);
       // The worker left the set and has ended: forget it, keep its log. One
       // stopped because it left the set and ordered again is a new worker of
       // the same name (its run was deleted and submitted again): forgotten
@@ -529,6 +530,7 @@ bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms) {
       continue;
     }
     if (!process_alive(rec.pid(), rec.start_ticks(), options_.proc_root)) {
+      stop_sent_.erase(name);
       if (finish(rec)) {
         keep(rec);
         changed = true;
@@ -546,12 +548,15 @@ bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms) {
                    name, signal_name(rec.stop_signal()), rec.pid());
       set_state(rec, worker_state::stopping);
       rec.set_stop_requested_unix_ms(now_ms);
+      stop_sent_[name] = now;
       signal_process(rec.pid(), rec.stop_signal(), false);
       keep(rec);
       changed = true;
       continue;
     }
-    if (now_ms - rec.stop_requested_unix_ms() >= options_.stop_grace.count()) {
+    // Stopping: timed on the steady clock, never on the wall clock.
+    auto sent = stop_sent_.try_emplace(name, now).first->second;
+    if (now - sent >= options_.stop_grace) {
       spdlog::info("agent: worker {} still runs after the {} ms stop grace: SIGKILL",
                    name, options_.stop_grace.count());
       kill_now(rec);

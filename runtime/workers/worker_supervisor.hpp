@@ -91,6 +91,10 @@ using offload_fn = std::function<void(std::function<void()> work, std::function<
 /// on copies of what they need, and only their results come back).
 class worker_supervisor {
 public:
+  /// A reading of the steady clock (std::chrono::steady_clock, as CAF's
+  /// actor clock).
+  using steady_time = std::chrono::steady_clock::time_point;
+
   explicit worker_supervisor(supervisor_options options);
 
   /// Sends blocking work (each worker's start: image unpacking, CDI checks;
@@ -100,10 +104,15 @@ public:
   void set_offload(offload_fn offload) { offload_ = std::move(offload); }
 
   /// Starts, checks and stops workers so that the processes match
-  /// `ledger`'s workers; `now_ms` is the wall clock. Returns true when a
-  /// worker's status changed (the agent then reports at once). Store
-  /// failures are logged; the record is written again at the next call.
-  bool reconcile(worker_ledger& ledger, int64_t now_ms);
+  /// `ledger`'s workers. `now_ms` (the wall clock) only dates the records
+  /// users read (started, stop requested); `now` (a steady clock: the
+  /// agent's actor clock, virtual in tests) times the stop grace, so a wall
+  /// clock set back or forward neither delays nor hastens the SIGKILL. A
+  /// worker found stopping by a restarted agent gets the whole grace again
+  /// from its first check. Returns true when a worker's status changed (the
+  /// agent then reports at once). Store failures are logged; the record is
+  /// written again at the next call.
+  bool reconcile(worker_ledger& ledger, int64_t now_ms, steady_time now);
 
   /// The machine's RDMA ports (from its host facts), for NCCL_IB_HCA.
   void set_rdma_ports(std::vector<v1::RdmaPort> ports) { rdma_ports_ = std::move(ports); }
@@ -158,6 +167,9 @@ private:
   offload_fn offload_;
   std::set<std::string> starting_;          ///< workers whose start is in flight
   std::map<std::string, v1::WorkerProcess> started_;  ///< their records, back
+  /// When each stopping worker was sent its stop signal (or first seen
+  /// stopping by this agent), on the steady clock: its grace runs from here.
+  std::map<std::string, steady_time> stop_sent_;
   bool cdi_syncing_ = false;
   std::optional<cdi_wanted> cdi_next_;      ///< a sync asked for while one ran
 };

@@ -194,3 +194,54 @@ TEST(Store, OpenOnARegularFileFailsNamingThePath) {
   ASSERT_FALSE(below);
   EXPECT_NE(render_error(below.error()).find(file + "/db"), std::string::npos);
 }
+
+// The fault hook (issue 11): a test makes writes fail through the calls
+// production makes; the errors read as a real failure's.
+TEST(StoreFaults, TheNextWriteFailsNamingTheStoreAndNothingIsWritten) {
+  temp_dir dir;
+  auto st = open_or_fail(dir.path);
+  ASSERT_TRUE(st);
+  st->faults().fail_next_writes();
+  auto err = st->put(family::machines, "gpu-01", machine("gpu-01"));
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err, ec::store_failure);
+  auto text = render_error(err);
+  EXPECT_NE(text.find("store " + dir.path), std::string::npos) << text;
+  EXPECT_NE(text.find("machines key \"gpu-01\""), std::string::npos) << text;
+  EXPECT_NE(text.find("IO error"), std::string::npos) << text;
+  v1::MachineRecord out;
+  EXPECT_FALSE(*st->get(family::machines, "gpu-01", out)) << "nothing was written";
+  // Only the next one: the write after it goes through.
+  EXPECT_FALSE(st->put(family::machines, "gpu-01", machine("gpu-01")));
+  EXPECT_TRUE(*st->get(family::machines, "gpu-01", out));
+  EXPECT_EQ(st->faults().failed(), 1u);
+}
+
+TEST(StoreFaults, NWritesOfEveryKindFailThenWritesResume) {
+  temp_dir dir;
+  auto st = open_or_fail(dir.path);
+  ASSERT_TRUE(st);
+  ASSERT_FALSE(st->put(family::machines, "a", machine("a")));
+  st->faults().fail_next_writes(4);
+  EXPECT_EQ(st->put_raw(family::machines, "b", "x"), ec::store_failure);
+  EXPECT_EQ(st->erase(family::machines, "a"), ec::store_failure);
+  std::vector<Store::change> batch{{family::machines, "c", std::string{"y"}}};
+  auto failed_batch = st->write(batch);
+  EXPECT_EQ(failed_batch, ec::store_failure);
+  EXPECT_NE(render_error(failed_batch).find("a batch of 1 change(s)"), std::string::npos);
+  EXPECT_EQ(st->put(family::machines, "d", machine("d")), ec::store_failure);
+  EXPECT_EQ(st->faults().armed(), 0u);
+  v1::MachineRecord out;
+  EXPECT_TRUE(*st->get(family::machines, "a", out)) << "the failed erase removed nothing";
+  EXPECT_FALSE(st->write(batch));
+  EXPECT_EQ(st->faults().failed(), 4u);
+}
+
+TEST(StoreFaults, ADiskFullReadsAsRocksDbsNoSpace) {
+  temp_dir dir;
+  auto st = open_or_fail(dir.path);
+  ASSERT_TRUE(st);
+  st->faults().fail_next_writes(1, store_faults::kind::disk_full);
+  auto text = render_error(st->put(family::machines, "gpu-01", machine("gpu-01")));
+  EXPECT_NE(text.find("No space left on device"), std::string::npos) << text;
+}

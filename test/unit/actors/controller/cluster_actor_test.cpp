@@ -279,12 +279,14 @@ protected:
     tokens = std::make_shared<token_registry>(db, key);
   }
 
-  cluster_actor spawn_secure() {
+  /// `clock`: the cluster's wall clock (default: the system's).
+  cluster_actor spawn_secure(std::shared_ptr<const wall_clock> clock = real_wall_clock()) {
     cluster_config cc;
     cc.store = db;
     cc.heartbeat_lapse = 60s;
     cc.tokens = tokens;
     cc.controller_key = std::string(64, 'c');
+    cc.clock = std::move(clock);
     auto c = spawn(cluster, std::move(cc));
     run();
     return c;
@@ -402,4 +404,67 @@ TEST_F(SecureCluster, MembersReadButOnlyAdminsActAndEveryAdminActionIsAudited) {
   EXPECT_NE(all.find("alice (admin, token 0123456789ab)|create join token||ok: token"),
             std::string::npos) << all;
   EXPECT_EQ(all.find("astj_"), std::string::npos) << "no token in the audit log";
+}
+
+// -- the injected wall clock and store faults (issue 11) ----------------------
+
+namespace {
+
+class ClockedCluster : public SecureCluster {
+protected:
+  cluster_actor spawn_clocked() {
+    return spawn_secure(clock);
+  }
+
+  std::shared_ptr<test_wall_clock> clock = std::make_shared<test_wall_clock>();
+};
+
+} // namespace
+
+TEST_F(ClockedCluster, AnApiTokenExpiresOnTheClustersWallClockToTheMillisecond) {
+  auto c = spawn_clocked();
+  auto minted = tokens->mint_api("ci", role::member, 3600, "test", clock->now_unix_ms());
+  ASSERT_TRUE(minted) << render_error(minted.error());
+  EXPECT_EQ(ask<v1::Principal>(c, atom::login_v, minted->first).name(), "ci");
+  clock->advance(3600s - 1ms);
+  EXPECT_EQ(ask<v1::Principal>(c, atom::login_v, minted->first).role(), "member")
+    << "valid until its last millisecond";
+  clock->advance(1ms);
+  auto err = ask_error<v1::Principal>(c, atom::login_v, minted->first);
+  EXPECT_EQ(err, ec::unauthenticated);
+  EXPECT_NE(render_error(err).find("expired at " + format_utc(clock->now_unix_ms())),
+            std::string::npos)
+    << render_error(err);
+}
+
+TEST_F(ClockedCluster, AJoinTokenPastItsTimeToLiveIsRefusedAndTheMachineIsNotRegistered) {
+  auto c = spawn_clocked();
+  auto join = tokens->mint_join({}, 600, "test", clock->now_unix_ms());
+  ASSERT_TRUE(join);
+  clock->advance(601s);
+  auto err = ask_error<machine_actor>(c, atom::enrol_v,
+                                      keyed_hello("gpu-01", "id1", 'a', join->first),
+                                      uint64_t{1});
+  EXPECT_EQ(err, ec::enrollment_expired);
+  EXPECT_EQ(ask_error<machine_actor>(c, atom::get_v, std::string{"gpu-01"}),
+            ec::no_such_machine);
+}
+
+TEST_F(ClusterActor, ACordonTheStoreCannotTakeTellsTheUserWhyAndChangesNothing) {
+  auto c = spawn_cluster();
+  auto m = ask<machine_actor>(c, atom::enrol_v, agent_hello("gpu-01", "id1"), uint64_t{1});
+  (*self)->send(m, report_of("gpu-01"));
+  run();
+  db->faults().fail_next_writes(1, store_faults::kind::disk_full);
+  v1::Request cordon;
+  cordon.mutable_set_cordon()->set_name("gpu-01");
+  cordon.mutable_set_cordon()->set_cordoned(true);
+  auto resp = call(c, cordon);
+  EXPECT_EQ(resp.error().code(), "store_failure");
+  const auto& why = resp.error().message();
+  EXPECT_NE(why.find("store " + db->path()), std::string::npos) << why;
+  EXPECT_NE(why.find("No space left on device"), std::string::npos) << why;
+  EXPECT_FALSE(call(c, get("gpu-01")).machine().cordoned());
+  // Once the store writes again, the same request goes through.
+  EXPECT_TRUE(call(c, cordon).machine().cordoned());
 }

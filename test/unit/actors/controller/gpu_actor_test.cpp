@@ -36,13 +36,18 @@ v1::MachineReport report_with_gpus(bool latched) {
 }
 
 /// A stand-in for the gate: answers clear-fault commands as an agent would.
-caf::behavior fake_gate(caf::event_based_actor*, bool cleared) {
+/// Stands in for the gate: answers every clear-fault command with `cleared`.
+gate_command_actor::behavior_type fake_gate(gate_command_actor::pointer, bool cleared) {
   return {
     [cleared](atom::clear, uint64_t, std::string& gpu) {
       v1::ClearFaultReply reply;
       reply.set_uuid(gpu);
       reply.set_cleared(cleared);
       return reply;
+    },
+    [](atom::assign, uint64_t, v1::WorkerOrders&) {},
+    [](atom::logs, uint64_t, v1::LogsCommand&) -> caf::result<v1::LogsReply> {
+      return caf::make_error(ec::not_connected, "no logs here");
     },
   };
 }
@@ -175,7 +180,7 @@ TEST_F(GpuActors, ClearFaultIsDeliveredThroughTheAgentsGate) {
   EXPECT_EQ(result.uuid(), "GPU-1");
   EXPECT_TRUE(result.cleared());
   // Once the session ends, clearing is refused again.
-  (*self)->send(m, atom::connected_v, uint64_t{1}, false, caf::actor{});
+  (*self)->send(m, atom::connected_v, uint64_t{1}, false, gate_command_actor{});
   run();
   EXPECT_EQ(ask_error<v1::ClearFaultResult>(m, atom::clear_v, std::string{"GPU-1"}),
             ec::not_connected);
@@ -277,4 +282,48 @@ TEST_F(GpuActors, ARestartedControllerStillShowsALatchReportedAfterTheMachineCam
   ASSERT_EQ(resp.gpus().gpus_size(), 2);
   EXPECT_EQ(resp.gpus().gpus(1).health(), "Faulty");
   EXPECT_FALSE(resp.gpus().gpus(1).machine_up());
+}
+
+// Issue 11, determinism: the incidents' 24 h window is judged on the wall
+// clock the machine was given, so a test sets the time and checks the rule.
+TEST_F(GpuActors, AnAtRiskIncidentCountsForTwentyFourHoursOfWallTimeThenNoLonger) {
+  auto clock = std::make_shared<test_wall_clock>();
+  machine_config mc;
+  mc.record.set_name("gpu-01");
+  mc.heartbeat_lapse = 60s;
+  mc.clock = clock;
+  auto m = spawn(machine, std::move(mc));
+  run();
+  auto r = report_with_gpus(false);
+  auto* inc = r.mutable_facts()->mutable_gpus()->mutable_gpus(0)->add_incidents();
+  inc->set_gpu_id("GPU-0");
+  inc->set_kind("xid");
+  inc->set_xid(31);
+  inc->set_action("at-risk");
+  inc->set_text("MMU fault");
+  inc->set_count(1);
+  inc->set_first_seen_unix_ms(clock->now_unix_ms());
+  inc->set_last_seen_unix_ms(clock->now_unix_ms());
+  (*self)->send(m, r);
+  run();
+  auto list = gpus(m);
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].health(), "AtRisk");
+  EXPECT_EQ(list[1].health(), "Healthy");
+  EXPECT_EQ(list[0].last_seen_unix_ms(), clock->now_unix_ms()) << "dated by the given clock";
+  // 24 h later to the millisecond: still inside the window.
+  clock->advance(24h);
+  (*self)->send(m, r);
+  run();
+  EXPECT_EQ(gpus(m)[0].health(), "AtRisk");
+  // One millisecond more: out of the window, the GPU is Healthy again.
+  clock->advance(1ms);
+  (*self)->send(m, r);
+  run();
+  EXPECT_EQ(gpus(m)[0].health(), "Healthy");
+  // A clock set back (an operator's mistake) brings the incident back.
+  clock->advance(-2h);
+  (*self)->send(m, r);
+  run();
+  EXPECT_EQ(gpus(m)[0].health(), "AtRisk");
 }

@@ -216,13 +216,13 @@ TEST_F(MachineActor, CordonAndMaintenanceAreStoredBeforeTheAnswer) {
 
 TEST_F(MachineActor, ConnectedFollowsTheCurrentSessionOnly) {
   auto m = spawn_machine();
-  (*self)->send(m, atom::connected_v, uint64_t{1}, true, caf::actor{});
-  (*self)->send(m, atom::connected_v, uint64_t{2}, true, caf::actor{});
+  (*self)->send(m, atom::connected_v, uint64_t{1}, true, gate_command_actor{});
+  (*self)->send(m, atom::connected_v, uint64_t{2}, true, gate_command_actor{});
   // The old session's close arrives after the new one began.
-  (*self)->send(m, atom::connected_v, uint64_t{1}, false, caf::actor{});
+  (*self)->send(m, atom::connected_v, uint64_t{1}, false, gate_command_actor{});
   run();
   EXPECT_TRUE(ask<v1::MachineView>(m, atom::get_v).connected());
-  (*self)->send(m, atom::connected_v, uint64_t{2}, false, caf::actor{});
+  (*self)->send(m, atom::connected_v, uint64_t{2}, false, gate_command_actor{});
   run();
   EXPECT_FALSE(ask<v1::MachineView>(m, atom::get_v).connected());
 }
@@ -261,12 +261,16 @@ v1::WorkerOrders orders_of(uint64_t generation, std::vector<std::string> workers
 
 class MachineWorkers : public MachineActor {
 protected:
-  machine_actor spawn_wired() {
+  /// Machine gpu-01 (from `rec`, kept in `store` when given) wired to the
+  /// outbox as its scheduler.
+  machine_actor spawn_wired(std::shared_ptr<Store> store = nullptr, v1::MachineRecord rec = {}) {
     box = std::make_shared<machine_outbox>();
     stub = spawn(outbox_actor, box);
     machine_config mc;
+    mc.record = std::move(rec);
     mc.record.set_name("gpu-01");
     mc.heartbeat_lapse = 60s;
+    mc.store = std::move(store);
     mc.scheduler = caf::actor_cast<scheduler_actor>(stub);
     auto m = spawn(machine, std::move(mc));
     run();
@@ -283,7 +287,8 @@ TEST_F(MachineWorkers, HandsItsAgentTheWorkerSetAndResendsUntilAcknowledged) {
   (*self)->send(m, atom::assign_v, orders_of(7, {"a-0"}));
   run();
   EXPECT_TRUE(box->orders.empty());
-  (*self)->send(m, atom::connected_v, uint64_t{3}, true, stub);
+  (*self)->send(m, atom::connected_v, uint64_t{3}, true,
+                caf::actor_cast<gate_command_actor>(stub));
   run();
   ASSERT_EQ(box->orders.size(), 1u);
   EXPECT_EQ(box->orders[0].first, 3u);
@@ -398,15 +403,7 @@ TEST(SplitOrders, ALargeWorkerSetGoesInPartsThatEachFitAndKeepEveryWorker) {
 TEST_F(MachineWorkers, LabelsAreStoredAndTheSchedulerPlacesByThem) {
   test::temp_dir dir;
   auto store = std::shared_ptr<Store>{std::move(*Store::open(dir.path() + "/c"))};
-  box = std::make_shared<machine_outbox>();
-  stub = spawn(outbox_actor, box);
-  machine_config mc;
-  mc.record.set_name("gpu-01");
-  mc.heartbeat_lapse = 60s;
-  mc.store = store;
-  mc.scheduler = caf::actor_cast<scheduler_actor>(stub);
-  auto m = spawn(machine, std::move(mc));
-  run();
+  auto m = spawn_wired(store);
   v1::SetLabels req;
   (*req.mutable_set())["pool"] = "h100";
   (*req.mutable_set())["topology.astraeus.io/rack"] = "r12";
@@ -449,4 +446,61 @@ TEST_F(MachineWorkers, TheNvlinkDomainOfItsGpusIsALabelTheSchedulerSeesAndAnAdmi
   report(m2, r2);
   EXPECT_EQ(box->snapshots.back().name(), "gpu-02");
   EXPECT_EQ(box->snapshots.back().labels().at("topology.astraeus.io/nvlink-domain"), "rack-12");
+}
+
+// Issue 11: a change the store cannot take is rolled back. Through the
+// store's fault hook: the caller gets the store's error, the actor's state,
+// the stored record and what the scheduler was told are as before.
+TEST_F(MachineWorkers, ACordonMaintenanceOrLabelsTheStoreCannotTakeChangeNothing) {
+  test::temp_dir dir;
+  auto store = std::shared_ptr<Store>{std::move(*Store::open(dir.path() + "/c"))};
+  v1::MachineRecord rec;
+  (*rec.mutable_labels())["pool"] = "a100";
+  auto m = spawn_wired(store, rec);
+  report(m);
+  auto before = ask<v1::MachineView>(m, atom::get_v);
+  ASSERT_EQ(before.state(), v1::Machine::Up);
+  ASSERT_TRUE(before.schedulable());
+  auto told = box->snapshots.size();
+  auto unchanged = [&] {
+    auto now = ask<v1::MachineView>(m, atom::get_v);
+    EXPECT_EQ(now.state(), v1::Machine::Up);
+    EXPECT_FALSE(now.cordoned());
+    EXPECT_TRUE(now.schedulable());
+    EXPECT_EQ(now.labels().size(), 1u);
+    EXPECT_EQ(now.labels().at("pool"), "a100");
+    EXPECT_EQ(now.state_since_unix_ms(), before.state_since_unix_ms());
+    EXPECT_EQ(box->snapshots.size(), told) << "the scheduler was told nothing";
+    v1::MachineRecord rec;
+    ASSERT_TRUE(*store->get(family::machines, "gpu-01", rec));
+    EXPECT_FALSE(rec.cordoned());
+    EXPECT_FALSE(rec.maintenance());
+    EXPECT_EQ(rec.labels().at("pool"), "a100");
+    EXPECT_EQ(rec.labels().count("rack"), 0u);
+  };
+  auto names_the_store = [&](const caf::error& err, const char* status) {
+    EXPECT_EQ(err, ec::store_failure);
+    auto text = render_error(err);
+    EXPECT_NE(text.find("store " + store->path()), std::string::npos) << text;
+    EXPECT_NE(text.find(status), std::string::npos) << text;
+  };
+  store->faults().fail_next_writes();
+  names_the_store(ask_error<v1::MachineView>(m, atom::cordon_v, true), "IO error");
+  unchanged();
+  store->faults().fail_next_writes(1, store_faults::kind::disk_full);
+  names_the_store(ask_error<v1::MachineView>(m, atom::maintenance_v, true),
+                  "No space left on device");
+  unchanged();
+  v1::SetLabels req;
+  (*req.mutable_set())["rack"] = "r12";
+  (*req.mutable_set())["pool"] = "h100";
+  store->faults().fail_next_writes();
+  names_the_store(ask_error<v1::MachineView>(m, req), "IO error");
+  unchanged();
+  // The store writes again: each change goes through.
+  EXPECT_TRUE(ask<v1::MachineView>(m, atom::cordon_v, true).cordoned());
+  EXPECT_EQ(ask<v1::MachineView>(m, atom::maintenance_v, true).state(),
+            v1::Machine::Maintenance);
+  EXPECT_EQ(ask<v1::MachineView>(m, req).labels().at("rack"), "r12");
+  EXPECT_EQ(store->faults().failed(), 3u);
 }
