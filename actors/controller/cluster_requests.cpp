@@ -286,7 +286,7 @@ result_t create_workspace(const cluster_request& r) {
   std::snprintf(ns, sizeof(ns), "ws-%06x",
                 static_cast<unsigned>(std::random_device{}() & 0xffffffu));
   ws.set_namespace_(ns);
-  ws.set_created_unix_ms(self->state.config.clock->now_unix_ms());
+  ws.set_created_unix_ms(r.self->state.config.clock->now_unix_ms());
   if (auto err = st.config.store->put(family::workspaces, ws.name(), ws, true))
     return fail(err);
   r.audit(ws.name(), "ok");
@@ -484,7 +484,7 @@ result_t create_join_token(const cluster_request& r) {
   if (!config.tokens)
     return r.error(no_tokens());
   auto minted = config.tokens->mint_join(labels, body.ttl_seconds(),
-                                         r.caller().name(), self->state.config.clock->now_unix_ms());
+                                         r.caller().name(), r.self->state.config.clock->now_unix_ms());
   if (!minted) {
     r.audit(what, "failed: " + render_error(minted.error()));
     return r.error(minted.error());
@@ -520,7 +520,7 @@ result_t create_api_token(const cluster_request& r) {
     return r.error(err);
   }
   auto minted = config.tokens->mint_api(body.name(), *wanted, body.ttl_seconds(),
-                                        r.caller().name(), self->state.config.clock->now_unix_ms());
+                                        r.caller().name(), r.self->state.config.clock->now_unix_ms());
   if (!minted) {
     r.audit(target, "failed: " + render_error(minted.error()));
     return r.error(minted.error());
