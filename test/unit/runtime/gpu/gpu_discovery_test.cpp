@@ -128,10 +128,17 @@ struct captured_log {
   std::ostringstream text;
   std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink =
       std::make_shared<spdlog::sinks::ostream_sink_mt>(text);
-  captured_log() { spdlog::default_logger()->sinks().push_back(sink); }
+  // At info level while it lives, whatever an earlier test set (the
+  // scheduler's property test quiets the log to errors).
+  spdlog::level::level_enum before = spdlog::default_logger()->level();
+  captured_log() {
+    spdlog::default_logger()->sinks().push_back(sink);
+    spdlog::default_logger()->set_level(spdlog::level::info);
+  }
   ~captured_log() {
     auto& sinks = spdlog::default_logger()->sinks();
     sinks.erase(std::remove(sinks.begin(), sinks.end(), sink), sinks.end());
+    spdlog::default_logger()->set_level(before);
   }
   size_t count(const std::string& part) const {
     auto all = text.str();
