@@ -290,6 +290,7 @@ void on_kernel_event(agent_ptr self, const v1::KernelEvent& ke) {
   for (auto k : {gpu_event_kind::xid, gpu_event_kind::fallen_off_bus,
                  gpu_event_kind::amd_reset_begin, gpu_event_kind::amd_reset_succeeded,
                  gpu_event_kind::amd_reset_failed, gpu_event_kind::amd_ring_timeout,
+                 gpu_event_kind::amd_vram_lost, gpu_event_kind::amd_ras_fatal,
                  gpu_event_kind::gpu_identity})
     if (ke.kind() == to_string(k))
       ev.kind = k;

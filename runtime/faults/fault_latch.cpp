@@ -351,7 +351,19 @@ caf::expected<bool> fault_latches::on_event(const gpu_event& ev,
     return adopted;
   }
   const auto* gpu = find_by_pci(known, ev.pci_address);
-  auto holder = holder_for(ev.pci_address, gpu, known);
+  if (gpu == nullptr && ev.pci_address.empty() && ev.kind != gpu_event_kind::xid
+      && ev.kind != gpu_event_kind::fallen_off_bus) {
+    // An amdgpu line that names no device: the machine's only AMD GPU, if
+    // it has exactly one; otherwise it stays an unmapped incident.
+    const v1::Gpu* only = nullptr;
+    int amd = 0;
+    for (const auto& g : known.gpus())
+      if (g.vendor() == "amd" && ++amd == 1)
+        only = &g;
+    if (amd == 1)
+      gpu = only;
+  }
+  auto holder = holder_for(gpu != nullptr ? gpu->pci_address() : ev.pci_address, gpu, known);
   bool fences = false;
   std::string rule, reason;
   xid_action action = xid_action::record;
@@ -368,13 +380,24 @@ caf::expected<bool> fault_latches::on_event(const gpu_event& ev,
       break;
     case gpu_event_kind::fallen_off_bus:
     case gpu_event_kind::amd_reset_failed:
+    case gpu_event_kind::amd_vram_lost:
+    case gpu_event_kind::amd_ras_fatal:
       fences = true;
       action = xid_action::fence;
       rule = "driver-fault";
       reason = "driver fault: " + ev.text;
+      resets_begun_.erase(holder);
       break;
     case gpu_event_kind::amd_ring_timeout:
       action = xid_action::at_risk;
+      break;
+    case gpu_event_kind::amd_reset_begin:
+      if (!holder.empty())
+        resets_begun_[holder] = {gpu != nullptr ? gpu->pci_address() : ev.pci_address,
+                                 now_unix_ms};
+      break;
+    case gpu_event_kind::amd_reset_succeeded:
+      resets_begun_.erase(holder);
       break;
     default:
       break;
@@ -413,7 +436,7 @@ caf::expected<bool> fault_latches::on_event(const gpu_event& ev,
     v1::GpuIncident inc;
     if (gpu != nullptr)
       inc.set_gpu_id(gpu->id());
-    inc.set_pci_address(ev.pci_address);
+    inc.set_pci_address(gpu != nullptr ? gpu->pci_address() : ev.pci_address);
     inc.set_kind(kind_name(ev.kind));
     if (ev.xid)
       inc.set_xid(*ev.xid);
@@ -501,6 +524,31 @@ bool fault_latches::many_processes(const gpu_event& ev, const std::string& holde
   return seen.size() >= policy_.application_processes();
 }
 
+caf::expected<bool> fault_latches::latch_unfinished_resets(int64_t now_unix_ms) {
+  bool added = false;
+  for (auto i = resets_begun_.begin(); i != resets_begun_.end();) {
+    const auto& [holder, begun] = *i;
+    if (now_unix_ms - begun.second <= amd_reset_window_ms) {
+      ++i;
+      continue;
+    }
+    v1::FaultLatch f;
+    if (holder != begun.first)
+      f.set_gpu_id(holder);
+    f.set_pci_address(begun.first);
+    f.set_source("kernel-log");
+    f.set_reason("driver fault: a GPU reset began and logged no success within "
+                 + std::to_string(amd_reset_window_ms / 1000) + " s");
+    f.set_evidence("amdgpu: GPU reset begin! without a \"GPU reset(...) succeeded!\" after it");
+    auto r = latch("amd-reset-unfinished", std::move(f), now_unix_ms);
+    if (!r)
+      return r;
+    added = added || *r;
+    i = resets_begun_.erase(i);
+  }
+  return added;
+}
+
 caf::expected<bool> fault_latches::latch_status(const v1::Gpu& g, int64_t now_unix_ms) {
   auto status = read_status(g);
   if (status != gpu_read_status::unresponsive)
@@ -560,6 +608,10 @@ caf::expected<bool> fault_latches::on_readings(const v1::GpuSection& section,
       ++it;
     }
   }
+  auto unfinished = latch_unfinished_resets(now_unix_ms);
+  if (!unfinished)
+    return unfinished;
+  changed = changed || *unfinished;
   for (const auto& g : section.gpus()) {
     if (g.id().empty())
       continue;

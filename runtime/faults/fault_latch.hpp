@@ -96,6 +96,11 @@ public:
   /// Passes in a row a GPU must stay unresponsive before that is latched.
   static constexpr int unresponsive_passes_to_latch = 3;
 
+  /// How long an AMD GPU reset may take: one that began ("GPU reset
+  /// begin!") and logged no success within this is a driver fault
+  /// (on_readings latches it).
+  static constexpr int64_t amd_reset_window_ms = 60 * 1000;
+
 private:
   fault_latches() = default;
   // Whom a latch at `pci` goes to: the GPU there, a GPU latched there
@@ -116,6 +121,8 @@ private:
   // Counts an application Xid's process for `holder`; whether the GPU has
   // now reported such Xids from enough distinct processes in 24 h.
   bool many_processes(const gpu_event& ev, const std::string& holder, int64_t now_unix_ms);
+  // Latches the AMD resets that began and logged no success in time.
+  caf::expected<bool> latch_unfinished_resets(int64_t now_unix_ms);
   // Latches what a GPU's read status calls for (lost, a long hang).
   caf::expected<bool> latch_status(const v1::Gpu& g, int64_t now_unix_ms);
   // repeat: a kernel-log event counts as a repeat; a reading that still
@@ -137,6 +144,9 @@ private:
   std::set<std::string> handled_;
   /// Unresponsive passes in a row, by GPU id.
   std::map<std::string, int> unresponsive_passes_;
+  /// AMD resets begun and not yet succeeded: GPU (id, else address) ->
+  /// (its PCI address, when the reset began on the wall clock, ms).
+  std::map<std::string, std::pair<std::string, int64_t>> resets_begun_;
   /// Application Xids by GPU (id, else address): process ("pid=" or
   /// "name=" of the line) -> when it last reported one (wall clock, ms).
   std::map<std::string, std::map<std::string, int64_t>> app_processes_;

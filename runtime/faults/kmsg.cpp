@@ -68,6 +68,13 @@ bool starts_with_nocase(std::string_view text, std::string_view prefix) {
   return true;
 }
 
+bool contains_nocase(std::string_view text, std::string_view part) {
+  for (size_t i = 0; i + part.size() <= text.size(); ++i)
+    if (starts_with_nocase(text.substr(i), part))
+      return true;
+  return false;
+}
+
 /// The whole of `text` as a decimal number; nullopt when empty, not all
 /// digits, or too large for T.
 template <typename T>
@@ -230,8 +237,14 @@ std::optional<gpu_event_kind> amd_kind(std::string_view body) {
       break;
   }
   body = trim_left(body);
+  if (starts_with(body, "*ERROR* "))
+    body.remove_prefix(8);  // DRM_ERROR's mark, before any of the messages below
   if (starts_with(body, "GPU reset begin"))
     return gpu_event_kind::amd_reset_begin;
+  if (starts_with(body, "VRAM is lost"))
+    return gpu_event_kind::amd_vram_lost;
+  if (contains_nocase(body, "uncorrectable hardware error") || contains_nocase(body, "fatal error"))
+    return gpu_event_kind::amd_ras_fatal;
   if (starts_with(body, "ASIC reset failed"))
     return gpu_event_kind::amd_reset_failed;
   if (starts_with(body, "GPU reset")) {
@@ -389,8 +402,11 @@ std::optional<gpu_event> parse_gpu_event(const kmsg_record& record) {
     // no device named; only amdgpu's own tags count.
     if (message.substr(0, tag).find("amdgpu") == std::string_view::npos)
       return std::nullopt;
+    // A fatal line that names no device is kept too (the caller attributes
+    // it to the only AMD GPU, or keeps it as an unmapped incident).
     auto kind = amd_kind(message.substr(tag));
-    if (kind == gpu_event_kind::amd_ring_timeout) {
+    if (kind && *kind != gpu_event_kind::amd_reset_begin
+        && *kind != gpu_event_kind::amd_reset_succeeded) {
       event.emplace();
       event->kind = *kind;
     }
@@ -431,6 +447,10 @@ const char* to_string(gpu_event_kind kind) {
     return "amd_reset_failed";
   case gpu_event_kind::amd_ring_timeout:
     return "amd_ring_timeout";
+  case gpu_event_kind::amd_vram_lost:
+    return "amd_vram_lost";
+  case gpu_event_kind::amd_ras_fatal:
+    return "amd_ras_fatal";
   case gpu_event_kind::gpu_identity:
     return "gpu_identity";
   }

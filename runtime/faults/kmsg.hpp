@@ -64,6 +64,12 @@ enum class gpu_event_kind {
   amd_reset_succeeded,  ///< "amdgpu <pci>: amdgpu: GPU reset(<n>) succeeded!"
   amd_reset_failed,     ///< "GPU reset(<n>) failed", "ASIC reset failed with error, ..."
   amd_ring_timeout,     ///< "[*ERROR* ]ring <name> timeout, ..."
+  /// "amdgpu <pci>: amdgpu: VRAM is lost due to GPU reset!": the GPU's
+  /// memory did not survive a reset.
+  amd_vram_lost,
+  /// An amdgpu RAS fatal event: "... uncorrectable hardware error(s) ...",
+  /// "... fatal error ..." (5.x and 6.x wordings).
+  amd_ras_fatal,
   /// "NVRM: GPU at PCI:dddd:bb:dd: GPU-<uuid>": which GPU is at an address
   /// (logged with an Xid), even when NVML does not list it; no fault.
   gpu_identity,
@@ -120,8 +126,8 @@ std::string gpu_uuid_in(std::string_view text);
 inline constexpr const char* kmsg_default_path = "/dev/kmsg";
 
 /// "xid", "fallen_off_bus", "amd_reset_begin", "amd_reset_succeeded",
-/// "amd_reset_failed", "amd_ring_timeout", "gpu_identity"; "unknown" for
-/// any other value.
+/// "amd_reset_failed", "amd_ring_timeout", "amd_vram_lost", "amd_ras_fatal",
+/// "gpu_identity"; "unknown" for any other value.
 const char* to_string(gpu_event_kind kind);
 
 /// Reads a kernel log on a thread of its own and calls `on_event` (from

@@ -511,6 +511,90 @@ TEST_F(FaultLatches, RecordsAfterABackwardJumpAreReadNotSkipped) {
   EXPECT_EQ(l.latches().count("GPU-B"), 1u);
 }
 
+// -- Rule 4: AMD fatal messages ----------------------------------------------------
+
+namespace {
+
+v1::GpuSection amd_gpus(int n) {
+  v1::GpuSection s;
+  s.set_read_as("driver: healthy");
+  for (int i = 0; i < n; ++i) {
+    auto* g = s.add_gpus();
+    g->set_id("AMD-" + std::to_string(i));
+    g->set_vendor("amd");
+    g->set_pci_address("0000:c" + std::to_string(i + 1) + ":00.0");
+    g->set_status("ok");
+  }
+  return s;
+}
+
+gpu_event amd(gpu_event_kind kind, const std::string& pci, const std::string& text,
+              uint64_t seq) {
+  gpu_event ev;
+  ev.kind = kind;
+  ev.pci_address = pci;
+  ev.text = text;
+  ev.sequence = seq;
+  return ev;
+}
+
+} // namespace
+
+TEST_F(FaultLatches, AmdVramLostAndRasFatalEventsFence) {
+  auto l = open();
+  EXPECT_TRUE(*l.on_event(amd(gpu_event_kind::amd_vram_lost, "0000:c1:00.0",
+                              "amdgpu 0000:c1:00.0: amdgpu: VRAM is lost due to GPU reset!", 1),
+                          amd_gpus(2), 1000));
+  EXPECT_EQ(l.latches().at("AMD-0").at(0).reason(),
+            "driver fault: amdgpu 0000:c1:00.0: amdgpu: VRAM is lost due to GPU reset!");
+  EXPECT_TRUE(*l.on_event(amd(gpu_event_kind::amd_ras_fatal, "0000:c2:00.0",
+                              "amdgpu 0000:c2:00.0: amdgpu: 1 uncorrectable hardware errors", 2),
+                          amd_gpus(2), 1000));
+  EXPECT_EQ(l.latches().count("AMD-1"), 1u);
+}
+
+TEST_F(FaultLatches, AnAmdLineNamingNoDeviceGoesToTheOnlyAmdGpuElseStaysUnmapped) {
+  auto failed = amd(gpu_event_kind::amd_reset_failed, "",
+                    "[drm:amdgpu_device_gpu_recover [amdgpu]] *ERROR* GPU reset(1) failed", 5);
+  {
+    auto l = open();
+    EXPECT_TRUE(*l.on_event(failed, amd_gpus(1), 1000));
+    ASSERT_EQ(l.latches().count("AMD-0"), 1u);
+    EXPECT_EQ(l.latches().at("AMD-0")[0].pci_address(), "0000:c1:00.0");
+  }
+  auto l = open("boot-2");
+  ASSERT_TRUE(*l.clear("AMD-0"));
+  EXPECT_FALSE(*l.on_event(failed, amd_gpus(2), 1000)) << "which of two GPUs is not known";
+  EXPECT_TRUE(l.latches().empty());
+  v1::GpuSection out = amd_gpus(2);
+  l.annotate(out);
+  ASSERT_EQ(out.unmapped_incidents_size(), 1) << "kept, never dropped";
+  EXPECT_EQ(out.unmapped_incidents(0).action(), "fence");
+}
+
+TEST_F(FaultLatches, AnAmdResetThatLogsNoSuccessWithinTheWindowIsADriverFault) {
+  auto l = open();
+  auto begin = [](const std::string& pci, uint64_t seq) {
+    return amd(gpu_event_kind::amd_reset_begin, pci, "amdgpu " + pci + ": amdgpu: GPU reset begin!",
+               seq);
+  };
+  EXPECT_FALSE(*l.on_event(begin("0000:c1:00.0", 1), amd_gpus(2), 1000));
+  EXPECT_FALSE(*l.on_event(begin("0000:c2:00.0", 2), amd_gpus(2), 1000));
+  EXPECT_FALSE(*l.on_event(amd(gpu_event_kind::amd_reset_succeeded, "0000:c2:00.0",
+                               "amdgpu 0000:c2:00.0: amdgpu: GPU reset(1) succeeded!", 3),
+                           amd_gpus(2), 5000));
+  // Within the window: nothing yet.
+  EXPECT_FALSE(*l.on_readings(amd_gpus(2), 1000 + fault_latches::amd_reset_window_ms));
+  EXPECT_TRUE(l.latches().empty());
+  // Past it: the GPU whose reset never succeeded is fenced, the other not.
+  EXPECT_TRUE(*l.on_readings(amd_gpus(2), 1001 + fault_latches::amd_reset_window_ms));
+  ASSERT_EQ(l.latches().count("AMD-0"), 1u);
+  EXPECT_EQ(l.latches().at("AMD-0")[0].reason(),
+            "driver fault: a GPU reset began and logged no success within 60 s");
+  EXPECT_EQ(l.latches().count("AMD-1"), 0u);
+  EXPECT_FALSE(*l.on_readings(amd_gpus(2), 200000));
+}
+
 // -- Rule 5: application Xids -----------------------------------------------------
 
 TEST_F(FaultLatches, ApplicationXidsFromThreeProcessesMarkAtRiskOneJobCrashingDoesNot) {

@@ -415,6 +415,31 @@ TEST(Kmsg, RecognisesDriverVariants) {
   EXPECT_EQ(e->kind, gpu_event_kind::amd_ring_timeout);
 }
 
+TEST(Kmsg, AmdFatalMessagesInOldAndNewWordings) {
+  auto e = event_of("3,1,1,-;amdgpu 0000:c1:00.0: amdgpu: VRAM is lost due to GPU reset!");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->kind, gpu_event_kind::amd_vram_lost);
+  EXPECT_EQ(e->pci_address, "0000:c1:00.0");
+  for (auto line : {"amdgpu 0000:c1:00.0: amdgpu: 1 uncorrectable hardware errors detected in UMC block",
+                    "amdgpu 0000:c1:00.0: amdgpu: uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!",
+                    "amdgpu 0000:c1:00.0: amdgpu: RAS: Fatal error event happened"}) {
+    e = event_of(line);
+    ASSERT_TRUE(e) << line;
+    EXPECT_EQ(e->kind, gpu_event_kind::amd_ras_fatal) << line;
+    EXPECT_EQ(e->pci_address, "0000:c1:00.0");
+  }
+  // Lines that name no device are kept, with no address.
+  e = event_of("[drm:amdgpu_device_gpu_recover [amdgpu]] *ERROR* GPU reset(1) failed");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->kind, gpu_event_kind::amd_reset_failed);
+  EXPECT_EQ(e->pci_address, "");
+  e = event_of("[drm:amdgpu_device_gpu_recover [amdgpu]] VRAM is lost due to GPU reset!");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->kind, gpu_event_kind::amd_vram_lost);
+  EXPECT_STREQ(to_string(gpu_event_kind::amd_vram_lost), "amd_vram_lost");
+  EXPECT_STREQ(to_string(gpu_event_kind::amd_ras_fatal), "amd_ras_fatal");
+}
+
 TEST(Kmsg, AGpuAtPciLineLinksTheAddressToItsUuid) {
   auto e = event_of("4,1235,1,-;NVRM: GPU at PCI:0000:3b:00: GPU-5f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b");
   ASSERT_TRUE(e);
