@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "integration/cluster_harness.hpp"
+#include "runtime/workers/builtin_image.hpp"
 #include "runtime/workers/worker_process.hpp"
 
 using namespace astraeus;
@@ -325,6 +326,7 @@ TEST_F(Workers, ReportsKeepFlowingWhileAnImageUnpacks) {
              R"("annotations":{"org.opencontainers.image.ref.name":"latest"}}]})");
   write_text(layout / "blobs" / "sha256" / "m", R"({"config":{"digest":"sha256:c"}})");
   write_text(layout / "blobs" / "sha256" / "c", R"({"config":{"Cmd":["sh"]}})");
+  ASSERT_FALSE(ensure_busybox_image((agent_dir() / "images").string()));
   fs::copy(agent_dir() / "images" / "busybox", layout / "rootfs-src",
            fs::copy_options::recursive | fs::copy_options::copy_symlinks);
   agent_flags_ = {"--set",
