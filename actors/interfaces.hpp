@@ -96,6 +96,10 @@ using agent_actor = caf::typed_actor<
   // From the kernel-log thread: a GPU event (Xid, fallen off the bus, AMD
   // reset); latched durably, reported at once when it latches.
   caf::reacts_to<v1::KernelEvent>,
+  // From the kernel-log thread, after the events of the log's backlog (and
+  // as a timer, kmsg_catch_up_bound after start): the first discovery pass
+  // starts; later ones do nothing.
+  caf::reacts_to<atom::complete>,
   // Internal timer, every workers.poll_interval: the supervisor checks the
   // workers; a changed status is reported at once.
   caf::reacts_to<atom::supervise>,

@@ -350,7 +350,9 @@ std::string health_cell(const v1::GpuView& v) {
   std::string out = to_string(health_of(v));
   if (!v.health_reasons().empty())
     out += ": " + v.health_reasons(0);
-  if (auto status = read_status(v.gpu()); !answers(status))
+  // The status is named unless the reason already starts with it.
+  if (auto status = read_status(v.gpu()); !answers(status)
+      && (v.health_reasons().empty() || v.health_reasons(0).rfind(to_string(status), 0) != 0))
     out += std::string{" ("} + to_string(status) + ")";
   return out;
 }

@@ -279,34 +279,31 @@ void drop_connection(agent_ptr self, const std::string& why) {
 }
 
 /// A GPU event from the kernel log: latch it (durably) and report a new
-/// latch at once.
+/// latch at once. Handled as it comes, discovery or not: an event at an
+/// address no GPU is known at yet (the first pass has not finished, NVML
+/// hangs) is latched against the address and fences the GPU found there.
 void on_kernel_event(agent_ptr self, const v1::KernelEvent& ke) {
   auto& st = self->state;
   if (!st.latches)
     return;
-  if (!st.gpus_known) {
-    // Events are mapped to GPUs by PCI address: hold them until the first
-    // discovery pass says which GPUs there are (the kernel log is read from
-    // its start, so a fault logged before the agent started arrives now).
-    // Bounded: a kernel log full of GPU events before the first pass keeps
-    // the newest ones.
-    if (st.early_events.size() >= 10000)
-      st.early_events.erase(st.early_events.begin());
-    st.early_events.push_back(ke);
-    return;
-  }
   gpu_event ev;
   for (auto k : {gpu_event_kind::xid, gpu_event_kind::fallen_off_bus,
                  gpu_event_kind::amd_reset_begin, gpu_event_kind::amd_reset_succeeded,
-                 gpu_event_kind::amd_reset_failed, gpu_event_kind::amd_ring_timeout})
+                 gpu_event_kind::amd_reset_failed, gpu_event_kind::amd_ring_timeout,
+                 gpu_event_kind::amd_vram_lost, gpu_event_kind::amd_ras_fatal,
+                 gpu_event_kind::gpu_identity})
     if (ke.kind() == to_string(k))
       ev.kind = k;
   ev.pci_address = ke.pci_address();
   if (ke.has_xid())
     ev.xid = ke.xid();
   ev.text = ke.text();
+  if (ev.kind == gpu_event_kind::gpu_identity)
+    ev.uuid = gpu_uuid_in(ev.text);
   ev.sequence = ke.sequence();
   ev.timestamp_us = ke.timestamp_us();
+  ev.part = ke.part();
+  ev.after_jump = ke.after_jump();
   auto latched = st.latches->on_event(ev, st.gpus, st.config.clock->now_unix_ms());
   if (!latched) {
     spdlog::error("agent {}: cannot store a fault latch: {}",
@@ -573,12 +570,15 @@ void start_discovery(agent_ptr self) {
   self->delayed_send(self, bound, atom::probe_due_v, st.pass);
 }
 
-/// Handles the kernel events held back until GPUs were known.
-void drain_early_events(agent_ptr self) {
-  auto early = std::move(self->state.early_events);
-  self->state.early_events.clear();
-  for (const auto& ke : early)
-    on_kernel_event(self, ke);
+/// The kernel log's backlog was read (or its bound passed): the first
+/// discovery pass starts now, so the first GPU report already carries every
+/// fault the log held.
+void on_kmsg_caught_up(agent_ptr self) {
+  auto& st = self->state;
+  if (st.first_pass_started)
+    return;
+  st.first_pass_started = true;
+  start_discovery(self);
 }
 
 void on_discovered(agent_ptr self, v1::GpuSection& section) {
@@ -597,7 +597,6 @@ void on_discovered(agent_ptr self, v1::GpuSection& section) {
   st.gpus_known = true;
   if (st.supervisor && changed)
     st.supervisor->sync_cdi(st.gpus, st.config.host.root);
-  drain_early_events(self);
   if (changed)
     send_report(self);
 }
@@ -615,7 +614,6 @@ void on_discovery_deadline(agent_ptr self, uint64_t pass) {
   for (auto& g : *st.gpus.mutable_gpus())
     set_read_status(g, gpu_read_status::unresponsive);
   st.gpus_known = true;
-  drain_early_events(self);
   send_report(self);
 }
 
@@ -670,14 +668,21 @@ agent_actor::behavior_type agent(agent_actor::stateful_broker_pointer<agent_stat
         ke.set_text(ev.text);
         ke.set_sequence(ev.sequence);
         ke.set_timestamp_us(ev.timestamp_us);
+        ke.set_part(ev.part);
+        ke.set_after_jump(ev.after_jump);
         caf::anon_send(handle, std::move(ke));
       },
       [path](std::string error) {
         spdlog::warn("agent: kernel log {}: {}", path, error);
-      });
+      },
+      // Sent after the backlog's events, from the same thread: they are in
+      // the mailbox before it.
+      [handle] { caf::anon_send(handle, atom::complete_v); });
     self->state.kmsg->start();
+    self->delayed_send(self, self->state.config.kmsg_catch_up_bound, atom::complete_v);
+  } else {
+    on_kmsg_caught_up(self);
   }
-  start_discovery(self);
   self->send(self, atom::reconnect_v);
   self->delayed_send(self, self->state.config.report_interval, atom::tick_v);
   return {
@@ -710,12 +715,14 @@ agent_actor::behavior_type agent(agent_actor::stateful_broker_pointer<agent_stat
     },
     [self](v1::GpuSection& section) { on_discovered(self, section); },
     [self](v1::KernelEvent& ev) { on_kernel_event(self, ev); },
+    [self](atom::complete) { on_kmsg_caught_up(self); },
     [self](atom::probe_due, uint64_t pass) { on_discovery_deadline(self, pass); },
     [self](atom::supervise) { on_supervise(self); },
     [self](atom::job_done, uint64_t job) { on_job_done(self, job); },
     [self](atom::tick) {
       send_report(self, true);
-      start_discovery(self);
+      if (self->state.first_pass_started)
+        start_discovery(self);
       self->delayed_send(self, self->state.config.report_interval, atom::tick_v);
     },
     [self](caf::io::new_data_msg& msg) {

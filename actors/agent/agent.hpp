@@ -88,6 +88,9 @@ struct agent_config {
   std::string advertise_address;
   /// The kernel log to watch for GPU faults; empty: none.
   std::string kmsg_path = "/dev/kmsg";
+  /// How long the first discovery pass waits at most for the kernel log's
+  /// backlog to be read (it starts as soon as it is).
+  caf::timespan kmsg_catch_up_bound = std::chrono::seconds{2};
   /// How workers are run (runtime/workers/worker_supervisor.hpp); an empty
   /// `data_dir` runs none (workers stay Assigned).
   supervisor_options workers;
@@ -138,8 +141,8 @@ struct agent_state {
   static constexpr size_t max_jobs_running = 4;
   std::string address;                    ///< advertised in reports (MASTER_ADDR)
   std::unique_ptr<kmsg_reader> kmsg;      ///< the kernel-log reader thread
-  /// Kernel events that arrived before the first discovery pass.
-  std::vector<v1::KernelEvent> early_events;
+  /// The first discovery pass was started (after the kernel log's backlog).
+  bool first_pass_started = false;
 };
 
 /// The agent's behaviour (its handlers: `agent_actor` in

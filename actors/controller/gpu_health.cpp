@@ -1,5 +1,7 @@
 #include "actors/controller/gpu_health.hpp"
 
+#include "messages/gpu_read.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -95,6 +97,17 @@ health_verdict evaluate_health(const v1::Gpu& g, const gpu_health_history& h,
     out.reasons.push_back(f.reason());
   if (!out.reasons.empty()) {
     out.health = gpu_health::faulty;
+    return out;
+  }
+  // Faulty: a GPU that does not answer its driver (lost, hung NVML calls,
+  // a driver that cannot be read) is never placed, so never Healthy. A hang
+  // that persists is latched on the machine (fault_latches); a short one is
+  // shown here and clears with the next good read.
+  if (auto status = read_status(g); !answers(status)) {
+    out.health = gpu_health::faulty;
+    out.reasons.push_back(std::string{to_string(status)} + ": "
+                          + (g.status_detail().empty() ? "it does not answer its driver"
+                                                       : g.status_detail()));
     return out;
   }
   // Foreign: memory in use that Astraeus did not hand out.

@@ -50,6 +50,23 @@ v1::Condition condition(const char* type, bool status, const char* reason,
   return c;
 }
 
+/// Adds the bus's GPUs to `out`, marking those a driver also reported (one
+/// of `gpus`); the ones that miss something (a driver), in bus order.
+std::vector<const v1::BusGpu*> add_bus(bus_scan& bus, const std::vector<v1::Gpu>& gpus,
+                                       v1::GpuSection& out) {
+  std::set<std::string> reported;
+  for (const auto& g : gpus)
+    reported.insert(g.pci_address());
+  std::vector<const v1::BusGpu*> missing;
+  for (auto& b : bus.gpus) {
+    b.set_reported_by_driver(reported.count(b.pci_address()) > 0);
+    if (!b.missing().empty())
+      missing.push_back(&b);
+    *out.add_bus() = b;
+  }
+  return missing;
+}
+
 } // namespace
 
 v1::GpuCapabilities summarise_gpus(const std::vector<v1::Gpu>& gpus) {
@@ -248,6 +265,69 @@ void gpu_discovery::keep_nvidia(const std::vector<v1::Gpu>& gpus) {
               "is gone will not list them");
 }
 
+std::vector<v1::Gpu> gpu_discovery::vanished_since_last(const std::vector<v1::Gpu>& listed,
+                                                        const bus_scan& bus) const {
+  std::set<std::string> ids, pcis;
+  for (const auto& g : listed) {
+    ids.insert(g.id());
+    pcis.insert(g.pci_address());
+  }
+  std::vector<v1::Gpu> out;
+  for (const auto& known : last_nvidia_) {
+    if (known.id().empty() || ids.count(known.id()) || pcis.count(known.pci_address()))
+      continue;
+    v1::Gpu g = known;
+    set_read_status(g, gpu_read_status::lost);
+    auto on_bus = std::find_if(bus.gpus.begin(), bus.gpus.end(), [&](const v1::BusGpu& b) {
+      return b.pci_address() == known.pci_address();
+    });
+    g.set_status_detail(on_bus != bus.gpus.end()
+                          ? "missing from NVML: on PCI at " + known.pci_address()
+                          : "missing from NVML and from the PCI bus (was at "
+                              + known.pci_address() + ")");
+    spdlog::warn("discovery: GPU {}: {}", g.id(), g.status_detail());
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+std::optional<v1::Condition> count_mismatch(const bus_scan& bus, const v1::GpuSection& section,
+                                            size_t nvml_count) {
+  std::set<std::string> in_nvml;
+  for (const auto& g : section.gpus())
+    if (g.vendor() == "nvidia" && !g.pci_address().empty()
+        && !(read_status(g) == gpu_read_status::lost
+             && g.status_detail().rfind("missing from NVML", 0) == 0))
+      in_nvml.insert(g.pci_address());
+  size_t on_bus = 0, bound = 0;
+  std::vector<std::string> where;
+  std::set<std::string> bus_pcis;
+  for (const auto& b : bus.gpus) {
+    if (b.vendor() != "nvidia")
+      continue;
+    ++on_bus;
+    bus_pcis.insert(b.pci_address());
+    if (b.driver() == "nvidia")
+      ++bound;
+    else
+      where.push_back(b.pci_address() + ": on the PCI bus, not bound to the nvidia driver");
+    if (b.driver() == "nvidia" && !in_nvml.count(b.pci_address()))
+      where.push_back(b.pci_address() + ": bound to the nvidia driver, missing from NVML");
+  }
+  for (const auto& g : section.gpus())
+    if (g.vendor() == "nvidia" && !g.pci_address().empty() && !bus_pcis.count(g.pci_address()))
+      where.push_back(g.pci_address() + ": " + (in_nvml.count(g.pci_address())
+                                                  ? "listed by NVML, not on the PCI bus"
+                                                  : "missing from the PCI bus and NVML"));
+  // Without a bus scan (no sysfs) there is nothing to compare with.
+  if (on_bus == 0 || (on_bus == bound && bound == nvml_count && where.empty()))
+    return std::nullopt;
+  return condition("GPU counts agree", false, "GPUCountMismatch",
+                   "PCI bus " + std::to_string(on_bus) + ", nvidia driver "
+                     + std::to_string(bound) + ", NVML " + std::to_string(nvml_count) + "; "
+                     + join(where, "; "));
+}
+
 gpu_discovery::~gpu_discovery() = default;
 
 v1::GpuSection gpu_discovery::discover(bool rdma_up) {
@@ -255,6 +335,7 @@ v1::GpuSection gpu_discovery::discover(bool rdma_up) {
   std::vector<v1::Gpu> gpus;
   std::vector<std::string> tried;
   enum class nvidia_read { none, driver, smi, unresponsive, unavailable };
+  std::optional<size_t> nvml_count;  // GPUs NVML listed, when it answered
   auto nvidia = nvidia_read::none;
   std::string nvidia_problem;
   std::string driver_version, cuda_version;
@@ -278,6 +359,11 @@ v1::GpuSection gpu_discovery::discover(bool rdma_up) {
           g.set_driver_version(nv.driver_version);
         gpus.push_back(g);
       }
+      nvml_count = nv.gpus.size();
+      // A GPU of the last pass NVML no longer lists is lost, not gone: it is
+      // listed (and latched) with where it still is.
+      for (auto& g : vanished_since_last(nv.gpus, bus))
+        gpus.push_back(std::move(g));
       keep_nvidia(nv.gpus);
       break;
     case nvml_result::driver_status::unresponsive:
@@ -362,17 +448,7 @@ v1::GpuSection gpu_discovery::discover(bool rdma_up) {
       if (logged_.insert(g.id() + " " + u).second)
         spdlog::info("discovery: GPU {}: {}", g.id(), u);
 
-  // Which bus GPUs a driver also reported.
-  std::set<std::string> reported;
-  for (const auto& g : gpus)
-    reported.insert(g.pci_address());
-  std::vector<const v1::BusGpu*> missing;
-  for (auto& b : bus.gpus) {
-    b.set_reported_by_driver(reported.count(b.pci_address()) > 0);
-    if (!b.missing().empty())
-      missing.push_back(&b);
-    *out.add_bus() = b;
-  }
+  auto missing = add_bus(bus, gpus, out);
 
   // How the GPUs were read.
   bool any_driver = !gpus.empty() && nvidia != nvidia_read::unresponsive
@@ -430,6 +506,9 @@ v1::GpuSection gpu_discovery::discover(bool rdma_up) {
     *out.add_conditions() = condition("GPU subsystem ready", true, "NoGPU",
                                       "no GPU on this machine");
   }
+  if (nvml_count)
+    if (auto counts = count_mismatch(bus, out, *nvml_count))
+      *out.add_conditions() = std::move(*counts);
   *out.add_conditions() = condition("GPUs healthy", true, "AllGPUsHealthy",
                                     "no GPU is fenced");
 

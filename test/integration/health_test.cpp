@@ -213,12 +213,7 @@ protected:
 
   /// Every GPU the controller knows, through the gate (cheap, for polling).
   std::vector<v1::GpuView> list_gpus() {
-    v1::Request req;
-    req.mutable_list_gpus();
-    auto resp = gate_call(port_, std::move(req));
-    if (!resp || resp->has_error() || !resp->has_gpus())
-      return {};
-    return {resp->gpus().gpus().begin(), resp->gpus().gpus().end()};
+    return list_gpu_views(port_);
   }
 
   static const v1::GpuView* at_pci(const std::vector<v1::GpuView>& gpus,

@@ -74,10 +74,7 @@ protected:
 
   process* spawn(const std::string& label, std::vector<std::string> argv,
                  std::vector<std::string> env = {}) {
-    auto n = std::to_string(procs_.size());
-    procs_.push_back(std::make_unique<process>(std::move(argv), dir_ / (label + n + ".out"),
-                                               dir_ / (label + n + ".err"), std::move(env)));
-    return procs_.back().get();
+    return spawn_kept(procs_, dir_.path(), label, std::move(argv), std::move(env));
   }
 
   std::string addr() const {
