@@ -549,12 +549,15 @@ caf::expected<bool> write_amd_spec(const cdi_options& o, const std::string& sys_
     for (const auto& e : fs::directory_iterator(drm, err))
       names.push_back(e.path().filename().string());
     std::sort(names.begin(), names.end());
+    // Only nodes that exist on the host (under its root) are listed.
+    auto exists = [&](const std::string& node) { return fs::exists(root(dev_root) + node, err); };
     for (const auto& n : names)
-      if (n.rfind("renderD", 0) == 0 || n.rfind("card", 0) == 0)
+      if ((n.rfind("renderD", 0) == 0 || n.rfind("card", 0) == 0) && exists("/dev/dri/" + n))
         nodes.push_back({{"path", "/dev/dri/" + n}});
     // A partitioned GPU handed out whole: every partition's render node.
     for (const auto& p : g.partition_render_nodes)
-      if (std::find(names.begin(), names.end(), fs::path{p}.filename().string()) == names.end())
+      if (std::find(names.begin(), names.end(), fs::path{p}.filename().string()) == names.end()
+          && exists(p))
         nodes.push_back({{"path", p}});
     if (nodes.empty())
       continue;  // no DRM nodes: the GPU is not usable in a container
@@ -566,7 +569,9 @@ caf::expected<bool> write_amd_spec(const cdi_options& o, const std::string& sys_
     if (gid >= 0)
       gids.push_back(gid);
   }
-  json common = {{"deviceNodes", json::array({{{"path", "/dev/kfd"}}})}};
+  json common = {{"deviceNodes", json::array()}};
+  if (fs::exists(root(dev_root) + "/dev/kfd", err))
+    common["deviceNodes"].push_back({{"path", "/dev/kfd"}});
   if (!gids.empty())
     common["additionalGids"] = gids;
   // 0.7.0: additionalGids at the spec level needs it (cdi_version_problem).

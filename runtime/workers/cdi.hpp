@@ -177,7 +177,8 @@ struct amd_cdi_gpu {
 /// render node and card, found under `<sys_root>/sys/bus/pci/devices/<pci>/
 /// drm` (matched by PCI address, not card number), plus /dev/kfd shared by
 /// all, and the groups owning the nodes (`render`, `video`, from the
-/// host's `<etc_root>/etc/group`) as supplementary groups. Removes the
+/// host's `<etc_root>/etc/group`) as supplementary groups. Only nodes that
+/// exist under `dev_root` are listed (issue 18). Removes the
 /// spec when `gpus` is empty. Returns true when the file changed. Errors:
 /// ec::store_failure naming the file.
 caf::expected<bool> write_amd_spec(const cdi_options& o, const std::string& sys_root,

@@ -657,7 +657,8 @@ void worker_supervisor::run_cdi_sync(cdi_wanted wanted) {
         spdlog::info("agent: CDI: {} {}/nvidia.yaml", w.nvidia.empty() ? "removed" : "wrote",
                      o.dynamic_dir);
     }
-    auto wrote = write_amd_spec(o, w.sys_root, "/", w.amd);
+    // Device nodes and groups of the host, under its root (fixtures in tests).
+    auto wrote = write_amd_spec(o, w.sys_root, o.host_root.empty() ? "/" : o.host_root, w.amd);
     if (!wrote)
       spdlog::error("agent: CDI: {}", render_error(wrote.error()));
     else if (*wrote)

@@ -127,8 +127,14 @@ struct captured_log {
   std::ostringstream text;
   std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink =
       std::make_shared<spdlog::sinks::ostream_sink_mt>(text);
-  captured_log() { spdlog::default_logger()->sinks().push_back(sink); }
+  /// The level before (another test may have raised it, e.g. to err).
+  spdlog::level::level_enum before = spdlog::default_logger()->level();
+  captured_log() {
+    spdlog::default_logger()->sinks().push_back(sink);
+    spdlog::default_logger()->set_level(spdlog::level::info);
+  }
   ~captured_log() {
+    spdlog::default_logger()->set_level(before);
     auto& sinks = spdlog::default_logger()->sinks();
     sinks.erase(std::remove(sinks.begin(), sinks.end(), sink), sinks.end());
   }

@@ -109,6 +109,10 @@ TEST(Cdi, AmdSpecComesFromSysfsMatchedByPciAddress) {
   fs::create_directories(sys + "/sys/bus/pci/devices/0000:03:00.0/drm/card1");
   fs::create_directories(sys + "/sys/bus/pci/devices/0000:03:00.0/drm/renderD128");
   write(sys + "/etc/group", "video:x:44:\nrender:x:105:\n");
+  // The host's nodes (only those that exist are listed).
+  for (const char* node : {"/dev/dri/card0", "/dev/dri/card1", "/dev/dri/renderD128",
+                           "/dev/dri/renderD129", "/dev/kfd"})
+    write(sys + node, "");
   cdi_options o;
   o.static_dir = dir.path() + "/etc-cdi";
   o.dynamic_dir = dir.path() + "/run";
@@ -325,6 +329,8 @@ TEST(Cdi, APartitionedAmdGpuBringsItsPartitionsRenderNodes) {
   auto sys = dir.path() + "/host";
   fs::create_directories(sys + "/sys/bus/pci/devices/0000:05:00.0/drm/card0");
   fs::create_directories(sys + "/sys/bus/pci/devices/0000:05:00.0/drm/renderD128");
+  for (const char* node : {"/dev/dri/card0", "/dev/dri/renderD128", "/dev/dri/renderD130"})
+    write(sys + node, "");
   cdi_options o;
   o.dynamic_dir = dir.path() + "/run";
   amd_cdi_gpu g{"AMD-1", "0000:05:00.0", {"/dev/dri/renderD128", "/dev/dri/renderD130"}};
@@ -336,4 +342,21 @@ TEST(Cdi, APartitionedAmdGpuBringsItsPartitionsRenderNodes) {
   EXPECT_EQ(paths, (std::vector<std::string>{"/dev/dri/card0", "/dev/dri/renderD128",
                                              "/dev/dri/renderD130"}));
   EXPECT_EQ(spec["cdiVersion"], "0.7.0");
+}
+
+// Issue 18, rule 3: the AMD spec lists only nodes that exist on the host.
+TEST(Cdi, TheAmdSpecListsOnlyNodesThatExist) {
+  test::temp_dir dir;
+  auto sys = dir.path() + "/host";
+  fs::create_directories(sys + "/sys/bus/pci/devices/0000:03:00.0/drm/card1");
+  fs::create_directories(sys + "/sys/bus/pci/devices/0000:03:00.0/drm/renderD128");
+  write(sys + "/dev/dri/renderD128", "");  // no card1 node, no /dev/kfd
+  cdi_options o;
+  o.dynamic_dir = dir.path() + "/run";
+  ASSERT_TRUE(write_amd_spec(o, sys, sys, {{"amd-a", "0000:03:00.0"}}));
+  auto spec = nlohmann::json::parse(read(fs::path{o.dynamic_dir} / "amd-astraeus.json"));
+  ASSERT_EQ(spec["devices"][0]["containerEdits"]["deviceNodes"].size(), 1u);
+  EXPECT_EQ(spec["devices"][0]["containerEdits"]["deviceNodes"][0]["path"],
+            "/dev/dri/renderD128");
+  EXPECT_TRUE(spec["containerEdits"]["deviceNodes"].empty());
 }
