@@ -1,4 +1,5 @@
 #include "actors/agent/agent.hpp"
+#include "actors/agent/report_schedule.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -176,6 +177,37 @@ bool gpu_section_changed(const v1::GpuSection& before,
 namespace {
 
 using agent_ptr = agent_actor::stateful_broker_pointer<agent_state>;
+
+void latch_hand_over_failures(agent_ptr self);
+
+/// Reports at most as far apart as the controller asks (its welcome), so
+/// its heartbeat lapse is at least three report intervals (issue 18).
+void adopt_report_interval(agent_ptr self,
+                           const v1::Welcome& welcome) {
+  auto& st = self->state;
+  auto told = std::chrono::duration_cast<caf::timespan>(
+    std::chrono::milliseconds{welcome.report_interval_ms()});
+  auto next = effective_report_interval(st.config.report_interval, told);
+  if (next != st.report_interval && next < st.config.report_interval)
+    spdlog::warn("agent {}: report.interval {} ms is longer than the controller's {} ms "
+                 "(its heartbeat lapse is {} ms): reporting every {} ms",
+                 st.config.identity.name,
+                 std::chrono::duration_cast<std::chrono::milliseconds>(
+                   st.config.report_interval).count(),
+                 welcome.report_interval_ms(), welcome.heartbeat_lapse_ms(),
+                 std::chrono::duration_cast<std::chrono::milliseconds>(next).count());
+  if (next < st.report_interval) {
+    // Sooner from now on: a tick for the new deadline; the pending one
+    // then comes before its deadline and is ignored.
+    auto now = self->clock().now();
+    if (now + next < st.report_due) {
+      st.report_due = now + next;
+      self->delayed_send(self, next, atom::tick_v);
+    }
+  }
+  st.report_interval = next;
+}
+
 
 void send_bytes(agent_ptr self, const std::string& bytes) {
   auto& st = self->state;
@@ -383,9 +415,39 @@ void on_worker_orders(agent_ptr self, v1::WorkerOrders& part) {
                              self->clock().now());
     *held = st.workers->statuses(name);
   }
+  latch_hand_over_failures(self);
   v1::Frame frame;
   *frame.mutable_worker_statuses() = std::move(*held);
   send_frame(self, frame);
+}
+
+/// Latches every GPU whose hand-over failed (issue 18, rule 3) and reports
+/// a new latch at once, so work stops landing on it.
+void latch_hand_over_failures(agent_ptr self) {
+  auto& st = self->state;
+  if (!st.supervisor)
+    return;
+  bool latched = false;
+  for (const auto& f : st.supervisor->take_hand_over_failures()) {
+    std::string pci;
+    for (const auto& g : st.gpus.gpus())
+      if (g.id() == f.gpu_id)
+        pci = g.pci_address();
+    if (!st.latches) {
+      spdlog::error("agent {}: GPU {}: {} (no latch store to fence it)",
+                    st.config.identity.name, f.gpu_id, f.reason);
+      continue;
+    }
+    auto added = st.latches->on_hand_over_failure(f.gpu_id, pci, f.reason, f.evidence,
+                                                  st.config.clock->now_unix_ms());
+    if (!added)
+      spdlog::error("agent {}: cannot latch GPU {}: {}", st.config.identity.name, f.gpu_id,
+                    render_error(added.error()));
+    else
+      latched = latched || *added;
+  }
+  if (latched && st.welcomed)
+    send_report(self, false);
 }
 
 /// Checks the workers and reports a change at once.
@@ -400,6 +462,7 @@ void supervise_now(agent_ptr self) {
     *frame.mutable_worker_statuses() = st.workers->statuses(st.config.identity.name);
     send_frame(self, frame);
   }
+  latch_hand_over_failures(self);
 }
 
 /// The supervisor's timer.
@@ -520,6 +583,7 @@ void on_frame(agent_ptr self, v1::Frame& frame) {
           spdlog::error("agent {}: cannot keep the Xid policy: {}", name,
                         render_error(err));
       st.welcomed = true;
+      adopt_report_interval(self, frame.welcome());
       st.address = st.config.advertise_address;
       if (st.address.empty()) {
         auto route = route_source_address(st.config.controller_host,
@@ -684,7 +748,9 @@ agent_actor::behavior_type agent(agent_actor::stateful_broker_pointer<agent_stat
     on_kmsg_caught_up(self);
   }
   self->send(self, atom::reconnect_v);
-  self->delayed_send(self, self->state.config.report_interval, atom::tick_v);
+  self->state.report_interval = self->state.config.report_interval;
+  self->state.report_due = self->clock().now() + self->state.report_interval;
+  self->delayed_send(self, self->state.report_interval, atom::tick_v);
   return {
     [self](atom::reconnect) {
       auto& st = self->state;
@@ -720,10 +786,21 @@ agent_actor::behavior_type agent(agent_actor::stateful_broker_pointer<agent_stat
     [self](atom::supervise) { on_supervise(self); },
     [self](atom::job_done, uint64_t job) { on_job_done(self, job); },
     [self](atom::tick) {
+      auto& st = self->state;
+      auto now = self->clock().now();
+      // A tick from before the interval was shortened: not due yet.
+      if (now < st.report_due)
+        return;
       send_report(self, true);
-      if (self->state.first_pass_started)
+      if (st.first_pass_started)
         start_discovery(self);
-      self->delayed_send(self, self->state.config.report_interval, atom::tick_v);
+      // By deadline: the next report is due one interval after this one
+      // was, however long this one took.
+      st.report_due = next_report_due(st.report_due, now, st.report_interval);
+      auto after = self->clock().now();
+      self->delayed_send(self,
+                         st.report_due > after ? st.report_due - after : caf::timespan{0},
+                         atom::tick_v);
     },
     [self](caf::io::new_data_msg& msg) {
       auto& st = self->state;

@@ -115,6 +115,11 @@ struct agent_state {
   bool welcomed = false;                  ///< the gate accepted the hello
   uint32_t pending_body = 0;              ///< body bytes being read; 0 = header
   uint64_t sequence = 0;                  ///< reports sent by this agent run
+  /// The interval reports are sent at: report.interval, or the controller's
+  /// longest when that is shorter (actors/agent/report_schedule.hpp).
+  caf::timespan report_interval{0};
+  /// When the next report is due, on the actor clock (by deadline: no drift).
+  caf::actor_clock::time_point report_due{};
   caf::timespan backoff{};                ///< next reconnect delay
   uint32_t failed_attempts = 0;           ///< connection attempts since last success
   probe_actor probe;                      ///< GPU discovery, on its own thread

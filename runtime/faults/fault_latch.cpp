@@ -213,6 +213,20 @@ caf::expected<bool> fault_latches::latch(const std::string& rule,
   return is_new;
 }
 
+caf::expected<bool> fault_latches::on_hand_over_failure(const std::string& gpu_id,
+                                                        const std::string& pci_address,
+                                                        const std::string& reason,
+                                                        const std::string& evidence,
+                                                        int64_t now_unix_ms) {
+  v1::FaultLatch f;
+  f.set_gpu_id(gpu_id);
+  f.set_pci_address(pci_address);
+  f.set_reason(reason);
+  f.set_source("hand-over");
+  f.set_evidence(evidence);
+  return latch("hand-over", std::move(f), now_unix_ms, false);
+}
+
 caf::error fault_latches::record(v1::GpuIncident incident, int64_t now_unix_ms) {
   auto key = std::string{incident_prefix}
              + (incident.gpu_id().empty() ? "pci-" + incident.pci_address()

@@ -77,6 +77,16 @@ public:
   caf::expected<bool> on_readings(const v1::GpuSection& section,
                                   int64_t now_unix_ms);
 
+  /// Latches a hand-over that cannot work (issue 18, rule 3): GPU `gpu_id`
+  /// (at `pci_address`) is Faulty with `reason` ("hand-over failing:
+  /// /dev/nvidia3 missing"), `evidence` the worker's error; written with
+  /// sync, so work stops landing on a GPU that cannot be handed over until
+  /// an admin clears it. Returns true when new. Errors: the store's.
+  caf::expected<bool> on_hand_over_failure(const std::string& gpu_id,
+                                           const std::string& pci_address,
+                                           const std::string& reason,
+                                           const std::string& evidence, int64_t now_unix_ms);
+
   /// Clears every latch of `gpu_id`; returns whether one was latched.
   caf::expected<bool> clear(const std::string& gpu_id);
 

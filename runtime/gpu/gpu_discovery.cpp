@@ -40,6 +40,31 @@ uint32_t count_imex_channels(const std::string& root) {
   return n;
 }
 
+/// A model as the summary names it: without the vendor's words and the
+/// board's form factor ("Tesla V100-SXM2-16GB" -> "V100", "NVIDIA GeForce
+/// RTX 2080 Ti" -> "RTX 2080 Ti").
+std::string short_model(std::string m) {
+  for (const char* prefix : {"NVIDIA ", "Tesla ", "GeForce ", "AMD ", "Quadro "})
+    if (m.rfind(prefix, 0) == 0)
+      m.erase(0, std::string{prefix}.size());
+  if (auto dash = m.find('-'); dash != std::string::npos && dash > 0)
+    m.erase(dash);
+  return m;
+}
+
+/// Every model with its count, most first ("1x V100, 1x RTX 2080 Ti"), so
+/// a machine with two models names both (issue 18, rule 9).
+std::string model_summary(const std::map<std::string, int>& models) {
+  std::vector<std::pair<int, std::string>> order;
+  for (const auto& [model, n] : models)
+    order.emplace_back(-n, model);
+  std::sort(order.begin(), order.end());
+  std::string out;
+  for (const auto& [n, model] : order)
+    out += (out.empty() ? "" : ", ") + std::to_string(-n) + "x " + short_model(model);
+  return out;
+}
+
 v1::Condition condition(const char* type, bool status, const char* reason,
                         std::string message) {
   v1::Condition c;
@@ -67,6 +92,14 @@ std::vector<const v1::BusGpu*> add_bus(bus_scan& bus, const std::vector<v1::Gpu>
   return missing;
 }
 
+/// Whether the PCI bus has an NVIDIA GPU. NVML installed but failing to
+/// start on a host without one (an AMD-only host) is no NVIDIA problem: its
+/// GPUs are reported normally (issue 18, rule 7).
+bool nvidia_on_bus(const bus_scan& bus) {
+  return std::any_of(bus.gpus.begin(), bus.gpus.end(),
+                     [](const v1::BusGpu& b) { return b.vendor() == "nvidia"; });
+}
+
 } // namespace
 
 v1::GpuCapabilities summarise_gpus(const std::vector<v1::Gpu>& gpus) {
@@ -86,6 +119,7 @@ v1::GpuCapabilities summarise_gpus(const std::vector<v1::Gpu>& gpus) {
       std::tie(top, top_count) = std::tie(model, n);
   out.set_model(top);
   out.set_count(static_cast<uint32_t>(gpus.size()));
+  out.set_summary(model_summary(models));
   bool all_data_centre = !models.empty();
   for (const auto& g : gpus) {
     if (out.vendor().empty())
@@ -408,7 +442,7 @@ v1::GpuSection gpu_discovery::discover(bool rdma_up) {
         }
       } else {
         tried.push_back("nvidia-smi " + opts_.nvidia_smi + ": " + smi.detail);
-        if (nv.status == nvml_result::driver_status::init_failed
+        if ((nv.status == nvml_result::driver_status::init_failed && nvidia_on_bus(bus))
             || !last_nvidia_.empty()) {
           // The driver is there (or was) but does not answer.
           nvidia = nvidia_read::unavailable;

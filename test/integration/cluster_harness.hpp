@@ -651,4 +651,28 @@ inline unsigned online_cpus() {
   return count;
 }
 
+/// Whether the controller on `port` with its store in `store` answers its
+/// owner within `timeout` (its owner credentials are learnt on the way).
+inline bool controller_answers_owner(uint16_t port, const std::string& store,
+                                     milliseconds timeout = 10s) {
+  auto keys = keys_dir_of(store);
+  return wait_until(
+    [&] {
+      return use_owner_credentials(port, keys)
+             && static_cast<bool>(
+               gate_client::connect_cli(loopback(port), 300ms, owner_credentials(port)));
+    },
+    timeout);
+}
+
+/// `astra args...` as the owner of the controller on `port` whose store is
+/// `store`; its output files in `dir`.
+inline command_result astra_as_owner(uint16_t port, const std::string& store,
+                                     const fs::path& dir, const std::vector<std::string>& args) {
+  std::vector<std::string> argv{program("astra"), "--addr", "127.0.0.1:" + std::to_string(port),
+                                "--token-file", (keys_dir_of(store) / "owner-token").string()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_command(argv, dir);
+}
+
 } // namespace astraeus::itest

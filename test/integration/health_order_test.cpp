@@ -109,7 +109,9 @@ protected:
   bool start_controller() {
     auto* ctl = spawn("controller", {program("astraeus-controller"), "--port",
                                      std::to_string(port_), "--data-dir",
-                                     (dir_ / "controller").string(), "--heartbeat-lapse", "3s"});
+                                     (dir_ / "controller").string(), "--heartbeat-lapse", "3s",
+                                     // at most a third of the lapse (issue 18, rule 10)
+                                     "--set", "heartbeat.report_interval=1s"});
     bool up = wait_until(
       [&] {
         return !ctl->running()

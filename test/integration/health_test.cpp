@@ -139,7 +139,8 @@ protected:
     std::vector<std::string> argv{program("astraeus-controller"),
                                   "--port", std::to_string(port_),
                                   "--data-dir", (dir_ / "controller").string(),
-                                  "--heartbeat-lapse", lapse,
+                                  "--heartbeat-lapse", lapse, "--set",  // a third of it:
+                                  "heartbeat.report_interval=" + std::to_string(std::stoi(lapse) * 333) + "ms",
                                   "--set", "gate.hello_timeout=1s"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return argv;

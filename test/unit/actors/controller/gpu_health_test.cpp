@@ -250,3 +250,33 @@ TEST(GpuHealth, AGpuThatDoesNotAnswerIsFaultyWithTheReason) {
   EXPECT_EQ(v.health, gpu_health::faulty);
   EXPECT_EQ(v.reasons, std::vector<std::string>{f->reason()});
 }
+
+// Issue 18, rule 5: the seed's 87 °C sign is for the edge sensor; junction
+// and memory sensors are judged against their own critical limit.
+TEST(GpuHealth, AmdSensorsAreJudgedByLabel) {
+  gpu_health_history h;
+  v1::Gpu g;
+  g.set_id("AMD-1");
+  g.set_vendor("amd");
+  g.set_temperature_c(90);  // shown: junction (no edge sensor)
+  auto* junction = g.add_temperatures();
+  junction->set_label("junction");
+  junction->set_celsius(90);
+  junction->set_critical_c(110);
+  auto* mem = g.add_temperatures();
+  mem->set_label("mem");
+  mem->set_celsius(85);
+  h.add(g, clock_type::time_point{} + 1h, 24h);
+  EXPECT_EQ(judge(g, h).health, gpu_health::healthy) << "a normal 90 °C junction";
+  junction->set_celsius(110);
+  auto hot = judge(g, h);
+  ASSERT_EQ(hot.health, gpu_health::at_risk);
+  EXPECT_EQ(hot.reasons[0], "junction temperature 110 °C (>= its critical 110 °C)");
+  junction->set_celsius(90);
+  auto* edge = g.add_temperatures();
+  edge->set_label("edge");
+  edge->set_celsius(87);
+  auto v = judge(g, h);
+  ASSERT_EQ(v.health, gpu_health::at_risk);
+  EXPECT_EQ(v.reasons[0], "edge temperature 87 °C (>= 87 °C)");
+}

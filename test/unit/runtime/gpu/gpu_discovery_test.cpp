@@ -596,5 +596,38 @@ TEST(GpuDiscovery, AGpuThatVanishesFromNvmlStaysListedAsLostAndTheCountsDisagree
   g = gpu_at(gone, "0000:3a:00.0");
   ASSERT_NE(g, nullptr);
   EXPECT_EQ(g->status_detail(), "missing from NVML and from the PCI bus (was at 0000:3a:00.0)");
+}
+
+// Issue 18, rule 9: a machine with two models names both.
+TEST(GpuDiscovery, TheSummaryOfAMixedMachineNamesEveryModel) {
+  std::vector<v1::Gpu> gpus(3);
+  gpus[0].set_model("Tesla V100-SXM2-16GB");
+  gpus[1].set_model("NVIDIA GeForce RTX 2080 Ti");
+  gpus[2].set_model("Tesla V100-SXM2-16GB");
+  for (auto& g : gpus)
+    g.set_vendor("nvidia");
+  EXPECT_EQ(summarise_gpus(gpus).summary(), "2x V100, 1x RTX 2080 Ti");
+  gpus.pop_back();
+  EXPECT_EQ(summarise_gpus(gpus).summary(), "1x RTX 2080 Ti, 1x V100");
+  gpus.pop_back();
+  EXPECT_EQ(summarise_gpus(gpus).summary(), "1x V100");
+}
+
+// Issue 18, rule 7: NVML installed but no NVIDIA driver loaded and no NVIDIA
+// GPU on the bus (an AMD-only host): the AMD GPUs are reported normally.
+TEST(GpuDiscovery, AnAmdOnlyHostWithTheNvmlLibraryIsReady) {
+  machine m;
+  install_nvidia_smi(m.tmp.path(), "no_driver.sh");
+  use_nvml_fixture(m.tmp.path() + "/no-such-fixture.json");  // DRIVER_NOT_LOADED
+  auto opts = m.with_nvml();
+  opts.root = fixture("amd/rx7900xtx");
+  gpu_discovery discovery(opts);
+  auto s = discovery.discover(false);
+  EXPECT_EQ(s.read_as(), "driver: healthy") << s.detail();
+  ASSERT_EQ(s.gpus_size(), 1);
+  EXPECT_EQ(s.gpus(0).vendor(), "amd");
+  ASSERT_GE(s.conditions_size(), 1);
+  EXPECT_TRUE(s.conditions(0).status()) << s.conditions(0).ShortDebugString();
+  EXPECT_EQ(s.conditions(0).reason(), "DriverResponding");
   ::unsetenv("ASTRAEUS_NVML_FIXTURE");
 }
