@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
+#include <vector>
 
 #include <caf/event_based_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
@@ -104,12 +106,15 @@ caf::error identity_mismatch(const std::string& name) {
         "another --name, or reuse the original agent's data folder");
 }
 
-/// Checks the Ed25519 key of `hello` against the one its name enrolled with;
-/// a machine not enrolled yet uses up its join token, whose record fills
-/// `token`. Errors: ec::identity_mismatch, ec::invalid_request (no key),
+/// Checks the Ed25519 key of `hello` against the one its name enrolled with.
+/// A machine not enrolled yet uses up its join token: its record fills
+/// `token`, and the changes that mark it used and keep the machine's
+/// identity are appended to `batch` (written by the caller with the
+/// machine's record, in one write: issue 23 item 2). Errors:
+/// ec::identity_mismatch, ec::invalid_request (no key),
 /// ec::enrollment_required and the token registry's errors, a store error.
 caf::error check_enrolment(cluster_ptr self, const v1::Hello& hello, uint64_t now,
-                           v1::JoinTokenRecord& token) {
+                           v1::JoinTokenRecord& token, std::vector<Store::change>& batch) {
   auto& st = self->state;
   const auto& name = hello.machine_name();
   const auto& key = hello.identity_key();
@@ -128,23 +133,20 @@ caf::error check_enrolment(cluster_ptr self, const v1::Hello& hello, uint64_t no
       "machine " + name
         + " is not enrolled: start its agent with --token-file (an admin mints "
           "a join token with `astra tokens create`)");
-  auto redeemed = st.config.tokens->redeem_join(hello.join_token(), name, now);
+  auto redeemed = st.config.tokens->prepare_redeem_join(hello.join_token(), name, now);
   if (!redeemed) {
     spdlog::warn("cluster: machine {} (key {}) cannot enrol: {}", name,
                  to_hex(key).substr(0, 16), render_error(redeemed.error()));
     return redeemed.error();
   }
-  token = std::move(*redeemed);
+  batch.push_back(std::move(redeemed->first));
+  token = std::move(redeemed->second);
   v1::MachineIdentity id;
   id.set_name(name);
   id.set_identity_key(key);
   id.set_join_token_id(token.id());
   id.set_enrolled_unix_ms(now);
-  if (auto err = st.config.store->put(family::tokens, key_store_name(name), id, true))
-    return err;
-  st.keys[name] = key;
-  spdlog::info("cluster: machine {} enrolled with join token {} (key {})", name,
-               token.id(), to_hex(key).substr(0, 16));
+  batch.push_back({family::tokens, key_store_name(name), id.SerializeAsString()});
   return caf::none;
 }
 
@@ -169,23 +171,34 @@ caf::result<machine_actor> enrol(cluster_ptr self, const v1::Hello& hello,
   if (known != st.machines.end() && st.identities[name] != hello.machine_id())
     return identity_mismatch(name);
   v1::JoinTokenRecord token;
+  std::vector<Store::change> batch;
   if (st.config.tokens)
-    if (auto err = check_enrolment(self, hello, now, token))
+    if (auto err = check_enrolment(self, hello, now, token, batch))
       return err;
-  if (known != st.machines.end()) {
-    handle = known->second;
-  } else {
-    v1::MachineRecord rec;
-    rec.set_name(name);
-    rec.set_machine_id(hello.machine_id());
-    rec.set_registered_unix_ms(now);
-    rec.set_agent_version(hello.software_version());
+  std::optional<v1::MachineRecord> fresh;
+  if (known == st.machines.end()) {
+    fresh.emplace();
+    fresh->set_name(name);
+    fresh->set_machine_id(hello.machine_id());
+    fresh->set_registered_unix_ms(now);
+    fresh->set_agent_version(hello.software_version());
     // The labels given with its join token become the machine's.
-    *rec.mutable_labels() = token.labels();
-    if (auto err = st.config.store->put(family::machines, name, rec, true))
-      return err;
+    *fresh->mutable_labels() = token.labels();
+    batch.push_back({family::machines, name, fresh->SerializeAsString()});
+  }
+  // The token used, the identity and the record: all or none.
+  if (auto err = st.config.store->write(batch, true))
+    return err;
+  if (!token.id().empty()) {
+    st.keys[name] = hello.identity_key();
+    spdlog::info("cluster: machine {} enrolled with join token {} (key {})", name,
+                 token.id(), to_hex(hello.identity_key()).substr(0, 16));
+  }
+  if (fresh) {
     spdlog::info("cluster: machine {} registered (Idle until it reports)", name);
-    handle = spawn_machine(self, std::move(rec));
+    handle = spawn_machine(self, std::move(*fresh));
+  } else {
+    handle = known->second;
   }
   self->send(handle, atom::connected_v, session, true, std::move(gate));
   return handle;

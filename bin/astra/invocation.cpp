@@ -33,6 +33,25 @@ std::map<std::string, std::string> read_credentials(const std::string& path) {
   return out;
 }
 
+/// For a request that changes something, the command that shows whether
+/// it took effect; empty for one that only reads.
+std::string how_to_check(const v1::Request& req) {
+  using B = v1::Request::BodyCase;
+  switch (req.body_case()) {
+    case B::kSetCordon: return "astra machine " + req.set_cordon().name();
+    case B::kSetMaintenance: return "astra machine " + req.set_maintenance().name();
+    case B::kSetLabels: return "astra machine " + req.set_labels().name();
+    case B::kClearFault: return "astra gpus --machine " + req.clear_fault().machine();
+    case B::kSubmitRun: return "astra run show " + req.submit_run().spec().name();
+    case B::kDeleteRun: return "astra run show " + req.delete_run().name();
+    case B::kCreateWorkspace: return "astra workspaces";
+    case B::kCreateJoinToken:
+    case B::kCreateApiToken:
+    case B::kRevokeApiToken: return "astra audit";
+    default: return {};
+  }
+}
+
 } // namespace
 
 int64_t now_ms() {
@@ -131,9 +150,16 @@ int call(options opts, v1::Request req,
   if (!client)
     return rc;
   auto timeout = std::chrono::milliseconds{static_cast<int64_t>(opts.timeout_s * 1000)};
+  auto check = how_to_check(req);
   auto resp = client->call(std::move(req), timeout);
   if (!resp) {
     std::fprintf(stderr, "astra: %s\n", render_error(resp.error()).c_str());
+    // The request went out: a change may have been made (issue 23 item 6).
+    if (!check.empty())
+      std::fprintf(stderr,
+                   "astra: the request was sent but no answer came back, so it may "
+                   "or may not have taken effect; check with `%s`\n",
+                   check.c_str());
     return 3;
   }
   if (resp->has_error()) {

@@ -176,9 +176,9 @@ token_registry::mint_join(const std::map<std::string, std::string>& labels,
   return std::make_pair(std::move(token), std::move(rec));
 }
 
-caf::expected<v1::JoinTokenRecord>
-token_registry::redeem_join(const std::string& token, const std::string& machine,
-                            int64_t now_ms) {
+caf::expected<std::pair<Store::change, v1::JoinTokenRecord>>
+token_registry::prepare_redeem_join(const std::string& token, const std::string& machine,
+                                    int64_t now_ms) {
   auto unknown = caf::make_error(ec::enrollment_required,
                                  "the join token is not one this controller "
                                  "minted (mint one with `astra tokens create`)");
@@ -204,9 +204,19 @@ token_registry::redeem_join(const std::string& token, const std::string& machine
                              + "; mint a new one with `astra tokens create`");
   rec.set_used_by(machine);
   rec.set_used_unix_ms(now_ms);
-  if (auto err = store_->put(family::tokens, "join/" + hex_of(h), rec, true))
+  Store::change used{family::tokens, "join/" + hex_of(h), rec.SerializeAsString()};
+  return std::make_pair(std::move(used), std::move(rec));
+}
+
+caf::expected<v1::JoinTokenRecord>
+token_registry::redeem_join(const std::string& token, const std::string& machine,
+                            int64_t now_ms) {
+  auto prepared = prepare_redeem_join(token, machine, now_ms);
+  if (!prepared)
+    return prepared.error();
+  if (auto err = store_->write({prepared->first}, true))
     return err;
-  return rec;
+  return std::move(prepared->second);
 }
 
 caf::expected<std::pair<std::string, v1::ApiTokenRecord>>

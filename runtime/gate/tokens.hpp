@@ -36,10 +36,10 @@
 #include <caf/expected.hpp>
 
 #include "messages/astraeus.pb.h"
+#include "store/store.hpp"
 
 namespace astraeus {
 
-class Store;
 
 /// What a principal may do, least to most.
 enum class role : uint8_t { member = 0, admin = 1, owner = 2 };
@@ -83,6 +83,15 @@ public:
   caf::expected<std::pair<std::string, v1::JoinTokenRecord>>
   mint_join(const std::map<std::string, std::string>& labels,
             uint64_t ttl_seconds, const std::string& created_by, int64_t now_ms);
+
+  /// Checks `token` for `machine` as `redeem_join` does and returns the
+  /// change that marks it used, without writing it: the caller writes it in
+  /// the same batch as the machine's identity and record, so a kill between
+  /// them cannot leave the token used by a machine that never joined
+  /// (issue 23 item 2). Errors: as `redeem_join`.
+  caf::expected<std::pair<Store::change, v1::JoinTokenRecord>>
+  prepare_redeem_join(const std::string& token, const std::string& machine,
+                      int64_t now_ms);
 
   /// Uses up `token` for `machine`: stored as used (sync) before it returns
   /// the token's record. Errors: ec::enrollment_required (not a join token

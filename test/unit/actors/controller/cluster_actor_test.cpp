@@ -348,6 +348,37 @@ TEST_F(SecureCluster, ANewMachineNeedsAJoinTokenAndGetsItsLabels) {
   EXPECT_EQ(err, ec::identity_mismatch);
 }
 
+// A write that fails while a machine enrols (a kill, a full disk) leaves
+// neither the token used nor the machine half-registered: the same token
+// enrols it on the next try (issue 23 item 2: the token, the identity and
+// the machine's record are one write).
+TEST_F(SecureCluster, AFailedEnrolmentWriteLeavesTheTokenUnusedForTheNextTry) {
+  auto c = spawn_secure();
+  auto join = tokens->mint_join({{"pool", "h100"}}, 0, "test", unix_ms_now());
+  ASSERT_TRUE(join);
+  db->faults().fail_next_writes(1, store_faults::kind::disk_full);
+  auto err = ask_error<machine_actor>(c, atom::enrol_v,
+                                      keyed_hello("gpu-01", "id1", 'a', join->first), uint64_t{1});
+  EXPECT_EQ(err, ec::store_failure);
+  EXPECT_EQ(db->faults().failed(), 1u);
+  // Nothing of it was stored: a controller started on this store knows no
+  // gpu-01 and the token is still unused.
+  auto fresh = spawn_secure();
+  auto list_req = list();
+  *list_req.mutable_caller() = principal("carol", "member");
+  auto listed = call(fresh, list_req);
+  ASSERT_FALSE(listed.has_error()) << listed.error().message();
+  EXPECT_EQ(listed.machines().machines_size(), 0);
+  auto m = ask<machine_actor>(fresh, atom::enrol_v,
+                              keyed_hello("gpu-01", "id1", 'a', join->first), uint64_t{2});
+  ASSERT_TRUE(m);
+  auto get_req = get("gpu-01");
+  *get_req.mutable_caller() = principal("carol", "member");
+  auto view = call(fresh, get_req);
+  ASSERT_FALSE(view.has_error()) << view.error().message();
+  EXPECT_EQ(view.machine().labels().at("pool"), "h100");
+}
+
 TEST_F(SecureCluster, MembersReadButOnlyAdminsActAndEveryAdminActionIsAudited) {
   auto c = spawn_secure();
   auto join = tokens->mint_join({}, 0, "test", unix_ms_now());
