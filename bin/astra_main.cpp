@@ -1,11 +1,14 @@
 // astra: the Astraeus command line. Talks to the controller's gate. The
 // commands are in bin/astra/ (one file per command group).
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 
 #include <CLI/CLI.hpp>
 
 #include "bin/astra/commands.hpp"
+#include "bin/astra/usage.hpp"
 #include "runtime/gate/gate_client.hpp"
 
 using namespace astraeus;
@@ -43,6 +46,7 @@ void add_global_options(CLI::App& app, cli::options& opts) {
 int main(int argc, char** argv) {
   CLI::App app{"astra: the Astraeus command line"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string{"astra "} + ASTRAEUS_VERSION);
   cli::invocation inv;
   add_global_options(app, inv.opts);
   app.fallthrough();
@@ -53,6 +57,36 @@ int main(int argc, char** argv) {
   prefixed->require_subcommand(1);
   prefixed->fallthrough();
   cli::add_commands(*prefixed, inv);
-  CLI11_PARSE(app, argc, argv);
+  // Everything after the first `--` is a run's command, never options
+  // (`astra run --env K=V -- sh -c '…'`): CLI11 parses only what is before it.
+  auto line = cli::split_at_double_dash(argc, argv);
+  // Only `astra run` takes a command after `--`: refuse any other before
+  // it does anything.
+  if (line.has_double_dash
+      && std::find(line.head.begin(), line.head.end(), "run") == line.head.end()) {
+    std::fprintf(stderr, "astra: only `astra run` takes a command after --\n");
+    return cli::exit_usage;
+  }
+  inv.trailing = line.trailing;
+  inv.has_trailing = line.has_double_dash;
+  std::vector<const char*> head;
+  for (const auto& a : line.head)
+    head.push_back(a.c_str());
+  try {
+    app.parse(static_cast<int>(head.size()), head.data());
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "astra: %s\n", cli::explain_usage_error(app, line.head, e).c_str());
+    return cli::exit_usage;
+  }
+  if (inv.has_trailing && !inv.trailing_used) {
+    std::fprintf(stderr, "astra: only `astra run` takes a command after --\n");
+    return cli::exit_usage;
+  }
   return inv.rc;
 }

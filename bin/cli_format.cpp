@@ -370,6 +370,19 @@ std::string format_gpu_list(const v1::GpuList& list, int64_t now_unix_ms) {
                       rows);
 }
 
+namespace {
+
+/// The STATUS cell of `astra machine`'s GPU table: "Faulty" for a GPU with
+/// a latched fault (it is fenced whatever NVML says), else how it read
+/// (ok, unresponsive, lost, …). Issue 13 item 7.
+std::string gpu_status_cell(const v1::Gpu& g) {
+  if (g.latches_size() > 0)
+    return "Faulty";
+  return to_string(read_status(g));
+}
+
+} // namespace
+
 std::string format_gpu_section(const v1::GpuSection& s) {
   std::ostringstream out;
   out << "GPUs\n";
@@ -386,7 +399,7 @@ std::string format_gpu_section(const v1::GpuSection& s) {
                       g.model(), g.pci_address(), numa_cell(g),
                       gpu_memory_cell(g), g.architecture().empty() ? "-" : g.architecture(),
                       g.nvlinks().empty() ? "-" : std::to_string(active) + "/" + std::to_string(g.nvlinks_size()),
-                      to_string(read_status(g))});
+                      gpu_status_cell(g)});
     }
     out << indent(render_table({"INDEX", "ID", "MODEL", "PCI", "NUMA", "MEMORY",
                                 "ARCH", "NVLINK", "STATUS"},

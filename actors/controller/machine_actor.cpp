@@ -14,6 +14,7 @@
 #include "messages/error.hpp"
 #include "messages/gpu_health_state.hpp"
 #include "messages/gpu_read.hpp"
+#include "messages/labels.hpp"
 #include "runtime/process/wall_clock.hpp"
 #include "store/store.hpp"
 
@@ -50,23 +51,9 @@ std::string gpu_fingerprint(const v1::GpuSection& section) {
 } // namespace
 
 caf::error check_labels(const v1::SetLabels& req) {
-  auto bad = [](const std::string& s, size_t max) {
-    return s.empty() || s.size() > max
-           || std::any_of(s.begin(), s.end(), [](unsigned char c) {
-                return !(std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '/');
-              });
-  };
-  for (const auto& [k, v] : req.set()) {
-    if (bad(k, 253))
-      return caf::make_error(ec::invalid_request,
-                             "label key '" + k
-                               + "': use letters, digits, '-', '_', '.' and '/' "
-                                 "(at most 253)");
-    if (bad(v, 63))
-      return caf::make_error(ec::invalid_request,
-                             "label " + k + "='" + v
-                               + "': use 1-63 letters, digits, '-', '_' and '.'");
-  }
+  for (const auto& [k, v] : req.set())
+    if (auto err = check_label(k, v))
+      return err;
   for (const auto& k : req.remove())
     if (req.set().count(k))
       return caf::make_error(ec::invalid_request,
@@ -498,6 +485,15 @@ caf::result<v1::LogChunk> fetch_logs(machine_ptr self, v1::LogsCommand& cmd) {
   return rp;
 }
 
+/// Whether the machine's last report lists a GPU whose id, UUID or PCI
+/// address is `gpu_id`.
+bool knows_gpu(const v1::GpuSection& section, const std::string& gpu_id) {
+  for (const auto& g : section.gpus())
+    if (g.id() == gpu_id || g.pci_address() == gpu_id)
+      return true;
+  return false;
+}
+
 /// Asks the agent, through the gate, to clear GPU `gpu_id`'s latched fault.
 caf::result<v1::ClearFaultResult> clear_fault(machine_ptr self, const std::string& gpu_id) {
   auto& st = self->state;
@@ -510,9 +506,18 @@ caf::result<v1::ClearFaultResult> clear_fault(machine_ptr self, const std::strin
   auto rp = self->make_response_promise<v1::ClearFaultResult>();
   self->request(st.gate, std::chrono::seconds{10}, atom::clear_v, st.session, gpu_id)
     .then(
-      [rp](v1::ClearFaultReply& reply) mutable {
+      [self, rp, gpu_id](v1::ClearFaultReply& reply) mutable {
         if (!reply.error().empty()) {
           rp.deliver(caf::make_error(ec::store_failure, reply.error()));
+          return;
+        }
+        // Nothing cleared and no such GPU on the machine: a typo, said as
+        // one (issue 13 item 7), not "cleared: false".
+        if (!reply.cleared() && !knows_gpu(self->state.facts.gpus(), gpu_id)) {
+          rp.deliver(caf::make_error(ec::invalid_request,
+                                     "machine " + name_of(self) + " has no GPU "
+                                       + gpu_id + " (astra gpus --machine "
+                                       + name_of(self) + " lists them)"));
           return;
         }
         v1::ClearFaultResult out;

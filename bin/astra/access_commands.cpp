@@ -5,6 +5,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include <unistd.h>
@@ -228,6 +229,22 @@ void add_access_commands(CLI::App& app, invocation& inv) {
   cmd->add_option("--token-file", file,
                   "file holding the token; default: read it from stdin");
   cmd->callback([&inv, &file] { inv.rc = login(inv.opts, file); });
+  auto* out = app.add_subcommand("logout", "forget the token `astra login` kept");
+  out->callback([&inv] {
+    auto path = credentials_path();
+    std::error_code err;
+    if (std::filesystem::remove(path, err)) {
+      std::printf("Logged out: removed %s.\n", path.c_str());
+      inv.rc = 0;
+    } else if (err) {
+      std::fprintf(stderr, "astra: cannot remove %s: %s\n", path.c_str(),
+                   err.message().c_str());
+      inv.rc = 2;
+    } else {
+      std::printf("Not logged in (no %s).\n", path.c_str());
+      inv.rc = 0;
+    }
+  });
 }
 
 void add_version_command(CLI::App& app, invocation& inv) {

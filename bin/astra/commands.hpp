@@ -28,11 +28,13 @@ void add_run_commands(CLI::App& app, invocation& inv);
 void add_run_control_commands(CLI::App& app, invocation& inv);
 /// `workspace create`, `workspaces` (bin/astra/workspace_commands.cpp).
 void add_workspace_commands(CLI::App& app, invocation& inv);
-/// `tokens create`, `api-tokens create|revoke`, `whoami`, `audit`, `login`
+/// `tokens create`, `api-tokens create|revoke`, `whoami`, `audit`, `login`, `logout`
 /// (bin/astra/access_commands.cpp).
 void add_access_commands(CLI::App& app, invocation& inv);
 /// `version` (bin/astra/access_commands.cpp).
 void add_version_command(CLI::App& app, invocation& inv);
+/// `completion bash|zsh` (bin/astra/completion_commands.cpp).
+void add_completion_command(CLI::App& app, invocation& inv);
 
 /// Every command group, in the order `astra --help` lists their commands.
 const std::vector<command_group>& command_groups();

@@ -31,10 +31,14 @@ void add_gpu_commands(CLI::App& app, invocation& inv) {
     v1::Request req;
     req.mutable_clear_fault()->set_machine(machine);
     req.mutable_clear_fault()->set_gpu(gpu);
-    // The answer is JSON either way, as the API returns it.
-    auto json_opts = inv.opts;
-    json_opts.output = "json";
-    inv.rc = call(json_opts, req, [](const v1::Response&) { return std::string{}; });
+    // A sentence for people; the API's JSON with -o json.
+    inv.rc = call(inv.opts, req, [&machine](const v1::Response& r) {
+      const auto& c = r.cleared();
+      if (c.cleared())
+        return "GPU " + c.uuid() + " on " + machine
+               + ": fault cleared; new work may land on it again.\n";
+      return "GPU " + c.uuid() + " on " + machine + ": nothing was latched; nothing to clear.\n";
+    });
   });
   auto* xids = app.add_subcommand("xids", "print the Xid policy in force: which "
                                           "Xids fence, mark at-risk or are recorded");

@@ -49,16 +49,17 @@ std::string credentials_path() {
   return std::string{home != nullptr ? home : "."} + "/.config/astraeus/credentials";
 }
 
-gate_credentials resolve_credentials(options& opts) {
+std::optional<gate_credentials> resolve_credentials(options& opts) {
   gate_credentials out;
   std::string pin = opts.controller_key;
   if (!opts.token_file.empty()) {
     auto token = read_trimmed_file(opts.token_file);
-    if (!token)
+    if (!token) {
       std::fprintf(stderr, "astra: --token-file: %s\n",
                    render_error(token.error()).c_str());
-    else
-      out.api_token = *token;
+      return std::nullopt;
+    }
+    out.api_token = *token;
   } else if (auto env = std::getenv("ASTRAEUS_TOKEN"); env != nullptr && *env != '\0') {
     out.api_token = env;
   } else if (auto saved = read_credentials(credentials_path());
@@ -82,37 +83,55 @@ gate_credentials resolve_credentials(options& opts) {
     }
   }
   if (!pin.empty()) {
-    auto key = parse_public_key(pin, "--controller-key");
-    if (key)
-      out.pinned = *key;
-    else
-      std::fprintf(stderr, "astra: %s\n", render_error(key.error()).c_str());
+    auto key = parse_public_key(pin, opts.controller_key.empty()
+                                       ? std::string{"the kept controller key"}
+                                       : std::string{"--controller-key"});
+    if (!key) {
+      std::fprintf(stderr, "astra: %s; nothing was sent\n",
+                   render_error(key.error()).c_str());
+      return std::nullopt;
+    }
+    out.pinned = *key;
   }
   return out;
 }
 
-int call(options opts, v1::Request req,
-         const std::function<std::string(const v1::Response&)>& table) {
+std::optional<gate_client> connect_gate(options opts, int& rc) {
   auto creds = resolve_credentials(opts);
+  if (!creds) {
+    rc = 2;
+    return std::nullopt;
+  }
   auto addr = parse_gate_address(opts.addr);
   if (!addr) {
     std::fprintf(stderr, "astra: %s\n", render_error(addr.error()).c_str());
-    return 2;
+    rc = 2;
+    return std::nullopt;
   }
-  auto timeout = std::chrono::milliseconds{
-    static_cast<int64_t>(opts.timeout_s * 1000)};
-  auto client = gate_client::connect_cli(*addr, timeout, creds);
+  auto timeout = std::chrono::milliseconds{static_cast<int64_t>(opts.timeout_s * 1000)};
+  auto client = gate_client::connect_cli(*addr, timeout, *creds);
   if (!client) {
     std::fprintf(stderr, "astra: %s\n", render_error(client.error()).c_str());
     if (client.error() == ec::unreachable)
       std::fprintf(stderr, "astra: is the controller running? Start one with "
                            "`astraeus dev`, or point astra at yours with "
                            "--addr or ASTRAEUS_ADDR.\n");
-    if (client.error() == ec::protocol_violation && creds.api_token.empty())
+    if (client.error() == ec::protocol_violation && creds->api_token.empty())
       std::fprintf(stderr, "astra: no API token: run `astra login`, set "
                            "ASTRAEUS_TOKEN, or pass --token-file.\n");
-    return 3;
+    rc = 3;
+    return std::nullopt;
   }
+  return std::move(*client);
+}
+
+int call(options opts, v1::Request req,
+         const std::function<std::string(const v1::Response&)>& table) {
+  int rc = 0;
+  auto client = connect_gate(opts, rc);
+  if (!client)
+    return rc;
+  auto timeout = std::chrono::milliseconds{static_cast<int64_t>(opts.timeout_s * 1000)};
   auto resp = client->call(std::move(req), timeout);
   if (!resp) {
     std::fprintf(stderr, "astra: %s\n", render_error(resp.error()).c_str());

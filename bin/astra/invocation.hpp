@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,9 +39,17 @@ class invocation {
 public:
   /// The global options, filled by the parse.
   options opts;
-  /// The exit code the command's callback sets: 0 ok, 1 the controller
-  /// answered with an error, 2 bad input, 3 the controller is unreachable.
+  /// The exit code the command's callback sets (cli::exit_code in
+  /// bin/astra/usage.hpp): 0 ok, 1 the controller answered with an error,
+  /// 2 bad input, 3 the controller is unreachable.
   int rc = 0;
+  /// The arguments after the first `--`: a run's command, untouched by
+  /// option parsing (bin/astra/usage.hpp).
+  std::vector<std::string> trailing;
+  /// Whether the command line had a `--`.
+  bool has_trailing = false;
+  /// Whether a command took `trailing` (only `astra run` does).
+  bool trailing_used = false;
 
   /// A new value of type T owned by this invocation (a command's option
   /// storage), valid until the invocation ends.
@@ -68,8 +77,16 @@ std::string credentials_path();
 /// address replaces `opts.addr` unless one was given); the first owner
 /// token a local controller wrote (`astraeus dev`'s, then a controller's at
 /// the default data folder), pinning that controller's key.
-/// --controller-key pins in every case. Problems are printed to stderr.
-gate_credentials resolve_credentials(options& opts);
+/// --controller-key pins in every case. A malformed --controller-key (or
+/// a kept key that does not parse) or an unreadable --token-file is printed
+/// to stderr and yields nullopt: the command then fails with exit code 2
+/// before anything is sent (a pin that is skipped is worse than none).
+std::optional<gate_credentials> resolve_credentials(options& opts);
+
+/// Connects to the gate as `opts` says (address, credentials, pinned key).
+/// On failure prints why on stderr, sets `rc` (2 a bad address or
+/// credentials: nothing was sent; 3 unreachable) and returns nullopt.
+std::optional<gate_client> connect_gate(options opts, int& rc);
 
 /// Sends one request and prints its answer (`table` for people, JSON with
 /// --output json); returns the exit code: 0 ok, 1 the controller answered

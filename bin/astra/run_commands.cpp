@@ -9,6 +9,7 @@
 #include "bin/astra/commands.hpp"
 #include "bin/cli_format.hpp"
 #include "messages/error.hpp"
+#include "messages/run_state.hpp"
 #include "runtime/gate/frame_codec.hpp"
 #include "runtime/process/config.hpp"
 #include "runtime/workers/run_spec.hpp"
@@ -23,7 +24,7 @@ struct run_flags {
   uint32_t gpus = 0, workers = 1, array = 0;
   double cpus = 0;
   uint64_t time_limit = 0;
-  bool healthy_only = false, outputs = false;
+  bool healthy_only = false, outputs = false, wait = false;
   std::vector<std::string> command, env;
 };
 
@@ -42,11 +43,15 @@ void add_run_options(CLI::App* run, run_flags& f) {
                   "labels the machines must carry");
   run->add_option("--array-size", f.array,
                   "run N copies, each placed on its own (array.size)");
-  run->add_option("--env", f.env, "KEY=VALUE, repeatable");
+  // One value per --env, so `--env K=V CMD` never takes CMD as a value.
+  run->add_option("--env", f.env, "KEY=VALUE, repeatable")->allow_extra_args(false);
   run->add_option("--runtime", f.runtime,
                   "how the workers run: runc (OCI containers) or process (host "
                   "processes); default: the machine's choice");
   run->add_flag("--healthy-only", f.healthy_only, "never AtRisk GPUs: wait instead");
+  run->add_flag("--wait", f.wait,
+                "after submitting, show its progress until it runs or ends (exit 1 if it "
+                "fails)");
   run->add_flag("--outputs", f.outputs,
                 "give each worker $ASTRAEUS_OUTPUTS: key=value lines written there "
                 "are shown by astra run show once it ends");
@@ -140,19 +145,11 @@ struct logs_flags {
 /// `astra logs RUN`: prints the worker's output from offset 0, and with
 /// --follow keeps polling until it ends. Returns the exit code.
 int print_logs(const options& opts, const logs_flags& f) {
-  auto addr = parse_gate_address(opts.addr);
-  if (!addr) {
-    std::fprintf(stderr, "astra: %s\n", render_error(addr.error()).c_str());
-    return 2;
-  }
+  int rc = 0;
+  auto client = connect_gate(opts, rc);
+  if (!client)
+    return rc;
   auto timeout = std::chrono::milliseconds{static_cast<int64_t>(opts.timeout_s * 1000)};
-  auto resolved = opts;
-  auto creds = resolve_credentials(resolved);
-  auto client = gate_client::connect_cli(*addr, timeout, creds);
-  if (!client) {
-    std::fprintf(stderr, "astra: %s\n", render_error(client.error()).c_str());
-    return 3;
-  }
   uint64_t offset = 0;
   for (;;) {
     v1::Request req;
@@ -182,6 +179,44 @@ int print_logs(const options& opts, const logs_flags& f) {
   return 0;
 }
 
+/// `astra run --wait`: polls the run `name` and prints each change of
+/// its state (and why it waits) until it is Running or has ended. Returns
+/// the exit code: 0 Running or Stopped, 1 Failed, 3 the controller went away.
+int wait_for_run(const options& opts, const std::string& name) {
+  int rc = 0;
+  auto client = connect_gate(opts, rc);
+  if (!client)
+    return rc;
+  auto timeout = std::chrono::milliseconds{static_cast<int64_t>(opts.timeout_s * 1000)};
+  std::string last;
+  for (;;) {
+    v1::Request req;
+    req.mutable_get_run()->set_name(name);
+    auto resp = client->call(req, timeout);
+    if (!resp || resp->has_error()) {
+      std::fprintf(stderr, "astra: %s\n",
+                   !resp ? render_error(resp.error()).c_str()
+                         : resp->error().message().c_str());
+      return !resp ? 3 : 1;
+    }
+    const auto& r = resp->run();
+    auto state = state_of(r);
+    std::string line = name + ": " + to_string(state);
+    if (!r.waiting_reason().empty())
+      line += " (" + r.waiting_reason() + ")";
+    else if (!r.leader_machine().empty())
+      line += " (leader on " + r.leader_machine() + ")";
+    if (line != last) {
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+      last = line;
+    }
+    if (state == run_state::running || has_ended(state))
+      return state == run_state::failed ? 1 : 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds{250});
+  }
+}
+
 } // namespace
 
 void add_run_commands(CLI::App& app, invocation& inv) {
@@ -205,6 +240,16 @@ void add_run_commands(CLI::App& app, invocation& inv) {
   run->callback([&inv, &flags, run, show] {
     if (show->parsed())
       return;
+    if (inv.has_trailing) {
+      if (!flags.command.empty()) {
+        std::fprintf(stderr, "astra: give the run's command after -- only (got '%s' "
+                             "before it)\n", flags.command.front().c_str());
+        inv.rc = 2;
+        return;
+      }
+      flags.command = inv.trailing;
+      inv.trailing_used = true;
+    }
     v1::RunSpec spec;
     if (!build_spec(*run, flags, spec)) {
       inv.rc = 2;
@@ -215,6 +260,8 @@ void add_run_commands(CLI::App& app, invocation& inv) {
     inv.rc = call(inv.opts, req, [](const v1::Response& r) {
       return format_submitted(r.run());
     });
+    if (inv.rc == 0 && flags.wait)
+      inv.rc = wait_for_run(inv.opts, spec.name());
   });
   auto* runs = app.add_subcommand("runs", "list runs");
   runs->callback([&inv] {

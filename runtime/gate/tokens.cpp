@@ -8,6 +8,7 @@
 #include <sodium.h>
 
 #include "messages/error.hpp"
+#include "messages/labels.hpp"
 #include "runtime/process/wall_clock.hpp"
 #include "runtime/process/private_file.hpp"
 #include "runtime/gate/secure_channel.hpp"
@@ -155,12 +156,10 @@ token_registry::mint_join(const std::map<std::string, std::string>& labels,
     return caf::make_error(ec::invalid_request,
                            "a join token may stay valid at most 30 days "
                            "(720h); mint one closer to the install");
+  // The same rule as `astra label`: topology keys with '/' are welcome.
   for (const auto& [k, v] : labels)
-    if (!valid_label_part(k) || !valid_label_part(v))
-      return caf::make_error(ec::invalid_request,
-                             "label '" + k + "=" + v
-                               + "': keys and values are 1-63 letters, "
-                                 "digits, '-', '_' or '.'");
+    if (auto err = check_label(k, v))
+      return err;
   auto token = random_token(join_prefix);
   auto h = hash(token);
   v1::JoinTokenRecord rec;

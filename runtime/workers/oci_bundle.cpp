@@ -1,4 +1,5 @@
 #include "runtime/workers/oci_bundle.hpp"
+#include "runtime/workers/builtin_image.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -175,6 +176,10 @@ caf::expected<oci_image> find_image(const std::string& image,
     candidates.push_back(path);
   else if (!images_dir.empty())
     candidates.push_back(fs::path{images_dir} / path);
+  // `--image busybox` works on a fresh machine: built from busybox-static.
+  if (path == "busybox" && tag == "latest" && !images_dir.empty())
+    if (auto e = ensure_busybox_image(images_dir))
+      return e;
   std::error_code err;
   for (const auto& c : candidates) {
     oci_image out;

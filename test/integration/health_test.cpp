@@ -651,7 +651,7 @@ TEST_F(Health, ClearFaultRoundTripWhileConnected) {
   ASSERT_TRUE(start_cluster());
   ASSERT_TRUE(kmsg(xid_line(1100, "0000:3a:00", 79)));
   ASSERT_TRUE(wait_health(pci_3a, "Faulty"));
-  auto res = astra({"gpu", "clear-fault", machine_name, uuid_3a});
+  auto res = astra({"gpu", "clear-fault", machine_name, uuid_3a, "-o", "json"});
   ASSERT_EQ(res.rc, 0) << res.err;
   EXPECT_EQ(res.out, "{\"uuid\":\"" + uuid_3a + "\",\"cleared\":true}\n");
   ASSERT_TRUE(wait_health(pci_3a, "Healthy"));
@@ -660,11 +660,16 @@ TEST_F(Health, ClearFaultRoundTripWhileConnected) {
   EXPECT_EQ(g.value("health_reasons", json::array()), json::array());
   expect_condition(true);
   // Nothing latched any more.
-  res = astra({"gpu", "clear-fault", machine_name, uuid_3a});
+  res = astra({"gpu", "clear-fault", machine_name, uuid_3a, "-o", "json"});
   ASSERT_EQ(res.rc, 0) << res.err;
   EXPECT_EQ(res.out, "{\"uuid\":\"" + uuid_3a + "\",\"cleared\":false}\n");
+  // For people, a sentence.
+  res = astra({"gpu", "clear-fault", machine_name, uuid_3a});
+  ASSERT_EQ(res.rc, 0) << res.err;
+  EXPECT_EQ(res.out, "GPU " + uuid_3a + " on " + machine_name
+                       + ": nothing was latched; nothing to clear.\n");
   // A GPU that never had a fault.
-  res = astra({"gpu", "clear-fault", machine_name, uuid_ba});
+  res = astra({"gpu", "clear-fault", machine_name, uuid_ba, "-o", "json"});
   ASSERT_EQ(res.rc, 0) << res.err;
   EXPECT_EQ(res.out, "{\"uuid\":\"" + uuid_ba + "\",\"cleared\":false}\n");
   // The clear is audited on the controller.
@@ -706,7 +711,7 @@ TEST_F(Health, AFaultThatComesBackFencesAgain) {
   ASSERT_TRUE(start_cluster());
   ASSERT_TRUE(kmsg(xid_line(1300, "0000:3a:00", 79)));
   ASSERT_TRUE(wait_health(pci_3a, "Faulty"));
-  auto res = astra({"gpu", "clear-fault", machine_name, uuid_3a});
+  auto res = astra({"gpu", "clear-fault", machine_name, uuid_3a, "-o", "json"});
   ASSERT_EQ(res.rc, 0) << res.err;
   EXPECT_EQ(res.out, "{\"uuid\":\"" + uuid_3a + "\",\"cleared\":true}\n");
   ASSERT_TRUE(wait_health(pci_3a, "Healthy"));
@@ -760,9 +765,10 @@ TEST_F(Health, AReplacedGpuDropsTheLatch) {
   }
   expect_condition(true);
   EXPECT_TRUE(contains(agent_->err(), "was replaced")) << agent_->err();
+  // The old id names no GPU of the machine any more: said so, exit 1.
   auto res = astra({"gpu", "clear-fault", machine_name, uuid_3a});
-  ASSERT_EQ(res.rc, 0) << res.err;
-  EXPECT_EQ(res.out, "{\"uuid\":\"" + uuid_3a + "\",\"cleared\":false}\n");
+  EXPECT_EQ(res.rc, 1) << res.out;
+  EXPECT_TRUE(contains(res.err, "has no GPU " + uuid_3a)) << res.err;
 }
 
 // -- 5. Foreign -----------------------------------------------------------------------

@@ -152,6 +152,8 @@ TEST_F(Tokens, BadTtlsAndLabelsAreRefused) {
             ec::invalid_request);
   EXPECT_EQ(registry->mint_api("", role::admin, 0, "a", now).error(),
             ec::invalid_request);
+  // Topology labels, as `astra label` takes them (issue 13 item 7).
+  EXPECT_TRUE(registry->mint_join({{"topology.astraeus.io/rack", "r12"}}, 0, "a", now));
   EXPECT_FALSE(parse_role("root"));
   EXPECT_EQ(parse_role("Admin"), role::admin);
 }

@@ -1,0 +1,145 @@
+// astra's words for a command line it cannot parse (issue 13, items 2 and 3).
+
+#include "bin/astra/usage.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "runtime/host/sysfs_text.hpp"
+
+namespace astraeus::cli {
+
+std::string nearest(const std::string& word, const std::vector<std::string>& known) {
+  std::string best;
+  size_t best_d = std::string::npos;
+  for (const auto& k : known) {
+    auto d = edit_distance(word, k);
+    if (d < best_d) {
+      best_d = d;
+      best = k;
+    }
+  }
+  size_t allowed = std::max<size_t>(2, word.size() / 3);
+  if (!best.empty() && best_d <= allowed && best_d < std::max(word.size(), best.size()))
+    return best;
+  // A unique prefix ("maint" for "maintenance").
+  std::string only;
+  for (const auto& k : known)
+    if (word.size() >= 2 && k.rfind(word, 0) == 0) {
+      if (!only.empty())
+        return {};
+      only = k;
+    }
+  return only;
+}
+
+split_command_line split_at_double_dash(int argc, const char* const* argv) {
+  split_command_line out;
+  for (int i = 0; i < argc; ++i) {
+    if (!out.has_double_dash && i > 0 && std::strcmp(argv[i], "--") == 0) {
+      out.has_double_dash = true;
+      continue;
+    }
+    (out.has_double_dash ? out.trailing : out.head).emplace_back(argv[i]);
+  }
+  return out;
+}
+
+namespace {
+
+/// The option named `name` ("--gpus", "-o") on `app` or, as astra's
+/// commands fall through, on one of its parents; null when none has it.
+const CLI::Option* find_option(const CLI::App* app, const std::string& name) {
+  for (; app != nullptr; app = app->get_parent())
+    if (auto* opt = app->get_option_no_throw(name); opt != nullptr && !opt->get_positional())
+      return opt;
+  return nullptr;
+}
+
+/// Every flag spelling known to `app` and its parents ("--gpus", "-o").
+std::vector<std::string> option_names(const CLI::App* app) {
+  std::set<std::string> out;
+  for (; app != nullptr; app = app->get_parent())
+    for (const auto* opt : app->get_options()) {
+      for (const auto& l : opt->get_lnames())
+        out.insert("--" + l);
+      for (const auto& s : opt->get_snames())
+        out.insert("-" + s);
+    }
+  return {out.begin(), out.end()};
+}
+
+/// The names of `app`'s commands.
+std::vector<std::string> command_names(CLI::App* app) {
+  std::vector<std::string> out;
+  for (auto* sub : app->get_subcommands([](CLI::App*) { return true; }))
+    out.push_back(sub->get_name());
+  return out;
+}
+
+/// `app`'s command named `name`; null when it has none.
+CLI::App* find_command(CLI::App* app, const std::string& name) {
+  for (auto* sub : app->get_subcommands([](CLI::App*) { return true; }))
+    if (sub->check_name(name))
+      return sub;
+  return nullptr;
+}
+
+/// "astra machine" for the commands walked so far.
+std::string spelt(const std::vector<std::string>& path) {
+  std::string out = "astra";
+  for (const auto& p : path)
+    out += " " + p;
+  return out;
+}
+
+/// "; did you mean 'x'?" or nothing.
+std::string suggestion(const std::string& near) {
+  return near.empty() ? std::string{} : "; did you mean '" + near + "'?";
+}
+
+} // namespace
+
+std::string explain_usage_error(CLI::App& app, const std::vector<std::string>& head,
+                                const CLI::ParseError& err) {
+  CLI::App* at = &app;
+  std::vector<std::string> path;
+  for (size_t i = 1; i < head.size(); ++i) {
+    const auto& tok = head[i];
+    if (tok.size() > 1 && tok[0] == '-') {
+      auto name = tok.substr(0, tok.find('='));
+      const auto* opt = find_option(at, name);
+      if (opt == nullptr)
+        return "unknown flag '" + name + "' for '" + spelt(path) + "'"
+               + suggestion(nearest(name, option_names(at)))
+               + " (see '" + spelt(path) + " --help')";
+      bool long_form = name.rfind("--", 0) == 0;
+      bool value_attached = long_form ? tok.find('=') != std::string::npos : tok.size() > 2;
+      if (opt->get_type_size_max() > 0 && !value_attached)
+        ++i;  // its value ("--addr h:1", "-o json")
+      continue;
+    }
+    if (auto* sub = find_command(at, tok); sub != nullptr) {
+      at = sub;
+      path.push_back(tok);
+      continue;
+    }
+    if (at->get_require_subcommand_min() > 0)
+      return "unknown command '" + tok + "'"
+             + (path.empty() ? std::string{} : " for '" + spelt(path) + "'")
+             + suggestion(nearest(tok, command_names(at)))
+             + " (see '" + spelt(path) + " --help')";
+  }
+  if (at->get_require_subcommand_min() > 0 && at->get_subcommands().empty()) {
+    std::string list;
+    for (const auto& n : command_names(at))
+      if (n != "astraeus")
+        list += (list.empty() ? "" : ", ") + n;
+    return "'" + spelt(path) + "' needs a command: " + list
+           + " (see '" + spelt(path) + " --help')";
+  }
+  return std::string{err.what()} + " (see '" + spelt(path) + " --help')";
+}
+
+} // namespace astraeus::cli

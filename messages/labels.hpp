@@ -1,0 +1,24 @@
+#pragma once
+/// @file
+/// The one rule for a machine label, wherever a label is given: `astra
+/// label`, a join token's labels (`astra tokens create --label`, the API's
+/// enrollment-tokens body), a workspace grant. Keys may carry a prefix with
+/// '/' as topology labels do (`topology.astraeus.io/rack=r12`, machines.md).
+
+#include <string>
+
+#include <caf/error.hpp>
+
+namespace astraeus {
+
+/// Longest label key, prefix included (characters).
+constexpr size_t max_label_key = 253;
+/// Longest label value (characters).
+constexpr size_t max_label_value = 63;
+
+/// Checks one label: the key is 1–253 letters, digits, '-', '_', '.' or
+/// '/'; the value 1–63 letters, digits, '-', '_' or '.'. Returns none, or
+/// ec::invalid_request naming the label and the rule it breaks.
+caf::error check_label(const std::string& key, const std::string& value);
+
+} // namespace astraeus

@@ -1,0 +1,126 @@
+// `astra` as a user types it, with no controller or an unreachable one:
+// the words and exit codes of a command line that is wrong (issue 13,
+// items 2–4). Exit codes: 0 ok, 1 refused, 2 usage, 3 unreachable.
+
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "integration/cluster_harness.hpp"
+
+using namespace astraeus;
+using namespace astraeus::itest;
+
+namespace {
+
+class Cli : public ::testing::Test {
+protected:
+  // astra's kept credentials go to the test's folder, never the user's.
+  void SetUp() override {
+    if (auto* old = std::getenv("XDG_CONFIG_HOME"))
+      saved_ = old;
+    ::setenv("XDG_CONFIG_HOME", dir_.path().c_str(), 1);
+  }
+  void TearDown() override {
+    if (saved_)
+      ::setenv("XDG_CONFIG_HOME", saved_->c_str(), 1);
+    else
+      ::unsetenv("XDG_CONFIG_HOME");
+  }
+
+  /// `astra ARGS` against a port nothing listens on, HOME in the test's folder.
+  command_result astra(std::vector<std::string> args) {
+    std::vector<std::string> argv{program("astra"), "--addr", "127.0.0.1:1"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run_command(argv, dir_.path());
+  }
+  temp_dir dir_;
+  std::optional<std::string> saved_;
+};
+
+TEST_F(Cli, AMistypedCommandIsNamedWithASuggestionAndExitsTwo) {
+  auto res = astra({"machnes"});
+  EXPECT_EQ(res.rc, 2);
+  EXPECT_EQ(res.err, "astra: unknown command 'machnes'; did you mean 'machines'? "
+                     "(see 'astra --help')\n");
+  res = astra({"astraeus", "machnes"});
+  EXPECT_EQ(res.rc, 2);
+  EXPECT_TRUE(contains(res.err, "did you mean 'machines'?")) << res.err;
+}
+
+TEST_F(Cli, AnUnknownFlagIsNamedWithASuggestion) {
+  auto res = astra({"run", "--gpu", "2", "--image", "busybox", "--", "true"});
+  EXPECT_EQ(res.rc, 2);
+  EXPECT_TRUE(contains(res.err, "unknown flag '--gpu' for 'astra run'; did you mean '--gpus'?"))
+    << res.err;
+}
+
+TEST_F(Cli, VersionFlagAndCommandBothWork) {
+  auto flag = run_command({program("astra"), "--version"}, dir_.path());
+  EXPECT_EQ(flag.rc, 0) << flag.err;
+  EXPECT_TRUE(contains(flag.out, "astra ")) << flag.out;
+  auto cmd = run_command({program("astra"), "version"}, dir_.path());
+  EXPECT_EQ(cmd.rc, 0) << cmd.err;
+}
+
+TEST_F(Cli, OptionsBeforeDoubleDashNeverEatTheCommand) {
+  // Parsed (it gets as far as the unreachable controller: exit 3), not
+  // refused as "argument was not expected: -c".
+  auto res = astra({"run", "--name", "t", "--image", "busybox", "--env", "K=V", "--",
+                    "sh", "-c", "echo $K"});
+  EXPECT_EQ(res.rc, 3) << res.err;
+  EXPECT_FALSE(contains(res.err, "not expected")) << res.err;
+  EXPECT_TRUE(contains(res.err, "cannot reach the controller")) << res.err;
+}
+
+TEST_F(Cli, ADoubleDashCommandOnACommandThatTakesNoneIsRefused) {
+  auto res = astra({"machines", "--", "ls"});
+  EXPECT_EQ(res.rc, 2);
+  EXPECT_TRUE(contains(res.err, "only `astra run` takes a command after --")) << res.err;
+}
+
+TEST_F(Cli, AMalformedControllerKeyFailsBeforeAnythingIsSent) {
+  // Were it skipped, astra would go on and report the unreachable
+  // controller (exit 3); it must stop first, exit 2, naming the flag.
+  auto res = astra({"--controller-key", "not-hex", "machines"});
+  EXPECT_EQ(res.rc, 2) << res.err;
+  EXPECT_TRUE(contains(res.err, "--controller-key")) << res.err;
+  EXPECT_FALSE(contains(res.err, "cannot reach")) << res.err;
+}
+
+TEST_F(Cli, AnUnreadableTokenFileFailsBeforeAnythingIsSent) {
+  auto res = astra({"--token-file", (dir_.path() / "missing").string(), "machines"});
+  EXPECT_EQ(res.rc, 2) << res.err;
+  EXPECT_TRUE(contains(res.err, "--token-file")) << res.err;
+}
+
+TEST_F(Cli, LogoutForgetsTheKeptToken) {
+  auto kept = dir_.path() / "astraeus" / "credentials";
+  fs::create_directories(kept.parent_path());
+  write_text(kept, "token=x\naddr=127.0.0.1:1\n");
+  auto res = astra({"logout"});
+  EXPECT_EQ(res.rc, 0) << res.err;
+  EXPECT_TRUE(contains(res.out, "Logged out")) << res.out;
+  EXPECT_FALSE(fs::exists(kept));
+  res = astra({"logout"});
+  EXPECT_EQ(res.rc, 0) << res.err;
+  EXPECT_TRUE(contains(res.out, "Not logged in")) << res.out;
+}
+
+TEST_F(Cli, CompletionScriptsComeFromTheCommandTree) {
+  auto res = astra({"completion", "bash"});
+  ASSERT_EQ(res.rc, 0) << res.err;
+  EXPECT_TRUE(contains(res.out, "complete -F _astra astra")) << res.out;
+  EXPECT_TRUE(contains(res.out, "\"gpu\") echo \"clear-fault ")) << res.out;
+  EXPECT_TRUE(contains(res.out, "--gpus ")) << res.out;
+  auto zsh = astra({"completion", "zsh"});
+  ASSERT_EQ(zsh.rc, 0) << zsh.err;
+  EXPECT_TRUE(contains(zsh.out, "bashcompinit")) << zsh.out;
+  auto bad = astra({"completion", "fish"});
+  EXPECT_EQ(bad.rc, 2);
+}
+
+} // namespace
