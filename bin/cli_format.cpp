@@ -7,7 +7,7 @@
 #include <memory>
 #include <sstream>
 
-#include <google/protobuf/util/json_util.h>
+#include "messages/json.hpp"
 
 #include "actors/controller/machine_pressure.hpp"
 #include "messages/gpu_health_state.hpp"
@@ -116,13 +116,6 @@ std::string format_age(int64_t then_unix_ms, int64_t now_unix_ms) {
   else
     std::snprintf(buf, sizeof(buf), "%lldd ago", static_cast<long long>(s / 86400));
   return buf;
-}
-
-std::string install_command(const v1::JoinToken& token, const std::string& address) {
-  return "umask 077 && echo '" + token.token()
-         + "' > ./astraeus-token && sudo astraeus-agent --controller " + address
-         + " --controller-key " + token.controller_key()
-         + " --token-file ./astraeus-token";
 }
 
 std::string format_join_token(const v1::JoinToken& token,
@@ -646,32 +639,13 @@ std::string format_xid_policy(const v1::XidPolicyTable& table) {
            "xid.at_risk, xid.record.\n";
 }
 
-namespace {
-
-/// `msg` as JSON with every field and the proto's names, without the typed
-/// twins (the `*_code` enums; messages/typed_twins.hpp): users read the
-/// words.
-std::string json_of(const google::protobuf::Message& msg, bool whitespace) {
-  std::unique_ptr<google::protobuf::Message> shown{msg.New()};
-  shown->CopyFrom(msg);
-  clear_typed_twins(*shown);
-  google::protobuf::util::JsonPrintOptions opts;
-  opts.add_whitespace = whitespace;
-  opts.always_print_primitive_fields = true;
-  opts.preserve_proto_field_names = true;
-  std::string out;
-  (void) google::protobuf::util::MessageToJsonString(*shown, &out, opts);
-  return out;
-}
-
-} // namespace
 
 std::string to_json_compact(const google::protobuf::Message& msg) {
-  return json_of(msg, false);
+  return message_to_json(msg, false);
 }
 
 std::string to_json(const google::protobuf::Message& msg) {
-  return json_of(msg, true);
+  return message_to_json(msg, true);
 }
 
 } // namespace astraeus::cli

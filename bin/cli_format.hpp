@@ -9,6 +9,7 @@
 #include <google/protobuf/message.h>
 
 #include "messages/astraeus.pb.h"
+#include "runtime/gate/tokens.hpp"
 
 namespace astraeus::cli {
 
@@ -52,12 +53,8 @@ std::string to_json_compact(const google::protobuf::Message& msg);
 /// Any message as JSON with the schema's field names, every field printed.
 std::string to_json(const google::protobuf::Message& msg);
 
-/// The command that installs an agent with join token `token` (the seed's
-/// `install` answer, with our own programs): it writes the token to a file
-/// only root reads, starts the agent pinned to the controller's key, and
-/// the token is never on a command line (`ps`). `address`: the gate as
-/// machines reach it.
-std::string install_command(const v1::JoinToken& token, const std::string& address);
+/// The install command (runtime/gate/tokens.hpp), shared with the HTTP API.
+using astraeus::install_command;
 
 /// What `astra tokens create` prints: the token, its id, expiry and
 /// labels, and the install command.

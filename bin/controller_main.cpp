@@ -8,6 +8,7 @@
 #include <caf/actor_system_config.hpp>
 #include <spdlog/spdlog.h>
 
+#include "actors/controller/api_bridge.hpp"
 #include "actors/controller/controller.hpp"
 #include "bin/process.hpp"
 #include "messages/error.hpp"
@@ -75,8 +76,20 @@ int main(int argc, char** argv) {
                "(gate key {})",
                cfg->cluster_name, cfg->listen_address, ctl->port,
                ctl->store->path(), ctl->keys_dir, ctl->identity->public_hex());
+  auto api = start_api(sys, *ctl, *cfg);
+  if (!api) {
+    spdlog::error("controller: cannot start the HTTP API: {}", render_error(api.error()));
+    stop_controller(sys, *ctl);
+    return 1;
+  }
+  if (api->server)
+    spdlog::info("controller: HTTP API on {} (api.listen{}{})", api->address,
+                 api->fingerprint.empty() ? "" : "; certificate SHA-256 ",
+                 api->fingerprint);
   auto sig = bin::wait_for_stop_signal(signals);
   spdlog::info("controller: signal {}, stopping", sig);
+  if (api->server)
+    api->server->stop();
   stop_controller(sys, *ctl);
   return 0;
 }

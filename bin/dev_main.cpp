@@ -12,6 +12,7 @@
 #include <caf/send.hpp>
 #include <spdlog/spdlog.h>
 
+#include "actors/controller/api_bridge.hpp"
 #include "actors/controller/controller.hpp"
 #include "bin/process.hpp"
 #include "messages/error.hpp"
@@ -47,7 +48,11 @@ int run_dev(const std::string& data_dir, const std::optional<std::string>& ctl_f
             const sigset_t& signals) {
   auto env = environment_map();
   // A laptop's dev cluster stays local unless --listen says otherwise.
-  bin::overrides cf{{"listen.address", "127.0.0.1"}};
+  // Its HTTP API is plain HTTP on 127.0.0.1 (the only place plain HTTP is
+  // allowed), /metrics open there.
+  bin::overrides cf{{"listen.address", "127.0.0.1"},
+                    {"api.listen", "127.0.0.1:7451"},
+                    {"api.plain_http", "true"}};
   cf.insert(cf.end(), ctl_flags.begin(), ctl_flags.end());
   cf.emplace_back("store.path", (fs::path{data_dir} / "controller").string());
   if (!log_level.empty())
@@ -112,6 +117,13 @@ int run_dev(const std::string& data_dir, const std::optional<std::string>& ctl_f
     stop_controller(sys, *ctl);
     return 1;
   }
+  auto api = start_api(sys, *ctl, *ccfg);
+  if (!api) {
+    std::fprintf(stderr, "astraeus dev: cannot start the HTTP API: %s\n",
+                 render_error(api.error()).c_str());
+    stop_controller(sys, *ctl);
+    return 1;
+  }
   auto name = acfg->name.empty() ? local_hostname() : acfg->name;
   auto addr = ccfg->listen_address + ":" + std::to_string(ctl->port);
   auto astra = astra_command();
@@ -131,6 +143,8 @@ int run_dev(const std::string& data_dir, const std::optional<std::string>& ctl_f
   std::printf("Astraeus dev cluster '%s' is running: a controller and an agent "
               "for this machine, in one process.\n"
               "  gate    %s  (%s)\n"
+              "  api     %s  (curl -H \"Authorization: Bearer $(cat %s)\" "
+              "%s/api/v1/orgs/%s/clusters/%s/nodes)\n"
               "  store   %s\n"
               "  agent   machine '%s', identity in %s\n"
               "  owner   API token in %s (%s)\n"
@@ -138,6 +152,9 @@ int run_dev(const std::string& data_dir, const std::optional<std::string>& ctl_f
               "         %s%s machine %s\n"
               "Stop with Ctrl-C.\n",
               ccfg->cluster_name.c_str(), addr.c_str(), reach.c_str(),
+              api->address.empty() ? "off" : api->address.c_str(),
+              owner_token_path(ctl->keys_dir).c_str(), api->address.c_str(),
+              ccfg->api_organization.c_str(), ccfg->cluster_name.c_str(),
               ctl->store->path().c_str(),
               name.c_str(), acfg->data_dir.c_str(),
               token_path.c_str(), token_note.c_str(), astra.c_str(), flag.c_str(),
@@ -145,6 +162,8 @@ int run_dev(const std::string& data_dir, const std::optional<std::string>& ctl_f
   std::fflush(stdout);
   auto sig = bin::wait_for_stop_signal(signals);
   spdlog::info("dev: signal {}, stopping", sig);
+  if (api->server)
+    api->server->stop();
   caf::anon_send_exit(*agent, caf::exit_reason::user_shutdown);
   stop_controller(sys, *ctl);
   return 0;

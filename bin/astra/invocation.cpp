@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "bin/cli_format.hpp"
+#include "messages/json.hpp"
 #include "messages/error.hpp"
 #include "runtime/gate/frame_codec.hpp"
 #include "runtime/gate/secure_channel.hpp"
@@ -188,16 +189,15 @@ int call(options opts, v1::Request req,
     else if (resp->has_workspaces())
       std::fputs((to_json(resp->workspaces()) + "\n").c_str(), stdout);
     else if (resp->has_join_token()) {
-      auto doc = to_json_compact(resp->join_token());
       // The seed's API answer carries the install command too.
-      auto install = install_command(
-        resp->join_token(), resp->join_token().controller_address().empty()
-                              ? opts.addr
-                              : resp->join_token().controller_address());
-      std::string quoted;
-      for (auto c : install)
-        quoted += c == '"' || c == '\\' ? std::string{"\\"} + c : std::string{c};
-      doc.insert(doc.size() - 1, ",\"install\":\"" + quoted + "\"");
+      auto token = resp->join_token();
+      if (token.install().empty())
+        token.set_install(install_command(
+          token, token.controller_address().empty() ? opts.addr
+                                                    : token.controller_address()));
+      if (token.expires().empty())
+        token.set_expires(rfc3339_utc(token.expires_unix_ms()));
+      auto doc = to_json_compact(token);
       std::fputs((doc + "\n").c_str(), stdout);
     } else if (resp->has_api_token())
       std::fputs((to_json(resp->api_token()) + "\n").c_str(), stdout);

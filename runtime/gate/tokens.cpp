@@ -315,4 +315,11 @@ caf::expected<bool> token_registry::has_api_tokens() {
   return any;
 }
 
+std::string install_command(const v1::JoinToken& token, const std::string& address) {
+  return "umask 077 && echo '" + token.token()
+         + "' > ./astraeus-token && sudo astraeus-agent --controller " + address
+         + " --controller-key " + token.controller_key()
+         + " --token-file ./astraeus-token";
+}
+
 } // namespace astraeus

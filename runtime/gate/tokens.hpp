@@ -131,4 +131,12 @@ private:
   std::array<uint8_t, 32> key_;
 };
 
+/// The command that installs an agent with join token `token` (the seed's
+/// `install` answer, with our own programs): it writes the token to a file
+/// only root reads, starts the agent pinned to the controller's key, and
+/// the token is never on a command line (`ps`). `address`: the gate as
+/// machines reach it. What `astra tokens create` prints and the API's
+/// `install`.
+std::string install_command(const v1::JoinToken& token, const std::string& address);
+
 } // namespace astraeus

@@ -374,6 +374,27 @@ const std::vector<key_def<ControllerConfig>>& controller_keys() {
                "least severe log level written"),
     text_key("log.file", &C::log_file, false,
              "file to log to; empty logs to stderr"),
+    text_key("api.listen", &C::api_listen, true,
+             "HOST:PORT the HTTP API and /metrics listen on (port 0: any free "
+             "port); off serves no HTTP"),
+    bool_key("api.plain_http", &C::api_plain_http,
+             "plain HTTP instead of HTTPS, only on a loopback api.listen"),
+    text_key("api.certificate", &C::api_certificate, false,
+             "PEM certificate of the API; empty: keys.path/api.crt, created "
+             "self-signed on first start"),
+    text_key("api.private_key", &C::api_private_key, false,
+             "PEM private key of the API; empty: keys.path/api.key"),
+    text_key("api.organization", &C::api_organization, true,
+             "the organisation name in the API's paths"),
+    bytes_key("api.body_cap", &C::api_body_cap_bytes, KiB, 64 * MiB,
+              "largest request body the API accepts; larger ones get 413"),
+    duration_key("api.view_refresh", &C::api_view_refresh, 10ms, 1h,
+                 "how old the API's view of machines and GPUs may get while "
+                 "it is read"),
+    uint_key("api.threads", &C::api_threads, 1, 1024, "count",
+             "HTTP worker threads"),
+    duration_key("api.read_timeout", &C::api_read_timeout, 100ms, 1h,
+                 "a client that sends nothing for this long is cut off"),
   };
   return keys;
 }

@@ -104,6 +104,31 @@ struct ControllerConfig {
   std::string log_level = "info";
   /// log.file: file to log to; empty logs to stderr.
   std::string log_file;
+  /// api.listen: HOST:PORT the HTTP API and /metrics listen on (port 0: any
+  /// free port, logged); "off" serves no HTTP.
+  std::string api_listen = "0.0.0.0:7451";
+  /// api.plain_http: serve plain HTTP instead of HTTPS; refused unless
+  /// api.listen is a loopback address (127.0.0.1, ::1, localhost).
+  bool api_plain_http = false;
+  /// api.certificate / api.private_key: PEM files of the API's TLS
+  /// certificate and key; empty: api.crt and api.key in keys.path, created
+  /// (self-signed) on first start.
+  std::string api_certificate;
+  std::string api_private_key;
+  /// api.organization: the organisation name in the API's paths (the
+  /// cluster's is cluster.name); another is a 404 naming it.
+  std::string api_organization = "default";
+  /// api.body_cap: largest request body accepted (1KiB-64MiB); larger: 413.
+  uint64_t api_body_cap_bytes = 1 << 20;
+  /// api.view_refresh: how old the API's read-only view of machines and
+  /// GPUs may get while it is read (10ms-1h); writes through the API
+  /// refresh it at once.
+  std::chrono::milliseconds api_view_refresh{1000};
+  /// api.threads: HTTP worker threads (1-1024).
+  uint32_t api_threads = 8;
+  /// api.read_timeout: a client that sends nothing for this long is cut
+  /// off (100ms-1h), so slow clients cannot hold every thread.
+  std::chrono::milliseconds api_read_timeout{10000};
 };
 
 /// Settings of `astraeus-agent`. Each member names its key.

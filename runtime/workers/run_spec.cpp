@@ -529,7 +529,8 @@ caf::expected<v1::RunSpec> parse_run_spec(std::string_view text,
   if (first != std::string_view::npos && text[first] == '{') {
     try {
       (void) nlohmann::json::parse(text.begin(), text.end());
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {
+      // parse_error, and out_of_range for a number too large (1e400).
       return spec_error(where + ": not valid JSON: " + e.what());
     }
   }

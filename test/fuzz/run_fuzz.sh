@@ -7,7 +7,8 @@
 #
 # Usage: test/fuzz/run_fuzz.sh [seconds] [NAME...]   (default 20 kmsg)
 #   NAME: kmsg (kernel-log parsers), frame (the gate's frame decoder),
-#         handshake (the secure channel's handshake)
+#         handshake (the secure channel's handshake), api_json (the HTTP
+#         API's JSON bodies)
 # Environment:
 #   CXX                      a clang++ (default: clang++-14, else clang++)
 #   ASTRAEUS_FUZZ_BUILD_DIR  build folder (default: <repo>/build-fuzz)

@@ -163,6 +163,11 @@ TEST(RunSpec, BrokenFixturesNameTheField) {
   ASSERT_FALSE(trailing);
   EXPECT_NE(render_error(trailing.error()).find("t.json: not valid JSON: "), std::string::npos)
     << render_error(trailing.error());
+  // A number past a double's range is an error too, not an exception.
+  auto huge = parse_run_spec(R"({"name": "a", "gpus": 1e400})", "t.json");
+  ASSERT_FALSE(huge);
+  EXPECT_NE(render_error(huge.error()).find("t.json: not valid JSON: "), std::string::npos)
+    << render_error(huge.error());
   // Two leaders parse (the message allows it) but do not validate.
   auto two = parse_fixture("bad-two-leaders.yaml");
   ASSERT_TRUE(two) << render_error(two.error());

@@ -1,0 +1,53 @@
+#include "messages/json.hpp"
+
+#include <cstdio>
+#include <ctime>
+#include <memory>
+
+#include <google/protobuf/message.h>
+#include <google/protobuf/util/json_util.h>
+
+#include "messages/error.hpp"
+#include "messages/typed_twins.hpp"
+
+namespace astraeus {
+
+std::string message_to_json(const google::protobuf::Message& msg, bool whitespace) {
+  std::unique_ptr<google::protobuf::Message> shown{msg.New()};
+  shown->CopyFrom(msg);
+  clear_typed_twins(*shown);
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.add_whitespace = whitespace;
+  opts.always_print_primitive_fields = true;
+  opts.preserve_proto_field_names = true;
+  std::string out;
+  (void) google::protobuf::util::MessageToJsonString(*shown, &out, opts);
+  return out;
+}
+
+caf::error message_from_json(std::string_view text, google::protobuf::Message& out,
+                             const std::string& what) {
+  out.Clear();
+  google::protobuf::util::JsonParseOptions opts;
+  opts.ignore_unknown_fields = false;
+  auto status = google::protobuf::util::JsonStringToMessage(
+    google::protobuf::StringPiece{text.data(), text.size()}, &out, opts);
+  if (!status.ok()) {
+    out.Clear();
+    return caf::make_error(ec::invalid_request,
+                           what + ": " + std::string{status.message()});
+  }
+  return caf::none;
+}
+
+std::string rfc3339_utc(int64_t unix_ms) {
+  auto t = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02dZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+  return buf;
+}
+
+} // namespace astraeus

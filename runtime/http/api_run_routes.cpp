@@ -1,0 +1,329 @@
+// The API's handlers for runs, tokens, workspaces, the audit log and
+// validations, and the OpenAPI document.
+
+#include <chrono>
+#include <thread>
+
+#include "messages/error.hpp"
+#include "messages/json.hpp"
+#include "runtime/gate/tokens.hpp"
+#include "runtime/http/api_routes_internal.hpp"
+#include "runtime/workers/run_spec.hpp"
+
+namespace astraeus::http {
+
+namespace {
+
+/// Answers `req`, writing `pick(resp)` as JSON with `status`; a Location of
+/// `location(resp)` when that is not empty.
+template <class Pick>
+void reply_with(api_context& ctx, v1::Request req, int status, Pick pick,
+                const std::string& location = {}) {
+  auto resp = ask_cluster(ctx, std::move(req));
+  if (reply_failed(ctx, resp))
+    return;
+  if (!location.empty())
+    ctx.res.set_header("Location", location);
+  reply_json(ctx.res, status, message_to_json(pick(resp), false));
+}
+
+/// HOST:PORT of the gate for an install command: the configured address,
+/// with the host the client reached the API at when it names none.
+std::string gate_address_for(const api_context& ctx) {
+  const auto& addr = ctx.cfg.gate_address;
+  if (!addr.empty() && addr.front() != ':')
+    return addr;
+  auto host = ctx.req.get_header_value("Host");
+  if (!host.empty() && host.front() == '[') {
+    host = host.substr(0, host.find(']') + 1);
+  } else {
+    auto colon = host.find(':');
+    if (colon != std::string::npos)
+      host = host.substr(0, colon);
+  }
+  if (host.empty())
+    host = "127.0.0.1";
+  return host + addr;
+}
+
+} // namespace
+
+void create_enrollment_token(api_context& ctx) {
+  v1::CreateJoinToken body;
+  if (!read_body(ctx, body, true))
+    return;
+  v1::Request req;
+  *req.mutable_create_join_token() = body;
+  auto resp = ask_cluster(ctx, std::move(req));
+  if (reply_failed(ctx, resp))
+    return;
+  auto token = resp.join_token();
+  token.set_install(install_command(
+    token, token.controller_address().empty() ? gate_address_for(ctx) : token.controller_address()));
+  token.set_expires(rfc3339_utc(token.expires_unix_ms()));
+  ctx.res.set_header("Location", ctx.prefix + "/enrollment-tokens/" + token.id());
+  reply_json(ctx.res, 201, message_to_json(token, false));
+}
+
+// -- runs ---------------------------------------------------------------------
+
+void submit_run(api_context& ctx) {
+  // The run spec as astra reads it from a file: JSON is YAML, one parser.
+  if (ctx.req.body.find_first_not_of(" \t\r\n") == std::string::npos) {
+    reply_error(ctx.res, 400, "invalid_request",
+                "body: empty; send the run spec as JSON, e.g. {\"name\":\"train\","
+                "\"image\":\"busybox\",\"command\":[\"true\"]}");
+    return;
+  }
+  if (!is_json_object(ctx.req.body)) {
+    reply_error(ctx.res, 400, "invalid_request", "body: not a JSON object; send the run spec");
+    return;
+  }
+  auto spec = parse_run_spec(ctx.req.body, "body");
+  if (!spec) {
+    reply_error(ctx.res, 400, "invalid_request", render_error(spec.error()));
+    return;
+  }
+  auto name = spec->name();
+  v1::Request req;
+  *req.mutable_submit_run()->mutable_spec() = std::move(*spec);
+  reply_with(ctx, std::move(req), 201, [](const v1::Response& r) -> const v1::Run& { return r.run(); },
+             ctx.prefix + "/runs/" + name);
+}
+
+void list_runs(api_context& ctx) {
+  v1::Request req;
+  req.mutable_list_runs();
+  reply_with(ctx, std::move(req), 200,
+             [](const v1::Response& r) -> const v1::RunList& { return r.runs(); });
+}
+
+void get_run(api_context& ctx) {
+  v1::Request req;
+  req.mutable_get_run()->set_name(ctx.param("run"));
+  reply_with(ctx, std::move(req), 200,
+             [](const v1::Response& r) -> const v1::Run& { return r.run(); });
+}
+
+void delete_run(api_context& ctx) {
+  v1::Request req;
+  req.mutable_delete_run()->set_name(ctx.param("run"));
+  reply_with(ctx, std::move(req), 200,
+             [](const v1::Response& r) -> const v1::Run& { return r.run(); });
+}
+
+namespace {
+
+/// One piece of worker `worker`'s log of `run` from `offset`, asked as
+/// `caller`; the Response as the cluster gave it.
+v1::Response read_log(api_backend& backend, const v1::Principal& caller,
+                      const std::string& run, int32_t worker, uint64_t offset) {
+  v1::Request req;
+  auto* q = req.mutable_get_logs();
+  q->set_run(run);
+  q->set_worker(worker);
+  q->set_offset(offset);
+  *req.mutable_caller() = caller;
+  return backend.call(std::move(req));
+}
+
+} // namespace
+
+void get_run_logs(api_context& ctx) {
+  auto worker = query_number(ctx, "worker", 0, INT32_MAX, 0);
+  auto offset = worker ? query_number(ctx, "offset", 0, UINT64_MAX / 2, 0) : std::nullopt;
+  if (!worker || !offset)
+    return;
+  auto follow = ctx.req.get_param_value("follow");
+  auto first = read_log(ctx.backend, ctx.caller, ctx.param("run"), static_cast<int32_t>(*worker),
+                        *offset);
+  if (reply_failed(ctx, first))
+    return;
+  ctx.res.set_header("X-Astraeus-Worker", first.logs().worker());
+  if (follow != "true" && follow != "1") {
+    if (ctx.req.get_header_value("Accept").find("application/json") != std::string::npos) {
+      reply_json(ctx.res, 200, message_to_json(first.logs(), false));
+      return;
+    }
+    ctx.res.set_header("X-Next-Offset", std::to_string(first.logs().next_offset()));
+    ctx.res.status = 200;
+    ctx.res.set_content(first.logs().data(), "text/plain; charset=utf-8");
+    return;
+  }
+  // Streamed: each piece as it comes, until the worker ends or the client
+  // goes. The HTTP thread polls the agent; no actor waits on the socket.
+  struct follow_state {
+    v1::LogChunk pending;
+    bool sent_pending = false;
+  };
+  auto st = std::make_shared<follow_state>();
+  st->pending = first.logs();
+  // The provider runs after this handler returned: it keeps copies.
+  auto* backend = &ctx.backend;
+  auto caller = ctx.caller;
+  auto run = ctx.param("run");
+  auto w = static_cast<int32_t>(*worker);
+  ctx.res.set_chunked_content_provider(
+    "text/plain; charset=utf-8", [st, backend, caller, run, w](size_t, httplib::DataSink& sink) {
+      if (!st->sent_pending) {
+        st->sent_pending = true;
+        const auto& d = st->pending.data();
+        if (!d.empty() && !sink.write(d.data(), d.size()))
+          return false;
+        if (st->pending.finished()) {
+          sink.done();
+          return true;
+        }
+        return true;
+      }
+      if (!sink.is_writable())
+        return false;
+      auto next = read_log(*backend, caller, run, w, st->pending.next_offset());
+      if (next.has_error()) {
+        sink.done();
+        return true;
+      }
+      if (next.logs().data().empty() && !next.logs().finished())
+        std::this_thread::sleep_for(std::chrono::milliseconds{500});
+      st->pending = next.logs();
+      st->sent_pending = false;
+      return true;
+    });
+}
+
+// -- workspaces, tokens, audit ------------------------------------------------
+
+void list_workspaces(api_context& ctx) {
+  v1::Request req;
+  req.mutable_list_workspaces();
+  reply_with(ctx, std::move(req), 200,
+             [](const v1::Response& r) -> const v1::WorkspaceList& { return r.workspaces(); });
+}
+
+void create_workspace(api_context& ctx) {
+  v1::Workspace body;
+  if (!read_body(ctx, body, false))
+    return;
+  auto name = body.name();
+  v1::Request req;
+  *req.mutable_create_workspace()->mutable_workspace() = std::move(body);
+  reply_with(ctx, std::move(req), 201,
+             [](const v1::Response& r) -> const v1::Workspace& { return r.workspace(); },
+             ctx.prefix + "/workspaces/" + name);
+}
+
+void create_api_token(api_context& ctx) {
+  v1::CreateApiToken body;
+  if (!read_body(ctx, body, false))
+    return;
+  v1::Request req;
+  *req.mutable_create_api_token() = std::move(body);
+  auto resp = ask_cluster(ctx, std::move(req));
+  if (reply_failed(ctx, resp))
+    return;
+  ctx.res.set_header("Location", ctx.prefix + "/api-tokens/" + resp.api_token().id());
+  reply_json(ctx.res, 201, message_to_json(resp.api_token(), false));
+}
+
+void revoke_api_token(api_context& ctx) {
+  v1::Request req;
+  req.mutable_revoke_api_token()->set_id(ctx.param("id"));
+  auto resp = ask_cluster(ctx, std::move(req));
+  if (reply_failed(ctx, resp))
+    return;
+  ctx.backend.forget_tokens();
+  reply_json(ctx.res, 200, message_to_json(resp.api_token(), false));
+}
+
+void get_whoami(api_context& ctx) {
+  v1::Request req;
+  req.mutable_whoami();
+  reply_with(ctx, std::move(req), 200,
+             [](const v1::Response& r) -> const v1::Principal& { return r.principal(); });
+}
+
+void list_audit(api_context& ctx) {
+  auto limit = query_number(ctx, "limit", 1, 100000, 100);
+  if (!limit)
+    return;
+  v1::Request req;
+  req.mutable_list_audit()->set_limit(static_cast<uint32_t>(*limit));
+  reply_with(ctx, std::move(req), 200,
+             [](const v1::Response& r) -> const v1::AuditList& { return r.audit(); });
+}
+
+// -- validations (the validation issue fills these) ---------------------------
+
+void create_validation(api_context& ctx) {
+  reply_error(ctx.res, 501, "not_implemented",
+              "validations are not built yet on this controller (the validation issue "
+              "adds them); the route is kept so scripts get a clear answer");
+}
+
+void get_validation(api_context& ctx) {
+  reply_error(ctx.res, 501, "not_implemented",
+              "validations are not built yet on this controller; no validation "
+                + ctx.param("id"));
+}
+
+// -- OpenAPI ------------------------------------------------------------------
+
+namespace {
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\')
+      out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+} // namespace
+
+std::string openapi_document(const api_server_config& cfg) {
+  // Paths in OpenAPI's template form, each with its methods.
+  std::vector<std::pair<std::string, std::string>> paths;  // path -> operations
+  auto add = [&](const std::string& path, const api_route& r) {
+    std::string method = r.method;
+    for (auto& ch : method)
+      ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    std::string op = json_string(method) + ":{\"summary\":" + json_string(r.summary)
+                     + ",\"responses\":{\"default\":{\"description\":"
+                     + json_string(std::string{"astraeus.v1."} + r.answer
+                                   + " or {\"code\",\"message\"}")
+                     + "}}";
+    if (*r.body != '\0')
+      op += ",\"requestBody\":{\"description\":" + json_string(std::string{"astraeus.v1."} + r.body
+                                                                + " as JSON")
+            + ",\"content\":{\"application/json\":{}}}";
+    op += "}";
+    for (auto& [p, ops] : paths)
+      if (p == path) {
+        ops += "," + op;
+        return;
+      }
+    paths.emplace_back(path, op);
+  };
+  for (const auto& r : api_routes()) {
+    if (!r.cluster_scoped) {
+      add(r.path, r);
+      continue;
+    }
+    for (const auto& prefix : cluster_prefixes())
+      add(prefix + r.path, r);
+  }
+  std::string out = "{\"openapi\":\"3.0.3\",\"info\":{\"title\":\"Astraeus API\",\"version\":\"v1\","
+                    "\"description\":"
+                    + json_string("Organisation " + cfg.organization + ", cluster " + cfg.cluster
+                                  + ". Objects are the protobuf JSON mapping of messages/astraeus.proto"
+                                    " (package astraeus.v1). Errors: {\"code\",\"message\"}.")
+                    + "},\"components\":{\"securitySchemes\":{\"bearer\":{\"type\":\"http\","
+                      "\"scheme\":\"bearer\"}}},\"security\":[{\"bearer\":[]}],\"paths\":{";
+  for (size_t i = 0; i < paths.size(); ++i)
+    out += (i ? "," : "") + json_string(paths[i].first) + ":{" + paths[i].second + "}";
+  return out + "}}";
+}
+
+} // namespace astraeus::http
