@@ -110,6 +110,7 @@ int http_status_of(const v1::Error& err) {
     // from a bad value (actors/controller/cluster_requests.cpp).
     if (m.rfind("no run named", 0) == 0 || m.rfind("no workspace named", 0) == 0
         || m.find("has no worker") != std::string::npos
+        || m.find(" has no GPU ") != std::string::npos
         || m.rfind("no API token has", 0) == 0)
       return 404;
     if (m.find("already exists") != std::string::npos
@@ -362,6 +363,15 @@ api_server::start(api_server_config cfg, std::shared_ptr<api_backend> backend) {
   auto handler = [self](const httplib::Request& req, httplib::Response& res) {
     self->dispatch(req, res);
   };
+  // A request without a body (the seeds' `curl -X POST URL`, no
+  // Content-Length) is answered before httplib would try to read one, which
+  // it refuses as a malformed request.
+  srv.set_pre_routing_handler([self](const httplib::Request& req, httplib::Response& res) {
+    if (req.has_header("Content-Length") || req.has_header("Transfer-Encoding"))
+      return httplib::Server::HandlerResponse::Unhandled;
+    self->dispatch(req, res);
+    return httplib::Server::HandlerResponse::Handled;
+  });
   srv.Get(".*", handler);
   srv.Post(".*", handler);
   srv.Put(".*", handler);

@@ -301,6 +301,17 @@ TEST_F(Api, MachinesAndGpusAsAstraPrintsThemPagesWatchMetricsAndClearFault) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 409) << r->body;
   EXPECT_EQ(body_of(r)["code"], "NOT_CONNECTED");
+  // The seed's curl sends no body and no Content-Length at all.
+  {
+    raw_socket s{api_port_};
+    ASSERT_TRUE(s.connected());
+    s.send_bytes("POST " + base + "/nodes/" + machine_name + "/gpus/" + uuid_3a
+                 + "/clear-fault HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + owner_
+                 + "\r\nConnection: close\r\n\r\n");
+    s.wait_closed(5s);
+    EXPECT_NE(s.received.find("409"), std::string::npos) << s.received;
+    EXPECT_NE(s.received.find("NOT_CONNECTED"), std::string::npos) << s.received;
+  }
   // One mapping: the API and `astra -o json` print the same objects.
   ASSERT_TRUE(wait_until(
     [&] { return body_of(owner->Get(base + "/nodes"))["machines"][0]["connected"] == false; },
