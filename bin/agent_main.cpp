@@ -1,16 +1,11 @@
 // astraeus-agent: runs on each machine, reports its facts to the controller.
 
-#include <atomic>
-#include <csignal>
 #include <cstdio>
 #include <optional>
-
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
-#include <caf/event_based_actor.hpp>
 #include <caf/exit_reason.hpp>
 #include <caf/send.hpp>
 #include <spdlog/spdlog.h>
@@ -94,25 +89,7 @@ int main(int argc, char** argv) {
   spdlog::info("agent: reporting to {}:{} every {} ms, data in {}",
                cfg->controller_address, cfg->controller_port,
                cfg->report_interval.count(), cfg->data_dir);
-  // The agent stops by itself on a refusal retrying cannot fix (a spent
-  // token, another machine's name): then this program exits 1 with the
-  // reason logged, so a service manager shows it (issue 23 item 6).
-  std::atomic<bool> refused{false};
-  sys.spawn([&refused, target = caf::actor_cast<caf::actor>(*agent)](caf::event_based_actor* self) {
-    self->monitor(target);
-    self->set_down_handler([&refused, self](caf::down_msg& down) {
-      if (down.reason && down.reason != caf::exit_reason::user_shutdown) {
-        refused = true;
-        ::kill(::getpid(), SIGTERM);
-      }
-      self->quit();
-    });
-  });
   auto sig = bin::wait_for_stop_signal(signals);
-  if (refused) {
-    spdlog::error("agent: stopped: the controller refused this agent (see above)");
-    return 1;
-  }
   spdlog::info("agent: signal {}, stopping", sig);
   caf::anon_send_exit(*agent, caf::exit_reason::user_shutdown);
   return 0;

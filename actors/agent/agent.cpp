@@ -58,11 +58,6 @@ std::string random_machine_id() {
 
 } // namespace
 
-bool refusal_is_final(const std::string& code) {
-  return code == "enrollment_used" || code == "enrollment_expired"
-         || code == "enrollment_required" || code == "identity_mismatch";
-}
-
 caf::expected<agent_identity>
 load_or_create_identity(const std::string& data_dir,
                         const std::string& requested_name,
@@ -612,17 +607,6 @@ void on_frame(agent_ptr self, v1::Frame& frame) {
     case v1::Frame::kRefusal:
       spdlog::error("agent {}: the controller refused this agent: {}", name,
                     frame.refusal().reason());
-      if (refusal_is_final(frame.refusal().code())) {
-        // Retrying cannot help (the token is spent or expired, the name is
-        // another machine's): stop, so the service manager shows why
-        // (issue 23 item 6). agent_main exits non-zero.
-        spdlog::error("agent {}: stopping: this refusal ({}) does not go away by "
-                      "retrying",
-                      name, frame.refusal().code());
-        drop_connection(self, "refused");
-        self->quit(caf::make_error(ec::enrollment_required, frame.refusal().reason()));
-        return;
-      }
       // Keep trying slowly: an admin may fix the cause on the controller.
       st.backoff = st.config.reconnect_max;
       drop_connection(self, "refused");

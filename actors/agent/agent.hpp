@@ -58,14 +58,6 @@ load_or_create_identity(const std::string& data_dir,
                         const std::string& requested_name,
                         const std::string& hostname);
 
-/// Whether a refusal with code `code` (v1::Refusal.code) is final: the
-/// join token is spent ("enrollment_used") or expired, no token was given
-/// or it is unknown ("enrollment_required"), or the name belongs to another
-/// machine ("identity_mismatch"). The agent then stops (its actor ends with
-/// the refusal as its reason and the agent program exits 1) instead of
-/// retrying for ever; other refusals are retried slowly. Issue 23 item 6.
-bool refusal_is_final(const std::string& code);
-
 /// Validated settings of the agent actor.
 struct agent_config {
   std::string controller_host = "127.0.0.1";  ///< the gate's host
