@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -92,9 +93,9 @@ bool read_spec_file(const std::string& path, v1::RunSpec& spec) {
 /// contents, without version-control folders and what their ignore files
 /// name); false (and a message on stderr) when it cannot or it is too big.
 bool pack_code(const std::string& dir, v1::RunSpec& spec) {
-  std::ifstream probe{dir + "/."};
-  if (!probe) {
-    std::fprintf(stderr, "astra: --code: %s is not a folder that can be read\n", dir.c_str());
+  std::error_code err;
+  if (!std::filesystem::is_directory(dir, err)) {
+    std::fprintf(stderr, "astra: --code: %s is not a folder\n", dir.c_str());
     return false;
   }
   std::string quoted = "'";

@@ -562,7 +562,8 @@ private:
     map_items(x, path, "volumes", "a volume", "{name, type, mount_path, host_path, mode}",
               [&](const YAML::Node& item, const std::string& item_path) {
       auto& v = *spec.add_volumes();
-      YAML::Node host_at, mode_at;
+      YAML::Node host_at, mode_at;  // where host_path and mode were given
+      bool has_host = false, has_mode = false;
       std::string mode;
       fields(item, item_path, {"name", "type", "mount_path", "host_path", "mode"},
              [&](const std::string& key, const YAML::Node& f, const std::string& p) {
@@ -578,9 +579,11 @@ private:
                } else if (key == "host_path") {
                  v.set_host_path(text(f, p));
                  host_at = f;
+                 has_host = true;
                } else {
                  mode = text(f, p);
                  mode_at = f;
+                 has_mode = true;
                  if (mode != "ReadOnly" && mode != "ReadWrite")
                    fail(f, p, quote_short(mode) + " is not a mode (use ReadOnly or "
                                                   "ReadWrite)");
@@ -593,9 +596,9 @@ private:
         fail(item, item_path + ".mount_path", "missing (where the worker sees it)");
       if (v.type() == "Bind" && v.host_path().empty())
         fail(item, item_path + ".host_path", "missing (the machine's path to mount)");
-      if (v.type() == "EmptyDir" && host_at)
+      if (v.type() == "EmptyDir" && has_host)
         fail(host_at, item_path + ".host_path", "only a Bind volume has one");
-      if (v.type() == "EmptyDir" && mode_at && mode != "ReadWrite")
+      if (v.type() == "EmptyDir" && has_mode && mode != "ReadWrite")
         fail(mode_at, item_path + ".mode", "an EmptyDir volume is always writable");
       if (v.type() == "EmptyDir")
         v.set_read_write(false);  // read_write is a Bind's mode only

@@ -112,8 +112,13 @@ inline constexpr size_t max_run_code_bytes = 512 << 10;
 inline constexpr int max_run_volumes = 64;
 inline constexpr int max_run_config_files = 64;
 
-/// The largest config file (`configs[].mounts[].content`) in bytes.
+/// The most bytes all of a run's config files (`configs[].mounts[].content`)
+/// may hold together.
 inline constexpr size_t max_run_config_bytes = 256 << 10;
+
+/// The largest run spec as a message (with its code and configs), in bytes:
+/// it travels to each of its machines in one frame (the gate's 1 MiB cap).
+inline constexpr size_t max_run_message_bytes = 896 << 10;
 
 /// The longest time limit, in seconds (30 days).
 inline constexpr uint64_t max_run_time_limit_seconds = 30ull * 24 * 3600;
@@ -172,8 +177,9 @@ caf::expected<v1::RunSpec> parse_run_spec(std::string_view text,
 /// unique names, absolute mount paths without "..", unique, not on /,
 /// /proc, /sys, /dev or the worker's own paths; Bind needs an absolute
 /// host_path and the default workspace (workspaces have no path grants
-/// yet); configs' mount paths the same rules, contents at most 256 KiB;
-/// ipc_mode "" or host (default workspace only); code at most 512 KiB.
+/// yet); configs' mount paths the same rules, contents at most 256 KiB in
+/// all; ipc_mode "" or host (default workspace only); code at most 512 KiB;
+/// the whole spec at most `max_run_message_bytes` as a message.
 /// @returns `caf::none`, or the first problem as `ec::invalid_request` in
 ///   user words naming the field: "task_groups: two groups are named
 ///   'trainer'", "gpus: at most 64 GPUs per worker, got 65".

@@ -125,6 +125,7 @@ caf::error validate_seed_fields(const v1::RunSpec& spec) {
                         "paths: workspaces have no path grants yet)");
   }
   int files = 0;
+  size_t config_bytes = 0;
   for (int i = 0; i < spec.configs_size(); ++i) {
     const auto& c = spec.configs(i);
     auto at = "configs[" + std::to_string(i) + "]";
@@ -139,9 +140,10 @@ caf::error validate_seed_fields(const v1::RunSpec& spec) {
       if (auto e = check_mount_path(mat + ".mount_path", c.mounts(j).mount_path(), spec,
                                     taken))
         return e;
-      if (c.mounts(j).content().size() > max_run_config_bytes)
-        return spec_error(mat + ".content: at most 256 KiB, got "
-                          + std::to_string(c.mounts(j).content().size()) + " bytes");
+      config_bytes += c.mounts(j).content().size();
+      if (config_bytes > max_run_config_bytes)
+        return spec_error(mat + ".content: the configs' files hold more than 256 KiB in "
+                          "all (" + std::to_string(config_bytes) + " bytes so far)");
     }
   }
   if (!spec.ipc_mode().empty() && spec.ipc_mode() != "host")
@@ -155,6 +157,11 @@ caf::error validate_seed_fields(const v1::RunSpec& spec) {
     return spec_error("code: the packed code is " + std::to_string(spec.code_tgz().size())
                       + " bytes, more than the " + std::to_string(max_run_code_bytes >> 10)
                       + " KiB a run may carry");
+  if (spec.ByteSizeLong() > max_run_message_bytes)
+    return spec_error("the run is " + std::to_string(spec.ByteSizeLong())
+                      + " bytes with its code and configs, more than the "
+                      + std::to_string(max_run_message_bytes >> 10)
+                      + " KiB one run may be (it travels in one message)");
   if (!spec.args().empty() && spec.image().empty())
     return spec_error("args: without command, args go to the image's ENTRYPOINT, and "
                       "the run has no image");

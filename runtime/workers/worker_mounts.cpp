@@ -41,6 +41,7 @@ caf::error fresh_dir(const fs::path& dir, uint32_t uid, uint32_t gid) {
 caf::error write_file(const fs::path& file, const std::string& content) {
   std::error_code err;
   fs::create_directories(file.parent_path(), err);
+  fs::remove(file, err);  // read-only from an earlier start
   std::ofstream out{file, std::ios::binary | std::ios::trunc};
   out << content;
   if (!out.flush())

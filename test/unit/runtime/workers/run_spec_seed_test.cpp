@@ -160,7 +160,7 @@ TEST(RunSpecSeed, BadVolumesAreRefusedBeforeAnythingIsStored) {
       {vol + "{name: a, type: EmptyDir, host_path: /x, mount_path: /a}\n",
        "t.yaml:4: volumes[0].host_path: only a Bind volume has one"},
       {"volumes: {name: a}\n",
-       "t.yaml:3: volumes: expected a list of volumes (a volume: {name, type, "
+       "t.yaml:3: volumes: expected a list of volumes ({name, type, "
          "mount_path, host_path, mode}), got a map"},
       {vol + "{name: a, type: EmptyDir, mount_path: scratch}\n",
        "volumes[0].mount_path: \"scratch\" is not an absolute path"},
@@ -220,7 +220,15 @@ TEST(RunSpecSeed, BadConfigsAndIpcModesAreRefused) {
   big.add_configs()->add_mounts()->set_mount_path("/etc/big");
   big.mutable_configs(0)->mutable_mounts(0)->set_content(std::string(max_run_config_bytes + 1, 'x'));
   EXPECT_EQ(render_error(validate_run_spec(big)),
-         "configs[0].mounts[0].content: at most 256 KiB, got 262145 bytes");
+         "configs[0].mounts[0].content: the configs' files hold more than 256 KiB in all "
+         "(262145 bytes so far)");
+  // The code and the configs together fit the one message a run travels in.
+  big.mutable_configs(0)->mutable_mounts(0)->set_content(std::string(max_run_config_bytes, 'x'));
+  big.set_code_tgz(std::string(max_run_code_bytes, 'x'));
+  EXPECT_FALSE(validate_run_spec(big));
+  big.mutable_env()->insert({"PAD", std::string(200 << 10, 'x')});
+  auto err = render_error(validate_run_spec(big));
+  EXPECT_NE(err.find("more than the 896 KiB one run may be"), std::string::npos) << err;
 }
 
 TEST(RunSpecSeed, CodeIsCappedAndOwnsWorkspace) {
