@@ -244,6 +244,14 @@ TEST_F(RunSpecs, CodeIsUnpackedAtWorkspaceTheWorkingDirectory) {
   EXPECT_TRUE(contains(logs, "train.sh\n")) << logs;
   EXPECT_FALSE(contains(logs, "big.bin")) << ".gitignore'd files stay behind: " << logs;
   EXPECT_TRUE(contains(logs, "packed\n")) << logs;
+  // A host process runs in the unpacked folder.
+  res = astra({"run", "--name", "hostcode", "--runtime", "process", "--code", code.string(), "--",
+               "sh", "-c", "sh train.sh"});
+  ASSERT_EQ(res.rc, 0) << res.err;
+  ASSERT_TRUE(ended("hostcode", "Stopped"));
+  logs = astra({"logs", "hostcode"}).out;
+  EXPECT_TRUE(contains(logs, "training in " + (agent_dir() / "workers" / "hostcode-0" / "code").string()))
+    << logs;
   // Too big to carry: refused before it is sent.
   std::string noise(2000000, '\0');  // does not compress
   uint64_t x = 88172645463325252ull;
