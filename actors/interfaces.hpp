@@ -96,6 +96,10 @@ using agent_actor = caf::typed_actor<
   // From the kernel-log thread: a GPU event (Xid, fallen off the bus, AMD
   // reset); latched durably, reported at once when it latches.
   caf::reacts_to<v1::KernelEvent>,
+  // From the kernel-log thread, after the events of the log's backlog (and
+  // as a timer, kmsg_catch_up_bound after start): the first discovery pass
+  // starts; later ones do nothing.
+  caf::reacts_to<atom::complete>,
   // Internal timer, every workers.poll_interval: the supervisor checks the
   // workers; a changed status is reported at once.
   caf::reacts_to<atom::supervise>,
@@ -151,7 +155,10 @@ using machine_actor = caf::typed_actor<
   // A piece of a worker's log, read by the machine's agent. Fails with
   // ec::not_connected when the agent is not connected, ec::invalid_request
   // with the agent's words when it has no such log.
-  caf::replies_to<atom::logs, v1::LogsCommand>::with<v1::LogChunk>>;
+  caf::replies_to<atom::logs, v1::LogsCommand>::with<v1::LogChunk>,
+  // From the scheduler: the GPUs of this machine it set aside, with why
+  // (the whole list each time); shown on the machine page. Never fails.
+  caf::reacts_to<v1::SchedulerNotes>>;
 
 /// The agent's discovery: runs GPU discovery passes on a thread of its own
 /// (spawned detached), so a slow driver never holds up the agent's heartbeat.
@@ -204,7 +211,10 @@ using scheduler_actor = caf::typed_actor<
   // such run), ec::store_failure when the erase fails.
   caf::replies_to<atom::remove, std::string>::with<v1::Run>,
   // A machine's snapshot: adds or updates it (labels, schedulable, GPUs and
-  // their health); held GPUs stay held. Bad snapshots are logged and dropped.
+  // their health); held GPUs stay held. A bad snapshot never hides the
+  // machine: only offending GPUs (a real UUID two machines report, an id
+  // listed twice, unknown health, past 64) are set aside and the machine
+  // actor is told which and why (v1::SchedulerNotes).
   caf::reacts_to<v1::SchedulerMachine>,
   // A run's workers finished: releases its GPUs, the run is Stopped (stored
   // with sync). An unknown or not placed run is logged and ignored.

@@ -171,7 +171,10 @@ std::string format_machine_list(const v1::MachineList& list,
                     memory_cell(f.memory()),
                     f.gpus().gpus().empty()
                       ? (f.gpus().read_as().empty() ? "?" : f.gpus().read_as())
-                      : std::to_string(f.gpus().gpus_size()) + " (" + f.gpus().read_as() + ")",
+                      : std::to_string(f.gpus().gpus_size()) + " (" + f.gpus().read_as() + ")"
+                          + (m.set_aside_gpus().empty()
+                               ? std::string{}
+                               : ", " + std::to_string(m.set_aside_gpus_size()) + " set aside"),
                     format_age(m.last_report_unix_ms(), now_unix_ms)});
   }
   return render_table({"NAME", "STATE", "CORDONED", "PRESSURE", "CPUS",
@@ -226,6 +229,7 @@ std::string format_machine(const v1::MachineView& m, int64_t now_unix_ms) {
   for (const auto& [k, v] : m.labels())
     labels += (labels.empty() ? "" : ", ") + k + "=" + v;
   row("Labels:", labels.empty() ? "none" : labels);
+  row("Flaps:", std::to_string(m.flaps()) + " (Down and back Up since the controller started)");
 
   out << "\nSystem\n";
   row("  Hostname:", f.hostname());
@@ -316,6 +320,16 @@ std::string format_machine(const v1::MachineView& m, int64_t now_unix_ms) {
                   "  ");
   }
   out << "\n" << format_gpu_section(f.gpus());
+  if (!m.set_aside_gpus().empty()) {
+    out << "\nGPUs the scheduler set aside (not placed onto)\n";
+    for (const auto& a : m.set_aside_gpus())
+      out << "  " << a.id() << ": " << a.reason() << "\n";
+  }
+  if (!m.inventory_warnings().empty()) {
+    out << "\nGPU list warnings\n";
+    for (const auto& w : m.inventory_warnings())
+      out << "  " << w << "\n";
+  }
   if (!f.warnings().empty()) {
     out << "\nWarnings (host files the agent could not read)\n";
     for (const auto& w : f.warnings())
@@ -350,7 +364,9 @@ std::string health_cell(const v1::GpuView& v) {
   std::string out = to_string(health_of(v));
   if (!v.health_reasons().empty())
     out += ": " + v.health_reasons(0);
-  if (auto status = read_status(v.gpu()); !answers(status))
+  // The status is named unless the reason already starts with it.
+  if (auto status = read_status(v.gpu()); !answers(status)
+      && (v.health_reasons().empty() || v.health_reasons(0).rfind(to_string(status), 0) != 0))
     out += std::string{" ("} + to_string(status) + ")";
   return out;
 }
@@ -415,6 +431,15 @@ std::string format_gpu_section(const v1::GpuSection& s) {
     for (const auto& g : s.gpus()) {
       if (!g.status_detail().empty())
         out << "  " << g.id() << ": " << g.status_detail() << "\n";
+      if (!g.partition_mode().empty())
+        out << "  " << g.id() << ": partition mode " << g.partition_mode() << ", "
+            << g.partitions() << " partition(s)\n";
+      if (g.temperatures_size() > 1) {
+        out << "  " << g.id() << ": temperatures";
+        for (const auto& t : g.temperatures())
+          out << " " << t.label() << " " << static_cast<int>(t.celsius()) << " °C";
+        out << "\n";
+      }
       for (const auto& f : g.latches())
         out << "  " << g.id() << ": FAULT " << f.reason() << " (" << f.source()
             << ", " << f.count() << "x, last " << format_time(f.last_seen_unix_ms())
@@ -427,7 +452,11 @@ std::string format_gpu_section(const v1::GpuSection& s) {
   }
   const auto& c = s.capabilities();
   if (c.count() > 0) {
-    out << "  Summary:   " << c.count() << "x " << c.model() << " (" << c.vendor();
+    // Every model with its count where there are several ("1x V100, 1x RTX
+    // 2080 Ti"), else the one model.
+    bool mixed = c.summary().find(',') != std::string::npos;
+    out << "  Summary:   " << (mixed ? c.summary() : std::to_string(c.count()) + "x " + c.model())
+        << " (" << c.vendor();
     if (!c.architecture().empty())
       out << ", " << c.architecture();
     out << ")";

@@ -69,6 +69,13 @@ int run_dev(const std::string& data_dir, const std::optional<std::string>& ctl_f
     std::fprintf(stderr, "astraeus dev: %s\n", render_error(acfg.error()).c_str());
     return 2;
   }
+  // The agent's own interval against the controller's lapse (issue 18).
+  if (auto err = check_heartbeat(ccfg->heartbeat_lapse, "the controller's settings",
+                                 acfg->report_interval, "report.interval",
+                                 "the agent's settings")) {
+    std::fprintf(stderr, "astraeus dev: %s\n", render_error(err).c_str());
+    return 2;
+  }
   if (auto err = setup_logging("dev", ccfg->log_level, ccfg->log_file)) {
     std::fprintf(stderr, "astraeus dev: %s\n", render_error(err).c_str());
     return 2;

@@ -104,4 +104,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(astraeus, caf::first_custom_type_id)
   /// A GPU's health (gpu -> machine, with atom::health).
   CAF_ADD_TYPE_ID(astraeus, (astraeus::gpu_health))
 
+  // inventory (issue 18): GPUs the scheduler set aside (scheduler -> machine).
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::SchedulerNotes))
+
 CAF_END_TYPE_ID_BLOCK(astraeus)

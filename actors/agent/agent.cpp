@@ -1,4 +1,5 @@
 #include "actors/agent/agent.hpp"
+#include "actors/agent/report_schedule.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -177,6 +178,37 @@ namespace {
 
 using agent_ptr = agent_actor::stateful_broker_pointer<agent_state>;
 
+void latch_hand_over_failures(agent_ptr self);
+
+/// Reports at most as far apart as the controller asks (its welcome), so
+/// its heartbeat lapse is at least three report intervals (issue 18).
+void adopt_report_interval(agent_ptr self,
+                           const v1::Welcome& welcome) {
+  auto& st = self->state;
+  auto told = std::chrono::duration_cast<caf::timespan>(
+    std::chrono::milliseconds{welcome.report_interval_ms()});
+  auto next = effective_report_interval(st.config.report_interval, told);
+  if (next != st.report_interval && next < st.config.report_interval)
+    spdlog::warn("agent {}: report.interval {} ms is longer than the controller's {} ms "
+                 "(its heartbeat lapse is {} ms): reporting every {} ms",
+                 st.config.identity.name,
+                 std::chrono::duration_cast<std::chrono::milliseconds>(
+                   st.config.report_interval).count(),
+                 welcome.report_interval_ms(), welcome.heartbeat_lapse_ms(),
+                 std::chrono::duration_cast<std::chrono::milliseconds>(next).count());
+  if (next < st.report_interval) {
+    // Sooner from now on: a tick for the new deadline; the pending one
+    // then comes before its deadline and is ignored.
+    auto now = self->clock().now();
+    if (now + next < st.report_due) {
+      st.report_due = now + next;
+      self->delayed_send(self, next, atom::tick_v);
+    }
+  }
+  st.report_interval = next;
+}
+
+
 void send_bytes(agent_ptr self, const std::string& bytes) {
   auto& st = self->state;
   auto& buf = self->wr_buf(st.connection);
@@ -279,34 +311,31 @@ void drop_connection(agent_ptr self, const std::string& why) {
 }
 
 /// A GPU event from the kernel log: latch it (durably) and report a new
-/// latch at once.
+/// latch at once. Handled as it comes, discovery or not: an event at an
+/// address no GPU is known at yet (the first pass has not finished, NVML
+/// hangs) is latched against the address and fences the GPU found there.
 void on_kernel_event(agent_ptr self, const v1::KernelEvent& ke) {
   auto& st = self->state;
   if (!st.latches)
     return;
-  if (!st.gpus_known) {
-    // Events are mapped to GPUs by PCI address: hold them until the first
-    // discovery pass says which GPUs there are (the kernel log is read from
-    // its start, so a fault logged before the agent started arrives now).
-    // Bounded: a kernel log full of GPU events before the first pass keeps
-    // the newest ones.
-    if (st.early_events.size() >= 10000)
-      st.early_events.erase(st.early_events.begin());
-    st.early_events.push_back(ke);
-    return;
-  }
   gpu_event ev;
   for (auto k : {gpu_event_kind::xid, gpu_event_kind::fallen_off_bus,
                  gpu_event_kind::amd_reset_begin, gpu_event_kind::amd_reset_succeeded,
-                 gpu_event_kind::amd_reset_failed, gpu_event_kind::amd_ring_timeout})
+                 gpu_event_kind::amd_reset_failed, gpu_event_kind::amd_ring_timeout,
+                 gpu_event_kind::amd_vram_lost, gpu_event_kind::amd_ras_fatal,
+                 gpu_event_kind::gpu_identity})
     if (ke.kind() == to_string(k))
       ev.kind = k;
   ev.pci_address = ke.pci_address();
   if (ke.has_xid())
     ev.xid = ke.xid();
   ev.text = ke.text();
+  if (ev.kind == gpu_event_kind::gpu_identity)
+    ev.uuid = gpu_uuid_in(ev.text);
   ev.sequence = ke.sequence();
   ev.timestamp_us = ke.timestamp_us();
+  ev.part = ke.part();
+  ev.after_jump = ke.after_jump();
   auto latched = st.latches->on_event(ev, st.gpus, st.config.clock->now_unix_ms());
   if (!latched) {
     spdlog::error("agent {}: cannot store a fault latch: {}",
@@ -386,9 +415,39 @@ void on_worker_orders(agent_ptr self, v1::WorkerOrders& part) {
                              self->clock().now());
     *held = st.workers->statuses(name);
   }
+  latch_hand_over_failures(self);
   v1::Frame frame;
   *frame.mutable_worker_statuses() = std::move(*held);
   send_frame(self, frame);
+}
+
+/// Latches every GPU whose hand-over failed (issue 18, rule 3) and reports
+/// a new latch at once, so work stops landing on it.
+void latch_hand_over_failures(agent_ptr self) {
+  auto& st = self->state;
+  if (!st.supervisor)
+    return;
+  bool latched = false;
+  for (const auto& f : st.supervisor->take_hand_over_failures()) {
+    std::string pci;
+    for (const auto& g : st.gpus.gpus())
+      if (g.id() == f.gpu_id)
+        pci = g.pci_address();
+    if (!st.latches) {
+      spdlog::error("agent {}: GPU {}: {} (no latch store to fence it)",
+                    st.config.identity.name, f.gpu_id, f.reason);
+      continue;
+    }
+    auto added = st.latches->on_hand_over_failure(f.gpu_id, pci, f.reason, f.evidence,
+                                                  st.config.clock->now_unix_ms());
+    if (!added)
+      spdlog::error("agent {}: cannot latch GPU {}: {}", st.config.identity.name, f.gpu_id,
+                    render_error(added.error()));
+    else
+      latched = latched || *added;
+  }
+  if (latched && st.welcomed)
+    send_report(self, false);
 }
 
 /// Checks the workers and reports a change at once.
@@ -403,6 +462,7 @@ void supervise_now(agent_ptr self) {
     *frame.mutable_worker_statuses() = st.workers->statuses(st.config.identity.name);
     send_frame(self, frame);
   }
+  latch_hand_over_failures(self);
 }
 
 /// The supervisor's timer.
@@ -523,6 +583,7 @@ void on_frame(agent_ptr self, v1::Frame& frame) {
           spdlog::error("agent {}: cannot keep the Xid policy: {}", name,
                         render_error(err));
       st.welcomed = true;
+      adopt_report_interval(self, frame.welcome());
       st.address = st.config.advertise_address;
       if (st.address.empty()) {
         auto route = route_source_address(st.config.controller_host,
@@ -573,12 +634,15 @@ void start_discovery(agent_ptr self) {
   self->delayed_send(self, bound, atom::probe_due_v, st.pass);
 }
 
-/// Handles the kernel events held back until GPUs were known.
-void drain_early_events(agent_ptr self) {
-  auto early = std::move(self->state.early_events);
-  self->state.early_events.clear();
-  for (const auto& ke : early)
-    on_kernel_event(self, ke);
+/// The kernel log's backlog was read (or its bound passed): the first
+/// discovery pass starts now, so the first GPU report already carries every
+/// fault the log held.
+void on_kmsg_caught_up(agent_ptr self) {
+  auto& st = self->state;
+  if (st.first_pass_started)
+    return;
+  st.first_pass_started = true;
+  start_discovery(self);
 }
 
 void on_discovered(agent_ptr self, v1::GpuSection& section) {
@@ -597,7 +661,6 @@ void on_discovered(agent_ptr self, v1::GpuSection& section) {
   st.gpus_known = true;
   if (st.supervisor && changed)
     st.supervisor->sync_cdi(st.gpus, st.config.host.root);
-  drain_early_events(self);
   if (changed)
     send_report(self);
 }
@@ -615,7 +678,6 @@ void on_discovery_deadline(agent_ptr self, uint64_t pass) {
   for (auto& g : *st.gpus.mutable_gpus())
     set_read_status(g, gpu_read_status::unresponsive);
   st.gpus_known = true;
-  drain_early_events(self);
   send_report(self);
 }
 
@@ -670,16 +732,25 @@ agent_actor::behavior_type agent(agent_actor::stateful_broker_pointer<agent_stat
         ke.set_text(ev.text);
         ke.set_sequence(ev.sequence);
         ke.set_timestamp_us(ev.timestamp_us);
+        ke.set_part(ev.part);
+        ke.set_after_jump(ev.after_jump);
         caf::anon_send(handle, std::move(ke));
       },
       [path](std::string error) {
         spdlog::warn("agent: kernel log {}: {}", path, error);
-      });
+      },
+      // Sent after the backlog's events, from the same thread: they are in
+      // the mailbox before it.
+      [handle] { caf::anon_send(handle, atom::complete_v); });
     self->state.kmsg->start();
+    self->delayed_send(self, self->state.config.kmsg_catch_up_bound, atom::complete_v);
+  } else {
+    on_kmsg_caught_up(self);
   }
-  start_discovery(self);
   self->send(self, atom::reconnect_v);
-  self->delayed_send(self, self->state.config.report_interval, atom::tick_v);
+  self->state.report_interval = self->state.config.report_interval;
+  self->state.report_due = self->clock().now() + self->state.report_interval;
+  self->delayed_send(self, self->state.report_interval, atom::tick_v);
   return {
     [self](atom::reconnect) {
       auto& st = self->state;
@@ -710,13 +781,26 @@ agent_actor::behavior_type agent(agent_actor::stateful_broker_pointer<agent_stat
     },
     [self](v1::GpuSection& section) { on_discovered(self, section); },
     [self](v1::KernelEvent& ev) { on_kernel_event(self, ev); },
+    [self](atom::complete) { on_kmsg_caught_up(self); },
     [self](atom::probe_due, uint64_t pass) { on_discovery_deadline(self, pass); },
     [self](atom::supervise) { on_supervise(self); },
     [self](atom::job_done, uint64_t job) { on_job_done(self, job); },
     [self](atom::tick) {
+      auto& st = self->state;
+      auto now = self->clock().now();
+      // A tick from before the interval was shortened: not due yet.
+      if (now < st.report_due)
+        return;
       send_report(self, true);
-      start_discovery(self);
-      self->delayed_send(self, self->state.config.report_interval, atom::tick_v);
+      if (st.first_pass_started)
+        start_discovery(self);
+      // By deadline: the next report is due one interval after this one
+      // was, however long this one took.
+      st.report_due = next_report_due(st.report_due, now, st.report_interval);
+      auto after = self->clock().now();
+      self->delayed_send(self,
+                         st.report_due > after ? st.report_due - after : caf::timespan{0},
+                         atom::tick_v);
     },
     [self](caf::io::new_data_msg& msg) {
       auto& st = self->state;

@@ -88,6 +88,9 @@ struct agent_config {
   std::string advertise_address;
   /// The kernel log to watch for GPU faults; empty: none.
   std::string kmsg_path = "/dev/kmsg";
+  /// How long the first discovery pass waits at most for the kernel log's
+  /// backlog to be read (it starts as soon as it is).
+  caf::timespan kmsg_catch_up_bound = std::chrono::seconds{2};
   /// How workers are run (runtime/workers/worker_supervisor.hpp); an empty
   /// `data_dir` runs none (workers stay Assigned).
   supervisor_options workers;
@@ -112,6 +115,11 @@ struct agent_state {
   bool welcomed = false;                  ///< the gate accepted the hello
   uint32_t pending_body = 0;              ///< body bytes being read; 0 = header
   uint64_t sequence = 0;                  ///< reports sent by this agent run
+  /// The interval reports are sent at: report.interval, or the controller's
+  /// longest when that is shorter (actors/agent/report_schedule.hpp).
+  caf::timespan report_interval{0};
+  /// When the next report is due, on the actor clock (by deadline: no drift).
+  caf::actor_clock::time_point report_due{};
   caf::timespan backoff{};                ///< next reconnect delay
   uint32_t failed_attempts = 0;           ///< connection attempts since last success
   probe_actor probe;                      ///< GPU discovery, on its own thread
@@ -138,8 +146,8 @@ struct agent_state {
   static constexpr size_t max_jobs_running = 4;
   std::string address;                    ///< advertised in reports (MASTER_ADDR)
   std::unique_ptr<kmsg_reader> kmsg;      ///< the kernel-log reader thread
-  /// Kernel events that arrived before the first discovery pass.
-  std::vector<v1::KernelEvent> early_events;
+  /// The first discovery pass was started (after the kernel log's backlog).
+  bool first_pass_started = false;
 };
 
 /// The agent's behaviour (its handlers: `agent_actor` in

@@ -1,5 +1,7 @@
 #include "actors/controller/controller.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 
 #include <unistd.h>
@@ -120,6 +122,11 @@ start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
   gc.hello_timeout = cfg.hello_timeout;
   gc.request_timeout = cfg.request_timeout;
   gc.cluster_name = cfg.cluster_name;
+  gc.heartbeat_lapse = cfg.heartbeat_lapse;
+  gc.report_interval = cfg.heartbeat_report_interval;
+  gc.report_interval_seconds = static_cast<uint32_t>(
+    std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::seconds>(
+                           cfg.heartbeat_report_interval).count()));
   gc.cluster = out.cluster;
   gc.xid_policy = policy.table();
   gc.identity = out.identity;
@@ -227,6 +234,8 @@ caf::expected<agent_actor> start_agent(caf::actor_system& sys,
   w.cdi.static_dir = cfg.cdi_static_dir;
   w.cdi.dynamic_dir = cfg.cdi_dynamic_dir;
   w.cdi.nvidia_ctk = cfg.nvidia_ctk;
+  // Device nodes are checked under the host root too (issue 18, rule 3).
+  w.cdi.host_root = cfg.host_root;
   ac.worker_poll = cfg.worker_poll;
   return spawn_agent(sys, std::move(ac));
 }

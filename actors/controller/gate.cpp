@@ -139,6 +139,12 @@ void welcome(gate_ptr self, connection_handle hdl) {
   w->set_controller_version(ASTRAEUS_VERSION);
   w->set_cluster(cfg.cluster_name);
   w->set_report_interval_seconds(cfg.report_interval_seconds);
+  using std::chrono::duration_cast;
+  using std::chrono::milliseconds;
+  w->set_heartbeat_lapse_ms(
+    static_cast<uint64_t>(duration_cast<milliseconds>(cfg.heartbeat_lapse).count()));
+  w->set_report_interval_ms(
+    static_cast<uint64_t>(duration_cast<milliseconds>(cfg.report_interval).count()));
   *w->mutable_xid_policy() = cfg.xid_policy;
   auto i = self->state.connections.find(hdl);
   if (i != self->state.connections.end() && i->second.role == v1::CLI)

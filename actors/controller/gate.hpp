@@ -49,6 +49,10 @@ struct gate_config {
   caf::timespan request_timeout = std::chrono::seconds{10};
   /// Report interval agents are told in the welcome, in seconds.
   uint32_t report_interval_seconds = 10;
+  /// The heartbeat lapse and the longest report interval agents may use,
+  /// told in the welcome (issue 18, rule 10); zero: not told.
+  caf::timespan heartbeat_lapse{0};
+  caf::timespan report_interval{0};
   /// Cluster name sent in the welcome.
   std::string cluster_name = "default";
   /// The fleet's Xid policy, sent to agents in the welcome.

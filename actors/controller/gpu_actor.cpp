@@ -36,6 +36,13 @@ void judge(gpu_actor::stateful_pointer<gpu_state> self) {
   auto before = st.verdict;
   st.verdict = evaluate_health(st.facts, st.history, !st.holder.empty(),
                                st.clock->now_unix_ms());
+  // A field that keeps reading [Unknown Error] makes a usable GPU at risk.
+  if (!st.read_error_reasons.empty()
+      && (st.verdict.health == gpu_health::healthy || st.verdict.health == gpu_health::at_risk)) {
+    st.verdict.health = gpu_health::at_risk;
+    st.verdict.reasons.insert(st.verdict.reasons.end(), st.read_error_reasons.begin(),
+                              st.read_error_reasons.end());
+  }
   if (st.verdict.health == before.health && st.verdict.reasons == before.reasons)
     return;
   if (st.verdict.health != before.health)
@@ -71,6 +78,7 @@ gpu_actor::behavior_type gpu(gpu_actor::stateful_pointer<gpu_state> self,
       st.facts = std::move(facts);
       st.last_seen_unix_ms = st.clock->now_unix_ms();
       st.history.add(st.facts, self->clock().now(), health_thresholds{}.window);
+      st.read_error_reasons = st.read_errors.take(st.facts);
       judge(self);
     },
     [self](atom::machine_up, bool up) { self->state.machine_up = up; },

@@ -13,6 +13,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include "actors/controller/gpu_health.hpp"
+#include "actors/controller/gpu_read_errors.hpp"
 #include "actors/interfaces.hpp"
 #include "messages/astraeus.pb.h"
 #include "runtime/process/wall_clock.hpp"
@@ -37,6 +38,10 @@ struct gpu_state {
   gpu_health_history history;
   /// Health and why, from the last facts.
   health_verdict verdict;
+  /// Fields nvidia-smi keeps reading as [Unknown Error], and the at-risk
+  /// reasons they give now (issue 18, rule 6).
+  gpu_read_errors read_errors;
+  std::vector<std::string> read_error_reasons;
   /// Its machine actor, told when the health changes.
   machine_actor machine_handle;
   /// The wall clock of `last_seen_unix_ms` and of the incidents' 24 h

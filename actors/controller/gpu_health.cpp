@@ -1,5 +1,7 @@
 #include "actors/controller/gpu_health.hpp"
 
+#include "messages/gpu_read.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -97,6 +99,17 @@ health_verdict evaluate_health(const v1::Gpu& g, const gpu_health_history& h,
     out.health = gpu_health::faulty;
     return out;
   }
+  // Faulty: a GPU that does not answer its driver (lost, hung NVML calls,
+  // a driver that cannot be read) is never placed, so never Healthy. A hang
+  // that persists is latched on the machine (fault_latches); a short one is
+  // shown here and clears with the next good read.
+  if (auto status = read_status(g); !answers(status)) {
+    out.health = gpu_health::faulty;
+    out.reasons.push_back(std::string{to_string(status)} + ": "
+                          + (g.status_detail().empty() ? "it does not answer its driver"
+                                                       : g.status_detail()));
+    return out;
+  }
   // Foreign: memory in use that Astraeus did not hand out.
   if (!assigned && g.has_memory_total_bytes() && g.has_memory_used_bytes()
       && g.memory_total_bytes() > 0) {
@@ -128,7 +141,22 @@ health_verdict evaluate_health(const v1::Gpu& g, const gpu_health_history& h,
                           + std::to_string(hot.count() % 60) + " s in 24 h (> "
                           + std::to_string(limits.thermal_slowdown_24h.count() / 60)
                           + " min)");
-  if (g.has_temperature_c() && g.temperature_c() >= limits.temperature_c) {
+  if (g.temperatures_size() > 0) {
+    // Sensors by label (AMD): the seed's threshold is written for the edge
+    // sensor; junction and memory run hotter by design and are judged
+    // against their own critical limit, where the driver gives one.
+    for (const auto& t : g.temperatures()) {
+      if (t.label() == "edge" && t.celsius() >= limits.temperature_c)
+        std::snprintf(buf, sizeof(buf), "edge temperature %.0f °C (>= %.0f °C)", t.celsius(),
+                      limits.temperature_c);
+      else if (t.label() != "edge" && t.has_critical_c() && t.celsius() >= t.critical_c())
+        std::snprintf(buf, sizeof(buf), "%s temperature %.0f °C (>= its critical %.0f °C)",
+                      t.label().c_str(), t.celsius(), t.critical_c());
+      else
+        continue;
+      out.reasons.emplace_back(buf);
+    }
+  } else if (g.has_temperature_c() && g.temperature_c() >= limits.temperature_c) {
     std::snprintf(buf, sizeof(buf), "temperature %.0f °C (>= %.0f °C)",
                   g.temperature_c(), limits.temperature_c);
     out.reasons.emplace_back(buf);

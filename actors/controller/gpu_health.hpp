@@ -2,7 +2,9 @@
 /// @file
 /// A GPU's health as the scheduler acts on it (shared/seeds/gpus.md,
 /// "Health", "At risk", "Used outside Astraeus"; machines.md, "GPU health"):
-/// - `Faulty`: a fault is latched on its machine (fenced: never assigned);
+/// - `Faulty`: a fault is latched on its machine (fenced: never assigned),
+///   or it does not answer its driver (`lost`, `unresponsive`,
+///   `unavailable`: "unresponsive: <why>"; never "Healthy (unresponsive)");
 /// - `Foreign`: more than 10 % of its memory in use while Astraeus has not
 ///   assigned it (not assigned until freed);
 /// - `AtRisk`: over the last 24 h more than 50 correctable memory errors,

@@ -10,6 +10,7 @@
 
 #include "actors/gather.hpp"
 #include "actors/controller/gpu_actor.hpp"
+#include "actors/controller/machine_inventory.hpp"
 #include "actors/scheduler/placement.hpp"
 #include "messages/error.hpp"
 #include "messages/gpu_health_state.hpp"
@@ -167,6 +168,11 @@ v1::MachineView machine_state::view() const {
   *out.mutable_labels() = rec.labels();
   out.set_agent_version(rec.agent_version());
   out.set_connected(session != 0);
+  for (const auto& a : set_aside)
+    *out.add_set_aside_gpus() = a;
+  for (const auto& w : inventory_warnings)
+    out.add_inventory_warnings(w);
+  out.set_flaps(flaps);
   // "GPUs healthy" is the controller's judgement, not the agent's.
   auto* section = out.mutable_facts()->mutable_gpus();
   auto* conds = section->mutable_conditions();
@@ -286,6 +292,9 @@ void set_liveness(machine_ptr self, v1::Machine::State next, const char* why) {
     self->send(g, atom::machine_up_v, next == v1::Machine::Up);
   auto before = st.liveness;
   st.liveness = next;
+  // Down and back Up: a flap (a heartbeat lapse too short for the reports).
+  if (before == v1::Machine::Down && next == v1::Machine::Up)
+    ++st.flaps;
   if (next == v1::Machine::Down)
     st.last_statuses.clear();
   if (st.config.record.maintenance()) {
@@ -327,6 +336,11 @@ bool take_report(machine_ptr self, v1::MachineReport& report) {
   st.last_report = self->clock().now();
   st.last_report_unix_ms = st.config.clock->now_unix_ms();
   st.facts = std::move(*report.mutable_facts());
+  auto warnings = fold_repeated_gpus(*st.facts.mutable_gpus());
+  if (warnings != st.inventory_warnings)
+    for (const auto& w : warnings)
+      spdlog::warn("machine {}: {}", st.config.record.name(), w);
+  st.inventory_warnings = std::move(warnings);
   auto was_pressured = st.pressure.memory || st.pressure.disk;
   st.pressure = evaluate_pressure(st.facts, st.config.pressure);
   auto pressured = st.pressure.memory || st.pressure.disk;
@@ -612,6 +626,10 @@ machine(machine_actor::stateful_pointer<machine_state> self,
       return clear_fault(self, gpu_id);
     },
     [self](atom::lapse) { on_lapse(self); },
+    [self](v1::SchedulerNotes& notes) {
+      auto& st = self->state;
+      st.set_aside.assign(notes.set_aside().begin(), notes.set_aside().end());
+    },
   };
 }
 

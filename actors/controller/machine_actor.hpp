@@ -95,6 +95,12 @@ struct machine_state {
   /// cleared when the agent disconnects or the machine goes Down, so the
   /// first list after its return always reaches the scheduler).
   std::string last_statuses;
+  /// The GPUs the scheduler set aside, with why (its last SchedulerNotes).
+  std::vector<v1::SetAsideGpu> set_aside;
+  /// What the last report's GPU list had wrong (a GPU listed twice).
+  std::vector<std::string> inventory_warnings;
+  /// Times the machine came back Up after Down since this actor started.
+  uint32_t flaps = 0;
 
   /// What the scheduler places by: schedulable, labels, GPUs and health.
   /// The labels are the machine's, plus topology.astraeus.io/nvlink-domain

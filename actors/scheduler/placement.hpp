@@ -34,6 +34,7 @@
 #include <string_view>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -241,15 +242,18 @@ public:
   /// Replaces the GPUs of `m`. A GPU keeps its slot while its id stays; a
   /// free GPU that is no longer listed is forgotten; a held one stays held,
   /// unusable, until its allocation is released (or it is listed again).
-  /// NVLink peers are made symmetric. Fails on a GPU id of another machine,
-  /// a repeated id, or more than 64 slots.
+  /// NVLink peers are made symmetric. GPUs are keyed by (machine, id): an id
+  /// another machine lists too is no conflict here (the scheduler sets
+  /// aside real UUIDs two machines claim). Fails on a repeated id or more
+  /// than 64 slots.
   caf::error set_gpus(machine_id m, const std::vector<gpu_spec>& gpus);
 
   /// Removes `m` (its name may then be added again). Fails while any of its
   /// GPUs is held.
   caf::error remove_machine(machine_id m);
 
-  /// Sets the health of the GPU with id `gpu_id`.
+  /// Sets the health of the GPU with id `gpu_id` (the first machine listing
+  /// it; ids are unique only within a machine).
   caf::error set_gpu_health(std::string_view gpu_id, gpu_health health);
 
   /// Sets the health of GPU `gpu`.
@@ -259,8 +263,11 @@ public:
 
   /// The machine named `name`, if any (removed machines are not found).
   std::optional<machine_id> find_machine(std::string_view name) const;
-  /// The GPU with id `gpu_id`, if any.
+  /// The GPU with id `gpu_id` on the first machine listing it, if any; ids
+  /// are unique only within a machine, so prefer the two-argument form.
   std::optional<gpu_ref> find_gpu(std::string_view gpu_id) const;
+  /// The GPU with id `gpu_id` on machine `m`, if any.
+  std::optional<gpu_ref> find_gpu(machine_id m, std::string_view gpu_id) const;
   /// Machine ids issued so far (ids are 0 .. this - 1).
   size_t machine_ids() const;
   /// The name of `m` (empty for an unknown id).
@@ -319,6 +326,12 @@ public:
   /// scheduler re-adopts running workers after a restart.
   caf::expected<allocation_id> restore(std::string owner,
                                        const std::vector<std::string>& gpu_ids);
+
+  /// Holds the GPUs named by (machine name, GPU id) for `owner`, as `hold`
+  /// does: ids are unique only within a machine (PCI addresses repeat on
+  /// identical machines), so the scheduler restores by both.
+  caf::expected<allocation_id>
+  restore(std::string owner, const std::vector<std::pair<std::string, std::string>>& gpus);
 
   /// Frees every GPU of allocation `a` (the only way GPUs become free).
   caf::error release(allocation_id a);

@@ -155,7 +155,7 @@ caf::expected<allocation_id> placement_index::hold(std::string owner,
         return caf::make_error(ec::no_such_machine,
                                "no GPU in slot " + std::to_string(s) + " of machine " + m.name);
       if (m.gpus[s].holder != 0)
-        return invalid("GPU " + *m.gpus[s].id + " is already held by allocation " +
+        return invalid("GPU " + std::string{m.gpus[s].name()} + " is already held by allocation " +
                        std::to_string(m.gpus[s].holder));
     }
   }
@@ -171,6 +171,20 @@ caf::expected<allocation_id> placement_index::restore(std::string owner,
     auto ref = find_gpu(id);
     if (!ref)
       return caf::make_error(ec::no_such_machine, "no GPU " + id);
+    sets.push_back({ref->machine, bit(ref->slot)});
+  }
+  return hold(std::move(owner), sets);
+}
+
+caf::expected<allocation_id>
+placement_index::restore(std::string owner,
+                         const std::vector<std::pair<std::string, std::string>>& gpus) {
+  std::vector<gpu_set> sets;
+  for (const auto& [machine, id] : gpus) {
+    auto m = find_machine(machine);
+    auto ref = m ? find_gpu(*m, id) : std::nullopt;
+    if (!ref)
+      return caf::make_error(ec::no_such_machine, "no GPU " + id + " on machine " + machine);
     sets.push_back({ref->machine, bit(ref->slot)});
   }
   return hold(std::move(owner), sets);

@@ -106,14 +106,11 @@ caf::error placement_index::state::check_gpu_list(machine_id id, const std::vect
     for (size_t j = 0; j < i; ++j)
       if (gpus[j].id == g.id)
         return invalid("GPU " + g.id + " is listed twice");
-    auto it = gpu_by_id.find(g.id);
+    auto it = gpu_by_id.find(gpu_key(id, g.id));
     if (it == gpu_by_id.end()) {
       ++fresh;
       continue;
     }
-    if (it->second.machine != id)
-      return invalid("GPU " + g.id + " is already on machine " +
-                     machines[it->second.machine].name);
     listed_slot[it->second.slot] = true;
   }
   unsigned occupied = 0;
@@ -140,7 +137,7 @@ void placement_index::state::apply_gpu_list(machine_id id, const std::vector<gpu
   counts before = count_of(m);
   std::vector<int> slot_of(gpus.size(), -1);
   for (size_t i = 0; i < gpus.size(); ++i) {
-    auto it = gpu_by_id.find(gpus[i].id);
+    auto it = gpu_by_id.find(gpu_key(id, gpus[i].id));
     if (it != gpu_by_id.end())
       slot_of[i] = it->second.slot;
   }
@@ -165,7 +162,7 @@ void placement_index::state::apply_gpu_list(machine_id id, const std::vector<gpu
         ++s;
       if (s == m.gpus.size())
         m.gpus.emplace_back();
-      auto [it, added] = gpu_by_id.emplace(gpus[i].id, gpu_ref{id, static_cast<uint8_t>(s)});
+      auto [it, added] = gpu_by_id.emplace(gpu_key(id, gpus[i].id), gpu_ref{id, static_cast<uint8_t>(s)});
       m.gpus[s].id = &it->first;
       slot_of[i] = static_cast<int>(s);
     }
@@ -337,7 +334,16 @@ std::optional<machine_id> placement_index::find_machine(std::string_view name) c
 }
 
 std::optional<gpu_ref> placement_index::find_gpu(std::string_view gpu_id) const {
-  auto it = st_->gpu_by_id.find(std::string{gpu_id});
+  // An id is only unique within its machine: the first machine listing it.
+  for (machine_id m = 0; m < st_->machines.size(); ++m)
+    if (!st_->machines[m].removed)
+      if (auto ref = find_gpu(m, gpu_id))
+        return ref;
+  return std::nullopt;
+}
+
+std::optional<gpu_ref> placement_index::find_gpu(machine_id m, std::string_view gpu_id) const {
+  auto it = st_->gpu_by_id.find(gpu_key(m, gpu_id));
   if (it == st_->gpu_by_id.end())
     return std::nullopt;
   return it->second;
@@ -384,8 +390,7 @@ gpu_mask placement_index::free_gpus(machine_id m, bool with_at_risk) const {
 std::string_view placement_index::gpu_id(gpu_ref g) const {
   if (g.machine >= st_->machines.size() || g.slot >= st_->machines[g.machine].gpus.size())
     return {};
-  const auto* id = st_->machines[g.machine].gpus[g.slot].id;
-  return id ? std::string_view{*id} : std::string_view{};
+  return st_->machines[g.machine].gpus[g.slot].name();
 }
 
 std::vector<std::string> placement_index::gpu_ids(machine_id m, gpu_mask gpus) const {

@@ -22,6 +22,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -60,9 +61,27 @@ inline constexpr uint32_t slots_per_machine = tier_count * 2;
 inline constexpr uint32_t not_member = UINT32_MAX;
 inline constexpr int64_t never = std::numeric_limits<int64_t>::max();
 
+/// The key of GPU `id` of machine `m` in `gpu_by_id`: GPUs are keyed by
+/// (machine, id), so identical machines whose GPUs are named by PCI address
+/// (the same on each) never collide (issue 18, rule 1).
+inline std::string gpu_key(machine_id m, std::string_view id) {
+  std::string key(sizeof(machine_id), '\0');
+  for (size_t i = 0; i < sizeof(machine_id); ++i)
+    key[i] = static_cast<char>((m >> (8 * i)) & 0xff);
+  key.append(id.data(), id.size());
+  return key;
+}
+
+/// The GPU id part of a `gpu_key`.
+inline std::string_view gpu_name_of_key(const std::string& key) {
+  return std::string_view{key}.substr(sizeof(machine_id));
+}
+
 /// One GPU slot of a machine.
 struct gpu_rec {
-  const std::string* id = nullptr; ///< the key in gpu_by_id (node-stable); null = empty slot
+  const std::string* id = nullptr; ///< the key in gpu_by_id (`gpu_key`, node-stable); null = empty slot
+  /// The GPU's id as its machine reported it (empty for an empty slot).
+  std::string_view name() const { return id ? gpu_name_of_key(*id) : std::string_view{}; }
   gpu_mask nvlink = 0;             ///< NVLink peers (symmetric)
   allocation_id holder = 0;        ///< 0 = free
   int16_t numa = -1;               ///< NUMA node; -1 unknown
@@ -222,7 +241,7 @@ struct placement_index::state {
   placement_options options;
   std::vector<machine_rec> machines;
   std::unordered_map<std::string, machine_id> machine_by_name;
-  std::unordered_map<std::string, gpu_ref> gpu_by_id;
+  std::unordered_map<std::string, gpu_ref> gpu_by_id; ///< by `gpu_key` (machine, id)
   std::unordered_map<std::string, uint32_t> label_ids;
   std::array<std::unordered_map<std::string, uint32_t>, placement_detail::t_cluster> group_ids;
   std::map<std::vector<uint32_t>, uint32_t> selector_by_labels;

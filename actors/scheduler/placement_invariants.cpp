@@ -34,7 +34,7 @@ std::string placement_index::check_invariants() const {
         ++gpus_with_ids;
         auto it = S.gpu_by_id.find(*g.id);
         if (it == S.gpu_by_id.end() || it->second.machine != id || it->second.slot != s ||
-            &it->first != g.id)
+            &it->first != g.id || *g.id != gpu_key(id, g.name()))
           return fail("GPU id map disagrees for slot " + std::to_string(s) + " of " + m.name);
       } else if (g.present || g.holder) {
         return fail("slot " + std::to_string(s) + " of " + m.name + " is used without an id");
@@ -45,7 +45,7 @@ std::string placement_index::check_invariants() const {
         held |= bit(s);
         const alloc_rec* a = S.find_alloc(g.holder);
         if (!a || a->suspended)
-          return fail("GPU " + *g.id + " held by a dead or suspended allocation");
+          return fail("GPU " + std::string{g.name()} + " held by a dead or suspended allocation");
         seen[g.holder].push_back({id, bit(s)});
       }
       if (g.present) {

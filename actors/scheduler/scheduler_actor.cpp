@@ -137,6 +137,8 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
     [self](atom::attach, const std::string& machine, machine_actor& handle) {
       auto& st = self->state;
       st.machines[machine] = std::move(handle);
+      // A new machine actor has been told nothing yet.
+      st.notes_sent.erase(machine);
       // Its worker set, even an empty one: the agent drops what it holds
       // for runs that ended meanwhile.
       mark_machine(self, machine);

@@ -53,6 +53,7 @@
 
 #include "actors/interfaces.hpp"
 #include "actors/scheduler/placement.hpp"
+#include "actors/scheduler/scheduler_inventory.hpp"
 #include "messages/astraeus.pb.h"
 #include "messages/run_state.hpp"
 #include "messages/worker_state.hpp"
@@ -81,8 +82,8 @@ struct scheduler_config {
 /// A stored placed run whose GPUs are not all known yet (after a restart):
 /// the GPUs that appeared are held piecewise until every one is there.
 struct run_restore {
-  /// GPU ids not held yet.
-  std::set<std::string> missing;
+  /// (machine, GPU id) pairs not held yet.
+  std::set<std::pair<std::string, std::string>> missing;
   /// Holds on the GPUs that appeared so far.
   std::vector<allocation_id> pieces;
 };
@@ -111,6 +112,13 @@ struct scheduler_state {
   std::map<std::string, std::string> cpu_waiting_reason;
   /// The attached machine actors by machine name.
   std::map<std::string, machine_actor> machines;
+  /// The last snapshot of each machine (re-indexed when another machine
+  /// starts or stops reporting a UUID it reports too).
+  std::map<std::string, v1::SchedulerMachine> snapshots;
+  /// The real GPU UUIDs each machine reports (issue 18, rule 1).
+  gpu_claims claims;
+  /// The set-aside notes last sent to each machine actor (wire bytes).
+  std::map<std::string, std::string> notes_sent;
   /// What the last snapshot of each machine said: address, Down.
   struct machine_facts {
     std::string address;

@@ -44,8 +44,9 @@ void mark(self_ptr self, const std::string& run);
 /// Marks `machine` for a new worker set after the group commit.
 void mark_machine(self_ptr self, const std::string& machine);
 
-/// The GPU ids the workers of copy `copy` (-2: all) hold.
-std::vector<std::string> held_gpu_ids(const v1::Run& run, int32_t copy = -2);
+/// The (machine, GPU id) pairs the workers of copy `copy` (-2: all) hold.
+std::vector<std::pair<std::string, std::string>> held_gpu_ids(const v1::Run& run,
+                                                              int32_t copy = -2);
 
 /// Records which machines a live run has workers on (and forgets a run
 /// that is no longer live); those machines get their new worker sets.

@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/scheduler/scheduler_internal.hpp"
+#include "actors/scheduler/scheduler_inventory.hpp"
 #include "messages/error.hpp"
 #include "runtime/process/wall_clock.hpp"
 #include "runtime/workers/run_spec.hpp"
@@ -66,23 +67,70 @@ run_outcome(const v1::Run& run,
 
 } // namespace
 
+/// Puts the last snapshot of machine `name` into the placement index: its
+/// labels and state always, its GPUs but those set aside (issue 18, rule 2);
+/// tells its machine actor which were set aside when that changed.
+void index_snapshot(self_ptr self, const std::string& name) {
+  auto& st = self->state;
+  auto snap = st.snapshots.find(name);
+  if (snap == st.snapshots.end())
+    return;
+  auto admitted = admit_snapshot(snap->second, st.claims);
+  auto put = [&](const machine_spec& spec) -> caf::error {
+    if (auto id = st.index->find_machine(name))
+      return st.index->update_machine(*id, spec);
+    if (auto added = st.index->add_machine(spec); !added)
+      return added.error();
+    return caf::none;
+  };
+  if (auto err = put(admitted.spec)) {
+    // The GPU list cannot be used: the machine's labels and state still
+    // reach the index, its GPUs are set aside with the reason.
+    spdlog::error("scheduler: GPUs of {} set aside: {}", name, render_error(err));
+    auto bare = admitted.spec;
+    bare.gpus.clear();
+    for (const auto& g : admitted.spec.gpus) {
+      auto* a = &admitted.set_aside.emplace_back();
+      a->set_id(g.id);
+      a->set_reason(render_error(err));
+    }
+    if (auto again = put(bare))
+      spdlog::error("scheduler: machine {} not indexed: {}", name, render_error(again));
+  }
+  for (const auto& a : admitted.set_aside)
+    spdlog::warn("scheduler: machine {}: GPU {} set aside: {}", name, a.id(), a.reason());
+  v1::SchedulerNotes notes;
+  notes.set_machine(name);
+  for (auto& a : admitted.set_aside)
+    *notes.add_set_aside() = std::move(a);
+  auto bytes = notes.SerializeAsString();
+  auto& sent = st.notes_sent[name];
+  auto handle = st.machines.find(name);
+  // Nothing told yet means nothing set aside: an empty list is news only
+  // after a list that was not.
+  bool nothing_new = bytes == sent || (sent.empty() && notes.set_aside_size() == 0);
+  if (nothing_new || handle == st.machines.end())
+    return;
+  sent = std::move(bytes);
+  self->send(handle->second, std::move(notes));
+}
+
 void apply_snapshot(self_ptr self, v1::SchedulerMachine& m) {
   auto& st = self->state;
-  auto spec = machine_spec_of(m);
-  if (!spec) {
-    spdlog::error("scheduler: snapshot dropped: {}", render_error(spec.error()));
+  if (m.name().empty()) {
+    spdlog::error("scheduler: a snapshot without a machine name, ignored");
     return;
   }
-  caf::error err;
-  if (auto id = st.index->find_machine(m.name()))
-    err = st.index->update_machine(*id, *spec);
-  else if (auto added = st.index->add_machine(*spec); !added)
-    err = added.error();
-  if (err) {
-    spdlog::error("scheduler: snapshot of {} dropped: {}", m.name(),
-                  render_error(err));
-    return;
-  }
+  std::vector<std::string> ids;
+  for (const auto& g : m.gpus())
+    ids.push_back(g.id());
+  auto touched = st.claims.update(m.name(), ids);
+  st.snapshots[m.name()] = m;
+  index_snapshot(self, m.name());
+  // A UUID it now shares (or no longer shares) changes what the other
+  // machines may place onto too.
+  for (const auto& other : touched)
+    index_snapshot(self, other);
   auto& facts = st.machine_facts_by_name[m.name()];
   facts.address = m.address();
   facts.schedulable = m.schedulable() && !m.down();

@@ -105,18 +105,19 @@ void restore_pass(self_ptr self) {
     const auto& qname = it->first;
     auto& r = it->second;
     for (auto id = r.missing.begin(); id != r.missing.end();) {
-      auto g = st.index->find_gpu(*id);
+      auto m = st.index->find_machine(id->first);
+      auto g = m ? st.index->find_gpu(*m, id->second) : std::nullopt;
       if (!g || st.index->holder(*g) != 0) {
         if (g)
-          spdlog::error("scheduler: run {}: its GPU {} is held by {}", qname,
-                        *id,
+          spdlog::error("scheduler: run {}: its GPU {} on {} is held by {}", qname,
+                        id->second, id->first,
                         st.index->allocation_owner(st.index->holder(*g)));
         ++id;
         continue;
       }
       auto a = st.index->restore(qname, {*id});
       if (!a) {
-        spdlog::error("scheduler: run {}: cannot hold GPU {}: {}", qname, *id,
+        spdlog::error("scheduler: run {}: cannot hold GPU {}: {}", qname, id->second,
                       render_error(a.error()));
         ++id;
         continue;

@@ -47,13 +47,15 @@ void mark_machine(self_ptr self, const std::string& machine) {
   }
 }
 
-/// The GPU ids the workers of copy `copy` (-1: all) hold.
-std::vector<std::string> held_gpu_ids(const v1::Run& run, int32_t copy) {
-  std::vector<std::string> out;
+/// The (machine, GPU id) pairs the workers of copy `copy` (-2: all) hold:
+/// a GPU id is unique only within its machine.
+std::vector<std::pair<std::string, std::string>> held_gpu_ids(const v1::Run& run,
+                                                              int32_t copy) {
+  std::vector<std::pair<std::string, std::string>> out;
   for (const auto& w : run.workers())
     if (copy == -2 || w.array_index() == copy)
       for (const auto& id : w.gpu_ids())
-        out.push_back(id);
+        out.emplace_back(w.machine(), id);
   return out;
 }
 

@@ -34,6 +34,19 @@ const v1::Gpu* find_by_pci(const v1::GpuSection& s, const std::string& pci) {
   return nullptr;
 }
 
+/// Whom a stored latch belongs to: its GPU, else the PCI address it was
+/// latched against before a GPU was known there.
+std::string holder_of(const v1::FaultLatch& f) {
+  return f.gpu_id().empty() ? f.pci_address() : f.gpu_id();
+}
+
+/// Records remembered as handled in one run, at most.
+constexpr size_t max_handled = 4096;
+
+std::string record_key(const gpu_event& ev) {
+  return std::to_string(ev.sequence) + "/" + std::to_string(ev.part) + "/" + ev.text;
+}
+
 std::string kind_name(gpu_event_kind k) {
   std::string out = to_string(k);
   std::replace(out.begin(), out.end(), '_', '-');
@@ -127,8 +140,8 @@ caf::expected<fault_latches> fault_latches::load(std::shared_ptr<Store> store,
           return true;
         }
         auto rule = k.substr(k.rfind('/') + 1);
-        out.latches_[f.gpu_id()].push_back(f);
-        out.rules_[f.gpu_id()].push_back(rule);
+        out.latches_[holder_of(f)].push_back(f);
+        out.rules_[holder_of(f)].push_back(rule);
       } else if (k.rfind(incident_prefix, 0) == 0) {
         v1::GpuIncident inc;
         if (inc.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
@@ -140,8 +153,10 @@ caf::expected<fault_latches> fault_latches::load(std::shared_ptr<Store> store,
       } else if (k == position_key) {
         v1::KmsgPosition pos;
         if (pos.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))
-            && pos.boot_id() == out.boot_id_)
+            && pos.boot_id() == out.boot_id_) {
           out.position_ = pos.sequence();
+          out.position_part_ = pos.part();
+        }
       }
       return true;
     });
@@ -158,7 +173,7 @@ caf::error fault_latches::set_policy(const xid_policy& policy) {
 caf::expected<bool> fault_latches::latch(const std::string& rule,
                                          v1::FaultLatch fault,
                                          int64_t now_unix_ms, bool repeat) {
-  auto gpu = fault.gpu_id();
+  auto gpu = holder_of(fault);
   auto& list = latches_[gpu];
   auto& rules = rules_[gpu];
   auto i = std::find(rules.begin(), rules.end(), rule);
@@ -198,6 +213,20 @@ caf::expected<bool> fault_latches::latch(const std::string& rule,
   return is_new;
 }
 
+caf::expected<bool> fault_latches::on_hand_over_failure(const std::string& gpu_id,
+                                                        const std::string& pci_address,
+                                                        const std::string& reason,
+                                                        const std::string& evidence,
+                                                        int64_t now_unix_ms) {
+  v1::FaultLatch f;
+  f.set_gpu_id(gpu_id);
+  f.set_pci_address(pci_address);
+  f.set_reason(reason);
+  f.set_source("hand-over");
+  f.set_evidence(evidence);
+  return latch("hand-over", std::move(f), now_unix_ms, false);
+}
+
 caf::error fault_latches::record(v1::GpuIncident incident, int64_t now_unix_ms) {
   auto key = std::string{incident_prefix}
              + (incident.gpu_id().empty() ? "pci-" + incident.pci_address()
@@ -210,6 +239,7 @@ caf::error fault_latches::record(v1::GpuIncident incident, int64_t now_unix_ms) 
     slot = std::move(incident);
   } else {
     slot.set_text(incident.text());
+    slot.set_action(incident.action());  // an application Xid may turn at-risk
   }
   slot.set_count(slot.count() + 1);
   slot.set_last_seen_unix_ms(now_unix_ms);
@@ -227,12 +257,127 @@ caf::error fault_latches::record(v1::GpuIncident incident, int64_t now_unix_ms) 
   return caf::none;
 }
 
+std::string fault_latches::holder_for(const std::string& pci, const v1::Gpu* gpu,
+                                      const v1::GpuSection& known) const {
+  if (gpu != nullptr && !gpu->id().empty())
+    return gpu->id();
+  if (pci.empty())
+    return {};
+  // A GPU latched before at that address (lost, fallen off the bus).
+  for (const auto& [id, list] : latches_)
+    if (!list.empty() && list.front().pci_address() == pci)
+      return id;
+  // No GPU known there: the address itself, while discovery has not given
+  // every GPU (not yet, NVML hangs) or where the PCI bus shows a GPU the
+  // driver does not list. After a complete read, an address with nothing on
+  // the bus (an NVSwitch, a bridge) is no GPU: the event stays an incident.
+  bool bus_has = std::any_of(known.bus().begin(), known.bus().end(),
+                             [&](const v1::BusGpu& b) { return b.pci_address() == pci; });
+  if (!is_complete_read(read_as(known)) || bus_has)
+    return pci;
+  return {};
+}
+
+bool fault_latches::seen_before(const gpu_event& ev) const {
+  if (ev.sequence == 0)
+    return false;  // a plain dmesg line: no position to go by
+  if (handled_.count(record_key(ev)) > 0)
+    return true;
+  if (ev.after_jump)
+    return false;
+  return std::make_pair(ev.sequence, ev.part) <= std::make_pair(position_, position_part_);
+}
+
+void fault_latches::keep_position(const gpu_event& ev) {
+  if (ev.sequence == 0)
+    return;
+  position_ = ev.sequence;
+  position_part_ = ev.part;
+  auto key = record_key(ev);
+  if (handled_.insert(key).second) {
+    handled_order_.push_back(std::move(key));
+    if (handled_order_.size() > max_handled) {
+      handled_.erase(handled_order_.front());
+      handled_order_.pop_front();
+    }
+  }
+  v1::KmsgPosition pos;
+  pos.set_boot_id(boot_id_);
+  pos.set_sequence(position_);
+  pos.set_part(position_part_);
+  (void) store_->put(family::faults, position_key, pos, false);
+}
+
+caf::expected<bool> fault_latches::fold_fallen(const gpu_event& ev, const std::string& holder,
+                                               std::string& rule, std::string& reason,
+                                               int64_t now_unix_ms) {
+  // "GPU has fallen off the bus" is what Xid 79 means: the notice and the Xid
+  // line are several records of one event and fold into one latch, read
+  // "Xid 79 fault" whichever came first.
+  auto& rules = rules_[holder];
+  auto has = [&](const char* r) {
+    return std::find(rules.begin(), rules.end(), r) != rules.end();
+  };
+  if (ev.kind == gpu_event_kind::fallen_off_bus && has("xid-79")) {
+    rule = "xid-79";
+    reason = xid_fault_reason(79);
+    return false;
+  }
+  if (ev.kind != gpu_event_kind::xid || !has("driver-fault"))
+    return false;
+  auto& list = latches_[holder];
+  auto at = static_cast<size_t>(
+    std::find(rules.begin(), rules.end(), "driver-fault") - rules.begin());
+  if (list[at].evidence().find("fallen off the bus") == std::string::npos)
+    return false;
+  // Renamed to the Xid: its count and first sighting carry over.
+  auto old_latch = list[at];
+  v1::FaultLatch f = old_latch;
+  f.set_reason(reason);
+  f.set_xid(79);
+  f.set_evidence(ev.text);
+  f.set_count(old_latch.count() + 1);
+  f.set_last_seen_unix_ms(now_unix_ms);
+  if (auto err = store_->put(family::faults, latch_key(holder, rule), f, true))
+    return err;
+  if (auto err = store_->erase(family::faults, latch_key(holder, "driver-fault"), true))
+    return err;
+  list[at] = std::move(f);
+  rules[at] = rule;
+  return true;
+}
+
 caf::expected<bool> fault_latches::on_event(const gpu_event& ev,
                                             const v1::GpuSection& known,
                                             int64_t now_unix_ms) {
-  if (ev.sequence != 0 && ev.sequence <= position_)
+  if (seen_before(ev))
     return false;
+  if (ev.kind == gpu_event_kind::gpu_identity) {
+    // "GPU at PCI:...: GPU-<uuid>": latches held against the address get
+    // their UUID now, whether NVML lists the GPU or not.
+    v1::GpuSection named;
+    auto* g = named.add_gpus();
+    g->set_id(ev.uuid);
+    g->set_pci_address(ev.pci_address);
+    auto adopted = adopt(named);
+    if (adopted)
+      keep_position(ev);
+    return adopted;
+  }
   const auto* gpu = find_by_pci(known, ev.pci_address);
+  if (gpu == nullptr && ev.pci_address.empty() && ev.kind != gpu_event_kind::xid
+      && ev.kind != gpu_event_kind::fallen_off_bus) {
+    // An amdgpu line that names no device: the machine's only AMD GPU, if
+    // it has exactly one; otherwise it stays an unmapped incident.
+    const v1::Gpu* only = nullptr;
+    int amd = 0;
+    for (const auto& g : known.gpus())
+      if (g.vendor() == "amd" && ++amd == 1)
+        only = &g;
+    if (amd == 1)
+      gpu = only;
+  }
+  auto holder = holder_for(gpu != nullptr ? gpu->pci_address() : ev.pci_address, gpu, known);
   bool fences = false;
   std::string rule, reason;
   xid_action action = xid_action::record;
@@ -240,6 +385,8 @@ caf::expected<bool> fault_latches::on_event(const gpu_event& ev,
     case gpu_event_kind::xid:
       if (ev.xid) {
         action = policy_.action(*ev.xid);
+        if (policy_.application(*ev.xid) && many_processes(ev, holder, now_unix_ms))
+          action = xid_action::at_risk;
         fences = action == xid_action::fence;
         rule = "xid-" + std::to_string(*ev.xid);
         reason = xid_fault_reason(*ev.xid);
@@ -247,66 +394,54 @@ caf::expected<bool> fault_latches::on_event(const gpu_event& ev,
       break;
     case gpu_event_kind::fallen_off_bus:
     case gpu_event_kind::amd_reset_failed:
+    case gpu_event_kind::amd_vram_lost:
+    case gpu_event_kind::amd_ras_fatal:
       fences = true;
       action = xid_action::fence;
       rule = "driver-fault";
       reason = "driver fault: " + ev.text;
+      resets_begun_.erase(holder);
       break;
     case gpu_event_kind::amd_ring_timeout:
       action = xid_action::at_risk;
       break;
+    case gpu_event_kind::amd_reset_begin:
+      if (!holder.empty())
+        resets_begun_[holder] = {gpu != nullptr ? gpu->pci_address() : ev.pci_address,
+                                 now_unix_ms};
+      break;
+    case gpu_event_kind::amd_reset_succeeded:
+      resets_begun_.erase(holder);
+      break;
     default:
       break;
   }
-  // "GPU has fallen off the bus" is what Xid 79 means: the notice and the Xid
-  // line are several records of one event and fold into one latch, read
-  // "Xid 79 fault" whichever came first.
-  bool handled = false;
   bool fallen = ev.kind == gpu_event_kind::fallen_off_bus
                 || (ev.kind == gpu_event_kind::xid && ev.xid && *ev.xid == 79);
-  if (fences && gpu != nullptr && fallen) {
-    auto& rules = rules_[gpu->id()];
-    auto has = [&](const char* r) {
-      return std::find(rules.begin(), rules.end(), r) != rules.end();
-    };
-    if (ev.kind == gpu_event_kind::fallen_off_bus && has("xid-79")) {
-      rule = "xid-79";
-      reason = xid_fault_reason(79);
-    } else if (ev.kind == gpu_event_kind::xid && has("driver-fault")) {
-      auto& list = latches_[gpu->id()];
-      auto at = static_cast<size_t>(
-        std::find(rules.begin(), rules.end(), "driver-fault") - rules.begin());
-      if (list[at].evidence().find("fallen off the bus") != std::string::npos) {
-        // Renamed to the Xid: its count and first sighting carry over.
-        auto old_latch = list[at];
-        v1::FaultLatch f = old_latch;
-        f.set_reason(reason);
-        f.set_xid(79);
-        f.set_evidence(ev.text);
-        f.set_count(old_latch.count() + 1);
-        f.set_last_seen_unix_ms(now_unix_ms);
-        if (auto err = store_->put(family::faults, latch_key(gpu->id(), rule), f, true))
-          return err;
-        if (auto err = store_->erase(family::faults, latch_key(gpu->id(), "driver-fault"), true))
-          return err;
-        list[at] = std::move(f);
-        rules[at] = rule;
-        handled = true;
-      }
-    }
+  bool handled = false;
+  if (fences && !holder.empty() && fallen) {
+    auto folded = fold_fallen(ev, holder, rule, reason, now_unix_ms);
+    if (!folded)
+      return folded;
+    handled = *folded;
   }
   bool is_new = false;
   if (handled) {
     // Folded above into the latch of the same event.
-  } else if (fences && gpu != nullptr) {
+  } else if (fences && !holder.empty()) {
     v1::FaultLatch f;
-    f.set_gpu_id(gpu->id());
-    f.set_pci_address(gpu->pci_address());
+    if (holder != ev.pci_address)
+      f.set_gpu_id(holder);
+    f.set_pci_address(gpu != nullptr ? gpu->pci_address() : ev.pci_address);
     f.set_reason(reason);
     f.set_source("kernel-log");
     if (ev.xid)
       f.set_xid(*ev.xid);
     f.set_evidence(ev.text);
+    if (holder == ev.pci_address)
+      spdlog::warn("latch: no GPU known at {} yet; the fault is latched against the "
+                   "address and fences the GPU found there: {}",
+                   ev.pci_address, ev.text);
     auto r = latch(rule, std::move(f), now_unix_ms);
     if (!r)
       return r;
@@ -315,7 +450,7 @@ caf::expected<bool> fault_latches::on_event(const gpu_event& ev,
     v1::GpuIncident inc;
     if (gpu != nullptr)
       inc.set_gpu_id(gpu->id());
-    inc.set_pci_address(ev.pci_address);
+    inc.set_pci_address(gpu != nullptr ? gpu->pci_address() : ev.pci_address);
     inc.set_kind(kind_name(ev.kind));
     if (ev.xid)
       inc.set_xid(*ev.xid);
@@ -328,25 +463,151 @@ caf::expected<bool> fault_latches::on_event(const gpu_event& ev,
     if (auto err = record(std::move(inc), now_unix_ms))
       return err;
   }
-  if (ev.sequence != 0) {
-    position_ = ev.sequence;
-    v1::KmsgPosition pos;
-    pos.set_boot_id(boot_id_);
-    pos.set_sequence(position_);
-    (void) store_->put(family::faults, position_key, pos, false);
-  }
+  keep_position(ev);
   return is_new;
+}
+
+caf::expected<bool> fault_latches::adopt(const v1::GpuSection& section) {
+  bool changed = false;
+  for (const auto& g : section.gpus()) {
+    const auto& pci = g.pci_address();
+    if (g.id().empty() || pci.empty() || g.id() == pci)
+      continue;
+    auto held = latches_.find(pci);
+    if (held == latches_.end())
+      continue;
+    auto list = std::move(held->second);
+    auto rules = std::move(rules_[pci]);
+    latches_.erase(held);
+    rules_.erase(pci);
+    for (size_t i = 0; i < list.size(); ++i) {
+      auto f = list[i];
+      f.set_gpu_id(g.id());
+      auto& mine = latches_[g.id()];
+      auto& my_rules = rules_[g.id()];
+      auto at = std::find(my_rules.begin(), my_rules.end(), rules[i]);
+      if (at == my_rules.end()) {
+        mine.push_back(f);
+        my_rules.push_back(rules[i]);
+      } else {
+        // The GPU had it latched too: one latch, the counts added.
+        auto& same = mine[static_cast<size_t>(at - my_rules.begin())];
+        same.set_count(same.count() + f.count());
+        same.set_first_seen_unix_ms(std::min(same.first_seen_unix_ms(), f.first_seen_unix_ms()));
+        same.set_last_seen_unix_ms(std::max(same.last_seen_unix_ms(), f.last_seen_unix_ms()));
+        f = same;
+      }
+      if (auto err = store_->put(family::faults, latch_key(g.id(), rules[i]), f, true))
+        return err;
+      if (auto err = store_->erase(family::faults, latch_key(pci, rules[i]), true))
+        return err;
+    }
+    spdlog::warn("latch: GPU {} found at {}, where a fault was latched before it was "
+                 "known: it is Faulty",
+                 g.id(), pci);
+    changed = true;
+  }
+  return changed;
+}
+
+bool fault_latches::many_processes(const gpu_event& ev, const std::string& holder,
+                                   int64_t now_unix_ms) {
+  if (holder.empty())
+    return false;
+  // "pid=1234, name=python3": the pid names the process; without one
+  // ("pid='<unknown>'"), its name does.
+  auto field = [&](const char* key) -> std::string {
+    auto at = ev.text.find(key);
+    if (at == std::string::npos)
+      return {};
+    auto from = at + std::char_traits<char>::length(key);
+    auto to = ev.text.find_first_of(", ", from);
+    auto value = ev.text.substr(from, to == std::string::npos ? std::string::npos : to - from);
+    return value.empty() || value.find("unknown") != std::string::npos ? std::string{} : value;
+  };
+  auto process = field("pid=");
+  if (process.empty())
+    process = field("name=");
+  if (process.empty())
+    return false;
+  constexpr int64_t day_ms = 24 * 60 * 60 * 1000;
+  auto& seen = app_processes_[holder];
+  seen[process] = now_unix_ms;
+  for (auto i = seen.begin(); i != seen.end();)
+    i = now_unix_ms - i->second > day_ms ? seen.erase(i) : std::next(i);
+  return seen.size() >= policy_.application_processes();
+}
+
+caf::expected<bool> fault_latches::latch_unfinished_resets(int64_t now_unix_ms) {
+  bool added = false;
+  for (auto i = resets_begun_.begin(); i != resets_begun_.end();) {
+    const auto& [holder, begun] = *i;
+    if (now_unix_ms - begun.second <= amd_reset_window_ms) {
+      ++i;
+      continue;
+    }
+    v1::FaultLatch f;
+    if (holder != begun.first)
+      f.set_gpu_id(holder);
+    f.set_pci_address(begun.first);
+    f.set_source("kernel-log");
+    f.set_reason("driver fault: a GPU reset began and logged no success within "
+                 + std::to_string(amd_reset_window_ms / 1000) + " s");
+    f.set_evidence("amdgpu: GPU reset begin! without a \"GPU reset(...) succeeded!\" after it");
+    auto r = latch("amd-reset-unfinished", std::move(f), now_unix_ms);
+    if (!r)
+      return r;
+    added = added || *r;
+    i = resets_begun_.erase(i);
+  }
+  return added;
+}
+
+caf::expected<bool> fault_latches::latch_status(const v1::Gpu& g, int64_t now_unix_ms) {
+  auto status = read_status(g);
+  if (status != gpu_read_status::unresponsive)
+    unresponsive_passes_.erase(g.id());
+  v1::FaultLatch f;
+  f.set_gpu_id(g.id());
+  f.set_pci_address(g.pci_address());
+  f.set_source(g.vendor() == "amd" ? "sysfs" : "nvml");
+  if (status == gpu_read_status::lost) {
+    auto detail = g.status_detail().empty() ? std::string{"the driver says the GPU is lost"}
+                                            : g.status_detail();
+    f.set_reason("lost: " + detail);
+    f.set_evidence(detail);
+    auto& rules = rules_[g.id()];
+    if (std::find(rules.begin(), rules.end(), "lost") != rules.end())
+      return false;  // latched once; a lost GPU stays lost
+    return latch("lost", std::move(f), now_unix_ms, false);
+  }
+  if (status != gpu_read_status::unresponsive)
+    return false;
+  int passes = ++unresponsive_passes_[g.id()];
+  if (passes < unresponsive_passes_to_latch)
+    return false;
+  auto& rules = rules_[g.id()];
+  if (std::find(rules.begin(), rules.end(), "unresponsive") != rules.end())
+    return false;
+  f.set_reason("unresponsive: NVML calls hung for " + std::to_string(passes)
+               + " discovery passes in a row");
+  f.set_evidence(g.status_detail());
+  return latch("unresponsive", std::move(f), now_unix_ms, false);
 }
 
 caf::expected<bool> fault_latches::on_readings(const v1::GpuSection& section,
                                                int64_t now_unix_ms) {
-  bool changed = false;
-  // A different GPU at a latched GPU's PCI address: it was replaced.
+  auto adopted = adopt(section);
+  if (!adopted)
+    return adopted;
+  bool changed = *adopted;
+  // A different GPU at a latched GPU's PCI address: it was replaced. (Not a
+  // latch held against the address itself: adopt() gave it to that GPU.)
   for (auto it = latches_.begin(); it != latches_.end();) {
     const auto& id = it->first;
     const auto& pci = it->second.empty() ? std::string{} : it->second.front().pci_address();
     const auto* now = find_by_pci(section, pci);
-    if (now != nullptr && !now->id().empty() && now->id() != id
+    if (now != nullptr && !now->id().empty() && now->id() != id && id != pci
         && readings_current(read_status(*now))) {
       spdlog::info("latch: GPU at {} was replaced ({} -> {}); its fault latch "
                    "is dropped",
@@ -361,8 +622,18 @@ caf::expected<bool> fault_latches::on_readings(const v1::GpuSection& section,
       ++it;
     }
   }
+  auto unfinished = latch_unfinished_resets(now_unix_ms);
+  if (!unfinished)
+    return unfinished;
+  changed = changed || *unfinished;
   for (const auto& g : section.gpus()) {
-    if (g.id().empty() || !readings_current(read_status(g)))
+    if (g.id().empty())
+      continue;
+    auto by_status = latch_status(g, now_unix_ms);
+    if (!by_status)
+      return by_status.error();
+    changed = changed || *by_status;
+    if (!readings_current(read_status(g)))
       continue;
     auto faults = faults_in_readings(g);
     if (auto confirmed = confirmed_by_driver(g))
@@ -384,7 +655,10 @@ fault_latches::confirmed_by_driver(const v1::Gpu& g) const {
   // The Xid the driver confirmed: this GPU's latest one in the kernel log.
   const v1::GpuIncident* last = nullptr;
   for (const auto& [key, inc] : incidents_)
-    if (inc.gpu_id() == g.id() && inc.has_xid()
+    if ((inc.gpu_id() == g.id()
+         || (inc.gpu_id().empty() && !g.pci_address().empty()
+             && inc.pci_address() == g.pci_address()))
+        && inc.has_xid()
         && (last == nullptr || inc.last_seen_unix_ms() > last->last_seen_unix_ms()))
       last = &inc;
   v1::FaultLatch f;
@@ -419,29 +693,46 @@ caf::expected<bool> fault_latches::clear(const std::string& gpu_id) {
 }
 
 void fault_latches::annotate(v1::GpuSection& section) const {
-  std::map<std::string, v1::Gpu*> by_id;
-  for (auto& g : *section.mutable_gpus())
+  std::map<std::string, v1::Gpu*> by_id, by_pci;
+  for (auto& g : *section.mutable_gpus()) {
     by_id[g.id()] = &g;
+    if (!g.pci_address().empty())
+      by_pci[g.pci_address()] = &g;
+  }
   for (const auto& [id, list] : latches_) {
     if (list.empty())
       continue;
+    const auto& pci = list.front().pci_address();
     auto* g = by_id.count(id) ? by_id[id] : nullptr;
+    if (g == nullptr && id == pci && by_pci.count(pci))
+      g = by_pci[pci];  // latched against the address; the GPU is there now
     if (g == nullptr) {
-      // Latched but not seen now (e.g. fallen off the bus): still listed.
+      // Latched but not seen now (e.g. fallen off the bus), or latched
+      // against an address where no GPU is known yet: still listed.
       g = section.add_gpus();
       g->set_id(id);
-      g->set_pci_address(list.front().pci_address());
+      g->set_pci_address(pci);
       set_read_status(*g, gpu_read_status::lost);
-      g->set_status_detail("not reported by the driver since its fault");
+      g->set_status_detail(id == pci ? "no GPU known at this PCI address yet; the kernel "
+                                       "log reported a fault here"
+                                     : "not reported by the driver since its fault");
       by_id[id] = g;
+      if (!pci.empty())
+        by_pci.emplace(pci, g);
     }
     for (const auto& f : list)
       *g->add_latches() = f;
   }
   for (const auto& [key, inc] : incidents_) {
-    auto i = inc.gpu_id().empty() ? by_id.end() : by_id.find(inc.gpu_id());
-    if (i != by_id.end() && i->second != nullptr)
-      *i->second->add_incidents() = inc;
+    v1::Gpu* g = nullptr;
+    if (!inc.gpu_id().empty()) {
+      auto i = by_id.find(inc.gpu_id());
+      g = i == by_id.end() ? nullptr : i->second;
+    } else if (auto i = by_pci.find(inc.pci_address()); i != by_pci.end()) {
+      g = i->second;  // logged before its GPU was known
+    }
+    if (g != nullptr)
+      *g->add_incidents() = inc;
     else
       *section.add_unmapped_incidents() = inc;
   }

@@ -10,7 +10,9 @@
 /// words them (shared/seeds/gpus.md, "What fences a GPU").
 
 #include <cstdint>
+#include <deque>
 #include <map>
+#include <set>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,25 +49,53 @@ public:
 
   /// Handles one kernel-log event, mapping it to a GPU of `known` by its
   /// PCI address. A fencing event becomes (or repeats) a latch, written with
-  /// sync; others become incidents. Returns true when a new latch was
-  /// written (report it at once). Events at or before the stored position
-  /// of this boot are skipped. Errors: the store's (nothing is reported
-  /// then: a latch is never reported before it is durable).
+  /// sync; others become incidents. A fencing event at an address no GPU of
+  /// `known` has is latched against that PCI address (gpu_id empty) while
+  /// `known` is not a complete read (discovery has not finished, NVML
+  /// hangs) or its PCI bus shows a GPU there (the driver dropped it), and
+  /// fences the GPU that appears there later (on_readings attaches its
+  /// UUID); after a complete read, an address with no GPU on the bus (an
+  /// NVSwitch, a bridge) gives an unmapped incident. Returns true when a new latch was written (report it at once).
+  ///
+  /// Which records are skipped (rule 10): an event whose (sequence, part)
+  /// is at or before the stored position of this boot, unless it comes
+  /// after a backward jump of the log within this read (`after_jump`); and,
+  /// whatever its position, the very same record again (sequence, part and
+  /// text) within this run, so a record an admin's clear followed never
+  /// fences again. Errors: the store's (nothing is reported then: a latch
+  /// is never reported before it is durable).
   caf::expected<bool> on_event(const gpu_event& ev, const v1::GpuSection& known,
                                int64_t now_unix_ms);
 
-  /// Handles a discovery pass: latches the faults its readings show, and
-  /// drops the latches of GPUs that were replaced. Returns true when a latch
-  /// was added or dropped.
+  /// Handles a discovery pass: attaches latches held against a PCI address
+  /// to the GPU now found there, latches the faults its readings show, a
+  /// `lost` GPU ("lost: ..."), and a GPU `unresponsive` for
+  /// unresponsive_passes_to_latch passes in a row (a shorter hang is shown
+  /// Faulty by the controller but not latched), and drops the latches of
+  /// GPUs that were replaced. Returns true when a latch was added, moved or
+  /// dropped.
   caf::expected<bool> on_readings(const v1::GpuSection& section,
                                   int64_t now_unix_ms);
+
+  /// Latches a hand-over that cannot work (issue 18, rule 3): GPU `gpu_id`
+  /// (at `pci_address`) is Faulty with `reason` ("hand-over failing:
+  /// /dev/nvidia3 missing"), `evidence` the worker's error; written with
+  /// sync, so work stops landing on a GPU that cannot be handed over until
+  /// an admin clears it. Returns true when new. Errors: the store's.
+  caf::expected<bool> on_hand_over_failure(const std::string& gpu_id,
+                                           const std::string& pci_address,
+                                           const std::string& reason,
+                                           const std::string& evidence, int64_t now_unix_ms);
 
   /// Clears every latch of `gpu_id`; returns whether one was latched.
   caf::expected<bool> clear(const std::string& gpu_id);
 
   /// Adds each GPU's latches and incidents to `section`; a GPU with a latch
-  /// that discovery no longer sees (e.g. fallen off the bus) is listed with
-  /// status "lost"; incidents that map to no GPU go to unmapped_incidents.
+  /// that discovery no longer sees (e.g. fallen off the bus), or a latch
+  /// held against a PCI address where no GPU is known yet, is listed with
+  /// status "lost" (its id: the UUID, else the address); incidents logged
+  /// before their GPU was known go to the GPU now at their address; the
+  /// rest that map to no GPU go to unmapped_incidents.
   void annotate(v1::GpuSection& section) const;
 
   /// Every latch, by GPU id.
@@ -73,8 +103,38 @@ public:
     return latches_;
   }
 
+  /// Passes in a row a GPU must stay unresponsive before that is latched.
+  static constexpr int unresponsive_passes_to_latch = 3;
+
+  /// How long an AMD GPU reset may take: one that began ("GPU reset
+  /// begin!") and logged no success within this is a driver fault
+  /// (on_readings latches it).
+  static constexpr int64_t amd_reset_window_ms = 60 * 1000;
+
 private:
   fault_latches() = default;
+  // Whom a latch at `pci` goes to: the GPU there, a GPU latched there
+  // before, the address itself, or "" (no GPU: an incident).
+  std::string holder_for(const std::string& pci, const v1::Gpu* gpu,
+                         const v1::GpuSection& known) const;
+  // The record was handled before (position or the same record again).
+  bool seen_before(const gpu_event& ev) const;
+  // Keeps the position after `ev` (store, no sync) and remembers it.
+  void keep_position(const gpu_event& ev);
+  // Moves latches held against a PCI address to the GPU found there.
+  caf::expected<bool> adopt(const v1::GpuSection& section);
+  // Folds an Xid 79 and a fallen-off-the-bus notice of `holder` into one
+  // latch; true when it did (nothing else to write).
+  caf::expected<bool> fold_fallen(const gpu_event& ev, const std::string& holder,
+                                  std::string& rule, std::string& reason,
+                                  int64_t now_unix_ms);
+  // Counts an application Xid's process for `holder`; whether the GPU has
+  // now reported such Xids from enough distinct processes in 24 h.
+  bool many_processes(const gpu_event& ev, const std::string& holder, int64_t now_unix_ms);
+  // Latches the AMD resets that began and logged no success in time.
+  caf::expected<bool> latch_unfinished_resets(int64_t now_unix_ms);
+  // Latches what a GPU's read status calls for (lost, a long hang).
+  caf::expected<bool> latch_status(const v1::Gpu& g, int64_t now_unix_ms);
   // repeat: a kernel-log event counts as a repeat; a reading that still
   // shows the same fault does not (no count, no write).
   caf::expected<bool> latch(const std::string& rule, v1::FaultLatch fault,
@@ -88,8 +148,21 @@ private:
   std::shared_ptr<Store> store_;
   std::string boot_id_;
   uint64_t position_ = 0;
+  uint32_t position_part_ = 0;
+  /// Records handled in this run ("sequence/part/text"), the newest last.
+  std::deque<std::string> handled_order_;
+  std::set<std::string> handled_;
+  /// Unresponsive passes in a row, by GPU id.
+  std::map<std::string, int> unresponsive_passes_;
+  /// AMD resets begun and not yet succeeded: GPU (id, else address) ->
+  /// (its PCI address, when the reset began on the wall clock, ms).
+  std::map<std::string, std::pair<std::string, int64_t>> resets_begun_;
+  /// Application Xids by GPU (id, else address): process ("pid=" or
+  /// "name=" of the line) -> when it last reported one (wall clock, ms).
+  std::map<std::string, std::map<std::string, int64_t>> app_processes_;
   xid_policy policy_;
-  /// GPU id -> its latches (one per rule).
+  /// GPU id (the PCI address while none is known) -> its latches (one per
+  /// rule).
   std::map<std::string, std::vector<v1::FaultLatch>> latches_;
   /// Rule keys by GPU id, parallel to latches_.
   std::map<std::string, std::vector<std::string>> rules_;

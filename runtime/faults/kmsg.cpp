@@ -1,4 +1,5 @@
 #include "runtime/faults/kmsg.hpp"
+#include "runtime/faults/kmsg_assembler.hpp"
 #include "runtime/host/sysfs_text.hpp"
 
 #include <algorithm>
@@ -28,6 +29,8 @@ constexpr size_t max_line_bytes = 64 * 1024;
 constexpr size_t read_buffer_bytes = 16 * 1024;  // > the kernel's largest record (8 KiB)
 constexpr int first_retry_ms = 1000;
 constexpr int last_retry_ms = 30000;
+/// How often a regular file's end is checked for growth.
+constexpr int follow_check_ms = 100;
 
 bool is_digit(char c) {
   return c >= '0' && c <= '9';
@@ -63,6 +66,13 @@ bool starts_with_nocase(std::string_view text, std::string_view prefix) {
     if (to_lower(text[i]) != to_lower(prefix[i]))
       return false;
   return true;
+}
+
+bool contains_nocase(std::string_view text, std::string_view part) {
+  for (size_t i = 0; i + part.size() <= text.size(); ++i)
+    if (starts_with_nocase(text.substr(i), part))
+      return true;
+  return false;
 }
 
 /// The whole of `text` as a decimal number; nullopt when empty, not all
@@ -227,8 +237,14 @@ std::optional<gpu_event_kind> amd_kind(std::string_view body) {
       break;
   }
   body = trim_left(body);
+  if (starts_with(body, "*ERROR* "))
+    body.remove_prefix(8);  // DRM_ERROR's mark, before any of the messages below
   if (starts_with(body, "GPU reset begin"))
     return gpu_event_kind::amd_reset_begin;
+  if (starts_with(body, "VRAM is lost"))
+    return gpu_event_kind::amd_vram_lost;
+  if (contains_nocase(body, "uncorrectable hardware error") || contains_nocase(body, "fatal error"))
+    return gpu_event_kind::amd_ras_fatal;
   if (starts_with(body, "ASIC reset failed"))
     return gpu_event_kind::amd_reset_failed;
   if (starts_with(body, "GPU reset")) {
@@ -295,6 +311,8 @@ std::optional<kmsg_record> parse_kmsg_line(std::string_view line) {
     record.sequence = *sequence;
     record.timestamp_us = *timestamp;
     record.message = std::string(line.substr(semicolon + 1));
+    record.indented = !record.message.empty()
+                      && (record.message.front() == ' ' || record.message.front() == '\t');
     return record;
   }
 
@@ -337,6 +355,9 @@ std::optional<kmsg_record> parse_kmsg_line(std::string_view line) {
             rest = id.substr(n + 2);
         }
       }
+      // One space separates the timestamp from the message; more indent it.
+      record.indented = rest.size() > 1 && (rest[0] == ' ' || rest[0] == '\t')
+                        && (rest[1] == ' ' || rest[1] == '\t');
       rest = trim_left(rest);
     }
   }
@@ -355,6 +376,15 @@ std::optional<gpu_event> parse_gpu_event(const kmsg_record& record) {
       event.emplace();
       event->kind = gpu_event_kind::fallen_off_bus;
       event->pci_address = find_pci(body);
+    } else if (starts_with(body, "GPU at PCI:")) {
+      auto pci = find_pci(body);
+      auto uuid = gpu_uuid_in(body);
+      if (!pci.empty() && !uuid.empty()) {
+        event.emplace();
+        event->kind = gpu_event_kind::gpu_identity;
+        event->pci_address = std::move(pci);
+        event->uuid = std::move(uuid);
+      }
     }
   } else if (starts_with(message, "amdgpu ")) {
     auto rest = message.substr(7);
@@ -372,8 +402,11 @@ std::optional<gpu_event> parse_gpu_event(const kmsg_record& record) {
     // no device named; only amdgpu's own tags count.
     if (message.substr(0, tag).find("amdgpu") == std::string_view::npos)
       return std::nullopt;
+    // A fatal line that names no device is kept too (the caller attributes
+    // it to the only AMD GPU, or keeps it as an unmapped incident).
     auto kind = amd_kind(message.substr(tag));
-    if (kind == gpu_event_kind::amd_ring_timeout) {
+    if (kind && *kind != gpu_event_kind::amd_reset_begin
+        && *kind != gpu_event_kind::amd_reset_succeeded) {
       event.emplace();
       event->kind = *kind;
     }
@@ -384,6 +417,20 @@ std::optional<gpu_event> parse_gpu_event(const kmsg_record& record) {
   event->sequence = record.sequence;
   event->timestamp_us = record.timestamp_us;
   return event;
+}
+
+std::string gpu_uuid_in(std::string_view text) {
+  for (size_t at = text.find("GPU-"); at != std::string_view::npos; at = text.find("GPU-", at + 1)) {
+    if (at > 0 && is_alnum(text[at - 1]))
+      continue;
+    size_t end = at + 4;
+    while (end < text.size() && (hex_value(text[end]) >= 0 || text[end] == '-'))
+      ++end;
+    // GPU-8c9a3a0e-7d2b-4a47-9c1b-3f0c7a1e5d01: 32 hex digits, 4 dashes.
+    if (end - at >= 4 + 32 && (end == text.size() || !is_alnum(text[end])))
+      return std::string{text.substr(at, end - at)};
+  }
+  return {};
 }
 
 const char* to_string(gpu_event_kind kind) {
@@ -400,15 +447,50 @@ const char* to_string(gpu_event_kind kind) {
     return "amd_reset_failed";
   case gpu_event_kind::amd_ring_timeout:
     return "amd_ring_timeout";
+  case gpu_event_kind::amd_vram_lost:
+    return "amd_vram_lost";
+  case gpu_event_kind::amd_ras_fatal:
+    return "amd_ras_fatal";
+  case gpu_event_kind::gpu_identity:
+    return "gpu_identity";
   }
   return "unknown";
 }
 
 // --- kmsg_reader ------------------------------------------------------------
 
+namespace {
+
+/// Hands on the events one line of the log completes: parsed, assembled
+/// (kmsg_assembler), delivered; what goes wrong goes to `report`.
+void deliver_line(std::string_view line, kmsg_assembler& assembler,
+                  const std::function<void(gpu_event)>& on_event,
+                  const std::function<void(const std::string&)>& report) {
+  auto record = parse_kmsg_line(line);
+  if (!record)
+    return;
+  std::string warning;
+  auto events = assembler.take(*record, &warning);
+  if (!warning.empty())
+    report(warning);
+  if (!on_event)
+    return;
+  for (auto& event : events) {
+    try {
+      on_event(std::move(event));
+    } catch (...) {
+      report("the GPU event callback threw an exception");
+    }
+  }
+}
+
+} // namespace
+
 kmsg_reader::kmsg_reader(std::string path, std::function<void(gpu_event)> on_event,
-                         std::function<void(std::string)> on_error)
-    : path_(std::move(path)), on_event_(std::move(on_event)), on_error_(std::move(on_error)) {}
+                         std::function<void(std::string)> on_error,
+                         std::function<void()> on_caught_up)
+    : path_(std::move(path)), on_event_(std::move(on_event)), on_error_(std::move(on_error)),
+      on_caught_up_(std::move(on_caught_up)) {}
 
 kmsg_reader::~kmsg_reader() {
   stop();
@@ -504,19 +586,23 @@ void kmsg_reader::run() {
 
   std::string pending;
   bool discarding = false;  // inside a line that was too long
-  auto take_line = [&](std::string_view line) {
-    lines_.fetch_add(1);
-    auto record = parse_kmsg_line(line);
-    if (!record)
+  kmsg_assembler assembler;
+  bool caught_up = false;
+  auto catch_up = [&] {
+    if (caught_up)
       return;
-    auto event = parse_gpu_event(*record);
-    if (!event || !on_event_)
+    caught_up = true;
+    if (!on_caught_up_)
       return;
     try {
-      on_event_(std::move(*event));
+      on_caught_up_();
     } catch (...) {
-      report(path_ + ": the GPU event callback threw an exception");
+      report(path_ + ": the caught-up callback threw an exception");
     }
+  };
+  auto take_line = [&](std::string_view line) {
+    lines_.fetch_add(1);
+    deliver_line(line, assembler, on_event_, [&](const std::string& e) { report(path_ + ": " + e); });
   };
   auto feed = [&](std::string_view data) {
     while (!data.empty() && !stopping_) {
@@ -565,10 +651,12 @@ void kmsg_reader::run() {
   while (!stopping_) {
     int fd = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
+      catch_up();  // nothing to wait for: the first pass must not hang on it
       if (!failed(path_ + ": cannot open: " + std::strerror(errno)))
         break;
       continue;
     }
+    assembler.restart();
     struct stat st {};
     bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
     bool fifo = !regular && S_ISFIFO(st.st_mode);
@@ -577,23 +665,52 @@ void kmsg_reader::run() {
     last_error.clear();
     retry_ms = first_retry_ms;
 
-    enum class outcome { stopped, finished, reopen, error } result = outcome::stopped;
+    enum class outcome { stopped, reopen, error } result = outcome::stopped;
     std::string error;
+    off_t offset = 0;
+    int idle_checks = 0;  // checks at a regular file's end without growth
     // A FIFO without a writer reads as end of file at once; poll first, it
     // waits for a writer's data or its close.
     bool readable = regular;
     while (!stopping_) {
-      if (!readable && !wait_readable(fd))
-        break;
+      if (!readable) {
+        // Nothing to read right now: what the log held is delivered.
+        pollfd now = {fd, POLLIN, 0};
+        if (::poll(&now, 1, 0) <= 0)
+          catch_up();
+        if (!wait_readable(fd))
+          break;
+      }
       ssize_t n = ::read(fd, buffer.data(), buffer.size());
       if (n > 0) {
         readable = true;
+        offset += n;
+        idle_checks = 0;
         feed(std::string_view(buffer.data(), static_cast<size_t>(n)));
+        continue;
+      }
+      if (n == 0 && regular) {
+        // Followed as it grows: a last line without a newline is taken once
+        // the file stood still for a check; a file that shrank or was
+        // replaced is read again from its start.
+        catch_up();
+        if (idle_checks++ == 1)
+          flush();
+        struct stat now {}, named {};
+        bool replaced = ::stat(path_.c_str(), &named) != 0 || named.st_ino != st.st_ino
+                        || named.st_dev != st.st_dev;
+        if (replaced || (::fstat(fd, &now) == 0 && now.st_size < offset)) {
+          flush();
+          result = outcome::reopen;
+          break;
+        }
+        if (!pause(follow_check_ms))
+          break;
         continue;
       }
       if (n == 0) {
         flush();
-        result = regular ? outcome::finished : outcome::reopen;
+        result = outcome::reopen;
         break;
       }
       if (errno == EINTR)
@@ -613,13 +730,14 @@ void kmsg_reader::run() {
       break;
     }
     ::close(fd);
-    if (result == outcome::finished || result == outcome::stopped)
+    if (result == outcome::stopped)
       break;
     flush();
     if (result == outcome::error) {
+      catch_up();
       if (!failed(error))
         break;
-    } else if (!fifo && !pause(first_retry_ms)) {
+    } else if (!fifo && !regular && !pause(first_retry_ms)) {
       break;  // end of a device or socket: do not spin
     }
   }

@@ -32,6 +32,10 @@ struct kmsg_record {
   /// The text after the header, as logged (the kernel writes bytes it deems
   /// unprintable as "\xHH" escapes; they are not decoded); no line end.
   std::string message;
+  /// The message was indented (a /dev/kmsg message starting with a space or
+  /// a tab, a plain line with more than one space after its timestamp): a
+  /// continuation of the record before it (kmsg_assembler joins them).
+  bool indented = false;
 };
 
 /// Parses one line of /dev/kmsg (or a plain dmesg line); nullopt for
@@ -60,6 +64,15 @@ enum class gpu_event_kind {
   amd_reset_succeeded,  ///< "amdgpu <pci>: amdgpu: GPU reset(<n>) succeeded!"
   amd_reset_failed,     ///< "GPU reset(<n>) failed", "ASIC reset failed with error, ..."
   amd_ring_timeout,     ///< "[*ERROR* ]ring <name> timeout, ..."
+  /// "amdgpu <pci>: amdgpu: VRAM is lost due to GPU reset!": the GPU's
+  /// memory did not survive a reset.
+  amd_vram_lost,
+  /// An amdgpu RAS fatal event: "... uncorrectable hardware error(s) ...",
+  /// "... fatal error ..." (5.x and 6.x wordings).
+  amd_ras_fatal,
+  /// "NVRM: GPU at PCI:dddd:bb:dd: GPU-<uuid>": which GPU is at an address
+  /// (logged with an Xid), even when NVML does not list it; no fault.
+  gpu_identity,
 };
 
 /// A GPU event from the kernel log.
@@ -74,6 +87,8 @@ struct gpu_event {
   std::string pci_address;
   /// The Xid number; set for kind xid only.
   std::optional<uint32_t> xid;
+  /// The GPU's UUID ("GPU-..."); set for kind gpu_identity only.
+  std::string uuid;
   /// The message as logged, trimmed, at most 512 bytes (cut at a character
   /// boundary), valid UTF-8 (bytes that are not become U+FFFD).
   std::string text;
@@ -83,6 +98,12 @@ struct gpu_event {
   uint64_t sequence = 0;
   /// The record's timestamp, microseconds since boot (0 when unknown).
   uint64_t timestamp_us = 0;
+  /// Its index among the events of one sequence number (the lines of one
+  /// record, records that share a number): (sequence, part) names it.
+  uint32_t part = 0;
+  /// The log's sequence numbers went back earlier in this read (within one
+  /// boot): the event is read even at or below the kept position.
+  bool after_jump = false;
 };
 
 /// The GPU event a record carries, if any. Never throws; garbage -> nullopt.
@@ -97,11 +118,16 @@ struct gpu_event {
 /// one from the kernel, so operators can inject test events.
 std::optional<gpu_event> parse_gpu_event(const kmsg_record& record);
 
+/// The first NVIDIA GPU UUID in `text` ("GPU-" followed by hex digits and
+/// dashes, as NVRM logs it); "" when there is none.
+std::string gpu_uuid_in(std::string_view text);
+
 /// The kernel log the agent reads unless configured otherwise.
 inline constexpr const char* kmsg_default_path = "/dev/kmsg";
 
 /// "xid", "fallen_off_bus", "amd_reset_begin", "amd_reset_succeeded",
-/// "amd_reset_failed", "amd_ring_timeout"; "unknown" for any other value.
+/// "amd_reset_failed", "amd_ring_timeout", "amd_vram_lost", "amd_ras_fatal",
+/// "gpu_identity"; "unknown" for any other value.
 const char* to_string(gpu_event_kind kind);
 
 /// Reads a kernel log on a thread of its own and calls `on_event` (from
@@ -115,7 +141,15 @@ const char* to_string(gpu_event_kind kind);
 ///   `on_error` and reading continues with the oldest retained one.
 /// - a FIFO: when the writer closes it, it is opened again, so a test can
 ///   write several times.
-/// - a regular file: read to its end once; then the thread ends.
+/// - a regular file: followed as it grows, like /dev/kmsg (checked every
+///   100 ms at its end); one that shrinks or is replaced is read again from
+///   its start. A last line without a newline is taken once the file has
+///   not grown for one check.
+///
+/// Records become events through a kmsg_assembler (one per opening of the
+/// path): several lines in one record, a notice over several records, the
+/// parts of one sequence number, a backward jump (reported through
+/// `on_error` and read).
 ///
 /// A path that cannot be opened is reported through `on_error` (once per
 /// distinct error, not on every retry) and retried with a back-off from
@@ -124,9 +158,15 @@ const char* to_string(gpu_event_kind kind);
 /// `on_error`; nothing leaves the thread.
 class kmsg_reader {
 public:
-  /// Nothing starts before start(). `on_error` may be empty.
+  /// Nothing starts before start(). `on_error` and `on_caught_up` may be
+  /// empty. `on_caught_up` is called once per start(), from the reader's
+  /// thread, after every event of what the log held when it was first
+  /// opened (the boot's ring buffer, the FIFO's waiting data, the file as it
+  /// was) has been delivered: the agent's first discovery pass waits for
+  /// it, so its first report already carries those faults.
   kmsg_reader(std::string path, std::function<void(gpu_event)> on_event,
-              std::function<void(std::string)> on_error = nullptr);
+              std::function<void(std::string)> on_error = nullptr,
+              std::function<void()> on_caught_up = nullptr);
   /// Calls stop(). Must not run on the reader's own thread (from a
   /// callback).
   ~kmsg_reader();
@@ -134,8 +174,7 @@ public:
   kmsg_reader& operator=(const kmsg_reader&) = delete;
 
   /// Starts the reading thread; does nothing while it runs. May be called
-  /// again after stop(), or after the thread ended by itself (a regular
-  /// file read to its end): it then reads from the start again. start()
+  /// again after stop(): it then reads from the start again. start()
   /// and stop() are for one owner thread, not to be called concurrently.
   void start();
   /// Ends the thread promptly (it waits in poll(2) on an eventfd that stop
@@ -153,6 +192,7 @@ private:
   std::string path_;
   std::function<void(gpu_event)> on_event_;
   std::function<void(std::string)> on_error_;
+  std::function<void()> on_caught_up_;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> running_{false};

@@ -19,23 +19,25 @@ struct builtin {
 
 constexpr builtin builtins[] = {
   {8, xid_action::record, "GPU stopped processing"},
-  {13, xid_action::record, "graphics engine exception (usually the application)"},
-  {31, xid_action::record, "GPU memory page fault (usually the application)"},
+  {13, xid_action::record, "graphics engine exception (usually the application; at risk after 3 processes in 24 h)"},
+  {31, xid_action::record, "GPU memory page fault (usually the application; at risk after 3 processes in 24 h)"},
   {32, xid_action::record, "invalid or corrupted push buffer stream"},
   {38, xid_action::record, "driver firmware error"},
-  {43, xid_action::record, "GPU stopped processing (application fault)"},
-  {45, xid_action::record, "preemptive cleanup after an earlier error"},
+  {43, xid_action::record, "GPU stopped processing (application fault; at risk after 3 processes in 24 h)"},
+  {45, xid_action::record, "preemptive cleanup after an earlier error (at risk after 3 processes in 24 h)"},
   {48, xid_action::fence, "double-bit ECC error"},
   {61, xid_action::record, "internal micro-controller breakpoint/warning"},
   {62, xid_action::record, "internal micro-controller halt"},
   {63, xid_action::fence, "ECC page retirement or row remapping recording event"},
   {64, xid_action::record, "ECC page retirement or row remapper recording failure"},
   {68, xid_action::record, "NVDEC0 exception"},
-  {69, xid_action::record, "graphics engine class error"},
+  {69, xid_action::record, "graphics engine class error (at risk after 3 processes in 24 h)"},
   {74, xid_action::fence, "NVLink error"},
   {79, xid_action::fence, "GPU has fallen off the bus"},
   {92, xid_action::fence, "high single-bit ECC error rate"},
-  {94, xid_action::record, "contained ECC error (application restart needed)"},
+  // 94: a row waits to be remapped (the seed's at-risk sign) until the GPU is
+  // reset; 95, the uncontained error, fences.
+  {94, xid_action::at_risk, "contained uncorrectable ECC error: a row waits to be remapped"},
   {95, xid_action::fence, "uncontained ECC error"},
   {109, xid_action::record, "context switch timeout"},
   {119, xid_action::fence, "GSP RPC timeout"},
@@ -49,7 +51,20 @@ constexpr builtin builtins[] = {
   {154, xid_action::fence, "GPU recovery action changed (reset or reboot required)"},
 };
 
+/// Application Xids: a sign only when several processes report them.
+constexpr uint32_t application_xids[] = {13, 31, 43, 45, 69};
+
 } // namespace
+
+bool xid_policy::application(uint32_t xid) const {
+  auto i = entries_.find(xid);
+  if (i != entries_.end() && (i->second.overridden || i->second.action != xid_action::record))
+    return false;
+  for (auto x : application_xids)
+    if (x == xid)
+      return true;
+  return false;
+}
 
 const char* to_string(xid_action a) {
   switch (a) {

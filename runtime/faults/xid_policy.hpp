@@ -41,6 +41,19 @@ public:
   /// The action for `xid` (record for Xids not in the table).
   xid_action action(uint32_t xid) const;
 
+  /// Whether `xid` is an application Xid (13, 31, 43, 45, 69: usually the
+  /// program's fault, per NVIDIA's catalogue) that only counts as a sign:
+  /// the GPU is at risk once it reports such Xids from
+  /// application_processes() different processes within 24 h, while one
+  /// job crashing again and again marks nothing. False when an override
+  /// set the Xid's action.
+  bool application(uint32_t xid) const;
+
+  /// Distinct processes after which application Xids mark a GPU at risk.
+  uint32_t application_processes() const {
+    return application_processes_;
+  }
+
   /// The table as `astra xids` shows it, sorted by Xid.
   v1::XidPolicyTable table() const;
 
@@ -54,6 +67,7 @@ private:
     bool overridden = false;
   };
   std::map<uint32_t, entry> entries_;
+  uint32_t application_processes_ = 3;
 };
 
 /// Parses "48, 63,74" into numbers. Errors: ec::invalid_config naming the

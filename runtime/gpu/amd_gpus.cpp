@@ -149,6 +149,7 @@ struct kfd_node {
   uint64_t gfx_target_version = 0;
   std::optional<uint32_t> location_id;
   std::optional<uint32_t> domain;  // absent on kernels before 5.x
+  std::optional<uint32_t> render_minor;  // drm_render_minor: its renderD<N>
 };
 
 std::vector<kfd_node> read_kfd_nodes(reader& r) {
@@ -195,6 +196,9 @@ std::vector<kfd_node> read_kfd_nodes(reader& r) {
       else
         r.warn(path, "domain is not a number " + shown_value(it->second));
     }
+    if (auto it = props.find("drm_render_minor"); it != props.end())
+      if (auto v = parse_u64(it->second); v && *v <= UINT32_MAX)
+        node.render_minor = static_cast<uint32_t>(*v);
     nodes.push_back(std::move(node));
   }
   return nodes;
@@ -219,17 +223,30 @@ void read_hwmon(reader& r, const std::string& device, v1::Gpu& gpu) {
   };
 
   auto temps = labelled("temp");
-  std::optional<std::string> temp_input;
-  for (const char* preferred : {"edge", "junction", "mem"}) {
-    if (auto it = temps.find(preferred); it != temps.end()) {
-      temp_input = it->second;
-      break;
-    }
+  // Every labelled sensor, shown; the seed's 87 °C sign is judged on edge,
+  // the others against their own temp*_crit (actors/controller/gpu_health.cpp).
+  for (int i = 1; i <= 16; ++i) {
+    std::string prefix = hw + "/temp" + std::to_string(i);
+    auto label = r.text(prefix + "_label");
+    auto milli = label ? r.i64(prefix + "_input") : std::nullopt;
+    if (!milli)
+      continue;
+    auto* t = gpu.add_temperatures();
+    t->set_label(ascii_lower(trim(*label)));
+    t->set_celsius(static_cast<double>(*milli) / 1000.0);
+    if (auto crit = r.i64(prefix + "_crit"))
+      t->set_critical_c(static_cast<double>(*crit) / 1000.0);
   }
-  if (!temp_input && temps.empty())
-    temp_input = hw + "/temp1_input";  // an unlabelled single sensor
-  if (temp_input)
-    if (auto milli = r.i64(*temp_input))
+  // The one temperature shown in lists: edge, else junction, else mem.
+  bool shown = false;
+  for (const char* preferred : {"edge", "junction", "mem"})
+    for (const auto& t : gpu.temperatures())
+      if (!shown && t.label() == preferred) {
+        gpu.set_temperature_c(t.celsius());
+        shown = true;
+      }
+  if (temps.empty())  // an unlabelled single sensor
+    if (auto milli = r.i64(hw + "/temp1_input"))
       gpu.set_temperature_c(static_cast<double>(*milli) / 1000.0);
 
   auto power = r.u64(hw + "/power1_average");
@@ -467,6 +484,9 @@ amd_result read_amd_gpus(const std::string& root_in) {
 
     if (auto it = render_by_address.find(gpu.pci_address()); it != render_by_address.end())
       gpu.set_render_node(it->second);
+    // The compute partition mode (SPX, DPX, QPX, CPX) where the GPU has one.
+    if (auto mode = r.text(device + "/current_compute_partition"))
+      gpu.set_partition_mode(to_valid_utf8(trim(*mode)));
 
     result.gpus.push_back(std::move(gpu));
   }
@@ -492,6 +512,11 @@ amd_result read_amd_gpus(const std::string& root_in) {
       if (matches.size() >= 2) {
         gpu.set_partitions(static_cast<uint32_t>(matches.size()));
         mapped_partitions += matches.size() - 1;  // the first is the GPU's own card
+        // Handed out whole, the GPU brings every partition's render node.
+        for (const auto* node : matches)
+          if (node->render_minor)
+            gpu.add_partition_render_nodes("/dev/dri/renderD"
+                                           + std::to_string(*node->render_minor));
       }
     }
     if (xcp_cards > mapped_partitions) {

@@ -40,6 +40,31 @@ uint32_t count_imex_channels(const std::string& root) {
   return n;
 }
 
+/// A model as the summary names it: without the vendor's words and the
+/// board's form factor ("Tesla V100-SXM2-16GB" -> "V100", "NVIDIA GeForce
+/// RTX 2080 Ti" -> "RTX 2080 Ti").
+std::string short_model(std::string m) {
+  for (const char* prefix : {"NVIDIA ", "Tesla ", "GeForce ", "AMD ", "Quadro "})
+    if (m.rfind(prefix, 0) == 0)
+      m.erase(0, std::string{prefix}.size());
+  if (auto dash = m.find('-'); dash != std::string::npos && dash > 0)
+    m.erase(dash);
+  return m;
+}
+
+/// Every model with its count, most first ("1x V100, 1x RTX 2080 Ti"), so
+/// a machine with two models names both (issue 18, rule 9).
+std::string model_summary(const std::map<std::string, int>& models) {
+  std::vector<std::pair<int, std::string>> order;
+  for (const auto& [model, n] : models)
+    order.emplace_back(-n, model);
+  std::sort(order.begin(), order.end());
+  std::string out;
+  for (const auto& [n, model] : order)
+    out += (out.empty() ? "" : ", ") + std::to_string(-n) + "x " + short_model(model);
+  return out;
+}
+
 v1::Condition condition(const char* type, bool status, const char* reason,
                         std::string message) {
   v1::Condition c;
@@ -48,6 +73,31 @@ v1::Condition condition(const char* type, bool status, const char* reason,
   c.set_reason(reason);
   c.set_message(std::move(message));
   return c;
+}
+
+/// Adds the bus's GPUs to `out`, marking those a driver also reported (one
+/// of `gpus`); the ones that miss something (a driver), in bus order.
+std::vector<const v1::BusGpu*> add_bus(bus_scan& bus, const std::vector<v1::Gpu>& gpus,
+                                       v1::GpuSection& out) {
+  std::set<std::string> reported;
+  for (const auto& g : gpus)
+    reported.insert(g.pci_address());
+  std::vector<const v1::BusGpu*> missing;
+  for (auto& b : bus.gpus) {
+    b.set_reported_by_driver(reported.count(b.pci_address()) > 0);
+    if (!b.missing().empty())
+      missing.push_back(&b);
+    *out.add_bus() = b;
+  }
+  return missing;
+}
+
+/// Whether the PCI bus has an NVIDIA GPU. NVML installed but failing to
+/// start on a host without one (an AMD-only host) is no NVIDIA problem: its
+/// GPUs are reported normally (issue 18, rule 7).
+bool nvidia_on_bus(const bus_scan& bus) {
+  return std::any_of(bus.gpus.begin(), bus.gpus.end(),
+                     [](const v1::BusGpu& b) { return b.vendor() == "nvidia"; });
 }
 
 } // namespace
@@ -69,6 +119,7 @@ v1::GpuCapabilities summarise_gpus(const std::vector<v1::Gpu>& gpus) {
       std::tie(top, top_count) = std::tie(model, n);
   out.set_model(top);
   out.set_count(static_cast<uint32_t>(gpus.size()));
+  out.set_summary(model_summary(models));
   bool all_data_centre = !models.empty();
   for (const auto& g : gpus) {
     if (out.vendor().empty())
@@ -248,6 +299,69 @@ void gpu_discovery::keep_nvidia(const std::vector<v1::Gpu>& gpus) {
               "is gone will not list them");
 }
 
+std::vector<v1::Gpu> gpu_discovery::vanished_since_last(const std::vector<v1::Gpu>& listed,
+                                                        const bus_scan& bus) const {
+  std::set<std::string> ids, pcis;
+  for (const auto& g : listed) {
+    ids.insert(g.id());
+    pcis.insert(g.pci_address());
+  }
+  std::vector<v1::Gpu> out;
+  for (const auto& known : last_nvidia_) {
+    if (known.id().empty() || ids.count(known.id()) || pcis.count(known.pci_address()))
+      continue;
+    v1::Gpu g = known;
+    set_read_status(g, gpu_read_status::lost);
+    auto on_bus = std::find_if(bus.gpus.begin(), bus.gpus.end(), [&](const v1::BusGpu& b) {
+      return b.pci_address() == known.pci_address();
+    });
+    g.set_status_detail(on_bus != bus.gpus.end()
+                          ? "missing from NVML: on PCI at " + known.pci_address()
+                          : "missing from NVML and from the PCI bus (was at "
+                              + known.pci_address() + ")");
+    spdlog::warn("discovery: GPU {}: {}", g.id(), g.status_detail());
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+std::optional<v1::Condition> count_mismatch(const bus_scan& bus, const v1::GpuSection& section,
+                                            size_t nvml_count) {
+  std::set<std::string> in_nvml;
+  for (const auto& g : section.gpus())
+    if (g.vendor() == "nvidia" && !g.pci_address().empty()
+        && !(read_status(g) == gpu_read_status::lost
+             && g.status_detail().rfind("missing from NVML", 0) == 0))
+      in_nvml.insert(g.pci_address());
+  size_t on_bus = 0, bound = 0;
+  std::vector<std::string> where;
+  std::set<std::string> bus_pcis;
+  for (const auto& b : bus.gpus) {
+    if (b.vendor() != "nvidia")
+      continue;
+    ++on_bus;
+    bus_pcis.insert(b.pci_address());
+    if (b.driver() == "nvidia")
+      ++bound;
+    else
+      where.push_back(b.pci_address() + ": on the PCI bus, not bound to the nvidia driver");
+    if (b.driver() == "nvidia" && !in_nvml.count(b.pci_address()))
+      where.push_back(b.pci_address() + ": bound to the nvidia driver, missing from NVML");
+  }
+  for (const auto& g : section.gpus())
+    if (g.vendor() == "nvidia" && !g.pci_address().empty() && !bus_pcis.count(g.pci_address()))
+      where.push_back(g.pci_address() + ": " + (in_nvml.count(g.pci_address())
+                                                  ? "listed by NVML, not on the PCI bus"
+                                                  : "missing from the PCI bus and NVML"));
+  // Without a bus scan (no sysfs) there is nothing to compare with.
+  if (on_bus == 0 || (on_bus == bound && bound == nvml_count && where.empty()))
+    return std::nullopt;
+  return condition("GPU counts agree", false, "GPUCountMismatch",
+                   "PCI bus " + std::to_string(on_bus) + ", nvidia driver "
+                     + std::to_string(bound) + ", NVML " + std::to_string(nvml_count) + "; "
+                     + join(where, "; "));
+}
+
 gpu_discovery::~gpu_discovery() = default;
 
 v1::GpuSection gpu_discovery::discover(bool rdma_up) {
@@ -255,6 +369,7 @@ v1::GpuSection gpu_discovery::discover(bool rdma_up) {
   std::vector<v1::Gpu> gpus;
   std::vector<std::string> tried;
   enum class nvidia_read { none, driver, smi, unresponsive, unavailable };
+  std::optional<size_t> nvml_count;  // GPUs NVML listed, when it answered
   auto nvidia = nvidia_read::none;
   std::string nvidia_problem;
   std::string driver_version, cuda_version;
@@ -278,6 +393,11 @@ v1::GpuSection gpu_discovery::discover(bool rdma_up) {
           g.set_driver_version(nv.driver_version);
         gpus.push_back(g);
       }
+      nvml_count = nv.gpus.size();
+      // A GPU of the last pass NVML no longer lists is lost, not gone: it is
+      // listed (and latched) with where it still is.
+      for (auto& g : vanished_since_last(nv.gpus, bus))
+        gpus.push_back(std::move(g));
       keep_nvidia(nv.gpus);
       break;
     case nvml_result::driver_status::unresponsive:
@@ -322,7 +442,7 @@ v1::GpuSection gpu_discovery::discover(bool rdma_up) {
         }
       } else {
         tried.push_back("nvidia-smi " + opts_.nvidia_smi + ": " + smi.detail);
-        if (nv.status == nvml_result::driver_status::init_failed
+        if ((nv.status == nvml_result::driver_status::init_failed && nvidia_on_bus(bus))
             || !last_nvidia_.empty()) {
           // The driver is there (or was) but does not answer.
           nvidia = nvidia_read::unavailable;
@@ -362,17 +482,7 @@ v1::GpuSection gpu_discovery::discover(bool rdma_up) {
       if (logged_.insert(g.id() + " " + u).second)
         spdlog::info("discovery: GPU {}: {}", g.id(), u);
 
-  // Which bus GPUs a driver also reported.
-  std::set<std::string> reported;
-  for (const auto& g : gpus)
-    reported.insert(g.pci_address());
-  std::vector<const v1::BusGpu*> missing;
-  for (auto& b : bus.gpus) {
-    b.set_reported_by_driver(reported.count(b.pci_address()) > 0);
-    if (!b.missing().empty())
-      missing.push_back(&b);
-    *out.add_bus() = b;
-  }
+  auto missing = add_bus(bus, gpus, out);
 
   // How the GPUs were read.
   bool any_driver = !gpus.empty() && nvidia != nvidia_read::unresponsive
@@ -430,6 +540,9 @@ v1::GpuSection gpu_discovery::discover(bool rdma_up) {
     *out.add_conditions() = condition("GPU subsystem ready", true, "NoGPU",
                                       "no GPU on this machine");
   }
+  if (nvml_count)
+    if (auto counts = count_mismatch(bus, out, *nvml_count))
+      *out.add_conditions() = std::move(*counts);
   *out.add_conditions() = condition("GPUs healthy", true, "AllGPUsHealthy",
                                     "no GPU is fenced");
 

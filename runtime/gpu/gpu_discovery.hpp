@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -83,6 +84,13 @@ private:
   /// many. An id still unknown is the PCI address.
   void fill_identities(std::vector<v1::Gpu>& gpus, const bus_scan& bus) const;
 
+  /// The last known NVIDIA GPUs NVML no longer lists (neither their id nor
+  /// their address): status `lost`, detail "missing from NVML: on PCI at
+  /// <address>" (or "... and from the PCI bus"), so they stay listed and the
+  /// fault latches fence them.
+  std::vector<v1::Gpu> vanished_since_last(const std::vector<v1::Gpu>& listed,
+                                           const bus_scan& bus) const;
+
   /// Logs `text` at warning level unless it was logged before.
   void warn_once(const std::string& text);
 
@@ -92,6 +100,13 @@ private:
   /// Unknown-field reasons already logged (each is logged once).
   std::set<std::string> logged_;
 };
+
+/// The "GPU counts agree" condition, false (reason GPUCountMismatch), when
+/// the NVIDIA GPUs on the PCI bus, those bound to the nvidia driver and
+/// those NVML listed (`nvml_count`) disagree, naming which GPU is missing
+/// where; nullopt when they agree or the bus shows no NVIDIA GPU.
+std::optional<v1::Condition> count_mismatch(const bus_scan& bus, const v1::GpuSection& section,
+                                            size_t nvml_count);
 
 /// The capability summary of `gpus` (vendor, model, architecture, count,
 /// driver, data-centre, NVLink, NVSwitch fabric, NVLink domain). The model

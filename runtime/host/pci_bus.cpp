@@ -1,4 +1,5 @@
 #include "runtime/host/pci_bus.hpp"
+#include "runtime/host/iommu_group.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -296,6 +297,14 @@ bus_scan scan_pci_gpus(const std::string& root_in) {
     }
     gpu.set_driver(to_valid_utf8(driver));
     gpu.set_missing(pci_missing_text(gpu.vendor(), driver));
+    if (driver == "vfio-pci")
+      if (auto held = iommu_group_host_devices(root_in, name); !held.empty()) {
+        std::string list;
+        for (const auto& h : held)
+          list += (list.empty() ? "" : ", ") + h;
+        gpu.set_missing(gpu.missing() + "; its IOMMU group still holds " + list
+                        + " on host drivers: passing it to a VM would fail");
+      }
 
     auto numa = read_pci_numa_node(root_in, name);
     if (numa.node)

@@ -333,6 +333,9 @@ const std::vector<key_def<ControllerConfig>>& controller_keys() {
              "~/.local/share/astraeus/controller"),
     duration_key("heartbeat.lapse", &C::heartbeat_lapse, 100ms, 24h,
                  "a machine that sends no report for this long is Down"),
+    duration_key("heartbeat.report_interval", &C::heartbeat_report_interval, 100ms, 1h,
+                 "the agents' report interval, told to every agent as the "
+                 "longest it may use; heartbeat.lapse must be at least 3 times it"),
     bytes_key("gate.frame_cap", &C::frame_cap_bytes, KiB, 64 * MiB,
               "largest frame the gate accepts; larger ones close the "
               "connection"),
@@ -720,13 +723,32 @@ std::string default_data_dir(std::string_view component) {
   return home + "/.local/share/" + tail;
 }
 
+caf::error check_heartbeat(std::chrono::milliseconds lapse, const std::string& lapse_origin,
+                           std::chrono::milliseconds interval, const std::string& interval_key,
+                           const std::string& interval_origin) {
+  if (lapse >= 3 * interval)
+    return caf::none;
+  return config_error("config: heartbeat.lapse " + show_duration(lapse) + " (from "
+                      + lapse_origin + ") must be at least 3 times " + interval_key + " "
+                      + show_duration(interval) + " (from " + interval_origin + "), "
+                      + show_duration(3 * interval)
+                      + ": with less, a report that comes a little late makes the "
+                        "machine flap Down and Up");
+}
+
 caf::expected<ControllerConfig>
 load_controller_config(const std::optional<std::string>& file,
                        const std::map<std::string, std::string>& env,
                        const std::vector<std::pair<std::string, std::string>>&
                          flags) {
   return load(controller_keys(), "controller", file, env, flags,
-              [](loader<ControllerConfig>&) { return caf::error{}; });
+              [](loader<ControllerConfig>& l) -> caf::error {
+                const auto& cfg = l.config();
+                return check_heartbeat(cfg.heartbeat_lapse, l.origin("heartbeat.lapse"),
+                                       cfg.heartbeat_report_interval,
+                                       "heartbeat.report_interval",
+                                       l.origin("heartbeat.report_interval"));
+              });
 }
 
 caf::expected<AgentConfig>

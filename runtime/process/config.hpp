@@ -57,6 +57,10 @@ struct ControllerConfig {
   std::string data_dir;
   /// heartbeat.lapse: silence after which a machine is Down (100ms-24h).
   std::chrono::milliseconds heartbeat_lapse{60000};
+  /// heartbeat.report_interval: the agents' report interval (100ms-1h),
+  /// told to every agent in the welcome as the longest it may use; the
+  /// lapse must be at least 3 times it (issue 18, rule 10).
+  std::chrono::milliseconds heartbeat_report_interval{10000};
   /// gate.frame_cap: largest frame accepted, in bytes (1KiB-64MiB).
   uint64_t frame_cap_bytes = 1 << 20;
   /// gate.hello_timeout: how long a new connection may take to say hello
@@ -189,6 +193,14 @@ struct AgentConfig {
 /// the environment, else the password database). Never fails; with no home
 /// at all it returns `.local/share/astraeus/<component>` (relative).
 std::string default_data_dir(std::string_view component);
+
+/// Refuses a heartbeat lapse shorter than 3 times the report interval
+/// (`interval_key`: heartbeat.report_interval, or the agent's
+/// report.interval in `astraeus dev`); the `*_origin` say where each value
+/// came from. Errors: ec::invalid_config naming both keys.
+caf::error check_heartbeat(std::chrono::milliseconds lapse, const std::string& lapse_origin,
+                           std::chrono::milliseconds interval, const std::string& interval_key,
+                           const std::string& interval_origin);
 
 /// Loads the controller's settings: defaults, then `file` (when given), then
 /// the known keys' variables in `env` (see `environment_map`), then `flags`

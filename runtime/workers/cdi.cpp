@@ -17,6 +17,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "messages/error.hpp"
+#include "runtime/workers/cdi_host.hpp"
 
 namespace astraeus {
 
@@ -32,9 +33,11 @@ std::vector<std::string> strings(const YAML::Node& n) {
   return out;
 }
 
-/// Reads one containerEdits node; device nodes that are missing on the host
-/// are reported in `missing`.
-cdi_edits read_edits(const YAML::Node& n, std::vector<std::string>& missing) {
+/// Reads one containerEdits node under host root `root`; required device
+/// nodes that are missing on the host are reported in `missing`, optional
+/// ones dropped with a line in `dropped`.
+cdi_edits read_edits(const YAML::Node& n, std::vector<std::string>& missing,
+                     const std::string& root, std::vector<std::string>& dropped) {
   cdi_edits out;
   if (!n || !n.IsMap())
     return out;
@@ -50,8 +53,12 @@ cdi_edits read_edits(const YAML::Node& n, std::vector<std::string>& missing) {
       dev.minor = d["minor"].as<int64_t>();
       dev.type = d["type"] ? d["type"].as<std::string>()[0] : 'c';
     }
-    if (::stat(dev.host_path.c_str(), &sb) != 0) {
-      missing.push_back(dev.host_path);
+    auto at = root.empty() || root == "/" ? dev.host_path : root + dev.host_path;
+    if (::stat(at.c_str(), &sb) != 0) {
+      if (node_need(dev.path) == cdi_node_need::optional)
+        dropped.push_back(dev.host_path + " is missing on the host; handed over without it");
+      else
+        missing.push_back(dev.host_path);
       continue;
     }
     if (!have_numbers) {
@@ -85,10 +92,38 @@ void append(cdi_edits& into, const cdi_edits& from) {
 
 /// Reads the specs of one folder into `out`, refusing devices two files
 /// define.
+/// What of `root` only some cdiVersions allow (cdi_host.hpp).
+cdi_spec_features features_of(const YAML::Node& root) {
+  cdi_spec_features f;
+  if (root["cdiVersion"])
+    f.version = root["cdiVersion"].as<std::string>();
+  if (root["kind"])
+    f.kind = root["kind"].as<std::string>();
+  f.annotations = static_cast<bool>(root["annotations"]);
+  auto scan = [&f](const YAML::Node& edits) {
+    if (!edits || !edits.IsMap())
+      return;
+    for (const auto& d : edits["deviceNodes"])
+      f.host_path = f.host_path || static_cast<bool>(d["hostPath"]);
+    for (const auto& m : edits["mounts"])
+      f.mount_type = f.mount_type || static_cast<bool>(m["type"]);
+    f.additional_gids = f.additional_gids || static_cast<bool>(edits["additionalGids"]);
+  };
+  scan(root["containerEdits"]);
+  for (const auto& d : root["devices"]) {
+    f.device_names.push_back(d["name"] ? d["name"].as<std::string>() : std::string{});
+    f.annotations = f.annotations || static_cast<bool>(d["annotations"]);
+    scan(d["containerEdits"]);
+  }
+  f.devices_listed = root["devices"] && root["devices"].IsSequence();
+  return f;
+}
+
 void load_dir(const std::string& dir, std::map<std::string, cdi_device>& out,
               std::map<std::string, std::string>& conflicts,
               std::vector<std::string>& warnings,
-              std::map<std::string, std::string>& stale) {
+              std::map<std::string, std::string>& stale,
+              std::map<std::string, std::string>& refused, const std::string& host_root) {
   std::error_code err;
   if (dir.empty() || !fs::is_directory(dir, err))
     return;
@@ -102,9 +137,14 @@ void load_dir(const std::string& dir, std::map<std::string, cdi_device>& out,
   for (const auto& f : files) {
     try {
       auto root = YAML::LoadFile(f.string());
+      if (auto why = cdi_version_problem(features_of(root)); !why.empty()) {
+        warnings.push_back(f.string() + ": refused: " + why);
+        refused[f.string()] = why;
+        continue;
+      }
       auto kind = root["kind"].as<std::string>();
-      std::vector<std::string> missing;
-      auto common = read_edits(root["containerEdits"], missing);
+      std::vector<std::string> missing, dropped;
+      auto common = read_edits(root["containerEdits"], missing, host_root, dropped);
       for (const auto& d : root["devices"]) {
         cdi_device dev;
         dev.kind = kind;
@@ -112,7 +152,7 @@ void load_dir(const std::string& dir, std::map<std::string, cdi_device>& out,
         dev.file = f.string();
         dev.common = common;
         std::vector<std::string> gone;
-        dev.edits = read_edits(d["containerEdits"], gone);
+        dev.edits = read_edits(d["containerEdits"], gone, host_root, dropped);
         auto key = kind + "=" + dev.name;
         if (gone.empty() && !missing.empty())
           gone.push_back(missing.front());  // a node all its devices share
@@ -133,6 +173,8 @@ void load_dir(const std::string& dir, std::map<std::string, cdi_device>& out,
         }
         out.emplace(key, std::move(dev));
       }
+      for (const auto& d : dropped)
+        warnings.push_back(f.string() + ": " + d);
     } catch (const std::exception& e) {
       warnings.push_back(f.string() + ": " + e.what());
     }
@@ -188,8 +230,9 @@ cdi_registry load_cdi(const cdi_options& o) {
   std::map<std::string, cdi_device> low, high;
   std::map<std::string, std::string> low_conflicts, high_conflicts;
   std::map<std::string, std::string> low_stale, high_stale;
-  load_dir(o.static_dir, low, low_conflicts, reg.warnings, low_stale);
-  load_dir(o.dynamic_dir, high, high_conflicts, reg.warnings, high_stale);
+  load_dir(o.static_dir, low, low_conflicts, reg.warnings, low_stale, reg.refused, o.host_root);
+  load_dir(o.dynamic_dir, high, high_conflicts, reg.warnings, high_stale, reg.refused,
+           o.host_root);
   // A device defined and usable somewhere is not stale.
   for (auto& [key, node] : low_stale)
     if (!high.count(key))
@@ -234,12 +277,44 @@ caf::expected<cdi_edits> cdi_edits_for(const cdi_registry& reg,
 }
 
 std::string nvidia_fingerprint(const std::string& driver_version,
-                               std::vector<std::string> gpu_ids) {
+                               std::vector<std::string> gpu_ids,
+                               const std::string& node_numbers) {
   std::sort(gpu_ids.begin(), gpu_ids.end());
   std::string out = "driver " + driver_version + "\ngpus";
   for (const auto& id : gpu_ids)
     out += " " + id;
-  return out + "\n";
+  return out + "\n" + node_numbers;
+}
+
+std::vector<std::string> resolve_index_names(const cdi_registry& reg,
+                                             const std::vector<std::string>& names,
+                                             const std::vector<cdi_gpu>& discovered) {
+  static const std::string kind = "nvidia.com/gpu=";
+  std::vector<std::string> out;
+  for (const auto& name : names) {
+    out.push_back(name);
+    if (name.rfind(kind, 0) != 0 || reg.devices.count(name))
+      continue;
+    auto uuid = name.substr(kind.size());
+    auto g = std::find_if(discovered.begin(), discovered.end(),
+                          [&](const cdi_gpu& d) { return d.uuid == uuid; });
+    if (g == discovered.end() || g->minor < 0)
+      continue;
+    auto node = "/dev/nvidia" + std::to_string(g->minor);
+    for (const auto& [key, dev] : reg.devices) {
+      auto n = key.substr(std::min(key.size(), kind.size()));
+      if (key.rfind(kind, 0) != 0 || n.empty()
+          || !std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        continue;
+      bool mine = std::any_of(dev.edits.devices.begin(), dev.edits.devices.end(),
+                              [&](const oci_device& d) { return d.path == node; });
+      if (mine) {
+        out.back() = key;
+        break;
+      }
+    }
+  }
+  return out;
 }
 
 std::string nvidia_spec_stale(const cdi_registry& reg, const std::vector<std::string>& names,
@@ -317,18 +392,78 @@ std::string nvidia_spec_stale(const cdi_registry& reg, const std::vector<std::st
   return {};
 }
 
+namespace {
+
+/// The first required node `names` lack on the host ("" when none): for a
+/// device left out as stale, the node it names.
+std::string missing_required_node(const cdi_registry& reg,
+                                  const std::vector<std::string>& names) {
+  for (const auto& name : names)
+    if (auto s = reg.stale.find(name); s != reg.stale.end())
+      return s->second;
+  return {};
+}
+
+/// "hand-over failing: /dev/nvidia3 missing (<context>)": the error that
+/// fails the worker and fences its GPU (issue 18, rule 3).
+caf::error hand_over_failing(const std::string& node, const std::string& context) {
+  return caf::make_error(ec::invalid_request,
+                         hand_over_failing_prefix + node + " missing (" + context + ")");
+}
+
+/// The edits for `names`, checked against the host's nodes: a required node
+/// missing fails; a node whose numbers differ is `stale` (written again).
+caf::expected<cdi_edits> host_checked(const cdi_options& o, const cdi_registry& reg,
+                                      const std::vector<std::string>& names,
+                                      std::string& stale) {
+  if (auto node = missing_required_node(reg, names); !node.empty())
+    return hand_over_failing(node, "a required device node of " + names.front()
+                                     + " is not on the host");
+  auto edits = cdi_edits_for(reg, names);
+  if (!edits)
+    return edits;
+  auto check = check_nodes_against_host(o.host_root, edits->devices);
+  for (const auto& w : check.warnings)
+    spdlog::warn("agent: CDI: {}", w);
+  if (!check.missing_required.empty())
+    return hand_over_failing(check.missing_required, "a required device node is not on the host");
+  stale = check.stale;
+  edits->devices = std::move(check.devices);
+  return edits;
+}
+
+/// A refused spec file and why, for an error message ("" when none).
+std::string refused_note(const cdi_registry& reg) {
+  if (reg.refused.empty())
+    return {};
+  const auto& [file, why] = *reg.refused.begin();
+  return " (" + file + " was refused: " + why + ")";
+}
+
+} // namespace
+
 caf::expected<cdi_edits> checked_cdi_edits(const cdi_options& o,
-                                           const std::vector<std::string>& names,
+                                           const std::vector<std::string>& asked,
                                            const std::string& driver_version,
                                            const std::vector<cdi_gpu>& discovered) {
   auto reg = load_cdi(o);
+  auto names = resolve_index_names(reg, asked, discovered);
   auto why = nvidia_spec_stale(reg, names, discovered);
-  if (why.empty())
-    return cdi_edits_for(reg, names);
-  if (discovered.empty() || driver_version.empty())
+  std::string numbers_stale;
+  if (why.empty()) {
+    auto edits = host_checked(o, reg, names, numbers_stale);
+    if (!edits || numbers_stale.empty())
+      return edits;
+    why = numbers_stale;
+  }
+  if (discovered.empty() || driver_version.empty()) {
+    if (auto node = missing_required_node(reg, names); !node.empty())
+      return hand_over_failing(node, why);
     return caf::make_error(ec::invalid_request,
-                           why + " (no NVIDIA GPU is discovered on this machine to write "
-                                 "the spec for)");
+                           why + refused_note(reg)
+                             + " (no NVIDIA GPU is discovered on this machine to write "
+                               "the spec for)");
+  }
   std::vector<std::string> ids;
   for (const auto& g : discovered)
     ids.push_back(g.uuid);
@@ -337,11 +472,19 @@ caf::expected<cdi_edits> checked_cdi_edits(const cdi_options& o,
   if (!wrote)
     return wrote.error();
   reg = load_cdi(o);
+  names = resolve_index_names(reg, asked, discovered);
   why = nvidia_spec_stale(reg, names, discovered);
-  if (!why.empty())
-    return caf::make_error(ec::invalid_request, "the NVIDIA CDI spec is stale even after "
-                                                  + o.nvidia_ctk + " wrote it again: " + why);
-  return cdi_edits_for(reg, names);
+  auto again = "the NVIDIA CDI spec is stale even after " + o.nvidia_ctk + " wrote it again: ";
+  if (!why.empty()) {
+    if (auto node = missing_required_node(reg, names); !node.empty())
+      return hand_over_failing(node, again + why);
+    return caf::make_error(ec::invalid_request, again + why + refused_note(reg));
+  }
+  numbers_stale.clear();
+  auto edits = host_checked(o, reg, names, numbers_stale);
+  if (edits && !numbers_stale.empty())
+    return caf::make_error(ec::invalid_request, again + numbers_stale);
+  return edits;
 }
 
 namespace {
@@ -365,7 +508,7 @@ caf::expected<bool> sync_nvidia_spec(const cdi_options& o,
     fs::remove(print_path, err);
     return true;
   }
-  auto print = nvidia_fingerprint(driver_version, gpu_ids);
+  auto print = nvidia_fingerprint(driver_version, gpu_ids, nvidia_node_numbers(o.host_root));
   if (!force && fs::exists(spec, err) && fs::exists(print_path, err)
       && read_all(print_path) == print)
     return false;
@@ -406,9 +549,16 @@ caf::expected<bool> write_amd_spec(const cdi_options& o, const std::string& sys_
     for (const auto& e : fs::directory_iterator(drm, err))
       names.push_back(e.path().filename().string());
     std::sort(names.begin(), names.end());
+    // Only nodes that exist on the host (under its root) are listed.
+    auto exists = [&](const std::string& node) { return fs::exists(root(dev_root) + node, err); };
     for (const auto& n : names)
-      if (n.rfind("renderD", 0) == 0 || n.rfind("card", 0) == 0)
+      if ((n.rfind("renderD", 0) == 0 || n.rfind("card", 0) == 0) && exists("/dev/dri/" + n))
         nodes.push_back({{"path", "/dev/dri/" + n}});
+    // A partitioned GPU handed out whole: every partition's render node.
+    for (const auto& p : g.partition_render_nodes)
+      if (std::find(names.begin(), names.end(), fs::path{p}.filename().string()) == names.end()
+          && exists(p))
+        nodes.push_back({{"path", p}});
     if (nodes.empty())
       continue;  // no DRM nodes: the GPU is not usable in a container
     devices.push_back({{"name", g.id}, {"containerEdits", {{"deviceNodes", nodes}}}});
@@ -419,10 +569,13 @@ caf::expected<bool> write_amd_spec(const cdi_options& o, const std::string& sys_
     if (gid >= 0)
       gids.push_back(gid);
   }
-  json common = {{"deviceNodes", json::array({{{"path", "/dev/kfd"}}})}};
+  json common = {{"deviceNodes", json::array()}};
+  if (fs::exists(root(dev_root) + "/dev/kfd", err))
+    common["deviceNodes"].push_back({{"path", "/dev/kfd"}});
   if (!gids.empty())
     common["additionalGids"] = gids;
-  json spec = {{"cdiVersion", "0.6.0"},
+  // 0.7.0: additionalGids at the spec level needs it (cdi_version_problem).
+  json spec = {{"cdiVersion", "0.7.0"},
                {"kind", "amd.com/gpu"},
                {"devices", devices},
                {"containerEdits", common}};

@@ -31,6 +31,9 @@ struct cdi_options {
   std::string dynamic_dir = "/var/run/cdi";
   /// [cdi.nvidia_ctk] the nvidia-ctk program; empty: never generate.
   std::string nvidia_ctk = "nvidia-ctk";
+  /// The host root device nodes are read under ("" or "/": the real host;
+  /// tests: a fixture tree). Issue 18, rule 3.
+  std::string host_root;
 };
 
 /// What a container gets for some CDI devices.
@@ -58,9 +61,14 @@ struct cdi_registry {
   std::map<std::string, std::string> conflicts;
   /// Files that could not be read: "<path>: <why>".
   std::vector<std::string> warnings;
-  /// "kind=name" left out of `devices` because a device node it names does
-  /// not exist on the host (a stale spec), with that node's host path.
+  /// "kind=name" left out of `devices` because a required device node it
+  /// names does not exist on the host (a stale spec), with that node's host
+  /// path. A missing optional node is dropped with a warning instead
+  /// (runtime/workers/cdi_host.hpp).
   std::map<std::string, std::string> stale;
+  /// Spec files refused for breaking their cdiVersion's rules, with why
+  /// (`cdi_version_problem`); their devices are not defined.
+  std::map<std::string, std::string> refused;
 };
 
 /// A GPU the agent discovered, as a CDI spec may name it.
@@ -68,6 +76,9 @@ struct cdi_gpu {
   std::string uuid;          ///< GPU-5f1e...
   std::string pci_address;   ///< 0000:3b:00.0 (lower case)
   int64_t index = -1;        ///< the driver's index; -1 unknown
+  /// The minor number of its /dev/nvidiaN (`nvidia_device_minor`); -1
+  /// unknown. Index-named specs are resolved through it (issue 18).
+  int64_t minor = -1;
 };
 
 /// Why the specs in `reg` cannot hand over the NVIDIA devices `names`
@@ -89,9 +100,20 @@ std::string nvidia_spec_stale(const cdi_registry& reg, const std::vector<std::st
 /// NVIDIA spec is stale for them (`nvidia_spec_stale`) and this machine
 /// has NVIDIA GPUs (`discovered`, driver `driver_version`), it is written
 /// again with nvidia-ctk (`sync_nvidia_spec` with force) and checked once
-/// more. Errors: ec::invalid_request "the NVIDIA CDI spec is stale even
-/// after nvidia-ctk wrote it again: <why>" naming the missing device or
-/// node; nvidia-ctk's failure (ec::store_failure); `cdi_edits_for`'s.
+/// more. Before the hand-over every device node is compared with the
+/// host's under `o.host_root` (exists, character device, major and minor):
+/// numbers that differ make the spec stale too; a missing optional node is
+/// dropped with a warning. Index-named devices are resolved through the
+/// GPUs' minors (`resolve_index_names`). Errors: ec::invalid_request
+/// "hand-over failing: <node> missing (...)" for a required node the host
+/// lacks (even after writing the spec again); "the NVIDIA CDI spec is stale
+/// even after nvidia-ctk wrote it again: <why>" naming the device or node;
+/// nvidia-ctk's failure (ec::store_failure); `cdi_edits_for`'s.
+/// How the error of a hand-over that cannot work begins: "hand-over
+/// failing: /dev/nvidia3 missing (...)". The worker fails with it and its
+/// GPU is fenced (Faulty, latched) until an admin clears it.
+inline constexpr const char* hand_over_failing_prefix = "hand-over failing: ";
+
 caf::expected<cdi_edits> checked_cdi_edits(const cdi_options& o,
                                            const std::vector<std::string>& names,
                                            const std::string& driver_version,
@@ -111,9 +133,21 @@ caf::expected<cdi_edits> cdi_edits_for(const cdi_registry& reg,
                                        const std::vector<std::string>& names);
 
 /// The NVIDIA spec's fingerprint: the driver version and the GPU set
-/// (sorted UUIDs), one line each.
+/// (sorted UUIDs), one line each, then `node_numbers`: the host's NVIDIA
+/// device nodes with their majors and minors (`nvidia_node_numbers`), so a
+/// driver reload that renumbers a node makes the spec stale.
 std::string nvidia_fingerprint(const std::string& driver_version,
-                               std::vector<std::string> gpu_ids);
+                               std::vector<std::string> gpu_ids,
+                               const std::string& node_numbers = {});
+
+/// The names `names` ("nvidia.com/gpu=GPU-...") resolved for a spec that
+/// names its devices by index: a UUID the spec has no device for is
+/// replaced by the index-named device whose /dev/nvidiaN node has the
+/// GPU's minor number (`discovered`'s `minor`), never by assuming index =
+/// minor. Names the spec defines, and GPUs whose minor is unknown, are kept.
+std::vector<std::string> resolve_index_names(const cdi_registry& reg,
+                                             const std::vector<std::string>& names,
+                                             const std::vector<cdi_gpu>& discovered);
 
 /// Keeps `<dynamic_dir>/nvidia.yaml` in step with the driver (seed, "How a
 /// worker gets its GPUs"): with GPUs, runs `nvidia-ctk cdi generate
@@ -134,13 +168,17 @@ caf::expected<bool> sync_nvidia_spec(const cdi_options& o,
 struct amd_cdi_gpu {
   std::string id;            ///< the device name (unique id or PCI address)
   std::string pci_address;   ///< 0000:c1:00.0
+  /// Render nodes of its compute partitions (/dev/dri/renderD130), handed
+  /// over with the whole GPU (issue 18, rule 4).
+  std::vector<std::string> partition_render_nodes;
 };
 
 /// Writes `<dynamic_dir>/amd-astraeus.json` (kind amd.com/gpu): per GPU its
 /// render node and card, found under `<sys_root>/sys/bus/pci/devices/<pci>/
 /// drm` (matched by PCI address, not card number), plus /dev/kfd shared by
 /// all, and the groups owning the nodes (`render`, `video`, from the
-/// host's `<etc_root>/etc/group`) as supplementary groups. Removes the
+/// host's `<etc_root>/etc/group`) as supplementary groups. Only nodes that
+/// exist under `dev_root` are listed (issue 18). Removes the
 /// spec when `gpus` is empty. Returns true when the file changed. Errors:
 /// ec::store_failure naming the file.
 caf::expected<bool> write_amd_spec(const cdi_options& o, const std::string& sys_root,

@@ -120,13 +120,38 @@ worker_environment(const v1::WorkerOrder& order, const worker_env_context& ctx) 
     env["ASTRAEUS_OUTPUTS"] = ctx.outputs_file.empty() ? container_outputs_file
                                                         : ctx.outputs_file;
   if (ctx.host_process) {
-    // Empty for a CPU worker: it sees no GPU.
-    std::string ids;
-    for (const auto& id : order.gpu_ids())
-      ids += (ids.empty() ? "" : ",") + id;
-    env["CUDA_VISIBLE_DEVICES"] = ids;
+    // Empty for a CPU worker: it sees no GPU. AMD GPUs go to the variable
+    // ROCm reads, with names it accepts; HIP reads CUDA_VISIBLE_DEVICES
+    // too, so a worker of AMD GPUs only gets none of it.
+    std::string ids, rocr;
+    for (const auto& id : order.gpu_ids()) {
+      if (auto a = ctx.rocr_names.find(id); a != ctx.rocr_names.end())
+        rocr += (rocr.empty() ? "" : ",") + a->second;
+      else
+        ids += (ids.empty() ? "" : ",") + id;
+    }
+    if (!ids.empty() || rocr.empty())
+      env["CUDA_VISIBLE_DEVICES"] = ids;
+    if (!rocr.empty())
+      env["ROCR_VISIBLE_DEVICES"] = rocr;
   }
   return env;
+}
+
+std::map<std::string, std::string> rocr_visible_names(const std::vector<v1::Gpu>& gpus) {
+  std::vector<const v1::Gpu*> amd;
+  for (const auto& g : gpus)
+    if (g.vendor() == "amd" && !g.id().empty())
+      amd.push_back(&g);
+  std::sort(amd.begin(), amd.end(), [](const v1::Gpu* a, const v1::Gpu* b) {
+    return a->pci_address() < b->pci_address();
+  });
+  std::map<std::string, std::string> out;
+  for (size_t i = 0; i < amd.size(); ++i) {
+    const auto& id = amd[i]->id();
+    out[id] = id.rfind("AMD-", 0) == 0 ? "GPU-" + id.substr(4) : std::to_string(i);
+  }
+  return out;
 }
 
 } // namespace astraeus

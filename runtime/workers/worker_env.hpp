@@ -29,6 +29,11 @@ struct worker_env_context {
   /// above every other value. In a container it is
   /// never set (shared/seeds/gpus.md, "Inside the worker").
   bool host_process = false;
+  /// For a host process: each AMD GPU's id -> the name ROCm accepts in
+  /// ROCR_VISIBLE_DEVICES (`rocr_visible_names`). A host-process worker's
+  /// AMD GPUs go to ROCR_VISIBLE_DEVICES, its NVIDIA GPUs to
+  /// CUDA_VISIBLE_DEVICES (issue 18, rule 9); a container gets neither.
+  std::map<std::string, std::string> rocr_names;
   /// ASTRAEUS_OUTPUTS for a run with `outputs`: the file the worker writes
   /// `key=value` lines to. Empty: the container's path,
   /// `/var/run/astraeus/outputs/outputs` (runtime/workers/worker_outputs.hpp); a
@@ -56,5 +61,11 @@ worker_environment(const v1::WorkerOrder& order, const worker_env_context& ctx);
 /// The worker's full name: "<namespace>.<worker>" in a workspace with a
 /// namespace, else the worker's name (ASTRAEUS_TASK_NAME).
 std::string full_worker_name(const v1::WorkerOrder& order);
+
+/// The names ROCm accepts in ROCR_VISIBLE_DEVICES for the AMD GPUs of
+/// `gpus`, by GPU id: "GPU-<hex>" for a GPU with a unique id ("AMD-<hex>"),
+/// else its ordinal among the machine's AMD GPUs in PCI-address order (the
+/// order ROCm enumerates them in).
+std::map<std::string, std::string> rocr_visible_names(const std::vector<v1::Gpu>& gpus);
 
 } // namespace astraeus

@@ -1,6 +1,9 @@
 #include "runtime/workers/worker_supervisor.hpp"
 
+#include "runtime/workers/cdi_host.hpp"
+
 #include <algorithm>
+#include <utility>
 #include <atomic>
 #include <csignal>
 #include <cstring>
@@ -114,6 +117,9 @@ v1::WorkerProcess worker_supervisor::start(const v1::WorkerOrder& order,
   else
     err = start_process(order, rec);
   if (err) {
+    auto fenced = hand_over_failures_of(render_error(err),
+                                        {order.gpu_ids().begin(), order.gpu_ids().end()});
+    hand_over_failures_.insert(hand_over_failures_.end(), fenced.begin(), fenced.end());
     set_state(rec, worker_state::failed);
     rec.set_detail("cannot start: " + render_error(err));
     rec.set_exit_code(-1);
@@ -212,6 +218,7 @@ caf::error worker_supervisor::start_process(const v1::WorkerOrder& order,
   ctx.rdma_ports = rdma_ports_;
   ctx.rdma_min_gbps = options_.rdma_min_gbps;
   ctx.host_process = true;
+  ctx.rocr_names = rocr_names_;
   if (spec.outputs()) {
     if (auto err = prepare_outputs_dir(rec.dir(), ::getuid(), ::getgid()))
       return err;
@@ -312,9 +319,10 @@ caf::error worker_supervisor::start_runc(const v1::WorkerOrder& order,
                                                        "memlock", memlock_warned)));
     auto reg = load_cdi(options_.cdi);
     std::vector<std::string> names;
+    // The kind of the GPU's vendor, so an error names the kind asked for.
     for (const auto& id : order.gpu_ids()) {
-      auto nv = "nvidia.com/gpu=" + id;
-      names.push_back(reg.devices.count("amd.com/gpu=" + id) ? "amd.com/gpu=" + id : nv);
+      bool amd = amd_gpu_ids_.count(id) > 0 || reg.devices.count("amd.com/gpu=" + id) > 0;
+      names.push_back((amd ? "amd.com/gpu=" : "nvidia.com/gpu=") + id);
     }
     // Checked before the hand-over; a stale NVIDIA spec is written again
     // rather than a worker started that fails.
@@ -499,9 +507,12 @@ bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms, steady_
           spdlog::error("agent: worker {}: {}", order.worker(), rec->detail());
         }
       },
-      [this, name = name, rec] {
+      [this, name = name, rec, job] {
         starting_.erase(name);
         started_[name] = std::move(*rec);
+        // The job's copy saw the hand-over failures; they are ours now.
+        auto fenced = job->take_hand_over_failures();
+        hand_over_failures_.insert(hand_over_failures_.end(), fenced.begin(), fenced.end());
       });
   }
   std::vector<std::string> names;
@@ -570,6 +581,29 @@ bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms, steady_
   return changed;
 }
 
+std::vector<hand_over_failure> hand_over_failures_of(const std::string& error,
+                                                     const std::vector<std::string>& gpu_ids) {
+  auto at = error.find(hand_over_failing_prefix);
+  if (at == std::string::npos)
+    return {};
+  // "hand-over failing: /dev/nvidia3 missing" without the context after it.
+  auto end = error.find(" missing", at);
+  auto reason = error.substr(at, end == std::string::npos ? std::string::npos
+                                                          : end + 8 - at);
+  std::vector<hand_over_failure> out;
+  for (const auto& id : gpu_ids)
+    if (error.find("=" + id) != std::string::npos)
+      out.push_back({id, reason, error});
+  if (out.empty())
+    for (const auto& id : gpu_ids)
+      out.push_back({id, reason, error});
+  return out;
+}
+
+std::vector<hand_over_failure> worker_supervisor::take_hand_over_failures() {
+  return std::exchange(hand_over_failures_, {});
+}
+
 void worker_supervisor::sync_cdi(const v1::GpuSection& gpus, const std::string& sys_root) {
   // A complete read; not "pending" or "unresponsive" (keep what is there
   // then), nor "unavailable" unless the driver itself went away (NVML
@@ -596,14 +630,20 @@ void worker_supervisor::sync_cdi(const v1::GpuSection& gpus, const std::string& 
       continue;
     if (g.vendor() == "nvidia") {
       nvidia.push_back(g.id());
-      found.push_back({g.id(), g.pci_address(), g.has_index() ? int64_t{g.index()} : -1});
+      found.push_back({g.id(), g.pci_address(), g.has_index() ? int64_t{g.index()} : -1,
+                       nvidia_device_minor(sys_root, g.pci_address())});
       driver = g.driver_version();
     } else if (g.vendor() == "amd") {
-      amd.push_back({g.id(), g.pci_address()});
+      amd.push_back({g.id(), g.pci_address(),
+                     {g.partition_render_nodes().begin(), g.partition_render_nodes().end()}});
     }
   }
   nvidia_driver_ = driver;
   nvidia_gpus_ = std::move(found);
+  amd_gpu_ids_.clear();
+  for (const auto& g : amd)
+    amd_gpu_ids_.insert(g.id);
+  rocr_names_ = rocr_visible_names({gpus.gpus().begin(), gpus.gpus().end()});
   cdi_wanted wanted{driver, std::move(nvidia), std::move(amd), sys_root};
   if (cdi_syncing_) {
     cdi_next_ = std::move(wanted);  // the latest pass wins
@@ -622,7 +662,8 @@ void worker_supervisor::run_cdi_sync(cdi_wanted wanted) {
         spdlog::info("agent: CDI: {} {}/nvidia.yaml", w.nvidia.empty() ? "removed" : "wrote",
                      o.dynamic_dir);
     }
-    auto wrote = write_amd_spec(o, w.sys_root, "/", w.amd);
+    // Device nodes and groups of the host, under its root (fixtures in tests).
+    auto wrote = write_amd_spec(o, w.sys_root, o.host_root.empty() ? "/" : o.host_root, w.amd);
     if (!wrote)
       spdlog::error("agent: CDI: {}", render_error(wrote.error()));
     else if (*wrote)

@@ -81,6 +81,21 @@ struct supervisor_options {
   cdi_options cdi;
 };
 
+/// A GPU whose hand-over cannot work (issue 18, rule 3): a worker failed
+/// with "hand-over failing: <node> missing"; the agent latches the GPU.
+struct hand_over_failure {
+  std::string gpu_id;      ///< the GPU to fence
+  std::string reason;      ///< "hand-over failing: /dev/nvidia3 missing"
+  std::string evidence;    ///< the worker's whole error
+};
+
+/// The GPUs of a worker (`gpu_ids`) that hand-over error `error` fences:
+/// those whose CDI device it names ("=<id>"), else all of them (a node they
+/// share, such as /dev/nvidiactl). Empty when `error` is no hand-over
+/// failure.
+std::vector<hand_over_failure> hand_over_failures_of(const std::string& error,
+                                                     const std::vector<std::string>& gpu_ids);
+
 /// Runs `work` away from the caller's actor (it may block: image unpacking,
 /// nvidia-ctk), then `done` on that actor again. The agent's runs each job
 /// on a detached CAF actor; a supervisor without one runs both inline.
@@ -127,6 +142,9 @@ public:
   /// logged (a GPU worker then fails to start with the reason).
   void sync_cdi(const v1::GpuSection& gpus, const std::string& sys_root);
 
+  /// The hand-over failures since the last call (the agent latches them).
+  std::vector<hand_over_failure> take_hand_over_failures();
+
   /// Up to `max_bytes` (at most 1 MiB) of `worker`'s log from `offset`, a
   /// position in its whole output across rotations (`read_log_piece`). Errors:
   /// ec::invalid_request when this machine has no log for that worker.
@@ -164,6 +182,9 @@ private:
   std::vector<v1::RdmaPort> rdma_ports_;
   std::string nvidia_driver_;               ///< of the last complete read
   std::vector<cdi_gpu> nvidia_gpus_;        ///< its NVIDIA GPUs
+  std::set<std::string> amd_gpu_ids_;       ///< its AMD GPUs (amd.com/gpu)
+  std::map<std::string, std::string> rocr_names_;  ///< ROCR_VISIBLE_DEVICES names
+  std::vector<hand_over_failure> hand_over_failures_;  ///< not yet taken
   offload_fn offload_;
   std::set<std::string> starting_;          ///< workers whose start is in flight
   std::map<std::string, v1::WorkerProcess> started_;  ///< their records, back

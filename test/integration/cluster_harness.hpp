@@ -299,6 +299,17 @@ private:
   std::optional<int> exit_code_;
 };
 
+/// Starts `argv` (environment additions `env`) as a child kept in `kept`,
+/// so its owner kills it; its output goes to <dir>/<label><n>.out and .err.
+inline process* spawn_kept(std::vector<std::unique_ptr<process>>& kept, const fs::path& dir,
+                           const std::string& label, std::vector<std::string> argv,
+                           std::vector<std::string> env = {}) {
+  auto n = std::to_string(kept.size());
+  kept.push_back(std::make_unique<process>(std::move(argv), dir / (label + n + ".out"),
+                                           dir / (label + n + ".err"), std::move(env)));
+  return kept.back().get();
+}
+
 /// What a finished command printed and returned.
 struct command_result {
   int rc = -1;            ///< exit code; 128+signal; -1 = had to be killed
@@ -472,6 +483,17 @@ inline std::vector<std::string> enrol_flags(uint16_t port, const fs::path& dir,
   return out;
 }
 
+/// Every GPU the controller on `port` knows (through the gate, cheap for
+/// polling); empty when it cannot be asked.
+inline std::vector<v1::GpuView> list_gpu_views(uint16_t port) {
+  v1::Request req;
+  req.mutable_list_gpus();
+  auto resp = gate_call(port, std::move(req));
+  if (!resp || resp->has_error() || !resp->has_gpus())
+    return {};
+  return {resp->gpus().gpus().begin(), resp->gpus().gpus().end()};
+}
+
 /// Every machine the controller knows; nullopt when it cannot be asked.
 inline std::optional<std::vector<v1::MachineView>> list_machines(uint16_t port) {
   v1::Request req;
@@ -627,6 +649,30 @@ inline unsigned online_cpus() {
     }
   }
   return count;
+}
+
+/// Whether the controller on `port` with its store in `store` answers its
+/// owner within `timeout` (its owner credentials are learnt on the way).
+inline bool controller_answers_owner(uint16_t port, const std::string& store,
+                                     milliseconds timeout = 10s) {
+  auto keys = keys_dir_of(store);
+  return wait_until(
+    [&] {
+      return use_owner_credentials(port, keys)
+             && static_cast<bool>(
+               gate_client::connect_cli(loopback(port), 300ms, owner_credentials(port)));
+    },
+    timeout);
+}
+
+/// `astra args...` as the owner of the controller on `port` whose store is
+/// `store`; its output files in `dir`.
+inline command_result astra_as_owner(uint16_t port, const std::string& store,
+                                     const fs::path& dir, const std::vector<std::string>& args) {
+  std::vector<std::string> argv{program("astra"), "--addr", "127.0.0.1:" + std::to_string(port),
+                                "--token-file", (keys_dir_of(store) / "owner-token").string()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_command(argv, dir);
 }
 
 } // namespace astraeus::itest

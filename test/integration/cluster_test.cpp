@@ -93,6 +93,7 @@ protected:
                                   "--port", std::to_string(port_),
                                   "--data-dir", ctl_store_,
                                   "--heartbeat-lapse", "2s",
+                                  "--set", "heartbeat.report_interval=600ms",
                                   "--set", "gate.hello_timeout=1s"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return spawn("controller", std::move(argv));

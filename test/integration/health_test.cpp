@@ -139,7 +139,8 @@ protected:
     std::vector<std::string> argv{program("astraeus-controller"),
                                   "--port", std::to_string(port_),
                                   "--data-dir", (dir_ / "controller").string(),
-                                  "--heartbeat-lapse", lapse,
+                                  "--heartbeat-lapse", lapse, "--set",  // a third of it:
+                                  "heartbeat.report_interval=" + std::to_string(std::stoi(lapse) * 333) + "ms",
                                   "--set", "gate.hello_timeout=1s"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return argv;
@@ -213,12 +214,7 @@ protected:
 
   /// Every GPU the controller knows, through the gate (cheap, for polling).
   std::vector<v1::GpuView> list_gpus() {
-    v1::Request req;
-    req.mutable_list_gpus();
-    auto resp = gate_call(port_, std::move(req));
-    if (!resp || resp->has_error() || !resp->has_gpus())
-      return {};
-    return {resp->gpus().gpus().begin(), resp->gpus().gpus().end()};
+    return list_gpu_views(port_);
   }
 
   static const v1::GpuView* at_pci(const std::vector<v1::GpuView>& gpus,

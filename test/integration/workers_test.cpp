@@ -74,10 +74,7 @@ protected:
 
   process* spawn(const std::string& label, std::vector<std::string> argv,
                  std::vector<std::string> env = {}) {
-    auto n = std::to_string(procs_.size());
-    procs_.push_back(std::make_unique<process>(std::move(argv), dir_ / (label + n + ".out"),
-                                               dir_ / (label + n + ".err"), std::move(env)));
-    return procs_.back().get();
+    return spawn_kept(procs_, dir_.path(), label, std::move(argv), std::move(env));
   }
 
   std::string addr() const {
@@ -117,7 +114,8 @@ protected:
   bool start_cluster(const std::string& runtime) {
     auto* ctl = spawn("controller", {program("astraeus-controller"), "--port",
                                      std::to_string(port_), "--data-dir",
-                                     (dir_ / "controller").string(), "--heartbeat-lapse", "3s"});
+                                     (dir_ / "controller").string(), "--heartbeat-lapse", "3s",
+                                     "--set", "heartbeat.report_interval=1s"});
     auto keys = keys_dir_of((dir_ / "controller").string());
     if (!wait_until(
           [&] {
@@ -643,4 +641,46 @@ TEST_F(Workers, AContainerLimitAboveTheAgentsOwnIsLoweredNotAFailedStart) {
   auto agent_log = read_text(agent_->err_file());
   EXPECT_TRUE(contains(agent_log, "worker nf-0: nofile lowered to " + std::to_string(own.rlim_max)))
     << agent_log;
+}
+
+// Issue 18, rule 3, end to end: the CDI spec is checked against the host's
+// device nodes (under the agent's host root) before the hand-over; a
+// required node the host lacks fails the worker naming it and fences its
+// GPU, latched, so work stops landing on it.
+TEST_F(Workers, AHandOverMissingARequiredNodeFailsTheWorkerAndFencesItsGpu) {
+  if (auto why = make_busybox_image(); !why.empty())
+    GTEST_SKIP() << why;
+  auto root = dir_ / "host";
+  fs::create_directories(root / "dev");
+  fs::create_symlink("/dev/null", root / "dev" / "null");
+  fs::create_symlink("/dev/zero", root / "dev" / "zero");
+  agent_flags_ = {"--host-root", root.string()};
+  // The stand-in nvidia-ctk names /dev/nvidia3 for every GPU: not on this host.
+  ::setenv("FAKE_CTK_NODE", "/dev/nvidia3", 1);
+  bool up = start_cluster("runc");
+  ::unsetenv("FAKE_CTK_NODE");
+  ASSERT_TRUE(up);
+  auto res = astra({"run", "--name", "h", "--gpus", "1", "--image", "busybox", "--", "true"});
+  ASSERT_EQ(res.rc, 0) << res.err;
+  ASSERT_TRUE(wait_run("h", "Failed"));
+  auto show = astra({"run", "show", "h"});
+  EXPECT_TRUE(contains(show.out, "hand-over failing: /dev/nvidia3 missing")) << show.out;
+  std::string gpu = nlohmann::json::parse(astra({"run", "show", "h", "-o", "json"}).out)
+                      ["workers"][0]["gpu_ids"][0];
+  nlohmann::json fenced;
+  bool faulty = wait_until(
+    [&] {
+      auto j = nlohmann::json::parse(astra({"gpus", "-o", "json"}).out, nullptr, false);
+      if (j.is_discarded())
+        return false;
+      for (const auto& g : j["gpus"])
+        if (g["gpu"].value("id", "") == gpu && g.value("health", "") == "Faulty") {
+          fenced = g;
+          return true;
+        }
+      return false;
+    },
+    10s);
+  ASSERT_TRUE(faulty) << astra({"gpus"}).out;
+  EXPECT_TRUE(contains(fenced.dump(), "hand-over failing: /dev/nvidia3 missing")) << fenced.dump(2);
 }

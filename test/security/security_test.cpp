@@ -87,6 +87,7 @@ protected:
     ctl_ = spawn("controller",
                  {program("astraeus-controller"), "--port", std::to_string(port_),
                   "--data-dir", store_, "--heartbeat-lapse", "2s",
+                  "--set", "heartbeat.report_interval=600ms",
                   "--set", "gate.hello_timeout=1s",
                   "--set", "gate.max_unauthenticated_per_address=64"});
     ASSERT_TRUE(wait_until(

@@ -10,7 +10,12 @@
 // nvmlDeviceGetCurrentClocksEventReasons.
 //
 // The fixture is the file named by the environment variable
-// ASTRAEUS_NVML_FIXTURE, read at every nvmlInit_v2. No variable or an
+// ASTRAEUS_NVML_FIXTURE, read at every nvmlInit_v2, and read again while
+// initialised whenever the file changes (its modification time, size or
+// inode), so a test can make a GPU vanish, get lost or come back while the
+// agent runs: write the new fixture to a temporary file and rename it over
+// the old one. A changed file that does not parse is ignored (the last good
+// one stays). No variable or an
 // unreadable file: nvmlInit_v2 returns NVML_ERROR_DRIVER_NOT_LOADED (9); not
 // JSON, or not an object with a "gpus" array: NVML_ERROR_UNKNOWN (999).
 //
@@ -168,6 +173,9 @@ constexpr unsigned kMaxGpus = 64;
 struct globals {
   std::mutex mu;
   std::shared_ptr<const json> fixture;
+  // What the fixture file was when it was read: changes make it read again.
+  std::string path;
+  struct stat seen {};
   std::map<std::pair<std::string, unsigned>, int> calls;
   nvmlDevice_st devices[kMaxGpus];
 
@@ -182,9 +190,40 @@ globals& g() {
   return instance;
 }
 
+bool same_file(const struct stat& a, const struct stat& b) {
+  return a.st_ino == b.st_ino && a.st_dev == b.st_dev && a.st_size == b.st_size
+         && a.st_mtim.tv_sec == b.st_mtim.tv_sec && a.st_mtim.tv_nsec == b.st_mtim.tv_nsec;
+}
+
+// The fixture as parsed from `path`; null when it cannot be read or is not
+// a fixture.
+std::shared_ptr<json> parse_fixture(const std::string& path) {
+  std::ifstream in(path);
+  if (!in)
+    return nullptr;
+  std::stringstream text;
+  text << in.rdbuf();
+  auto doc = std::make_shared<json>(json::parse(text.str(), nullptr, false));
+  if (doc->is_discarded() || !doc->is_object())
+    return nullptr;
+  auto gpus = doc->find("gpus");
+  if (gpus == doc->end() || !gpus->is_array() || gpus->size() > kMaxGpus)
+    return nullptr;
+  return doc;
+}
+
 std::shared_ptr<const json> current() {
   std::lock_guard<std::mutex> lock(g().mu);
-  return g().fixture;
+  auto& st = g();
+  if (st.fixture && !st.path.empty()) {
+    struct stat now {};
+    if (::stat(st.path.c_str(), &now) == 0 && !same_file(now, st.seen)) {
+      st.seen = now;
+      if (auto doc = parse_fixture(st.path))
+        st.fixture = std::move(doc);
+    }
+  }
+  return st.fixture;
 }
 
 void count_call(const char* fn, unsigned gpu) {
@@ -363,16 +402,14 @@ STAND_IN_EXPORT nvmlReturn_t nvmlInit_v2(void) {
     const char* path = std::getenv("ASTRAEUS_NVML_FIXTURE");
     if (!path || !*path)
       return kDriverNotLoaded;
-    std::ifstream in(path);
-    if (!in)
+    struct stat seen {};
+    if (::stat(path, &seen) != 0)
       return kDriverNotLoaded;
-    std::stringstream text;
-    text << in.rdbuf();
-    auto doc = std::make_shared<json>(json::parse(text.str(), nullptr, false));
-    if (doc->is_discarded() || !doc->is_object())
-      return kUnknown;
-    auto gpus = doc->find("gpus");
-    if (gpus == doc->end() || !gpus->is_array() || gpus->size() > kMaxGpus)
+    std::ifstream probe(path);
+    if (!probe)
+      return kDriverNotLoaded;
+    auto doc = parse_fixture(path);
+    if (!doc)
       return kUnknown;
     if (auto* hang_init = member(*doc, "init_hang"); hang_init && hang_init->get<bool>())
       hang(*doc);
@@ -380,6 +417,8 @@ STAND_IN_EXPORT nvmlReturn_t nvmlInit_v2(void) {
       return err->get<int>();
     std::lock_guard<std::mutex> lock(g().mu);
     g().fixture = std::move(doc);
+    g().path = path;
+    g().seen = seen;
     g().calls.clear();
     return kSuccess;
   } catch (...) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "actors/controller/gpu_health.hpp"
+#include "messages/gpu_read.hpp"
 
 using namespace astraeus;
 using namespace std::chrono_literals;
@@ -221,4 +222,61 @@ TEST(GpuHealth, AnAtRiskXidWithin24hIsAtRisk) {
   inc->set_action("record");
   inc->set_last_seen_unix_ms(now);
   EXPECT_EQ(evaluate_health(g, h, false, now).health, gpu_health::healthy);
+}
+
+// Issue 17, rule 7: a GPU that does not answer is Faulty with that reason,
+// never "Healthy (unresponsive)"; a latch still reads first.
+TEST(GpuHealth, AGpuThatDoesNotAnswerIsFaultyWithTheReason) {
+  gpu_health_history h;
+  for (auto status : {gpu_read_status::unresponsive, gpu_read_status::lost,
+                      gpu_read_status::unavailable}) {
+    auto g = h100();
+    set_read_status(g, status);
+    g.set_status_detail("nvmlDeviceGetMemoryInfo did not return within 2000 ms");
+    auto v = judge(g, h);
+    EXPECT_EQ(v.health, gpu_health::faulty) << to_string(status);
+    ASSERT_EQ(v.reasons.size(), 1u);
+    EXPECT_EQ(v.reasons[0], std::string{to_string(status)}
+                              + ": nvmlDeviceGetMemoryInfo did not return within 2000 ms");
+    g.clear_status_detail();
+    EXPECT_EQ(judge(g, h).reasons.at(0),
+              std::string{to_string(status)} + ": it does not answer its driver");
+  }
+  auto g = h100();
+  set_read_status(g, gpu_read_status::lost);
+  auto* f = g.add_latches();
+  f->set_reason("lost: nvmlDeviceGetMemoryInfo returned GPU is lost (15)");
+  auto v = judge(g, h);
+  EXPECT_EQ(v.health, gpu_health::faulty);
+  EXPECT_EQ(v.reasons, std::vector<std::string>{f->reason()});
+}
+
+// Issue 18, rule 5: the seed's 87 °C sign is for the edge sensor; junction
+// and memory sensors are judged against their own critical limit.
+TEST(GpuHealth, AmdSensorsAreJudgedByLabel) {
+  gpu_health_history h;
+  v1::Gpu g;
+  g.set_id("AMD-1");
+  g.set_vendor("amd");
+  g.set_temperature_c(90);  // shown: junction (no edge sensor)
+  auto* junction = g.add_temperatures();
+  junction->set_label("junction");
+  junction->set_celsius(90);
+  junction->set_critical_c(110);
+  auto* mem = g.add_temperatures();
+  mem->set_label("mem");
+  mem->set_celsius(85);
+  h.add(g, clock_type::time_point{} + 1h, 24h);
+  EXPECT_EQ(judge(g, h).health, gpu_health::healthy) << "a normal 90 °C junction";
+  junction->set_celsius(110);
+  auto hot = judge(g, h);
+  ASSERT_EQ(hot.health, gpu_health::at_risk);
+  EXPECT_EQ(hot.reasons[0], "junction temperature 110 °C (>= its critical 110 °C)");
+  junction->set_celsius(90);
+  auto* edge = g.add_temperatures();
+  edge->set_label("edge");
+  edge->set_celsius(87);
+  auto v = judge(g, h);
+  ASSERT_EQ(v.health, gpu_health::at_risk);
+  EXPECT_EQ(v.reasons[0], "edge temperature 87 °C (>= 87 °C)");
 }

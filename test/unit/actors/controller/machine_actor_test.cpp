@@ -504,3 +504,50 @@ TEST_F(MachineWorkers, ACordonMaintenanceOrLabelsTheStoreCannotTakeChangeNothing
   EXPECT_EQ(ask<v1::MachineView>(m, req).labels().at("rack"), "r12");
   EXPECT_EQ(store->faults().failed(), 3u);
 }
+
+// Issue 18, rule 10: each Down and back Up is a flap, counted on the machine;
+// a late report never fences its GPUs.
+TEST_F(MachineActor, ALateReportCountsAFlapAndNeverFencesItsGpus) {
+  auto m = spawn_machine();
+  auto r = report_of("gpu-01");
+  auto* g = r.mutable_facts()->mutable_gpus()->add_gpus();
+  g->set_id("GPU-1");
+  g->set_vendor("nvidia");
+  g->set_status("ok");
+  r.mutable_facts()->mutable_gpus()->set_read_as("driver: healthy");
+  report(m, r);
+  EXPECT_EQ(ask<v1::MachineView>(m, atom::get_v).flaps(), 0u);
+  for (int i = 1; i <= 2; ++i) {
+    advance(61s);  // the report comes late
+    ASSERT_EQ(state_of(m), v1::Machine::Down);
+    report(m, r);
+    auto view = ask<v1::MachineView>(m, atom::get_v);
+    EXPECT_EQ(view.state(), v1::Machine::Up);
+    EXPECT_EQ(view.flaps(), static_cast<uint32_t>(i));
+    for (const auto& c : view.facts().gpus().conditions())
+      if (c.type() == "GPUs healthy")
+        EXPECT_TRUE(c.status()) << c.message();
+  }
+  auto gpus = ask<std::vector<v1::GpuView>>(m, atom::gpus_v);
+  ASSERT_EQ(gpus.size(), 1u);
+  EXPECT_EQ(gpus[0].health(), "Healthy");
+}
+
+// Issue 18, rule 1: a GPU listed twice by the agent is shown once, with a
+// warning on the machine page.
+TEST_F(MachineActor, AGpuListedTwiceIsShownOnceWithAWarning) {
+  auto m = spawn_machine();
+  auto r = report_of("gpu-01");
+  for (int i = 0; i < 2; ++i) {
+    auto* g = r.mutable_facts()->mutable_gpus()->add_gpus();
+    g->set_id("0000:03:00.0");
+    g->set_vendor("amd");
+    g->set_status("ok");
+  }
+  report(m, r);
+  auto view = ask<v1::MachineView>(m, atom::get_v);
+  EXPECT_EQ(view.facts().gpus().gpus_size(), 1);
+  ASSERT_EQ(view.inventory_warnings_size(), 1);
+  EXPECT_NE(view.inventory_warnings(0).find("listed 2 times"), std::string::npos);
+  EXPECT_EQ(ask<std::vector<v1::GpuView>>(m, atom::gpus_v).size(), 1u);
+}

@@ -57,11 +57,16 @@ TEST(Placement, GpuListChangesKeepHeldGpusUntilReleased) {
   EXPECT_EQ(idx.totals().gpus, 8u);
   EXPECT_EQ(idx.totals().held, 0u);
   EXPECT_EQ(idx.check_invariants(), "");
-  // Conflicts change nothing.
+  // A machine name twice changes nothing.
   EXPECT_FALSE(idx.add_machine(dgx("gpu-01")));
-  auto clash = dgx("gpu-09");
-  clash.gpus[3].id = "gpu-01-g5";
-  EXPECT_FALSE(idx.add_machine(clash));
-  EXPECT_FALSE(idx.find_machine("gpu-09"));
+  // GPUs are keyed by (machine, id) (issue 18): another machine with an id
+  // gpu-01 has too is added, each machine keeping its own GPU.
+  auto same_id = dgx("gpu-09");
+  same_id.gpus[3].id = "gpu-01-g5";
+  auto other = idx.add_machine(same_id);
+  ASSERT_TRUE(other);
+  EXPECT_TRUE(idx.find_gpu(*other, "gpu-01-g5"));
+  EXPECT_TRUE(idx.find_gpu(m, "gpu-01-g5"));
+  EXPECT_EQ(idx.totals().gpus, 16u);
   EXPECT_EQ(idx.check_invariants(), "");
 }

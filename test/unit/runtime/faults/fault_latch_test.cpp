@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "actor_fixture.hpp"
+#include "messages/gpu_read.hpp"
 #include "runtime/faults/fault_latch.hpp"
 #include "runtime/faults/xid_policy.hpp"
 #include "store/store.hpp"
@@ -68,7 +69,8 @@ TEST_F(FaultLatches, AFatalXidLatchesWithTheSeedsWording) {
 
 TEST_F(FaultLatches, TheDomainIsKeptWhenMapping) {
   auto l = open();
-  // 0000:c1:00.0 is not 0002:c1:00.0: it maps to no GPU.
+  // 0000:c1:00.0 is not 0002:c1:00.0: after a complete read with nothing on
+  // the bus there, it maps to no GPU.
   ASSERT_TRUE(l.on_event(xid(79, "0000:c1:00.0"), two_gpus(), 1000));
   EXPECT_TRUE(l.latches().empty());
   v1::GpuSection out = two_gpus();
@@ -77,6 +79,20 @@ TEST_F(FaultLatches, TheDomainIsKeptWhenMapping) {
   EXPECT_EQ(out.unmapped_incidents(0).pci_address(), "0000:c1:00.0");
   ASSERT_TRUE(l.on_event(xid(79, "0002:c1:00.0"), two_gpus(), 1000));
   EXPECT_EQ(l.latches().count("GPU-B"), 1u);
+}
+
+TEST_F(FaultLatches, AFaultAtAnAddressTheBusShowsButTheDriverDroppedIsHeldThere) {
+  auto l = open();
+  auto s = two_gpus();
+  s.add_bus()->set_pci_address("0000:c1:00.0");  // on the bus, not listed by NVML
+  EXPECT_TRUE(*l.on_event(xid(79, "0000:c1:00.0"), s, 1000));
+  EXPECT_EQ(l.latches().count("0000:c1:00.0"), 1u);
+  v1::GpuSection out = s;
+  l.annotate(out);
+  ASSERT_EQ(out.gpus_size(), 3);
+  EXPECT_EQ(out.gpus(2).id(), "0000:c1:00.0");
+  EXPECT_EQ(out.gpus(2).status(), "lost");
+  EXPECT_EQ(out.gpus(1).latches_size(), 0) << "0002:c1:00.0 is another GPU";
 }
 
 TEST_F(FaultLatches, RepeatsFoldIntoOneLatch) {
@@ -311,12 +327,326 @@ TEST_F(FaultLatches, AnAmdResetThatFailedIsADriverFault) {
             "driver fault: amdgpu 0000:3b:00.0: amdgpu: GPU reset(2) failed");
 }
 
+// -- Rule 1: evidence before the GPU is known ----------------------------------
+
+TEST_F(FaultLatches, AFaultBeforeDiscoveryIsLatchedAgainstItsAddressAndFencesTheGpuFoundThere) {
+  v1::GpuSection none;  // the first pass has not finished
+  set_read_as(none, gpu_read_as::pending);
+  {
+    auto l = open();
+    auto fresh = l.on_event(xid(79, "0000:3b:00.0", 40), none, 1000);
+    ASSERT_TRUE(fresh);
+    EXPECT_TRUE(*fresh) << "reported at once, before any GPU is known";
+    ASSERT_EQ(l.latches().count("0000:3b:00.0"), 1u);
+    const auto& f = l.latches().at("0000:3b:00.0").at(0);
+    EXPECT_EQ(f.gpu_id(), "");
+    EXPECT_EQ(f.pci_address(), "0000:3b:00.0");
+    EXPECT_EQ(f.reason(), "Xid 79 fault");
+    // The report carries it: a GPU at that address, Faulty, not "unmapped".
+    v1::GpuSection shown = none;
+    l.annotate(shown);
+    ASSERT_EQ(shown.gpus_size(), 1);
+    EXPECT_EQ(shown.gpus(0).id(), "0000:3b:00.0");
+    EXPECT_EQ(shown.gpus(0).latches(0).reason(), "Xid 79 fault");
+    EXPECT_EQ(shown.unmapped_incidents_size(), 0);
+  }
+  // Durable: after a restart, the first pass finds GPU-A there: it takes
+  // the latch (its UUID attached), and it is not taken for a replacement.
+  {
+    auto l = open();
+    ASSERT_EQ(l.latches().count("0000:3b:00.0"), 1u);
+    auto changed = l.on_readings(two_gpus(), 2000);
+    ASSERT_TRUE(changed);
+    EXPECT_TRUE(*changed);
+    EXPECT_EQ(l.latches().count("0000:3b:00.0"), 0u);
+    ASSERT_EQ(l.latches().count("GPU-A"), 1u);
+    EXPECT_EQ(l.latches().at("GPU-A")[0].gpu_id(), "GPU-A");
+    EXPECT_EQ(l.latches().at("GPU-A")[0].first_seen_unix_ms(), 1000);
+    v1::GpuSection shown = two_gpus();
+    l.annotate(shown);
+    ASSERT_EQ(shown.gpus_size(), 2);
+    EXPECT_EQ(shown.gpus(0).latches(0).reason(), "Xid 79 fault");
+    EXPECT_EQ(shown.gpus(1).latches_size(), 0);
+    // And it stays: the next pass changes nothing; a restart keeps it on GPU-A.
+    EXPECT_FALSE(*l.on_readings(two_gpus(), 3000));
+  }
+  auto again = open();
+  EXPECT_EQ(again.latches().count("GPU-A"), 1u);
+  EXPECT_EQ(again.latches().count("0000:3b:00.0"), 0u);
+}
+
+TEST_F(FaultLatches, ANoticeAndItsXidBeforeDiscoveryAreOneLatch) {
+  v1::GpuSection none;
+  gpu_event notice;
+  notice.kind = gpu_event_kind::fallen_off_bus;
+  notice.pci_address = "0000:3b:00.0";
+  notice.text = "NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.";
+  notice.sequence = 7;
+  notice.part = 1;
+  auto l = open();
+  EXPECT_TRUE(*l.on_event(xid(79, "0000:3b:00.0", 7), none, 1000));
+  EXPECT_FALSE(*l.on_event(notice, none, 1000));
+  ASSERT_EQ(l.latches().at("0000:3b:00.0").size(), 1u);
+  EXPECT_EQ(l.latches().at("0000:3b:00.0")[0].count(), 2u);
+  ASSERT_TRUE(l.on_readings(two_gpus(), 2000));
+  ASSERT_EQ(l.latches().at("GPU-A").size(), 1u);
+  EXPECT_EQ(l.latches().at("GPU-A")[0].reason(), "Xid 79 fault");
+}
+
+TEST_F(FaultLatches, AGpuAtPciLineGivesALatchHeldAgainstTheAddressItsUuid) {
+  v1::GpuSection none;
+  auto l = open();
+  EXPECT_TRUE(*l.on_event(xid(79, "0000:3b:00.0", 60), none, 1000));
+  gpu_event who;
+  who.kind = gpu_event_kind::gpu_identity;
+  who.pci_address = "0000:3b:00.0";
+  who.uuid = "GPU-A";
+  who.text = "NVRM: GPU at PCI:0000:3b:00: GPU-A";
+  who.sequence = 61;
+  EXPECT_TRUE(*l.on_event(who, none, 1000)) << "the UUID is reported at once";
+  ASSERT_EQ(l.latches().count("GPU-A"), 1u);
+  EXPECT_EQ(l.latches().at("GPU-A")[0].gpu_id(), "GPU-A");
+  // NVML does not list it: still shown, under its UUID.
+  v1::GpuSection shown;
+  l.annotate(shown);
+  ASSERT_EQ(shown.gpus_size(), 1);
+  EXPECT_EQ(shown.gpus(0).id(), "GPU-A");
+  EXPECT_EQ(shown.gpus(0).pci_address(), "0000:3b:00.0");
+  EXPECT_EQ(shown.unmapped_incidents_size(), 0) << "an identity line is no incident";
+}
+
+TEST_F(FaultLatches, HistoryLoggedBeforeDiscoveryGoesToTheGpuAtItsAddress) {
+  v1::GpuSection none;
+  auto l = open();
+  EXPECT_FALSE(*l.on_event(xid(13, "0002:c1:00.0", 3), none, 1000));
+  v1::GpuSection shown = two_gpus();
+  l.annotate(shown);
+  ASSERT_EQ(shown.gpus(1).incidents_size(), 1);
+  EXPECT_EQ(shown.gpus(1).incidents(0).xid(), 13u);
+  EXPECT_EQ(shown.unmapped_incidents_size(), 0);
+}
+
+// -- Rule 7: not answering is not Healthy -----------------------------------------
+
+TEST_F(FaultLatches, ALostGpuIsLatchedOnce) {
+  auto l = open();
+  auto s = two_gpus();
+  set_read_status(*s.mutable_gpus(1), gpu_read_status::lost);
+  s.mutable_gpus(1)->set_status_detail("nvmlDeviceGetMemoryInfo returned GPU is lost (15)");
+  EXPECT_TRUE(*l.on_readings(s, 1000));
+  ASSERT_EQ(l.latches().at("GPU-B").size(), 1u);
+  EXPECT_EQ(l.latches().at("GPU-B")[0].reason(),
+            "lost: nvmlDeviceGetMemoryInfo returned GPU is lost (15)");
+  EXPECT_FALSE(*l.on_readings(s, 2000)) << "still lost is the same fault";
+  EXPECT_EQ(l.latches().at("GPU-B")[0].count(), 1u);
+  // Answering again does not clear it: an admin does.
+  EXPECT_FALSE(*l.on_readings(two_gpus(), 3000));
+  EXPECT_EQ(l.latches().count("GPU-B"), 1u);
+}
+
+TEST_F(FaultLatches, AHangThatPersistsIsLatchedAShortOneIsNot) {
+  auto l = open();
+  auto hung = two_gpus();
+  set_read_status(*hung.mutable_gpus(0), gpu_read_status::unresponsive);
+  hung.mutable_gpus(0)->set_status_detail("nvmlDeviceGetMemoryInfo did not return within 2000 ms");
+  // Two hung passes, then a good one: nothing latched, the count starts over.
+  for (int i = 0; i + 1 < fault_latches::unresponsive_passes_to_latch; ++i)
+    EXPECT_FALSE(*l.on_readings(hung, 1000 + i));
+  EXPECT_FALSE(*l.on_readings(two_gpus(), 2000));
+  for (int i = 0; i + 1 < fault_latches::unresponsive_passes_to_latch; ++i)
+    EXPECT_FALSE(*l.on_readings(hung, 3000 + i));
+  EXPECT_EQ(l.latches().count("GPU-A"), 0u);
+  // The third pass in a row: latched.
+  EXPECT_TRUE(*l.on_readings(hung, 4000));
+  ASSERT_EQ(l.latches().at("GPU-A").size(), 1u);
+  EXPECT_EQ(l.latches().at("GPU-A")[0].reason(),
+            "unresponsive: NVML calls hung for 3 discovery passes in a row");
+  EXPECT_EQ(l.latches().at("GPU-A")[0].evidence(),
+            "nvmlDeviceGetMemoryInfo did not return within 2000 ms");
+  EXPECT_FALSE(*l.on_readings(hung, 5000));
+}
+
+// -- Rule 10: the kernel-log position -------------------------------------------------
+
+TEST_F(FaultLatches, RecordsOfOneMessageShareTheirNumberAndAreAllHandled) {
+  auto a = xid(48, "0000:3b:00.0", 20);
+  auto b = xid(79, "0002:c1:00.0", 20);
+  b.part = 1;
+  {
+    auto l = open();
+    EXPECT_TRUE(*l.on_event(a, two_gpus(), 1000));
+    EXPECT_TRUE(*l.on_event(b, two_gpus(), 1000)) << "the second part of record 20 is new";
+  }
+  // Both parts again after a restart: skipped by the kept (sequence, part).
+  auto again = open();
+  ASSERT_TRUE(again.clear("GPU-A"));
+  ASSERT_TRUE(again.clear("GPU-B"));
+  EXPECT_FALSE(*again.on_event(a, two_gpus(), 2000));
+  EXPECT_FALSE(*again.on_event(b, two_gpus(), 2000));
+  EXPECT_TRUE(again.latches().empty());
+}
+
+TEST_F(FaultLatches, TheSameRecordNeverFencesAgainAfterAClear) {
+  auto l = open();
+  auto ev = xid(79, "0000:3b:00.0", 30);
+  EXPECT_TRUE(*l.on_event(ev, two_gpus(), 1000));
+  ASSERT_TRUE(*l.clear("GPU-A"));
+  EXPECT_FALSE(*l.on_event(ev, two_gpus(), 2000)) << "a replay of the log";
+  ev.after_jump = true;
+  EXPECT_FALSE(*l.on_event(ev, two_gpus(), 3000)) << "even after a jump: the same record";
+  EXPECT_TRUE(l.latches().empty());
+  // A later record fences again.
+  EXPECT_TRUE(*l.on_event(xid(79, "0000:3b:00.0", 31), two_gpus(), 4000));
+}
+
+TEST_F(FaultLatches, RecordsAfterABackwardJumpAreReadNotSkipped) {
+  auto l = open();
+  EXPECT_TRUE(*l.on_event(xid(79, "0000:3b:00.0", 500), two_gpus(), 1000));
+  // Lower numbers within the same boot: skipped as a replay unless the
+  // reader saw the numbers go back within its read.
+  auto low = xid(48, "0002:c1:00.0", 100);
+  EXPECT_FALSE(*l.on_event(low, two_gpus(), 2000));
+  low.after_jump = true;
+  EXPECT_TRUE(*l.on_event(low, two_gpus(), 3000));
+  EXPECT_EQ(l.latches().count("GPU-B"), 1u);
+}
+
+// -- Rule 4: AMD fatal messages ----------------------------------------------------
+
+namespace {
+
+v1::GpuSection amd_gpus(int n) {
+  v1::GpuSection s;
+  s.set_read_as("driver: healthy");
+  for (int i = 0; i < n; ++i) {
+    auto* g = s.add_gpus();
+    g->set_id("AMD-" + std::to_string(i));
+    g->set_vendor("amd");
+    g->set_pci_address("0000:c" + std::to_string(i + 1) + ":00.0");
+    g->set_status("ok");
+  }
+  return s;
+}
+
+gpu_event amd(gpu_event_kind kind, const std::string& pci, const std::string& text,
+              uint64_t seq) {
+  gpu_event ev;
+  ev.kind = kind;
+  ev.pci_address = pci;
+  ev.text = text;
+  ev.sequence = seq;
+  return ev;
+}
+
+} // namespace
+
+TEST_F(FaultLatches, AmdVramLostAndRasFatalEventsFence) {
+  auto l = open();
+  EXPECT_TRUE(*l.on_event(amd(gpu_event_kind::amd_vram_lost, "0000:c1:00.0",
+                              "amdgpu 0000:c1:00.0: amdgpu: VRAM is lost due to GPU reset!", 1),
+                          amd_gpus(2), 1000));
+  EXPECT_EQ(l.latches().at("AMD-0").at(0).reason(),
+            "driver fault: amdgpu 0000:c1:00.0: amdgpu: VRAM is lost due to GPU reset!");
+  EXPECT_TRUE(*l.on_event(amd(gpu_event_kind::amd_ras_fatal, "0000:c2:00.0",
+                              "amdgpu 0000:c2:00.0: amdgpu: 1 uncorrectable hardware errors", 2),
+                          amd_gpus(2), 1000));
+  EXPECT_EQ(l.latches().count("AMD-1"), 1u);
+}
+
+TEST_F(FaultLatches, AnAmdLineNamingNoDeviceGoesToTheOnlyAmdGpuElseStaysUnmapped) {
+  auto failed = amd(gpu_event_kind::amd_reset_failed, "",
+                    "[drm:amdgpu_device_gpu_recover [amdgpu]] *ERROR* GPU reset(1) failed", 5);
+  {
+    auto l = open();
+    EXPECT_TRUE(*l.on_event(failed, amd_gpus(1), 1000));
+    ASSERT_EQ(l.latches().count("AMD-0"), 1u);
+    EXPECT_EQ(l.latches().at("AMD-0")[0].pci_address(), "0000:c1:00.0");
+  }
+  auto l = open("boot-2");
+  ASSERT_TRUE(*l.clear("AMD-0"));
+  EXPECT_FALSE(*l.on_event(failed, amd_gpus(2), 1000)) << "which of two GPUs is not known";
+  EXPECT_TRUE(l.latches().empty());
+  v1::GpuSection out = amd_gpus(2);
+  l.annotate(out);
+  ASSERT_EQ(out.unmapped_incidents_size(), 1) << "kept, never dropped";
+  EXPECT_EQ(out.unmapped_incidents(0).action(), "fence");
+}
+
+TEST_F(FaultLatches, AnAmdResetThatLogsNoSuccessWithinTheWindowIsADriverFault) {
+  auto l = open();
+  auto begin = [](const std::string& pci, uint64_t seq) {
+    return amd(gpu_event_kind::amd_reset_begin, pci, "amdgpu " + pci + ": amdgpu: GPU reset begin!",
+               seq);
+  };
+  EXPECT_FALSE(*l.on_event(begin("0000:c1:00.0", 1), amd_gpus(2), 1000));
+  EXPECT_FALSE(*l.on_event(begin("0000:c2:00.0", 2), amd_gpus(2), 1000));
+  EXPECT_FALSE(*l.on_event(amd(gpu_event_kind::amd_reset_succeeded, "0000:c2:00.0",
+                               "amdgpu 0000:c2:00.0: amdgpu: GPU reset(1) succeeded!", 3),
+                           amd_gpus(2), 5000));
+  // Within the window: nothing yet.
+  EXPECT_FALSE(*l.on_readings(amd_gpus(2), 1000 + fault_latches::amd_reset_window_ms));
+  EXPECT_TRUE(l.latches().empty());
+  // Past it: the GPU whose reset never succeeded is fenced, the other not.
+  EXPECT_TRUE(*l.on_readings(amd_gpus(2), 1001 + fault_latches::amd_reset_window_ms));
+  ASSERT_EQ(l.latches().count("AMD-0"), 1u);
+  EXPECT_EQ(l.latches().at("AMD-0")[0].reason(),
+            "driver fault: a GPU reset began and logged no success within 60 s");
+  EXPECT_EQ(l.latches().count("AMD-1"), 0u);
+  EXPECT_FALSE(*l.on_readings(amd_gpus(2), 200000));
+}
+
+// -- Rule 5: application Xids -----------------------------------------------------
+
+TEST_F(FaultLatches, ApplicationXidsFromThreeProcessesMarkAtRiskOneJobCrashingDoesNot) {
+  auto l = open();
+  auto app = [](uint32_t n, const std::string& pid, uint64_t seq) {
+    auto ev = xid(n, "0000:3b:00.0", seq);
+    ev.text = "NVRM: Xid (PCI:0000:3b:00): " + std::to_string(n) + ", pid=" + pid
+              + ", name=python3, Graphics Exception";
+    return ev;
+  };
+  auto action_of_13 = [&] {
+    v1::GpuSection out = two_gpus();
+    l.annotate(out);
+    for (const auto& inc : out.gpus(0).incidents())
+      if (inc.xid() == 13u)
+        return inc.action();
+    return std::string{"none"};
+  };
+  // One job crashing five times: history only.
+  for (uint64_t i = 0; i < 5; ++i)
+    EXPECT_FALSE(*l.on_event(app(13, "100", 10 + i), two_gpus(), 1000 + static_cast<int64_t>(i)));
+  EXPECT_EQ(action_of_13(), "record");
+  // A second process, then a third within 24 h: at risk, never fenced.
+  EXPECT_FALSE(*l.on_event(app(13, "200", 20), two_gpus(), 2000));
+  EXPECT_EQ(action_of_13(), "record");
+  EXPECT_FALSE(*l.on_event(app(13, "300", 21), two_gpus(), 3000));
+  EXPECT_EQ(action_of_13(), "at-risk");
+  EXPECT_TRUE(l.latches().empty());
+  // A day later the old processes no longer count.
+  int64_t later = 3000 + 25LL * 3600 * 1000;
+  EXPECT_FALSE(*l.on_event(app(13, "400", 22), two_gpus(), later));
+  EXPECT_EQ(action_of_13(), "record");
+  // Other GPUs count their own processes; a fatal Xid still fences.
+  EXPECT_TRUE(*l.on_event(xid(79, "0002:c1:00.0", 23), two_gpus(), later));
+}
+
 TEST(XidPolicy, TheSeedsFatalListFencesByDefault) {
   xid_policy p;
   for (uint32_t x : {48u, 63u, 74u, 79u, 92u, 95u, 119u, 120u, 149u, 154u})
     EXPECT_EQ(p.action(x), xid_action::fence) << "Xid " << x;
-  for (uint32_t x : {13u, 31u, 43u, 94u, 9999u})
+  for (uint32_t x : {13u, 31u, 43u, 9999u})
     EXPECT_EQ(p.action(x), xid_action::record) << "Xid " << x;
+  // 94: a contained uncorrectable ECC error; a row waits to be remapped,
+  // the seed's at-risk sign (issue 17, rule 5). 95 stays fatal.
+  EXPECT_EQ(p.action(94), xid_action::at_risk);
+  for (uint32_t x : {13u, 31u, 43u, 45u, 69u})
+    EXPECT_TRUE(p.application(x)) << "Xid " << x;
+  EXPECT_FALSE(p.application(79));
+  EXPECT_EQ(p.application_processes(), 3u);
+  // An override decides alone.
+  ASSERT_FALSE(p.override_with({13}, {}, {}));
+  EXPECT_FALSE(p.application(13));
 }
 
 TEST(XidPolicy, OverridesApplyAndConflictsAreNamed) {

@@ -54,8 +54,9 @@ const std::vector<expected_line> expected = {
     // Its dictionary: continuation lines, no records.
     {false, 0, 0, 0, std::nullopt, "", std::nullopt},
     {false, 0, 0, 0, std::nullopt, "", std::nullopt},
-    // The records that follow an Xid 79: records, no events.
-    {true, 4, 1235, 5678901240, std::nullopt, "", std::nullopt},
+    // The records that follow an Xid 79: which GPU is at the address (an
+    // identity event, no fault), the serial (no event).
+    {true, 4, 1235, 5678901240, k::gpu_identity, "0000:3b:00.0", std::nullopt},
     {true, 4, 1236, 5678901241, std::nullopt, "", std::nullopt},
     // The Xid repeated, pid='<unknown>'.
     {true, 4, 1237, 5678901242, k::xid, "0000:3b:00.0", 79u},
@@ -414,9 +415,47 @@ TEST(Kmsg, RecognisesDriverVariants) {
   EXPECT_EQ(e->kind, gpu_event_kind::amd_ring_timeout);
 }
 
+TEST(Kmsg, AmdFatalMessagesInOldAndNewWordings) {
+  auto e = event_of("3,1,1,-;amdgpu 0000:c1:00.0: amdgpu: VRAM is lost due to GPU reset!");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->kind, gpu_event_kind::amd_vram_lost);
+  EXPECT_EQ(e->pci_address, "0000:c1:00.0");
+  for (auto line : {"amdgpu 0000:c1:00.0: amdgpu: 1 uncorrectable hardware errors detected in UMC block",
+                    "amdgpu 0000:c1:00.0: amdgpu: uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!",
+                    "amdgpu 0000:c1:00.0: amdgpu: RAS: Fatal error event happened"}) {
+    e = event_of(line);
+    ASSERT_TRUE(e) << line;
+    EXPECT_EQ(e->kind, gpu_event_kind::amd_ras_fatal) << line;
+    EXPECT_EQ(e->pci_address, "0000:c1:00.0");
+  }
+  // Lines that name no device are kept, with no address.
+  e = event_of("[drm:amdgpu_device_gpu_recover [amdgpu]] *ERROR* GPU reset(1) failed");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->kind, gpu_event_kind::amd_reset_failed);
+  EXPECT_EQ(e->pci_address, "");
+  e = event_of("[drm:amdgpu_device_gpu_recover [amdgpu]] VRAM is lost due to GPU reset!");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->kind, gpu_event_kind::amd_vram_lost);
+  EXPECT_STREQ(to_string(gpu_event_kind::amd_vram_lost), "amd_vram_lost");
+  EXPECT_STREQ(to_string(gpu_event_kind::amd_ras_fatal), "amd_ras_fatal");
+}
+
+TEST(Kmsg, AGpuAtPciLineLinksTheAddressToItsUuid) {
+  auto e = event_of("4,1235,1,-;NVRM: GPU at PCI:0000:3b:00: GPU-5f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->kind, gpu_event_kind::gpu_identity);
+  EXPECT_EQ(e->pci_address, "0000:3b:00.0");
+  EXPECT_EQ(e->uuid, "GPU-5f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b");
+  EXPECT_STREQ(to_string(gpu_event_kind::gpu_identity), "gpu_identity");
+  EXPECT_EQ(gpu_uuid_in("x GPU-12 GPU-5f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b."),
+            "GPU-5f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b");
+  EXPECT_EQ(gpu_uuid_in("MIG-GPU-5f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5bx"), "");
+  // Without a UUID it is no event.
+  EXPECT_FALSE(event_of("NVRM: GPU at PCI:0000:3b:00: unknown"));
+}
+
 TEST(Kmsg, OtherMessagesAreNoEvents) {
   for (auto line : {
-           "NVRM: GPU at PCI:0000:3b:00: GPU-5f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b",
            "NVRM: GPU Board Serial Number: 1652922001234",
            "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15",
            "amdgpu 0000:c1:00.0: amdgpu: SMU is initialized successfully!",

@@ -1,3 +1,6 @@
+#include <map>
+#include <set>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -195,4 +198,35 @@ TEST(AmdGpus, ModelsFromDeviceIdAndMemory) {
   EXPECT_EQ(amd_model_from_device_id(0x7408, 128 * gib), "AMD Instinct MI250X");
   EXPECT_EQ(amd_model_from_device_id(0x738c, 32 * gib), "AMD Instinct MI100");
   EXPECT_EQ(amd_model_from_device_id(0x1234, 8 * gib), "");
+}
+
+// Issue 18, rule 5: every hwmon temperature by its label, all shown.
+TEST(AmdGpus, EveryTemperatureIsReadByItsLabel) {
+  auto r = read_amd_gpus(fixture("mi210"));
+  ASSERT_EQ(r.gpus.size(), 1u);
+  const auto& g = r.gpus[0];
+  ASSERT_EQ(g.temperatures_size(), 3);
+  std::map<std::string, double> by_label;
+  for (const auto& t : g.temperatures())
+    by_label[t.label()] = t.celsius();
+  EXPECT_DOUBLE_EQ(by_label["edge"], 41.0);
+  EXPECT_DOUBLE_EQ(by_label["junction"], 45.0);
+  EXPECT_DOUBLE_EQ(by_label["mem"], 48.0);
+}
+
+// Issue 18, rule 4: a partitioned MI300X handed out whole brings every
+// partition's render node (from the KFD topology's drm_render_minor), and
+// its partition mode shows on the GPU.
+TEST(AmdGpus, APartitionedGpuListsEveryPartitionsRenderNodeAndItsMode) {
+  auto r = read_amd_gpus(fixture("mi300x"));
+  ASSERT_EQ(r.gpus.size(), 2u);
+  for (const auto& g : r.gpus) {
+    EXPECT_EQ(g.partition_mode(), "DPX") << g.id();
+    EXPECT_EQ(g.partition_render_nodes_size(), 2) << g.id();
+  }
+  std::set<std::string> nodes;
+  for (const auto& g : r.gpus)
+    nodes.insert(g.partition_render_nodes().begin(), g.partition_render_nodes().end());
+  EXPECT_EQ(nodes, (std::set<std::string>{"/dev/dri/renderD128", "/dev/dri/renderD129",
+                                          "/dev/dri/renderD130", "/dev/dri/renderD131"}));
 }

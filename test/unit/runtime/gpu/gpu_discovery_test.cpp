@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
@@ -127,10 +128,17 @@ struct captured_log {
   std::ostringstream text;
   std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink =
       std::make_shared<spdlog::sinks::ostream_sink_mt>(text);
-  captured_log() { spdlog::default_logger()->sinks().push_back(sink); }
+  // At info level while it lives, whatever an earlier test set (the
+  // scheduler's property test quiets the log to errors).
+  spdlog::level::level_enum before = spdlog::default_logger()->level();
+  captured_log() {
+    spdlog::default_logger()->sinks().push_back(sink);
+    spdlog::default_logger()->set_level(spdlog::level::info);
+  }
   ~captured_log() {
     auto& sinks = spdlog::default_logger()->sinks();
     sinks.erase(std::remove(sinks.begin(), sinks.end(), sink), sinks.end());
+    spdlog::default_logger()->set_level(before);
   }
   size_t count(const std::string& part) const {
     auto all = text.str();
@@ -516,4 +524,110 @@ TEST(GpuDiscovery, NoGpuNamesEachPathTried) {
   EXPECT_EQ(s.conditions(0).reason(), "NoGPU");
   auto page = format_gpu_section(s);
   EXPECT_TRUE(contains(page, "Discovery tried")) << page;
+}
+
+// -- Issue 17, rule 2: a GPU that vanishes between passes ---------------------
+
+namespace {
+
+/// Writes `doc` as the stand-in's fixture at `path` the way a test changes
+/// it under a running agent: a new file renamed over the old one.
+void replace_fixture(const std::string& path, const nlohmann::json& doc) {
+  auto tmp = path + ".new";
+  std::ofstream{tmp} << doc.dump(2);
+  fs::rename(tmp, path);
+}
+
+nlohmann::json h100x8_json() {
+  std::ifstream in(fixture("nvml/h100x8.json"));
+  return nlohmann::json::parse(in);
+}
+
+} // namespace
+
+TEST(GpuDiscovery, AGpuThatVanishesFromNvmlStaysListedAsLostAndTheCountsDisagree) {
+  machine m;
+  // The eight GPUs on the PCI bus, bound to the nvidia driver.
+  for (const char* pci : {"0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0",
+                          "0000:9a:00.0", "0000:ab:00.0", "0000:ba:00.0", "0000:db:00.0"})
+    add_pci_gpu(m.root, pci, "0x2330", "nvidia", 0);
+  auto doc = h100x8_json();
+  auto path = m.tmp.path() + "/nvml.json";
+  replace_fixture(path, doc);
+  use_nvml_fixture(path);
+  gpu_discovery discovery(m.with_nvml());
+  auto before = discovery.discover(false);
+  ASSERT_EQ(before.gpus_size(), 8);
+  for (const auto& c : before.conditions())
+    EXPECT_NE(c.type(), "GPU counts agree") << "the counts agree: " << c.message();
+
+  // NVML stops listing the GPU at 3a (the stand-in re-reads its fixture).
+  auto uuid = doc["gpus"][2]["uuid"].get<std::string>();
+  doc["gpus"].erase(2);
+  replace_fixture(path, doc);
+  captured_log log;
+  auto after = discovery.discover(false);
+  ASSERT_EQ(after.gpus_size(), 8) << "the vanished GPU is still listed";
+  const auto* g = gpu_at(after, "0000:3a:00.0");
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->id(), uuid);
+  EXPECT_EQ(g->status(), "lost");
+  EXPECT_EQ(g->status_detail(), "missing from NVML: on PCI at 0000:3a:00.0");
+  EXPECT_EQ(after.read_as(), "driver: healthy");
+  const v1::Condition* counts = nullptr;
+  for (const auto& c : after.conditions())
+    if (c.type() == "GPU counts agree")
+      counts = &c;
+  ASSERT_NE(counts, nullptr) << format_gpu_section(after);
+  EXPECT_FALSE(counts->status());
+  EXPECT_EQ(counts->reason(), "GPUCountMismatch");
+  EXPECT_EQ(counts->message(), "PCI bus 8, nvidia driver 8, NVML 7; 0000:3a:00.0: bound to "
+                               "the nvidia driver, missing from NVML");
+  EXPECT_EQ(log.count("missing from NVML: on PCI at 0000:3a:00.0"), 1u);
+
+  // Gone from the bus too (the driver dropped it, hot-unplug): said so.
+  doc = h100x8_json();
+  replace_fixture(path, doc);
+  discovery.discover(false);
+  fs::remove_all(fs::path{m.root} / "sys/bus/pci/devices/0000:3a:00.0");
+  doc["gpus"].erase(2);
+  replace_fixture(path, doc);
+  auto gone = discovery.discover(false);
+  g = gpu_at(gone, "0000:3a:00.0");
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->status_detail(), "missing from NVML and from the PCI bus (was at 0000:3a:00.0)");
+}
+
+// Issue 18, rule 9: a machine with two models names both.
+TEST(GpuDiscovery, TheSummaryOfAMixedMachineNamesEveryModel) {
+  std::vector<v1::Gpu> gpus(3);
+  gpus[0].set_model("Tesla V100-SXM2-16GB");
+  gpus[1].set_model("NVIDIA GeForce RTX 2080 Ti");
+  gpus[2].set_model("Tesla V100-SXM2-16GB");
+  for (auto& g : gpus)
+    g.set_vendor("nvidia");
+  EXPECT_EQ(summarise_gpus(gpus).summary(), "2x V100, 1x RTX 2080 Ti");
+  gpus.pop_back();
+  EXPECT_EQ(summarise_gpus(gpus).summary(), "1x RTX 2080 Ti, 1x V100");
+  gpus.pop_back();
+  EXPECT_EQ(summarise_gpus(gpus).summary(), "1x V100");
+}
+
+// Issue 18, rule 7: NVML installed but no NVIDIA driver loaded and no NVIDIA
+// GPU on the bus (an AMD-only host): the AMD GPUs are reported normally.
+TEST(GpuDiscovery, AnAmdOnlyHostWithTheNvmlLibraryIsReady) {
+  machine m;
+  install_nvidia_smi(m.tmp.path(), "no_driver.sh");
+  use_nvml_fixture(m.tmp.path() + "/no-such-fixture.json");  // DRIVER_NOT_LOADED
+  auto opts = m.with_nvml();
+  opts.root = fixture("amd/rx7900xtx");
+  gpu_discovery discovery(opts);
+  auto s = discovery.discover(false);
+  EXPECT_EQ(s.read_as(), "driver: healthy") << s.detail();
+  ASSERT_EQ(s.gpus_size(), 1);
+  EXPECT_EQ(s.gpus(0).vendor(), "amd");
+  ASSERT_GE(s.conditions_size(), 1);
+  EXPECT_TRUE(s.conditions(0).status()) << s.conditions(0).ShortDebugString();
+  EXPECT_EQ(s.conditions(0).reason(), "DriverResponding");
+  ::unsetenv("ASTRAEUS_NVML_FIXTURE");
 }

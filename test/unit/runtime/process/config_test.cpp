@@ -116,6 +116,7 @@ TEST(Config, RenderedConfigLoadsBackUnchanged) {
   cfg.data_dir = "/srv/a \"quoted\" dir";
   cfg.keys_dir = "/srv/keys";
   cfg.heartbeat_lapse = 1500ms;
+  cfg.heartbeat_report_interval = 500ms;  // a third of the lapse at most (issue 18)
   cfg.frame_cap_bytes = 3000;
   cfg.memory_psi_full_avg10_max = 33.3;
   cfg.log_file = "";
@@ -331,4 +332,23 @@ TEST(Config, WorkerLogCapIsAByteSizeNamedWhenOutOfRange) {
   auto small = load_agent_config(std::nullopt, {}, flags_t{{"workers.log_max_bytes", "4KB"}});
   ASSERT_FALSE(small);
   expect_error(small.error(), {"workers.log_max_bytes", "\"4KB\"", "4KiB to 1TiB"});
+}
+
+// Issue 18, rule 10: a lapse shorter than 3 report intervals makes machines
+// flap; refused naming both keys.
+TEST(Config, AHeartbeatLapseUnderThreeReportIntervalsIsRefusedNamingBothKeys) {
+  auto cfg = load_controller_config(std::nullopt, {}, flags_t{{"heartbeat.lapse", "10s"}});
+  ASSERT_FALSE(cfg);
+  expect_error(cfg.error(), {"heartbeat.lapse 10s", "heartbeat.report_interval 10s",
+                             "at least 3 times", "flap"});
+  auto ok = load_controller_config(
+    std::nullopt, {},
+    flags_t{{"heartbeat.lapse", "10s"}, {"heartbeat.report_interval", "3s"}});
+  ASSERT_TRUE(ok) << render_error(ok.error());
+  EXPECT_EQ(ok->heartbeat_report_interval, 3s);
+  EXPECT_FALSE(check_heartbeat(60s, "default", 20s, "report.interval", "default"));
+  auto dev = check_heartbeat(10s, "the controller's settings", 10s, "report.interval",
+                             "the agent's settings");
+  ASSERT_TRUE(dev);
+  expect_error(dev, {"heartbeat.lapse", "report.interval"});
 }

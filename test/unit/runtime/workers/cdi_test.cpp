@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/workers/cdi.hpp"
+#include "runtime/workers/worker_supervisor.hpp"
 #include "worker_test_files.hpp"
 
 using namespace astraeus;
@@ -108,6 +109,10 @@ TEST(Cdi, AmdSpecComesFromSysfsMatchedByPciAddress) {
   fs::create_directories(sys + "/sys/bus/pci/devices/0000:03:00.0/drm/card1");
   fs::create_directories(sys + "/sys/bus/pci/devices/0000:03:00.0/drm/renderD128");
   write(sys + "/etc/group", "video:x:44:\nrender:x:105:\n");
+  // The host's nodes (only those that exist are listed).
+  for (const char* node : {"/dev/dri/card0", "/dev/dri/card1", "/dev/dri/renderD128",
+                           "/dev/dri/renderD129", "/dev/kfd"})
+    write(sys + node, "");
   cdi_options o;
   o.static_dir = dir.path() + "/etc-cdi";
   o.dynamic_dir = dir.path() + "/run";
@@ -200,4 +205,158 @@ TEST(CdiHandOver, StillStaleAfterRegenerationFailsNamingTheDevice) {
   EXPECT_NE(why.find("nvidia.com/gpu=GPU-2"), std::string::npos) << why;
   EXPECT_NE(why.find("/dev/astraeus-no-such-node"), std::string::npos) << why;
   EXPECT_EQ(f.generated(), 1) << "written again once, not in a loop";
+}
+
+// --- Issue 18, rule 3: the spec against the host's device nodes ---------------
+
+namespace {
+
+/// A host root for `f` whose /dev has the stand-in's nodes (/dev/null and
+/// /dev/zero, as links to the real ones) and `extra` links.
+std::string fixture_host(ctk_fixture& f,
+                         const std::vector<std::pair<std::string, std::string>>& extra = {}) {
+  auto root = f.dir.path() + "/host";
+  fs::create_directories(root + "/dev");
+  fs::create_symlink("/dev/null", root + "/dev/null");
+  fs::create_symlink("/dev/zero", root + "/dev/zero");
+  for (const auto& [path, real] : extra)
+    fs::create_symlink(real, root + path);
+  f.o.host_root = root;
+  return root;
+}
+
+} // namespace
+
+TEST(CdiHandOver, AWrongMajorMakesTheSpecStaleAndItIsWrittenAgain) {
+  ctk_fixture f;
+  fixture_host(f);
+  ::setenv("FAKE_CTK_GPUS", "GPU-1 GPU-2", 1);
+  // nvidia-uvm moved to another major after a driver reload.
+  auto text = spec_of("nvidia.com/gpu", {"GPU-1", "GPU-2"}, "/dev/null");
+  text += "containerEdits:\n  deviceNodes:\n  - path: /dev/nvidia-uvm\n    hostPath: /dev/zero\n"
+          "    type: c\n    major: 511\n    minor: 0\n";
+  f.ours(text, "550.54.15", {"GPU-1", "GPU-2"});
+  auto edits = checked_cdi_edits(f.o, {"nvidia.com/gpu=GPU-1"}, "550.54.15", two_gpus);
+  ASSERT_TRUE(edits) << render_error(edits.error());
+  EXPECT_EQ(f.generated(), 1) << "the stale spec was written again";
+}
+
+TEST(CdiHandOver, AMissingRequiredNodeFailsNamingItAndAMissingOptionalOneIsDropped) {
+  ctk_fixture f;
+  fixture_host(f);
+  ::setenv("FAKE_CTK_GPUS", "GPU-1 GPU-2", 1);
+  ::setenv("FAKE_CTK_NODE", "/dev/nvidia3", 1);
+  auto edits = checked_cdi_edits(f.o, {"nvidia.com/gpu=GPU-2"}, "550.54.15", two_gpus);
+  ASSERT_FALSE(edits);
+  auto why = render_error(edits.error());
+  EXPECT_NE(why.find("hand-over failing: /dev/nvidia3 missing"), std::string::npos) << why;
+  auto fenced = hand_over_failures_of(why, {"GPU-2"});
+  ASSERT_EQ(fenced.size(), 1u);
+  EXPECT_EQ(fenced[0].gpu_id, "GPU-2");
+  EXPECT_EQ(fenced[0].reason, "hand-over failing: /dev/nvidia3 missing");
+  EXPECT_TRUE(hand_over_failures_of("cannot start: image 'x' not found", {"GPU-2"}).empty());
+  // An optional node (nvidia-uvm-tools) missing: handed over without it.
+  ::unsetenv("FAKE_CTK_NODE");
+  auto text = spec_of("nvidia.com/gpu", {"GPU-1", "GPU-2"}, "/dev/null");
+  text += "containerEdits:\n  deviceNodes:\n  - path: /dev/nvidia-uvm-tools\n";
+  f.ours(text, "550.54.15", {"GPU-1", "GPU-2"});
+  edits = checked_cdi_edits(f.o, {"nvidia.com/gpu=GPU-1"}, "550.54.15", two_gpus);
+  ASSERT_TRUE(edits) << render_error(edits.error());
+  ASSERT_EQ(edits->devices.size(), 1u);
+  EXPECT_EQ(edits->devices[0].path, "/dev/x-GPU-1");
+}
+
+TEST(CdiHandOver, ASpecWithOnlyAllIsWrittenAgainWithUuidNames) {
+  ctk_fixture f;
+  ::setenv("FAKE_CTK_GPUS", "GPU-1 GPU-2", 1);
+  f.ours(spec_of("nvidia.com/gpu", {"all"}), "550.54.15", {"GPU-1", "GPU-2"});
+  auto edits = checked_cdi_edits(f.o, {"nvidia.com/gpu=GPU-2"}, "550.54.15", two_gpus);
+  ASSERT_TRUE(edits) << render_error(edits.error());
+  EXPECT_EQ(f.generated(), 1);
+  EXPECT_TRUE(load_cdi(f.o).devices.count("nvidia.com/gpu=GPU-2"));
+}
+
+TEST(CdiHandOver, IndexNamedDevicesAreResolvedThroughMinorsNotIndexes) {
+  ctk_fixture f;
+  // Index 0 is minor 1 and index 1 minor 0 (the driver numbered them so).
+  std::string text = "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n"
+                     "- name: \"0\"\n  containerEdits:\n    deviceNodes:\n"
+                     "    - path: /dev/nvidia1\n      hostPath: /dev/null\n"
+                     "- name: \"1\"\n  containerEdits:\n    deviceNodes:\n"
+                     "    - path: /dev/nvidia0\n      hostPath: /dev/zero\n";
+  f.ours(text, "550.54.15", {"GPU-1", "GPU-2"});
+  auto gpus = two_gpus;
+  gpus[0].minor = 0;  // GPU-1: index 0, /dev/nvidia0
+  gpus[1].minor = 1;
+  auto names = resolve_index_names(load_cdi(f.o), {"nvidia.com/gpu=GPU-1"}, gpus);
+  EXPECT_EQ(names, std::vector<std::string>{"nvidia.com/gpu=1"});
+  auto edits = checked_cdi_edits(f.o, {"nvidia.com/gpu=GPU-1"}, "550.54.15", gpus);
+  ASSERT_TRUE(edits) << render_error(edits.error());
+  ASSERT_EQ(edits->devices.size(), 1u);
+  EXPECT_EQ(edits->devices[0].path, "/dev/nvidia0");
+  EXPECT_EQ(edits->devices[0].host_path, "/dev/zero");
+  EXPECT_EQ(f.generated(), 0);
+}
+
+TEST(CdiHandOver, ASpecBreakingItsCdiVersionIsRefusedNamingTheRule) {
+  test::temp_dir dir;
+  cdi_options o;
+  o.static_dir = dir.path() + "/etc";
+  o.dynamic_dir = dir.path() + "/run";
+  auto text = spec_of("nvidia.com/gpu", {"0"});
+  text.replace(text.find("0.5.0"), 5, "0.4.0");
+  // hostPath needs 0.5.0 too; the name is reported first.
+  write(fs::path{o.dynamic_dir} / "old.yaml", text);
+  auto reg = load_cdi(o);
+  EXPECT_TRUE(reg.devices.empty());
+  ASSERT_EQ(reg.refused.size(), 1u);
+  EXPECT_NE(reg.refused.begin()->second.find("device name '0' starts with a digit"),
+            std::string::npos)
+    << reg.refused.begin()->second;
+}
+
+TEST(CdiHandOver, TheFingerprintHoldsTheNodesNumbers) {
+  auto a = nvidia_fingerprint("550.54.15", {"GPU-1"}, "/dev/nvidia-uvm 511:0\n");
+  auto b = nvidia_fingerprint("550.54.15", {"GPU-1"}, "/dev/nvidia-uvm 235:0\n");
+  EXPECT_NE(a, b);
+  EXPECT_NE(a.find("/dev/nvidia-uvm 511:0"), std::string::npos);
+}
+
+// Issue 18, rule 4: a partitioned AMD GPU handed out whole gets every
+// partition's render node.
+TEST(Cdi, APartitionedAmdGpuBringsItsPartitionsRenderNodes) {
+  test::temp_dir dir;
+  auto sys = dir.path() + "/host";
+  fs::create_directories(sys + "/sys/bus/pci/devices/0000:05:00.0/drm/card0");
+  fs::create_directories(sys + "/sys/bus/pci/devices/0000:05:00.0/drm/renderD128");
+  for (const char* node : {"/dev/dri/card0", "/dev/dri/renderD128", "/dev/dri/renderD130"})
+    write(sys + node, "");
+  cdi_options o;
+  o.dynamic_dir = dir.path() + "/run";
+  amd_cdi_gpu g{"AMD-1", "0000:05:00.0", {"/dev/dri/renderD128", "/dev/dri/renderD130"}};
+  ASSERT_TRUE(write_amd_spec(o, sys, sys, {g}));
+  auto spec = nlohmann::json::parse(read(fs::path{o.dynamic_dir} / "amd-astraeus.json"));
+  std::vector<std::string> paths;
+  for (const auto& n : spec["devices"][0]["containerEdits"]["deviceNodes"])
+    paths.push_back(n["path"]);
+  EXPECT_EQ(paths, (std::vector<std::string>{"/dev/dri/card0", "/dev/dri/renderD128",
+                                             "/dev/dri/renderD130"}));
+  EXPECT_EQ(spec["cdiVersion"], "0.7.0");
+}
+
+// Issue 18, rule 3: the AMD spec lists only nodes that exist on the host.
+TEST(Cdi, TheAmdSpecListsOnlyNodesThatExist) {
+  test::temp_dir dir;
+  auto sys = dir.path() + "/host";
+  fs::create_directories(sys + "/sys/bus/pci/devices/0000:03:00.0/drm/card1");
+  fs::create_directories(sys + "/sys/bus/pci/devices/0000:03:00.0/drm/renderD128");
+  write(sys + "/dev/dri/renderD128", "");  // no card1 node, no /dev/kfd
+  cdi_options o;
+  o.dynamic_dir = dir.path() + "/run";
+  ASSERT_TRUE(write_amd_spec(o, sys, sys, {{"amd-a", "0000:03:00.0"}}));
+  auto spec = nlohmann::json::parse(read(fs::path{o.dynamic_dir} / "amd-astraeus.json"));
+  ASSERT_EQ(spec["devices"][0]["containerEdits"]["deviceNodes"].size(), 1u);
+  EXPECT_EQ(spec["devices"][0]["containerEdits"]["deviceNodes"][0]["path"],
+            "/dev/dri/renderD128");
+  EXPECT_TRUE(spec["containerEdits"]["deviceNodes"].empty());
 }

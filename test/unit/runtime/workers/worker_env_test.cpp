@@ -254,3 +254,36 @@ TEST(WorkerEnv, ImexChannelZeroInAMultiMachineNvlinkDomainForNvidiaContainers) {
   cpu.set_nvlink_domain("c0ffee/7");
   EXPECT_EQ(worker_environment(cpu, on_gpu09()).count("NVIDIA_IMEX_CHANNELS"), 0u);
 }
+
+// Issue 18, rule 9: a host-process worker with AMD GPUs gets the variable
+// ROCm reads, with names it accepts, and no CUDA_VISIBLE_DEVICES of PCI
+// addresses (HIP reads that one too).
+TEST(WorkerEnv, AHostProcessWithAmdGpusGetsRocrVisibleDevices) {
+  std::vector<v1::Gpu> gpus(3);
+  gpus[0].set_vendor("amd");
+  gpus[0].set_id("0000:c1:00.0");
+  gpus[0].set_pci_address("0000:c1:00.0");
+  gpus[1].set_vendor("amd");
+  gpus[1].set_id("AMD-1e3c5a7f00b2d4e6");
+  gpus[1].set_pci_address("0000:03:00.0");
+  gpus[2].set_vendor("nvidia");
+  gpus[2].set_id("GPU-n");
+  auto names = rocr_visible_names(gpus);
+  ASSERT_EQ(names.size(), 2u);
+  EXPECT_EQ(names["AMD-1e3c5a7f00b2d4e6"], "GPU-1e3c5a7f00b2d4e6");
+  EXPECT_EQ(names["0000:c1:00.0"], "1") << "its ordinal in PCI order";
+  auto o = whoami();
+  o.add_gpu_ids("0000:c1:00.0");
+  o.add_gpu_ids("AMD-1e3c5a7f00b2d4e6");
+  auto ctx = on_gpu09();
+  ctx.host_process = true;
+  ctx.rocr_names = names;
+  auto env = worker_environment(o, ctx);
+  EXPECT_EQ(env["ROCR_VISIBLE_DEVICES"], "1,GPU-1e3c5a7f00b2d4e6");
+  EXPECT_EQ(env.count("CUDA_VISIBLE_DEVICES"), 0u);
+  // A container gets neither.
+  ctx.host_process = false;
+  env = worker_environment(o, ctx);
+  EXPECT_EQ(env.count("ROCR_VISIBLE_DEVICES"), 0u);
+  EXPECT_EQ(env.count("CUDA_VISIBLE_DEVICES"), 0u);
+}

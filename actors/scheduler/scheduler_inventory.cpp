@@ -1,0 +1,138 @@
+// What of a machine's snapshot reaches the placement index: the GPU claims
+// across machines and the GPUs set aside (issue 18, rules 1 and 2).
+
+#include "actors/scheduler/scheduler_inventory.hpp"
+
+#include <algorithm>
+#include <cctype>
+
+#include "messages/gpu_health_state.hpp"
+
+namespace astraeus {
+
+bool is_pci_address_id(std::string_view id) {
+  // domain:bus:device.function, e.g. 0000:01:00.0 (domain 4 to 8 digits).
+  auto colon = id.find(':');
+  if (colon == std::string_view::npos || colon < 4 || colon > 8)
+    return false;
+  std::string_view rest = id.substr(colon + 1);
+  if (rest.size() != 7 || rest[2] != ':' || rest[5] != '.')
+    return false;
+  auto hex = [](std::string_view s) {
+    return std::all_of(s.begin(), s.end(),
+                       [](unsigned char c) { return std::isxdigit(c) != 0; });
+  };
+  return hex(id.substr(0, colon)) && hex(rest.substr(0, 2)) && hex(rest.substr(3, 2))
+         && rest[6] >= '0' && rest[6] <= '7';
+}
+
+std::set<std::string> gpu_claims::update(const std::string& machine,
+                                         const std::vector<std::string>& ids) {
+  std::set<std::string> touched;
+  auto& mine = ids_by_machine_[machine];
+  for (const auto& id : mine) {
+    auto& holders = machines_by_id_[id];
+    holders.erase(machine);
+    touched.insert(holders.begin(), holders.end());
+    if (holders.empty())
+      machines_by_id_.erase(id);
+  }
+  mine.clear();
+  for (const auto& id : ids) {
+    if (id.empty() || is_pci_address_id(id))
+      continue;
+    mine.insert(id);
+    auto& holders = machines_by_id_[id];
+    touched.insert(holders.begin(), holders.end());
+    holders.insert(machine);
+  }
+  if (mine.empty())
+    ids_by_machine_.erase(machine);
+  touched.erase(machine);
+  return touched;
+}
+
+std::vector<std::string> gpu_claims::others(const std::string& machine,
+                                            const std::string& id) const {
+  std::vector<std::string> out;
+  auto it = machines_by_id_.find(id);
+  if (it == machines_by_id_.end())
+    return out;
+  for (const auto& m : it->second)
+    if (m != machine)
+      out.push_back(m);
+  return out;
+}
+
+namespace {
+
+v1::SetAsideGpu aside(const std::string& id, std::string reason) {
+  v1::SetAsideGpu out;
+  out.set_id(id);
+  out.set_reason(std::move(reason));
+  return out;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names)
+    out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+} // namespace
+
+admitted_snapshot admit_snapshot(const v1::SchedulerMachine& m, const gpu_claims& claims) {
+  admitted_snapshot out;
+  out.spec.name = m.name();
+  out.spec.schedulable = m.schedulable();
+  for (const auto& [k, v] : m.labels())
+    out.spec.labels[k] = v;
+  // Snapshot index -> index in the spec (-1: set aside).
+  std::vector<int> kept(static_cast<size_t>(m.gpus_size()), -1);
+  std::set<std::string> seen;
+  for (int i = 0; i < m.gpus_size(); ++i) {
+    const auto& g = m.gpus(i);
+    if (g.id().empty())
+      continue;
+    if (!seen.insert(g.id()).second) {
+      out.set_aside.push_back(aside(g.id(), "listed twice by the machine; placed once"));
+      continue;
+    }
+    auto h = health_of(g);
+    if (!h) {
+      out.set_aside.push_back(aside(g.id(), "unknown health '" + g.health() + "'"));
+      continue;
+    }
+    if (auto others = claims.others(m.name(), g.id()); !others.empty()) {
+      out.set_aside.push_back(aside(
+        g.id(), "GPU " + g.id() + " is also reported by machine " + joined(others)
+                  + "; neither machine places onto it until one stops reporting it"));
+      continue;
+    }
+    if (out.spec.gpus.size() >= max_gpus_per_machine) {
+      out.set_aside.push_back(aside(g.id(), "a machine has at most 64 GPUs"));
+      continue;
+    }
+    gpu_spec gs;
+    gs.id = g.id();
+    gs.numa_node = g.numa_node();
+    gs.health = *h;
+    kept[static_cast<size_t>(i)] = static_cast<int>(out.spec.gpus.size());
+    out.spec.gpus.push_back(std::move(gs));
+  }
+  // NVLink peers by snapshot index, renumbered; peers set aside or out of
+  // range are dropped.
+  for (int i = 0; i < m.gpus_size(); ++i) {
+    int at = kept[static_cast<size_t>(i)];
+    if (at < 0)
+      continue;
+    for (auto peer : m.gpus(i).nvlink_peers())
+      if (peer < kept.size() && kept[peer] >= 0 && kept[peer] != at)
+        out.spec.gpus[static_cast<size_t>(at)].nvlink_peers |= gpu_mask{1}
+                                                              << static_cast<unsigned>(kept[peer]);
+  }
+  return out;
+}
+
+} // namespace astraeus

@@ -1,0 +1,145 @@
+// Machine snapshots in the scheduler actor (actors/scheduler/scheduler_machines.cpp;
+// issue 18, rules 1 and 2): identical machines whose GPUs are named by PCI
+// address are both placed onto; a real UUID two machines report is set aside
+// on both, and each machine actor is told why; a bad GPU never hides the
+// machine's labels. Deterministic: CAF's test coordinator, no sleeping.
+
+#include "actor_fixture.hpp"
+
+#include <set>
+#include <vector>
+
+#include <caf/event_based_actor.hpp>
+
+#include "actors/scheduler/scheduler_actor.hpp"
+#include "store/store.hpp"
+#include "snapshot_fixtures.hpp"
+
+using namespace astraeus;
+using astraeus::test::fixture_machine;
+
+namespace {
+
+v1::RunSpec one_gpu(const std::string& name) {
+  v1::RunSpec s;
+  s.set_name(name);
+  s.set_image("busybox");
+  s.add_command("true");
+  s.set_gpus_per_worker(1);
+  s.set_workers(1);
+  return s;
+}
+
+/// What a stand-in machine actor was told by the scheduler.
+struct notes_log {
+  std::vector<v1::SchedulerNotes> notes;
+};
+
+caf::behavior notes_recorder(caf::event_based_actor*, std::shared_ptr<notes_log> log) {
+  return {
+    [](atom::assign, v1::WorkerOrders&) {},
+    [log](v1::SchedulerNotes& n) { log->notes.push_back(std::move(n)); },
+  };
+}
+
+class SchedulerMachines : public test::actor_test {
+protected:
+  SchedulerMachines() {
+    auto s = Store::open(dir.path() + "/controller");
+    if (!s)
+      ADD_FAILURE() << render_error(s.error());
+    else
+      db = std::shared_ptr<Store>{std::move(*s)};
+    scheduler_config sc;
+    sc.store = db;
+    sched_actor = spawn(scheduler, std::move(sc));
+    run();
+  }
+
+  std::shared_ptr<notes_log> attach(const std::string& machine) {
+    auto log = std::make_shared<notes_log>();
+    auto rec = spawn(notes_recorder, log);
+    (*self)->send(sched_actor, atom::attach_v, machine, caf::actor_cast<machine_actor>(rec));
+    run();
+    return log;
+  }
+
+  void snapshot(v1::SchedulerMachine m) {
+    (*self)->send(sched_actor, std::move(m));
+    run();
+  }
+
+  v1::Run submit(v1::RunSpec spec) {
+    return ask<v1::Run>(sched_actor, atom::submit_v, std::move(spec));
+  }
+
+  test::temp_dir dir;
+  std::shared_ptr<Store> db;
+  scheduler_actor sched_actor;
+};
+
+} // namespace
+
+TEST_F(SchedulerMachines, TwoIdenticalMachinesWithPciAddressIdsAreBothPlacedOnto) {
+  const std::vector<std::string> ids{"0000:01:00.0"};
+  auto a = attach("gpu-a");
+  auto b = attach("gpu-b");
+  snapshot(fixture_machine("gpu-a", ids));
+  snapshot(fixture_machine("gpu-b", ids));
+  auto first = submit(one_gpu("first"));
+  auto second = submit(one_gpu("second"));
+  ASSERT_EQ(first.state(), "Placed") << first.ShortDebugString();
+  ASSERT_EQ(second.state(), "Placed") << second.ShortDebugString();
+  std::set<std::string> machines{first.workers(0).machine(), second.workers(0).machine()};
+  EXPECT_EQ(machines, (std::set<std::string>{"gpu-a", "gpu-b"}));
+  EXPECT_EQ(first.workers(0).gpu_ids(0), "0000:01:00.0");
+  EXPECT_EQ(second.workers(0).gpu_ids(0), "0000:01:00.0");
+  // Nothing was set aside, so no machine was told anything.
+  EXPECT_TRUE(a->notes.empty());
+  EXPECT_TRUE(b->notes.empty());
+}
+
+TEST_F(SchedulerMachines, ASharedUuidIsSetAsideOnBothAndTheirOtherGpusStay) {
+  const std::string dup = "GPU-5f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b";
+  auto a = attach("gpu-a");
+  auto b = attach("gpu-b");
+  snapshot(fixture_machine("gpu-a", {dup, "GPU-aaaa"}));
+  auto down = fixture_machine("gpu-b", {"GPU-bbbb", dup});
+  snapshot(down);
+  ASSERT_FALSE(a->notes.empty());
+  ASSERT_FALSE(b->notes.empty());
+  ASSERT_EQ(a->notes.back().set_aside_size(), 1);
+  EXPECT_EQ(a->notes.back().set_aside(0).id(), dup);
+  EXPECT_NE(a->notes.back().set_aside(0).reason().find("gpu-b"), std::string::npos);
+  ASSERT_EQ(b->notes.back().set_aside_size(), 1);
+  EXPECT_NE(b->notes.back().set_aside(0).reason().find("gpu-a"), std::string::npos);
+  // Each machine's other GPU is placed onto; the shared one never.
+  auto one = submit(one_gpu("one"));
+  auto two = submit(one_gpu("two"));
+  auto three = submit(one_gpu("three"));
+  ASSERT_EQ(one.state(), "Placed");
+  ASSERT_EQ(two.state(), "Placed");
+  EXPECT_EQ(three.state(), "Waiting");
+  std::set<std::string> used{one.workers(0).gpu_ids(0), two.workers(0).gpu_ids(0)};
+  EXPECT_EQ(used, (std::set<std::string>{"GPU-aaaa", "GPU-bbbb"}));
+  // gpu-b stops reporting it: gpu-a may use it again and is told so.
+  snapshot(fixture_machine("gpu-b", {"GPU-bbbb"}));
+  EXPECT_EQ(a->notes.back().set_aside_size(), 0);
+  EXPECT_EQ(ask<v1::Run>(sched_actor, atom::get_v, std::string{"three"}).state(), "Placed");
+}
+
+TEST_F(SchedulerMachines, ABadGpuListNeverHidesTheMachinesLabels) {
+  // A GPU with unknown health used to drop the whole snapshot, labels too.
+  auto m = fixture_machine("gpu-a", {"0000:01:00.0", "0000:02:00.0"});
+  (*m.mutable_labels())["probe"] = "yes";
+  m.mutable_gpus(1)->set_health("Sparkly");
+  auto log = attach("gpu-a");
+  snapshot(m);
+  auto spec = one_gpu("probe-run");
+  (*spec.mutable_labels())["probe"] = "yes";
+  auto r = submit(spec);
+  ASSERT_EQ(r.state(), "Placed") << r.ShortDebugString();
+  EXPECT_EQ(r.workers(0).gpu_ids(0), "0000:01:00.0");
+  ASSERT_EQ(log->notes.size(), 1u);
+  EXPECT_EQ(log->notes[0].set_aside(0).id(), "0000:02:00.0");
+}
