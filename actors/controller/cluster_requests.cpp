@@ -314,9 +314,21 @@ result_t list_workspaces(const cluster_request& r) {
 
 // -- runs --------------------------------------------------------------------
 
+/// A run as users are shown it: without its packed code (`--code`, up to
+/// 512 KiB) and, in lists, without its config files' contents, so that
+/// answers stay within one frame.
+void for_display(v1::Run& run, bool in_list) {
+  run.mutable_spec()->clear_code_tgz();
+  if (in_list)
+    for (auto& c : *run.mutable_spec()->mutable_configs())
+      for (auto& m : *c.mutable_mounts())
+        m.clear_content();
+}
+
 /// Delivers a run as request `id`'s Response on `rp`.
 auto deliver_run(promise_t rp, uint64_t id) {
   return [rp, id](v1::Run& run) mutable {
+    for_display(run, false);
     v1::Response out;
     out.set_id(id);
     *out.mutable_run() = std::move(run);
@@ -401,6 +413,8 @@ result_t list_runs(const cluster_request& r) {
   r.self->request(sched, r.timeout, atom::runs_v)
     .then(
       [rp, id = r.id](v1::RunList& runs) mutable {
+        for (auto& run : *runs.mutable_runs())
+          for_display(run, true);
         v1::Response out;
         out.set_id(id);
         *out.mutable_runs() = std::move(runs);

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -20,7 +21,7 @@ namespace {
 
 /// What `astra run` parses.
 struct run_flags {
-  std::string name, image, file, mem, pool, workspace, runtime;
+  std::string name, image, file, mem, pool, workspace, runtime, user, code;
   uint32_t gpus = 0, workers = 1, array = 0;
   double cpus = 0;
   uint64_t time_limit = 0;
@@ -48,6 +49,12 @@ void add_run_options(CLI::App* run, run_flags& f) {
   run->add_option("--runtime", f.runtime,
                   "how the workers run: runc (OCI containers) or process (host "
                   "processes); default: the machine's choice");
+  run->add_option("--user", f.user,
+                  "user the workers run as (task_template.user): a name, uid or uid:gid "
+                  "of the image");
+  run->add_option("--code", f.code,
+                  "pack this folder (at most 512 KiB packed; .git and .gitignore'd files "
+                  "left out) and unpack it at /workspace, the working directory");
   run->add_flag("--healthy-only", f.healthy_only, "never AtRisk GPUs: wait instead");
   run->add_flag("--wait", f.wait,
                 "after submitting, show its progress until it runs or ends (exit 1 if it "
@@ -79,6 +86,46 @@ bool read_spec_file(const std::string& path, v1::RunSpec& spec) {
     return false;
   }
   spec = std::move(*parsed);
+  return true;
+}
+
+/// Packs the folder `dir` into `spec.code_tgz` (a gzip'd tar of its
+/// contents, without version-control folders and what their ignore files
+/// name); false (and a message on stderr) when it cannot or it is too big.
+bool pack_code(const std::string& dir, v1::RunSpec& spec) {
+  std::error_code err;
+  if (!std::filesystem::is_directory(dir, err)) {
+    std::fprintf(stderr, "astra: --code: %s is not a folder\n", dir.c_str());
+    return false;
+  }
+  std::string quoted = "'";
+  for (char c : dir)
+    quoted += c == '\'' ? std::string{"'\\''"} : std::string(1, c);
+  quoted += "'";
+  auto cmd = "tar -czf - -C " + quoted + " --exclude-vcs --exclude-vcs-ignores . 2>/dev/null";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) {
+    std::fprintf(stderr, "astra: --code: cannot run tar\n");
+    return false;
+  }
+  std::string packed;
+  char buf[65536];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0 && packed.size() <= max_run_code_bytes)
+    packed.append(buf, n);
+  int status = ::pclose(p);
+  if (packed.size() > max_run_code_bytes) {
+    std::fprintf(stderr,
+                 "astra: --code: %s packs to more than %zu KiB (put data on a drive or "
+                 "a Bind volume, or list it in .gitignore)\n",
+                 dir.c_str(), max_run_code_bytes >> 10);
+    return false;
+  }
+  if (status != 0 || packed.empty()) {
+    std::fprintf(stderr, "astra: --code: tar could not pack %s\n", dir.c_str());
+    return false;
+  }
+  spec.set_code_tgz(std::move(packed));
   return true;
 }
 
@@ -117,6 +164,10 @@ bool build_spec(const CLI::App& run, const run_flags& f, v1::RunSpec& spec) {
     spec.set_healthy_only(true);
   if (f.outputs)
     spec.set_outputs(true);
+  if (!f.user.empty())
+    spec.set_user(f.user);
+  if (!f.code.empty() && !pack_code(f.code, spec))
+    return false;
   if (f.time_limit > 0)
     spec.set_time_limit_seconds(f.time_limit);
   for (const auto& kv : f.env) {

@@ -217,11 +217,13 @@ caf::expected<oci_image> find_image(const std::string& image,
 }
 
 std::vector<std::string> worker_command(const std::vector<std::string>& command,
-                                        const oci_image& image) {
+                                        const oci_image& image,
+                                        const std::vector<std::string>& args) {
   if (!command.empty())
     return command;
   auto out = image.entrypoint;
-  out.insert(out.end(), image.cmd.begin(), image.cmd.end());
+  const auto& tail = args.empty() ? image.cmd : args;
+  out.insert(out.end(), tail.begin(), tail.end());
   return out;
 }
 
@@ -393,9 +395,12 @@ json oci_config(const oci_worker& w, const std::string& rootfs) {
      {"options", {"nosuid", "strictatime", "mode=755", "size=65536k"}}},
     {{"destination", "/dev/pts"}, {"type", "devpts"}, {"source", "devpts"},
      {"options", {"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}}},
-    {{"destination", "/dev/shm"}, {"type", "tmpfs"}, {"source", "shm"},
-     {"options", {"nosuid", "noexec", "nodev", "mode=1777",
-                  "size=" + std::to_string(w.shm_bytes)}}},
+    w.host_ipc  // ipc_mode: host: the machine's /dev/shm
+      ? json{{"destination", "/dev/shm"}, {"type", "bind"}, {"source", "/dev/shm"},
+             {"options", {"rbind", "rw", "nosuid", "nodev"}}}
+      : json{{"destination", "/dev/shm"}, {"type", "tmpfs"}, {"source", "shm"},
+             {"options", {"nosuid", "noexec", "nodev", "mode=1777",
+                          "size=" + std::to_string(w.shm_bytes)}}},
     {{"destination", "/dev/mqueue"}, {"type", "mqueue"}, {"source", "mqueue"},
      {"options", {"nosuid", "noexec", "nodev"}}},
     {{"destination", "/sys"}, {"type", "sysfs"}, {"source", "sysfs"},
@@ -433,9 +438,11 @@ json oci_config(const oci_worker& w, const std::string& rootfs) {
     }
     resources["cpu"] = cpu;
   }
+  json namespaces = json::array({{{"type", "pid"}}, {{"type", "uts"}}, {{"type", "mount"}}});
+  if (!w.host_ipc)
+    namespaces.push_back({{"type", "ipc"}});
   json linux_ = {
-    {"namespaces", json::array({{{"type", "pid"}}, {{"type", "ipc"}},
-                                {{"type", "uts"}}, {{"type", "mount"}}})},
+    {"namespaces", namespaces},
     {"resources", resources},
     {"devices", devices},
     {"seccomp", default_seccomp_profile()},

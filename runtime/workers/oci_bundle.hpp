@@ -56,9 +56,11 @@ caf::error read_oci_config(const std::string& layout, const std::string& tag,
 
 /// The command a worker runs (seed, "Command and working directory"):
 /// `command` replaces the image's ENTRYPOINT and CMD; without it the
-/// ENTRYPOINT runs with the CMD. Empty when neither gives anything.
+/// ENTRYPOINT runs with `args`, or with the CMD when `args` is empty.
+/// Empty when neither gives anything.
 std::vector<std::string> worker_command(const std::vector<std::string>& command,
-                                        const oci_image& image);
+                                        const oci_image& image,
+                                        const std::vector<std::string>& args = {});
 
 /// The size of a worker's /dev/shm in bytes (seed, "Shared memory"):
 /// 64 MiB without GPUs; with GPUs half the memory limit, at least 1 GiB and
@@ -161,6 +163,9 @@ struct oci_worker {
   double cpus = 0;                ///< quota and weight; 0 = none
   bool cpu_burst = false;         ///< weight only, no quota (RunSpec.cpu_burst)
   uint64_t shm_bytes = 64ull << 20;
+  /// `security_context.ipc_mode: host`: the machine's IPC namespace and
+  /// its /dev/shm (bind-mounted) instead of a sized tmpfs.
+  bool host_ipc = false;
   std::vector<oci_rlimit> rlimits;
   std::vector<oci_device> devices;
   std::vector<oci_mount> mounts;

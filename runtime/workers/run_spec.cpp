@@ -1,5 +1,6 @@
 #include "runtime/workers/run_spec.hpp"
 #include "runtime/host/sysfs_text.hpp"
+#include "runtime/workers/run_spec_detail.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -22,14 +23,7 @@
 
 namespace astraeus {
 
-namespace {
-
-constexpr uint64_t KiB = 1024;
-constexpr uint64_t MiB = KiB * 1024;
-constexpr uint64_t GiB = MiB * 1024;
-constexpr uint64_t TiB = GiB * 1024;
-constexpr uint64_t u64_max = std::numeric_limits<uint64_t>::max();
-constexpr uint64_t u32_max = std::numeric_limits<uint32_t>::max();
+namespace run_spec_detail {
 
 // -- text helpers -----------------------------------------------------------
 
@@ -83,8 +77,15 @@ bool valid_name(std::string_view x) {
                      [](char c) { return is_alnum(c) || c == '-'; });
 }
 
-const char* name_rule = "use 1-63 letters, digits and '-', starting with a "
+const char* const name_rule = "use 1-63 letters, digits and '-', starting with a "
                         "letter or digit";
+
+
+} // namespace run_spec_detail
+
+using namespace run_spec_detail;
+
+namespace {
 
 
 // -- the spec reader --------------------------------------------------------
@@ -92,6 +93,20 @@ const char* name_rule = "use 1-63 letters, digits and '-', starting with a "
 /// Thrown inside the reader; becomes the error of `parse_run_spec`.
 struct spec_failure {
   std::string text;
+};
+
+/// Fields of the seed (inside-a-worker.md) that Astraeus does not run yet:
+/// refused as "not supported yet", not as unknown fields.
+const std::set<std::string> not_supported_yet = {
+  "datavolume_refs", "secret_refs", "identity", "model", "interactive",
+  "external_accesses", "network.egress"};
+
+/// What the reader remembers across fields that spell the same thing.
+struct seed_state {
+  std::string cpu_field;      ///< cpus or cpu_cores, whichever was given
+  std::string memory_field;   ///< memory, memory_bytes or per_gpu.memory_bytes
+  uint64_t per_gpu_bytes = 0;
+  YAML::Node per_gpu_at;
 };
 
 /// Reads a YAML tree into a RunSpec; throws `spec_failure`.
@@ -108,14 +123,18 @@ public:
     bool has_workers = false;
     std::optional<std::string> time_limit_field;
     std::vector<std::string> args;
-    YAML::Node args_at;
+    seed_state seed;
     fields(root, "",
            {"name", "image", "command", "args", "env", "gpus", "cpus",
             "memory", "workers", "task_groups", "array", "pool", "labels",
             "gpu_requests", "time_limit_seconds", "time_limit", "workspace",
-            "runtime", "outputs", "cpu_burst", "security_context"},
+            "runtime", "outputs", "cpu_burst", "security_context",
+            "task_template", "cpu_cores", "memory_bytes", "per_gpu",
+            "node_fraction", "volumes", "configs", "network"},
            [&](const std::string& key, const YAML::Node& value,
                const std::string& path) {
+             if (seed_field(key, value, path, spec, seed))
+               return;
              if (key == "name") {
                spec.set_name(text(value, path));
              } else if (key == "image") {
@@ -129,9 +148,14 @@ public:
              } else if (key == "cpu_burst") {
                spec.set_cpu_burst(boolean(value, path));
              } else if (key == "security_context") {
-               fields(value, path, {"ulimits"},
-                      [&](const std::string&, const YAML::Node& v,
-                          const std::string& p) { ulimits(v, p, spec); });
+               fields(value, path, {"ulimits", "ipc_mode"},
+                      [&](const std::string& k, const YAML::Node& v,
+                          const std::string& p) {
+                        if (k == "ipc_mode")
+                          spec.set_ipc_mode(text(v, p));
+                        else
+                          ulimits(v, p, spec);
+                      });
              } else if (key == "pool") {
                spec.set_pool(text(value, path));
              } else if (key == "command") {
@@ -145,7 +169,6 @@ public:
                }
              } else if (key == "args") {
                args = text_list(value, path);
-               args_at = value;
              } else if (key == "env") {
                for (auto& [k, v] : text_map(value, path))
                  (*spec.mutable_env())[k] = v;
@@ -155,10 +178,6 @@ public:
              } else if (key == "gpus") {
                spec.set_gpus_per_worker(
                  static_cast<uint32_t>(whole(value, path, u32_max)));
-             } else if (key == "cpus") {
-               spec.set_cpus_per_worker(number(value, path));
-             } else if (key == "memory") {
-               spec.set_memory_bytes_per_worker(memory(value, path));
              } else if (key == "workers") {
                spec.set_workers(
                  static_cast<uint32_t>(whole(value, path, u32_max)));
@@ -189,14 +208,14 @@ public:
                                              : whole(value, path, u64_max));
              }
            });
-    if (!args.empty()) {
+    // With a command, args follow it; without one they go to the image's
+    // ENTRYPOINT in place of its CMD (seed, "Command and working directory").
+    for (auto& x : args)
       if (spec.command().empty())
-        fail(args_at, "args",
-             "args need a command to follow (give command as well; "
-             "the image's entrypoint cannot be kept)");
-      for (auto& x : args)
+        spec.add_args(std::move(x));
+      else
         spec.add_command(std::move(x));
-    }
+    finish_seed_fields(spec, seed);
     if (!has_workers && spec.task_groups().empty())
       spec.set_workers(1);
     return spec;
@@ -256,6 +275,9 @@ private:
         fail(name, path, "field names must be plain text, got " + kind(name));
       auto key = name.Scalar();
       auto key_path = join(path, key);
+      if (not_supported_yet.count(key_path))
+        fail(name, "", "not supported yet: " + key_path + " (see the README's "
+                         "list of run-spec fields)");
       if (std::find(known.begin(), known.end(), key) == known.end())
         fail(name, key_path, "unknown field" + hint(key, known));
       if (!seen.insert(key).second)
@@ -281,6 +303,8 @@ private:
     }
     if (best != nullptr)
       return " (did you mean " + *best + "?)";
+    if (known.empty())
+      return " (it has no fields Astraeus runs yet)";
     std::string out = " (known fields:";
     for (auto& k : known)
       out += " " + k;
@@ -371,6 +395,8 @@ private:
   }
 
   uint64_t memory(const YAML::Node& x, const std::string& path) {
+    if (plain(x) && !x.Scalar().empty() && x.Scalar()[0] == '-')
+      fail(x, path, "a memory size cannot be negative, got " + kind(x));
     if (!x.IsScalar())
       fail(x, path, "expected a memory size (256M, 16GiB) or a number of "
                     "bytes, got " + kind(x));
@@ -469,6 +495,147 @@ private:
       if (!has_size)
         fail(item, item_path + ".size", "missing (how many workers the group "
                                         "has)");
+    });
+  }
+
+  /// The fields that spell one thing two ways (cpus and cpu_cores; memory,
+  /// memory_bytes and per_gpu.memory_bytes) and the seed's other fields;
+  /// false for a field `read` handles itself.
+  bool seed_field(const std::string& key, const YAML::Node& value,
+                  const std::string& path, v1::RunSpec& spec, seed_state& seed) {
+    auto once = [&](std::string& field, const std::string& now, const YAML::Node& at) {
+      if (!field.empty())
+        fail(at, now, "give either " + field + " or " + now + ", not both");
+      field = now;
+    };
+    if (key == "cpus" || key == "cpu_cores") {
+      once(seed.cpu_field, key, value);
+      auto cores = number(value, path);
+      if (key == "cpu_cores" && cores < 0)  // cpus: -1 is told by validate_run_spec
+        fail(value, path, "a number of cores cannot be negative, got " + kind(value));
+      spec.set_cpus_per_worker(cores);
+    } else if (key == "memory" || key == "memory_bytes") {
+      once(seed.memory_field, key, value);
+      spec.set_memory_bytes_per_worker(memory(value, path));
+    } else if (key == "per_gpu") {
+      fields(value, path, {"memory_bytes"},
+             [&](const std::string&, const YAML::Node& v, const std::string& p) {
+               once(seed.memory_field, p, v);
+               seed.per_gpu_bytes = memory(v, p);
+               seed.per_gpu_at = v;
+             });
+    } else if (key == "node_fraction") {
+      spec.set_node_fraction(number(value, path));
+    } else if (key == "task_template") {
+      fields(value, path, {"user"},
+             [&](const std::string&, const YAML::Node& v, const std::string& p) {
+               spec.set_user(text(v, p));
+             });
+    } else if (key == "network") {
+      fields(value, path, {}, [](const std::string&, const YAML::Node&,
+                                 const std::string&) {});
+    } else if (key == "volumes") {
+      volumes(value, path, spec);
+    } else if (key == "configs") {
+      configs(value, path, spec);
+    } else {
+      return false;
+    }
+    return true;
+  }
+
+  /// After every field: per_gpu.memory_bytes becomes the worker's memory.
+  void finish_seed_fields(v1::RunSpec& spec, const seed_state& seed) {
+    if (seed.per_gpu_bytes == 0)
+      return;
+    if (spec.gpus_per_worker() == 0)
+      fail(seed.per_gpu_at, "per_gpu.memory_bytes",
+           "needs gpus (the memory is per GPU; without GPUs use memory_bytes)");
+    auto total = static_cast<unsigned __int128>(seed.per_gpu_bytes) * spec.gpus_per_worker();
+    if (total > u64_max)
+      fail(seed.per_gpu_at, "per_gpu.memory_bytes", "times gpus is too large");
+    spec.set_memory_bytes_per_worker(static_cast<uint64_t>(total));
+  }
+
+  /// volumes: [{name, type: EmptyDir|Bind, mount_path, host_path, mode}].
+  void volumes(const YAML::Node& x, const std::string& path, v1::RunSpec& spec) {
+    map_items(x, path, "volumes", "a volume", "{name, type, mount_path, host_path, mode}",
+              [&](const YAML::Node& item, const std::string& item_path) {
+      auto& v = *spec.add_volumes();
+      YAML::Node host_at, mode_at;  // where host_path and mode were given
+      bool has_host = false, has_mode = false;
+      std::string mode;
+      fields(item, item_path, {"name", "type", "mount_path", "host_path", "mode"},
+             [&](const std::string& key, const YAML::Node& f, const std::string& p) {
+               if (key == "name") {
+                 v.set_name(text(f, p));
+               } else if (key == "type") {
+                 v.set_type(text(f, p));
+                 if (v.type() != "EmptyDir" && v.type() != "Bind")
+                   fail(f, p, quote_short(v.type()) + " is not a volume type (use "
+                                                      "EmptyDir or Bind)");
+               } else if (key == "mount_path") {
+                 v.set_mount_path(text(f, p));
+               } else if (key == "host_path") {
+                 v.set_host_path(text(f, p));
+                 host_at = f;
+                 has_host = true;
+               } else {
+                 mode = text(f, p);
+                 mode_at = f;
+                 has_mode = true;
+                 if (mode != "ReadOnly" && mode != "ReadWrite")
+                   fail(f, p, quote_short(mode) + " is not a mode (use ReadOnly or "
+                                                  "ReadWrite)");
+                 v.set_read_write(mode == "ReadWrite");
+               }
+             });
+      if (v.type().empty())
+        fail(item, item_path + ".type", "missing (EmptyDir or Bind)");
+      if (v.mount_path().empty())
+        fail(item, item_path + ".mount_path", "missing (where the worker sees it)");
+      if (v.type() == "Bind" && v.host_path().empty())
+        fail(item, item_path + ".host_path", "missing (the machine's path to mount)");
+      if (v.type() == "EmptyDir" && has_host)
+        fail(host_at, item_path + ".host_path", "only a Bind volume has one");
+      if (v.type() == "EmptyDir" && has_mode && mode != "ReadWrite")
+        fail(mode_at, item_path + ".mode", "an EmptyDir volume is always writable");
+      if (v.type() == "EmptyDir")
+        v.set_read_write(false);  // read_write is a Bind's mode only
+    });
+  }
+
+  /// configs: [{name, mounts: [{mount_path, content}]}].
+  void configs(const YAML::Node& x, const std::string& path, v1::RunSpec& spec) {
+    map_items(x, path, "configs", "a config", "{name, mounts}",
+              [&](const YAML::Node& item, const std::string& item_path) {
+      auto& c = *spec.add_configs();
+      fields(item, item_path, {"name", "mounts"},
+             [&](const std::string& key, const YAML::Node& f, const std::string& p) {
+               if (key == "name") {
+                 c.set_name(text(f, p));
+                 return;
+               }
+               map_items(f, p, "files", "a file", "{mount_path, content}",
+                         [&](const YAML::Node& m, const std::string& mp) {
+                 auto& file = *c.add_mounts();
+                 bool has_content = false;
+                 fields(m, mp, {"mount_path", "content"},
+                        [&](const std::string& k, const YAML::Node& v,
+                            const std::string& vp) {
+                          if (k == "mount_path") {
+                            file.set_mount_path(text(v, vp));
+                          } else {
+                            file.set_content(text(v, vp));
+                            has_content = true;
+                          }
+                        });
+                 if (file.mount_path().empty())
+                   fail(m, mp + ".mount_path", "missing (where the file is mounted)");
+                 if (!has_content)
+                   fail(m, mp + ".content", "missing (the file's text)");
+               });
+             });
     });
   }
 
@@ -620,288 +787,6 @@ caf::expected<uint64_t> parse_memory_size(std::string_view text) {
   if (value > u64_max)
     return too_large();
   return static_cast<uint64_t>(value);
-}
-
-// -- validation -------------------------------------------------------------
-
-caf::error validate_run_spec(const v1::RunSpec& spec) {
-  auto& name = spec.name();
-  if (name.empty())
-    return spec_error("name: a run needs a name");
-  if (!valid_name(name))
-    return spec_error("name: " + quote_short(name) + " is not a valid run "
-                      "name (" + name_rule + ")");
-  if (spec.image().empty() && spec.command().empty())
-    return spec_error("image: a run needs an image or a command");
-  if (!spec.command().empty() && spec.command(0).empty())
-    return spec_error("command[0]: the program to run is empty");
-  auto& groups = spec.task_groups();
-  if (groups.empty()) {
-    if (spec.workers() == 0)
-      return spec_error("workers: a run needs at least 1 worker");
-  } else {
-    std::map<std::string, int> index_of;
-    std::vector<int> leaders;
-    uint64_t total = 0;
-    for (int i = 0; i < groups.size(); ++i) {
-      auto& g = groups[i];
-      auto at = "task_groups[" + std::to_string(i) + "]";
-      if (g.name().empty())
-        return spec_error(at + ".name: a group needs a name");
-      if (!valid_name(g.name()))
-        return spec_error(at + ".name: " + quote_short(g.name())
-                          + " is not a valid group name (" + name_rule + ")");
-      if (!index_of.emplace(g.name(), i).second)
-        return spec_error("task_groups: two groups are named '" + g.name()
-                          + "'");
-      if (g.size() == 0)
-        return spec_error(at + ".size: group '" + g.name()
-                          + "' needs at least 1 worker");
-      if (g.leader())
-        leaders.push_back(i);
-      total += g.size();
-    }
-    if (leaders.size() > 1)
-      return spec_error("task_groups: only one group can be the leader; '"
-                        + groups[leaders[0]].name() + "' and '"
-                        + groups[leaders[1]].name() + "' are both marked "
-                        "leader");
-    if (total > u32_max)
-      return spec_error("task_groups: " + std::to_string(total)
-                        + " workers in all is too many (at most "
-                        + std::to_string(u32_max) + ")");
-    if (spec.workers() > 1)
-      return spec_error("workers: give either workers or task_groups, not "
-                        "both (the groups have "
-                        + std::to_string(total) + " workers in all)");
-  }
-  uint64_t per_copy = spec.workers();
-  if (!groups.empty()) {
-    per_copy = 0;
-    for (const auto& g : groups)
-      per_copy += g.size();
-  }
-  if (per_copy > max_run_workers)
-    return spec_error((groups.empty() ? "workers: " : "task_groups: ")
-                      + std::to_string(per_copy) + " workers is too many for one run "
-                      "(at most " + std::to_string(max_run_workers) + ")");
-  auto copies = std::max<uint64_t>(1, spec.array_size());
-  if (per_copy * copies > max_run_workers_all_copies)
-    return spec_error("array.size: " + std::to_string(copies) + " copies of "
-                      + std::to_string(per_copy) + " worker(s) is "
-                      + std::to_string(per_copy * copies) + " workers, too many (at most "
-                      + std::to_string(max_run_workers_all_copies) + " in all)");
-  if (spec.gpus_per_worker() > max_run_gpus_per_worker)
-    return spec_error("gpus: at most "
-                      + std::to_string(max_run_gpus_per_worker)
-                      + " GPUs per worker, got "
-                      + std::to_string(spec.gpus_per_worker()));
-  if (!std::isfinite(spec.cpus_per_worker()) || spec.cpus_per_worker() < 0)
-    return spec_error("cpus: must be a number of cores, 0 or more, got "
-                      + show_number(spec.cpus_per_worker()));
-  if (spec.array_size() > max_run_array_size)
-    return spec_error("array.size: at most "
-                      + std::to_string(max_run_array_size)
-                      + " copies of a run, got "
-                      + std::to_string(spec.array_size()));
-  if (!spec.runtime().empty() && spec.runtime() != "runc"
-      && spec.runtime() != "process")
-    return spec_error("runtime: '" + spec.runtime()
-                      + "' is not a runtime (use runc or process, or leave it "
-                        "out for the machine's choice)");
-  if (spec.time_limit_seconds() > max_run_time_limit_seconds)
-    return spec_error("time_limit_seconds: at most 30 days ("
-                      + std::to_string(max_run_time_limit_seconds)
-                      + " s), got "
-                      + std::to_string(spec.time_limit_seconds()));
-  std::map<std::string, std::string> env{spec.env().begin(), spec.env().end()};
-  for (auto& [k, v] : env) {
-    if (k.empty())
-      return spec_error("env: a variable needs a name");
-    if (k.find('=') != std::string::npos || k.find('\0') != std::string::npos)
-      return spec_error("env: " + quote_short(k) + " is not a variable name "
-                        "(it holds '=' or a NUL)");
-    if (v.find('\0') != std::string::npos)
-      return spec_error("env." + k + ": the value holds a NUL");
-  }
-  std::set<std::string> limited;
-  for (int i = 0; i < spec.ulimits_size(); ++i) {
-    const auto& u = spec.ulimits(i);
-    auto at = "security_context.ulimits[" + std::to_string(i) + "]";
-    if (!rlimit_resource(u.name()))
-      return spec_error(at + ".name: " + quote_short(u.name())
-                        + " is not a resource limit (use one of " + rlimit_names()
-                        + ")");
-    if (!limited.insert(u.name()).second)
-      return spec_error(at + ".name: " + u.name() + " is limited twice");
-    if (u.soft() < -1 || u.hard() < -1)
-      return spec_error(at + ": a limit is a whole number or -1 (unlimited)");
-    if (u.hard() != -1 && (u.soft() == -1 || u.soft() > u.hard()))
-      return spec_error(at + ": soft " + std::to_string(u.soft())
-                        + " is above hard " + std::to_string(u.hard()));
-  }
-  std::map<std::string, std::string> labels{spec.labels().begin(),
-                                            spec.labels().end()};
-  for (auto& [k, v] : labels)
-    if (k.empty())
-      return spec_error("labels: a label needs a key");
-  if (auto i = labels.find("pool");
-      i != labels.end() && !spec.pool().empty() && i->second != spec.pool())
-    return spec_error("labels.pool: '" + i->second + "' contradicts pool '"
-                      + spec.pool() + "' (set pool only)");
-  return caf::none;
-}
-
-// -- resource limits ----------------------------------------------------------
-
-namespace {
-
-/// The limits `security_context.ulimits` may name, as RLIMIT_<NAME>.
-const std::pair<const char*, int> rlimits[] = {
-  {"as", RLIMIT_AS},           {"core", RLIMIT_CORE},
-  {"cpu", RLIMIT_CPU},         {"data", RLIMIT_DATA},
-  {"fsize", RLIMIT_FSIZE},     {"locks", RLIMIT_LOCKS},
-  {"memlock", RLIMIT_MEMLOCK}, {"msgqueue", RLIMIT_MSGQUEUE},
-  {"nice", RLIMIT_NICE},       {"nofile", RLIMIT_NOFILE},
-  {"nproc", RLIMIT_NPROC},     {"rss", RLIMIT_RSS},
-  {"rtprio", RLIMIT_RTPRIO},   {"rttime", RLIMIT_RTTIME},
-  {"sigpending", RLIMIT_SIGPENDING}, {"stack", RLIMIT_STACK},
-};
-
-} // namespace
-
-std::optional<int> rlimit_resource(std::string_view name) {
-  for (const auto& [n, r] : rlimits)
-    if (name == n)
-      return r;
-  return std::nullopt;
-}
-
-std::string rlimit_names() {
-  std::string out;
-  for (const auto& [n, r] : rlimits)
-    out += (out.empty() ? "" : ", ") + std::string{n};
-  return out;
-}
-
-// -- shape --------------------------------------------------------------------
-
-uint32_t run_world_size(const v1::RunSpec& spec) {
-  if (spec.task_groups().empty())
-    return spec.workers();
-  uint64_t total = 0;
-  for (auto& g : spec.task_groups())
-    total += g.size();
-  return static_cast<uint32_t>(std::min<uint64_t>(total, u32_max));
-}
-
-std::vector<std::pair<std::string, uint32_t>>
-run_groups_in_rank_order(const v1::RunSpec& spec) {
-  std::vector<std::pair<std::string, uint32_t>> out;
-  auto& groups = spec.task_groups();
-  if (groups.empty()) {
-    out.emplace_back("default", spec.workers());
-    return out;
-  }
-  int leader = 0;
-  for (int i = 0; i < groups.size(); ++i)
-    if (groups[i].leader()) {
-      leader = i;
-      break;
-    }
-  out.emplace_back(groups[leader].name(), groups[leader].size());
-  for (int i = 0; i < groups.size(); ++i)
-    if (i != leader)
-      out.emplace_back(groups[i].name(), groups[i].size());
-  return out;
-}
-
-// -- YAML output --------------------------------------------------------------
-
-std::string to_yaml(const v1::RunSpec& spec) {
-  YAML::Emitter out;
-  out << YAML::BeginMap;
-  auto text = [&](const char* key, const std::string& value) {
-    if (!value.empty())
-      out << YAML::Key << key << YAML::Value << value;
-  };
-  auto sorted_map = [&](const char* key, const auto& map) {
-    if (map.empty())
-      return;
-    std::map<std::string, std::string> sorted{map.begin(), map.end()};
-    out << YAML::Key << key << YAML::Value << YAML::BeginMap;
-    for (auto& [k, v] : sorted)
-      out << YAML::Key << k << YAML::Value << v;
-    out << YAML::EndMap;
-  };
-  text("name", spec.name());
-  text("workspace", spec.workspace());
-  text("image", spec.image());
-  text("runtime", spec.runtime());
-  if (!spec.command().empty()) {
-    out << YAML::Key << "command" << YAML::Value << YAML::BeginSeq;
-    for (auto& x : spec.command())
-      out << x;
-    out << YAML::EndSeq;
-  }
-  sorted_map("env", spec.env());
-  if (spec.gpus_per_worker() != 0)
-    out << YAML::Key << "gpus" << YAML::Value << spec.gpus_per_worker();
-  if (spec.cpus_per_worker() != 0)
-    out << YAML::Key << "cpus" << YAML::Value
-        << show_number(spec.cpus_per_worker());
-  if (auto bytes = spec.memory_bytes_per_worker(); bytes != 0) {
-    std::string shown = std::to_string(bytes);
-    static const std::pair<const char*, uint64_t> units[] = {
-      {"TiB", TiB}, {"GiB", GiB}, {"MiB", MiB}};
-    for (auto& [name, factor] : units)
-      if (bytes % factor == 0) {
-        shown = std::to_string(bytes / factor) + name;
-        break;
-      }
-    out << YAML::Key << "memory" << YAML::Value << shown;
-  }
-  if (spec.workers() != 0)
-    out << YAML::Key << "workers" << YAML::Value << spec.workers();
-  if (!spec.task_groups().empty()) {
-    out << YAML::Key << "task_groups" << YAML::Value << YAML::BeginSeq;
-    for (auto& g : spec.task_groups()) {
-      out << YAML::Flow << YAML::BeginMap;
-      out << YAML::Key << "name" << YAML::Value << g.name();
-      out << YAML::Key << "size" << YAML::Value << g.size();
-      if (g.leader())
-        out << YAML::Key << "leader" << YAML::Value << true;
-      out << YAML::EndMap;
-    }
-    out << YAML::EndSeq;
-  }
-  if (spec.array_size() != 0)
-    out << YAML::Key << "array" << YAML::Value << YAML::BeginMap
-        << YAML::Key << "size" << YAML::Value << spec.array_size()
-        << YAML::EndMap;
-  text("pool", spec.pool());
-  sorted_map("labels", spec.labels());
-  if (spec.healthy_only())
-    out << YAML::Key << "gpu_requests" << YAML::Value << YAML::BeginMap
-        << YAML::Key << "healthy_only" << YAML::Value << true << YAML::EndMap;
-  if (spec.time_limit_seconds() != 0)
-    out << YAML::Key << "time_limit_seconds" << YAML::Value
-        << spec.time_limit_seconds();
-  if (spec.outputs())
-    out << YAML::Key << "outputs" << YAML::Value << true;
-  if (spec.cpu_burst())
-    out << YAML::Key << "cpu_burst" << YAML::Value << true;
-  if (!spec.ulimits().empty()) {
-    out << YAML::Key << "security_context" << YAML::Value << YAML::BeginMap
-        << YAML::Key << "ulimits" << YAML::Value << YAML::BeginSeq;
-    for (const auto& u : spec.ulimits())
-      out << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value << u.name()
-          << YAML::Key << "soft" << YAML::Value << u.soft() << YAML::Key << "hard"
-          << YAML::Value << u.hard() << YAML::EndMap;
-    out << YAML::EndSeq << YAML::EndMap;
-  }
-  out << YAML::EndMap;
-  return std::string{out.c_str()} + "\n";
 }
 
 } // namespace astraeus

@@ -34,7 +34,25 @@
 /// security_context:
 ///   ulimits:                 # replace the defaults (nofile, memlock); -1 = unlimited
 ///     - {name: stack, soft: 67108864, hard: 67108864}   # hard defaults to soft
+///   ipc_mode: host           # the machine's /dev/shm (default workspace only)
+/// # The seed's spellings (inside-a-worker.md), the same fields:
+/// task_template: {user: "1000:1000"}  # name, uid or uid:gid; else the image's USER
+/// cpu_cores: 4               # = cpus
+/// memory_bytes: 17179869184  # = memory (a number or a size: 16GiB)
+/// per_gpu: {memory_bytes: 64GiB}      # memory = this x gpus
+/// node_fraction: 0.5         # a share of a machine: no CPU or memory limit
+/// volumes:
+///   - {name: scratch, type: EmptyDir, mount_path: /scratch}
+///   - {name: data, type: Bind, host_path: /data/x, mount_path: /data, mode: ReadWrite}
+/// configs:
+///   - name: app
+///     mounts: [{mount_path: /etc/app.yaml, content: "lr: 0.1\n"}]
 /// ```
+///
+/// Fields of the seed the product does not support yet (`datavolume_refs`,
+/// `secret_refs`, `identity`, `model`, `interactive`, `external_accesses`,
+/// `network.egress`) are refused with "not supported yet: FIELD", not as
+/// unknown fields.
 ///
 /// Choices:
 /// - JSON is read by the YAML parser (JSON is YAML); one code path, the
@@ -87,6 +105,21 @@ inline constexpr uint32_t max_run_array_size = 10000;
 inline constexpr uint32_t max_run_workers = 16384;
 inline constexpr uint64_t max_run_workers_all_copies = 100000;
 
+/// The largest packed code (`astra run --code`, RunSpec.code_tgz) in bytes.
+inline constexpr size_t max_run_code_bytes = 512 << 10;
+
+/// The most volumes, and the most config files, one run may have.
+inline constexpr int max_run_volumes = 64;
+inline constexpr int max_run_config_files = 64;
+
+/// The most bytes all of a run's config files (`configs[].mounts[].content`)
+/// may hold together.
+inline constexpr size_t max_run_config_bytes = 256 << 10;
+
+/// The largest run spec as a message (with its code and configs), in bytes:
+/// it travels to each of its machines in one frame (the gate's 1 MiB cap).
+inline constexpr size_t max_run_message_bytes = 896 << 10;
+
 /// The longest time limit, in seconds (30 days).
 inline constexpr uint64_t max_run_time_limit_seconds = 30ull * 24 * 3600;
 
@@ -108,7 +141,14 @@ inline constexpr uint64_t max_run_time_limit_seconds = 30ull * 24 * 3600;
 /// `time_limit_seconds`; outputs, cpu_burst (booleans) -> the same;
 /// security_context.ulimits (a list of {name, soft, hard}, values whole
 /// numbers or -1; hard defaults to soft) -> `ulimits`. `workers` is 1
-/// when neither workers nor task_groups is given.
+/// when neither workers nor task_groups is given. The seed's spellings:
+/// task_template.user -> `user`; cpu_cores -> `cpus_per_worker` (not with
+/// cpus); memory_bytes, or per_gpu.memory_bytes times gpus (needs gpus) ->
+/// `memory_bytes_per_worker` (one of memory, memory_bytes, per_gpu);
+/// node_fraction (a number, 0 < f <= 1); volumes (a list of {name, type:
+/// EmptyDir|Bind, mount_path, host_path, mode: ReadOnly|ReadWrite}) and
+/// configs (a list of {name, mounts: [{mount_path, content}]});
+/// security_context.ipc_mode (host) -> `ipc_mode`.
 ///
 /// @param text the file's contents (at most `max_run_spec_bytes`).
 /// @param source names the file in errors, e.g. "runs/llm.yaml".
@@ -132,7 +172,14 @@ caf::expected<v1::RunSpec> parse_run_spec(std::string_view text,
 /// each ulimit names a resource limit (`rlimit_resource`) once, its values
 /// -1 or more, soft not above hard
 /// ("security_context.ulimits[1].name: \"stak\" is not a resource limit
-/// (use one of as, core, ...)").
+/// (use one of as, core, ...)"); the user's form (a name, uid or uid:gid);
+/// node_fraction in (0, 1] and not with cpus or memory; volumes: valid
+/// unique names, absolute mount paths without "..", unique, not on /,
+/// /proc, /sys, /dev or the worker's own paths; Bind needs an absolute
+/// host_path and the default workspace (workspaces have no path grants
+/// yet); configs' mount paths the same rules, contents at most 256 KiB in
+/// all; ipc_mode "" or host (default workspace only); code at most 512 KiB;
+/// the whole spec at most `max_run_message_bytes` as a message.
 /// @returns `caf::none`, or the first problem as `ec::invalid_request` in
 ///   user words naming the field: "task_groups: two groups are named
 ///   'trainer'", "gpus: at most 64 GPUs per worker, got 65".

@@ -23,6 +23,7 @@
 #include "runtime/workers/oci_bundle.hpp"
 #include "runtime/workers/worker_env.hpp"
 #include "runtime/workers/worker_ledger.hpp"
+#include "runtime/workers/worker_mounts.hpp"
 #include "runtime/workers/run_spec.hpp"
 #include "runtime/workers/worker_outputs.hpp"
 #include "runtime/workers/worker_process.hpp"
@@ -223,10 +224,20 @@ caf::error worker_supervisor::start_process(const v1::WorkerOrder& order,
       return err;
     ctx.outputs_file = outputs_host_dir(rec.dir()) + "/outputs";
   }
+  if (!spec.user().empty() || !spec.volumes().empty() || !spec.configs().empty()
+      || !spec.ipc_mode().empty())
+    return caf::make_error(ec::invalid_request,
+                           "task_template.user, volumes, configs and ipc_mode need the "
+                           "runc runtime (a host process runs as the agent and sees the "
+                           "machine's files)");
+  auto code = prepare_host_code(spec, rec.dir());
+  if (!code)
+    return code.error();
   auto env = worker_environment(order, ctx);
   env.emplace("PATH", default_path);
   env.emplace("HOME", "/root");
   process_launch what;
+  what.cwd = *code;
   what.argv.assign(spec.command().begin(), spec.command().end());
   what.env = as_env_list(env);
   what.dir = rec.dir();
@@ -261,14 +272,17 @@ caf::error worker_supervisor::start_runc(const v1::WorkerOrder& order,
     return err;
   auto rootfs = bundle + "/rootfs";
   oci_worker w;
-  w.args = worker_command({spec.command().begin(), spec.command().end()}, *image);
+  w.args = worker_command({spec.command().begin(), spec.command().end()}, *image,
+                          {spec.args().begin(), spec.args().end()});
   if (w.args.empty())
     return caf::make_error(ec::invalid_request,
                            "the run has no command and image " + spec.image()
                              + " has no ENTRYPOINT or CMD");
-  auto user = resolve_user(image->user, rootfs);
+  auto user = resolve_user(worker_user(spec, *image), rootfs);
   if (!user)
-    return user.error();
+    return spec.user().empty() ? user.error()
+                               : caf::make_error(ec::invalid_request,
+                                                 "task_template.user: " + render_error(user.error()));
   w.user = *user;
   worker_env_context ctx;
   ctx.machine = options_.machine;
@@ -285,26 +299,8 @@ caf::error worker_supervisor::start_runc(const v1::WorkerOrder& order,
   for (auto& [k, v] : ours)
     env[k] = v;
   env.emplace("PATH", default_path);
-  if (!env.count("HOME")) {
-    // The user's home from the image's /etc/passwd, else /root.
-    std::string home = "/root";
-    std::ifstream passwd{rootfs + "/etc/passwd"};
-    std::string line;
-    while (std::getline(passwd, line)) {
-      std::vector<std::string> f;
-      size_t start = 0, colon;
-      while ((colon = line.find(':', start)) != std::string::npos) {
-        f.push_back(line.substr(start, colon - start));
-        start = colon + 1;
-      }
-      f.push_back(line.substr(start));
-      if (f.size() >= 6 && f[2] == std::to_string(w.user.uid)) {
-        home = f[5];
-        break;
-      }
-    }
-    env["HOME"] = home;
-  }
+  if (!env.count("HOME"))  // the user's home from the image's /etc/passwd, else /root
+    env["HOME"] = passwd_home(rootfs, w.user.uid);
   w.env = as_env_list(env);
   w.cwd = image->workdir.empty() ? "/" : image->workdir;
   w.hostname = options_.machine;
@@ -356,6 +352,13 @@ caf::error worker_supervisor::start_runc(const v1::WorkerOrder& order,
     w.mounts.push_back({outputs_host_dir(rec.dir()), container_outputs_dir,
                         {"rbind", "rw", "nosuid", "nodev"}});
   }
+  auto files = prepare_worker_mounts(spec, rec.dir(), w.user.uid, w.user.gid);
+  if (!files)
+    return files.error();
+  w.mounts.insert(w.mounts.end(), files->begin(), files->end());
+  if (!spec.code_tgz().empty())
+    w.cwd = container_code_dir;
+  w.host_ipc = spec.ipc_mode() == "host";
   {
     std::ofstream out{bundle + "/config.json", std::ios::trunc};
     out << oci_config(w, "rootfs").dump(2) << '\n';
@@ -425,6 +428,7 @@ bool worker_supervisor::finish(v1::WorkerProcess& rec) {
         && run_tool({runc, "--root", root, "delete", "--force", rec.container_id()}).first != 0)
       spdlog::warn("agent: worker {}: cannot delete its ended container {}", rec.worker(),
                    rec.container_id());
+    remove_worker_mounts(rec.dir());  // EmptyDir volumes go with the container
   }
   // runc reports a container killed by signal N as exit code 128 + N.
   int sig = end->signal;
@@ -529,6 +533,7 @@ bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms, steady_
       if (!ordered || again) {
         std::error_code err;
         fs::remove_all(fs::path{rec.dir()} / "bundle", err);
+        remove_worker_mounts(rec.dir());
         if (auto e = ledger.erase_process(name))
           spdlog::error("agent: cannot forget worker {}: {}", name, render_error(e));
         if (again) {

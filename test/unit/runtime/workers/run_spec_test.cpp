@@ -189,9 +189,11 @@ TEST(RunSpec, CommandStringRunsUnderShAndListRunsAsIs) {
   ASSERT_TRUE(b) << render_error(b.error());
   EXPECT_EQ(strings(b->command()),
             (std::vector<std::string>{"python", "train.py", "--lr", "0.1"}));
-  EXPECT_EQ(parse_error(base + "args: [--lr]\n"),
-            "t.yaml:3: args: args need a command to follow (give command as "
-            "well; the image's entrypoint cannot be kept)");
+  // Without command, args go to the image's ENTRYPOINT in place of its CMD.
+  auto c = parse_run_spec(base + "args: [--lr]\n", "t.yaml");
+  ASSERT_TRUE(c) << render_error(c.error());
+  EXPECT_TRUE(c->command().empty());
+  EXPECT_EQ(strings(c->args()), (std::vector<std::string>{"--lr"}));
 }
 
 TEST(RunSpec, OutputsTurnsOnTheOutputsFile) {
@@ -248,8 +250,8 @@ TEST(RunSpec, BadUlimitsNameTheEntry) {
   EXPECT_EQ(parse_error(sc + "    - {name: stack}\n"),
             "t.yaml:5: security_context.ulimits[0].soft: missing (a whole number, or -1 "
             "for unlimited)");
-  EXPECT_EQ(parse_error(base + "security_context: {ipc_mode: host}\n"),
-            "t.yaml:3: security_context.ipc_mode: unknown field (known fields: ulimits)");
+  EXPECT_EQ(parse_error(base + "security_context: {ipc_modes: host}\n"),
+            "t.yaml:3: security_context.ipc_modes: unknown field (did you mean ipc_mode?)");
 }
 
 TEST(RunSpec, TypesAreStrict) {
