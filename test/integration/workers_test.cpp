@@ -648,7 +648,7 @@ TEST_F(Workers, AContainerLimitAboveTheAgentsOwnIsLoweredNotAFailedStart) {
 // required node the host lacks fails the worker naming it and fences its
 // GPU, latched, so work stops landing on it.
 TEST_F(Workers, AHandOverMissingARequiredNodeFailsTheWorkerAndFencesItsGpu) {
-  if (auto why = make_busybox_image(); !why.empty())
+  if (auto why = why_no_runc_whoami(); !why.empty())
     GTEST_SKIP() << why;
   auto root = dir_ / "host";
   fs::create_directories(root / "dev");
