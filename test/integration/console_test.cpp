@@ -164,6 +164,14 @@ protected:
     return json::parse(r->body, nullptr, false);
   }
 
+  /// Whether the API says gpu-01 is cordoned.
+  bool cordoned() {
+    httplib::Client c{"127.0.0.1", api_port_};
+    c.set_bearer_token_auth(owner_);
+    auto r = c.Get(base + "/nodes/" + machine_name);
+    return r && r->status == 200 && json::parse(r->body, nullptr, false).value("cordoned", false);
+  }
+
   bool wait_gpu(const std::string& uuid, const std::function<bool(const json&)>& pred) {
     return wait_until(
       [&] {
@@ -255,6 +263,14 @@ TEST_F(Console, GpusMachinesAndClearFaultInHeadlessChromium) {
   EXPECT_TRUE(contains(dom, "8 × NVIDIA H100 80GB HBM3")) << dom;
   EXPECT_TRUE(contains(dom, "GPUs healthy: GPUFault")) << dom;
   EXPECT_TRUE(contains(dom, "id=\"cordon-gpu-01\"")) << dom;
+  // Its Cordon button, clicked (#do=<button id>), then Uncordon.
+  dom = browse("/o/default/machines", "do=cordon-gpu-01");
+  EXPECT_TRUE(contains(tag_with(dom, "id", "machine-gpu-01"), "data-cordoned=\"true\"")) << dom;
+  EXPECT_TRUE(contains(dom, "id=\"uncordon-gpu-01\"")) << dom;
+  EXPECT_TRUE(cordoned()) << "Cordon did not cordon gpu-01";
+  dom = browse("/o/default/machines", "do=uncordon-gpu-01");
+  EXPECT_TRUE(contains(dom, "id=\"cordon-gpu-01\"")) << dom;
+  EXPECT_FALSE(cordoned()) << "Uncordon did not uncordon gpu-01";
 
   // The faulty GPU's page: model, holder, its latched fault, Clear fault.
   auto page = "/o/default/machines/gpu-01/gpus/" + uuid_faulty;
@@ -263,7 +279,7 @@ TEST_F(Console, GpusMachinesAndClearFaultInHeadlessChromium) {
   EXPECT_TRUE(contains(dom, "Faulty: Xid 79 fault")) << dom;
   EXPECT_TRUE(contains(dom, "class=\"latch\"")) << dom;
   EXPECT_TRUE(contains(dom, "id=\"clear-fault\"")) << dom;
-  // The button's path, with the confirmation given by the address.
+  // Clear fault, clicked, with the confirmation given by the address.
   dom = browse(page, "do=clear-fault");
   EXPECT_TRUE(contains(dom, "Fault cleared.")) << dom;
   EXPECT_TRUE(wait_gpu(uuid_faulty, [](const json& g) { return g.value("health", "") == "Healthy"; }))

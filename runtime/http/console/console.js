@@ -15,6 +15,8 @@ const HEALTH_WORDS = {
 const main = document.getElementById("main");
 let role = "";
 let refreshTimer = 0;
+// Set by an address with #do=clear-fault: the confirmation was given there.
+let confirmedByAddress = false;
 
 // -- small helpers -------------------------------------------------------------
 
@@ -252,11 +254,12 @@ function fact(dt, dd, id) {
   return [el("dt", { text: dt }), el("dd", { id, text: dd })];
 }
 
-async function clearFault(v, confirmed) {
+async function clearFault(v) {
   const g = v.gpu;
   const ask = "Clear the fault of " + g.id + " on " + v.machine + "?\n\n"
     + "Clear a fault only after the GPU was reset or replaced. If the fault comes back, the GPU is fenced again.";
-  if (!confirmed && !window.confirm(ask)) return;
+  if (!confirmedByAddress && !window.confirm(ask)) return;
+  confirmedByAddress = false;
   try {
     const r = await api("POST", "/nodes/" + encodeURIComponent(v.machine) + "/gpus/"
                                 + encodeURIComponent(g.id) + "/clear-fault");
@@ -281,7 +284,7 @@ async function gpuPage(machine, uuid, notice) {
   const links = g.nvlinks || [];
   const button = isAdmin() && latches.length
     ? el("button", { type: "button", class: "danger", id: "clear-fault", text: "Clear fault",
-                     onclick: () => clearFault(v, false) }) : "";
+                     onclick: () => clearFault(v) }) : "";
   show(el("h1", { text: (g.model || "GPU") + " · " + machine }),
        notice ? el("p", { class: "notice", id: "notice", text: notice }) : "",
        el("dl", { class: "facts", id: "gpu" },
@@ -327,8 +330,7 @@ function markNav(which) {
 }
 
 // Parameters after '#': token=<API token> signs in (then leaves the
-// address); do=clear-fault clicks Clear fault with the confirmation given
-// (a link that says what to do, used by the browser test).
+// address); do=<button id> (see draw).
 function fragment() {
   const params = new URLSearchParams(location.hash.slice(1));
   if (params.has("token")) {
@@ -353,12 +355,18 @@ async function draw(r, params) {
     await machinesPage();
   } else if ((m = path.match(/^\/machines\/([^/]+)\/gpus\/([^/]+)$/))) {
     markNav("nav-gpus");
-    const v = await gpuPage(decodeURIComponent(m[1]), decodeURIComponent(m[2]));
-    if (params.get("do") === "clear-fault" && document.getElementById("clear-fault"))
-      await clearFault(v, true);
+    await gpuPage(decodeURIComponent(m[1]), decodeURIComponent(m[2]));
   } else {
     show(el("h1", { text: "No such page" }), el("p", { id: "error", text: location.pathname }),
          el("p", {}, el("a", { href: base() + "/compute/gpus", text: "Compute → GPUs" })));
+    return;
+  }
+  // #do=<button id> clicks that button once, as a person would (the
+  // browser test's way in); for Clear fault the address is the confirmation.
+  const button = params.get("do") && document.getElementById(params.get("do"));
+  if (button && button.tagName === "BUTTON") {
+    confirmedByAddress = button.id === "clear-fault";
+    button.click();
   }
 }
 
