@@ -69,23 +69,12 @@ protected:
     port_ = free_port();
     ASSERT_NE(port_, 0);
     fifo_ = dir_ / "kmsg";
-    ASSERT_EQ(::mkfifo(fifo_.c_str(), 0600), 0) << std::strerror(errno);
-    ::signal(SIGPIPE, SIG_IGN);
+    auto why = make_kmsg_fifo(fifo_);
+    ASSERT_TRUE(why.empty()) << why;
   }
 
   void TearDown() override {
-    bool failed = HasFailure();
-    for (auto& p : procs_) {
-      if (failed)
-        std::fprintf(stderr, "---- %s\n---- stderr:\n%s\n", p->command_line().c_str(),
-                     p->err().substr(p->err().size() > 5000 ? p->err().size() - 5000 : 0).c_str());
-      p->kill_now();
-    }
-  }
-
-  process* spawn(const std::string& label, std::vector<std::string> argv,
-                 std::vector<std::string> env = {}) {
-    return spawn_kept(procs_, dir_.path(), label, std::move(argv), std::move(env));
+    end_processes(procs_, HasFailure());
   }
 
   fs::path keys() const {
@@ -94,26 +83,11 @@ protected:
 
   /// The controller, its API in plain HTTP on 127.0.0.1 (as `astraeus dev`).
   bool start_controller() {
-    std::vector<std::string> argv{program("astraeus-controller"), "--port", std::to_string(port_),
-                                  "--data-dir", (dir_ / "controller").string(),
-                                  "--set", "api.view_refresh=50ms"};
-    ctl_ = spawn("controller", argv,
-                 {"ASTRAEUS_API_LISTEN=127.0.0.1:0", "ASTRAEUS_API_PLAIN_HTTP=true"});
-    std::regex line{R"(HTTP API on https?://127\.0\.0\.1:(\d+))"};
-    std::smatch m;
-    bool ok = wait_until(
-      [&] {
-        auto err = ctl_->err();
-        return !ctl_->running() || std::regex_search(err, m, line);
-      },
-      10s);
-    if (!ok || !ctl_->running())
-      return false;
-    api_port_ = static_cast<uint16_t>(std::stoi(m[1].str()));
-    owner_ = read_text(keys() / "owner-token");
-    while (!owner_.empty() && std::isspace(static_cast<unsigned char>(owner_.back())))
-      owner_.pop_back();
-    return use_owner_credentials(port_, keys());
+    auto c = start_api_controller(procs_, dir_.path(), port_);
+    ctl_ = c.proc;
+    api_port_ = c.api_port;
+    owner_ = c.owner_token;
+    return api_port_ != 0;
   }
 
   /// gpu-01: the stand-in GPUs, the kernel log from the FIFO, host-process workers.
@@ -130,7 +104,7 @@ protected:
     auto enrol = enrol_flags(port_, dir_.path(), machine_name);
     ASSERT_FALSE(enrol.empty());
     argv.insert(argv.end(), enrol.begin(), enrol.end());
-    spawn("agent", argv, {"ASTRAEUS_NVML_FIXTURE=" + fixture});
+    spawn_kept(procs_, dir_.path(), "agent", argv, {"ASTRAEUS_NVML_FIXTURE=" + fixture});
   }
 
   /// Writes `text` to the kernel-log FIFO once the agent reads it.
