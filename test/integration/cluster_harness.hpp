@@ -434,12 +434,11 @@ struct api_controller {
 
 /// Starts the controller (gate on `gate_port`, store in <dir>/controller,
 /// `extra` flags) with its HTTP API on 127.0.0.1, any port, plain HTTP when
-/// `plain` (as `astraeus dev`), and waits up to 10 s for the API's line and
-/// the owner credentials.
+/// `plain` (as `astraeus dev`; true: the tests' usual), and waits up to
+/// 10 s for the API's line and the owner credentials.
 inline api_controller start_api_controller(std::vector<std::unique_ptr<process>>& kept,
                                            const fs::path& dir, uint16_t gate_port,
-                                           std::vector<std::string> extra = {},
-                                           bool plain = true) {
+                                           std::vector<std::string> extra, bool plain) {
   std::vector<std::string> argv{program("astraeus-controller"), "--port",
                                 std::to_string(gate_port), "--data-dir",
                                 (dir / "controller").string(), "--set", "api.view_refresh=50ms"};
@@ -449,7 +448,7 @@ inline api_controller start_api_controller(std::vector<std::unique_ptr<process>>
     env.push_back("ASTRAEUS_API_PLAIN_HTTP=true");
   api_controller out;
   out.proc = spawn_kept(kept, dir, "controller", argv, env);
-  std::regex line{R"(HTTP API on https?://127\.0\.0\.1:(\d+))"};
+  std::regex line{R"(HTTP API on https?:[/][/]127\.0\.0\.1:(\d+))"};
   std::smatch m;
   std::string err;
   bool ok = wait_until(

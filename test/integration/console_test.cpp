@@ -83,7 +83,7 @@ protected:
 
   /// The controller, its API in plain HTTP on 127.0.0.1 (as `astraeus dev`).
   bool start_controller() {
-    auto c = start_api_controller(procs_, dir_.path(), port_);
+    auto c = start_api_controller(procs_, dir_.path(), port_, {}, true);
     ctl_ = c.proc;
     api_port_ = c.api_port;
     owner_ = c.owner_token;
