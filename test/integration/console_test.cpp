@@ -155,12 +155,14 @@ protected:
       15s, 100ms);
   }
 
-  /// The page at `path` (+ "#token=<owner>" and `fragment`) as headless
+  /// The page at `path` (+ "#token=<owner>&" and `fragment`) as headless
   /// Chromium leaves it once its requests are answered: the DOM it prints.
   std::string browse(const std::string& path, const std::string& fragment = {},
                      const std::string& screenshot = {}) {
-    auto url = "http://127.0.0.1:" + std::to_string(api_port_) + path + "#token=" + owner_
-               + (fragment.empty() ? "" : "&" + fragment);
+    // A fragment of "-" signs nobody in (the sign-in page).
+    auto url = "http://127.0.0.1:" + std::to_string(api_port_) + path
+               + (fragment == "-" ? "" : "#token=" + owner_)
+               + (fragment.empty() || fragment == "-" ? "" : "&" + fragment);
     std::vector<std::string> argv{chromium_, "--headless", "--disable-gpu", "--no-sandbox",
                                   "--no-first-run", "--disable-extensions",
                                   "--user-data-dir=" + (dir_ / "chromium").string(),
@@ -208,10 +210,16 @@ TEST_F(Console, GpusMachinesAndClearFaultInHeadlessChromium) {
   EXPECT_EQ(r->status, 302);
   EXPECT_EQ(r->get_header_value("Location"), "/o/default/compute/gpus");
   EXPECT_EQ(c.Get("/console/static/nope.js")->status, 404);
-  EXPECT_EQ(c.Get("/console/static/console.js")->status, 200);
+  auto js = c.Get("/console/static/console.js");
+  EXPECT_EQ(js->status, 200);
+  EXPECT_TRUE(contains(js->get_header_value("Content-Type"), "javascript"));
+  EXPECT_TRUE(contains(js->get_header_value("Content-Security-Policy"), "default-src 'self'"));
+  // Without a token: the sign-in form, nothing of the cluster.
+  auto dom = browse("/o/default/compute/gpus", "-");
+  EXPECT_TRUE(contains(dom, "id=\"sign-in\"") && !contains(dom, "data-uuid")) << dom;
 
   // Compute -> GPUs: one square per GPU, by health first, then holder.
-  auto dom = browse("/o/default/compute/gpus");
+  dom = browse("/o/default/compute/gpus");
   auto faulty = tag_with(dom, "data-uuid", uuid_faulty);
   EXPECT_TRUE(contains(faulty, "health-faulty") && contains(faulty, "Xid 79 fault")) << faulty;
   auto held = tag_with(dom, "data-uuid", uuid_held);
