@@ -9,6 +9,7 @@
 #include "messages/json.hpp"
 #include "runtime/host/sysfs_text.hpp"
 #include "runtime/http/api_routes_internal.hpp"
+#include "runtime/http/console_assets.hpp"
 
 namespace astraeus {
 
@@ -251,6 +252,9 @@ bool api_server::impl::authorize(http::api_context& ctx, const http::api_route& 
 }
 
 void api_server::impl::dispatch(const httplib::Request& req, httplib::Response& res) {
+  // The console's pages and files; everything else is the API's.
+  if (http::serve_console(req, res, cfg.organization, cfg.cluster))
+    return;
   auto segs = http::split_path(req.path);
   std::vector<std::pair<std::string, std::string>> params;
   const http::compiled_route* found = nullptr;

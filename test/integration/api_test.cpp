@@ -37,13 +37,7 @@ protected:
   }
 
   void TearDown() override {
-    bool failed = HasFailure();
-    for (auto& p : procs_) {
-      if (failed)
-        std::fprintf(stderr, "---- %s\n---- stderr:\n%s\n", p->command_line().c_str(),
-                     p->err().substr(p->err().size() > 6000 ? p->err().size() - 6000 : 0).c_str());
-      p->kill_now();
-    }
+    end_processes(procs_, HasFailure());
   }
 
   process* spawn(const std::string& label, std::vector<std::string> argv,
@@ -60,31 +54,13 @@ protected:
 
   /// Starts the controller with its API on 127.0.0.1:0 and waits for both.
   bool start_controller(std::vector<std::string> extra = {}, bool plain = true) {
-    std::vector<std::string> argv{program("astraeus-controller"), "--port", std::to_string(port_),
-                                  "--data-dir", (dir_ / "controller").string(),
-                                  "--set", "api.view_refresh=50ms"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    std::vector<std::string> env{"ASTRAEUS_API_LISTEN=127.0.0.1:0"};
-    if (plain)
-      env.push_back("ASTRAEUS_API_PLAIN_HTTP=true");
-    ctl_ = spawn("controller", argv, env);
-    std::regex line{R"(HTTP API on (https?)://127\.0\.0\.1:(\d+))"};
-    std::smatch m;
-    bool ok = wait_until(
-      [&] {
-        auto err = ctl_->err();
-        return !ctl_->running() || std::regex_search(err, m, line);
-      },
-      10s);
-    if (!ok || !ctl_->running()) {
+    auto c = start_api_controller(procs_, dir_.path(), port_, std::move(extra), plain);
+    ctl_ = c.proc;
+    api_port_ = c.api_port;
+    owner_ = c.owner_token;
+    if (api_port_ == 0)
       ADD_FAILURE() << "no API line from the controller:\n" << ctl_->err();
-      return false;
-    }
-    api_port_ = static_cast<uint16_t>(std::stoi(m[2].str()));
-    owner_ = read_text(keys() / "owner-token");
-    while (!owner_.empty() && std::isspace(static_cast<unsigned char>(owner_.back())))
-      owner_.pop_back();
-    return use_owner_credentials(port_, keys());
+    return api_port_ != 0;
   }
 
   process* start_agent() {

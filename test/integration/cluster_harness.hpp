@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -27,6 +28,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -310,6 +312,29 @@ inline process* spawn_kept(std::vector<std::unique_ptr<process>>& kept, const fs
   return kept.back().get();
 }
 
+/// Kills every process of `kept`; when the test `failed`, first prints each
+/// one's command line and the last 6,000 bytes of its stderr.
+inline void end_processes(std::vector<std::unique_ptr<process>>& kept, bool failed) {
+  for (auto& p : kept) {
+    if (failed) {
+      auto err = p->err();
+      std::fprintf(stderr, "---- %s\n---- stderr:\n%s\n", p->command_line().c_str(),
+                   err.substr(err.size() > 6000 ? err.size() - 6000 : 0).c_str());
+    }
+    p->kill_now();
+  }
+}
+
+/// Makes the FIFO at `path` that stands in for /dev/kmsg (and ignores
+/// SIGPIPE: a write whose reader went away must fail, not kill the test).
+/// Returns why it could not, or "".
+inline std::string make_kmsg_fifo(const fs::path& path) {
+  ::signal(SIGPIPE, SIG_IGN);
+  if (::mkfifo(path.c_str(), 0600) != 0)
+    return "mkfifo " + path.string() + ": " + std::strerror(errno);
+  return {};
+}
+
 /// What a finished command printed and returned.
 struct command_result {
   int rc = -1;            ///< exit code; 128+signal; -1 = had to be killed
@@ -397,6 +422,51 @@ inline bool use_owner_credentials(uint16_t port, const fs::path& keys) {
   c.pinned = *key;
   credentials_by_port()[port] = c;
   return true;
+}
+
+/// A controller started by start_api_controller: its process, its HTTP
+/// API's port (0: it did not come up) and the owner API token.
+struct api_controller {
+  process* proc = nullptr;
+  uint16_t api_port = 0;
+  std::string owner_token;
+};
+
+/// Starts the controller (gate on `gate_port`, store in <dir>/controller,
+/// `extra` flags) with its HTTP API on 127.0.0.1, any port, plain HTTP when
+/// `plain` (as `astraeus dev`; true: the tests' usual), and waits up to
+/// 10 s for the API's line and the owner credentials.
+inline api_controller start_api_controller(std::vector<std::unique_ptr<process>>& kept,
+                                           const fs::path& dir, uint16_t gate_port,
+                                           std::vector<std::string> extra, bool plain) {
+  std::vector<std::string> argv{program("astraeus-controller"), "--port",
+                                std::to_string(gate_port), "--data-dir",
+                                (dir / "controller").string(), "--set", "api.view_refresh=50ms"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  std::vector<std::string> env{"ASTRAEUS_API_LISTEN=127.0.0.1:0"};
+  if (plain)
+    env.push_back("ASTRAEUS_API_PLAIN_HTTP=true");
+  api_controller out;
+  out.proc = spawn_kept(kept, dir, "controller", argv, env);
+  std::regex line{R"(HTTP API on https?:[/][/]127\.0\.0\.1:(\d+))"};
+  std::smatch m;
+  std::string err;
+  bool ok = wait_until(
+    [&] {
+      err = out.proc->err();
+      return !out.proc->running() || std::regex_search(err, m, line);
+    },
+    10s);
+  if (!ok || !out.proc->running())
+    return out;
+  auto keys = keys_dir_of((dir / "controller").string());
+  out.owner_token = read_text(keys / "owner-token");
+  while (!out.owner_token.empty()
+         && std::isspace(static_cast<unsigned char>(out.owner_token.back())))
+    out.owner_token.pop_back();
+  if (use_owner_credentials(gate_port, keys))
+    out.api_port = static_cast<uint16_t>(std::stoi(m[1].str()));
+  return out;
 }
 
 /// The owner's credentials for `port` (empty when not learnt).
