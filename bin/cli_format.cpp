@@ -118,6 +118,22 @@ std::string format_age(int64_t then_unix_ms, int64_t now_unix_ms) {
   return buf;
 }
 
+std::string loopback_warning(const std::string& command) {
+  bool loopback = false;
+  for (const char* host : {"127.0.0.1", "localhost", "[::1]"})
+    loopback = loopback || command.find(std::string{"://"} + host) != std::string::npos
+               || command.find(std::string{" "} + host + ":") != std::string::npos;
+  if (!loopback)
+    return {};
+  return "\nwarning: 127.0.0.1 is this machine's own (loopback) address: other machines "
+         "cannot reach it, so this command works on this machine only. To add another "
+         "machine, advertise addresses it reaches: run the controller with --set "
+         "gate.advertise_address=HOST:7450 --set api.advertise_url=https://HOST:7451 (or "
+         "ASTRAEUS_GATE_ADVERTISE_ADDRESS and ASTRAEUS_API_ADVERTISE_URL) and the API "
+         "listening there over HTTPS (api.listen=0.0.0.0:7451; `astraeus dev` serves plain "
+         "HTTP on loopback only).\n";
+}
+
 std::string format_join_token(const v1::JoinToken& token,
                               const std::string& address, int64_t now_unix_ms) {
   std::string labels;
@@ -134,8 +150,9 @@ std::string format_join_token(const v1::JoinToken& token,
       << "; single use)\n"
       << "labels   " << (labels.empty() ? "(none)" : labels) << "\n"
       << "\nRun on the new machine, as root (the agent enrols once; then the "
-         "token file can go):\n"
-      << install_command(token, address) << "\n";
+         "token file can go):\n";
+  auto command = token.install().empty() ? install_command(token, address) : token.install();
+  out << command << "\n" << loopback_warning(command);
   return out.str();
 }
 

@@ -54,6 +54,11 @@ std::string to_json_compact(const google::protobuf::Message& msg);
 std::string to_json(const google::protobuf::Message& msg);
 
 /// The install command (runtime/gate/tokens.hpp), shared with the HTTP API.
+/// A warning for an install command whose addresses are loopback ones
+/// (127.0.0.1, localhost, [::1]: the dev cluster's), saying how to
+/// advertise an address other machines reach; empty otherwise.
+std::string loopback_warning(const std::string& command);
+
 using astraeus::install_command;
 
 /// What `astra tokens create` prints: the token, its id, expiry and

@@ -6,6 +6,8 @@
 
 #include "actors/controller/cluster_requests.hpp"
 #include "actors/controller/controller.hpp"
+#include "runtime/gate/tokens.hpp"
+#include "runtime/http/install_server.hpp"
 #include "runtime/http/tls_certificate.hpp"
 #include "messages/error.hpp"
 
@@ -180,6 +182,40 @@ void api_bridge::rebuild() {
   last_build_ = steady::now() - started;
 }
 
+namespace {
+
+/// Where machines fetch install.sh from, for join tokens minted through the
+/// gate (`astra tokens create`): api.advertise_url, else the API's scheme
+/// and port with gate.advertise_address's host, else api.listen's host,
+/// else 127.0.0.1.
+install_site_info install_site_for(const ControllerConfig& cfg, const api_server_config& sc,
+                                   uint16_t gate_port, uint16_t api_port) {
+  install_site_info info;
+  std::string host;
+  if (!cfg.advertise_address.empty()) {
+    auto hp = parse_host_port(cfg.advertise_address, "gate.advertise_address");
+    if (hp)
+      host = hp->first;
+  }
+  if (host.empty())
+    host = sc.host == "0.0.0.0" || sc.host == "::" ? std::string{"127.0.0.1"} : sc.host;
+  auto url_host = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  info.api_url = cfg.api_advertise_url.empty()
+                   ? std::string{sc.plain_http ? "http" : "https"} + "://" + url_host + ":"
+                       + std::to_string(api_port)
+                   : cfg.api_advertise_url;
+  while (!info.api_url.empty() && info.api_url.back() == '/')
+    info.api_url.pop_back();
+  info.gate_address = cfg.advertise_address.empty()
+                        ? url_host + ":" + std::to_string(gate_port)
+                        : cfg.advertise_address;
+  info.organization = cfg.api_organization;
+  info.curl_pin = sc.curl_pin;
+  return info;
+}
+
+} // namespace
+
 caf::expected<api_handles> start_api(caf::actor_system& sys, const controller_handles& ctl,
                                      const ControllerConfig& cfg) {
   api_handles out;
@@ -211,7 +247,15 @@ caf::expected<api_handles> start_api(caf::actor_system& sys, const controller_ha
     sc.certificate_path = cert->certificate_path;
     sc.private_key_path = cert->private_key_path;
     out.fingerprint = cert->fingerprint;
+    sc.curl_pin = cert->curl_pin;
   }
+  sc.gate_key_hex = ctl.identity->public_hex();
+  sc.advertise_url = cfg.api_advertise_url;
+  sc.releases_dir = cfg.releases_dir.empty() ? http::default_releases_dir() : cfg.releases_dir;
+  if (http::release_files(sc.releases_dir).empty())
+    spdlog::warn("controller: no agent releases in {} (releases.dir): install.sh cannot "
+                 "install an agent until `ninja -C build agent-release` fills it",
+                 sc.releases_dir);
   api_bridge_config bc;
   bc.request_timeout = cfg.request_timeout;
   bc.view_refresh = cfg.api_view_refresh;
@@ -222,6 +266,8 @@ caf::expected<api_handles> start_api(caf::actor_system& sys, const controller_ha
   out.server = std::move(*server);
   out.address = std::string{out.server->scheme()} + "://" + sc.host + ":"
                 + std::to_string(out.server->port());
+  if (ctl.install)
+    ctl.install->set(install_site_for(cfg, sc, ctl.port, out.server->port()));
   return out;
 }
 

@@ -24,6 +24,7 @@ namespace astraeus {
 
 class Store;
 class token_registry;
+class install_site;
 
 /// Validated settings of the cluster actor.
 struct cluster_config {
@@ -54,6 +55,10 @@ struct cluster_config {
   /// The gate's address as machines reach it ("10.0.0.5:7450"); empty:
   /// `astra` uses the address it connected to.
   std::string advertise_address;
+  /// Where machines fetch install.sh (the HTTP API fills it once it
+  /// listens); join tokens then carry the install command that runs it.
+  /// Null or an empty api_url: the command runs astraeus-agent directly.
+  std::shared_ptr<install_site> install;
   /// The wall clock of audit records, enrolment, workspaces and token
   /// expiry; handed to every machine actor.
   std::shared_ptr<const wall_clock> clock = real_wall_clock();

@@ -12,6 +12,7 @@
 #include "actors/gather.hpp"
 #include "actors/controller/machine_actor.hpp"
 #include "messages/error.hpp"
+#include "runtime/gate/tokens.hpp"
 #include "runtime/process/wall_clock.hpp"
 #include "store/store.hpp"
 
@@ -512,6 +513,11 @@ result_t create_join_token(const cluster_request& r) {
   *t->mutable_labels() = minted->second.labels();
   t->set_controller_key(config.controller_key);
   t->set_controller_address(config.advertise_address);
+  if (config.install) {
+    auto site = config.install->get();
+    if (!site.api_url.empty())
+      t->set_install(install_script_command(*t, site));
+  }
   return out;
 }
 

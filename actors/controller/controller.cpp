@@ -111,6 +111,8 @@ start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
   cc.tokens = out.tokens;
   cc.controller_key = out.identity->public_hex();
   cc.advertise_address = cfg.advertise_address;
+  out.install = std::make_shared<install_site>();
+  cc.install = out.install;
   cc.clock = clock;
   if (auto err = cc.validate())
     return err;

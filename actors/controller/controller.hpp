@@ -22,6 +22,7 @@ namespace astraeus {
 
 class Store;
 class token_registry;
+class install_site;
 struct identity_keypair;
 
 /// A running controller.
@@ -34,6 +35,9 @@ struct controller_handles {
   scheduler_actor scheduler;     ///< places runs onto GPUs
   gate_actor gate;               ///< the gate broker
   uint16_t port = 0;             ///< the port the gate listens on
+  /// Where machines fetch install.sh: `start_api` fills it, join tokens
+  /// read it (runtime/gate/tokens.hpp).
+  std::shared_ptr<install_site> install;
 };
 
 /// Opens the store under `cfg.data_dir`, loads (or creates) the gate's

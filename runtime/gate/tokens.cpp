@@ -322,4 +322,41 @@ std::string install_command(const v1::JoinToken& token, const std::string& addre
          + " --token-file ./astraeus-token";
 }
 
+void install_site::set(install_site_info info) {
+  std::lock_guard<std::mutex> guard{mutex_};
+  info_ = std::move(info);
+}
+
+install_site_info install_site::get() const {
+  std::lock_guard<std::mutex> guard{mutex_};
+  return info_;
+}
+
+std::string install_org_id(const std::string& controller_key_hex) {
+  return controller_key_hex.substr(0, 32);
+}
+
+namespace {
+
+/// `text` as one single-quoted shell word.
+std::string shell_quote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text)
+    out += c == '\'' ? std::string{"'\\''"} : std::string(1, c);
+  return out + "'";
+}
+
+} // namespace
+
+std::string install_script_command(const v1::JoinToken& token, const install_site_info& site) {
+  std::string curl = "curl -fsSL ";
+  if (!site.curl_pin.empty())
+    curl += "--insecure --pinnedpubkey " + site.curl_pin + " ";
+  return "echo " + shell_quote(token.token()) + " > ./astraeus-token && " + curl + site.api_url
+         + "/api/v1/install.sh | sudo sh -s -- --apiserver " + site.gate_address
+         + " --token-file ./astraeus-token --releases " + site.api_url + "/releases --org "
+         + shell_quote(site.organization) + " --org-id "
+         + install_org_id(token.controller_key()) + " && rm -f ./astraeus-token";
+}
+
 } // namespace astraeus

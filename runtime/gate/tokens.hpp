@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -138,5 +139,46 @@ private:
 /// machines reach it. What `astra tokens create` prints and the API's
 /// `install`.
 std::string install_command(const v1::JoinToken& token, const std::string& address);
+
+/// Where machines fetch the installer from (issue 20): what an install
+/// command that runs install.sh needs beyond the token.
+struct install_site_info {
+  /// The HTTP API as machines reach it ("https://10.0.0.5:7451"); empty:
+  /// no HTTP API, and the install command runs astraeus-agent directly.
+  std::string api_url;
+  /// The gate as machines reach it (HOST:PORT).
+  std::string gate_address;
+  /// The organisation name (api.organization).
+  std::string organization;
+  /// curl's --pinnedpubkey value for a self-signed API certificate
+  /// ("sha256//BASE64"); empty: the certificate is verified as usual.
+  std::string curl_pin;
+};
+
+/// install_site_info shared by the HTTP API, which knows it once it is
+/// listening, and the cluster actor, which mints join tokens. Thread-safe.
+class install_site {
+public:
+  /// Replaces what is known.
+  void set(install_site_info info);
+  /// What is known; an empty api_url until the API runs.
+  install_site_info get() const;
+
+private:
+  mutable std::mutex mutex_;
+  install_site_info info_;
+};
+
+/// The organisation id install.sh checks `--org-id` against: the first 32
+/// hex digits of the gate's public key (hex), so a command made for
+/// another controller is refused.
+std::string install_org_id(const std::string& controller_key_hex);
+
+/// The seed's install command (machines.md "Create one"): the token into
+/// ./astraeus-token, `curl -fsSL API/api/v1/install.sh | sudo sh -s --
+/// --apiserver GATE --token-file ./astraeus-token --releases API/releases
+/// --org 'ORG' --org-id ID`, then the token file removed. A curl_pin adds
+/// `--insecure --pinnedpubkey PIN` (a self-signed certificate, pinned).
+std::string install_script_command(const v1::JoinToken& token, const install_site_info& site);
 
 } // namespace astraeus

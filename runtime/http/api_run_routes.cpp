@@ -8,6 +8,7 @@
 #include "messages/json.hpp"
 #include "runtime/gate/tokens.hpp"
 #include "runtime/http/api_routes_internal.hpp"
+#include "runtime/http/install_server.hpp"
 #include "runtime/workers/run_spec.hpp"
 
 namespace astraeus::http {
@@ -27,25 +28,6 @@ void reply_with(api_context& ctx, v1::Request req, int status, Pick pick,
   reply_json(ctx.res, status, message_to_json(pick(resp), false));
 }
 
-/// HOST:PORT of the gate for an install command: the configured address,
-/// with the host the client reached the API at when it names none.
-std::string gate_address_for(const api_context& ctx) {
-  const auto& addr = ctx.cfg.gate_address;
-  if (!addr.empty() && addr.front() != ':')
-    return addr;
-  auto host = ctx.req.get_header_value("Host");
-  if (!host.empty() && host.front() == '[') {
-    host = host.substr(0, host.find(']') + 1);
-  } else {
-    auto colon = host.find(':');
-    if (colon != std::string::npos)
-      host = host.substr(0, colon);
-  }
-  if (host.empty())
-    host = "127.0.0.1";
-  return host + addr;
-}
-
 } // namespace
 
 void create_enrollment_token(api_context& ctx) {
@@ -58,8 +40,21 @@ void create_enrollment_token(api_context& ctx) {
   if (reply_failed(ctx, resp))
     return;
   auto token = resp.join_token();
-  token.set_install(install_command(
-    token, token.controller_address().empty() ? gate_address_for(ctx) : token.controller_address()));
+  // The seed's command: install.sh from this API, the gate as the client
+  // would reach it (runtime/http/install_server.hpp).
+  installer_site site;
+  site.gate_address = ctx.cfg.gate_address;
+  site.scheme = ctx.cfg.plain_http ? "http" : "https";
+  site.advertise_url = ctx.cfg.advertise_url;
+  const auto host = ctx.req.get_header_value("Host");
+  install_site_info info;
+  info.api_url = api_url_for_host(site, host);
+  info.gate_address = token.controller_address().empty()
+                        ? gate_address_for_host(ctx.cfg.gate_address, host)
+                        : token.controller_address();
+  info.organization = ctx.cfg.organization;
+  info.curl_pin = ctx.cfg.curl_pin;
+  token.set_install(install_script_command(token, info));
   token.set_expires(rfc3339_utc(token.expires_unix_ms()));
   ctx.res.set_header("Location", ctx.prefix + "/enrollment-tokens/" + token.id());
   reply_json(ctx.res, 201, message_to_json(token, false));

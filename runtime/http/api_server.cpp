@@ -10,6 +10,7 @@
 #include "runtime/host/sysfs_text.hpp"
 #include "runtime/http/api_routes_internal.hpp"
 #include "runtime/http/console_assets.hpp"
+#include "runtime/http/install_server.hpp"
 
 namespace astraeus {
 
@@ -219,6 +220,7 @@ struct api_server::impl {
   std::shared_ptr<api_backend> backend;
   std::unique_ptr<httplib::Server> server;
   std::vector<http::compiled_route> routes;
+  http::installer_site installer;
   std::thread thread;
   uint16_t port = 0;
   std::atomic<bool> stopped{false};
@@ -252,7 +254,10 @@ bool api_server::impl::authorize(http::api_context& ctx, const http::api_route& 
 }
 
 void api_server::impl::dispatch(const httplib::Request& req, httplib::Response& res) {
-  // The console's pages and files; everything else is the API's.
+  // The installer and the agent's releases, the console's pages and files;
+  // everything else is the API's.
+  if (http::serve_installer(req, res, installer))
+    return;
   if (http::serve_console(req, res, cfg.organization, cfg.cluster))
     return;
   auto segs = http::split_path(req.path);
@@ -340,6 +345,13 @@ api_server::start(api_server_config cfg, std::shared_ptr<api_backend> backend) {
   p->cfg = std::move(cfg);
   p->backend = std::move(backend);
   p->routes = http::compile_routes();
+  p->installer.releases_dir = p->cfg.releases_dir;
+  p->installer.gate_key_hex = p->cfg.gate_key_hex;
+  p->installer.gate_address = p->cfg.gate_address;
+  p->installer.organization = p->cfg.organization;
+  p->installer.scheme = p->cfg.plain_http ? "http" : "https";
+  p->installer.curl_pin = p->cfg.curl_pin;
+  p->installer.advertise_url = p->cfg.advertise_url;
   if (p->cfg.plain_http) {
     p->server = std::make_unique<httplib::Server>();
   } else {

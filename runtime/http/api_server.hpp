@@ -51,6 +51,15 @@ struct api_server_config {
   /// HOST:PORT of the gate for install commands; a HOST of "" is replaced
   /// by the host the client reached the API at.
   std::string gate_address;
+  /// The gate's public key (hex), for install.sh and install commands.
+  std::string gate_key_hex;
+  /// The folder /releases/ serves (runtime/http/install_server.hpp).
+  std::string releases_dir;
+  /// curl's --pinnedpubkey of the certificate when self-signed; empty: none.
+  std::string curl_pin;
+  /// The API's URL as machines reach it (api.advertise_url); empty: the
+  /// scheme and the Host the client reached the API at.
+  std::string advertise_url;
   /// Largest request body (larger: 413).
   uint64_t body_cap_bytes = 1 << 20;
   /// HTTP worker threads; requests beyond 4 per thread waiting get 429.

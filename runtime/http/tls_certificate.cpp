@@ -119,6 +119,30 @@ caf::expected<std::string> fingerprint_of(const std::string& path, const std::st
   return out;
 }
 
+/// curl's --pinnedpubkey value of the certificate at `path`; empty when it
+/// cannot be read.
+std::string curl_pin_of(const std::string& path) {
+  auto text = read_trimmed_file(path);
+  if (!text)
+    return {};
+  bio_ptr cb{BIO_new_mem_buf(text->data(), static_cast<int>(text->size()))};
+  x509_ptr cert{PEM_read_bio_X509(cb.get(), nullptr, nullptr, nullptr)};
+  if (!cert)
+    return {};
+  EVP_PKEY* key = X509_get0_pubkey(cert.get());
+  unsigned char* der = nullptr;
+  int n = key == nullptr ? -1 : i2d_PUBKEY(key, &der);
+  if (n <= 0)
+    return {};
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int md_len = 0;
+  EVP_Digest(der, static_cast<size_t>(n), md, &md_len, EVP_sha256(), nullptr);
+  OPENSSL_free(der);
+  unsigned char b64[2 * EVP_MAX_MD_SIZE];
+  int b64_len = EVP_EncodeBlock(b64, md, static_cast<int>(md_len));
+  return "sha256//" + std::string{reinterpret_cast<char*>(b64), static_cast<size_t>(b64_len)};
+}
+
 } // namespace
 
 caf::expected<tls_certificate> load_or_create_certificate(const std::string& keys_dir,
@@ -149,6 +173,8 @@ caf::expected<tls_certificate> load_or_create_certificate(const std::string& key
   if (!fp)
     return fp.error();
   out.fingerprint = std::move(*fp);
+  if (certificate.empty())
+    out.curl_pin = curl_pin_of(out.certificate_path);
   return out;
 }
 

@@ -18,6 +18,11 @@ struct tls_certificate {
   std::string certificate_path;  ///< PEM certificate
   std::string private_key_path;  ///< PEM private key (mode 0600)
   std::string fingerprint;       ///< SHA-256 of the DER certificate, "AB:CD:..."
+  /// For a self-signed certificate (none configured): curl's
+  /// --pinnedpubkey value, "sha256//" + base64 of the SHA-256 of its
+  /// public key (DER SubjectPublicKeyInfo), written into install commands.
+  /// Empty for a configured certificate, which clients verify as usual.
+  std::string curl_pin;
 };
 
 /// Loads `certificate` and `private_key` when both are set; else

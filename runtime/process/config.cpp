@@ -395,6 +395,14 @@ const std::vector<key_def<ControllerConfig>>& controller_keys() {
              "HTTP worker threads"),
     duration_key("api.read_timeout", &C::api_read_timeout, 100ms, 1h,
                  "a client that sends nothing for this long is cut off"),
+    text_key("api.advertise_url", &C::api_advertise_url, false,
+             "URL machines reach the HTTP API at, for install commands "
+             "(https://10.0.0.5:7451); empty: api.listen's scheme and port "
+             "with gate.advertise_address's host"),
+    text_key("releases.dir", &C::releases_dir, false,
+             "folder of the agent's release files served under /releases/ "
+             "(ninja agent-release fills it)",
+             "share/astraeus/releases next to the program"),
   };
   return keys;
 }

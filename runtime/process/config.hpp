@@ -129,6 +129,17 @@ struct ControllerConfig {
   /// api.read_timeout: a client that sends nothing for this long is cut
   /// off (100ms-1h), so slow clients cannot hold every thread.
   std::chrono::milliseconds api_read_timeout{10000};
+  /// api.advertise_url: the URL machines reach the HTTP API at, written
+  /// into install commands (`curl URL/api/v1/install.sh`); empty: the
+  /// scheme and port of api.listen with the host of gate.advertise_address,
+  /// else api.listen's host, else 127.0.0.1 (issue 20).
+  std::string api_advertise_url;
+  /// releases.dir: the folder of the agent's release files the API serves
+  /// under /releases/ (SHA256SUMS, the .deb and the tarball;
+  /// `ninja agent-release` fills it). Empty: share/astraeus/releases next
+  /// to the controller's program (/usr/local/share/astraeus/releases for
+  /// /usr/local/bin/astraeus-controller).
+  std::string releases_dir;
 };
 
 /// Settings of `astraeus-agent`. Each member names its key.

@@ -847,8 +847,14 @@ TEST_F(Cluster, AstraLogsInAndTokensCreatePrintsTheInstallCommand) {
   ASSERT_EQ(made.rc, 0) << made.err;
   auto key = read_text(keys_dir_of(ctl_store_) / "gate.pub").substr(0, 64);
   EXPECT_TRUE(contains(made.out, "labels   pool=h100, rack=r12")) << made.out;
-  EXPECT_TRUE(contains(made.out, "--controller " + addr() + " --controller-key " + key))
+  // The seed's command (issue 20): install.sh from the controller's API,
+  // the gate and the org id (the gate key's first 32 hex digits) for it to
+  // check; loopback addresses get the warning.
+  EXPECT_TRUE(contains(made.out, "/api/v1/install.sh | sudo sh -s -- --apiserver " + addr()))
     << made.out;
+  EXPECT_TRUE(contains(made.out, "--org-id " + key.substr(0, 32))) << made.out;
+  EXPECT_TRUE(contains(made.out, "--pinnedpubkey sha256//")) << made.out;
+  EXPECT_TRUE(contains(made.out, "warning: 127.0.0.1 is this machine's own")) << made.out;
   EXPECT_TRUE(contains(made.out, "--token-file ./astraeus-token")) << made.out;
   auto json_made = astra({"tokens", "create", "--pool", "h100", "-o", "json"});
   ASSERT_EQ(json_made.rc, 0) << json_made.err;
