@@ -6,6 +6,7 @@
 
 #include "actors/controller/cluster_requests.hpp"
 #include "actors/controller/controller.hpp"
+#include "runtime/gate/secure_channel.hpp"
 #include "runtime/gate/tokens.hpp"
 #include "runtime/http/install_server.hpp"
 #include "runtime/http/tls_certificate.hpp"
