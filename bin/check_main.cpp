@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "messages/error.hpp"
 #include "runtime/process/config.hpp"
 #include "runtime/validation/burn_check.hpp"
 #include "runtime/validation/check_options.hpp"
@@ -134,7 +135,7 @@ int main(int argc, char** argv) {
     return bad_usage(why);
   if (!p.policy_file.empty())
     if (auto err = p.options.policy.apply_file(p.policy_file)) {
-      std::fprintf(stderr, "astraeus-check: %s\n", to_string(err).c_str());
+      std::fprintf(stderr, "astraeus-check: %s\n", astraeus::render_error(err).c_str());
       return 2;
     }
   check_result r;

@@ -126,9 +126,13 @@ void judge_burn(const std::vector<burn_figures>& gpus, const std::string& watch_
                          slow ? verdict::fail : verdict::pass});
     if (slow) {
       std::string clocks;
-      if (all_clocks)
-        clocks = " at equal clocks (" + fmt(*g.mean_sm_clock_mhz) + " vs "
-                 + fmt(*best->mean_sm_clock_mhz) + " MHz)";
+      if (all_clocks) {
+        double lo = std::min(*g.mean_sm_clock_mhz, *best->mean_sm_clock_mhz);
+        double hi = std::max(*g.mean_sm_clock_mhz, *best->mean_sm_clock_mhz);
+        clocks = (lo >= t.burn_equal_clock_fraction * hi ? " at equal clocks ("
+                                                          : " per MHz of SM clock (")
+                 + fmt(*g.mean_sm_clock_mhz) + " vs " + fmt(*best->mean_sm_clock_mhz) + " MHz)";
+      }
       out.add_finding(verdict::fail, g.gpu,
                       g.gpu + " did " + fmt(*g.tflops) + " TFLOP/s, "
                         + std::to_string(static_cast<int>(rate(g) / rate(*best) * 100 + 0.5))

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "messages/error.hpp"
 #include "runtime/validation/burn_check.hpp"
 #include "runtime/validation/burn_kernel.hpp"
 #include "runtime/validation/cuda_driver.hpp"
@@ -148,7 +149,7 @@ check_result run_burn(const check_options& o) {
   std::string watch_problem;
   auto watch = nvml_watch::open(o.nvml_lib);
   if (!watch)
-    watch_problem = to_string(watch.error());
+    watch_problem = render_error(watch.error());
   else if (!(*watch)->watching_xids())
     watch_problem = "this driver offers no Xid events";
   std::fprintf(stderr, "burn: %zu GPU(s) for %lld s\n", gpus->size(),

@@ -75,7 +75,8 @@ const row_spec table[] = {
   {"burn", "burn.peer_fraction", &thresholds::burn_peer_fraction, range::fraction, "fraction",
    "a GPU below {} x the best GPU's work rate at equal clocks: fail", "issue 21 (> 10 % slower than its peers)"},
   {"burn", "burn.equal_clock_fraction", &thresholds::burn_equal_clock_fraction, range::fraction,
-   "fraction", "two GPUs' mean SM clocks within {} of each other count as equal", "[R]"},
+   "fraction", "mean SM clocks within {} of each other count as equal; work is compared per MHz "
+   "of SM clock, so a GPU slowed only by its clocks is judged by the throttle rule", "[R]"},
   {"burn", "", nullptr, range::any, "",
    "clocks held back for a reason other than power cap, thermal slowdown, sync boost or idle "
    "(HW slowdown, HW power brake, applications or display clock setting): fail",
@@ -185,7 +186,7 @@ caf::error apply_node(check_policy& p, const YAML::Node& node, const std::string
       return caf::make_error(ec::invalid_config,
                              origin + ": " + key + ": '" + text + "' is not a number");
     if (auto err = p.set(key, *v))
-      return caf::make_error(ec::invalid_config, origin + ": " + to_string(err));
+      return caf::make_error(ec::invalid_config, origin + ": " + render_error(err));
   }
   return caf::none;
 }

@@ -1,5 +1,7 @@
 #include "runtime/validation/check_result.hpp"
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "messages/error.hpp"
@@ -51,7 +53,8 @@ std::string to_json_line(const check_result& r) {
     e["gpu"] = m.gpu;
     if (!m.peer.empty())
       e["peer"] = m.peer;
-    e["value"] = m.value;
+    // Three decimals are more than any check measures to.
+    e["value"] = std::isfinite(m.value) ? std::round(m.value * 1000) / 1000 : 0.0;
     e["unit"] = m.unit;
     e["expected"] = m.expected;
     e["verdict"] = to_string(m.result);

@@ -128,14 +128,14 @@ std::optional<cuda_gpus> load_cuda_gpus(const std::string& library, const std::s
                                         check_result& out) {
   auto driver = cuda_driver::load(library);
   if (!driver) {
-    out.add_finding(verdict::fail, "", "the CUDA driver cannot be used: " + to_string(driver.error()),
+    out.add_finding(verdict::fail, "", "the CUDA driver cannot be used: " + render_error(driver.error()),
                     "install the NVIDIA driver's CUDA library (libcuda.so.1, Debian package "
                     "libcuda1) or pass --cuda-lib PATH");
     return std::nullopt;
   }
   auto gpus = (*driver)->gpus();
   if (!gpus) {
-    out.add_finding(verdict::fail, "", to_string(gpus.error()),
+    out.add_finding(verdict::fail, "", render_error(gpus.error()),
                     "look for an Xid in `dmesg`; reboot the machine if the driver stays broken");
     return std::nullopt;
   }

@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "messages/error.hpp"
@@ -144,7 +146,8 @@ check_result run_dcgm(const check_options& o) {
   int level = o.dcgm_level.value_or(static_cast<int>(t.dcgm_level));
   check_result out;
   out.check = "dcgm";
-  if (resolve_program(o.dcgmi).empty()) {
+  auto dcgmi = resolve_program(o.dcgmi);
+  if (dcgmi.empty() || ::access(dcgmi.c_str(), X_OK) != 0) {
     out.result = verdict::skipped;
     out.summary = dcgm_not_installed;
     return out;
@@ -169,7 +172,7 @@ check_result run_dcgm(const check_options& o) {
   if (!parsed) {
     out.add_finding(verdict::fail, "",
                     "dcgmi diag exited " + std::to_string(run.exit_code) + ": "
-                      + to_string(parsed.error()) + " (" + std::string{trim(run.err).substr(0, 200)}
+                      + render_error(parsed.error()) + " (" + std::string{trim(run.err).substr(0, 200)}
                       + ")",
                     "check that nv-hostengine runs (`systemctl status nvidia-dcgm`)");
     out.summary = out.findings.front().what;

@@ -231,7 +231,7 @@ caf::expected<disk_figures> run_fio(const check_options& o, const std::string& f
   auto parsed = parse_fio_json(run.out);
   if (!parsed)
     return caf::make_error(ec::host_read_failure,
-                           to_string(parsed.error()) + " (fio exited "
+                           render_error(parsed.error()) + " (fio exited "
                              + std::to_string(run.exit_code) + ": "
                              + std::string{trim(run.err).substr(0, 200)} + ")");
   return parsed;
@@ -254,11 +254,12 @@ check_result run_disk(const check_options& o) {
   auto peers = read_peers(o.peers_file, out);
   std::string file = o.data_dir + "/.astraeus-disk-check." + std::to_string(::getpid());
   caf::expected<disk_figures> figs = caf::make_error(ec::host_read_failure, "not run");
-  if (!o.fio.empty() && !resolve_program(o.fio).empty()) {
+  auto fio = o.fio.empty() ? std::string{} : resolve_program(o.fio);
+  if (!fio.empty() && ::access(fio.c_str(), X_OK) == 0) {
     std::fprintf(stderr, "disk: fio on %s (%s)\n", o.data_dir.c_str(), to_string(dev.kind));
     figs = run_fio(o, file);
     if (!figs)
-      std::fprintf(stderr, "disk: %s; using the built-in test\n", to_string(figs.error()).c_str());
+      std::fprintf(stderr, "disk: %s; using the built-in test\n", render_error(figs.error()).c_str());
   }
   if (!figs) {
     std::fprintf(stderr, "disk: built-in O_DIRECT test on %s\n", o.data_dir.c_str());
@@ -267,7 +268,7 @@ check_result run_disk(const check_options& o) {
   ::unlink(file.c_str());
   if (!figs) {
     out.add_finding(verdict::fail, dev.name, "the data disk cannot be tested: "
-                                               + to_string(figs.error()),
+                                               + render_error(figs.error()),
                     "check that " + o.data_dir + " is writable and has "
                       + show_number(t.disk_size_mib) + " MiB free");
   } else {
