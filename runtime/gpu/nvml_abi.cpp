@@ -96,6 +96,10 @@ const char* resolve_all(void* lib, nvml_api& api) {
   resolve(lib, api.clocks_event_reasons, "nvmlDeviceGetCurrentClocksEventReasons");
   resolve(lib, api.clocks_throttle_reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
   resolve(lib, api.field_values, "nvmlDeviceGetFieldValues");
+  resolve(lib, api.event_set_create, "nvmlEventSetCreate");
+  resolve(lib, api.register_events, "nvmlDeviceRegisterEvents");
+  resolve(lib, api.event_set_wait, "nvmlEventSetWait_v2");
+  resolve(lib, api.event_set_free, "nvmlEventSetFree");
   if (!api.init)
     return "nvmlInit_v2";
   if (!api.shutdown)

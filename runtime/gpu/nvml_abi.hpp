@@ -5,7 +5,8 @@
 /// Debian main), and the table of entry points resolved with dlsym. They
 /// must match NVML exactly; a wrong layout would corrupt memory on a real
 /// driver. Sources: NVML API reference / nvml.h (CUDA 12.x).
-/// Internal to the NVIDIA prober (runtime/gpu/nvml*.cpp).
+/// Internal to the NVIDIA prober (runtime/gpu/nvml*.cpp) and the burn-in's
+/// NVML watch (runtime/validation/nvml_watch.cpp).
 
 #include <cstddef>
 #include <string>
@@ -129,6 +130,22 @@ constexpr unsigned long long kReasonHwSlowdown = 0x8;
 constexpr unsigned long long kReasonSwThermalSlowdown = 0x20;
 constexpr unsigned long long kReasonHwThermalSlowdown = 0x40;
 
+/// nvmlEventSet_t: an opaque pointer.
+using nvml_event_set = struct nvml_event_set_st*;
+/// nvmlEventData_t: one event from nvmlEventSetWait_v2.
+struct nvml_event_data {
+  nvml_device device;
+  unsigned long long eventType;
+  unsigned long long eventData;  // the Xid, for nvmlEventTypeXidCriticalError
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+};
+static_assert(sizeof(nvml_event_data) == 32, "nvmlEventData_t layout");
+/// nvmlEventTypeXidCriticalError.
+constexpr unsigned long long kEventTypeXidCriticalError = 0x8;
+/// NVML_ERROR_TIMEOUT: nvmlEventSetWait_v2 saw no event in time.
+constexpr nvml_return NVML_ERROR_TIMEOUT = 10;
+
 /// NVML return codes by name, for details (nvmlErrorString is not called:
 /// it is one more call into a driver that may be hung).
 std::string return_text(nvml_return rc);
@@ -175,6 +192,11 @@ struct nvml_api {
   nvml_return (*clocks_event_reasons)(nvml_device, unsigned long long*) = nullptr;
   nvml_return (*clocks_throttle_reasons)(nvml_device, unsigned long long*) = nullptr;
   nvml_return (*field_values)(nvml_device, int, nvml_field_value*) = nullptr;
+  // Events (the burn-in's Xid watch; optional).
+  nvml_return (*event_set_create)(nvml_event_set*) = nullptr;
+  nvml_return (*register_events)(nvml_device, unsigned long long, nvml_event_set) = nullptr;
+  nvml_return (*event_set_wait)(nvml_event_set, nvml_event_data*, unsigned int) = nullptr;  // _v2
+  nvml_return (*event_set_free)(nvml_event_set) = nullptr;
 };
 
 /// Resolves every entry point; returns the first missing required symbol,

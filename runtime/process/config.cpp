@@ -727,6 +727,10 @@ std::string render(const std::vector<key_def<C>>& keys, const C& cfg) {
 
 } // namespace
 
+std::optional<std::chrono::milliseconds> parse_duration_text(std::string_view text) {
+  return parse_duration(text);
+}
+
 std::string default_data_dir(std::string_view component) {
   std::string tail = "astraeus/";
   tail += component;

@@ -230,6 +230,10 @@ struct AgentConfig {
 /// at all it returns `.local/share/astraeus/<component>` (relative).
 std::string default_data_dir(std::string_view component);
 
+/// A duration as config values write it: a whole number with "ms", "s" (or
+/// no unit), "m" or "h" ("10m", "90s", "1500ms"); nullopt for anything else.
+std::optional<std::chrono::milliseconds> parse_duration_text(std::string_view text);
+
 /// Refuses a heartbeat lapse shorter than 3 times the report interval
 /// (`interval_key`: heartbeat.report_interval, or the agent's
 /// report.interval in `astraeus dev`); the `*_origin` say where each value

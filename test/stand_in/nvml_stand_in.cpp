@@ -27,6 +27,7 @@
 //     "cuda_driver_version": 12040,          // 1000 * major + 10 * minor
 //     "init_error": 9,                       // nvmlInit_v2 returns this
 //     "init_hang": true,                     // nvmlInit_v2 blocks (below)
+//     "xid_events": [{"gpu": 0, "xid": 79}], // nvmlEventSetWait_v2 (below)
 //     "hang_until_file": "/tmp/x",           // what releases a hang
 //     "gpus": [ {
 //       "uuid": "GPU-...", "name": "NVIDIA H100 80GB HBM3",
@@ -76,6 +77,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -898,6 +900,76 @@ STAND_IN_EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device,
   });
 }
 #endif
+
+// ---------------------------------------------------------------------------
+// Events: the fixture's "xid_events": [{"gpu": 0, "xid": 79}, ...] are
+// delivered once each, in order, by nvmlEventSetWait_v2 on a set that GPU is
+// registered with (the burn-in's Xid watch). With none left, the wait
+// sleeps for its timeout (at most 1 s) and returns NVML_ERROR_TIMEOUT (10).
+// ---------------------------------------------------------------------------
+
+struct nvmlEventSet_st {
+  std::mutex mu;
+  unsigned long long registered[kMaxGpus] = {};
+  size_t delivered = 0;
+};
+typedef struct {
+  nvmlDevice_t device;
+  unsigned long long eventType;
+  unsigned long long eventData;
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+} nvmlEventData_t;
+
+STAND_IN_EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_st** set) {
+  if (!set)
+    return kInvalidArgument;
+  if (!current())
+    return kUninitialized;
+  *set = new nvmlEventSet_st;
+  return kSuccess;
+}
+
+STAND_IN_EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device,
+                                                     unsigned long long types,
+                                                     nvmlEventSet_st* set) {
+  return on_gpu("nvmlDeviceRegisterEvents", device, [&](const json&) {
+    if (!set)
+      return kInvalidArgument;
+    std::lock_guard<std::mutex> lock(set->mu);
+    set->registered[gpu_index(device)] |= types;
+    return kSuccess;
+  });
+}
+
+STAND_IN_EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_st* set, nvmlEventData_t* data,
+                                                unsigned int timeout_ms) {
+  if (!set || !data)
+    return kInvalidArgument;
+  auto fx = current();
+  if (!fx)
+    return kUninitialized;
+  {
+    std::lock_guard<std::mutex> lock(set->mu);
+    auto* events = member(*fx, "xid_events");
+    while (events && events->is_array() && set->delivered < events->size()) {
+      const json& e = events->at(set->delivered++);
+      unsigned gpu = e.value("gpu", 0u);
+      if (gpu >= kMaxGpus || !(set->registered[gpu] & 0x8))
+        continue;
+      *data = nvmlEventData_t{&g().devices[gpu], 0x8, e.value("xid", 0ull), 0xffffffffu,
+                              0xffffffffu};
+      return kSuccess;
+    }
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(std::min(timeout_ms, 1000u)));
+  return 10;  // NVML_ERROR_TIMEOUT
+}
+
+STAND_IN_EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_st* set) {
+  delete set;
+  return kSuccess;
+}
 
 // ---------------------------------------------------------------------------
 // Test-only

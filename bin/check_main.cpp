@@ -1,0 +1,168 @@
+// astraeus-check: the checks a validation runs on a machine (issue 21;
+// shared/DESIGN.md, "Validation"), one subcommand per check. Human progress
+// goes to stderr; the last line on stdout is the check's JSON result
+// (runtime/validation/check_result.hpp). Exit status: 0 for pass, warn and
+// skipped, 1 for fail, 2 for bad usage.
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "messages/error.hpp"
+#include "runtime/process/config.hpp"
+#include "runtime/validation/burn_check.hpp"
+#include "runtime/validation/check_options.hpp"
+#include "runtime/validation/check_result.hpp"
+#include "runtime/validation/copies_check.hpp"
+#include "runtime/validation/dcgm_check.hpp"
+#include "runtime/validation/disk_check.hpp"
+#include "runtime/validation/quick_check.hpp"
+
+namespace {
+
+using namespace astraeus::validation;
+
+constexpr const char* usage_text =
+  "usage: astraeus-check CHECK [OPTIONS]\n"
+  "\n"
+  "Checks (each prints one JSON result as its last line on stdout):\n"
+  "  quick                    driver, NVML, GPUs on the bus, CDI spec, PCIe links\n"
+  "  copies                   host<->device, device-local and peer copy bandwidth\n"
+  "  burn [--duration 10m]    burn-in through CUDA, watching clocks, throttling, Xids\n"
+  "  disk --data-dir PATH [--fio PROGRAM] [--peers FILE]\n"
+  "                           sequential and random I/O of the data disk\n"
+  "  dcgm [--level 2] [--dcgmi PROGRAM]\n"
+  "                           DCGM diagnostics (skipped where DCGM is not installed)\n"
+  "  explain [--json]         every threshold and verdict rule, with its source\n"
+  "\n"
+  "Common options:\n"
+  "  --json                   accepted (the JSON result is always the last line)\n"
+  "  --host-root DIR          read sysfs, procfs, /dev and /etc/cdi under DIR (default /)\n"
+  "  --cuda-lib PATH          CUDA driver library (default libcuda.so.1)\n"
+  "  --nvml-lib PATH          NVML library (default libnvidia-ml.so.1)\n"
+  "  --policy FILE            threshold overrides (YAML, keys as `explain` lists them)\n"
+  "\n"
+  "Exit status: 0 pass, warn or skipped; 1 fail; 2 bad usage.\n";
+
+int bad_usage(const std::string& why) {
+  std::fprintf(stderr, "astraeus-check: %s\n\n%s", why.c_str(), usage_text);
+  return 2;
+}
+
+struct parsed {
+  std::string check;
+  check_options options;
+  std::string policy_file;
+  bool json = false;
+};
+
+/// The options that set a text field of check_options; null for others.
+std::string check_options::* text_option(const std::string& name) {
+  static const std::pair<const char*, std::string check_options::*> table[] = {
+    {"--host-root", &check_options::host_root}, {"--cuda-lib", &check_options::cuda_lib},
+    {"--nvml-lib", &check_options::nvml_lib},   {"--data-dir", &check_options::data_dir},
+    {"--fio", &check_options::fio},             {"--peers", &check_options::peers_file},
+    {"--dcgmi", &check_options::dcgmi},
+  };
+  for (const auto& [option, field] : table)
+    if (name == option)
+      return field;
+  return nullptr;
+}
+
+/// Parses argv into `p`; returns an error text, empty when fine.
+std::string parse_args(int argc, char** argv, parsed& p) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty())
+    return "no check given";
+  p.check = args[0];
+  auto& o = p.options;
+  for (size_t i = 1; i < args.size(); ++i) {
+    const auto& a = args[i];
+    auto value = [&](std::string& into) -> bool {
+      if (i + 1 >= args.size())
+        return false;
+      into = args[++i];
+      return true;
+    };
+    std::string v;
+    if (a == "--json") {
+      p.json = true;
+      continue;
+    } else if (auto field = text_option(a)) {
+      if (!value(v) || v.empty())
+        return a + " needs a value";
+      o.*field = v;
+    } else if (a == "--policy" || a == "--duration" || a == "--level") {
+      if (!value(v) || v.empty())
+        return a + " needs a value";
+      if (a == "--policy") {
+        p.policy_file = v;
+      } else if (a == "--duration") {
+        auto d = astraeus::parse_duration_text(v);
+        if (!d || d->count() <= 0)
+          return "--duration '" + v + "' is not a duration (e.g. 10m, 90s)";
+        o.duration = *d;
+      } else {
+        if (v.size() != 1 || v[0] < '1' || v[0] > '4')
+          return "--level '" + v + "' is not a DCGM level (1 to 4)";
+        o.dcgm_level = v[0] - '0';
+      }
+    } else if (a == "-h" || a == "--help") {
+      return "help";
+    } else {
+      return "unknown option '" + a + "' for " + p.check;
+    }
+  }
+  if (p.check == "disk" && o.data_dir.empty())
+    return "disk needs --data-dir PATH";
+  return {};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  parsed p;
+  auto why = parse_args(argc, argv, p);
+  if (why == "help" || (argc >= 2 && (std::strcmp(argv[1], "-h") == 0
+                                      || std::strcmp(argv[1], "--help") == 0))) {
+    std::fputs(usage_text, stdout);
+    return 0;
+  }
+  if (!why.empty())
+    return bad_usage(why);
+  if (!p.policy_file.empty())
+    if (auto err = p.options.policy.apply_file(p.policy_file)) {
+      std::fprintf(stderr, "astraeus-check: %s\n", astraeus::render_error(err).c_str());
+      return 2;
+    }
+  check_result r;
+  if (p.check == "explain") {
+    if (p.json)
+      std::cout << policy_rows_json(p.options.policy) << std::endl;
+    else
+      std::fputs(render_policy_table(p.options.policy).c_str(), stdout);
+    return 0;
+  } else if (p.check == "quick") {
+    r = run_quick(p.options);
+  } else if (p.check == "copies") {
+    r = run_copies(p.options);
+  } else if (p.check == "burn") {
+    r = run_burn(p.options);
+  } else if (p.check == "disk") {
+    r = run_disk(p.options);
+  } else if (p.check == "dcgm") {
+    r = run_dcgm(p.options);
+  } else {
+    return bad_usage("unknown check '" + p.check + "'");
+  }
+  for (const auto& f : r.findings)
+    std::fprintf(stderr, "%s %s\n  fix: %s\n", f.severity == verdict::fail ? "!" : "~",
+                 f.what.c_str(), f.fix.c_str());
+  std::fprintf(stderr, "%s: %s: %s\n", r.check.c_str(), to_string(r.result), r.summary.c_str());
+  std::fflush(stderr);
+  std::cout << to_json_line(r) << std::endl;
+  return exit_status(r.result);
+}

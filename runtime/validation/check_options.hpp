@@ -1,0 +1,39 @@
+#pragma once
+/// @file
+/// What every check of `astraeus-check` is told: where the host is, which
+/// libraries and programs to use, and the thresholds in force.
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "runtime/validation/check_policy.hpp"
+
+namespace astraeus::validation {
+
+/// The common options (`--host-root`, `--cuda-lib`, `--nvml-lib`,
+/// `--policy`) and each check's own.
+struct check_options {
+  /// sysfs, procfs, /dev and /etc/cdi are read under this ("/": this machine).
+  std::string host_root = "/";
+  /// The CUDA driver library dlopen()ed by copies and burn.
+  std::string cuda_lib = "libcuda.so.1";
+  /// The NVML library dlopen()ed by quick and burn.
+  std::string nvml_lib = "libnvidia-ml.so.1";
+  /// The thresholds in force (built-in values plus --policy FILE).
+  check_policy policy;
+  /// burn: how long (--duration); absent: burn.duration_s.
+  std::optional<std::chrono::milliseconds> duration;
+  /// disk: the data directory to test (--data-dir).
+  std::string data_dir;
+  /// disk: the fio program (--fio); empty: the built-in test only.
+  std::string fio = "fio";
+  /// disk: earlier disk results of peer machines, JSON lines (--peers FILE).
+  std::string peers_file;
+  /// dcgm: the dcgmi program (--dcgmi).
+  std::string dcgmi = "dcgmi";
+  /// dcgm: diag level (--level); absent: dcgm.level.
+  std::optional<int> dcgm_level;
+};
+
+}  // namespace astraeus::validation

@@ -1,0 +1,161 @@
+// End to end: the built astraeus-check program on fixture machines through
+// the NVML and CUDA stand-ins, read as the validation actor reads it (the
+// last line of stdout, the exit status).
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "runtime/host/sysfs_text.hpp"
+#include "runtime/process/program_run.hpp"
+#include "runtime/validation/check_result.hpp"
+#include "unit/validation/check_fixtures.hpp"
+
+namespace astraeus::validation {
+namespace {
+
+using astraeus::test::temp_dir;
+
+struct program_run {
+  int exit_code = -1;
+  std::string out, err;
+  check_result result;
+};
+
+program_run run_check(std::vector<std::string> args) {
+  auto r = run_program(ASTRAEUS_CHECK_BIN, args,
+                       std::chrono::steady_clock::now() + std::chrono::seconds{60});
+  program_run out;
+  out.exit_code = r.exit_code;
+  out.out = r.out;
+  out.err = r.err;
+  auto lines = nonblank_lines(r.out);
+  if (!lines.empty())
+    if (auto parsed = parse_check_result(lines.back()))
+      out.result = std::move(*parsed);
+  return out;
+}
+
+struct CheckProgram : ::testing::Test {
+  temp_dir dir;
+  std::string root = astraeus::test::copy_host(dir, astraeus::test::gen4x8_fixture());
+  std::vector<std::string> common() {
+    astraeus::test::use_fixtures(root + "/nvml.json", root + "/cuda.json");
+    return {"--json", "--host-root", root, "--nvml-lib", ASTRAEUS_NVML_STAND_IN, "--cuda-lib",
+            ASTRAEUS_CUDA_STAND_IN};
+  }
+  program_run run(const std::string& check, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args{check};
+    for (auto& a : common())
+      args.push_back(a);
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_check(args);
+  }
+};
+
+TEST_F(CheckProgram, QuickOnAGen4x8GpuFailsWithTheFix) {
+  auto r = run("quick");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(r.result.check, "quick") << r.out;
+  EXPECT_EQ(r.result.result, verdict::fail);
+  ASSERT_EQ(r.result.findings.size(), 1u) << r.out;
+  EXPECT_EQ(r.result.findings[0].gpu, "GPU-11111111-2222-3333-4444-00000000002a");
+  EXPECT_EQ(r.result.findings[0].fix,
+            "reseat GPU GPU-11111111-2222-3333-4444-00000000002a (0000:2a:00.0) or check its "
+            "riser and slot; its link trained at Gen4 x8");
+  EXPECT_NE(r.err.find("fix: reseat GPU"), std::string::npos) << r.err;
+}
+
+TEST_F(CheckProgram, CopiesNamesTheSlowGpuWithItsFix) {
+  astraeus::test::write_text(dir.path() + "/policy.yaml", "copies:\n  size_mib: 4\n");
+  auto r = run("copies", {"--policy", dir.path() + "/policy.yaml"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(r.result.result, verdict::fail) << r.out;
+  bool named = false;
+  for (const auto& f : r.result.findings) {
+    EXPECT_EQ(f.gpu, "GPU-11111111-2222-3333-4444-00000000002a") << f.what;
+    named = named || f.what.find("host-to-device copies run at 12.4 GB/s, below the 48.0 GB/s")
+                       != std::string::npos;
+  }
+  EXPECT_TRUE(named) << r.out;
+}
+
+TEST_F(CheckProgram, BurnPassesOnHealthyGpus) {
+  auto r = run("burn", {"--duration", "2s"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.result.result, verdict::pass) << r.out;
+  int fp32 = 0;
+  for (const auto& m : r.result.measurements)
+    if (m.name == "fp32") {
+      ++fp32;
+      EXPECT_NEAR(m.value, 50, 0.5);
+    }
+  EXPECT_EQ(fp32, 2) << r.out;
+}
+
+TEST_F(CheckProgram, BurnFailsOnAnXidReportedByNvml) {
+  auto nvml = root + "/nvml.json";
+  auto text = read_small_file(nvml).text;
+  text.insert(text.find('{') + 1, "\n  \"xid_events\": [{\"gpu\": 1, \"xid\": 79}],");
+  astraeus::test::write_text(nvml, text);
+  auto r = run("burn", {"--duration", "2s"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  ASSERT_FALSE(r.result.findings.empty()) << r.out;
+  EXPECT_EQ(r.result.findings[0].what,
+            "Xid 79 on GPU-11111111-2222-3333-4444-00000000002a during the burn-in (GPU has "
+            "fallen off the bus)");
+}
+
+TEST_F(CheckProgram, BurnFailsOnACudaError) {
+  auto cuda = root + "/cuda.json";
+  auto text = read_small_file(cuda).text;
+  auto i = text.find("\"fp32_tflops\": 50}");
+  ASSERT_NE(i, std::string::npos);
+  text.replace(i, 18, "\"fp32_tflops\": 50, \"errors\": {\"cuLaunchKernel\": 700}}");
+  astraeus::test::write_text(cuda, text);
+  auto r = run("burn", {"--duration", "1s"});
+  EXPECT_EQ(r.exit_code, 1);
+  ASSERT_FALSE(r.result.findings.empty()) << r.out;
+  EXPECT_NE(r.result.findings[0].what.find(
+              "cuLaunchKernel returned CUDA_ERROR_ILLEGAL_ADDRESS (700)"),
+            std::string::npos)
+    << r.out;
+}
+
+TEST_F(CheckProgram, DcgmWithoutDcgmiIsSkippedAndExitsZero) {
+  auto r = run("dcgm", {"--dcgmi", "/nonexistent/dcgmi", "--level", "2"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.result.result, verdict::skipped);
+  EXPECT_NE(r.result.summary.find("DCGM is not installed"), std::string::npos);
+}
+
+TEST_F(CheckProgram, DiskJudgesFiosFigures) {
+  ::setenv("ASTRAEUS_FIO_OUTPUT",
+           (std::string{ASTRAEUS_FIXTURES} + "/checks/fio/vda-ext4.json").c_str(), 1);
+  auto r = run("disk", {"--data-dir", dir.path(), "--fio",
+                        std::string{ASTRAEUS_FIXTURES} + "/checks/fio/fio.sh"});
+  EXPECT_EQ(r.result.check, "disk") << r.out << r.err;
+  EXPECT_EQ(r.result.measurements.size(), 3u) << r.out;
+}
+
+TEST_F(CheckProgram, ExplainPrintsTheTableAndBadUsageExitsTwo) {
+  auto r = run_check({"explain"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("copies.nvswitch_floor_gbs"), std::string::npos);
+  EXPECT_NE(r.out.find("Azure NHC"), std::string::npos);
+  auto json = run_check({"explain", "--json"});
+  EXPECT_EQ(json.out.rfind("{\"thresholds\":[{\"check\":\"quick\"", 0), 0u) << json.out;
+  EXPECT_EQ(run_check({}).exit_code, 2);
+  EXPECT_EQ(run_check({"frobnicate"}).exit_code, 2);
+  EXPECT_EQ(run_check({"disk"}).exit_code, 2);
+  EXPECT_EQ(run_check({"burn", "--duration", "soon"}).exit_code, 2);
+  astraeus::test::write_text(dir.path() + "/bad.yaml", "copies.peer_fracton: 0.8\n");
+  auto bad = run_check({"explain", "--policy", dir.path() + "/bad.yaml"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("did you mean copies.peer_fraction?"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace astraeus::validation
