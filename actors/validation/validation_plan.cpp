@@ -132,11 +132,12 @@ std::vector<std::string> command_of(const v1::Validation& v, const std::string& 
     cmd.push_back("--duration");
     cmd.push_back(s % 60 == 0 ? std::to_string(s / 60) + "m" : std::to_string(s) + "s");
   } else if (check == "dcgm") {
-    cmd.push_back("--dcgm-level");
+    cmd.push_back("--level");
     cmd.push_back(std::to_string(v.dcgm_level() == 0 ? 2 : v.dcgm_level()));
-  } else if (check == "disk" && !v.data_dir().empty()) {
+  } else if (check == "disk") {
+    // Without --data-dir: the worker's own folder, on the agent's data disk.
     cmd.push_back("--data-dir");
-    cmd.push_back(v.data_dir());
+    cmd.push_back(v.data_dir().empty() ? "." : v.data_dir());
   }
   return cmd;
 }

@@ -69,7 +69,9 @@ v1::RunSpec run_spec(const v1::Validation& v, int index, uint32_t gpus,
                      const std::string& program);
 
 /// The command of a step: `program check --json`, then `--duration 10m`
-/// (burn), `--dcgm-level 2` (dcgm), `--data-dir PATH` (disk, when set).
+/// (burn), `--level 2` (dcgm), `--data-dir PATH` (disk; "." when the
+/// validation names none: the worker's folder, on the agent's data disk).
+/// Options as bin/check_main.cpp (branch `checks`) reads them.
 std::vector<std::string> command_of(const v1::Validation& v, const std::string& check,
                                     const std::string& program);
 

@@ -81,7 +81,7 @@ TEST(ValidationPlan, ACheckCommandCarriesItsOptions) {
   EXPECT_EQ(val::command_of(v, "burn", "astraeus-check"),
             (std::vector<std::string>{"astraeus-check", "burn", "--json", "--duration", "10m"}));
   EXPECT_EQ(val::command_of(v, "dcgm", "/opt/check"),
-            (std::vector<std::string>{"/opt/check", "dcgm", "--json", "--dcgm-level", "3"}));
+            (std::vector<std::string>{"/opt/check", "dcgm", "--json", "--level", "3"}));
   EXPECT_EQ(val::command_of(v, "disk", "c").back(), "/mnt/nvme0/astraeus");
   auto spec = val::run_spec(v, 2, 8, "astraeus-check");
   EXPECT_EQ(spec.runtime(), "process");
