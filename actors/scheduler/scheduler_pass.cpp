@@ -143,8 +143,9 @@ bool preempt_for_waiting(self_ptr self) {
     const auto* why = st.queue->waiting(qname);
     if (!why || (why->code != waiting_code::not_enough_gpus && why->code != waiting_code::reserved))
       continue;
+    // Its required labels keep accepting=false: a check on an Accepting
+    // machine never gives way to work that may not go there anyway.
     auto req = placement_request_of(it->second.spec(), qname);
-    req.required_labels.erase(accepting_label);
     for (const auto& [name, run] : st.runs) {
       if (run.spec().priority() >= 0 || !live(run) || victims.count(name))
         continue;
