@@ -92,7 +92,8 @@ void place_cpu_runs(scheduler_state& st, std::set<std::string>& touched,
     if (!fits) {
       std::string labels;
       for (const auto& [k, v] : req.required_labels)
-        labels += (labels.empty() ? " carrying " : ",") + k + "=" + v;
+        if (k.rfind("astraeus.io/", 0) != 0)  // the scheduler's own labels (issue 21)
+          labels += (labels.empty() ? " carrying " : ",") + k + "=" + v;
       std::string each = show_number(cpus) + " core(s)";
       if (mem > 0)
         each += " and " + std::to_string(mem >> 20) + " MiB";
