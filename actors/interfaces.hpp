@@ -158,7 +158,17 @@ using machine_actor = caf::typed_actor<
   caf::replies_to<atom::logs, v1::LogsCommand>::with<v1::LogChunk>,
   // From the scheduler: the GPUs of this machine it set aside, with why
   // (the whole list each time); shown on the machine page. Never fails.
-  caf::reacts_to<v1::SchedulerNotes>>;
+  caf::reacts_to<v1::SchedulerNotes>,
+  // Issue 21, from the validations: the latest quick check's step (its
+  // verdict is the machine's QUICK badge). Never fails.
+  caf::reacts_to<atom::validate, v1::ValidationStep>,
+  // Issue 21, from the validations: whether its pool requires acceptance,
+  // whether to accept it now (it passed, or an admin accepts it anyway) and
+  // the admin's reason ("" when it passed). Required and never accepted:
+  // the machine is Accepting (only a validation's checks are placed there).
+  // An acceptance is stored with sync before the answer; fails with
+  // ec::store_failure when the write fails.
+  caf::replies_to<atom::accept, bool, bool, std::string>::with<v1::MachineView>>;
 
 /// The agent's discovery: runs GPU discovery passes on a thread of its own
 /// (spawned detached), so a slow driver never holds up the agent's heartbeat.
@@ -231,5 +241,42 @@ using scheduler_actor = caf::typed_actor<
   // Internal timer: the time limit of run or copy `queue name` placed with
   // token `token` is reached; it is stopped ("time limit of 1h reached").
   caf::reacts_to<atom::deadline, std::string, uint64_t>>;
+
+/// One validation (actors/validation/validation_actor.hpp): runs its steps,
+/// one check at a time per machine, each as a run of the scheduler (a
+/// worker through the normal worker path), and keeps them in the store
+/// with sync. Source: shared/DESIGN.md ("Validation").
+using validation_actor = caf::typed_actor<
+  // Internal timer (validation.poll_interval): starts what may start, looks
+  // at the runs of running steps and applies their ends.
+  caf::reacts_to<atom::poll>,
+  // The validation as it stands.
+  caf::replies_to<atom::get>::with<v1::Validation>>;
+
+/// The validations of a controller (actors/validation/validations_actor.hpp):
+/// starts them (on demand, the quick check when a machine comes Up, the
+/// acceptance a pool's policy asks for), the one check slot per machine,
+/// the latest result per (machine, check), pool policies and the Cluster
+/// Report.
+using validations_actor = caf::typed_actor<
+  // The validation requests of the CLI and the HTTP API (bodies
+  // start_validation .. list_validation_policies), from the cluster; failures
+  // are carried in Response.error (ec::invalid_request naming what was
+  // wrong: an unknown suite, no such pool or machine, a bad policy).
+  caf::replies_to<v1::Request>::with<v1::Response>,
+  // The cluster, once it runs (machines are looked up through it).
+  caf::reacts_to<atom::attach, cluster_actor>,
+  // Validation `id` asks (true) for machine `machine`'s one check slot, or
+  // gives it back (false). The answer is "" when granted, else why the step
+  // waits ("gpu-03: another check runs there").
+  caf::replies_to<atom::slot, std::string, std::string, bool>::with<std::string>,
+  // A step ended (from a validation): kept as the latest of its check on its
+  // machine (stored with sync); a quick step's verdict goes to the machine.
+  caf::reacts_to<atom::validate, v1::ValidationStep>,
+  // A validation changed (from itself): its copy for lists and looks-ups.
+  caf::reacts_to<atom::validate, v1::Validation>,
+  // Internal timer: looks for machines that came Up (their quick check) or
+  // that their pool's policy holds as Accepting.
+  caf::reacts_to<atom::poll>>;
 
 } // namespace astraeus

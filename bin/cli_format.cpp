@@ -79,20 +79,30 @@ std::string indent(const std::string& text, const std::string& pad) {
 
 } // namespace
 
+namespace {
+/// Characters a cell shows (UTF-8 code points, so "—" counts one).
+size_t shown_width(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s)
+    n += (c & 0xC0) != 0x80 ? 1 : 0;
+  return n;
+}
+} // namespace
+
 std::string render_table(const std::vector<std::string>& header,
                          const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> width(header.size(), 0);
   for (size_t i = 0; i < header.size(); ++i)
-    width[i] = header[i].size();
+    width[i] = shown_width(header[i]);
   for (const auto& row : rows)
     for (size_t i = 0; i < row.size() && i < width.size(); ++i)
-      width[i] = std::max(width[i], row[i].size());
+      width[i] = std::max(width[i], shown_width(row[i]));
   auto line = [&](const std::vector<std::string>& cells) {
     std::string out;
     for (size_t i = 0; i < cells.size() && i < width.size(); ++i) {
       out += cells[i];
       if (i + 1 < cells.size())
-        out += std::string(width[i] - cells[i].size() + 2, ' ');
+        out += std::string(width[i] - shown_width(cells[i]) + 2, ' ');
     }
     return out + "\n";
   };
@@ -175,6 +185,7 @@ std::string format_machine_list(const v1::MachineList& list,
   for (const auto& m : list.machines()) {
     const auto& f = m.facts();
     rows.push_back({m.name(), v1::Machine::State_Name(m.state()),
+                    m.quick().empty() ? "\xE2\x80\x94" : m.quick(),
                     yes_no(m.cordoned()), pressure_cell(m),
                     f.cpu().logical_cpus() ? std::to_string(f.cpu().logical_cpus())
                                            : "?",
@@ -187,7 +198,7 @@ std::string format_machine_list(const v1::MachineList& list,
                                : ", " + std::to_string(m.set_aside_gpus_size()) + " set aside"),
                     format_age(m.last_report_unix_ms(), now_unix_ms)});
   }
-  return render_table({"NAME", "STATE", "CORDONED", "PRESSURE", "CPUS",
+  return render_table({"NAME", "STATE", "QUICK", "CORDONED", "PRESSURE", "CPUS",
                        "MEMORY", "GPUS", "LAST REPORT"},
                       rows);
 }

@@ -107,4 +107,19 @@ CAF_BEGIN_TYPE_ID_BLOCK(astraeus, caf::first_custom_type_id)
   // inventory (issue 18): GPUs the scheduler set aside (scheduler -> machine).
   CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::SchedulerNotes))
 
+  // validation (issue 21): validations, their steps and pool policies.
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::Validation))
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::ValidationStep))
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::ValidationPolicy))
+  /// Validation: a machine came Up (machine -> validations), a step's
+  /// outcome (validation -> validations -> machine).
+  CAF_ADD_ATOM(astraeus, astraeus::atom, validate, "validate")
+  /// Internal timer (validation -> itself): look at its steps' runs.
+  CAF_ADD_ATOM(astraeus, astraeus::atom, poll, "valpoll")
+  /// A validation asks for (true) or gives back (false) a machine's one
+  /// check slot (validation -> validations).
+  CAF_ADD_ATOM(astraeus, astraeus::atom, slot, "valslot")
+  /// A machine is accepted in its pool (validations -> machine).
+  CAF_ADD_ATOM(astraeus, astraeus::atom, accept, "accept")
+
 CAF_END_TYPE_ID_BLOCK(astraeus)

@@ -43,6 +43,9 @@ struct cluster_config {
   /// The scheduler, told of every machine's snapshot; null: none (runs are
   /// refused).
   scheduler_actor scheduler;
+  /// Issue 21: the validations, answering validation requests; null: none
+  /// (those requests are refused).
+  validations_actor validations;
   /// Join and API tokens (runtime/gate/tokens.hpp). `start_controller` always
   /// sets it: new machines then need a join token, known ones their enrolled
   /// Ed25519 key, and every request is checked against its caller's role

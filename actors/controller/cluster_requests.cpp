@@ -356,6 +356,10 @@ result_t submit_run(const cluster_request& r) {
     return r.error(err);
   // The run is its submitter's, whatever the spec says.
   spec.set_owner(r.caller().name());
+  // Issue 21: priority and the validation mark are the controller's own.
+  spec.clear_priority();
+  spec.clear_validation();
+  spec.clear_result_line();
   auto rp = r.self->make_response_promise<v1::Response>();
   r.self->request(st.config.scheduler, r.timeout, atom::submit_v, std::move(spec))
     .then(deliver_run(rp, r.id), deliver_error(rp, r.id));
@@ -482,6 +486,50 @@ result_t get_logs(const cluster_request& r) {
       [self = r.self, rp, id = r.id, timeout = r.timeout,
        q = r.req.get_logs()](v1::Run& run) {
         fetch_logs(self, rp, id, timeout, q, run);
+      },
+      deliver_error(rp, r.id));
+  return rp;
+}
+
+// -- validations (issue 21) -------------------------------------------------
+
+/// What a validation request's audit record names as its target.
+std::string validation_target(const v1::Request& req) {
+  switch (req.body_case()) {
+  case v1::Request::kStartValidation: {
+    const auto& s = req.start_validation();
+    return s.suite() + " on " + (s.pool().empty() ? s.machine() : "pool " + s.pool());
+  }
+  case v1::Request::kSetValidationPolicy: return "pool " + req.set_validation_policy().policy().pool();
+  case v1::Request::kAcceptMachine: return req.accept_machine().machine();
+  default: return {};
+  }
+}
+
+/// Validation requests are answered by the validations actor; the admin's
+/// ones are audited here with their outcome.
+result_t to_validations(const cluster_request& r) {
+  auto& v = r.self->state.config.validations;
+  if (!v)
+    return r.error(caf::make_error(ec::invalid_request,
+                                   "this controller runs no validations"));
+  auto rp = r.self->make_response_promise<v1::Response>();
+  bool audited = r.row.audit_name != nullptr;
+  auto target = validation_target(r.req);
+  auto reason = r.req.has_accept_machine() ? " (reason: " + r.req.accept_machine().reason() + ")"
+                                           : std::string{};
+  auto action = audited ? r.action() : std::string{};
+  r.self->request(v, r.timeout, r.req)
+    .then(
+      [self = r.self, rp, audited, target, reason, action,
+       who = r.req.caller()](v1::Response& resp) mutable {
+        if (audited) {
+          std::string result = resp.has_error() ? "failed: " + resp.error().message() : "ok";
+          if (resp.has_validation())
+            result += ": " + resp.validation().id();
+          audit(self, who, action, target, result + reason);
+        }
+        rp.deliver(std::move(resp));
       },
       deliver_error(rp, r.id));
   return rp;
@@ -628,6 +676,15 @@ const char* api_token_name(const v1::Request&) {
 const char* revoke_name(const v1::Request&) {
   return "revoke API token";
 }
+const char* validate_name(const v1::Request&) {
+  return "validate";
+}
+const char* policy_name(const v1::Request&) {
+  return "set validation policy";
+}
+const char* accept_name(const v1::Request&) {
+  return "accept machine";
+}
 
 using R = v1::Request;
 
@@ -656,6 +713,13 @@ const std::vector<cluster_request_row>& cluster_request_table() {
     {R::kListAudit,        role::admin,  nullptr,               list_audit},
     {R::kSetLabels,        role::admin,  label_name,            set_labels},
     {R::kGetLogs,          role::member, nullptr,               get_logs},
+    {R::kStartValidation,  role::admin,  validate_name,         to_validations},
+    {R::kListValidations,  role::member, nullptr,               to_validations},
+    {R::kGetValidation,    role::member, nullptr,               to_validations},
+    {R::kGetReport,        role::member, nullptr,               to_validations},
+    {R::kSetValidationPolicy, role::admin, policy_name,         to_validations},
+    {R::kAcceptMachine,    role::admin,  accept_name,           to_validations},
+    {R::kListValidationPolicies, role::member, nullptr,         to_validations},
   };
   return rows;
 }

@@ -1,4 +1,5 @@
 #include "actors/controller/controller.hpp"
+#include "actors/validation/validations_actor.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -108,6 +109,17 @@ start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
     return err;
   out.scheduler = sys.spawn(scheduler, std::move(sc));
   cc.scheduler = out.scheduler;
+  validations_config vc;
+  vc.store = out.store;
+  vc.scheduler = out.scheduler;
+  vc.clock = clock;
+  vc.check_program = cfg.validation_check_program;
+  vc.quick_on_up = cfg.validation_quick_on_up;
+  vc.poll_interval = cfg.validation_poll_interval;
+  vc.machine_poll = cfg.validation_poll_interval * 2;
+  vc.console_url = cfg.validation_console_url;
+  out.validations = sys.spawn(validations, std::move(vc));
+  cc.validations = out.validations;
   cc.tokens = out.tokens;
   cc.controller_key = out.identity->public_hex();
   cc.advertise_address = cfg.advertise_address;
@@ -117,6 +129,7 @@ start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
   if (auto err = cc.validate())
     return err;
   out.cluster = sys.spawn(cluster, std::move(cc));
+  caf::anon_send(out.validations, atom::attach_v, out.cluster);
   gate_config gc;
   gc.listen_address = cfg.listen_address;
   gc.port = cfg.listen_port;
@@ -137,6 +150,7 @@ start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
   if (!gate) {
     caf::anon_send_exit(out.cluster, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(out.scheduler, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(out.validations, caf::exit_reason::user_shutdown);
     return gate.error();
   }
   out.gate = gate->first;
@@ -151,6 +165,8 @@ void stop_controller(caf::actor_system&, const controller_handles& h) {
     caf::anon_send_exit(h.cluster, caf::exit_reason::user_shutdown);
   if (h.scheduler)
     caf::anon_send_exit(h.scheduler, caf::exit_reason::user_shutdown);
+  if (h.validations)
+    caf::anon_send_exit(h.validations, caf::exit_reason::user_shutdown);
 }
 
 caf::expected<agent_actor> start_agent(caf::actor_system& sys,

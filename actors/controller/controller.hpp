@@ -33,6 +33,7 @@ struct controller_handles {
   std::string keys_dir;          ///< where gate.key, gate.pub, token.key, owner-token are
   cluster_actor cluster;         ///< the front door
   scheduler_actor scheduler;     ///< places runs onto GPUs
+  validations_actor validations; ///< validations, their checks and the Cluster Report (issue 21)
   gate_actor gate;               ///< the gate broker
   uint16_t port = 0;             ///< the port the gate listens on
   /// Where machines fetch install.sh: `start_api` fills it, join tokens

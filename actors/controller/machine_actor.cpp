@@ -28,7 +28,8 @@ std::string gpu_holder(const v1::WorkerOrders& orders, const std::string& gpu_id
   for (const auto& w : orders.workers())
     for (const auto& id : w.gpu_ids())
       if (id == gpu_id)
-        return w.worker();
+        return w.spec().validation().empty() ? w.worker()
+                                             : "validation " + w.spec().validation();
   return {};
 }
 
@@ -102,12 +103,20 @@ caf::error machine_config::validate() const {
 }
 
 v1::Machine::State machine_state::shown_state() const {
-  return config.record.maintenance() ? v1::Machine::Maintenance : liveness;
+  if (config.record.maintenance())
+    return v1::Machine::Maintenance;
+  if (liveness == v1::Machine::Up && accepting())
+    return v1::Machine::Accepting;
+  return liveness;
+}
+
+bool machine_state::accepting() const {
+  return acceptance_required && !config.record.accepted();
 }
 
 bool machine_state::schedulable() const {
-  return shown_state() == v1::Machine::Up && !config.record.cordoned()
-         && !pressure.memory && !pressure.disk;
+  return liveness == v1::Machine::Up && !config.record.maintenance()
+         && !config.record.cordoned() && !pressure.memory && !pressure.disk;
 }
 
 v1::SchedulerMachine machine_state::scheduler_view() const {
@@ -115,6 +124,7 @@ v1::SchedulerMachine machine_state::scheduler_view() const {
   out.set_name(config.record.name());
   out.set_schedulable(schedulable());
   out.set_down(liveness == v1::Machine::Down);
+  out.set_accepting(accepting());
   out.set_address(config.record.address());
   out.set_logical_cpus(facts.cpu().logical_cpus());
   out.set_memory_bytes(facts.memory().total_bytes());
@@ -154,6 +164,10 @@ v1::MachineView machine_state::view() const {
   const auto& rec = config.record;
   out.set_name(rec.name());
   out.set_state(shown_state());
+  out.set_quick(quick.verdict());
+  out.set_quick_summary(quick.result().summary().empty() ? quick.reason()
+                                                         : quick.result().summary());
+  out.set_accepted(acceptance_required && config.record.accepted());
   out.set_cordoned(rec.cordoned());
   out.set_memory_pressure(pressure.memory);
   out.set_disk_pressure(pressure.disk);
@@ -441,6 +455,32 @@ caf::result<v1::MachineView> set_maintenance(machine_ptr self, bool on) {
   return st.view();
 }
 
+/// Issue 21: the validations say whether the machine's pool requires
+/// acceptance and whether it is accepted (stored with sync when it changes).
+caf::result<v1::MachineView> set_acceptance(machine_ptr self, bool required, bool accepted,
+                                            const std::string& reason) {
+  auto& st = self->state;
+  auto& rec = st.config.record;
+  auto before = st.shown_state();
+  if (accepted && (!rec.accepted() || rec.accepted_reason() != reason)) {
+    auto old = rec;
+    rec.set_accepted(accepted);
+    rec.set_accepted_reason(reason);
+    if (auto err = persist(self, true)) {
+      rec = std::move(old);
+      return err;
+    }
+  }
+  st.acceptance_required = required;
+  if (before != st.shown_state()) {
+    st.state_since_unix_ms = st.config.clock->now_unix_ms();
+    spdlog::info("machine {}: {} -> {}{}", name_of(self), to_string(before),
+                 to_string(st.shown_state()), reason.empty() ? "" : " (accepted: " + reason + ")");
+  }
+  tell_scheduler(self);
+  return st.view();
+}
+
 caf::result<v1::MachineView> set_labels(machine_ptr self, const v1::SetLabels& req) {
   auto& rec = self->state.config.record;
   if (auto err = check_labels(req))
@@ -629,6 +669,11 @@ machine(machine_actor::stateful_pointer<machine_state> self,
     [self](v1::SchedulerNotes& notes) {
       auto& st = self->state;
       st.set_aside.assign(notes.set_aside().begin(), notes.set_aside().end());
+    },
+    [self](atom::validate, v1::ValidationStep& quick) { self->state.quick = std::move(quick); },
+    [self](atom::accept, bool required, bool accepted,
+           std::string& reason) -> caf::result<v1::MachineView> {
+      return set_acceptance(self, required, accepted, reason);
     },
   };
 }

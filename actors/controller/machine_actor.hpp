@@ -101,6 +101,12 @@ struct machine_state {
   std::vector<std::string> inventory_warnings;
   /// Times the machine came back Up after Down since this actor started.
   uint32_t flaps = 0;
+  /// Issue 21: the latest quick check (its verdict is the QUICK badge) and
+  /// whether the machine's pool requires acceptance (the validations say).
+  v1::ValidationStep quick;
+  bool acceptance_required = false;
+  /// Required and not accepted: shown Accepting; only checks go there.
+  bool accepting() const;
 
   /// What the scheduler places by: schedulable, labels, GPUs and health.
   /// The labels are the machine's, plus topology.astraeus.io/nvlink-domain

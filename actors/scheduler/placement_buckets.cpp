@@ -23,6 +23,10 @@ std::string where_of(const label_map& labels) {
       pool = " in pool " + v;
       continue;
     }
+    // The scheduler's own labels (astraeus.io/machine, /accepting; issue 21)
+    // are not what the user asked for: never in a waiting reason.
+    if (k.rfind("astraeus.io/", 0) == 0)
+      continue;
     others += others.empty() ? " with " : ", ";
     others += k + "=" + v;
   }

@@ -62,6 +62,10 @@ placement_request placement_request_of(const v1::RunSpec& spec,
     out.required_labels["pool"] = spec.pool();
   out.healthy_only = spec.healthy_only();
   out.time_limit_seconds = static_cast<int64_t>(spec.time_limit_seconds());
+  out.priority = spec.priority();
+  // issue 21: only a validation's checks go to an Accepting machine.
+  if (spec.validation().empty())
+    out.required_labels[std::string(accepting_label)] = "false";
   return out;
 }
 

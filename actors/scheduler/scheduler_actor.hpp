@@ -162,6 +162,12 @@ scheduler_actor::behavior_type
 scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
           scheduler_config config);
 
+/// Issue 21: labels the scheduler adds to every machine's snapshot: its
+/// name (a validation's check is pinned by it) and whether it is Accepting
+/// ("true"/"false"; every run but a validation's check requires "false").
+inline constexpr const char* machine_label = "astraeus.io/machine";
+inline constexpr const char* accepting_label = "astraeus.io/accepting";
+
 /// The engine's request for a run spec: groups in rank order (leader group
 /// first), `pool` and `labels` as required labels, healthy_only, time limit.
 /// `queue_name`: the run's name, or `<run>[i]` for copy i of an array.

@@ -113,6 +113,10 @@ void complete_run(self_ptr self, const std::string& name);
 /// the group commit; waiting runs get the engine's reason.
 void schedule_pass(self_ptr self);
 
+/// One pass without preempting validation checks (schedule_pass's parts).
+void schedule_pass_once(self_ptr self);
+bool preempt_for_waiting(self_ptr self);
+
 /// Places the CPU-only runs and copies waiting, in submission order.
 void place_cpu_runs(scheduler_state& st, std::set<std::string>& touched,
                     std::vector<std::string>& started);

@@ -116,6 +116,8 @@ void index_snapshot(self_ptr self, const std::string& name) {
 }
 
 void apply_snapshot(self_ptr self, v1::SchedulerMachine& m) {
+  (*m.mutable_labels())[machine_label] = m.name();
+  (*m.mutable_labels())[accepting_label] = m.accepting() ? "true" : "false";
   auto& st = self->state;
   if (m.name().empty()) {
     spdlog::error("scheduler: a snapshot without a machine name, ignored");

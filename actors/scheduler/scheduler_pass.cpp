@@ -92,7 +92,8 @@ void place_cpu_runs(scheduler_state& st, std::set<std::string>& touched,
     if (!fits) {
       std::string labels;
       for (const auto& [k, v] : req.required_labels)
-        labels += (labels.empty() ? " carrying " : ",") + k + "=" + v;
+        if (k.rfind("astraeus.io/", 0) != 0)  // the scheduler's own labels (issue 21)
+          labels += (labels.empty() ? " carrying " : ",") + k + "=" + v;
       std::string each = show_number(cpus) + " core(s)";
       if (mem > 0)
         each += " and " + std::to_string(mem >> 20) + " MiB";
@@ -129,9 +130,63 @@ void place_cpu_runs(scheduler_state& st, std::set<std::string>& touched,
   }
 }
 
+/// Issue 21 (giving way): a GPU run of priority 0 or more that waits for
+/// GPUs (not enough free, or reserved) stops every live run below priority 0
+/// (a validation's check) on the machines it could use, marked `preempted`.
+/// Returns whether any run was stopped.
+bool preempt_for_waiting(self_ptr self) {
+  auto& st = self->state;
+  std::set<std::string> victims;
+  for (const auto& qname : st.waiting) {
+    auto it = st.runs.find(parse_queue_name(qname).first);
+    if (it == st.runs.end() || it->second.spec().priority() < 0 || cpu_only(it->second.spec()))
+      continue;
+    const auto* why = st.queue->waiting(qname);
+    if (!why || (why->code != waiting_code::not_enough_gpus && why->code != waiting_code::reserved))
+      continue;
+    // Its required labels keep accepting=false: a check on an Accepting
+    // machine never gives way to work that may not go there anyway.
+    auto req = placement_request_of(it->second.spec(), qname);
+    for (const auto& [name, run] : st.runs) {
+      if (run.spec().priority() >= 0 || !live(run) || victims.count(name))
+        continue;
+      for (const auto& w : run.workers()) {
+        auto f = st.machine_facts_by_name.find(w.machine());
+        if (f == st.machine_facts_by_name.end())
+          continue;
+        bool fits = std::all_of(req.required_labels.begin(), req.required_labels.end(),
+                                [&f](const auto& kv) {
+                                  auto l = f->second.labels.find(kv.first);
+                                  return l != f->second.labels.end() && l->second == kv.second;
+                                });
+        if (fits) {
+          victims.insert(name);
+          spdlog::info("scheduler: run {} gives way to run {}", name, qname);
+          break;
+        }
+      }
+    }
+  }
+  for (const auto& name : victims) {
+    auto& run = st.runs[name];
+    run.set_preempted(true);
+    finish_run(self, run, run_state::stopped, "gave way to real work");
+  }
+  return !victims.empty();
+}
+
 /// One pass of the queue: placed runs get their workers and are marked for
-/// the group commit; waiting runs get the engine's reason.
+/// the group commit; waiting runs get the engine's reason. A run that waits
+/// while a validation's check holds GPUs it could use preempts the check,
+/// and the pass runs once more.
 void schedule_pass(self_ptr self) {
+  schedule_pass_once(self);
+  if (preempt_for_waiting(self))
+    schedule_pass_once(self);
+}
+
+/// One pass of the queue (schedule_pass without giving way).
+void schedule_pass_once(self_ptr self) {
   auto& st = self->state;
   auto decisions = st.queue->schedule(clock_seconds(self));
   std::set<std::string> touched;

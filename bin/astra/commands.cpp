@@ -8,7 +8,8 @@ const std::vector<command_group>& command_groups() {
   static const std::vector<command_group> groups{
     add_machine_views,  add_gpu_commands,    add_run_commands,
     add_workspace_commands, add_run_control_commands, add_machine_actions,
-    add_access_commands, add_version_command, add_completion_command,
+    add_access_commands, add_validation_commands, add_version_command,
+    add_completion_command,
   };
   return groups;
 }

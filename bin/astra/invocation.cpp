@@ -205,6 +205,16 @@ int call(options opts, v1::Request req,
       std::fputs((to_json(resp->principal()) + "\n").c_str(), stdout);
     else if (resp->has_audit())
       std::fputs((to_json(resp->audit()) + "\n").c_str(), stdout);
+    else if (resp->has_validation())
+      std::fputs((to_json(resp->validation()) + "\n").c_str(), stdout);
+    else if (resp->has_validations())
+      std::fputs((to_json(resp->validations()) + "\n").c_str(), stdout);
+    else if (resp->has_report())
+      std::fputs((to_json(resp->report()) + "\n").c_str(), stdout);
+    else if (resp->has_validation_policy())
+      std::fputs((to_json(resp->validation_policy()) + "\n").c_str(), stdout);
+    else if (resp->has_validation_policies())
+      std::fputs((to_json(resp->validation_policies()) + "\n").c_str(), stdout);
   } else {
     std::fputs(table(*resp).c_str(), stdout);
   }

@@ -386,11 +386,16 @@ const std::vector<api_route>& api_routes() {
     {"GET", "/audit", true, list_audit, "the audit log, newest first (admins; ?limit)", "",
      "AuditList"},
     {"POST", "/validations", true, create_validation,
-     "start a validation (not built yet: 501)", "", "{\"id\"}"},
-    {"GET", "/validations/{id}", true, get_validation, "a validation (not built yet: 501)",
-     "", "{\"id\",\"state\",\"steps\"}"},
+     "start a validation (admins): suite, pool or machine, note", "StartValidation",
+     "Validation"},
+    {"GET", "/validations", true, list_validations, "every validation, newest first", "",
+     "ValidationList"},
+    {"GET", "/validations/{id}", true, get_validation, "a validation: its state and steps", "",
+     "Validation"},
     {"GET", "/v1/validations/{id}", false, get_validation,
-     "a validation (not built yet: 501)", "", "{\"id\",\"state\",\"steps\"}"},
+     "a validation: its state and steps", "", "Validation"},
+    {"GET", "/report", true, get_cluster_report, "the Cluster Report (?pool)", "",
+     "ClusterReport"},
   };
   return rows;
 }

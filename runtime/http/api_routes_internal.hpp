@@ -118,5 +118,7 @@ void get_whoami(api_context& ctx);
 void list_audit(api_context& ctx);
 void create_validation(api_context& ctx);
 void get_validation(api_context& ctx);
+void list_validations(api_context& ctx);
+void get_cluster_report(api_context& ctx);
 
 } // namespace astraeus::http

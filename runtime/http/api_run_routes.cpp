@@ -247,18 +247,43 @@ void list_audit(api_context& ctx) {
              [](const v1::Response& r) -> const v1::AuditList& { return r.audit(); });
 }
 
-// -- validations (the validation issue fills these) ---------------------------
+// -- validations (issue 21) ---------------------------------------------------
 
 void create_validation(api_context& ctx) {
-  reply_error(ctx.res, 501, "not_implemented",
-              "validations are not built yet on this controller (the validation issue "
-              "adds them); the route is kept so scripts get a clear answer");
+  v1::StartValidation body;
+  if (!read_body(ctx, body, false))
+    return;
+  v1::Request req;
+  *req.mutable_start_validation() = std::move(body);
+  auto resp = ask_cluster(ctx, std::move(req));
+  if (reply_failed(ctx, resp))
+    return;
+  ctx.res.set_header("Location", ctx.prefix + "/validations/" + resp.validation().id());
+  reply_json(ctx.res, 201, message_to_json(resp.validation(), false));
+}
+
+void list_validations(api_context& ctx) {
+  v1::Request req;
+  req.mutable_list_validations();
+  reply_with(ctx, std::move(req), 200,
+             [](const v1::Response& r) -> const v1::ValidationList& { return r.validations(); });
 }
 
 void get_validation(api_context& ctx) {
-  reply_error(ctx.res, 501, "not_implemented",
-              "validations are not built yet on this controller; no validation "
-                + ctx.param("id"));
+  v1::Request req;
+  req.mutable_get_validation()->set_id(ctx.param("id"));
+  reply_with(ctx, std::move(req), 200,
+             [](const v1::Response& r) -> const v1::Validation& { return r.validation(); });
+}
+
+void get_cluster_report(api_context& ctx) {
+  v1::Request req;
+  if (ctx.req.has_param("pool"))
+    req.mutable_get_report()->set_pool(ctx.req.get_param_value("pool"));
+  else
+    req.mutable_get_report();
+  reply_with(ctx, std::move(req), 200,
+             [](const v1::Response& r) -> const v1::ClusterReport& { return r.report(); });
 }
 
 // -- OpenAPI ------------------------------------------------------------------

@@ -403,6 +403,14 @@ const std::vector<key_def<ControllerConfig>>& controller_keys() {
              "folder of the agent's release files served under /releases/ "
              "(ninja agent-release fills it)",
              "share/astraeus/releases next to the program"),
+    text_key("validation.check_program", &C::validation_check_program, true,
+             "the program a validation's check runs on the machine"),
+    bool_key("validation.quick_on_up", &C::validation_quick_on_up,
+             "run the quick check when a machine comes Up"),
+    duration_key("validation.poll_interval", &C::validation_poll_interval, 10ms, 1h,
+                 "how often a validation looks at its steps and the machines"),
+    text_key("validation.console_url", &C::validation_console_url, false,
+             "the console's address printed with a new validation; empty: none"),
   };
   return keys;
 }

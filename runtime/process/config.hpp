@@ -140,6 +140,18 @@ struct ControllerConfig {
   /// to the controller's program (/usr/local/share/astraeus/releases for
   /// /usr/local/bin/astraeus-controller).
   std::string releases_dir;
+  /// validation.check_program: the program a validation's check runs on
+  /// the machine (`<program> <check> --json ...`; a name is looked up in
+  /// the agent's PATH).
+  std::string validation_check_program = "astraeus-check";
+  /// validation.quick_on_up: run the quick check when a machine comes Up.
+  bool validation_quick_on_up = true;
+  /// validation.poll_interval: how often a validation looks at its steps
+  /// and machines (10ms-1h).
+  std::chrono::milliseconds validation_poll_interval{1000};
+  /// validation.console_url: the console's address printed with a new
+  /// validation ("https://console.example:7451"); empty: none printed.
+  std::string validation_console_url;
 };
 
 /// Settings of `astraeus-agent`. Each member names its key.

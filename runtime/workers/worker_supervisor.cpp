@@ -65,6 +65,49 @@ void append_log(const std::string& dir, const std::string& line) {
   out << "astraeus: " << line << '\n';
 }
 
+/// Issue 21: a worker whose spec asks for its result line (RunSpec
+/// result_line, a validation's check) gets a marker file in its folder; when
+/// it ends, the last non-empty line of its log (read from the last 64 KiB)
+/// becomes outputs["astraeus.result"].
+void mark_result_line(const std::string& dir, const v1::RunSpec& spec) {
+  if (!spec.result_line())
+    return;
+  std::error_code err;
+  fs::create_directories(dir, err);
+  std::ofstream{dir + "/result_line"} << "1\n";
+}
+
+void read_result_line(v1::WorkerProcess& rec) {
+  std::error_code err;
+  if (!fs::exists(rec.dir() + "/result_line", err))
+    return;
+  std::ifstream in{rec.dir() + "/log", std::ios::binary};
+  if (!in)
+    return;
+  in.seekg(0, std::ios::end);
+  auto size = static_cast<long long>(in.tellg());
+  const long long keep = 64 * 1024;
+  in.seekg(size > keep ? size - keep : 0);
+  std::string tail((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string last;
+  size_t end = tail.size();
+  while (end > 0) {
+    size_t start = tail.rfind('\n', end - 1);
+    size_t from = start == std::string::npos ? 0 : start + 1;
+    std::string line = tail.substr(from, end - from);
+    if (!line.empty() && line.back() == '\r')
+      line.pop_back();
+    if (line.find_first_not_of(" \t") != std::string::npos) {
+      last = line;
+      break;
+    }
+    if (start == std::string::npos)
+      break;
+    end = start;
+  }
+  (*rec.mutable_outputs())["astraeus.result"] = last;
+}
+
 std::string signal_name(int sig) {
   const char* d = ::sigabbrev_np(sig);
   return d ? std::string{"SIG"} + d : std::to_string(sig);
@@ -219,6 +262,7 @@ caf::error worker_supervisor::start_process(const v1::WorkerOrder& order,
   ctx.rdma_min_gbps = options_.rdma_min_gbps;
   ctx.host_process = true;
   ctx.rocr_names = rocr_names_;
+  mark_result_line(rec.dir(), spec);
   if (spec.outputs()) {
     if (auto err = prepare_outputs_dir(rec.dir(), ::getuid(), ::getgid()))
       return err;
@@ -346,6 +390,7 @@ caf::error worker_supervisor::start_runc(const v1::WorkerOrder& order,
   w.cpu_burst = spec.cpu_burst();
   apply_ulimits(w.rlimits, spec);
   clamp_to_agent(w.rlimits, rec.worker());
+  mark_result_line(rec.dir(), spec);
   if (spec.outputs()) {
     if (auto err = prepare_outputs_dir(rec.dir(), w.user.uid, w.user.gid))
       return err;
@@ -459,6 +504,7 @@ bool worker_supervisor::finish(v1::WorkerProcess& rec) {
                rec.detail().empty() ? "" : ": ", rec.detail());
   auto outputs = read_outputs(rec.dir());
   rec.mutable_outputs()->insert(outputs.values.begin(), outputs.values.end());
+  read_result_line(rec);
   for (const auto& warning : outputs.warnings) {
     spdlog::warn("agent: worker {}: {}", rec.worker(), warning);
     append_log(rec.dir(), warning);

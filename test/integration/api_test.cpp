@@ -183,10 +183,11 @@ TEST_F(Api, TokensRolesErrorsAndTheSeedsPaths) {
   EXPECT_NE(r->body.find("refused"), std::string::npos) << r->body;
   auto audit = astra({"audit", "-o", "json"});
   EXPECT_NE(audit.out.find("create join token"), std::string::npos) << audit.out << audit.err;
-  // Validations: a clear 501 until the validation issue lands.
+  // Validations (issue 21): one without machines is refused, naming why.
   r = owner->Post("/v1/organizations/default/clusters/default/validations",
                   R"({"suite": "acceptance"})", "application/json");
-  EXPECT_EQ(r->status, 501);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(r->body.find("--pool POOL or --machine NAME"), std::string::npos) << r->body;
   // Still serving after all that.
   EXPECT_EQ(owner->Get(base + "/nodes")->status, 200);
 }

@@ -1,0 +1,128 @@
+// The Cluster Report (cluster_report.hpp).
+
+#include "actors/validation/cluster_report.hpp"
+
+#include <algorithm>
+#include <vector>
+
+namespace astraeus::validation {
+
+namespace {
+
+constexpr const char* none = "\xE2\x80\x94";  // "—"
+
+int rank_of(const std::string& v) {
+  return v == "fail" ? 3 : v == "warn" ? 2 : v == "pass" || v == "skipped" ? 1 : 0;
+}
+
+/// A cell: the latest verdict of `check` on `machine`, "—" never run.
+std::string cell(const latest_map& latest, const std::string& machine, const std::string& check) {
+  auto it = latest.find({machine, check});
+  if (it == latest.end())
+    return none;
+  const auto& s = it->second;
+  if (s.state() == "Failed")
+    return "fail";
+  return s.verdict().empty() ? none : s.verdict();
+}
+
+v1::CheckFinding named(v1::CheckFinding f, const std::string& machine) {
+  if (f.machine().empty())
+    f.set_machine(machine);
+  if (f.what().rfind(machine, 0) != 0)
+    f.set_what(machine + " " + f.what());
+  return f;
+}
+
+} // namespace
+
+std::string readiness(const v1::MachineView& m) {
+  switch (m.state()) {
+  case v1::Machine::Up: return "Ready";
+  case v1::Machine::Accepting: return "Accepting";
+  case v1::Machine::Down: return "Down";
+  case v1::Machine::Maintenance: return "Maintenance";
+  case v1::Machine::Idle: return "Idle";
+  default: return v1::Machine::State_Name(m.state());
+  }
+}
+
+v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map& latest,
+                               const std::string& pool, int64_t now_unix_ms) {
+  v1::ClusterReport out;
+  out.set_generated_unix_ms(now_unix_ms);
+  std::vector<const v1::MachineView*> rows;
+  for (const auto& m : machines.machines()) {
+    auto p = m.labels().find("pool");
+    if (!pool.empty() && (p == m.labels().end() || p->second != pool))
+      continue;
+    rows.push_back(&m);
+  }
+  std::sort(rows.begin(), rows.end(),
+            [](const auto* a, const auto* b) { return a->name() < b->name(); });
+  std::vector<v1::CheckFinding> fails, warns;
+  uint32_t passing = 0;
+  for (const auto* m : rows) {
+    auto* row = out.add_rows();
+    row->set_machine(m->name());
+    row->set_state(readiness(*m));
+    row->set_quick(cell(latest, m->name(), "quick"));
+    row->set_dcgm(cell(latest, m->name(), "dcgm"));
+    row->set_burn(cell(latest, m->name(), "burn"));
+    row->set_copies(cell(latest, m->name(), "copies"));
+    row->set_disk(cell(latest, m->name(), "disk"));
+    row->set_pairs(none);
+    row->set_all_reduce(none);
+    int worst = 0;
+    for (const auto* c : {&row->quick(), &row->dcgm(), &row->burn(), &row->copies(), &row->disk()})
+      worst = std::max(worst, rank_of(*c));
+    for (const auto& check : {"quick", "dcgm", "burn", "copies", "disk"}) {
+      auto it = latest.find({m->name(), check});
+      if (it == latest.end())
+        continue;
+      const auto& s = it->second;
+      for (const auto& f : s.result().findings()) {
+        (f.severity() == "fail" ? fails : warns).push_back(named(f, m->name()));
+        worst = std::max(worst, f.severity() == "fail" ? 3 : 2);
+      }
+      if (s.state() == "Failed") {
+        v1::CheckFinding f;
+        f.set_severity("fail");
+        f.set_machine(m->name());
+        f.set_check(check);
+        f.set_what(m->name() + " " + check + " check could not run: " + s.reason());
+        f.set_fix("Check that the check program (validation.check_program) is installed and "
+                  "runs on " + m->name() + ", then `astra astraeus validate --suite " + check
+                  + " --machine " + m->name() + "`.");
+        fails.push_back(std::move(f));
+      }
+    }
+    const char* verdict = worst == 3 ? "fail" : worst == 2 ? "warn" : worst == 1 ? "pass" : none;
+    row->set_verdict(verdict);
+    passing += worst == 1 ? 1 : 0;
+  }
+  for (auto& f : fails)
+    *out.add_findings() = std::move(f);
+  for (auto& f : warns)
+    *out.add_findings() = std::move(f);
+  out.set_machines(static_cast<uint32_t>(rows.size()));
+  out.set_passing(passing);
+  std::string summary = std::to_string(passing) + "/" + std::to_string(rows.size())
+                        + " machines pass";
+  bool any_run = std::any_of(out.rows().begin(), out.rows().end(),
+                             [](const auto& r) { return r.verdict() != none; });
+  if (rows.empty())
+    summary = "No machines" + (pool.empty() ? std::string{} : " in pool " + pool) + ".";
+  else if (!any_run)
+    summary += "; nothing checked yet: `astra astraeus validate --suite acceptance "
+               + (pool.empty() ? std::string{"--pool POOL"} : "--pool " + pool) + "`.";
+  else {
+    for (int i = 0; i < out.findings_size() && i < 3; ++i)
+      summary += "; " + out.findings(i).what();
+    summary += ".";
+  }
+  out.set_summary(summary);
+  return out;
+}
+
+} // namespace astraeus::validation

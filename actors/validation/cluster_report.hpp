@@ -1,0 +1,33 @@
+#pragma once
+/// @file
+/// The Cluster Report (`astra astraeus report`): each machine against each
+/// check's latest result, what to fix, and the one-sentence summary.
+/// Source: shared/seeds/bring-up-a-gpu-cluster.md, step 4; issue 21
+/// ("Commands, report, policy").
+
+#include <map>
+#include <string>
+#include <utility>
+
+#include "messages/astraeus.pb.h"
+
+namespace astraeus::validation {
+
+/// The latest step per (machine, check).
+using latest_map = std::map<std::pair<std::string, std::string>, v1::ValidationStep>;
+
+/// The readiness a report shows: `Ready` (Up, and accepted or in no
+/// acceptance pool), `Accepting`, `Down`, `Idle`, `Maintenance`.
+std::string readiness(const v1::MachineView& m);
+
+/// The report over `machines` (only those of `pool` unless empty):
+/// cells are the latest verdicts ("—" never run; PAIRS and ALL-REDUCE "—"
+/// until the fabric checks exist); a machine's VERDICT is the worst of its
+/// cells (fail > warn > pass; "—" when none ran); `passing` counts `pass`
+/// only; the findings are every latest result's (fail first), each `what`
+/// starting with its machine's name, plus a check that could not run; the
+/// summary is "N/M machines pass" and the first three findings.
+v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map& latest,
+                               const std::string& pool, int64_t now_unix_ms);
+
+} // namespace astraeus::validation

@@ -1,0 +1,231 @@
+// One validation as an actor (validation_actor.hpp): slots, runs, results.
+
+#include "actors/validation/validation_actor.hpp"
+
+#include <caf/send.hpp>
+#include <spdlog/spdlog.h>
+
+#include "actors/validation/validation_plan.hpp"
+#include "messages/error.hpp"
+#include "store/store.hpp"
+
+namespace astraeus {
+
+namespace {
+
+using self_ptr = validation_actor::stateful_pointer<validation_state>;
+
+/// Stores the validation with sync and tells the owner.
+void save(self_ptr self) {
+  auto& st = self->state;
+  if (auto err = st.config.store->put(family::validations, "val/" + st.v.id(), st.v, true))
+    spdlog::error("validation {}: cannot store it: {}", st.v.id(), render_error(err));
+  self->send(st.config.owner, atom::validate_v, st.v);
+}
+
+v1::Request cluster_request() {
+  v1::Request req;
+  *req.mutable_caller() = validation_principal();
+  return req;
+}
+
+/// The step ended: kept, reported to the owner, the slot given back.
+void step_ended(self_ptr self, int index) {
+  auto& st = self->state;
+  auto& step = *st.v.mutable_steps(index);
+  spdlog::info("validation {}: {} on {}: {}{}{}", st.v.id(), step.check(), step.machine(),
+               step.state(), step.verdict().empty() ? "" : " " + step.verdict(),
+               step.reason().empty() ? "" : ": " + step.reason());
+  if (step.state() != validation::yielded)
+    self->send(st.config.owner, atom::validate_v, step);
+  caf::anon_send(st.config.owner, atom::slot_v, step.machine(), st.v.id(), false);
+  st.busy.erase(step.machine());
+  save(self);
+}
+
+/// A quick step also looks at the machine's GPUs as the controller knows them.
+void finish_quick(self_ptr self, int index) {
+  auto& st = self->state;
+  auto req = cluster_request();
+  req.mutable_list_gpus()->set_machine(st.v.steps(index).machine());
+  self->request(st.config.cluster, std::chrono::seconds{10}, std::move(req))
+    .then(
+      [self, index](v1::Response& resp) {
+        auto& step = *self->state.v.mutable_steps(index);
+        if (!resp.has_error() && step.state() == validation::done)
+          combine_quick(step, resp.gpus());
+        step_ended(self, index);
+      },
+      [self, index](caf::error&) { step_ended(self, index); });
+}
+
+/// Looks at the run of a Running step.
+void look_at_run(self_ptr self, int index) {
+  auto& st = self->state;
+  st.busy.insert(st.v.steps(index).machine());
+  self->request(st.config.scheduler, std::chrono::seconds{10}, atom::get_v,
+                st.v.steps(index).run())
+    .then(
+      [self, index](v1::Run& run) {
+        auto& st = self->state;
+        auto& step = *st.v.mutable_steps(index);
+        if (step.state() != validation::running
+            || !validation::apply_run(step, run, st.config.clock->now_unix_ms())) {
+          st.busy.erase(step.machine());
+          return;
+        }
+        if (step.check() == "quick" && step.state() == validation::done)
+          finish_quick(self, index);
+        else
+          step_ended(self, index);
+      },
+      [self, index](caf::error& err) {
+        // The run is gone (deleted by hand): the step is queued again.
+        auto& step = *self->state.v.mutable_steps(index);
+        step.set_state(validation::queued);
+        step.set_reason("its run " + step.run() + " went away (" + render_error(err)
+                        + "); queued again");
+        caf::anon_send(self->state.config.owner, atom::slot_v, step.machine(),
+                   self->state.v.id(), false);
+        self->state.busy.erase(step.machine());
+        save(self);
+      });
+}
+
+/// Submits step `index` as a run (the slot is held).
+void submit(self_ptr self, int index, uint32_t gpus) {
+  auto& st = self->state;
+  auto& step = *st.v.mutable_steps(index);
+  step.set_attempts(step.attempts() + 1);
+  auto spec = validation::run_spec(st.v, index, gpus, st.config.check_program);
+  self->request(st.config.scheduler, std::chrono::seconds{10}, atom::submit_v, spec)
+    .then(
+      [self, index](v1::Run& run) {
+        auto& st = self->state;
+        auto& step = *st.v.mutable_steps(index);
+        step.set_state(validation::running);
+        step.set_run(run.spec().name());
+        step.set_reason("");
+        step.set_started_unix_ms(st.config.clock->now_unix_ms());
+        st.busy.erase(step.machine());
+        save(self);
+      },
+      [self, index](caf::error& err) {
+        auto& st = self->state;
+        auto& step = *st.v.mutable_steps(index);
+        step.set_state(validation::failed);
+        step.set_verdict("fail");
+        step.set_reason("the check could not be submitted: " + render_error(err));
+        step_ended(self, index);
+      });
+}
+
+/// Starts step `index` once the owner grants the machine's slot.
+void try_start(self_ptr self, int index) {
+  auto& st = self->state;
+  const auto machine = st.v.steps(index).machine();
+  st.busy.insert(machine);
+  self->request(st.config.owner, std::chrono::seconds{10}, atom::slot_v, machine, st.v.id(), true)
+    .then(
+      [self, index, machine](std::string& why) {
+        auto& st = self->state;
+        auto& step = *st.v.mutable_steps(index);
+        if (!why.empty()) {
+          st.busy.erase(machine);
+          if (step.reason() != why) {
+            step.set_reason(why);
+            save(self);
+          }
+          return;
+        }
+        auto req = cluster_request();
+        req.mutable_get_machine()->set_name(machine);
+        self->request(st.config.cluster, std::chrono::seconds{10}, std::move(req))
+          .then(
+            [self, index](v1::Response& resp) {
+              uint32_t gpus = 0;
+              if (!resp.has_error())
+                gpus = static_cast<uint32_t>(resp.machine().facts().gpus().gpus_size());
+              submit(self, index, gpus);
+            },
+            [self, index](caf::error&) { submit(self, index, 0); });
+      },
+      [self, machine](caf::error&) { self->state.busy.erase(machine); });
+}
+
+void poll(self_ptr self) {
+  auto& st = self->state;
+  for (const auto& machine : st.v.machines()) {
+    if (st.busy.count(machine))
+      continue;
+    for (int i = 0; i < st.v.steps_size(); ++i)
+      if (st.v.steps(i).machine() == machine && st.v.steps(i).state() == validation::running) {
+        look_at_run(self, i);
+        break;
+      }
+    if (st.busy.count(machine))
+      continue;
+    if (auto next = validation::next_step(st.v, machine))
+      try_start(self, *next);
+  }
+  if (st.busy.empty() && validation::conclude(st.v, st.config.clock->now_unix_ms())) {
+    spdlog::info("validation {}: {}", st.v.id(), validation::outcome_line(st.v));
+    save(self);
+    self->quit();
+    return;
+  }
+  self->delayed_send(self, st.config.poll_interval, atom::poll_v);
+}
+
+} // namespace
+
+v1::Principal validation_principal() {
+  v1::Principal p;
+  p.set_name("validation");
+  p.set_role("owner");
+  return p;
+}
+
+void combine_quick(v1::ValidationStep& step, const v1::GpuList& gpus) {
+  auto* result = step.mutable_result();
+  for (const auto& g : gpus.gpus()) {
+    if (g.health() != "Faulty")
+      continue;
+    auto* f = result->add_findings();
+    f->set_severity("fail");
+    f->set_gpu(g.gpu().id());
+    std::string why;
+    for (const auto& r : g.health_reasons())
+      why += (why.empty() ? "" : "; ") + r;
+    f->set_what(step.machine() + " GPU " + g.gpu().id() + " has a latched fault"
+                + (why.empty() ? "" : ": " + why));
+    f->set_fix("Find the cause in `astra gpus " + step.machine()
+               + "`; once it is repaired, `astra clear-fault " + step.machine() + " "
+               + g.gpu().id() + "`.");
+    f->set_machine(step.machine());
+    f->set_check(step.check());
+    result->set_verdict("fail");
+    step.set_verdict("fail");
+  }
+}
+
+validation_actor::behavior_type
+validation_behavior(validation_actor::stateful_pointer<validation_state> self,
+                    validation_config config) {
+  auto& st = self->state;
+  st.config = std::move(config);
+  st.v = st.config.validation;
+  if (st.config.resumed) {
+    for (const auto& run : validation::resume(st.v))
+      self->request(st.config.scheduler, std::chrono::seconds{10}, atom::remove_v, run)
+        .then([](v1::Run&) {}, [](caf::error&) {});
+    save(self);
+  }
+  self->send(self, atom::poll_v);
+  return {
+    [self](atom::poll) { poll(self); },
+    [self](atom::get) -> v1::Validation { return self->state.v; },
+  };
+}
+
+} // namespace astraeus

@@ -1,0 +1,276 @@
+// The logic of a validation without actors (validation_plan.hpp).
+
+#include "actors/validation/validation_plan.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cctype>
+#include <ctime>
+
+#include <google/protobuf/util/json_util.h>
+
+#include "messages/error.hpp"
+#include "runtime/process/duration_text.hpp"
+
+namespace astraeus::validation {
+
+namespace {
+
+const std::vector<std::string>& all_checks() {
+  static const std::vector<std::string> checks{"quick", "dcgm", "burn", "copies", "disk"};
+  return checks;
+}
+
+bool is_verdict(const std::string& v) {
+  return v == "pass" || v == "warn" || v == "fail" || v == "skipped";
+}
+
+/// The worst of two machine verdicts (fail > warn > pass).
+int rank_of(const std::string& v) {
+  return v == "fail" ? 2 : v == "warn" ? 1 : 0;
+}
+
+} // namespace
+
+std::vector<std::string> checks_of(const std::string& suite) {
+  if (suite == "acceptance")
+    return all_checks();
+  for (const auto& c : all_checks())
+    if (c == suite)
+      return {c};
+  return {};
+}
+
+std::string suite_names() {
+  return "acceptance, quick, dcgm, burn, copies, disk";
+}
+
+std::string make_id(int64_t unix_ms, uint64_t random) {
+  std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "val-%04d%02d%02d-%06llx", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, static_cast<unsigned long long>(random & 0xffffff));
+  return buf;
+}
+
+v1::Validation make_validation(const std::string& id, const v1::StartValidation& start,
+                               const std::vector<std::string>& machines,
+                               const std::string& trigger, int64_t now_unix_ms) {
+  v1::Validation v;
+  v.set_id(id);
+  v.set_suite(start.suite());
+  v.set_pool(start.pool());
+  v.set_state("Running");
+  v.set_trigger(trigger);
+  v.set_note(start.note());
+  v.set_created_unix_ms(now_unix_ms);
+  v.set_burn_in_seconds(start.burn_in_seconds());
+  v.set_dcgm_level(start.dcgm_level());
+  v.set_data_dir(start.data_dir());
+  for (const auto& m : machines) {
+    v.add_machines(m);
+    for (const auto& c : checks_of(start.suite())) {
+      auto* s = v.add_steps();
+      s->set_machine(m);
+      s->set_check(c);
+      s->set_state(queued);
+      s->set_validation(id);
+    }
+  }
+  return v;
+}
+
+std::vector<std::string> resume(v1::Validation& v) {
+  std::vector<std::string> stale;
+  for (auto& s : *v.mutable_steps())
+    if (s.state() == running) {
+      if (!s.run().empty())
+        stale.push_back(s.run());
+      s.set_state(queued);
+      s.set_reason("the controller restarted while it ran: it runs again");
+    }
+  return stale;
+}
+
+bool has_running(const v1::Validation& v, const std::string& machine) {
+  return std::any_of(v.steps().begin(), v.steps().end(), [&](const auto& s) {
+    return s.machine() == machine && s.state() == running;
+  });
+}
+
+std::optional<int> next_step(const v1::Validation& v, const std::string& machine) {
+  if (has_running(v, machine))
+    return std::nullopt;
+  for (int i = 0; i < v.steps_size(); ++i) {
+    const auto& s = v.steps(i);
+    if (s.machine() == machine && (s.state() == queued || s.state() == yielded))
+      return i;
+  }
+  return std::nullopt;
+}
+
+std::string run_name(const v1::Validation& v, int index, uint32_t attempt) {
+  const auto& s = v.steps(index);
+  std::string name = v.id() + "-" + s.machine() + "-" + s.check() + "-" + std::to_string(attempt);
+  for (auto& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-')
+      c = '-';
+  if (name.size() > 63)
+    name = name.substr(name.size() - 63);
+  while (!name.empty() && name.front() == '-')
+    name.erase(name.begin());
+  return name;
+}
+
+std::vector<std::string> command_of(const v1::Validation& v, const std::string& check,
+                                    const std::string& program) {
+  std::vector<std::string> cmd{program, check, "--json"};
+  if (check == "burn") {
+    uint64_t s = v.burn_in_seconds() == 0 ? 600 : v.burn_in_seconds();
+    cmd.push_back("--duration");
+    cmd.push_back(s % 60 == 0 ? std::to_string(s / 60) + "m" : std::to_string(s) + "s");
+  } else if (check == "dcgm") {
+    cmd.push_back("--level");
+    cmd.push_back(std::to_string(v.dcgm_level() == 0 ? 2 : v.dcgm_level()));
+  } else if (check == "disk") {
+    // Without --data-dir: the worker's own folder, on the agent's data disk.
+    cmd.push_back("--data-dir");
+    cmd.push_back(v.data_dir().empty() ? "." : v.data_dir());
+  }
+  return cmd;
+}
+
+v1::RunSpec run_spec(const v1::Validation& v, int index, uint32_t gpus,
+                     const std::string& program) {
+  const auto& s = v.steps(index);
+  v1::RunSpec spec;
+  spec.set_name(run_name(v, index, s.attempts()));
+  for (auto& part : command_of(v, s.check(), program))
+    spec.add_command(std::move(part));
+  spec.set_runtime("process");
+  spec.set_gpus_per_worker(gpus);
+  spec.set_workers(1);
+  (*spec.mutable_labels())["astraeus.io/machine"] = s.machine();
+  spec.set_priority(-1000);
+  spec.set_validation(v.id());
+  spec.set_result_line(true);
+  spec.set_owner("validation " + v.id());
+  return spec;
+}
+
+caf::expected<v1::CheckResult> parse_result(const std::string& line, const std::string& check) {
+  auto first = line.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos)
+    return caf::make_error(ec::invalid_request,
+                           "the check printed no result line (is it astraeus-check with --json?)");
+  if (line[first] != '{')
+    return caf::make_error(ec::invalid_request,
+                           "the check's last line is not a JSON result: '"
+                             + line.substr(first, 120) + "'");
+  v1::CheckResult out;
+  google::protobuf::util::JsonParseOptions opts;
+  opts.ignore_unknown_fields = true;
+  auto status = google::protobuf::util::JsonStringToMessage(line, &out, opts);
+  if (!status.ok())
+    return caf::make_error(ec::invalid_request,
+                           "the check's result is not valid JSON of a result: "
+                             + std::string(status.message()));
+  if (out.check().empty())
+    return caf::make_error(ec::invalid_request, "the check's result has no \"check\"");
+  if (out.check() != check)
+    return caf::make_error(ec::invalid_request, "the result is for check " + out.check()
+                                                  + ", not " + check);
+  if (!is_verdict(out.verdict()))
+    return caf::make_error(ec::invalid_request,
+                           "the result's verdict '" + out.verdict()
+                             + "' is not one of pass, warn, fail, skipped");
+  for (const auto& f : out.findings())
+    if (f.severity() != "fail" && f.severity() != "warn")
+      return caf::make_error(ec::invalid_request, "a finding's severity '" + f.severity()
+                                                    + "' is not fail or warn");
+  return out;
+}
+
+bool apply_run(v1::ValidationStep& step, const v1::Run& run, int64_t now_unix_ms) {
+  const auto& state = run.state();
+  if (state != "Stopped" && state != "Failed")
+    return false;
+  step.set_finished_unix_ms(now_unix_ms);
+  if (run.preempted()) {
+    step.set_state(yielded);
+    step.set_yields(step.yields() + 1);
+    step.set_reason("gave way to real work; queued again");
+    return true;
+  }
+  const v1::WorkerAssignment* w = run.workers_size() > 0 ? &run.workers(0) : nullptr;
+  if (!w || w->outputs().count("astraeus.result") == 0) {
+    step.set_state(failed);
+    step.set_verdict("fail");
+    step.set_reason(run.waiting_reason().empty()
+                      ? "the check ended (" + state + ") without a result"
+                      : "the check ended without a result: " + run.waiting_reason());
+    return true;
+  }
+  auto result = parse_result(w->outputs().at("astraeus.result"), step.check());
+  if (!result) {
+    step.set_state(failed);
+    step.set_verdict("fail");
+    step.set_reason(render_error(result.error()));
+    return true;
+  }
+  for (auto& f : *result->mutable_findings()) {
+    f.set_machine(step.machine());
+    f.set_check(step.check());
+  }
+  step.set_state(done);
+  step.set_verdict(result->verdict());
+  step.set_reason("");
+  *step.mutable_result() = std::move(*result);
+  return true;
+}
+
+std::string machine_verdict(const v1::Validation& v, const std::string& machine) {
+  int worst = 0;
+  for (const auto& s : v.steps()) {
+    if (s.machine() != machine)
+      continue;
+    if (s.state() == failed)
+      worst = 2;
+    else if (s.state() != done)
+      return "";
+    else
+      worst = std::max(worst, rank_of(s.verdict()));
+  }
+  return worst == 2 ? "fail" : worst == 1 ? "warn" : "pass";
+}
+
+bool finished(const v1::Validation& v) {
+  return std::all_of(v.steps().begin(), v.steps().end(), [](const auto& s) {
+    return s.state() == done || s.state() == failed;
+  });
+}
+
+bool conclude(v1::Validation& v, int64_t now_unix_ms) {
+  if (v.state() != "Running" || !finished(v))
+    return false;
+  uint32_t pass = 0;
+  bool any_fail = false;
+  for (const auto& m : v.machines()) {
+    auto verdict = machine_verdict(v, m);
+    pass += verdict == "pass" ? 1 : 0;
+    any_fail = any_fail || verdict == "fail";
+  }
+  v.set_machines_passed(pass);
+  v.set_state(any_fail ? "Failed" : "Passed");
+  v.set_finished_unix_ms(now_unix_ms);
+  return true;
+}
+
+std::string outcome_line(const v1::Validation& v) {
+  return v.id() + " " + v.suite() + " " + v.state() + " ("
+         + (v.trigger().empty() ? "on-demand" : v.trigger()) + ")";
+}
+
+} // namespace astraeus::validation

@@ -1,0 +1,107 @@
+#pragma once
+/// @file
+/// The logic of a validation, without actors (so it is tested directly):
+/// suites and their checks, the steps per (machine, check), what a step's
+/// run turns into, the verdicts of machines and of the whole validation,
+/// the command line of a check and the parsing of its JSON result.
+/// Source: shared/seeds/bring-up-a-gpu-cluster.md (steps 2-4, 6),
+/// shared/DESIGN.md ("Validation"), issue 21.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <caf/expected.hpp>
+
+#include "messages/astraeus.pb.h"
+
+namespace astraeus::validation {
+
+/// Step states, as stored and shown.
+inline constexpr const char* queued = "Queued";
+inline constexpr const char* running = "Running";
+/// Gave way to real work; queued again (never failed for it).
+inline constexpr const char* yielded = "Yielded";
+inline constexpr const char* done = "Done";
+/// The check could not run, or printed no usable result.
+inline constexpr const char* failed = "Failed";
+
+/// The checks of `suite`, in the order they run on a machine:
+/// acceptance = quick, dcgm, burn, copies, disk; quick, dcgm, burn, copies
+/// and disk alone. Empty for any other word.
+std::vector<std::string> checks_of(const std::string& suite);
+
+/// Every suite's name, for error messages ("acceptance, quick, ...").
+std::string suite_names();
+
+/// "val-YYYYMMDD-xxxxxx": the date of `unix_ms` (UTC) and 6 hex digits of
+/// `random`.
+std::string make_id(int64_t unix_ms, uint64_t random);
+
+/// A new validation (state Running) with one Queued step per machine and
+/// check of its suite. `machines` must be non-empty and `checks_of(suite)`
+/// too (the caller checked).
+v1::Validation make_validation(const std::string& id, const v1::StartValidation& start,
+                               const std::vector<std::string>& machines,
+                               const std::string& trigger, int64_t now_unix_ms);
+
+/// After a controller restart: every Running step is Queued again (it runs
+/// again), keeping its run name so the old run can be removed first.
+/// Returns the runs to remove.
+std::vector<std::string> resume(v1::Validation& v);
+
+/// Whether `machine` has a Running step in `v`.
+bool has_running(const v1::Validation& v, const std::string& machine);
+
+/// The index of the next step to start on `machine`: its first Queued or
+/// Yielded step; nullopt when none (or one runs there already).
+std::optional<int> next_step(const v1::Validation& v, const std::string& machine);
+
+/// The run name of attempt `attempt` of step `index`:
+/// "<id>-<machine>-<check>-<attempt>", cut to 63 characters.
+std::string run_name(const v1::Validation& v, int index, uint32_t attempt);
+
+/// The run spec of a step: `program <check> --json [options]` as a host
+/// process holding every GPU of the machine (`gpus`), pinned to the machine,
+/// at the lowest priority, its last line kept as the result.
+v1::RunSpec run_spec(const v1::Validation& v, int index, uint32_t gpus,
+                     const std::string& program);
+
+/// The command of a step: `program check --json`, then `--duration 10m`
+/// (burn), `--level 2` (dcgm), `--data-dir PATH` (disk; "." when the
+/// validation names none: the worker's folder, on the agent's data disk).
+/// Options as bin/check_main.cpp (branch `checks`) reads them.
+std::vector<std::string> command_of(const v1::Validation& v, const std::string& check,
+                                    const std::string& program);
+
+/// Parses what a check printed as its last line. Errors (ec::invalid_request)
+/// name what was wrong: "no result line", "result is not JSON: ...",
+/// "result is for check dcgm, not copies", "verdict 'great' is not one of
+/// pass, warn, fail, skipped". Unknown fields are ignored.
+caf::expected<v1::CheckResult> parse_result(const std::string& line, const std::string& check);
+
+/// Applies the end of a step's run: `run` stopped with `preempted` -> the
+/// step is Yielded (queued again); else the result in its worker's outputs
+/// ("astraeus.result") -> Done with the verdict, or Failed naming what was
+/// wrong; a run that failed to start -> Failed with its words.
+/// Returns false when the run has not ended yet.
+bool apply_run(v1::ValidationStep& step, const v1::Run& run, int64_t now_unix_ms);
+
+/// The verdict of `machine` in `v`: "fail" when a step failed or its check
+/// says fail, "warn" when one warns, "pass" when all are done, "" while any
+/// is not done.
+std::string machine_verdict(const v1::Validation& v, const std::string& machine);
+
+/// Whether every step is Done or Failed.
+bool finished(const v1::Validation& v);
+
+/// Sets the validation's end once finished: Passed (no machine fails) or
+/// Failed, `machines_passed` (machines whose verdict is pass) and the
+/// finishing time. Returns whether it finished now.
+bool conclude(v1::Validation& v, int64_t now_unix_ms);
+
+/// "val-… acceptance Passed (on-demand)".
+std::string outcome_line(const v1::Validation& v);
+
+} // namespace astraeus::validation

@@ -1,0 +1,279 @@
+// The validations of a controller (validations_actor.hpp): starting
+// validations, the machines' check slots, the latest results, policies.
+// Its CLI and API requests: validations_requests.cpp.
+
+#include "actors/validation/validations_actor.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "actors/validation/validation_actor.hpp"
+#include "actors/validation/validation_plan.hpp"
+#include "actors/validation/validations_internal.hpp"
+#include "messages/error.hpp"
+#include "store/store.hpp"
+
+namespace astraeus::validation_detail {
+
+v1::Request cluster_request() {
+  v1::Request req;
+  *req.mutable_caller() = validation_principal();
+  return req;
+}
+
+void spawn_validation(self_ptr self, const v1::Validation& v, bool resumed) {
+  auto& st = self->state;
+  validation_config vc;
+  vc.store = st.config.store;
+  vc.scheduler = st.config.scheduler;
+  vc.cluster = st.cluster;
+  vc.owner = validations_actor{self};
+  vc.check_program = st.config.check_program;
+  vc.poll_interval = st.config.poll_interval;
+  vc.clock = st.config.clock;
+  vc.validation = v;
+  vc.resumed = resumed;
+  st.running[v.id()] = self->spawn(validation_behavior, std::move(vc));
+}
+
+void start_validation(self_ptr self, v1::StartValidation start, std::string trigger,
+                      std::string created_by, started_fn done) {
+  auto& st = self->state;
+  if (validation::checks_of(start.suite()).empty()) {
+    done(caf::make_error(ec::invalid_request, "unknown suite '" + start.suite()
+                                                + "': one of " + validation::suite_names()));
+    return;
+  }
+  if (start.pool().empty() == start.machine().empty()) {
+    done(caf::make_error(ec::invalid_request,
+                         "name the machines to check: --pool POOL or --machine NAME (one of them)"));
+    return;
+  }
+  if (!st.cluster) {
+    done(caf::make_error(ec::invalid_request, "the validations are not ready yet"));
+    return;
+  }
+  auto req = cluster_request();
+  req.mutable_list_machines();
+  self->request(st.cluster, std::chrono::seconds{10}, std::move(req))
+    .then(
+      [self, start, trigger, created_by, done](v1::Response& resp) {
+        if (resp.has_error()) {
+          done(caf::make_error(ec::invalid_request, resp.error().message()));
+          return;
+        }
+        std::vector<std::string> names;
+        bool known = false;
+        for (const auto& m : resp.machines().machines()) {
+          auto p = m.labels().find("pool");
+          bool member = start.machine().empty()
+                          ? p != m.labels().end() && p->second == start.pool()
+                          : m.name() == start.machine();
+          if (!member)
+            continue;
+          known = true;
+          if (m.state() == v1::Machine::Up || m.state() == v1::Machine::Accepting)
+            names.push_back(m.name());
+        }
+        if (names.empty()) {
+          std::string what = start.machine().empty() ? "pool " + start.pool()
+                                                     : "machine " + start.machine();
+          done(caf::make_error(ec::invalid_request,
+                               known ? "no machine of " + what + " is Up"
+                                     : start.machine().empty()
+                                         ? "no machine in pool " + start.pool()
+                                         : "no machine named " + start.machine()));
+          return;
+        }
+        std::sort(names.begin(), names.end());
+        auto& st = self->state;
+        auto now = st.config.clock->now_unix_ms();
+        std::string id;
+        do
+          id = validation::make_id(now, st.rng());
+        while (st.validations.count(id));
+        auto v = validation::make_validation(id, start, names, trigger, now);
+        v.set_created_by(created_by);
+        if (!st.config.console_url.empty())
+          v.set_console_url(st.config.console_url + "/validation?validation=" + id);
+        if (auto err = st.config.store->put(family::validations, "val/" + id, v, true)) {
+          done(err);
+          return;
+        }
+        st.validations[id] = v;
+        spawn_validation(self, v, false);
+        spdlog::info("validations: {} ({}): {} on {} machine(s)", id, trigger, v.suite(),
+                     names.size());
+        done(v);
+      },
+      [done](caf::error& err) { done(err); });
+}
+
+namespace {
+
+caf::result<std::string> on_slot(self_ptr self, const std::string& machine,
+                                 const std::string& id, bool want) {
+  auto& st = self->state;
+  auto held = st.slots.find(machine);
+  if (!want) {
+    if (held != st.slots.end() && held->second == id)
+      st.slots.erase(held);
+    return std::string{};
+  }
+  if (held != st.slots.end())
+    return held->second == id ? std::string{} : machine + ": another check runs there";
+  // Held at once (no second grant while the GPUs are looked at).
+  st.slots[machine] = id;
+  auto rp = self->make_response_promise<std::string>();
+  auto req = cluster_request();
+  req.mutable_list_gpus()->set_machine(machine);
+  self->request(st.cluster, std::chrono::seconds{10}, std::move(req))
+    .then(
+      [self, rp, machine, id](v1::Response& resp) mutable {
+        std::string busy;
+        for (const auto& g : resp.gpus().gpus())
+          if (!g.holder().empty() && g.holder().rfind("validation ", 0) != 0)
+            busy = g.holder();
+        if (resp.has_error() || busy.empty()) {
+          rp.deliver(std::string{});
+          return;
+        }
+        auto& st = self->state;
+        if (auto h = st.slots.find(machine); h != st.slots.end() && h->second == id)
+          st.slots.erase(h);
+        rp.deliver(machine + ": its GPUs are in use by " + busy + "; the check waits");
+      },
+      [self, rp, machine, id](caf::error& err) mutable {
+        auto& st = self->state;
+        if (auto h = st.slots.find(machine); h != st.slots.end() && h->second == id)
+          st.slots.erase(h);
+        rp.deliver(machine + ": cannot look at its GPUs (" + render_error(err) + ")");
+      });
+  return rp;
+}
+
+void on_step(self_ptr self, v1::ValidationStep& step) {
+  auto& st = self->state;
+  auto key = "latest/" + step.machine() + "/" + step.check();
+  if (auto err = st.config.store->put(family::validations, key, step, true))
+    spdlog::error("validations: cannot store {}: {}", key, render_error(err));
+  if (step.check() == "quick" && st.cluster) {
+    // The machine actor is reached through the cluster's look-up.
+    self->request(st.cluster, std::chrono::seconds{10}, atom::get_v, step.machine())
+      .then([self, step](machine_actor& m) { self->send(m, atom::validate_v, step); },
+            [](caf::error&) {});
+  }
+  st.latest[{step.machine(), step.check()}] = std::move(step);
+}
+
+void on_validation(self_ptr self, v1::Validation& v) {
+  auto& st = self->state;
+  bool ended = v.state() != "Running";
+  if (ended) {
+    st.running.erase(v.id());
+    for (auto it = st.slots.begin(); it != st.slots.end();)
+      it = it->second == v.id() ? st.slots.erase(it) : std::next(it);
+    if (v.suite() == "acceptance")
+      for (const auto& m : v.machines()) {
+        auto verdict = validation::machine_verdict(v, m);
+        if (verdict == "pass" || verdict == "warn")
+          accept_machine(self, m, "", [](caf::expected<v1::MachineView>) {});
+      }
+  }
+  st.validations[v.id()] = std::move(v);
+}
+
+void load(self_ptr self) {
+  auto& st = self->state;
+  auto err = st.config.store->for_each(
+    family::validations, [&](std::string_view key, std::string_view bytes) {
+      auto parse = [&](google::protobuf::Message& m) {
+        return m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()));
+      };
+      if (key.rfind("val/", 0) == 0) {
+        v1::Validation v;
+        if (parse(v))
+          st.validations[v.id()] = std::move(v);
+      } else if (key.rfind("latest/", 0) == 0) {
+        v1::ValidationStep s;
+        if (parse(s))
+          st.latest[{s.machine(), s.check()}] = std::move(s);
+      } else if (key.rfind("policy/", 0) == 0) {
+        v1::ValidationPolicy p;
+        if (parse(p))
+          st.policies[p.pool()] = std::move(p);
+      }
+      return true;
+    });
+  if (err)
+    spdlog::error("validations: cannot load: {}", render_error(err));
+}
+
+} // namespace
+
+void accept_machine(self_ptr self, const std::string& machine, const std::string& reason,
+                    accepted_fn done) {
+  auto& st = self->state;
+  if (!st.cluster) {
+    done(caf::make_error(ec::invalid_request, "the validations are not ready yet"));
+    return;
+  }
+  self->request(st.cluster, std::chrono::seconds{10}, atom::get_v, machine)
+    .then(
+      [self, machine, reason, done](machine_actor& m) {
+        self->request(m, std::chrono::seconds{10}, atom::get_v)
+          .then(
+            [self, m, machine, reason, done](v1::MachineView& view) {
+              auto pool = view.labels().find("pool");
+              auto& st = self->state;
+              auto p = pool == view.labels().end() ? st.policies.end()
+                                                   : st.policies.find(pool->second);
+              bool required = p != st.policies.end() && p->second.require_acceptance();
+              st.told_required[machine] = required;
+              self->request(m, std::chrono::seconds{10}, atom::accept_v, required, true, reason)
+                .then([done](v1::MachineView& v) { done(v); },
+                      [done](caf::error& err) { done(err); });
+            },
+            [done](caf::error& err) { done(err); });
+      },
+      [done](caf::error& err) { done(err); });
+}
+
+} // namespace astraeus::validation_detail
+
+namespace astraeus {
+
+using namespace validation_detail;
+
+validations_actor::behavior_type
+validations(validations_actor::stateful_pointer<validations_state> self,
+            validations_config config) {
+  auto& st = self->state;
+  st.config = std::move(config);
+  st.rng.seed(st.config.seed != 0 ? st.config.seed : std::random_device{}());
+  load(self);
+  return {
+    [self](v1::Request& req) -> caf::result<v1::Response> { return answer(self, req); },
+    [self](atom::attach, cluster_actor& cluster) {
+      auto& st = self->state;
+      bool first = !st.cluster;
+      st.cluster = std::move(cluster);
+      if (!first)
+        return;
+      for (const auto& [id, v] : st.validations)
+        if (v.state() == "Running")
+          spawn_validation(self, v, true);
+      self->send(self, atom::poll_v);
+    },
+    [self](atom::slot, std::string& machine, std::string& id, bool want) {
+      return on_slot(self, machine, id, want);
+    },
+    [self](atom::validate, v1::ValidationStep& step) { on_step(self, step); },
+    [self](atom::validate, v1::Validation& v) { on_validation(self, v); },
+    [self](atom::poll) {
+      look_at_machines(self);
+      self->delayed_send(self, self->state.config.machine_poll, atom::poll_v);
+    },
+  };
+}
+
+} // namespace astraeus

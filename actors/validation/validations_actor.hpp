@@ -1,0 +1,87 @@
+#pragma once
+/// @file
+/// The validations of a controller: one actor that starts validations (on
+/// demand, the quick check of a machine that came Up, the acceptance its
+/// pool's policy asks for), spawns one validation actor each, grants each
+/// machine's one check slot (only while its GPUs are free of real work),
+/// keeps the latest result per (machine, check), the pools' policies and
+/// answers the CLI's and the API's validation requests. Everything it keeps
+/// is in family `validations` ("val/<id>", "latest/<machine>/<check>",
+/// "policy/<pool>"), loaded again at start: Running validations resume.
+/// Handlers: actors/interfaces.hpp (validations_actor).
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include "actors/interfaces.hpp"
+#include "actors/validation/cluster_report.hpp"
+#include "messages/astraeus.pb.h"
+#include "runtime/process/wall_clock.hpp"
+
+namespace astraeus {
+
+class Store;
+
+/// Settings of the validations actor.
+struct validations_config {
+  /// The controller's store; required.
+  std::shared_ptr<Store> store;
+  /// Where checks run; required.
+  scheduler_actor scheduler;
+  /// Times users read; ids' dates.
+  std::shared_ptr<const wall_clock> clock = real_wall_clock();
+  /// `validation.check_program`: the program a check runs (on the agent).
+  std::string check_program = "astraeus-check";
+  /// How often a validation looks at its steps (virtual in tests).
+  caf::timespan poll_interval = std::chrono::seconds{1};
+  /// How often machines are looked at for a new Up (the quick check) and
+  /// for their pool's policy.
+  caf::timespan machine_poll = std::chrono::seconds{2};
+  /// `validation.quick_on_up`: run the quick check when a machine comes Up.
+  bool quick_on_up = true;
+  /// The console's address ("https://host:8443"); a validation's page is
+  /// `<console_url>/validation?validation=<id>`; empty: none shown.
+  std::string console_url;
+  /// Seeds the random part of ids (tests fix it).
+  uint64_t seed = 0;
+};
+
+/// The state of the validations actor.
+struct validations_state {
+  /// Actor name for CAF.
+  static inline const char* name = "validations";
+  validations_config config;
+  /// Set by atom::attach.
+  cluster_actor cluster;
+  /// Every validation, by id (the latest copy its actor sent).
+  std::map<std::string, v1::Validation> validations;
+  /// The actors of running validations.
+  std::map<std::string, validation_actor> running;
+  /// Machine -> the validation holding its check slot.
+  std::map<std::string, std::string> slots;
+  /// The latest step per (machine, check).
+  validation::latest_map latest;
+  /// Pool -> its policy.
+  std::map<std::string, v1::ValidationPolicy> policies;
+  /// Machines seen Up (or Accepting) at the last look.
+  std::set<std::string> up;
+  /// Machines whose policy acceptance was started (by this run).
+  std::set<std::string> acceptance_started;
+  /// Machine -> whether it was last told its pool requires acceptance.
+  std::map<std::string, bool> told_required;
+  std::mt19937_64 rng;
+};
+
+/// The validations actor's behaviour.
+validations_actor::behavior_type
+validations(validations_actor::stateful_pointer<validations_state> self,
+            validations_config config);
+
+} // namespace astraeus

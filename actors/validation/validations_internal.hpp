@@ -1,0 +1,46 @@
+#pragma once
+/// @file
+/// Private to the validations actor (validations_actor.cpp,
+/// validations_requests.cpp): the functions its handlers are made of.
+
+#include <functional>
+#include <string>
+
+#include <caf/expected.hpp>
+
+#include "actors/validation/validations_actor.hpp"
+
+namespace astraeus::validation_detail {
+
+/// The validations actor, as its handlers see it.
+using self_ptr = validations_actor::stateful_pointer<validations_state>;
+
+/// Called with the new validation or why it could not start.
+using started_fn = std::function<void(caf::expected<v1::Validation>)>;
+/// Called with the accepted machine or why it could not be accepted.
+using accepted_fn = std::function<void(caf::expected<v1::MachineView>)>;
+
+/// A request to the cluster on the validations' behalf (owner role).
+v1::Request cluster_request();
+
+/// Spawns the actor of `v` (`resumed`: after a restart).
+void spawn_validation(self_ptr self, const v1::Validation& v, bool resumed);
+
+/// Starts a validation: checks the suite and the machines (those of the
+/// pool or the one machine, Up or Accepting), stores it with sync, spawns
+/// its actor. Errors (ec::invalid_request) name what was wrong.
+void start_validation(self_ptr self, v1::StartValidation start, std::string trigger,
+                      std::string created_by, started_fn done);
+
+/// Accepts `machine` in its pool (it passed, or an admin's `reason`).
+void accept_machine(self_ptr self, const std::string& machine, const std::string& reason,
+                    accepted_fn done);
+
+/// Answers a validation request of the CLI or the API.
+caf::result<v1::Response> answer(self_ptr self, const v1::Request& req);
+
+/// The machine poll: the quick check of machines that came Up, and the
+/// acceptance their pool's policy asks for.
+void look_at_machines(self_ptr self);
+
+} // namespace astraeus::validation_detail

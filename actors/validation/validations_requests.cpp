@@ -1,0 +1,243 @@
+// The validations actor's requests (from the CLI and the API, through the
+// cluster) and its machine poll (validations_internal.hpp).
+
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+#include "actors/controller/cluster_requests.hpp"
+#include "actors/validation/cluster_report.hpp"
+#include "actors/validation/validation_plan.hpp"
+#include "actors/validation/validations_internal.hpp"
+#include "messages/error.hpp"
+#include "store/store.hpp"
+
+namespace astraeus::validation_detail {
+
+namespace {
+
+using rp_t = caf::typed_response_promise<v1::Response>;
+
+v1::Response failure(uint64_t id, const caf::error& err) {
+  return error_response(id, err);
+}
+
+v1::Response with_id(uint64_t id) {
+  v1::Response out;
+  out.set_id(id);
+  return out;
+}
+
+caf::result<v1::Response> start(self_ptr self, const v1::Request& req) {
+  auto rp = self->make_response_promise<v1::Response>();
+  start_validation(self, req.start_validation(), "on-demand", req.caller().name(),
+                   [rp, id = req.id()](caf::expected<v1::Validation> v) mutable {
+                     if (!v) {
+                       rp.deliver(failure(id, v.error()));
+                       return;
+                     }
+                     auto out = with_id(id);
+                     *out.mutable_validation() = std::move(*v);
+                     rp.deliver(std::move(out));
+                   });
+  return rp;
+}
+
+v1::Response list(self_ptr self, const v1::Request& req) {
+  auto out = with_id(req.id());
+  std::vector<const v1::Validation*> all;
+  for (const auto& [id, v] : self->state.validations)
+    all.push_back(&v);
+  std::sort(all.begin(), all.end(), [](const auto* a, const auto* b) {
+    if (a->created_unix_ms() != b->created_unix_ms())
+      return a->created_unix_ms() > b->created_unix_ms();
+    return a->id() > b->id();
+  });
+  for (const auto* v : all)
+    *out.mutable_validations()->add_validations() = *v;
+  return out;
+}
+
+v1::Response get(self_ptr self, const v1::Request& req) {
+  const auto& id = req.get_validation().id();
+  auto it = self->state.validations.find(id);
+  if (it == self->state.validations.end())
+    return failure(req.id(), caf::make_error(ec::invalid_request, "no validation named " + id));
+  auto out = with_id(req.id());
+  *out.mutable_validation() = it->second;
+  return out;
+}
+
+caf::result<v1::Response> report(self_ptr self, const v1::Request& req) {
+  auto& st = self->state;
+  if (!st.cluster)
+    return failure(req.id(), caf::make_error(ec::invalid_request, "not ready yet"));
+  auto rp = self->make_response_promise<v1::Response>();
+  auto creq = cluster_request();
+  creq.mutable_list_machines();
+  self->request(st.cluster, std::chrono::seconds{10}, std::move(creq))
+    .then(
+      [self, rp, id = req.id(), pool = req.get_report().pool()](v1::Response& resp) mutable {
+        if (resp.has_error()) {
+          resp.set_id(id);
+          rp.deliver(std::move(resp));
+          return;
+        }
+        auto out = with_id(id);
+        *out.mutable_report() = validation::build_report(
+          resp.machines(), self->state.latest, pool, self->state.config.clock->now_unix_ms());
+        rp.deliver(std::move(out));
+      },
+      [rp, id = req.id()](caf::error& err) mutable { rp.deliver(failure(id, err)); });
+  return rp;
+}
+
+v1::Response set_policy(self_ptr self, const v1::Request& req) {
+  auto& st = self->state;
+  auto p = req.set_validation_policy().policy();
+  if (p.pool().empty())
+    return failure(req.id(), caf::make_error(ec::invalid_request, "policy: no pool named"));
+  if (p.dcgm_level() > 4)
+    return failure(req.id(), caf::make_error(ec::invalid_request,
+                                             "policy: --dcgm-level "
+                                               + std::to_string(p.dcgm_level())
+                                               + " is not 1, 2, 3 or 4"));
+  p.set_set_by(req.caller().name());
+  p.set_set_unix_ms(st.config.clock->now_unix_ms());
+  if (auto err = st.config.store->put(family::validations, "policy/" + p.pool(), p, true))
+    return failure(req.id(), err);
+  st.policies[p.pool()] = p;
+  spdlog::info("validations: pool {} policy: acceptance {}, burn-in {} s, DCGM level {}",
+               p.pool(), p.require_acceptance() ? "required" : "not required",
+               p.burn_in_seconds(), p.dcgm_level());
+  // Applied to the pool's machines at once (not at the next poll).
+  look_at_machines(self);
+  auto out = with_id(req.id());
+  *out.mutable_validation_policy() = std::move(p);
+  return out;
+}
+
+caf::result<v1::Response> accept(self_ptr self, const v1::Request& req) {
+  const auto& body = req.accept_machine();
+  if (body.machine().empty())
+    return failure(req.id(), caf::make_error(ec::invalid_request, "accept: no machine named"));
+  if (body.reason().empty())
+    return failure(req.id(), caf::make_error(ec::invalid_request,
+                                             "accept: --reason is required (it is audited)"));
+  auto rp = self->make_response_promise<v1::Response>();
+  accept_machine(self, body.machine(), body.reason(),
+                 [rp, id = req.id()](caf::expected<v1::MachineView> m) mutable {
+                   if (!m) {
+                     rp.deliver(failure(id, m.error()));
+                     return;
+                   }
+                   auto out = with_id(id);
+                   *out.mutable_machine() = std::move(*m);
+                   rp.deliver(std::move(out));
+                 });
+  return rp;
+}
+
+v1::Response policies(self_ptr self, const v1::Request& req) {
+  auto out = with_id(req.id());
+  for (const auto& [pool, p] : self->state.policies)
+    *out.mutable_validation_policies()->add_policies() = p;
+  return out;
+}
+
+/// Whether a running validation has `check` not yet done on `machine`.
+bool pending(self_ptr self, const std::string& machine, const std::string& check) {
+  for (const auto& [id, v] : self->state.validations) {
+    if (v.state() != "Running")
+      continue;
+    for (const auto& s : v.steps())
+      if (s.machine() == machine && s.check() == check && s.state() != validation::done
+          && s.state() != validation::failed)
+        return true;
+  }
+  return false;
+}
+
+void start_for(self_ptr self, const std::string& machine, const std::string& suite,
+               const v1::ValidationPolicy* policy, const std::string& trigger) {
+  v1::StartValidation start;
+  start.set_suite(suite);
+  start.set_machine(machine);
+  if (policy) {
+    start.set_burn_in_seconds(policy->burn_in_seconds());
+    start.set_dcgm_level(policy->dcgm_level());
+  }
+  start_validation(self, start, trigger, "astraeus", [machine, suite](auto v) {
+    if (!v)
+      spdlog::warn("validations: cannot start {} on {}: {}", suite, machine,
+                   render_error(v.error()));
+  });
+}
+
+} // namespace
+
+caf::result<v1::Response> answer(self_ptr self, const v1::Request& req) {
+  using R = v1::Request;
+  switch (req.body_case()) {
+  case R::kStartValidation: return start(self, req);
+  case R::kListValidations: return list(self, req);
+  case R::kGetValidation: return get(self, req);
+  case R::kGetReport: return report(self, req);
+  case R::kSetValidationPolicy: return set_policy(self, req);
+  case R::kAcceptMachine: return accept(self, req);
+  case R::kListValidationPolicies: return policies(self, req);
+  default:
+    return failure(req.id(), caf::make_error(ec::invalid_request, "not a validation request"));
+  }
+}
+
+void look_at_machines(self_ptr self) {
+  auto& st = self->state;
+  if (!st.cluster)
+    return;
+  auto req = cluster_request();
+  req.mutable_list_machines();
+  self->request(st.cluster, std::chrono::seconds{10}, std::move(req))
+    .then(
+      [self](v1::Response& resp) {
+        auto& st = self->state;
+        std::set<std::string> up;
+        for (const auto& m : resp.machines().machines()) {
+          bool is_up = m.state() == v1::Machine::Up || m.state() == v1::Machine::Accepting;
+          auto pool = m.labels().find("pool");
+          const v1::ValidationPolicy* policy = nullptr;
+          if (pool != m.labels().end())
+            if (auto p = st.policies.find(pool->second); p != st.policies.end())
+              policy = &p->second;
+          bool required = policy && policy->require_acceptance();
+          auto told = st.told_required.find(m.name());
+          if (told == st.told_required.end() || told->second != required) {
+            st.told_required[m.name()] = required;
+            self->request(st.cluster, std::chrono::seconds{10}, atom::get_v, m.name())
+              .then(
+                [self, required](machine_actor& h) {
+                  self->request(h, std::chrono::seconds{10}, atom::accept_v, required, false,
+                                std::string{})
+                    .then([](v1::MachineView&) {}, [](caf::error&) {});
+                },
+                [](caf::error&) {});
+          }
+          if (!is_up)
+            continue;
+          up.insert(m.name());
+          bool accepting = required && !m.accepted() && m.state() == v1::Machine::Accepting;
+          if (accepting && !st.acceptance_started.count(m.name())
+              && !pending(self, m.name(), "burn")) {
+            st.acceptance_started.insert(m.name());
+            start_for(self, m.name(), "acceptance", policy, "policy");
+          } else if (!st.up.count(m.name()) && st.config.quick_on_up
+                     && !pending(self, m.name(), "quick")) {
+            start_for(self, m.name(), "quick", nullptr, "automatic");
+          }
+        }
+        st.up = std::move(up);
+      },
+      [](caf::error&) {});
+}
+
+} // namespace astraeus::validation_detail

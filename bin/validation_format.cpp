@@ -1,0 +1,169 @@
+// What the validation commands print (validation_format.hpp).
+
+#include "bin/validation_format.hpp"
+
+#include <set>
+
+#include "bin/cli_format.hpp"
+#include "runtime/process/wall_clock.hpp"
+
+namespace astraeus::cli {
+
+namespace {
+
+std::string joined(const google::protobuf::RepeatedPtrField<std::string>& xs) {
+  std::string out;
+  for (const auto& x : xs)
+    out += (out.empty() ? "" : ", ") + x;
+  return out;
+}
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+    case '&': out += "&amp;"; break;
+    case '<': out += "&lt;"; break;
+    case '>': out += "&gt;"; break;
+    case '"': out += "&quot;"; break;
+    default: out += c;
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> row_cells(const v1::ReportRow& r) {
+  return {r.machine(), r.state(), r.verdict(), r.quick(), r.dcgm(), r.burn(),
+          r.copies(), r.disk(), r.pairs(), r.all_reduce()};
+}
+
+const std::vector<std::string>& report_header() {
+  static const std::vector<std::string> h{"MACHINE", "STATE", "VERDICT", "QUICK", "DCGM",
+                                          "BURN", "COPIES", "DISK", "PAIRS", "ALL-REDUCE"};
+  return h;
+}
+
+} // namespace
+
+std::string format_validation_started(const v1::Validation& v) {
+  std::string out = "validation " + v.id() + ": " + v.suite() + " on " + joined(v.machines())
+                    + "\n";
+  if (!v.console_url().empty())
+    out += v.console_url() + "\n";
+  return out;
+}
+
+std::string format_validation_progress(const v1::Validation& v) {
+  int done = 0;
+  std::string running, waiting;
+  std::set<std::string> said;
+  for (const auto& s : v.steps()) {
+    if (s.state() == "Done" || s.state() == "Failed")
+      ++done;
+    else if (s.state() == "Running")
+      running += (running.empty() ? "" : ", ") + s.machine() + " " + s.check();
+    else if (!s.reason().empty() && said.insert(s.machine()).second)
+      waiting += (waiting.empty() ? "" : "; ") + s.reason();
+  }
+  std::string out = "  " + std::to_string(done) + "/" + std::to_string(v.steps_size())
+                    + " steps done";
+  if (!running.empty())
+    out += "; running: " + running;
+  if (!waiting.empty())
+    out += "; waiting: " + waiting;
+  return out + "\n";
+}
+
+std::string format_validation_outcome(const v1::Validation& v) {
+  return v.id() + " " + v.suite() + " " + v.state() + " ("
+         + (v.trigger().empty() ? "on-demand" : v.trigger()) + ")\n"
+         + std::to_string(v.machines_passed()) + "/" + std::to_string(v.machines_size())
+         + " machines pass.\n";
+}
+
+std::string format_validation_list(const v1::ValidationList& list) {
+  if (list.validations().empty())
+    return "No validations yet: astra astraeus validate --suite acceptance --pool POOL\n";
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& v : list.validations()) {
+    std::string target = v.pool().empty() ? joined(v.machines()) : "pool " + v.pool();
+    std::string pass = v.state() == "Running"
+                         ? "—"
+                         : std::to_string(v.machines_passed()) + "/"
+                             + std::to_string(v.machines_size());
+    rows.push_back({v.id(), v.suite(), target, v.state(), pass, v.trigger(),
+                    format_utc(v.created_unix_ms())});
+  }
+  return render_table({"ID", "SUITE", "ON", "STATE", "PASS", "TRIGGER", "CREATED"}, rows);
+}
+
+std::string format_validation(const v1::Validation& v) {
+  std::string out = v.id() + " " + v.suite() + " " + v.state() + " ("
+                    + (v.trigger().empty() ? "on-demand" : v.trigger()) + ")\n";
+  if (!v.note().empty())
+    out += "note: " + v.note() + "\n";
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& s : v.steps()) {
+    std::string why = s.result().summary().empty() ? s.reason() : s.result().summary();
+    rows.push_back({s.machine(), s.check(), s.state(), s.verdict().empty() ? "—" : s.verdict(),
+                    std::to_string(s.yields()), why});
+  }
+  return out + render_table({"MACHINE", "CHECK", "STATE", "VERDICT", "YIELDED", "WHY"}, rows);
+}
+
+std::string format_report(const v1::ClusterReport& r) {
+  std::string out = r.summary() + "\n\n";
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& row : r.rows())
+    rows.push_back(row_cells(row));
+  out += render_table(report_header(), rows);
+  out += "\nWhat to fix (" + std::to_string(r.findings_size()) + ")\n";
+  for (const auto& f : r.findings()) {
+    out += std::string(f.severity() == "fail" ? "! " : "! ") + f.what() + "\n";
+    if (!f.fix().empty())
+      out += "  fix: " + f.fix() + "\n";
+  }
+  return out;
+}
+
+std::string format_report_html(const v1::ClusterReport& r, const std::string& title) {
+  std::string out =
+    "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>"
+    + html_escape(title)
+    + "</title>\n<style>body{font-family:sans-serif;margin:2em}table{border-collapse:"
+      "collapse}td,th{border:1px solid #999;padding:.2em .6em;text-align:left}"
+      ".fail{background:#fdd}.warn{background:#ffd}.pass{background:#dfd}"
+      "@media print{body{margin:0}}</style></head><body>\n<h1>"
+    + html_escape(title) + "</h1>\n<p>" + html_escape(r.summary()) + "</p>\n<table><tr>";
+  for (const auto& h : report_header())
+    out += "<th>" + h + "</th>";
+  out += "</tr>\n";
+  for (const auto& row : r.rows()) {
+    out += "<tr>";
+    for (const auto& c : row_cells(row))
+      out += "<td class=\"" + html_escape(c) + "\">" + html_escape(c) + "</td>";
+    out += "</tr>\n";
+  }
+  out += "</table>\n<h2>What to fix (" + std::to_string(r.findings_size()) + ")</h2>\n<ul>\n";
+  for (const auto& f : r.findings())
+    out += "<li class=\"" + html_escape(f.severity()) + "\">" + html_escape(f.what())
+           + (f.fix().empty() ? "" : "<br>fix: " + html_escape(f.fix())) + "</li>\n";
+  out += "</ul>\n<p>Generated " + html_escape(format_utc(r.generated_unix_ms()))
+         + "</p>\n</body></html>\n";
+  return out;
+}
+
+std::string format_policy(const v1::ValidationPolicy& p) {
+  std::string burn = p.burn_in_seconds() == 0 ? "10m (default)"
+                     : p.burn_in_seconds() % 60 == 0
+                       ? std::to_string(p.burn_in_seconds() / 60) + "m"
+                       : std::to_string(p.burn_in_seconds()) + "s";
+  return "pool " + p.pool() + ": "
+         + (p.require_acceptance() ? "new machines must pass acceptance"
+                                   : "acceptance not required")
+         + "; burn-in " + burn + "; DCGM level "
+         + (p.dcgm_level() == 0 ? std::string{"2 (default)"} : std::to_string(p.dcgm_level()))
+         + "\n";
+}
+
+} // namespace astraeus::cli

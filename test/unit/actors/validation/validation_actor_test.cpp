@@ -1,0 +1,248 @@
+// One validation as an actor (actors/validation/validation_actor.hpp), with
+// a stand-in scheduler, cluster and owner: one check at a time per machine,
+// a check that gave way queued again, a restart that runs the step in
+// flight again. Deterministic: CAF's test coordinator and virtual time.
+
+#include "actor_fixture.hpp"
+
+#include <map>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include <caf/event_based_actor.hpp>
+
+#include "actors/validation/validation_actor.hpp"
+#include "actors/validation/validation_plan.hpp"
+#include "store/store.hpp"
+
+using namespace astraeus;
+namespace val = astraeus::validation;
+
+namespace {
+
+/// What the stand-ins saw and what the test makes them answer.
+struct world {
+  std::map<std::string, v1::Run> runs;       // by name
+  std::vector<std::string> submitted;         // run names, in order
+  std::vector<std::string> removed;
+  std::map<std::string, std::string> slots;   // machine -> validation
+  std::vector<v1::ValidationStep> ended;
+  v1::Validation last;
+  int overlaps = 0;  // a check submitted while another ran on its machine
+};
+
+std::string machine_of(const v1::RunSpec& s) {
+  auto it = s.labels().find("astraeus.io/machine");
+  return it == s.labels().end() ? std::string{} : it->second;
+}
+
+bool live(const v1::Run& r) {
+  return r.state() != "Stopped" && r.state() != "Failed";
+}
+
+class ValidationActor : public test::actor_test {
+protected:
+  ValidationActor() : w(std::make_shared<world>()) {
+    auto s = Store::open(dir.path() + "/controller");
+    if (!s)
+      ADD_FAILURE() << render_error(s.error());
+    else
+      db = std::shared_ptr<Store>{std::move(*s)};
+    auto sw = w;
+    sched_ = caf::actor_cast<scheduler_actor>(spawn([sw](caf::event_based_actor*) -> caf::behavior {
+      return {
+        [sw](atom::submit, v1::RunSpec& spec) -> v1::Run {
+          for (const auto& [name, r] : sw->runs)
+            if (live(r) && machine_of(r.spec()) == machine_of(spec))
+              ++sw->overlaps;
+          v1::Run run;
+          *run.mutable_spec() = spec;
+          run.set_state("Placed");
+          sw->runs[spec.name()] = run;
+          sw->submitted.push_back(spec.name());
+          return run;
+        },
+        [sw](atom::get, std::string& name) -> caf::result<v1::Run> {
+          auto it = sw->runs.find(name);
+          if (it == sw->runs.end())
+            return caf::make_error(ec::invalid_request, "no run named " + name);
+          return it->second;
+        },
+        [sw](atom::remove, std::string& name) -> v1::Run {
+          sw->removed.push_back(name);
+          auto r = sw->runs[name];
+          r.set_state("Stopped");
+          sw->runs[name] = r;
+          return r;
+        },
+      };
+    }));
+    cluster_ = caf::actor_cast<cluster_actor>(spawn([](caf::event_based_actor*) -> caf::behavior {
+      return {
+        [](v1::Request& req) -> v1::Response {
+          v1::Response out;
+          out.set_id(req.id());
+          if (req.has_get_machine()) {
+            auto* m = out.mutable_machine();
+            m->set_name(req.get_machine().name());
+            for (int i = 0; i < 8; ++i)
+              m->mutable_facts()->mutable_gpus()->add_gpus()->set_id("GPU-" + std::to_string(i));
+          } else if (req.has_list_gpus()) {
+            out.mutable_gpus();
+          }
+          return out;
+        },
+      };
+    }));
+    owner_ = caf::actor_cast<validations_actor>(spawn([sw](caf::event_based_actor*) -> caf::behavior {
+      return {
+        [sw](atom::slot, std::string& machine, std::string& id, bool want) -> std::string {
+          auto it = sw->slots.find(machine);
+          if (!want) {
+            if (it != sw->slots.end() && it->second == id)
+              sw->slots.erase(it);
+            return {};
+          }
+          if (it != sw->slots.end() && it->second != id)
+            return machine + ": another check runs there";
+          sw->slots[machine] = id;
+          return {};
+        },
+        [sw](atom::validate, v1::ValidationStep& s) { sw->ended.push_back(s); },
+        [sw](atom::validate, v1::Validation& v) { sw->last = v; },
+      };
+    }));
+  }
+
+  validation_actor start(v1::Validation v, bool resumed = false) {
+    validation_config c;
+    c.store = db;
+    c.scheduler = sched_;
+    c.cluster = cluster_;
+    c.owner = owner_;
+    c.validation = std::move(v);
+    c.resumed = resumed;
+    auto a = spawn(validation_behavior, std::move(c));
+    run();
+    return a;
+  }
+
+  /// Ends the live run of every machine: its check's verdict, or given way.
+  void end_live_runs(const std::string& verdict = "pass", bool preempted = false) {
+    for (auto& [name, r] : w->runs) {
+      if (!live(r))
+        continue;
+      r.set_state("Stopped");
+      r.set_preempted(preempted);
+      auto check = r.spec().command(1);
+      (*r.add_workers()->mutable_outputs())["astraeus.result"] =
+        R"({"check":")" + check + R"(","verdict":")" + verdict + R"(","summary":"fine"})";
+    }
+  }
+
+  static v1::Validation acceptance(std::vector<std::string> machines) {
+    v1::StartValidation s;
+    s.set_suite("acceptance");
+    s.set_pool("h100");
+    return val::make_validation("val-20261006-7f3a2c", s, machines, "on-demand", 0);
+  }
+
+  test::temp_dir dir;
+  std::shared_ptr<Store> db;
+  std::shared_ptr<world> w;
+  scheduler_actor sched_;
+  cluster_actor cluster_;
+  validations_actor owner_;
+};
+
+} // namespace
+
+TEST_F(ValidationActor, RunsOneCheckAtATimePerMachineUntilEveryMachinePasses) {
+  start(acceptance({"gpu-01", "gpu-02"}));
+  ASSERT_EQ(w->submitted.size(), 2u) << "each machine starts its first check at once";
+  advance(std::chrono::seconds{1});
+  EXPECT_EQ(w->submitted.size(), 2u) << "nothing more starts while the checks run";
+  for (int round = 0; round < 5; ++round) {
+    end_live_runs();
+    advance(std::chrono::seconds{1});
+    advance(std::chrono::seconds{1});
+  }
+  EXPECT_EQ(w->submitted.size(), 10u);
+  EXPECT_EQ(w->overlaps, 0) << "two checks ran at once on one machine";
+  EXPECT_EQ(w->last.state(), "Passed");
+  EXPECT_EQ(w->last.machines_passed(), 2u);
+  EXPECT_EQ(w->ended.size(), 10u);
+  v1::Validation stored;
+  auto found = db->get(family::validations, "val/val-20261006-7f3a2c", stored);
+  ASSERT_TRUE(found && *found);
+  EXPECT_EQ(stored.state(), "Passed");
+  EXPECT_TRUE(w->slots.empty()) << "every slot is given back";
+}
+
+TEST_F(ValidationActor, ACheckThatGaveWayIsQueuedAgainAndRunsAgain) {
+  v1::StartValidation s;
+  s.set_suite("burn");
+  s.set_machine("gpu-01");
+  start(val::make_validation("val-20261006-000001", s, {"gpu-01"}, "on-demand", 0));
+  ASSERT_EQ(w->submitted.size(), 1u);
+  end_live_runs("pass", true);
+  advance(std::chrono::seconds{1});
+  EXPECT_EQ(w->last.steps(0).state(), val::yielded);
+  EXPECT_EQ(w->last.steps(0).yields(), 1u);
+  EXPECT_TRUE(w->ended.empty()) << "a step that gave way has not ended";
+  advance(std::chrono::seconds{1});
+  ASSERT_EQ(w->submitted.size(), 2u) << "the yielded burn-in is queued again";
+  EXPECT_EQ(w->submitted[0], "val-20261006-000001-gpu-01-burn-1");
+  EXPECT_EQ(w->submitted[1], "val-20261006-000001-gpu-01-burn-2");
+  EXPECT_EQ(w->last.steps(0).state(), val::running);
+  end_live_runs("pass");
+  advance(std::chrono::seconds{1});
+  advance(std::chrono::seconds{1});
+  EXPECT_EQ(w->last.state(), "Passed") << "giving way never fails a step";
+}
+
+TEST_F(ValidationActor, AnotherValidationsCheckOnTheMachineMakesTheStepWait) {
+  w->slots["gpu-01"] = "val-other";
+  v1::StartValidation s;
+  s.set_suite("copies");
+  s.set_machine("gpu-01");
+  start(val::make_validation("val-20261006-000002", s, {"gpu-01"}, "on-demand", 0));
+  EXPECT_TRUE(w->submitted.empty());
+  EXPECT_EQ(w->last.steps(0).reason(), "gpu-01: another check runs there");
+  w->slots.clear();
+  advance(std::chrono::seconds{1});
+  EXPECT_EQ(w->submitted.size(), 1u);
+}
+
+TEST_F(ValidationActor, AfterARestartTheStepInFlightRunsAgainAndDoneStepsDoNot) {
+  auto v = acceptance({"gpu-01"});
+  v.mutable_steps(0)->set_state(val::done);
+  v.mutable_steps(0)->set_verdict("pass");
+  v.mutable_steps(1)->set_state(val::running);
+  v.mutable_steps(1)->set_attempts(1);
+  v.mutable_steps(1)->set_run("val-20261006-7f3a2c-gpu-01-dcgm-1");
+  start(v, true);
+  EXPECT_EQ(w->removed, (std::vector<std::string>{"val-20261006-7f3a2c-gpu-01-dcgm-1"}));
+  ASSERT_EQ(w->submitted.size(), 1u);
+  EXPECT_EQ(w->submitted[0], "val-20261006-7f3a2c-gpu-01-dcgm-2");
+  v1::Validation stored;
+  ASSERT_TRUE(*db->get(family::validations, "val/val-20261006-7f3a2c", stored));
+  EXPECT_EQ(stored.steps(0).state(), val::done);
+  EXPECT_EQ(stored.steps(1).state(), val::running);
+}
+
+TEST_F(ValidationActor, GarbageFromTheCheckFailsTheStepWithTheReason) {
+  v1::StartValidation s;
+  s.set_suite("disk");
+  s.set_machine("gpu-01");
+  start(val::make_validation("val-20261006-000003", s, {"gpu-01"}, "on-demand", 0));
+  auto& r = w->runs.begin()->second;
+  r.set_state("Failed");
+  (*r.add_workers()->mutable_outputs())["astraeus.result"] = "fio: command not found";
+  advance(std::chrono::seconds{1});
+  advance(std::chrono::seconds{1});
+  EXPECT_EQ(w->last.state(), "Failed");
+  EXPECT_EQ(w->last.steps(0).state(), val::failed);
+  EXPECT_NE(w->last.steps(0).reason().find("fio: command not found"), std::string::npos);
+}

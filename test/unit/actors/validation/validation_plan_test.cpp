@@ -1,0 +1,240 @@
+// The logic of a validation (actors/validation/validation_plan.hpp) and the
+// Cluster Report (cluster_report.hpp, bin/validation_format.hpp): what a
+// user reads in `astra astraeus validate` and `astra astraeus report`.
+
+#include <gtest/gtest.h>
+
+#include "actors/validation/cluster_report.hpp"
+#include "actors/validation/validation_plan.hpp"
+#include "bin/validation_format.hpp"
+#include "messages/error.hpp"
+
+using namespace astraeus;
+namespace val = astraeus::validation;
+
+namespace {
+
+v1::Validation acceptance_of(std::vector<std::string> machines) {
+  v1::StartValidation start;
+  start.set_suite("acceptance");
+  start.set_pool("h100");
+  return val::make_validation("val-20261006-7f3a2c", start, machines, "on-demand", 0);
+}
+
+std::string result_json(const std::string& check, const std::string& verdict) {
+  return R"({"check":")" + check + R"(","verdict":")" + verdict
+         + R"(","summary":"ok","measurements":[],"findings":[],"duration_s":1.5})";
+}
+
+v1::Run ended_run(const std::string& result, bool preempted = false) {
+  v1::Run run;
+  run.set_state(preempted ? "Stopped" : "Stopped");
+  run.set_preempted(preempted);
+  auto* w = run.add_workers();
+  if (!result.empty())
+    (*w->mutable_outputs())["astraeus.result"] = result;
+  return run;
+}
+
+v1::MachineView machine_view(const std::string& name, v1::Machine::State s = v1::Machine::Up) {
+  v1::MachineView m;
+  m.set_name(name);
+  m.set_state(s);
+  (*m.mutable_labels())["pool"] = "h100";
+  return m;
+}
+
+} // namespace
+
+TEST(ValidationPlan, AcceptanceRunsEveryCheckInOrderOnEachMachine) {
+  EXPECT_EQ(val::checks_of("acceptance"),
+            (std::vector<std::string>{"quick", "dcgm", "burn", "copies", "disk"}));
+  EXPECT_EQ(val::checks_of("copies"), (std::vector<std::string>{"copies"}));
+  EXPECT_TRUE(val::checks_of("pairs").empty());
+  auto v = acceptance_of({"gpu-01", "gpu-02"});
+  ASSERT_EQ(v.steps_size(), 10);
+  EXPECT_EQ(v.steps(0).machine(), "gpu-01");
+  EXPECT_EQ(v.steps(0).check(), "quick");
+  EXPECT_EQ(v.steps(5).machine(), "gpu-02");
+  EXPECT_EQ(v.state(), "Running");
+}
+
+TEST(ValidationPlan, IdsAreDatedWithSixHexDigits) {
+  // 2026-10-06T12:00:00Z
+  EXPECT_EQ(val::make_id(1791288000000, 0x7f3a2c), "val-20261006-7f3a2c");
+}
+
+TEST(ValidationPlan, OneCheckAtATimePerMachine) {
+  auto v = acceptance_of({"gpu-01", "gpu-02"});
+  auto first = val::next_step(v, "gpu-01");
+  ASSERT_TRUE(first);
+  v.mutable_steps(*first)->set_state(val::running);
+  EXPECT_FALSE(val::next_step(v, "gpu-01")) << "a second check started on a busy machine";
+  EXPECT_TRUE(val::next_step(v, "gpu-02")) << "another machine may run its own check";
+}
+
+TEST(ValidationPlan, ACheckCommandCarriesItsOptions) {
+  auto v = acceptance_of({"gpu-01"});
+  v.set_burn_in_seconds(600);
+  v.set_dcgm_level(3);
+  v.set_data_dir("/mnt/nvme0/astraeus");
+  EXPECT_EQ(val::command_of(v, "burn", "astraeus-check"),
+            (std::vector<std::string>{"astraeus-check", "burn", "--json", "--duration", "10m"}));
+  EXPECT_EQ(val::command_of(v, "dcgm", "/opt/check"),
+            (std::vector<std::string>{"/opt/check", "dcgm", "--json", "--level", "3"}));
+  EXPECT_EQ(val::command_of(v, "disk", "c").back(), "/mnt/nvme0/astraeus");
+  auto spec = val::run_spec(v, 2, 8, "astraeus-check");
+  EXPECT_EQ(spec.runtime(), "process");
+  EXPECT_EQ(spec.gpus_per_worker(), 8u);
+  EXPECT_LT(spec.priority(), 0);
+  EXPECT_EQ(spec.validation(), v.id());
+  EXPECT_TRUE(spec.result_line());
+  EXPECT_EQ(spec.labels().at("astraeus.io/machine"), "gpu-01");
+  EXPECT_LE(spec.name().size(), 63u);
+}
+
+TEST(ValidationPlan, GarbageResultsFailTheStepNamingWhatWasWrong) {
+  auto err = [](const std::string& line, const std::string& check) {
+    auto r = val::parse_result(line, check);
+    return r ? std::string{"parsed"} : render_error(r.error());
+  };
+  EXPECT_NE(err("", "copies").find("no result line"), std::string::npos);
+  EXPECT_NE(err("Segmentation fault", "copies").find("not a JSON result: 'Segmentation fault'"),
+            std::string::npos);
+  EXPECT_NE(err("{\"check\": ", "copies").find("not valid JSON"), std::string::npos);
+  EXPECT_NE(err(result_json("dcgm", "pass"), "copies").find("for check dcgm, not copies"),
+            std::string::npos);
+  EXPECT_NE(err(result_json("copies", "great"), "copies").find("verdict 'great'"),
+            std::string::npos);
+  // Fields the checks add later are ignored.
+  auto ok = val::parse_result(
+    R"({"check":"copies","verdict":"warn","new_field":1,"measurements":[{"name":"h2d","gpu":"GPU-1","value":52.1,"unit":"GB/s","expected":"≥ 48","verdict":"pass"}]})",
+    "copies");
+  ASSERT_TRUE(ok) << render_error(ok.error());
+  EXPECT_EQ(ok->verdict(), "warn");
+  EXPECT_DOUBLE_EQ(ok->measurements(0).value(), 52.1);
+
+  v1::ValidationStep step;
+  step.set_machine("gpu-01");
+  step.set_check("copies");
+  step.set_state(val::running);
+  ASSERT_TRUE(val::apply_run(step, ended_run("garbage"), 5));
+  EXPECT_EQ(step.state(), val::failed);
+  EXPECT_NE(step.reason().find("garbage"), std::string::npos);
+}
+
+TEST(ValidationPlan, AStepThatGaveWayIsQueuedAgainNeverFailed) {
+  auto v = acceptance_of({"gpu-01"});
+  auto burn = 2;
+  ASSERT_EQ(v.steps(burn).check(), "burn");
+  for (int i = 0; i < burn; ++i) {
+    v.mutable_steps(i)->set_state(val::done);
+    v.mutable_steps(i)->set_verdict("pass");
+  }
+  auto& step = *v.mutable_steps(burn);
+  step.set_state(val::running);
+  v1::Run running;
+  running.set_state("Running");
+  EXPECT_FALSE(val::apply_run(step, running, 1)) << "a running run is not an end";
+  ASSERT_TRUE(val::apply_run(step, ended_run("", true), 2));
+  EXPECT_EQ(step.state(), val::yielded);
+  EXPECT_EQ(step.yields(), 1u);
+  EXPECT_TRUE(step.verdict().empty());
+  EXPECT_EQ(val::next_step(v, "gpu-01"), burn) << "the yielded burn-in runs next";
+  EXPECT_FALSE(val::finished(v));
+}
+
+TEST(ValidationPlan, ARestartRunsTheStepInFlightAgain) {
+  auto v = acceptance_of({"gpu-01"});
+  v.mutable_steps(0)->set_state(val::done);
+  v.mutable_steps(0)->set_verdict("pass");
+  v.mutable_steps(1)->set_state(val::running);
+  v.mutable_steps(1)->set_run("val-20261006-7f3a2c-gpu-01-dcgm-1");
+  auto stale = val::resume(v);
+  EXPECT_EQ(stale, (std::vector<std::string>{"val-20261006-7f3a2c-gpu-01-dcgm-1"}));
+  EXPECT_EQ(v.steps(0).state(), val::done) << "a finished step is not run again";
+  EXPECT_EQ(v.steps(1).state(), val::queued);
+  EXPECT_EQ(val::next_step(v, "gpu-01"), 1);
+}
+
+TEST(ValidationPlan, TheVerdictIsTheWorstOfEachMachine) {
+  auto v = acceptance_of({"gpu-01", "gpu-02"});
+  for (auto& s : *v.mutable_steps()) {
+    ASSERT_TRUE(val::apply_run(s, ended_run(result_json(s.check(), "pass")), 9));
+  }
+  auto* copies = v.mutable_steps(8);  // gpu-02 copies
+  ASSERT_EQ(copies->check(), "copies");
+  ASSERT_TRUE(val::apply_run(*copies, ended_run(result_json("copies", "fail")), 9));
+  ASSERT_TRUE(val::conclude(v, 10));
+  EXPECT_EQ(val::machine_verdict(v, "gpu-01"), "pass");
+  EXPECT_EQ(val::machine_verdict(v, "gpu-02"), "fail");
+  EXPECT_EQ(v.state(), "Failed");
+  EXPECT_EQ(cli::format_validation_outcome(v),
+            "val-20261006-7f3a2c acceptance Failed (on-demand)\n1/2 machines pass.\n");
+}
+
+TEST(ClusterReport, NamesTheSlowGpuWithItsFixAndCountsPassOnly) {
+  v1::MachineList machines;
+  for (auto n : {"gpu-02", "gpu-01", "gpu-03"})
+    *machines.add_machines() = machine_view(n);
+  *machines.add_machines() = machine_view("gpu-04", v1::Machine::Accepting);
+  val::latest_map latest;
+  for (auto m : {"gpu-01", "gpu-02", "gpu-03"})
+    for (auto c : {"quick", "dcgm", "burn", "copies", "disk"}) {
+      v1::ValidationStep s;
+      s.set_machine(m);
+      s.set_check(c);
+      s.set_state(val::done);
+      s.set_verdict("pass");
+      latest[{m, c}] = s;
+    }
+  auto& slow = latest[{"gpu-03", "copies"}];
+  slow.set_verdict("fail");
+  auto* f = slow.mutable_result()->add_findings();
+  f->set_severity("fail");
+  f->set_gpu("GPU-3");
+  f->set_what("GPU 3 host-to-device 21.4 GB/s, expected ≥ 48 (PCIe Gen5 x16)");
+  f->set_fix("Reseat GPU 3 (its link trained at x8: lspci -vv)");
+  auto report = val::build_report(machines, latest, "h100", 0);
+  ASSERT_EQ(report.rows_size(), 4);
+  EXPECT_EQ(report.rows(0).machine(), "gpu-01");
+  EXPECT_EQ(report.rows(2).copies(), "fail");
+  EXPECT_EQ(report.rows(2).verdict(), "fail");
+  EXPECT_EQ(report.rows(3).state(), "Accepting");
+  EXPECT_EQ(report.rows(0).state(), "Ready");
+  EXPECT_EQ(report.rows(0).pairs(), "\xE2\x80\x94");
+  EXPECT_EQ(report.passing(), 2u);
+  EXPECT_EQ(report.summary(),
+            "2/4 machines pass; gpu-03 GPU 3 host-to-device 21.4 GB/s, expected ≥ 48 "
+            "(PCIe Gen5 x16).");
+  auto text = cli::format_report(report);
+  EXPECT_NE(text.find("MACHINE  STATE      VERDICT  QUICK  DCGM  BURN  COPIES  DISK  PAIRS  "
+                      "ALL-REDUCE"),
+            std::string::npos)
+    << text;
+  EXPECT_NE(text.find("What to fix (1)\n! gpu-03 GPU 3 host-to-device"), std::string::npos);
+  EXPECT_NE(text.find("  fix: Reseat GPU 3"), std::string::npos);
+  auto html = cli::format_report_html(report, "Cluster Report");
+  EXPECT_NE(html.find("<td class=\"fail\">fail</td>"), std::string::npos);
+  EXPECT_NE(html.find("fix: Reseat GPU 3"), std::string::npos);
+}
+
+TEST(ClusterReport, AWarningFindingMakesTheMachineWarn) {
+  v1::MachineList machines;
+  *machines.add_machines() = machine_view("gpu-06");
+  val::latest_map latest;
+  v1::ValidationStep s;
+  s.set_machine("gpu-06");
+  s.set_check("quick");
+  s.set_state(val::done);
+  s.set_verdict("pass");
+  auto* f = s.mutable_result()->add_findings();
+  f->set_severity("warn");
+  f->set_what("gpu-06 PCIe link of GPU 5 at Gen4");
+  latest[{"gpu-06", "quick"}] = s;
+  auto report = val::build_report(machines, latest, "", 0);
+  EXPECT_EQ(report.rows(0).verdict(), "warn");
+  EXPECT_EQ(report.passing(), 0u);
+  EXPECT_EQ(report.findings(0).what(), "gpu-06 PCIe link of GPU 5 at Gen4")
+    << "a finding naming its machine is not named twice";
+}
