@@ -232,6 +232,11 @@ std::string format_machine(const v1::MachineView& m, int64_t now_unix_ms) {
       joined += (joined.empty() ? "" : ", ") + w;
     work += " (" + joined + ")";
   }
+  // A fault at the NVLink fabric (issue 17, rule 6) is said here too: the
+  // GPUs that use it are fenced or at risk.
+  for (const auto& c : m.facts().gpus().conditions())
+    if (c.type() == "NVLink fabric healthy" && !c.status())
+      work += " (NVLink fabric unhealthy: " + c.message() + ")";
   row("New work:", work);
   if (m.pressure_reasons().empty()) {
     row("Pressure:", "none");
@@ -427,6 +432,20 @@ std::string gpu_status_cell(const v1::Gpu& g) {
 
 } // namespace
 
+namespace {
+
+/// ", seen in process 4242 (train.py)": the process an Xid line named
+/// (issue 17, rule 9: shown, never blamed as the cause); "" when none.
+std::string process_note(int32_t pid, const std::string& name) {
+  if (pid == 0 && name.empty())
+    return {};
+  std::string out = ", seen in process ";
+  out += pid != 0 ? std::to_string(pid) + (name.empty() ? "" : " (" + name + ")") : name;
+  return out;
+}
+
+} // namespace
+
 std::string format_gpu_section(const v1::GpuSection& s) {
   std::ostringstream out;
   out << "GPUs\n";
@@ -468,7 +487,8 @@ std::string format_gpu_section(const v1::GpuSection& s) {
       for (const auto& inc : g.incidents())
         out << "  " << g.id() << ": " << inc.action() << " "
             << (inc.has_xid() ? "Xid " + std::to_string(inc.xid()) : inc.kind())
-            << " (" << inc.count() << "x): " << inc.text() << "\n";
+            << " (" << inc.count() << "x" << process_note(inc.pid(), inc.process_name())
+            << "): " << inc.text() << "\n";
     }
   }
   const auto& c = s.capabilities();
@@ -499,8 +519,10 @@ std::string format_gpu_section(const v1::GpuSection& s) {
     out << "\nKernel events that map to no GPU\n";
     for (const auto& inc : s.unmapped_incidents())
       out << "  " << (inc.pci_address().empty() ? "?" : inc.pci_address()) << " "
-          << (inc.has_xid() ? "Xid " + std::to_string(inc.xid()) : inc.kind()) << " ("
-          << inc.count() << "x, " << inc.action() << "): " << inc.text() << "\n";
+          << (inc.kind() == "nvswitch-sxid" && inc.has_xid() ? "SXid " + std::to_string(inc.xid())
+              : inc.has_xid()                                ? "Xid " + std::to_string(inc.xid())
+                                                             : inc.kind())
+          << " (" << inc.count() << "x, " << inc.action() << "): " << inc.text() << "\n";
   }
   if (!s.bus().empty()) {
     out << "\nGPUs on the bus\n";
@@ -538,6 +560,15 @@ uint32_t worker_count(const v1::RunSpec& spec) {
   return n;
 }
 
+/// The WHY column of `astra runs`: the waiting or end reason, and a GPU
+/// that failed under a run still going on (issue 17, rule 8).
+std::string run_why(const v1::Run& r) {
+  std::string why = r.waiting_reason();
+  if (!r.gpu_fault().empty() && why.find(r.gpu_fault()) == std::string::npos)
+    why += (why.empty() ? "" : "; ") + r.gpu_fault();
+  return why.empty() ? "-" : why;
+}
+
 } // namespace
 
 std::string format_run_list(const v1::RunList& list, int64_t now_unix_ms) {
@@ -549,7 +580,7 @@ std::string format_run_list(const v1::RunList& list, int64_t now_unix_ms) {
                     std::to_string(r.spec().gpus_per_worker()),
                     r.leader_machine().empty() ? "-" : r.leader_machine(),
                     format_age(r.submitted_unix_ms(), now_unix_ms),
-                    r.waiting_reason().empty() ? "-" : r.waiting_reason()});
+                    run_why(r)});
   return render_table({"NAME", "STATE", "WORKERS", "GPUS/WORKER", "LEADER",
                        "SUBMITTED", "WHY"},
                       rows);
@@ -566,6 +597,8 @@ std::string format_run(const v1::Run& r, int64_t now_unix_ms) {
       why = why.substr(9);
     out << (ended ? "Reason:      " : "Waiting:     ") << why << "\n";
   }
+  if (!r.gpu_fault().empty())
+    out << "GPU fault:   " << r.gpu_fault() << "\n";
   if (!r.spec().workspace().empty())
     out << "Workspace:   " << r.spec().workspace() << "\n";
   if (r.spec().time_limit_seconds() > 0)
@@ -595,6 +628,8 @@ std::string format_run(const v1::Run& r, int64_t now_unix_ms) {
     out << ", " << (r.spec().memory_bytes_per_worker() >> 20) << " MiB";
   if (r.spec().healthy_only())
     out << ", healthy GPUs only";
+  if (r.spec().on_gpu_fault() == "stop")
+    out << ", stopped on a GPU fault";
   if (!r.spec().pool().empty())
     out << ", pool " << r.spec().pool();
   out << "\n";
@@ -622,6 +657,17 @@ std::string format_run(const v1::Run& r, int64_t now_unix_ms) {
       for (const auto& [k, v] : sorted)
         outputs.push_back({w.name(), k, v});
     }
+    // GPUs that became Faulty under the workers (issue 17, rule 8).
+    std::vector<std::vector<std::string>> faults;
+    for (const auto& w : r.workers())
+      for (const auto& f : w.gpu_faults())
+        faults.push_back({w.name(), f.machine(), f.gpu_id(), f.reason(),
+                          format_time(f.unix_ms()), f.action()});
+    if (!faults.empty())
+      out << "\nGPU faults\n"
+          << indent(render_table({"WORKER", "MACHINE", "GPU", "REASON", "SEEN", "RUN"},
+                                 faults),
+                    "  ");
     if (!outputs.empty())
       out << "\nOutputs\n" << indent(render_table({"WORKER", "KEY", "VALUE"}, outputs), "  ");
     else if (r.spec().outputs())
@@ -660,11 +706,29 @@ std::string format_xid_policy(const v1::XidPolicyTable& table) {
   for (const auto& e : table.entries())
     rows.push_back({std::to_string(e.xid()), e.action(),
                     e.overridden() ? "config" : "built-in", e.meaning()});
-  return render_table({"XID", "ACTION", "FROM", "MEANING"}, rows)
-         + "Any other Xid: " + table.default_action()
-         + ", unless the driver confirms it as a fault (NVML recovery action: reset "
-           "or reboot), which fences.\nOverride in the controller's config: xid.fence, "
-           "xid.at_risk, xid.record.\n";
+  for (int i = 0; i < table.entries_size(); ++i)
+    if (table.entries(i).fence_when_confirmed())
+      rows[static_cast<size_t>(i)][1] = "fence if confirmed";
+  auto n = table.application_processes() == 0 ? 3u : table.application_processes();
+  std::string out = render_table({"XID", "ACTION", "FROM", "MEANING"}, rows)
+    + "Any other Xid: " + table.default_action()
+    + ", unless the driver confirms it as a fault (NVML recovery action: reset "
+      "or reboot), which fences.\n"
+      "\"fence if confirmed\": fences when the line says Fatal or the recovery action asks "
+      "for a reset or reboot; otherwise it counts toward the NVLink-errors sign (> 10 in 24 h).\n"
+      "Application Xids (13, 31, 43, 45, 69): at risk once "
+    + std::to_string(n) + " different processes report them within 24 h.\n"
+      "Override in the controller's config: xid.fence, xid.at_risk, xid.record, "
+      "xid.application_processes.\n";
+  if (table.amd_entries_size() > 0) {
+    std::vector<std::vector<std::string>> amd;
+    for (const auto& e : table.amd_entries())
+      amd.push_back({e.event(), e.action(), e.overridden() ? "config" : "built-in", e.meaning()});
+    out += "\nAMD (amdgpu kernel-log events)\n"
+           + render_table({"EVENT", "ACTION", "FROM", "MEANING"}, amd)
+           + "Override in the controller's config: amd.fence, amd.at_risk, amd.record.\n";
+  }
+  return out;
 }
 
 

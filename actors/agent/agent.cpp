@@ -1,4 +1,5 @@
 #include "actors/agent/agent.hpp"
+#include "runtime/faults/device_events.hpp"
 #include "actors/agent/report_schedule.hpp"
 
 #include <algorithm>
@@ -278,6 +279,9 @@ void send_report(agent_ptr self, bool fresh = false) {
   }
   if (st.latches)
     st.latches->annotate(*gpus);
+  // Events at devices with no GPU (an NVSwitch, a bridge) in the machine's
+  // conditions (issue 17, rule 6).
+  add_device_conditions(*gpus, st.config.clock->now_unix_ms());
   report->set_address(st.address);
   if (st.workers)
     *report->mutable_workers() = st.workers->statuses(st.config.identity.name);

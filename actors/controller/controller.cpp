@@ -101,6 +101,12 @@ start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
                              std::string{key} + ": " + render_error(list->error()));
   if (auto err = policy.override_with(*fence, *at_risk, *record))
     return err;
+  if (auto err = policy.set_application_processes(cfg.xid_application_processes))
+    return err;
+  if (auto err = policy.override_amd(parse_name_list(cfg.amd_fence),
+                                     parse_name_list(cfg.amd_at_risk),
+                                     parse_name_list(cfg.amd_record)))
+    return err;
   cc.xid_policy = policy.table();
   scheduler_config sc;
   sc.store = out.store;

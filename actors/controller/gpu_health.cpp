@@ -133,7 +133,16 @@ health_verdict evaluate_health(const v1::Gpu& g, const gpu_health_history& h,
   };
   over(h.correctable_ecc(), limits.correctable_ecc_24h, "correctable memory errors");
   over(h.pcie_replays(), limits.pcie_replays_24h, "PCIe replays");
-  over(h.nvlink_errors(), limits.nvlink_errors_24h, "NVLink errors");
+  // NVLink-family Xids the driver did not confirm as faults count as NVLink
+  // errors too (issue 17, rule 5): each logged event in the window once.
+  uint64_t nvlink_xids = 0;
+  {
+    auto window_ms = std::chrono::duration_cast<std::chrono::milliseconds>(limits.window).count();
+    for (const auto& inc : g.incidents())
+      if (inc.action() == "nvlink-errors" && now_unix_ms - inc.last_seen_unix_ms() <= window_ms)
+        nvlink_xids += inc.count();
+  }
+  over(h.nvlink_errors() + nvlink_xids, limits.nvlink_errors_24h, "NVLink errors");
   auto hot = h.thermal_slowdown();
   if (hot > limits.thermal_slowdown_24h)
     out.reasons.push_back("slowed down by heat for "

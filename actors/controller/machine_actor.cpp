@@ -148,6 +148,13 @@ v1::SchedulerMachine machine_state::scheduler_view() const {
     set_health(*sg, !answers(read_status(g))     ? gpu_health::faulty
                     : h == gpu_verdicts.end() ? gpu_health::healthy
                                               : h->second.first);
+    // Why it is Faulty: a run holding it is told (issue 17, rule 8).
+    if (!answers(read_status(g)))
+      sg->set_fault_reason(std::string{to_string(read_status(g))} + ": "
+                           + (g.status_detail().empty() ? "it does not answer its driver"
+                                                        : g.status_detail()));
+    else if (h != gpu_verdicts.end() && h->second.first == gpu_health::faulty)
+      sg->set_fault_reason(h->second.second);
     std::set<uint32_t> peers;
     for (const auto& l : g.nvlinks())
       if (l.active())

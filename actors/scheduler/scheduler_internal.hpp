@@ -10,6 +10,8 @@
 /// - `scheduler_machines.cpp`: what machines tell it (snapshots, worker
 ///   statuses);
 /// - `scheduler_time_limits.cpp`: time limits of runs and copies;
+/// - `scheduler_gpu_faults.cpp`: a GPU that fails under a run (issue 17,
+///   rule 8);
 /// - `scheduler_restart.cpp`: loading the stored runs and re-adopting their
 ///   GPUs after a restart.
 
@@ -93,6 +95,12 @@ void copy_placed(scheduler_state& st, v1::Run& run, int32_t copy,
 /// its time limit) and tells its machines: the copy has ended.
 void end_copy(self_ptr self, const v1::Run& run, int32_t copy);
 
+/// Stops copy `copy` of `run` alone (its time limit, a GPU fault under
+/// it): gives back what it holds, its workers still going on are Stopped;
+/// once no copy goes on or waits, the run ends `end` with `why`.
+void stop_copy(self_ptr self, v1::Run& run, int32_t copy, run_state end,
+               const std::string& why);
+
 /// `ec::invalid_request`: "no run named NAME".
 caf::error no_such_run(const std::string& name);
 
@@ -137,6 +145,15 @@ void apply_snapshot(self_ptr self, v1::SchedulerMachine& m);
 /// A machine's `v1::WorkerStatuses`: workers acknowledged, Running, ended,
 /// lost; copies and runs that ended give back what they hold.
 void apply_worker_statuses(self_ptr self, v1::WorkerStatuses& statuses);
+
+// -- GPU faults under runs (scheduler_gpu_faults.cpp) -------------------------
+
+/// Issue 17, rule 8: each GPU the snapshot `m` shows Faulty that a worker of
+/// a live run holds is recorded on the worker (`gpu_faults`, once per GPU
+/// and reason) and the run (`gpu_fault`), and logged; a run that asked for
+/// `on_gpu_fault: stop` has that worker's gang (the run, or its array copy)
+/// stopped and Fails with the fault as its reason.
+void note_gpu_faults(self_ptr self, const v1::SchedulerMachine& m);
 
 // -- time limits (scheduler_time_limits.cpp) ---------------------------------
 

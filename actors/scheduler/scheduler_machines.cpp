@@ -153,6 +153,8 @@ void apply_snapshot(self_ptr self, v1::SchedulerMachine& m) {
       }
   }
   facts.down = m.down();
+  // A GPU that failed under a run: the run is told (issue 17, rule 8).
+  note_gpu_faults(self, m);
   restore_pass(self);
   schedule_pass(self);
 }

@@ -265,6 +265,28 @@ void end_copy(self_ptr self, const v1::Run& run, int32_t copy) {
       mark_machine(self, w.machine());
 }
 
+void stop_copy(self_ptr self, v1::Run& run, int32_t copy, run_state end,
+               const std::string& why) {
+  auto& st = self->state;
+  end_copy(self, run, copy);
+  for (auto& w : *run.mutable_workers())
+    if (w.array_index() == copy && !worker_ended(w))
+      set_state(w, worker_state::stopped);
+  const auto ended = ended_copies(run);
+  bool any_left = false;
+  for (const auto& w : run.workers())
+    any_left = any_left || !ended.count(w.array_index());
+  for (const auto& q : queue_names_of(run.spec()))
+    any_left = any_left || st.waiting.count(q) > 0;
+  if (!any_left) {
+    // Every copy has ended: nothing left to release.
+    set_state(run, end);
+    run.set_waiting_reason(why);
+    index_run(self, run);
+  }
+  mark(self, run.spec().name());
+}
+
 caf::error no_such_run(const std::string& name) {
   return caf::make_error(ec::invalid_request, "no run named " + name);
 }

@@ -65,23 +65,7 @@ void time_limit_reached(self_ptr self, const std::string& qname, uint64_t token)
     // One copy of an array: it alone ends.
     if (ended_copies(run).count(copy))
       return;
-    end_copy(self, run, copy);
-    for (auto& w : *run.mutable_workers())
-      if (w.array_index() == copy && !worker_ended(w))
-        set_state(w, worker_state::stopped);
-    const auto ended = ended_copies(run);
-    bool any_left = false;
-    for (const auto& w : run.workers())
-      any_left = any_left || !ended.count(w.array_index());
-    for (const auto& q : queue_names_of(run.spec()))
-      any_left = any_left || st.waiting.count(q) > 0;
-    if (!any_left) {
-      // Every copy has ended: nothing left to release.
-      set_state(run, run_state::stopped);
-      run.set_waiting_reason(why);
-      index_run(self, run);
-    }
-    mark(self, run_name);
+    stop_copy(self, run, copy, run_state::stopped, why);
   }
   schedule_pass(self);
 }

@@ -21,7 +21,7 @@ namespace {
 
 /// What `astra run` parses.
 struct run_flags {
-  std::string name, image, file, mem, pool, workspace, runtime, user, code;
+  std::string name, image, file, mem, pool, workspace, runtime, user, code, on_gpu_fault;
   uint32_t gpus = 0, workers = 1, array = 0;
   double cpus = 0;
   uint64_t time_limit = 0;
@@ -56,6 +56,11 @@ void add_run_options(CLI::App* run, run_flags& f) {
                   "pack this folder (at most 512 KiB packed; .git and .gitignore'd files "
                   "left out) and unpack it at /workspace, the working directory");
   run->add_flag("--healthy-only", f.healthy_only, "never AtRisk GPUs: wait instead");
+  run->add_option("--on-gpu-fault", f.on_gpu_fault,
+                  "when a GPU of a worker becomes Faulty: stop (its gang is stopped, the run "
+                  "Fails and can be resubmitted) or report (default: keeps running, the run "
+                  "shows the fault)")
+    ->check(CLI::IsMember({"stop", "report"}));
   run->add_flag("--wait", f.wait,
                 "after submitting, show its progress until it runs or ends (exit 1 if it "
                 "fails)");
@@ -162,6 +167,8 @@ bool build_spec(const CLI::App& run, const run_flags& f, v1::RunSpec& spec) {
     spec.set_array_size(f.array);
   if (f.healthy_only)
     spec.set_healthy_only(true);
+  if (!f.on_gpu_fault.empty())
+    spec.set_on_gpu_fault(f.on_gpu_fault);
   if (f.outputs)
     spec.set_outputs(true);
   if (!f.user.empty())

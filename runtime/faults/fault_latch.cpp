@@ -8,6 +8,7 @@
 
 #include "messages/error.hpp"
 #include "messages/gpu_read.hpp"
+#include "runtime/faults/device_events.hpp"
 #include "store/store.hpp"
 
 namespace astraeus {
@@ -240,6 +241,8 @@ caf::error fault_latches::record(v1::GpuIncident incident, int64_t now_unix_ms) 
   } else {
     slot.set_text(incident.text());
     slot.set_action(incident.action());  // an application Xid may turn at-risk
+    slot.set_pid(incident.pid());  // the latest line's process (rule 9)
+    slot.set_process_name(incident.process_name());
   }
   slot.set_count(slot.count() + 1);
   slot.set_last_seen_unix_ms(now_unix_ms);
@@ -387,23 +390,40 @@ caf::expected<bool> fault_latches::on_event(const gpu_event& ev,
         action = policy_.action(*ev.xid);
         if (policy_.application(*ev.xid) && many_processes(ev, holder, now_unix_ms))
           action = xid_action::at_risk;
+        // The NVLink family (rule 5): a fault only when the line says Fatal
+        // (the recovery action is read with the GPU, confirmed_by_driver);
+        // else an NVLink error toward the seed's sign.
+        if (policy_.fence_when_confirmed(*ev.xid))
+          action = fatal_severity(ev.text).value_or(false) ? xid_action::fence
+                                                           : xid_action::record;
         fences = action == xid_action::fence;
         rule = "xid-" + std::to_string(*ev.xid);
         reason = xid_fault_reason(*ev.xid);
       }
       break;
     case gpu_event_kind::fallen_off_bus:
-    case gpu_event_kind::amd_reset_failed:
-    case gpu_event_kind::amd_vram_lost:
-    case gpu_event_kind::amd_ras_fatal:
       fences = true;
       action = xid_action::fence;
       rule = "driver-fault";
       reason = "driver fault: " + ev.text;
-      resets_begun_.erase(holder);
       break;
+    case gpu_event_kind::amd_reset_failed:
+    case gpu_event_kind::amd_vram_lost:
+    case gpu_event_kind::amd_ras_fatal:
     case gpu_event_kind::amd_ring_timeout:
-      action = xid_action::at_risk;
+      // The AMD table (rule 4): fence, at-risk or record, overridable.
+      action = policy_.amd_action(to_string(ev.kind));
+      fences = action == xid_action::fence;
+      rule = "driver-fault";
+      reason = "driver fault: " + ev.text;
+      if (ev.kind != gpu_event_kind::amd_ring_timeout)
+        resets_begun_.erase(holder);
+      break;
+    case gpu_event_kind::nvswitch_sxid:
+      // An NVSwitch error (rule 6): fatal ones fence the GPUs using the
+      // switch, the others make them at risk.
+      action = fatal_severity(ev.text).value_or(false) ? xid_action::fence
+                                                       : xid_action::at_risk;
       break;
     case gpu_event_kind::amd_reset_begin:
       if (!holder.empty())
@@ -438,6 +458,9 @@ caf::expected<bool> fault_latches::on_event(const gpu_event& ev,
     if (ev.xid)
       f.set_xid(*ev.xid);
     f.set_evidence(ev.text);
+    auto [pid, pname] = process_of(ev.text);  // shown, never blamed (rule 9)
+    f.set_pid(pid);
+    f.set_process_name(pname);
     if (holder == ev.pci_address)
       spdlog::warn("latch: no GPU known at {} yet; the fault is latched against the "
                    "address and fences the GPU found there: {}",
@@ -455,13 +478,29 @@ caf::expected<bool> fault_latches::on_event(const gpu_event& ev,
     if (ev.xid)
       inc.set_xid(*ev.xid);
     inc.set_action(to_string(action));
+    // An NVLink-family Xid the driver did not confirm counts toward the
+    // NVLink-errors sign (actors/controller/gpu_health.cpp).
+    if (ev.kind == gpu_event_kind::xid && ev.xid && policy_.fence_when_confirmed(*ev.xid))
+      inc.set_action("nvlink-errors");
     inc.set_text(ev.text);
+    auto [pid, pname] = process_of(ev.text);  // shown, never blamed (rule 9)
+    inc.set_pid(pid);
+    inc.set_process_name(pname);
     if (gpu == nullptr)
       spdlog::warn("latch: kernel event maps to no GPU ({}): {}",
                    ev.pci_address.empty() ? "no PCI address" : ev.pci_address,
                    ev.text);
     if (auto err = record(std::move(inc), now_unix_ms))
       return err;
+    // At an address with no GPU (an NVSwitch, a bridge): the GPUs whose
+    // NVLinks lead there are fenced or at risk (rule 6).
+    if (gpu == nullptr && holder.empty() && !ev.pci_address.empty()
+        && action != xid_action::record) {
+      auto r = on_device_event(ev, known, action, now_unix_ms);
+      if (!r)
+        return r;
+      is_new = *r;
+    }
   }
   keep_position(ev);
   return is_new;
@@ -544,6 +583,22 @@ caf::expected<bool> fault_latches::latch_unfinished_resets(int64_t now_unix_ms) 
     const auto& [holder, begun] = *i;
     if (now_unix_ms - begun.second <= amd_reset_window_ms) {
       ++i;
+      continue;
+    }
+    // The AMD table decides (rule 4): fence (built in), or only history.
+    const auto action = policy_.amd_action("amd_reset_unfinished");
+    if (action != xid_action::fence) {
+      v1::GpuIncident inc;
+      if (holder != begun.first)
+        inc.set_gpu_id(holder);
+      inc.set_pci_address(begun.first);
+      inc.set_kind("amd-reset-unfinished");
+      inc.set_action(to_string(action));
+      inc.set_text("a GPU reset began and logged no success within "
+                   + std::to_string(amd_reset_window_ms / 1000) + " s");
+      if (auto err = record(std::move(inc), now_unix_ms))
+        return err;
+      i = resets_begun_.erase(i);
       continue;
     }
     v1::FaultLatch f;

@@ -144,6 +144,12 @@ private:
   std::optional<std::pair<std::string, v1::FaultLatch>>
   confirmed_by_driver(const v1::Gpu& g) const;
   caf::error record(v1::GpuIncident incident, int64_t now_unix_ms);
+  // An event at an address with no GPU (issue 17, rule 6;
+  // runtime/faults/device_events.cpp): the GPUs whose NVLinks lead there are
+  // latched ("NVLink fabric fault at NVSwitch <pci>") when `action` is
+  // fence, or get an at-risk incident; true when a latch is new.
+  caf::expected<bool> on_device_event(const gpu_event& ev, const v1::GpuSection& known,
+                                      xid_action action, int64_t now_unix_ms);
 
   std::shared_ptr<Store> store_;
   std::string boot_id_;

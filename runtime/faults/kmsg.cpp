@@ -386,6 +386,15 @@ std::optional<gpu_event> parse_gpu_event(const kmsg_record& record) {
         event->uuid = std::move(uuid);
       }
     }
+  } else if (starts_with(message, "nvidia-nvswitch")) {
+    // "nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): 24007, Fatal, Link 44 ...".
+    auto at = message.find(": SXid");
+    if (at != std::string_view::npos) {
+      // parse_xid reads "Xid (PCI:...): <n>" from "SXid ...": skip the 'S'.
+      event = parse_xid(trim_left(message.substr(at + 3)));
+      if (event)
+        event->kind = gpu_event_kind::nvswitch_sxid;
+    }
   } else if (starts_with(message, "amdgpu ")) {
     auto rest = message.substr(7);
     size_t used = 0;
@@ -453,6 +462,8 @@ const char* to_string(gpu_event_kind kind) {
     return "amd_ras_fatal";
   case gpu_event_kind::gpu_identity:
     return "gpu_identity";
+  case gpu_event_kind::nvswitch_sxid:
+    return "nvswitch_sxid";
   }
   return "unknown";
 }

@@ -73,6 +73,10 @@ enum class gpu_event_kind {
   /// "NVRM: GPU at PCI:dddd:bb:dd: GPU-<uuid>": which GPU is at an address
   /// (logged with an Xid), even when NVML does not list it; no fault.
   gpu_identity,
+  /// "nvidia-nvswitch<n>: SXid (PCI:dddd:bb:dd.f): <n>, <Fatal|Non-fatal>,
+  /// ...": an NVSwitch error (issue 17, rule 6), at an address with no GPU;
+  /// its number is in `xid`.
+  nvswitch_sxid,
 };
 
 /// A GPU event from the kernel log.
@@ -85,7 +89,7 @@ struct gpu_event {
   /// GPU (the old amdgpu_job_timedout ring timeout, a fallen-off-the-bus
   /// notice without an address).
   std::string pci_address;
-  /// The Xid number; set for kind xid only.
+  /// The Xid number; set for kind xid (and the SXid's for nvswitch_sxid).
   std::optional<uint32_t> xid;
   /// The GPU's UUID ("GPU-..."); set for kind gpu_identity only.
   std::string uuid;
@@ -127,7 +131,7 @@ inline constexpr const char* kmsg_default_path = "/dev/kmsg";
 
 /// "xid", "fallen_off_bus", "amd_reset_begin", "amd_reset_succeeded",
 /// "amd_reset_failed", "amd_ring_timeout", "amd_vram_lost", "amd_ras_fatal",
-/// "gpu_identity"; "unknown" for any other value.
+/// "gpu_identity", "nvswitch_sxid"; "unknown" for any other value.
 const char* to_string(gpu_event_kind kind);
 
 /// Reads a kernel log on a thread of its own and calls `on_event` (from

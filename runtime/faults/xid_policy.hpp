@@ -6,6 +6,9 @@
 /// 95, 119, 120, 149 and 154 fence) with meanings from NVIDIA's Xid catalogue;
 /// every entry can be overridden in the controller's config (`xid.fence`,
 /// `xid.at_risk`, `xid.record`), and `astra xids` prints the table in force.
+/// The AMD table (issue 17, rule 4: amdgpu's fatal messages) is kept here
+/// too, overridable with `amd.fence`, `amd.at_risk`, `amd.record`, and
+/// printed by `astra xids` after the Xid table.
 
 #include <cstdint>
 #include <map>
@@ -49,6 +52,33 @@ public:
   /// set the Xid's action.
   bool application(uint32_t xid) const;
 
+  /// Whether `xid` fences only when the driver confirms a fault (issue 17,
+  /// rule 5: the NVLink family 144-148 and 150; source: NVIDIA's Xid
+  /// catalogue, "NVLink" errors): the line says "Fatal", or NVML's recovery
+  /// action asks for a reset or a reboot; otherwise the event counts toward
+  /// the NVLink-errors sign. False when an override set the Xid's action.
+  bool fence_when_confirmed(uint32_t xid) const;
+
+  /// Sets N, the distinct processes after which application Xids mark a GPU
+  /// at risk (config `xid.application_processes`, default 3). Errors:
+  /// ec::invalid_config for 0 or more than 1000.
+  caf::error set_application_processes(uint32_t n);
+
+  /// The action for an AMD kernel-log event (issue 17, rule 4), by its
+  /// name: "amd_reset_failed", "amd_reset_unfinished", "amd_vram_lost",
+  /// "amd_ras_fatal", "amd_ring_timeout" (record for others).
+  xid_action amd_action(const std::string& event) const;
+
+  /// The AMD events the table knows, in its order.
+  static std::vector<std::string> amd_events();
+
+  /// Applies AMD overrides (config `amd.fence`, `amd.at_risk`,
+  /// `amd.record`): lists of event names. Errors: ec::invalid_config naming
+  /// an unknown event (and the known ones) or an event in two lists.
+  caf::error override_amd(const std::vector<std::string>& fence,
+                          const std::vector<std::string>& at_risk,
+                          const std::vector<std::string>& record);
+
   /// Distinct processes after which application Xids mark a GPU at risk.
   uint32_t application_processes() const {
     return application_processes_;
@@ -67,11 +97,16 @@ private:
     bool overridden = false;
   };
   std::map<uint32_t, entry> entries_;
+  std::map<std::string, entry> amd_;
   uint32_t application_processes_ = 3;
 };
 
 /// Parses "48, 63,74" into numbers. Errors: ec::invalid_config naming the
 /// bad item.
 caf::expected<std::vector<uint32_t>> parse_xid_list(std::string_view text);
+
+/// Parses "amd_ring_timeout, amd_vram_lost" into trimmed names (empty items
+/// dropped); the names are checked by xid_policy::override_amd.
+std::vector<std::string> parse_name_list(std::string_view text);
 
 } // namespace astraeus

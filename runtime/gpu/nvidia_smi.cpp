@@ -1,4 +1,5 @@
 #include "runtime/gpu/nvidia_smi.hpp"
+#include "runtime/gpu/nvidia_smi_query.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -681,6 +682,18 @@ nvidia_smi_result read_nvidia_smi(const std::string& program, std::chrono::milli
       result.cuda_version = parse_nvidia_smi_cuda_version(query.out);
     else
       append_detail(result.detail, describe_failure(program + " -q", query, deadline));
+  }
+
+  // The recovery action (issue 18, rule 6): only `-q` prints it
+  // (runtime/gpu/nvidia_smi_query.hpp). A driver before r550 has no such
+  // line: nothing is set, nothing is said.
+  {
+    auto query = run_program(program, {"-q"}, until);
+    if (query.started && !query.timed_out && !query.overflow)
+      apply_nvidia_smi_query(query.out, result.gpus);
+    else if (query.timed_out)
+      for (auto& gpu : result.gpus)
+        gpu.add_unknown_fields("recovery_action: nvidia-smi -q timed out");
   }
 
   // NVLink link state; without it the links are unknown, never "down".

@@ -327,6 +327,16 @@ const std::vector<key_def<ControllerConfig>>& controller_keys() {
              "Xids that make the GPU AtRisk instead"),
     text_key("xid.record", &C::xid_record, false,
              "Xids only recorded as history (e.g. to stop one fencing)"),
+    uint_key("xid.application_processes", &C::xid_application_processes, 1, 1000, "count",
+             "different processes reporting application Xids (13, 31, 43, 45, 69) on one "
+             "GPU within 24 h after which it is AtRisk"),
+    text_key("amd.fence", &C::amd_fence, false,
+             "AMD kernel-log events that fence the GPU (amd_reset_failed, "
+             "amd_reset_unfinished, amd_vram_lost, amd_ras_fatal, amd_ring_timeout)"),
+    text_key("amd.at_risk", &C::amd_at_risk, false,
+             "AMD kernel-log events that make the GPU AtRisk instead"),
+    text_key("amd.record", &C::amd_record, false,
+             "AMD kernel-log events only recorded as history"),
     text_key("store.path", &C::data_dir, false,
              "folder of the controller's RocksDB store, created if missing",
              "/var/lib/astraeus/controller as root, else "

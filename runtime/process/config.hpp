@@ -100,6 +100,17 @@ struct ControllerConfig {
   std::string xid_fence;
   std::string xid_at_risk;
   std::string xid_record;
+  /// xid.application_processes: distinct processes reporting application
+  /// Xids (13, 31, 43, 45, 69) on one GPU within 24 h after which it is at
+  /// risk (issue 17, rule 5), 1 to 1000.
+  uint32_t xid_application_processes = 3;
+  /// amd.fence / amd.at_risk / amd.record: comma-separated AMD kernel-log
+  /// events (amd_reset_failed, amd_reset_unfinished, amd_vram_lost,
+  /// amd_ras_fatal, amd_ring_timeout) whose action overrides the built-in
+  /// AMD table (issue 17, rule 4; runtime/faults/xid_policy.hpp).
+  std::string amd_fence;
+  std::string amd_at_risk;
+  std::string amd_record;
   /// log.level: trace, debug, info, warn, error or off.
   std::string log_level = "info";
   /// log.file: file to log to; empty logs to stderr.

@@ -130,7 +130,7 @@ public:
             "gpu_requests", "time_limit_seconds", "time_limit", "workspace",
             "runtime", "outputs", "cpu_burst", "security_context",
             "task_template", "cpu_cores", "memory_bytes", "per_gpu",
-            "node_fraction", "volumes", "configs", "network"},
+            "node_fraction", "volumes", "configs", "network", "on_gpu_fault"},
            [&](const std::string& key, const YAML::Node& value,
                const std::string& path) {
              if (seed_field(key, value, path, spec, seed))
@@ -143,6 +143,8 @@ public:
                spec.set_workspace(text(value, path));
              } else if (key == "runtime") {
                spec.set_runtime(text(value, path));
+             } else if (key == "on_gpu_fault") {
+               spec.set_on_gpu_fault(text(value, path));
              } else if (key == "outputs") {
                spec.set_outputs(boolean(value, path));
              } else if (key == "cpu_burst") {

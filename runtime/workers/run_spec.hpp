@@ -31,6 +31,8 @@
 /// outputs: true              # the workers get $ASTRAEUS_OUTPUTS (key=value lines,
 ///                            # shown by `astra run show` once they end)
 /// cpu_burst: true            # cpus is a weight only: no quota, idle cores usable
+/// on_gpu_fault: stop         # a GPU of a worker becomes Faulty: stop its gang (the run
+///                            # Fails, resubmit it); default report: keeps running, shown
 /// security_context:
 ///   ulimits:                 # replace the defaults (nofile, memlock); -1 = unlimited
 ///     - {name: stack, soft: 67108864, hard: 67108864}   # hard defaults to soft

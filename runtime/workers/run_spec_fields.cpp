@@ -250,6 +250,11 @@ caf::error validate_run_spec(const v1::RunSpec& spec) {
                       + std::to_string(max_run_array_size)
                       + " copies of a run, got "
                       + std::to_string(spec.array_size()));
+  // issue 17, rule 8: what a GPU that fails under the run does to it.
+  if (!spec.on_gpu_fault().empty() && spec.on_gpu_fault() != "stop"
+      && spec.on_gpu_fault() != "report")
+    return spec_error("on_gpu_fault: '" + spec.on_gpu_fault()
+                      + "' is not a choice (use stop or report; report is the default)");
   if (!spec.runtime().empty() && spec.runtime() != "runc"
       && spec.runtime() != "process")
     return spec_error("runtime: '" + spec.runtime()
@@ -480,6 +485,7 @@ std::string to_yaml(const v1::RunSpec& spec) {
   if (spec.time_limit_seconds() != 0)
     out << YAML::Key << "time_limit_seconds" << YAML::Value
         << spec.time_limit_seconds();
+  text("on_gpu_fault", spec.on_gpu_fault());
   if (spec.outputs())
     out << YAML::Key << "outputs" << YAML::Value << true;
   if (spec.cpu_burst())

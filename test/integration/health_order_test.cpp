@@ -329,3 +329,110 @@ TEST_F(HealthOrder, AGpuThatVanishesBetweenPassesStaysListedAndFaulty) {
     }
   EXPECT_TRUE(found);
 }
+
+namespace {
+
+/// Writes one kernel-log record to the FIFO as one writer session (the
+/// agent's reader has it open).
+bool write_fifo(const fs::path& fifo, const std::string& rec) {
+  int fd = -1;
+  if (!wait_until(
+        [&] {
+          fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+          return fd >= 0;
+        },
+        10s, 10ms))
+    return false;
+  bool ok = ::write(fd, rec.data(), rec.size()) == static_cast<ssize_t>(rec.size());
+  ::close(fd);
+  return ok;
+}
+
+} // namespace
+
+// Rule 8: a GPU held by a running worker becomes Faulty (an Xid 79 in the
+// kernel log). The run that keeps the default (report) goes on running and
+// shows which worker's GPU failed and why in `astra runs`, `astra run show`
+// and `-o json`; the run that asked `--on-gpu-fault stop` is stopped, its
+// worker Stopped and the run Failed with the same words, so it can be
+// resubmitted. Only the GPUs at 3a and ba are idle on the stand-in.
+TEST_F(HealthOrder, TheRunOnAFailingGpuIsToldAndStopsOnlyWhenItAskedTo) {
+  auto fifo = dir_ / "kmsg";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  ASSERT_TRUE(start_controller());
+  start_agent(fifo.string(), host_with_bus());
+  ASSERT_TRUE(wait_until([&] { return gpus().size() == 8; }, 10s));
+  auto astra_text = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv{
+      program("astra"), "--addr", "127.0.0.1:" + std::to_string(port_), "--token-file",
+      (keys_dir_of((dir_ / "controller").string()) / "owner-token").string()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run_command(argv, dir_.path());
+  };
+  auto lasting = [&](const std::string& name, std::vector<std::string> extra) {
+    std::vector<std::string> a{"run", "--name", name, "--gpus", "1", "--image", "img",
+                               "--runtime", "process"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    a.insert(a.end(), {"--", "sh", "-c",
+                       "while [ -d '" + dir_.path().string() + "' ]; do sleep 0.2; done"});
+    return astra_text(a);
+  };
+  auto keep = lasting("keep", {});
+  ASSERT_EQ(keep.rc, 0) << keep.err;
+  auto halt = lasting("halt", {"--on-gpu-fault", "stop"});
+  ASSERT_EQ(halt.rc, 0) << halt.err;
+  auto state = [&](const std::string& name) { return astra_json({"run", "show", name}); };
+  ASSERT_TRUE(wait_until(
+    [&] {
+      return state("keep").value("state", "") == "Running"
+             && state("halt").value("state", "") == "Running";
+    },
+    10s))
+    << astra_text({"runs"}).out;
+  // Each run's GPU, and its PCI bus for the Xid line.
+  std::map<std::string, std::string> bus_of;  // GPU id -> "0000:3a:00"
+  for (const auto& g : gpus())
+    bus_of[g.gpu().id()] = g.gpu().pci_address().substr(0, 10);
+  auto gpu_of = [&](const std::string& run) {
+    return state(run)["workers"][0]["gpu_ids"][0].get<std::string>();
+  };
+  const auto keep_gpu = gpu_of("keep"), halt_gpu = gpu_of("halt");
+  ASSERT_NE(keep_gpu, halt_gpu);
+  ASSERT_TRUE(write_fifo(fifo, xid_record(301, bus_of[keep_gpu], 79)));
+  ASSERT_TRUE(write_fifo(fifo, xid_record(302, bus_of[halt_gpu], 79)));
+
+  ASSERT_TRUE(wait_until([&] { return !state("keep").value("gpu_fault", "").empty(); }, 10s))
+    << astra_text({"run", "show", "keep"}).out;
+  auto k = state("keep");
+  EXPECT_EQ(k.value("state", ""), "Running") << k.dump(2);
+  EXPECT_EQ(k.value("gpu_fault", ""),
+            "GPU " + keep_gpu + " of worker keep-0 on " + node
+              + " failed: Xid 79 fault (kept running: on_gpu_fault: report)");
+  auto f = k["workers"][0]["gpu_faults"];
+  ASSERT_EQ(f.size(), 1u) << k.dump(2);
+  EXPECT_EQ(f[0].value("gpu_id", ""), keep_gpu);
+  EXPECT_EQ(f[0].value("reason", ""), "Xid 79 fault");
+  EXPECT_EQ(f[0].value("action", ""), "reported");
+
+  ASSERT_TRUE(wait_until([&] { return state("halt").value("state", "") == "Failed"; }, 10s))
+    << astra_text({"run", "show", "halt"}).out;
+  auto h = state("halt");
+  EXPECT_EQ(h.value("waiting_reason", ""),
+            "GPU " + halt_gpu + " of worker halt-0 on " + node
+              + " failed: Xid 79 fault (on_gpu_fault: stop: its gang was stopped)");
+  EXPECT_EQ(h["workers"][0].value("state", ""), "Stopped");
+
+  auto runs = astra_text({"runs"});
+  EXPECT_NE(runs.out.find("of worker keep-0 on " + node + " failed: Xid 79 fault"),
+            std::string::npos)
+    << runs.out;
+  auto show = astra_text({"run", "show", "keep"});
+  EXPECT_NE(show.out.find("GPU fault:   GPU " + keep_gpu), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("GPU faults"), std::string::npos) << show.out;
+  // The controller logged it.
+  bool logged = false;
+  for (auto& p : procs_)
+    if (p->command_line().find("astraeus-controller") != std::string::npos)
+      logged = p->err().find("scheduler: run keep: GPU " + keep_gpu) != std::string::npos;
+  EXPECT_TRUE(logged);
+}
