@@ -9,6 +9,7 @@
 #include <caf/typed_event_based_actor.hpp>
 #include <spdlog/spdlog.h>
 
+#include "actors/controller/cluster_day2_requests.hpp"
 #include "actors/gather.hpp"
 #include "actors/controller/machine_actor.hpp"
 #include "messages/error.hpp"
@@ -623,6 +624,13 @@ const char* revoke_name(const v1::Request&) {
   return "revoke API token";
 }
 
+const char* remove_machine_name(const v1::Request&) {
+  return "remove machine";
+}
+const char* revoke_join_name(const v1::Request&) {
+  return "revoke join token";
+}
+
 using R = v1::Request;
 
 } // namespace
@@ -650,6 +658,13 @@ const std::vector<cluster_request_row>& cluster_request_table() {
     {R::kListAudit,        role::admin,  nullptr,               list_audit},
     {R::kSetLabels,        role::admin,  label_name,            set_labels},
     {R::kGetLogs,          role::member, nullptr,               get_logs},
+    // issue 13 (cli): day-two commands (actors/controller/cluster_day2_requests.cpp).
+    {R::kRemoveMachine,    role::admin,  remove_machine_name,   day2::remove_machine},
+    {R::kDrainMachine,     role::admin,  nullptr,               day2::drain_machine},
+    {R::kListJoinTokens,   role::admin,  nullptr,               day2::list_join_tokens},
+    {R::kRevokeJoinToken,  role::admin,  revoke_join_name,      day2::revoke_join_token},
+    {R::kListApiTokens,    role::admin,  nullptr,               day2::list_api_tokens},
+    {R::kDeleteWorkspace,  role::admin,  nullptr,               day2::delete_workspace},
   };
   return rows;
 }

@@ -134,6 +134,11 @@ void apply_snapshot(self_ptr self, v1::SchedulerMachine& m);
 /// lost; copies and runs that ended give back what they hold.
 void apply_worker_statuses(self_ptr self, v1::WorkerStatuses& statuses);
 
+/// `astra machine remove` (issue 13): forgets machine `name` (index,
+/// snapshot, facts, claims, its actor). Errors: ec::invalid_request naming
+/// the runs with workers there ("stop them first").
+caf::error forget_machine(self_ptr self, const std::string& name);
+
 // -- time limits (scheduler_time_limits.cpp) ---------------------------------
 
 /// Stops run or copy `qname` when its time limit, `seconds` from now, is
