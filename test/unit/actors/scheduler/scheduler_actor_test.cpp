@@ -978,3 +978,15 @@ TEST_F(SchedulerActor, RemovingAMachineIsRefusedWhileRunsHaveWorkersThere) {
   EXPECT_EQ(submit(s, spec_of("next", 1)).waiting_reason(),
             "cannot fit anywhere now: the cluster has no machines");
 }
+
+TEST_F(SchedulerActor, ACpuOnlyRunLargerThanEveryMachineCannotFitAnywhereNow) {
+  auto s = spawn_scheduler();
+  snapshot(s, cpu_machine("cpu-01", 4, 8));
+  snapshot(s, cpu_machine("cpu-02", 64, 256));
+  EXPECT_EQ(submit(s, cpu_spec("cores", 512, 64)).waiting_reason(),
+            "cannot fit anywhere now: a worker asks for 512 CPU cores; the largest machine "
+            "has 64");
+  EXPECT_EQ(submit(s, cpu_spec("memory", 1, 1u << 20)).waiting_reason(),
+            "cannot fit anywhere now: a worker asks for 1048576 MiB; the largest machine has "
+            "262144 MiB");
+}
