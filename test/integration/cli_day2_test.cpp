@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "integration/cluster_harness.hpp"
+#include "runtime/workers/worker_process.hpp"
 
 using namespace astraeus;
 using namespace astraeus::itest;
