@@ -168,7 +168,15 @@ using machine_actor = caf::typed_actor<
   // the machine is Accepting (only a validation's checks are placed there).
   // An acceptance is stored with sync before the answer; fails with
   // ec::store_failure when the write fails.
-  caf::replies_to<atom::accept, bool, bool, std::string>::with<v1::MachineView>>;
+  caf::replies_to<atom::accept, bool, bool, std::string>::with<v1::MachineView>,
+  // `astra drain` (issue 13): cordons the machine and records the drain's
+  // deadline (stored with sync before the answer); at the deadline the runs
+  // with workers here are stopped (their workers stop gracefully) and the
+  // drain is done. Fails with ec::store_failure when the write fails.
+  caf::replies_to<v1::DrainMachine>::with<v1::MachineView>,
+  // Internal timer: the drain with deadline `unix ms` is due (a stale one,
+  // whose deadline no longer matches, is ignored).
+  caf::reacts_to<atom::drain_due, int64_t>>;
 
 /// The agent's discovery: runs GPU discovery passes on a thread of its own
 /// (spawned detached), so a slow driver never holds up the agent's heartbeat.
@@ -240,7 +248,12 @@ using scheduler_actor = caf::typed_actor<
   caf::reacts_to<atom::tick>,
   // Internal timer: the time limit of run or copy `queue name` placed with
   // token `token` is reached; it is stopped ("time limit of 1h reached").
-  caf::reacts_to<atom::deadline, std::string, uint64_t>>;
+  caf::reacts_to<atom::deadline, std::string, uint64_t>,
+  // `astra machine remove` (issue 13): forgets the machine (its GPUs leave
+  // the index; later snapshots from its actor are ignored) and answers
+  // true. Fails with ec::invalid_request naming the runs that still have
+  // workers there.
+  caf::replies_to<v1::RemoveMachine>::with<bool>>;
 
 /// One validation (actors/validation/validation_actor.hpp): runs its steps,
 /// one check at a time per machine, each as a run of the scheduler (a

@@ -692,8 +692,9 @@ std::string format_workspaces(const v1::WorkspaceList& list) {
   return render_table({"NAME", "ORGANISATION", "NAMESPACE", "GRANTS"}, rows);
 }
 
-std::string format_submitted(const v1::Run& r) {
-  std::string out = r.spec().name() + " submitted: " + r.state();
+std::string format_submitted(const v1::Run& r, const std::string& cluster) {
+  std::string out = r.spec().name() + " submitted" + (cluster.empty() ? "" : " to " + cluster) +
+                    ": " + r.state();
   if (!r.waiting_reason().empty())
     out += " (" + r.waiting_reason() + ")";
   else if (!r.leader_machine().empty())

@@ -41,8 +41,12 @@ std::string format_run(const v1::Run& run, int64_t now_unix_ms);
 /// their machines must carry), one row each.
 std::string format_workspaces(const v1::WorkspaceList& list);
 
-/// What `astra run` says after submitting.
-std::string format_submitted(const v1::Run& run);
+/// What `astra run` says after submitting: "whoami submitted to gpu-east:
+/// Placed (leader on gpu-09)" (`cluster`: the controller's `cluster.name`,
+/// from its welcome; left out when empty). The seed's line ends in the
+/// console's URL of the run; the console has no run page yet, so the state
+/// is said instead.
+std::string format_submitted(const v1::Run& run, const std::string& cluster = {});
 
 /// `astra xids`: the Xid policy table.
 std::string format_xid_policy(const v1::XidPolicyTable& table);

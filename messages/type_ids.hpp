@@ -121,5 +121,12 @@ CAF_BEGIN_TYPE_ID_BLOCK(astraeus, caf::first_custom_type_id)
   CAF_ADD_ATOM(astraeus, astraeus::atom, slot, "valslot")
   /// A machine is accepted in its pool (validations -> machine).
   CAF_ADD_ATOM(astraeus, astraeus::atom, accept, "accept")
+  // cli (issue 13): day-two commands.
+  /// Drains a machine (cluster -> machine actor).
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::DrainMachine))
+  /// Forgets a removed machine (cluster -> scheduler).
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::RemoveMachine))
+  /// Internal timer (machine -> itself): a drain's deadline is reached.
+  CAF_ADD_ATOM(astraeus, astraeus::atom, drain_due, "draindue")
 
 CAF_END_TYPE_ID_BLOCK(astraeus)

@@ -9,6 +9,7 @@
 #include <caf/typed_event_based_actor.hpp>
 #include <spdlog/spdlog.h>
 
+#include "actors/controller/cluster_day2_requests.hpp"
 #include "actors/gather.hpp"
 #include "actors/controller/machine_actor.hpp"
 #include "messages/error.hpp"
@@ -686,6 +687,13 @@ const char* accept_name(const v1::Request&) {
   return "accept machine";
 }
 
+const char* remove_machine_name(const v1::Request&) {
+  return "remove machine";
+}
+const char* revoke_join_name(const v1::Request&) {
+  return "revoke join token";
+}
+
 using R = v1::Request;
 
 } // namespace
@@ -720,6 +728,13 @@ const std::vector<cluster_request_row>& cluster_request_table() {
     {R::kSetValidationPolicy, role::admin, policy_name,         to_validations},
     {R::kAcceptMachine,    role::admin,  accept_name,           to_validations},
     {R::kListValidationPolicies, role::member, nullptr,         to_validations},
+    // issue 13 (cli): day-two commands (actors/controller/cluster_day2_requests.cpp).
+    {R::kRemoveMachine,    role::admin,  remove_machine_name,   day2::remove_machine},
+    {R::kDrainMachine,     role::admin,  nullptr,               day2::drain_machine},
+    {R::kListJoinTokens,   role::admin,  nullptr,               day2::list_join_tokens},
+    {R::kRevokeJoinToken,  role::admin,  revoke_join_name,      day2::revoke_join_token},
+    {R::kListApiTokens,    role::admin,  nullptr,               day2::list_api_tokens},
+    {R::kDeleteWorkspace,  role::admin,  nullptr,               day2::delete_workspace},
   };
   return rows;
 }

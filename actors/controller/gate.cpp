@@ -235,6 +235,9 @@ void on_hello(gate_ptr self, connection_handle hdl, gate_connection& conn,
               return;
             }
             i->second.machine_handle = handle;
+            // A machine removed by an admin (`astra machine remove`) stops
+            // its actor: its agent is refused then (issue 13, item 6).
+            self->monitor(handle);
             mark_welcomed(self, i->second);
             spdlog::info("gate: machine {} connected from {} (key {})",
                          i->second.machine, i->second.peer,
@@ -364,6 +367,24 @@ gate_actor::behavior_type gate(gate_actor::stateful_broker_pointer<gate_state> s
                                gate_config config, caf::io::doorman_ptr doorman) {
   self->state.config = std::move(config);
   self->add_doorman(std::move(doorman));
+  self->set_down_handler([self](caf::down_msg& msg) {
+    // Only a removal says so in its exit reason; a machine actor that stops
+    // with the controller leaves its agent to reconnect to the next one.
+    if (msg.reason.category() != caf::atom("astraeus")
+        || msg.reason.code() != static_cast<uint8_t>(ec::enrollment_required))
+      return;
+    std::vector<connection_handle> gone;
+    for (const auto& [hdl, conn] : self->state.connections)
+      if (conn.machine_handle && conn.machine_handle.address() == msg.source)
+        gone.push_back(hdl);
+    for (auto hdl : gone) {
+      auto name = self->state.connections[hdl].machine;
+      self->state.connections[hdl].machine_handle = machine_actor{};
+      refuse(self, hdl, ec::enrollment_required,
+             "machine " + name + " was removed from the cluster; enrol it again with a "
+             "new join token (astra tokens create)");
+    }
+  });
   return {
     [self](const caf::io::new_connection_msg& msg) {
       auto& st = self->state;

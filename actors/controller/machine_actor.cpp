@@ -119,12 +119,34 @@ bool machine_state::schedulable() const {
          && !config.record.cordoned() && !pressure.memory && !pressure.disk;
 }
 
+std::string machine_state::not_schedulable_why() const {
+  const auto shown = shown_state();
+  if (shown == v1::Machine::Maintenance)
+    return "is in Maintenance";
+  if (shown == v1::Machine::Down)
+    return "is Down";
+  if (shown == v1::Machine::Idle)
+    return "has not reported yet";
+  if (config.record.drained())
+    return "is drained";
+  if (config.record.drain_deadline_unix_ms() != 0)
+    return "is draining";
+  if (config.record.cordoned())
+    return "is cordoned";
+  if (pressure.memory)
+    return "is under memory pressure";
+  if (pressure.disk)
+    return "is under disk pressure";
+  return {};
+}
+
 v1::SchedulerMachine machine_state::scheduler_view() const {
   v1::SchedulerMachine out;
   out.set_name(config.record.name());
   out.set_schedulable(schedulable());
   out.set_down(liveness == v1::Machine::Down);
   out.set_accepting(accepting());
+  out.set_not_schedulable(not_schedulable_why());
   out.set_address(config.record.address());
   out.set_logical_cpus(facts.cpu().logical_cpus());
   out.set_memory_bytes(facts.memory().total_bytes());
@@ -194,6 +216,8 @@ v1::MachineView machine_state::view() const {
   for (const auto& w : inventory_warnings)
     out.add_inventory_warnings(w);
   out.set_flaps(flaps);
+  out.set_drain_deadline_unix_ms(rec.drain_deadline_unix_ms());
+  out.set_drained(rec.drained());
   // "GPUs healthy" is the controller's judgement, not the agent's.
   auto* section = out.mutable_facts()->mutable_gpus();
   auto* conds = section->mutable_conditions();
@@ -432,10 +456,17 @@ caf::result<std::vector<v1::GpuView>> gpu_views(machine_ptr self) {
 
 caf::result<v1::MachineView> set_cordon(machine_ptr self, bool on) {
   auto& rec = self->state.config.record;
-  if (rec.cordoned() != on) {
+  // Uncordoning ends a drain too.
+  bool draining = !on && (rec.drain_deadline_unix_ms() != 0 || rec.drained());
+  if (rec.cordoned() != on || draining) {
+    auto before = rec;
     rec.set_cordoned(on);
+    if (!on) {
+      rec.set_drain_deadline_unix_ms(0);
+      rec.set_drained(false);
+    }
     if (auto err = persist(self, true)) {
-      rec.set_cordoned(!on);
+      rec = std::move(before);
       return err;
     }
     spdlog::info("machine {}: {}", name_of(self), on ? "cordoned" : "uncordoned");
@@ -590,6 +621,66 @@ caf::result<v1::ClearFaultResult> clear_fault(machine_ptr self, const std::strin
   return rp;
 }
 
+/// Arms the timer of the drain in the record, if one is under way.
+void arm_drain(machine_ptr self) {
+  const auto& rec = self->state.config.record;
+  auto deadline = rec.drain_deadline_unix_ms();
+  if (deadline == 0 || rec.drained())
+    return;
+  auto wait = std::max<int64_t>(0, deadline - self->state.config.clock->now_unix_ms());
+  self->delayed_send(self, std::chrono::milliseconds{wait}, atom::drain_due_v, deadline);
+}
+
+/// `astra drain NAME --deadline D`: cordoned now, its workers stopped at
+/// the deadline (issue 13, item 6).
+caf::result<v1::MachineView> start_drain(machine_ptr self, const v1::DrainMachine& req) {
+  auto& st = self->state;
+  auto& rec = st.config.record;
+  auto before = rec;
+  auto now = st.config.clock->now_unix_ms();
+  rec.set_cordoned(true);
+  rec.set_drained(false);
+  rec.set_drain_deadline_unix_ms(
+    std::max<int64_t>(1, now + static_cast<int64_t>(req.deadline_seconds()) * 1000));
+  if (auto err = persist(self, true)) {
+    rec = std::move(before);
+    return err;
+  }
+  spdlog::info("machine {}: draining: cordoned, its workers stop in {} s", name_of(self),
+               req.deadline_seconds());
+  tell_scheduler(self);
+  arm_drain(self);
+  return st.view();
+}
+
+/// The drain's deadline: every run with a worker here is stopped (its
+/// workers get SIGTERM, then SIGKILL after their grace), and the drain is
+/// done.
+void drain_due(machine_ptr self, int64_t deadline) {
+  auto& st = self->state;
+  auto& rec = st.config.record;
+  if (rec.drain_deadline_unix_ms() != deadline || rec.drained())
+    return;
+  std::set<std::string> runs;
+  for (const auto& w : st.orders.workers())
+    runs.insert(w.run());
+  for (const auto& run : runs) {
+    spdlog::info("machine {}: drain deadline: stopping run {}", name_of(self), run);
+    self->request(st.config.scheduler, std::chrono::seconds{30}, atom::remove_v, run)
+      .then([](const v1::Run&) {},
+            [name = name_of(self), run](const caf::error& err) {
+              spdlog::warn("machine {}: drain: run {} not stopped: {}", name, run,
+                           render_error(err));
+            });
+  }
+  rec.set_drained(true);
+  if (auto err = persist(self, true))
+    spdlog::error("machine {}: drain done but not stored: {}", name_of(self),
+                  render_error(err));
+  spdlog::info("machine {}: drained ({} run(s) stopped)", name_of(self), runs.size());
+  tell_scheduler(self);
+}
+
 /// The heartbeat lapse timer fired.
 void on_lapse(machine_ptr self) {
   auto& st = self->state;
@@ -633,6 +724,7 @@ machine(machine_actor::stateful_pointer<machine_state> self,
   self->send(st.config.scheduler, atom::attach_v, name_of(self),
              machine_actor{self});
   tell_scheduler(self);
+  arm_drain(self);
   return {
     [self](v1::MachineReport& report) { on_report(self, report); },
     [self](atom::get) -> v1::MachineView { return self->state.view(); },
@@ -682,6 +774,10 @@ machine(machine_actor::stateful_pointer<machine_state> self,
            std::string& reason) -> caf::result<v1::MachineView> {
       return set_acceptance(self, required, accepted, reason);
     },
+    [self](const v1::DrainMachine& req) -> caf::result<v1::MachineView> {
+      return start_drain(self, req);
+    },
+    [self](atom::drain_due, int64_t deadline) { drain_due(self, deadline); },
   };
 }
 

@@ -120,6 +120,10 @@ struct machine_state {
   v1::Machine::State shown_state() const;
   /// Whether the machine takes new work: Up, not cordoned, no pressure.
   bool schedulable() const;
+  /// Why it takes no new work, as a waiting reason says it after its name
+  /// ("is cordoned", "is in Maintenance", "is Down", "is draining", "is
+  /// under memory pressure"); empty when it does (issue 13, item 5).
+  std::string not_schedulable_why() const;
   /// The machine as `astra machine` shows it.
   v1::MachineView view() const;
 };

@@ -91,6 +91,10 @@ struct machine_spec {
   label_map labels;            ///< pool and topology labels
   bool schedulable = true;     ///< takes new work now (`MachineView.schedulable`)
   std::vector<gpu_spec> gpus;  ///< in the driver's index order; at most 64
+  /// Why it takes no new work, as waiting reasons say it after its name
+  /// ("is cordoned", "is Down", "is under memory pressure"); empty when it
+  /// does, or unknown ("is not taking new work" is said then).
+  std::string not_schedulable;
 };
 
 /// One GPU: its machine and its slot there (slots are stable for the GPU's
@@ -166,13 +170,18 @@ enum class waiting_code : uint8_t {
   invalid_request, ///< the request is malformed (no groups, 0 GPUs, ...)
   no_machine,      ///< no machine carries the required labels
   none_schedulable,///< machines carry them but none takes new work
-  never_fits,      ///< larger than the machines (or the largest site) even when empty
+  never_fits,      ///< larger than the machines (or the largest site) even when empty:
+                   ///< "cannot fit anywhere now: ..." (also for no machine with the labels)
   not_enough_gpus, ///< not enough free GPUs now
   reserved,        ///< it would fit, but only on GPUs reserved for an earlier run
 };
 
 /// Why a run waits: a code for programs and a sentence for people, e.g.
-/// "waiting: needs 8 healthy GPUs on one machine in pool h100; best machine has 6".
+/// "waiting: needs 8 healthy GPUs on one machine in pool h100; best machine
+/// has 6; gpu-01 has 8 free but is cordoned" (at most three machines that
+/// would fit but for their state or fenced GPUs are named, then "and N
+/// more"), or "cannot fit anywhere now: a worker needs 16 GPUs on one
+/// machine; machines in pool h100 have at most 8" (issue 13, item 5).
 struct waiting_reason {
   waiting_code code = waiting_code::not_enough_gpus; ///< for programs
   std::string message;                                ///< for people
@@ -232,9 +241,11 @@ public:
   /// (`set_gpus`). Fails as `set_gpus` does, or on another name.
   caf::error update_machine(machine_id m, const machine_spec& spec);
 
-  /// Whether `m` takes new work. Its held GPUs stay held either way (a Down
-  /// machine's workers keep their GPUs until told otherwise).
-  caf::error set_schedulable(machine_id m, bool schedulable);
+  /// Whether `m` takes new work, and if not why (`machine_spec::
+  /// not_schedulable`, named in waiting reasons). Its held GPUs stay held
+  /// either way (a Down machine's workers keep their GPUs until told
+  /// otherwise).
+  caf::error set_schedulable(machine_id m, bool schedulable, std::string_view why = {});
 
   /// Replaces the labels of `m`.
   caf::error set_labels(machine_id m, const label_map& labels);

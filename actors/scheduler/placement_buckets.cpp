@@ -137,6 +137,7 @@ void placement_index::state::changed(machine_id id, counts before) {
       stats_add(selectors[sid], m, before.present, -1);
       stats_add(selectors[sid], m, after.present, +1);
     }
+  note_blocked(id);
 }
 
 uint32_t placement_index::state::selector_for(const label_map& labels) {

@@ -64,36 +64,58 @@ waiting_reason waiting_for(waiting_code code, std::string message) {
   return waiting_reason{code, std::move(message)};
 }
 
-// Why `request` can never be placed on the machines of `sel`, if so.
-std::optional<waiting_reason> never_placed(const selector_rec& sel, const shape& sh, bool gang) {
+// Why `request` can never be placed on the machines of `sel` as they are,
+// if so: "cannot fit anywhere now: ..." (issue 13, item 5), else whether
+// none of them takes new work (naming those that would fit but for their
+// state).
+// `blockers(k, need)` and `pools()` are `placement_index::state`'s.
+template <class Blockers, class Pools>
+std::optional<waiting_reason> never_placed(const selector_rec& sel, const shape& sh,
+                                           bool gang, unsigned k, const Blockers& blockers,
+                                           const Pools& pools) {
   const std::string& where = sel.where;
-  if (sel.matching == 0)
-    return waiting_for(waiting_code::no_machine, "waiting: no machine" + where);
-  if (sel.schedulable == 0)
-    return waiting_for(waiting_code::none_schedulable,
-                "waiting: no machine" + where + " takes new work (" +
-                  plural(sel.matching, "machine is", "machines are") +
-                  " Down, cordoned, in maintenance, in acceptance or under pressure)");
+  const std::string now = "cannot fit anywhere now: ";
+  if (sel.matching == 0) {
+    if (sel.labels.empty())
+      return waiting_for(waiting_code::no_machine, now + "the cluster has no machines");
+    return waiting_for(waiting_code::no_machine,
+                       now + "no machine" + where +
+                         (sel.label_text.count("pool") ? pools() : std::string{}));
+  }
   unsigned max_present = 0;
   for (size_t p = sel.present_hist.size(); p-- > 0;)
     if (sel.present_hist[p]) {
       max_present = static_cast<unsigned>(p);
       break;
     }
+  if (max_present == 0)
+    return waiting_for(waiting_code::never_fits,
+                       now + "no machine" + where + " has a GPU");
   if (sh.gmax > max_present)
     return waiting_for(waiting_code::never_fits,
-                "waiting: never fits: a worker needs " + gpus_text(sh.gmax, false) +
-                  " on one machine; machines" + where + " have at most " +
-                  std::to_string(max_present));
+                       now + "a worker needs " + gpus_text(sh.gmax, false) +
+                         " on one machine; machines" + where + " have at most " +
+                         std::to_string(max_present));
   if (gang) {
     uint64_t best_site = 0;
     for (uint64_t p : sel.site_present)
       best_site = std::max(best_site, p);
     if (sh.gpus > best_site)
       return waiting_for(waiting_code::never_fits,
-                  "waiting: never fits: needs " + gpus_text(sh.gpus, false) +
-                    " within one site; the largest site" + where + " has " +
-                    std::to_string(best_site));
+                         now + "needs " + gpus_text(sh.gpus, false) +
+                           " within one site; the largest site" + where + " has " +
+                           std::to_string(best_site));
+  }
+  if (sel.schedulable == 0) {
+    std::string named = blockers(k, sh.gmax);
+    if (!named.empty())
+      return waiting_for(waiting_code::none_schedulable,
+                         "waiting: needs " + gpus_text(sh.gmax, false) +
+                           (gang ? " per worker" : "") + where + named);
+    return waiting_for(waiting_code::none_schedulable,
+                       "waiting: no machine" + where + " takes new work (" +
+                         plural(sel.matching, "machine is", "machines are") +
+                         " Down, cordoned, in maintenance, in acceptance or under pressure)");
   }
   return std::nullopt;
 }
@@ -115,8 +137,9 @@ void lay_out_ranks(const placement_request& request, placement& out) {
 
 // Why a request that could be placed on empty machines waits now, in the
 // words of the best there is.
+template <class Blockers>
 waiting_reason why_waiting(const selector_rec& sel, const placement_request& request,
-                           const shape& sh, bool gang) {
+                           const shape& sh, bool gang, const Blockers& blockers) {
   const std::string& where = sel.where;
   unsigned k = request.healthy_only ? kind_healthy : kind_usable;
   if (!gang) {
@@ -126,6 +149,7 @@ waiting_reason why_waiting(const selector_rec& sel, const placement_request& req
     if (request.healthy_only &&
         sel.groups[t_cluster][0].kind[kind_usable].max_free() >= sh.gpus)
       msg += " (it would fit with GPUs at risk, which healthy_only refuses)";
+    msg += blockers(k, sh.gmax);
     return waiting_for(waiting_code::not_enough_gpus, std::move(msg));
   }
   std::string need;
@@ -153,6 +177,7 @@ waiting_reason why_waiting(const selector_rec& sel, const placement_request& req
     msg += "; best site has room for " + std::to_string(best_room);
   else
     msg += "; best site has " + std::to_string(best_free) + " free";
+  msg += blockers(k, sh.gmax);
   return waiting_for(waiting_code::not_enough_gpus, std::move(msg));
 }
 
@@ -197,7 +222,10 @@ placement_result placement_index::place(const placement_request& request) {
   uint32_t sid = S.selector_for(request.required_labels);
   const selector_rec& sel = S.selectors[sid];
   bool gang = sh.workers > 1;
-  if (auto never = never_placed(sel, sh, gang))
+  unsigned kind = request.healthy_only ? kind_healthy : kind_usable;
+  auto blockers = [&S, &sel](unsigned k, unsigned need) { return S.blockers(sel, k, need); };
+  auto pools = [&S] { return S.pools_text(); };
+  if (auto never = never_placed(sel, sh, gang, kind, blockers, pools))
     return std::move(*never);
   placement out;
   out.run = request.run;
@@ -213,7 +241,7 @@ placement_result placement_index::place(const placement_request& request) {
     if (gang && S.place_gang(sel, k, request, sh, out))
       return out;
   }
-  return why_waiting(sel, request, sh, gang);
+  return why_waiting(sel, request, sh, gang, blockers);
 }
 
 } // namespace astraeus

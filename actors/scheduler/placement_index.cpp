@@ -48,6 +48,8 @@ uint32_t placement_index::state::intern_group(unsigned t, const std::string& key
 }
 
 void placement_index::state::set_machine_labels(machine_rec& m, const label_map& labels) {
+  count_pool(m.label_text, -1);
+  count_pool(labels, +1);
   m.label_text = labels;
   m.labels.clear();
   for (const auto& [k, v] : labels)
@@ -217,6 +219,7 @@ caf::expected<machine_id> placement_index::add_machine(const machine_spec& spec)
   machine_rec& m = S.machines.back();
   m.name = spec.name;
   m.schedulable = spec.schedulable;
+  m.why_not = spec.schedulable ? std::string{} : spec.not_schedulable;
   S.set_machine_labels(m, spec.labels);
   S.machine_by_name.emplace(spec.name, id);
   S.attach_matching(id);
@@ -234,16 +237,21 @@ caf::error placement_index::update_machine(machine_id m, const machine_spec& spe
     return err;
   if (spec.labels != S.machines[m].label_text)
     set_labels(m, spec.labels);
-  set_schedulable(m, spec.schedulable);
+  set_schedulable(m, spec.schedulable, spec.not_schedulable);
   S.apply_gpu_list(m, spec.gpus);
   return {};
 }
 
-caf::error placement_index::set_schedulable(machine_id id, bool schedulable) {
+caf::error placement_index::set_schedulable(machine_id id, bool schedulable,
+                                            std::string_view why) {
   auto& S = *st_;
   if (id >= S.machines.size() || S.machines[id].removed)
     return unknown_machine(id);
   machine_rec& m = S.machines[id];
+  if (schedulable)
+    m.why_not.clear();
+  else if (why != m.why_not)
+    m.why_not.assign(why.data(), why.size());
   if (m.schedulable == schedulable)
     return {};
   counts c = count_of(m);
@@ -254,6 +262,7 @@ caf::error placement_index::set_schedulable(machine_id id, bool schedulable) {
   if (schedulable)
     for (uint32_t sid : m.selectors)
       S.view_insert(S.selectors[sid], id);
+  S.note_blocked(id);
   return {};
 }
 
@@ -285,6 +294,8 @@ caf::error placement_index::remove_machine(machine_id id) {
   if (m.held)
     return invalid("machine " + m.name + " still has held GPUs; release them first");
   S.detach_all(id);
+  S.count_pool(m.label_text, -1);
+  S.blocked.erase(id);
   for (unsigned s = 0; s < m.gpus.size(); ++s)
     S.drop_slot(m, s);
   S.machine_by_name.erase(m.name);

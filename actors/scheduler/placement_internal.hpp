@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -97,6 +98,7 @@ struct machine_rec {
   label_map label_text;                         ///< the labels as given
   std::array<uint32_t, tier_count> group{no_group, no_group, no_group, no_group, 0}; ///< per tier
   bool schedulable = false;                     ///< takes new work
+  std::string why_not;                          ///< why not ("is cordoned"), for waiting reasons
   bool removed = false;                         ///< removed (the id is never reused)
   gpu_mask present = 0, healthy = 0, at_risk = 0, held = 0; ///< by slot
   std::vector<gpu_rec> gpus;                    ///< by slot
@@ -106,6 +108,8 @@ struct machine_rec {
   gpu_mask free_healthy() const { return healthy & ~held; }
   gpu_mask free_at_risk() const { return at_risk & ~held; }
   gpu_mask free_usable() const { return (healthy | at_risk) & ~held; }
+  /// Present Faulty or Foreign GPUs not held: what a cleared fault frees.
+  gpu_mask free_fenced() const { return present & ~healthy & ~at_risk & ~held; }
   bool in_views() const { return schedulable && !removed; }
 };
 
@@ -249,6 +253,11 @@ struct placement_index::state {
   std::vector<placement_detail::alloc_slot> alloc_slots;
   std::vector<uint32_t> alloc_free;
   size_t alloc_live = 0;
+  /// Machines (not removed) that take no new work or have free fenced GPUs:
+  /// the ones a waiting reason may name (placement_reasons.cpp).
+  std::set<machine_id> blocked;
+  /// Machines (not removed) by the value of their `pool` label.
+  std::map<std::string, uint32_t> pools;
   static const std::string empty;
 
   // Planning scratch, reused so that placing allocates little.
@@ -267,6 +276,21 @@ struct placement_index::state {
   uint32_t intern_label(const std::string& k, const std::string& v);
   uint32_t intern_group(unsigned t, const std::string& key);
   void set_machine_labels(machine_rec& m, const label_map& labels);
+
+  // -- waiting reasons (placement_reasons.cpp) -------------------------------
+
+  /// Keeps `blocked` right for `id` after its state or GPUs changed.
+  void note_blocked(machine_id id);
+  /// Counts the pool of `labels` in `pools` (`sign` 1 or -1).
+  void count_pool(const label_map& labels, int sign);
+  /// "; gpu-01 has 8 free but is cordoned, gpu-02 has 6 free and 2 GPUs
+  /// fenced and 4 more": the machines of `sel` that would give one worker
+  /// `need` GPUs of kind `k` but for their state or fenced GPUs; at most
+  /// three named, O(blocked machines), at most 4096 looked at. Empty when
+  /// none.
+  std::string blockers(const selector_rec& sel, unsigned k, unsigned need) const;
+  /// " (machines are in pools a100, l4)": at most four pools; empty without.
+  std::string pools_text() const;
 
   // -- GPUs of a machine (placement_index.cpp) -------------------------------
 

@@ -73,6 +73,8 @@ caf::expected<machine_spec> machine_spec_of(const v1::SchedulerMachine& m) {
   machine_spec out;
   out.name = m.name();
   out.schedulable = m.schedulable();
+  if (!out.schedulable)
+    out.not_schedulable = m.down() ? std::string{"is Down"} : m.not_schedulable();
   for (const auto& [k, v] : m.labels())
     out.labels[k] = v;
   for (const auto& g : m.gpus()) {
@@ -136,7 +138,14 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
     [self](atom::remove, const std::string& name) -> caf::result<v1::Run> {
       return remove_run(self, name);
     },
-    [self](v1::SchedulerMachine& m) { apply_snapshot(self, m); },
+    [self](v1::SchedulerMachine& m) {
+      // A removed machine's actor may still have a snapshot on its way.
+      if (!self->state.removed_senders.empty()
+          && self->state.removed_senders.count(
+            caf::actor_cast<caf::actor_addr>(self->current_sender())))
+        return;
+      apply_snapshot(self, m);
+    },
     [self](atom::complete, const std::string& name) { complete_run(self, name); },
     [self](atom::attach, const std::string& machine, machine_actor& handle) {
       auto& st = self->state;
@@ -151,6 +160,11 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
     [self](atom::tick) { flush(self); },
     [self](atom::deadline, std::string& qname, uint64_t token) {
       time_limit_reached(self, qname, token);
+    },
+    [self](const v1::RemoveMachine& req) -> caf::result<bool> {
+      if (auto err = forget_machine(self, req.name()))
+        return err;
+      return true;
     },
   };
 }

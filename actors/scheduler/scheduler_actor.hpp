@@ -155,6 +155,9 @@ struct scheduler_state {
   /// a timer whose token no longer matches is stale).
   std::unordered_map<std::string, uint64_t> limit_token;
   uint64_t next_limit_token = 1;
+  /// The actors of machines removed (`astra machine remove`): their late
+  /// snapshots are ignored.
+  std::set<caf::actor_addr> removed_senders;
 };
 
 /// The scheduler actor's behaviour (handlers: actors/interfaces.hpp).

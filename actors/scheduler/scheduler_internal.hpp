@@ -154,6 +154,10 @@ void apply_worker_statuses(self_ptr self, v1::WorkerStatuses& statuses);
 /// `on_gpu_fault: stop` has that worker's gang (the run, or its array copy)
 /// stopped and Fails with the fault as its reason.
 void note_gpu_faults(self_ptr self, const v1::SchedulerMachine& m);
+/// `astra machine remove` (issue 13): forgets machine `name` (index,
+/// snapshot, facts, claims, its actor). Errors: ec::invalid_request naming
+/// the runs with workers there ("stop them first").
+caf::error forget_machine(self_ptr self, const std::string& name);
 
 // -- time limits (scheduler_time_limits.cpp) ---------------------------------
 

@@ -86,6 +86,9 @@ admitted_snapshot admit_snapshot(const v1::SchedulerMachine& m, const gpu_claims
   admitted_snapshot out;
   out.spec.name = m.name();
   out.spec.schedulable = m.schedulable();
+  // Why not, in the words a waiting reason names it with (issue 13).
+  if (!out.spec.schedulable)
+    out.spec.not_schedulable = m.down() ? std::string{"is Down"} : m.not_schedulable();
   for (const auto& [k, v] : m.labels())
     out.spec.labels[k] = v;
   // Snapshot index -> index in the spec (-1: set aside).

@@ -288,4 +288,41 @@ void apply_worker_statuses(self_ptr self, v1::WorkerStatuses& statuses) {
     schedule_pass(self);
 }
 
+caf::error forget_machine(self_ptr self, const std::string& name) {
+  auto& st = self->state;
+  if (auto on = st.runs_on.find(name); on != st.runs_on.end() && !on->second.empty()) {
+    std::string runs;
+    size_t n = 0;
+    for (const auto& r : on->second)
+      if (n++ < 5)
+        runs += (runs.empty() ? "" : ", ") + r;
+    if (n > 5)
+      runs += " and " + std::to_string(n - 5) + " more";
+    return caf::make_error(ec::invalid_request,
+                           "machine " + name + " still has workers of " +
+                             (n == 1 ? "run " : "runs ") + runs +
+                             "; stop them first (astra delete RUN) or drain it "
+                             "(astra drain " + name + ")");
+  }
+  if (auto id = st.index->find_machine(name))
+    if (auto err = st.index->remove_machine(*id))
+      return err;
+  if (auto h = st.machines.find(name); h != st.machines.end()) {
+    st.removed_senders.insert(caf::actor_cast<caf::actor_addr>(h->second));
+    st.machines.erase(h);
+  }
+  auto touched = st.claims.update(name, {});
+  st.snapshots.erase(name);
+  st.machine_facts_by_name.erase(name);
+  st.notes_sent.erase(name);
+  st.runs_on.erase(name);
+  st.generation.erase(name);
+  st.dirty_machines.erase(name);
+  for (const auto& other : touched)
+    index_snapshot(self, other);
+  spdlog::info("scheduler: machine {} removed", name);
+  schedule_pass(self);
+  return caf::none;
+}
+
 } // namespace astraeus::scheduler_detail

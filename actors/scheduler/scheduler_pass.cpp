@@ -97,8 +97,30 @@ void place_cpu_runs(scheduler_state& st, std::set<std::string>& touched,
       std::string each = show_number(cpus) + " core(s)";
       if (mem > 0)
         each += " and " + std::to_string(mem >> 20) + " MiB";
+      // More cores or memory than any machine with the labels has: it
+      // cannot fit anywhere now (issue 13, item 5).
+      double most_cpus = 0;
+      uint64_t most_mem = 0;
+      for (const auto& [name, f] : st.machine_facts_by_name)
+        if (std::all_of(req.required_labels.begin(), req.required_labels.end(),
+                        [&f = f](const auto& kv) {
+                          auto l = f.labels.find(kv.first);
+                          return l != f.labels.end() && l->second == kv.second;
+                        })) {
+          most_cpus = std::max(most_cpus, static_cast<double>(f.logical_cpus));
+          most_mem = std::max(most_mem, f.memory_bytes);
+        }
+      std::string never;
+      if (!st.machine_facts_by_name.empty() && most_cpus > 0 && cpus > most_cpus)
+        never = "cannot fit anywhere now: a worker asks for " + show_number(cpus) +
+                " CPU cores; the largest machine" + labels + " has " + show_number(most_cpus);
+      else if (!st.machine_facts_by_name.empty() && most_mem > 0 && mem > most_mem)
+        never = "cannot fit anywhere now: a worker asks for " + std::to_string(mem >> 20) +
+                " MiB; the largest machine" + labels + " has " +
+                std::to_string(most_mem >> 20) + " MiB";
       st.cpu_waiting_reason[qname] =
-        candidates == 0
+        !never.empty() ? never
+        : candidates == 0
           ? "waiting: no machine" + labels + " takes new work"
           : "waiting: needs " + std::to_string(total) + " CPU-only worker(s) of " + each
               + " on " + (labels.empty() ? "any machine" : "machines" + labels)

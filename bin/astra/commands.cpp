@@ -9,7 +9,7 @@ const std::vector<command_group>& command_groups() {
     add_machine_views,  add_gpu_commands,    add_run_commands,
     add_workspace_commands, add_run_control_commands, add_machine_actions,
     add_access_commands, add_validation_commands, add_version_command,
-    add_completion_command,
+    add_completion_command, add_day2_commands,  add_slurm_commands,
   };
   return groups;
 }

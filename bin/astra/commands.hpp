@@ -39,6 +39,13 @@ void add_version_command(CLI::App& app, invocation& inv);
 /// `completion bash|zsh` (bin/astra/completion_commands.cpp).
 void add_completion_command(CLI::App& app, invocation& inv);
 
+/// `machine remove`, `drain`, `tokens list|revoke`, `api-tokens list`,
+/// `workspace delete`, `gpu show` (bin/astra/day2_commands.cpp); after the
+/// groups whose commands it extends.
+void add_day2_commands(CLI::App& app, invocation& inv);
+/// `slurm sbatch|squeue|scancel` (bin/astra/slurm_commands.cpp).
+void add_slurm_commands(CLI::App& app, invocation& inv);
+
 /// Every command group, in the order `astra --help` lists their commands.
 const std::vector<command_group>& command_groups();
 

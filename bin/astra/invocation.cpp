@@ -150,6 +150,7 @@ int call(options opts, v1::Request req,
   auto client = connect_gate(opts, rc);
   if (!client)
     return rc;
+  last_cluster_name() = client->welcome().cluster();
   auto timeout = std::chrono::milliseconds{static_cast<int64_t>(opts.timeout_s * 1000)};
   auto check = how_to_check(req);
   auto resp = client->call(std::move(req), timeout);
@@ -215,10 +216,19 @@ int call(options opts, v1::Request req,
       std::fputs((to_json(resp->validation_policy()) + "\n").c_str(), stdout);
     else if (resp->has_validation_policies())
       std::fputs((to_json(resp->validation_policies()) + "\n").c_str(), stdout);
+    else if (resp->has_join_tokens())
+      std::fputs((to_json(resp->join_tokens()) + "\n").c_str(), stdout);
+    else if (resp->has_api_tokens())
+      std::fputs((to_json(resp->api_tokens()) + "\n").c_str(), stdout);
   } else {
     std::fputs(table(*resp).c_str(), stdout);
   }
   return 0;
+}
+
+std::string& last_cluster_name() {
+  static std::string name;
+  return name;
 }
 
 } // namespace astraeus::cli

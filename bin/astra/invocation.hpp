@@ -94,4 +94,9 @@ std::optional<gate_client> connect_gate(options opts, int& rc);
 int call(options opts, v1::Request req,
          const std::function<std::string(const v1::Response&)>& table);
 
+/// The cluster the controller named in its welcome on the last `call`
+/// (`cluster.name`; empty before any call): the submission line says it
+/// ("whoami submitted to gpu-east: ...").
+std::string& last_cluster_name();
+
 } // namespace astraeus::cli

@@ -101,8 +101,17 @@ void add_machine_views(CLI::App& app, invocation& inv) {
   });
   auto* machine = app.add_subcommand("machine", "show one machine in full");
   auto& name = inv.keep<std::string>();
-  machine->add_option("NAME", name, "machine name")->required();
-  machine->callback([&inv, &name] {
+  // Not required: `astra machine remove NAME` is a subcommand of it.
+  machine->add_option("NAME", name, "machine name");
+  machine->callback([&inv, &name, machine] {
+    if (!machine->get_subcommands().empty())
+      return;
+    if (name.empty()) {
+      std::fprintf(stderr, "astra: machine: give a machine name (astra machine NAME), or "
+                           "astra machine remove NAME\n");
+      inv.rc = 2;
+      return;
+    }
     v1::Request req;
     req.mutable_get_machine()->set_name(name);
     inv.rc = call(inv.opts, req, [](const v1::Response& r) {

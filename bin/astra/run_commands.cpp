@@ -316,7 +316,7 @@ void add_run_commands(CLI::App& app, invocation& inv) {
     v1::Request req;
     *req.mutable_submit_run()->mutable_spec() = spec;
     inv.rc = call(inv.opts, req, [](const v1::Response& r) {
-      return format_submitted(r.run());
+      return format_submitted(r.run(), last_cluster_name());
     });
     if (inv.rc == 0 && flags.wait)
       inv.rc = wait_for_run(inv.opts, spec.name());

@@ -197,6 +197,10 @@ token_registry::prepare_redeem_join(const std::string& token, const std::string&
                              + " was already used by machine " + rec.used_by()
                              + " at " + format_utc(rec.used_unix_ms())
                              + "; mint one token per machine");
+  if (rec.revoked())
+    return caf::make_error(ec::enrollment_required,
+                           "join token " + rec.id()
+                             + " was revoked; mint a new one with `astra tokens create`");
   if (now_ms >= rec.expires_unix_ms())
     return caf::make_error(ec::enrollment_expired,
                            "join token " + rec.id() + " expired at "
@@ -298,6 +302,78 @@ caf::expected<v1::ApiTokenRecord> token_registry::revoke_api(const std::string& 
   if (auto e = store_->put(family::tokens, key, found, true))
     return e;
   return found;
+}
+
+namespace {
+
+/// Every record under `prefix` in family `tokens` ("join/", "api/"), oldest
+/// first, without its hash; `key_of` (if given) receives the store keys.
+template <class Record>
+caf::expected<std::vector<Record>> list_records(Store& store, std::string_view prefix,
+                                                std::vector<std::string>* key_of = nullptr) {
+  std::vector<std::pair<Record, std::string>> all;
+  auto err = store.for_each(family::tokens, [&](std::string_view k, std::string_view bytes) {
+    if (k.substr(0, prefix.size()) != prefix)
+      return true;
+    Record rec;
+    if (rec.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+      all.emplace_back(std::move(rec), std::string{k});
+    return true;
+  });
+  if (err)
+    return err;
+  std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
+    return a.first.created_unix_ms() < b.first.created_unix_ms();
+  });
+  std::vector<Record> out;
+  for (auto& [rec, key] : all) {
+    if (key_of)
+      key_of->push_back(key);
+    out.push_back(std::move(rec));
+  }
+  return out;
+}
+
+} // namespace
+
+caf::expected<std::vector<v1::JoinTokenRecord>> token_registry::list_join() {
+  auto all = list_records<v1::JoinTokenRecord>(*store_, "join/");
+  if (all)
+    for (auto& rec : *all)
+      rec.clear_hash();
+  return all;
+}
+
+caf::expected<v1::JoinTokenRecord> token_registry::revoke_join(const std::string& id) {
+  std::vector<std::string> keys;
+  auto all = list_records<v1::JoinTokenRecord>(*store_, "join/", &keys);
+  if (!all)
+    return all.error();
+  for (size_t i = 0; i < all->size(); ++i) {
+    auto& rec = (*all)[i];
+    if (id.empty() || rec.id() != id)
+      continue;
+    if (!rec.used_by().empty())
+      return caf::make_error(ec::invalid_request,
+                             "join token " + id + " was used by machine " + rec.used_by()
+                               + "; a used token admits nobody else (remove the machine "
+                                 "with `astra machine remove " + rec.used_by() + "`)");
+    rec.set_revoked(true);
+    if (auto err = store_->put(family::tokens, keys[i], rec, true))
+      return err;
+    rec.clear_hash();
+    return std::move(rec);
+  }
+  return caf::make_error(ec::invalid_request, "no join token has id '" + id
+                                                + "' (see `astra tokens list`)");
+}
+
+caf::expected<std::vector<v1::ApiTokenRecord>> token_registry::list_api() {
+  auto all = list_records<v1::ApiTokenRecord>(*store_, "api/");
+  if (all)
+    for (auto& rec : *all)
+      rec.clear_hash();
+  return all;
 }
 
 caf::expected<bool> token_registry::has_api_tokens() {

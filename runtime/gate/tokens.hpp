@@ -119,6 +119,20 @@ public:
   /// record. Errors: ec::invalid_request when no API token has that id.
   caf::expected<v1::ApiTokenRecord> revoke_api(const std::string& id);
 
+  /// Every join token, oldest first, without its hash (`astra tokens
+  /// list`). Errors: ec::store_failure.
+  caf::expected<std::vector<v1::JoinTokenRecord>> list_join();
+
+  /// Revokes the unused join token with id `id` (stored with sync): no
+  /// machine may enrol with it any more. Returns its record (no hash).
+  /// Errors: ec::invalid_request when no join token has that id, or it was
+  /// already used (name the machine: remove that machine instead).
+  caf::expected<v1::JoinTokenRecord> revoke_join(const std::string& id);
+
+  /// Every API token, oldest first, without its hash (`astra api-tokens
+  /// list`). Errors: ec::store_failure.
+  caf::expected<std::vector<v1::ApiTokenRecord>> list_api();
+
   /// Whether any API token exists (revoked ones count): false on a new
   /// controller, which then mints the first owner token.
   caf::expected<bool> has_api_tokens();

@@ -120,5 +120,12 @@ void create_validation(api_context& ctx);
 void get_validation(api_context& ctx);
 void list_validations(api_context& ctx);
 void get_cluster_report(api_context& ctx);
+// issue 13 (cli): day-two routes (runtime/http/api_day2_routes.cpp).
+void remove_node(api_context& ctx);
+void drain_node(api_context& ctx);
+void list_enrollment_tokens(api_context& ctx);
+void revoke_enrollment_token(api_context& ctx);
+void list_api_tokens(api_context& ctx);
+void delete_workspace(api_context& ctx);
 
 } // namespace astraeus::http

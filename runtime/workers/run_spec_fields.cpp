@@ -62,8 +62,12 @@ caf::error check_mount_path(const std::string& field, const std::string& path,
   auto under = [&](const std::string& top) {
     return normal == top || normal.rfind(top + "/", 0) == 0;
   };
+  // `astra slurm sbatch` mounts the batch script at /astra/job.sbatch
+  // (shared/seeds/inside-a-worker.md, "Filesystem"); the rest of /astra is
+  // the runtime's.
+  bool batch_script = normal == "/astra/job.sbatch";
   for (const char* owned : {"/proc", "/sys", "/dev", "/astra", "/var/run/astraeus"})
-    if (under(owned))
+    if (under(owned) && !batch_script)
       return spec_error(field + ": " + quote_short(path) + " is under " + owned
                         + ", which the worker's runtime owns");
   if (!spec.code_tgz().empty() && under("/workspace"))

@@ -123,4 +123,32 @@ TEST_F(Cli, CompletionScriptsComeFromTheCommandTree) {
   EXPECT_EQ(bad.rc, 2);
 }
 
+// issue 13, items 6 and 8: what is refused before anything is sent.
+TEST_F(Cli, ASbatchDirectiveWithoutAnEquivalentIsRefusedByNameBeforeAnythingIsSent) {
+  write_text(dir_.path() / "job.sbatch",
+             "#!/bin/bash\n#SBATCH --job-name=train\n#SBATCH --nodes 2\n"
+             "#SBATCH --partition=gpu   # Slurm's partition\nsrun hostname\n");
+  auto res = astra({"slurm", "sbatch", "--image", "busybox", (dir_.path() / "job.sbatch").string()});
+  EXPECT_EQ(res.rc, 2);
+  EXPECT_TRUE(contains(res.err, "line 4: #SBATCH --partition=gpu: has no Astraeus equivalent"))
+    << res.err;
+  EXPECT_FALSE(contains(res.err, "unreachable")) << "nothing was sent: " << res.err;
+  auto missing = astra({"slurm", "sbatch", (dir_.path() / "none.sbatch").string()});
+  EXPECT_EQ(missing.rc, 2);
+  EXPECT_TRUE(contains(missing.err, "cannot read")) << missing.err;
+}
+
+TEST_F(Cli, DayTwoCommandsCheckTheirWordsFirst) {
+  auto drain = astra({"drain", "gpu-01", "--deadline", "soon"});
+  EXPECT_EQ(drain.rc, 2);
+  EXPECT_TRUE(contains(drain.err, "--deadline: 'soon' is not a duration")) << drain.err;
+  auto bare = astra({"machine"});
+  EXPECT_EQ(bare.rc, 2);
+  EXPECT_TRUE(contains(bare.err, "give a machine name")) << bare.err;
+  // Well-formed, they reach for the controller (exit 3: none here).
+  EXPECT_EQ(astra({"machine", "remove", "gpu-01"}).rc, 3);
+  EXPECT_EQ(astra({"tokens", "list"}).rc, 3);
+  EXPECT_EQ(astra({"slurm", "squeue"}).rc, 3);
+}
+
 } // namespace

@@ -31,7 +31,8 @@ TEST(Placement, NeverUsesFaultyForeignOrHeldGpus) {
   }
   EXPECT_EQ(used, bits({3, 4, 5, 6, 7}));
   EXPECT_EQ(why(idx.place(single("w5", 1))),
-            "waiting: needs 1 GPU on one machine in pool h100; best machine has 0");
+            "waiting: needs 1 GPU on one machine in pool h100; best machine has 0; gpu-01 has 0 "
+            "free and 2 GPUs fenced");
   EXPECT_EQ(idx.holder({m, 2}), *other);
   EXPECT_EQ(idx.holder({m, 0}), 0u);
   EXPECT_EQ(idx.holder({m, 1}), 0u);
@@ -115,8 +116,8 @@ TEST(Placement, OnlySchedulableMachinesCarryingEveryLabel) {
   EXPECT_EQ(p->workers[0].machine, a);
   ASSERT_FALSE(idx.set_schedulable(a, false)); // cordoned, Down, pressure, ...
   EXPECT_EQ(why(idx.place(r)),
-            "waiting: no machine in pool h100 with zone=z1 takes new work (1 machine is Down, "
-            "cordoned, in maintenance, in acceptance or under pressure)");
+            "waiting: needs 8 GPUs in pool h100 with zone=z1; gpu-a has 8 free but is not "
+            "taking new work");
   // Labels change: gpu-b joins zone z1.
   ASSERT_FALSE(idx.set_labels(b, {{"pool", "h100"}, {"zone", "z1"}}));
   p = placed(idx.place(r));
@@ -171,14 +172,15 @@ TEST(Placement, WaitingReasonsSayWhyInPlainWords) {
   auto res = idx.place(single("a", 1, {{"pool", "a100"}}));
   ASSERT_TRUE(std::holds_alternative<waiting_reason>(res));
   EXPECT_EQ(std::get<waiting_reason>(res).code, waiting_code::no_machine);
-  EXPECT_EQ(why(res), "waiting: no machine in pool a100");
+  EXPECT_EQ(why(res), "cannot fit anywhere now: no machine in pool a100 (machines are in pool "
+                      "h100)");
   res = idx.place(single("huge", 16));
   EXPECT_EQ(std::get<waiting_reason>(res).code, waiting_code::never_fits);
-  EXPECT_EQ(why(res), "waiting: never fits: a worker needs 16 GPUs on one machine; machines in "
-                      "pool h100 have at most 8");
+  EXPECT_EQ(why(res), "cannot fit anywhere now: a worker needs 16 GPUs on one machine; "
+                      "machines in pool h100 have at most 8");
   EXPECT_EQ(why(idx.place(gang("wide", 2, 8))),
-            "waiting: never fits: needs 16 GPUs within one site; the largest site in pool h100 "
-            "has 8");
+            "cannot fit anywhere now: needs 16 GPUs within one site; the largest site in pool "
+            "h100 has 8");
   placement_request mixed;
   mixed.run = "mixed";
   mixed.required_labels = h100;

@@ -259,12 +259,18 @@ TEST_F(SchedulerActor, AMachineThatStopsTakingWorkKeepsItsRunsGpus) {
   ASSERT_EQ(a.state(), "Placed");
   auto down = machine_of("gpu-01", 8);
   down.set_schedulable(false);
+  down.set_not_schedulable("is cordoned");
   snapshot(s, down);
   EXPECT_EQ(get(s, "a").ShortDebugString(), a.ShortDebugString());
   auto b = submit(s, spec_of("b", 1));
   EXPECT_EQ(b.state(), "Waiting");
-  EXPECT_NE(b.waiting_reason().find("takes new work"), std::string::npos)
-    << b.waiting_reason();
+  // The reason names the machine and why it takes no work (issue 13).
+  EXPECT_EQ(b.waiting_reason(), "waiting: needs 1 GPU; gpu-01 has 4 free but is cordoned");
+  down.set_down(true);
+  snapshot(s, down);
+  EXPECT_EQ(get(s, "b").waiting_reason(), "waiting: needs 1 GPU; gpu-01 has 4 free but is Down");
+  down.set_down(false);
+  snapshot(s, down);
   snapshot(s, machine_of("gpu-01", 8));
   b = get(s, "b");
   ASSERT_EQ(b.state(), "Placed");
@@ -940,4 +946,47 @@ TEST_F(SchedulerAssignments, ARunSubmittedAgainUnderItsNameIsNotEndedByTheOldWor
   EXPECT_EQ(get(s, "same").state(), "Running");
   tell(s, in_states("gpu-01", {{"same-0", "Exited", ""}}));
   EXPECT_EQ(get(s, "same").state(), "Stopped");
+}
+
+TEST_F(SchedulerActor, ARunThatCannotFitAnywhereSaysSoAtOnce) {
+  auto s = spawn_scheduler();
+  snapshot(s, machine_of("gpu-01", 8));
+  auto big = submit(s, spec_of("big", 16));
+  EXPECT_EQ(big.state(), "Waiting");
+  EXPECT_EQ(big.waiting_reason(),
+            "cannot fit anywhere now: a worker needs 16 GPUs on one machine; machines have at "
+            "most 8");
+  auto elsewhere = spec_of("elsewhere", 1);
+  elsewhere.set_pool("b200");
+  EXPECT_EQ(submit(s, elsewhere).waiting_reason(),
+            "cannot fit anywhere now: no machine in pool b200 (machines are in pool h100)");
+}
+
+TEST_F(SchedulerActor, RemovingAMachineIsRefusedWhileRunsHaveWorkersThere) {
+  auto s = spawn_scheduler();
+  snapshot(s, machine_of("gpu-01", 8));
+  ASSERT_EQ(submit(s, spec_of("train", 4)).state(), "Placed");
+  v1::RemoveMachine remove;
+  remove.set_name("gpu-01");
+  auto err = ask_error<bool>(s, remove);
+  EXPECT_EQ(render_error(err),
+            "machine gpu-01 still has workers of run train; stop them first (astra delete "
+            "RUN) or drain it (astra drain gpu-01)");
+  ask<v1::Run>(s, atom::remove_v, std::string{"train"});
+  EXPECT_TRUE(ask<bool>(s, remove));
+  // Its GPUs are gone: a new run cannot fit anywhere now.
+  EXPECT_EQ(submit(s, spec_of("next", 1)).waiting_reason(),
+            "cannot fit anywhere now: the cluster has no machines");
+}
+
+TEST_F(SchedulerActor, ACpuOnlyRunLargerThanEveryMachineCannotFitAnywhereNow) {
+  auto s = spawn_scheduler();
+  snapshot(s, cpu_machine("cpu-01", 4, 8));
+  snapshot(s, cpu_machine("cpu-02", 64, 256));
+  EXPECT_EQ(submit(s, cpu_spec("cores", 512, 64)).waiting_reason(),
+            "cannot fit anywhere now: a worker asks for 512 CPU cores; the largest machine "
+            "has 64");
+  EXPECT_EQ(submit(s, cpu_spec("memory", 1, 1u << 20)).waiting_reason(),
+            "cannot fit anywhere now: a worker asks for 1048576 MiB; the largest machine has "
+            "262144 MiB");
 }

@@ -157,3 +157,38 @@ TEST_F(Tokens, BadTtlsAndLabelsAreRefused) {
   EXPECT_FALSE(parse_role("root"));
   EXPECT_EQ(parse_role("Admin"), role::admin);
 }
+
+// issue 13 (cli): `astra tokens list|revoke`, `astra api-tokens list`.
+TEST_F(Tokens, JoinTokensAreListedWithoutHashesAndARevokedOneAdmitsNobody) {
+  auto a = registry->mint_join({{"pool", "h100"}}, 0, "alice", now);
+  auto b = registry->mint_join({}, 0, "alice", now + 1);
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(registry->redeem_join(a->first, "gpu-01", now + 2));
+  auto list = registry->list_join();
+  ASSERT_TRUE(list);
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].id(), a->second.id()) << "oldest first";
+  EXPECT_EQ((*list)[0].used_by(), "gpu-01");
+  EXPECT_TRUE((*list)[0].hash().empty()) << "no hash leaves the registry";
+  auto used = registry->revoke_join(a->second.id());
+  ASSERT_FALSE(used);
+  EXPECT_EQ(render_error(used.error()),
+            "join token " + a->second.id() + " was used by machine gpu-01; a used token "
+            "admits nobody else (remove the machine with `astra machine remove gpu-01`)");
+  auto revoked = registry->revoke_join(b->second.id());
+  ASSERT_TRUE(revoked) << render_error(revoked.error());
+  EXPECT_TRUE(revoked->revoked());
+  auto refused = registry->redeem_join(b->first, "gpu-02", now + 3);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(render_error(refused.error()),
+            "join token " + b->second.id() +
+              " was revoked; mint a new one with `astra tokens create`");
+  EXPECT_EQ(render_error(registry->revoke_join("nope").error()),
+            "no join token has id 'nope' (see `astra tokens list`)");
+  ASSERT_TRUE(registry->mint_api("bob", role::member, 0, "alice", now));
+  auto api = registry->list_api();
+  ASSERT_TRUE(api);
+  ASSERT_EQ(api->size(), 1u);
+  EXPECT_EQ((*api)[0].name(), "bob");
+  EXPECT_TRUE((*api)[0].hash().empty());
+}

@@ -1,0 +1,249 @@
+// The cluster's day-two requests (issue 13, item 6): remove and drain a
+// machine, list and revoke join tokens, list API tokens, delete a
+// workspace.
+
+#include "actors/controller/cluster_day2_requests.hpp"
+
+#include <string>
+#include <vector>
+
+#include <caf/exit_reason.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <spdlog/spdlog.h>
+
+#include "messages/error.hpp"
+#include "messages/run_state.hpp"
+#include "runtime/process/wall_clock.hpp"
+#include "store/store.hpp"
+
+namespace astraeus::day2 {
+
+namespace {
+
+using promise_t = caf::typed_response_promise<v1::Response>;
+
+caf::error no_tokens() {
+  return caf::make_error(ec::invalid_request, "this controller keeps no tokens");
+}
+
+/// The second half of a removal: the machine is Down or drained and the
+/// scheduler forgot it; its record and identity go, its actor stops.
+v1::Response finish_removal(cluster_ptr self, const cluster_request& r, const std::string& name,
+                            v1::MachineView view) {
+  auto& st = self->state;
+  std::vector<Store::change> batch{{family::machines, name, std::nullopt},
+                                   {family::tokens, "machine/" + name, std::nullopt}};
+  if (auto err = st.config.store->write(batch, true)) {
+    r.audit(name, "failed: " + render_error(err));
+    return r.error(err);
+  }
+  if (auto m = st.machines.find(name); m != st.machines.end()) {
+    self->unlink_from(m->second);
+    // The gate refuses its agent's session on this reason (actors/controller/gate.cpp).
+    self->send_exit(m->second, caf::make_error(ec::enrollment_required,
+                                               "machine " + name + " was removed"));
+    st.machines.erase(m);
+  }
+  st.identities.erase(name);
+  st.keys.erase(name);
+  spdlog::info("cluster: machine {} removed (record, identity and GPUs)", name);
+  r.audit(name, "ok");
+  auto out = r.response();
+  *out.mutable_machine() = std::move(view);
+  return out;
+}
+
+} // namespace
+
+caf::result<v1::Response> remove_machine(const cluster_request& r) {
+  auto& st = r.self->state;
+  const auto name = r.req.remove_machine().name();
+  auto m = st.machines.find(name);
+  if (m == st.machines.end()) {
+    auto err = caf::make_error(ec::no_such_machine, "no machine named " + name);
+    r.audit(name, "failed: " + render_error(err));
+    return r.error(err);
+  }
+  auto rp = r.self->make_response_promise<v1::Response>();
+  // The cluster_request refers to the request, which lives as long as the
+  // handler: keep copies for the answers that come later.
+  auto req = std::make_shared<v1::Request>(r.req);
+  auto self = r.self;
+  auto row = &r.row;
+  auto timeout = r.timeout;
+  auto later = [self, req, row, timeout]() {
+    return cluster_request{self, *req, *row, req->id(), timeout};
+  };
+  auto fail = [rp, later](const std::string& name, const caf::error& err) mutable {
+    auto cr = later();
+    cr.audit(name, "refused: " + render_error(err));
+    rp.deliver(cr.error(err));
+  };
+  self->request(m->second, timeout, atom::get_v)
+    .then(
+      [self, rp, name, later, timeout](v1::MachineView& view) mutable {
+        auto cr = later();
+        bool down = view.state() == v1::Machine::Down;
+        if (!down && !view.drained()) {
+          auto err = caf::make_error(
+            ec::invalid_request,
+            "machine " + name + " is " + v1::Machine::State_Name(view.state())
+              + (view.drain_deadline_unix_ms() != 0 ? " and still draining" : "")
+              + ": only a Down machine or a drained one is removed (astra drain " + name
+              + " first)");
+          cr.audit(name, "refused: " + render_error(err));
+          rp.deliver(cr.error(err));
+          return;
+        }
+        auto sched = self->state.config.scheduler;
+        if (!sched) {
+          rp.deliver(finish_removal(self, cr, name, std::move(view)));
+          return;
+        }
+        v1::RemoveMachine forget;
+        forget.set_name(name);
+        self->request(sched, timeout, std::move(forget))
+          .then(
+            [self, rp, name, later, view](bool) mutable {
+              rp.deliver(finish_removal(self, later(), name, std::move(view)));
+            },
+            [rp, name, later](caf::error& err) mutable {
+              auto cr = later();
+              cr.audit(name, "refused: " + render_error(err));
+              rp.deliver(cr.error(err));
+            });
+      },
+      [fail, name](caf::error& err) mutable { fail(name, err); });
+  return rp;
+}
+
+caf::result<v1::Response> drain_machine(const cluster_request& r) {
+  auto& st = r.self->state;
+  const auto& body = r.req.drain_machine();
+  const auto name = body.name();
+  auto m = st.machines.find(name);
+  if (m == st.machines.end()) {
+    auto err = caf::make_error(ec::no_such_machine, "no machine named " + name);
+    r.audit(name, "failed: " + render_error(err));
+    return r.error(err);
+  }
+  auto rp = r.self->make_response_promise<v1::Response>();
+  auto self = r.self;
+  auto caller = r.caller();
+  auto id = r.id;
+  auto what = name + " (deadline " + std::to_string(body.deadline_seconds()) + " s)";
+  self->request(m->second, r.timeout, body)
+    .then(
+      [self, rp, id, caller, what](v1::MachineView& view) mutable {
+        audit(self, caller, "drain", what, "ok");
+        v1::Response out;
+        out.set_id(id);
+        *out.mutable_machine() = std::move(view);
+        rp.deliver(std::move(out));
+      },
+      [self, rp, id, caller, what](caf::error& err) mutable {
+        audit(self, caller, "drain", what, "failed: " + render_error(err));
+        rp.deliver(error_response(id, err));
+      });
+  return rp;
+}
+
+caf::result<v1::Response> list_join_tokens(const cluster_request& r) {
+  const auto& tokens = r.self->state.config.tokens;
+  if (!tokens)
+    return r.error(no_tokens());
+  auto all = tokens->list_join();
+  if (!all)
+    return r.error(all.error());
+  auto out = r.response();
+  for (auto& t : *all)
+    *out.mutable_join_tokens()->add_tokens() = std::move(t);
+  out.mutable_join_tokens();
+  return out;
+}
+
+caf::result<v1::Response> revoke_join_token(const cluster_request& r) {
+  const auto& tokens = r.self->state.config.tokens;
+  const auto& tid = r.req.revoke_join_token().id();
+  if (!tokens)
+    return r.error(no_tokens());
+  auto revoked = tokens->revoke_join(tid);
+  if (!revoked) {
+    r.audit(tid, "failed: " + render_error(revoked.error()));
+    return r.error(revoked.error());
+  }
+  r.audit(tid, "ok");
+  auto out = r.response();
+  *out.mutable_join_tokens()->add_tokens() = std::move(*revoked);
+  return out;
+}
+
+caf::result<v1::Response> list_api_tokens(const cluster_request& r) {
+  const auto& tokens = r.self->state.config.tokens;
+  if (!tokens)
+    return r.error(no_tokens());
+  auto all = tokens->list_api();
+  if (!all)
+    return r.error(all.error());
+  auto out = r.response();
+  out.mutable_api_tokens();
+  for (auto& t : *all)
+    *out.mutable_api_tokens()->add_tokens() = std::move(t);
+  return out;
+}
+
+caf::result<v1::Response> delete_workspace(const cluster_request& r) {
+  auto& st = r.self->state;
+  const auto name = r.req.delete_workspace().name();
+  auto refuse = [&](const caf::error& err) {
+    r.audit(name, "refused: " + render_error(err));
+    return r.error(err);
+  };
+  if (name == default_workspace)
+    return refuse(caf::make_error(ec::invalid_request,
+                                  "workspace default cannot be deleted: runs without a "
+                                  "workspace go there"));
+  if (!st.workspaces.count(name))
+    return refuse(caf::make_error(ec::invalid_request, "no workspace named " + name));
+  auto self = r.self;
+  auto erase = [self, name, caller = r.caller(), id = r.id]() -> v1::Response {
+    auto& st = self->state;
+    if (auto err = st.config.store->erase(family::workspaces, name, true)) {
+      audit(self, caller, "delete workspace", name, "failed: " + render_error(err));
+      return error_response(id, err);
+    }
+    v1::Response out;
+    out.set_id(id);
+    *out.mutable_workspace() = st.workspaces[name];
+    st.workspaces.erase(name);
+    audit(self, caller, "delete workspace", name, "ok");
+    spdlog::info("cluster: workspace {} deleted", name);
+    return out;
+  };
+  if (!st.config.scheduler)
+    return erase();
+  auto rp = r.self->make_response_promise<v1::Response>();
+  self->request(st.config.scheduler, r.timeout, atom::runs_v)
+    .then(
+      [self, rp, name, erase, caller = r.caller(), id = r.id](v1::RunList& runs) mutable {
+        std::string live;
+        size_t n = 0;
+        for (const auto& run : runs.runs())
+          if (run.spec().workspace() == name && !has_ended(state_of(run)) && n++ < 5)
+            live += (live.empty() ? "" : ", ") + run.spec().name();
+        if (n > 0) {
+          auto err = caf::make_error(ec::invalid_request,
+                                     "workspace " + name + " still has " +
+                                       (n == 1 ? "a run: " : std::to_string(n) + " runs: ") +
+                                       live + "; delete them first (astra delete RUN)");
+          audit(self, caller, "delete workspace", name, "refused: " + render_error(err));
+          rp.deliver(error_response(id, err));
+          return;
+        }
+        rp.deliver(erase());
+      },
+      [rp, id = r.id](caf::error& err) mutable { rp.deliver(error_response(id, err)); });
+  return rp;
+}
+
+} // namespace astraeus::day2

@@ -1,0 +1,39 @@
+#pragma once
+/// @file
+/// The cluster's day-two requests (issue 13, item 6), rows of the request
+/// table (actors/controller/cluster_requests.cpp): removing and draining a
+/// machine, listing and revoking join tokens, listing API tokens, deleting
+/// a workspace. Each answers a `v1::Response` as the table's handlers do;
+/// the actions that change something are audited with their result.
+
+#include "actors/controller/cluster_requests.hpp"
+
+namespace astraeus::day2 {
+
+/// `astra machine remove NAME`: only a Down machine or one whose drain is
+/// done, and only when no run has workers there. Its record and identity
+/// leave the store in one write (sync), the scheduler forgets its GPUs, its
+/// actor stops; its agent must enrol again with a new join token. Answers
+/// the machine's last view. Errors: ec::no_such_machine; ec::invalid_request
+/// saying why not ("machine gpu-01 is Up: drain it first").
+caf::result<v1::Response> remove_machine(const cluster_request& r);
+
+/// `astra drain NAME [--deadline 1h]`: cordons it, stops its workers at the
+/// deadline. Answers the machine. Errors: ec::no_such_machine,
+/// ec::store_failure.
+caf::result<v1::Response> drain_machine(const cluster_request& r);
+
+/// `astra tokens list`: every join token, without hashes.
+caf::result<v1::Response> list_join_tokens(const cluster_request& r);
+
+/// `astra tokens revoke ID`: an unused join token admits nobody any more.
+caf::result<v1::Response> revoke_join_token(const cluster_request& r);
+
+/// `astra api-tokens list`: every API token, without hashes.
+caf::result<v1::Response> list_api_tokens(const cluster_request& r);
+
+/// `astra workspace delete NAME`: only without live runs in it; never the
+/// default workspace. Answers the workspace deleted.
+caf::result<v1::Response> delete_workspace(const cluster_request& r);
+
+} // namespace astraeus::day2

@@ -1,0 +1,106 @@
+// The machines a waiting reason names (issue 13, item 5): those that would
+// take a worker but for their state (cordoned, in Maintenance, Down, under
+// pressure) or their fenced GPUs, and the pools there are when no machine
+// carries the pool a run asks for. Kept off the hot path: `blocked` is
+// updated with each machine change, and the words are made only for runs
+// that did not place.
+
+#include "actors/scheduler/placement.hpp"
+
+#include "actors/scheduler/placement_internal.hpp"
+
+namespace astraeus {
+
+using namespace placement_detail;
+
+namespace {
+
+/// How many blocked machines one reason looks at, at most.
+constexpr size_t look_at_most = 4096;
+/// How many machines one reason names.
+constexpr size_t name_at_most = 3;
+
+std::string gpus_word(unsigned n) {
+  return std::to_string(n) + (n == 1 ? " GPU" : " GPUs");
+}
+
+} // namespace
+
+void placement_index::state::note_blocked(machine_id id) {
+  const machine_rec& m = machines[id];
+  if (!m.removed && (!m.schedulable || m.free_fenced() != 0))
+    blocked.insert(id);
+  else
+    blocked.erase(id);
+}
+
+void placement_index::state::count_pool(const label_map& labels, int sign) {
+  auto p = labels.find("pool");
+  if (p == labels.end())
+    return;
+  if (sign > 0) {
+    ++pools[p->second];
+    return;
+  }
+  auto it = pools.find(p->second);
+  if (it != pools.end() && --it->second == 0)
+    pools.erase(it);
+}
+
+std::string placement_index::state::blockers(const selector_rec& sel, unsigned k,
+                                             unsigned need) const {
+  std::string named;
+  size_t count = 0, looked = 0;
+  bool more = false;
+  for (machine_id id : blocked) {
+    if (++looked > look_at_most) {
+      more = true;
+      break;
+    }
+    const machine_rec& m = machines[id];
+    if (!matches(m, sel))
+      continue;
+    unsigned free = popcount(k == kind_healthy ? m.free_healthy() : m.free_usable());
+    unsigned fenced = popcount(m.free_fenced());
+    std::string what;
+    if (!m.schedulable && free >= need)
+      what = m.name + " has " + std::to_string(free) + " free but " +
+             (m.why_not.empty() ? std::string{"is not taking new work"} : m.why_not);
+    else if (!m.schedulable && free + fenced >= need)
+      what = m.name + " has " + std::to_string(free) + " free and " + gpus_word(fenced) +
+             " fenced, and " + (m.why_not.empty() ? std::string{"takes no new work"} : m.why_not);
+    else if (m.schedulable && free < need && free + fenced >= need)
+      what = m.name + " has " + std::to_string(free) + " free and " + gpus_word(fenced) +
+             " fenced";
+    if (what.empty())
+      continue;
+    if (++count <= name_at_most)
+      named += (named.empty() ? "" : ", ") + what;
+  }
+  if (named.empty())
+    return more ? "; more than " + std::to_string(look_at_most) +
+                    " machines take no new work or have GPUs fenced"
+                : std::string{};
+  if (count > name_at_most)
+    named += " and " + std::to_string(count - name_at_most) + (more ? " or more" : " more");
+  else if (more)
+    named += " and maybe more";
+  return "; " + named;
+}
+
+std::string placement_index::state::pools_text() const {
+  if (pools.empty())
+    return {};
+  std::string out;
+  size_t n = 0;
+  for (const auto& [pool, machines_in] : pools) {
+    if (n++ == 4) {
+      out += ", ...";
+      break;
+    }
+    out += (out.empty() ? "" : ", ") + pool;
+  }
+  return std::string{" (machines are in pool"} + (pools.size() == 1 ? " " : "s ") + out + ")";
+}
+
+} // namespace astraeus

@@ -1,0 +1,77 @@
+// The API's day-two routes (issue 13, item 6): remove and drain a machine,
+// list and revoke enrollment (join) tokens, list API tokens, delete a
+// workspace. Each is one cluster request, as the CLI's commands are.
+
+#include "runtime/http/api_routes_internal.hpp"
+
+#include "messages/json.hpp"
+
+namespace astraeus::http {
+
+namespace {
+
+/// Answers `req` with `pick(resp)` as JSON (200); `refresh`: the answer
+/// changed the machines the API's views show.
+template <class Pick>
+void answer(api_context& ctx, v1::Request req, Pick pick, bool refresh) {
+  auto resp = ask_cluster(ctx, std::move(req));
+  if (reply_failed(ctx, resp))
+    return;
+  if (refresh)
+    ctx.backend.refresh();
+  reply_json(ctx.res, 200, message_to_json(pick(resp), false));
+}
+
+} // namespace
+
+void remove_node(api_context& ctx) {
+  v1::Request req;
+  req.mutable_remove_machine()->set_name(ctx.param("node"));
+  answer(ctx, std::move(req),
+         [](const v1::Response& r) -> const v1::MachineView& { return r.machine(); }, true);
+}
+
+void drain_node(api_context& ctx) {
+  // {"deadline_seconds": 3600}; an empty body stops its workers at once.
+  v1::DrainMachine body;
+  if (!read_body(ctx, body, true))
+    return;
+  v1::Request req;
+  *req.mutable_drain_machine() = body;
+  req.mutable_drain_machine()->set_name(ctx.param("node"));
+  answer(ctx, std::move(req),
+         [](const v1::Response& r) -> const v1::MachineView& { return r.machine(); }, true);
+}
+
+void list_enrollment_tokens(api_context& ctx) {
+  v1::Request req;
+  req.mutable_list_join_tokens();
+  answer(ctx, std::move(req),
+         [](const v1::Response& r) -> const v1::JoinTokenList& { return r.join_tokens(); },
+         false);
+}
+
+void revoke_enrollment_token(api_context& ctx) {
+  v1::Request req;
+  req.mutable_revoke_join_token()->set_id(ctx.param("id"));
+  answer(ctx, std::move(req),
+         [](const v1::Response& r) -> const v1::JoinTokenList& { return r.join_tokens(); },
+         false);
+}
+
+void list_api_tokens(api_context& ctx) {
+  v1::Request req;
+  req.mutable_list_api_tokens();
+  answer(ctx, std::move(req),
+         [](const v1::Response& r) -> const v1::ApiTokenList& { return r.api_tokens(); },
+         false);
+}
+
+void delete_workspace(api_context& ctx) {
+  v1::Request req;
+  req.mutable_delete_workspace()->set_name(ctx.param("name"));
+  answer(ctx, std::move(req),
+         [](const v1::Response& r) -> const v1::Workspace& { return r.workspace(); }, false);
+}
+
+} // namespace astraeus::http

@@ -1,0 +1,263 @@
+// astra's day-two commands and Slurm compatibility as a user types them
+// (issue 13, items 5, 6 and 8), on a real controller + agent (runc) + astra
+// on loopback: `astra slurm sbatch` of a batch script as Slurm users write
+// it (its directives, the script read-only at /astra/job.sbatch, a
+// directive that does not map refused by name), `astra drain` stopping the
+// workers at the deadline, the waiting reason naming the draining machine,
+// `astra machine remove` (refused while Up, then its agent refused), and
+// the token and workspace lists. Skips where runc or busybox-static is
+// missing.
+
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "integration/cluster_harness.hpp"
+#include "runtime/workers/worker_process.hpp"
+
+using namespace astraeus;
+using namespace astraeus::itest;
+
+namespace {
+
+/// A controller and one agent (gpu-09, runc) in a temporary folder.
+class CliDay2 : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (find_executable("runc", "/usr/sbin:/usr/bin:/sbin:/bin").empty()
+        || !fs::exists("/bin/busybox"))
+      GTEST_SKIP() << "runc or busybox-static is not installed (bin/setup installs both)";
+    port_ = free_port();
+    ASSERT_NE(port_, 0);
+  }
+
+  void TearDown() override {
+    for (auto& p : procs_) {
+      if (::testing::Test::HasFailure())
+        std::fprintf(stderr, "---- %s stderr (end):\n%s\n", p->command_line().c_str(),
+                     p->err().substr(p->err().size() > 4000 ? p->err().size() - 4000 : 0).c_str());
+      p->kill_now();
+    }
+  }
+
+  process* spawn(const std::string& label, std::vector<std::string> argv,
+                 std::vector<std::string> env = {}) {
+    auto n = label + std::to_string(procs_.size());
+    procs_.push_back(std::make_unique<process>(std::move(argv), dir_ / (n + ".out"),
+                                               dir_ / (n + ".err"), std::move(env)));
+    return procs_.back().get();
+  }
+
+  fs::path agent_dir() const { return dir_ / "agent"; }
+
+  fs::path owner_token() const {
+    return keys_dir_of((dir_ / "controller").string()) / "owner-token";
+  }
+
+  /// Starts the controller, then the agent once the controller answers;
+  /// true once gpu-09 is Up.
+  bool start_cluster() {
+    auto* ctl = spawn("controller", {program("astraeus-controller"), "--port",
+                                     std::to_string(port_), "--data-dir",
+                                     (dir_ / "controller").string()});
+    auto keys = keys_dir_of((dir_ / "controller").string());
+    auto ready = [&] {
+      return use_owner_credentials(port_, keys)
+             && static_cast<bool>(
+               gate_client::connect_cli(loopback(port_), 300ms, owner_credentials(port_)));
+    };
+    if (!wait_until(ready, 10s)) {
+      ADD_FAILURE() << "controller not ready: " << ctl->err();
+      return false;
+    }
+    std::vector<std::string> argv{
+      program("astraeus-agent"), "--controller", "127.0.0.1:" + std::to_string(port_),
+      "--data-dir", agent_dir().string(), "--name", "gpu-09", "--report-interval", "200ms",
+      "--set", std::string{"gpu.nvml_library="} + ASTRAEUS_NVML_STAND_IN, "--set", "kmsg.path=",
+      "--set", "workers.runtime=runc", "--set", "workers.poll_interval=50ms", "--set",
+      "stop.grace=2s"};
+    auto join = enrol_flags(port_, dir_.path(), "gpu-09");
+    argv.insert(argv.end(), join.begin(), join.end());
+    spawn("agent", std::move(argv),
+          {"ASTRAEUS_NVML_FIXTURE=" ASTRAEUS_SOURCE_DIR "/test/fixtures/nvml/h100x8.json"});
+    return wait_until([&] { return machine_in_state(port_, "gpu-09", v1::Machine::Up); }, 10s);
+  }
+
+  command_result astra(std::vector<std::string> args) {
+    std::vector<std::string> argv{program("astra"), "--addr",
+                                  "127.0.0.1:" + std::to_string(port_), "--token-file",
+                                  owner_token().string()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run_command(argv, dir_.path());
+  }
+
+  /// `astra run -f` of `yaml`, written to NAME.yaml.
+  command_result run_file(const std::string& name, const std::string& yaml) {
+    write_text(dir_ / (name + ".yaml"), yaml);
+    return astra({"run", "-f", (dir_ / (name + ".yaml")).string()});
+  }
+
+  /// Waits until the run `name` is `state`; its `run show` on failure.
+  bool ended(const std::string& name, const std::string& state) {
+    std::string last;
+    bool ok = wait_until(
+      [&] {
+        auto res = astra({"run", "show", name, "-o", "json"});
+        auto j = nlohmann::json::parse(res.out, nullptr, false);
+        last = j.is_discarded() ? res.err : j.value("state", "");
+        return last == state;
+      },
+      20s, 100ms);
+    EXPECT_TRUE(ok) << name << " is " << last << ", not " << state << ":\n"
+                    << astra({"run", "show", name}).out;
+    return ok;
+  }
+
+  /// A run's field `key` (`run show -o json`), or the error when it fails.
+  std::string run_field(const std::string& name, const std::string& key) {
+    auto res = astra({"run", "show", name, "-o", "json"});
+    auto j = nlohmann::json::parse(res.out, nullptr, false);
+    return j.is_discarded() ? res.err : j.value(key, "");
+  }
+
+  temp_dir dir_{"astraeus-cli-day2"};
+  uint16_t port_ = 0;
+  std::vector<std::unique_ptr<process>> procs_;
+};
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+} // namespace
+
+TEST_F(CliDay2, SbatchRunsTheScriptWithItsDirectivesMountedReadOnly) {
+  ASSERT_TRUE(start_cluster());
+  write_text(dir_ / "hello.sbatch",
+             "#!/bin/sh\n"
+             "#SBATCH --job-name=hello\n"
+             "#SBATCH --cpus-per-task=1\n"
+             "#SBATCH --mem 256M   # enough for a shell\n"
+             "#SBATCH --time=10\n"
+             "\n"
+             "# what a Slurm script sees\n"
+             "echo \"job $SLURM_JOB_NAME on $SLURM_JOB_NUM_NODES node(s)\"\n"
+             "head -n 2 /astra/job.sbatch\n"
+             "if { echo x >> /astra/job.sbatch; } 2>/dev/null; then echo writable; else echo "
+             "read-only; fi\n"
+             "#SBATCH --partition=ignored-after-the-first-command\n");
+  auto res = astra({"slurm", "sbatch", "--image", "busybox", (dir_ / "hello.sbatch").string()});
+  ASSERT_EQ(res.rc, 0) << res.err;
+  EXPECT_EQ(res.out.rfind("hello submitted to default: ", 0), 0u) << res.out;
+  ASSERT_TRUE(ended("hello", "Stopped"));
+  EXPECT_EQ(run_field("hello", "state"), "Stopped");
+  auto logs = astra({"logs", "hello"});
+  EXPECT_EQ(logs.out, "job hello on 1 node(s)\n#!/bin/sh\n#SBATCH --job-name=hello\nread-only\n")
+    << logs.err;
+  EXPECT_TRUE(has(astra({"slurm", "squeue"}).out, "hello"));
+  // A directive without an equivalent is refused by name, before anything
+  // is sent.
+  write_text(dir_ / "bad.sbatch",
+             "#!/bin/bash\n#SBATCH --job-name=bad\n#SBATCH --partition=gpu\nhostname\n");
+  auto bad = astra({"slurm", "sbatch", "--image", "busybox", (dir_ / "bad.sbatch").string()});
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_TRUE(has(bad.err, "line 3: #SBATCH --partition=gpu: has no Astraeus equivalent"))
+    << bad.err;
+  EXPECT_FALSE(has(astra({"slurm", "squeue"}).out, "bad"));
+  auto cancel = astra({"slurm", "scancel", "hello"});
+  EXPECT_EQ(cancel.rc, 0) << cancel.err;
+  EXPECT_EQ(cancel.out, "run hello cancelled\n");
+}
+
+TEST_F(CliDay2, DrainStopsTheWorkersThenRemoveForgetsTheMachineAndRefusesItsAgent) {
+  ASSERT_TRUE(start_cluster());
+  auto run = astra({"run", "--name", "long", "--image", "busybox", "--cpus", "1", "--mem",
+                    "64M", "--", "sleep", "600"});
+  ASSERT_EQ(run.rc, 0) << run.err;
+  ASSERT_TRUE(ended("long", "Running"));
+  auto early = astra({"machine", "remove", "gpu-09"});
+  EXPECT_EQ(early.rc, 1);
+  EXPECT_TRUE(has(early.err, "machine gpu-09 is Up: only a Down machine or a drained one is "
+                             "removed (astra drain gpu-09 first)"))
+    << early.err;
+  auto drain = astra({"drain", "gpu-09", "--deadline", "2s"});
+  ASSERT_EQ(drain.rc, 0) << drain.err;
+  EXPECT_TRUE(has(drain.out, "machine gpu-09 draining: cordoned; its workers stop at "))
+    << drain.out;
+  // A run that would fit says which machine and why it waits.
+  auto waits = astra({"run", "--name", "waits", "--image", "busybox", "--gpus", "1", "--",
+                      "true"});
+  ASSERT_EQ(waits.rc, 0) << waits.err;
+  auto why = run_field("waits", "waiting_reason");
+  EXPECT_TRUE(has(why, "waiting: needs 1 GPU; gpu-09 has ") && has(why, " free but is drain"))
+    << why;
+  // At the deadline the running run is stopped and the drain is done.
+  EXPECT_TRUE(wait_until([&] { return astra({"run", "show", "long"}).rc == 1; }, 20s, 200ms))
+    << astra({"run", "show", "long"}).out;
+  EXPECT_TRUE(wait_until(
+    [&] {
+      auto j = nlohmann::json::parse(astra({"machine", "gpu-09", "-o", "json"}).out, nullptr,
+                                     false);
+      return !j.is_discarded() && j.value("drained", false);
+    },
+    10s, 100ms));
+  auto removed = astra({"machine", "remove", "gpu-09"});
+  ASSERT_EQ(removed.rc, 0) << removed.err;
+  EXPECT_EQ(removed.out, "machine gpu-09 removed: its GPUs, records and identity are gone; its "
+                         "agent is refused until it enrols again with a new join token\n");
+  auto gone = astra({"machine", "gpu-09"});
+  EXPECT_EQ(gone.rc, 1);
+  EXPECT_TRUE(has(gone.err, "no machine named gpu-09")) << gone.err;
+  EXPECT_TRUE(wait_until([&] { return has(procs_[1]->err(), "removed from the cluster"); }, 10s))
+    << procs_[1]->err();
+  // Its agent keeps trying and is refused: the machine stays gone.
+  std::this_thread::sleep_for(1s);
+  EXPECT_EQ(astra({"machine", "gpu-09"}).rc, 1);
+  EXPECT_EQ(run_field("waits", "waiting_reason"),
+            "cannot fit anywhere now: the cluster has no machines");
+  auto audit = astra({"audit"});
+  EXPECT_TRUE(has(audit.out, "remove machine")) << audit.out;
+  EXPECT_TRUE(has(audit.out, "drain")) << audit.out;
+}
+
+TEST_F(CliDay2, TokensAndWorkspacesAreListedRevokedAndDeleted) {
+  ASSERT_TRUE(start_cluster());
+  auto made = astra({"tokens", "create", "--pool", "h100", "-o", "json"});
+  ASSERT_EQ(made.rc, 0) << made.err;
+  auto id = nlohmann::json::parse(made.out).value("id", "");
+  ASSERT_FALSE(id.empty());
+  auto list = astra({"tokens", "list"});
+  ASSERT_EQ(list.rc, 0) << list.err;
+  EXPECT_TRUE(has(list.out, id)) << list.out;
+  EXPECT_TRUE(has(list.out, "used by gpu-09")) << list.out;
+  EXPECT_TRUE(has(list.out, "pool=h100")) << list.out;
+  EXPECT_FALSE(has(list.out, "astj_")) << "a token itself is never shown again";
+  auto revoked = astra({"tokens", "revoke", id});
+  EXPECT_EQ(revoked.rc, 0) << revoked.err;
+  EXPECT_EQ(revoked.out, "join token " + id + " revoked: no machine may enrol with it\n");
+  EXPECT_TRUE(has(astra({"tokens", "list"}).out, "revoked"));
+  EXPECT_EQ(astra({"tokens", "revoke", "nosuchid"}).rc, 1);
+  auto api = astra({"api-tokens", "list"});
+  ASSERT_EQ(api.rc, 0) << api.err;
+  EXPECT_TRUE(has(api.out, "owner")) << api.out;
+  EXPECT_FALSE(has(api.out, "asta_"));
+  ASSERT_EQ(astra({"workspace", "create", "vision", "--grant", "pool=h100"}).rc, 0);
+  auto del = astra({"workspace", "delete", "vision"});
+  EXPECT_EQ(del.rc, 0) << del.err;
+  EXPECT_EQ(del.out, "workspace vision deleted\n");
+  EXPECT_FALSE(has(astra({"workspaces"}).out, "vision"));
+  auto again = astra({"workspace", "delete", "default"});
+  EXPECT_EQ(again.rc, 1);
+  EXPECT_TRUE(has(again.err, "workspace default cannot be deleted")) << again.err;
+  // gpu show: the GPU's current facts, and no history yet.
+  auto gpus = astra({"gpus", "--machine", "gpu-09", "-o", "json"});
+  auto first = nlohmann::json::parse(gpus.out)["gpus"][0]["gpu"].value("id", "");
+  auto show = astra({"gpu", "show", "gpu-09", first});
+  EXPECT_EQ(show.rc, 0) << show.err;
+  EXPECT_TRUE(has(show.out, first)) << show.out;
+  EXPECT_TRUE(has(show.out, "History: not kept yet")) << show.out;
+  auto none = astra({"gpu", "show", "gpu-09", "GPU-nope"});
+  EXPECT_EQ(none.rc, 1);
+  EXPECT_TRUE(has(none.err, "machine gpu-09 has no GPU GPU-nope")) << none.err;
+}

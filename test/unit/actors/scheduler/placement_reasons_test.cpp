@@ -1,0 +1,116 @@
+// Waiting reasons that name the blocker (issue 13, item 5): a machine that
+// would take the worker but is cordoned, in Maintenance, Down, under
+// pressure or has GPUs fenced is named (three at most, then "and N more");
+// a run that cannot fit anywhere in the cluster as it is says so at once.
+
+#include "actors/scheduler/placement.hpp"
+
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "test/unit/actors/scheduler/placement_test_support.hpp"
+
+using namespace astraeus;
+using namespace astraeus::placement_test;
+
+namespace {
+
+const label_map none{};
+
+machine_spec state(machine_spec m, const std::string& why) {
+  m.schedulable = false;
+  m.not_schedulable = why;
+  return m;
+}
+
+} // namespace
+
+TEST(PlacementReasons, NameTheMachineThatWouldFitAndWhyItTakesNoWork) {
+  placement_index idx;
+  auto m = add(idx, dgx("gpu-01", none));
+  ASSERT_FALSE(idx.set_schedulable(m, false, "is cordoned"));
+  auto one = single("one", 1, none);
+  auto res = idx.place(one);
+  EXPECT_EQ(why(res), "waiting: needs 1 GPU; gpu-01 has 8 free but is cordoned");
+  EXPECT_EQ(std::get<waiting_reason>(res).code, waiting_code::none_schedulable);
+  for (const char* words : {"is in Maintenance", "is Down", "is under memory pressure",
+                            "is under disk pressure", "is draining"}) {
+    ASSERT_FALSE(idx.update_machine(m, state(dgx("gpu-01", none), words)));
+    EXPECT_EQ(why(idx.place(one)), std::string{"waiting: needs 1 GPU; gpu-01 has 8 free but "} +
+                                       words);
+  }
+  // Taking work again: it places, and nothing is named any more.
+  ASSERT_FALSE(idx.set_schedulable(m, true));
+  EXPECT_TRUE(placed(idx.place(one)));
+  EXPECT_EQ(idx.check_invariants(), "");
+}
+
+TEST(PlacementReasons, NameFencedGpusThatWouldMakeRoom) {
+  placement_index idx;
+  add(idx, dgx("gpu-01", none));
+  ASSERT_FALSE(idx.set_gpu_health("gpu-01-g0", gpu_health::faulty));
+  ASSERT_FALSE(idx.set_gpu_health("gpu-01-g1", gpu_health::foreign));
+  EXPECT_EQ(why(idx.place(single("eight", 8, none))),
+            "waiting: needs 8 GPUs on one machine; best machine has 6; gpu-01 has 6 free and 2 "
+            "GPUs fenced");
+  // Cleared, the fault no longer blocks.
+  ASSERT_FALSE(idx.set_gpu_health("gpu-01-g0", gpu_health::healthy));
+  ASSERT_FALSE(idx.set_gpu_health("gpu-01-g1", gpu_health::healthy));
+  EXPECT_TRUE(placed(idx.place(single("eight", 8, none))));
+}
+
+TEST(PlacementReasons, BusyMachinesAndABlockedOneWithRoom) {
+  placement_index idx;
+  auto busy = add(idx, dgx("gpu-01"));
+  hold(idx, busy, bits({0, 1, 2, 3, 4, 5, 6, 7}));
+  add(idx, state(dgx("gpu-02"), "is in Maintenance"));
+  // Another pool's cordoned machine is no blocker of this one.
+  add(idx, state(dgx("gpu-03", {{"pool", "a100"}}), "is cordoned"));
+  EXPECT_EQ(why(idx.place(single("four", 4))),
+            "waiting: needs 4 GPUs on one machine in pool h100; best machine has 0; gpu-02 has "
+            "8 free but is in Maintenance");
+}
+
+TEST(PlacementReasons, NameAtMostThreeMachinesThenHowManyMore) {
+  placement_index idx;
+  for (int i = 1; i <= 6; ++i)
+    add(idx, state(dgx("gpu-0" + std::to_string(i), none), "is Down"));
+  EXPECT_EQ(why(idx.place(single("one", 1, none))),
+            "waiting: needs 1 GPU; gpu-01 has 8 free but is Down, gpu-02 has 8 free but is "
+            "Down, gpu-03 has 8 free but is Down and 3 more");
+  // A removed machine is never named.
+  ASSERT_FALSE(idx.remove_machine(*idx.find_machine("gpu-01")));
+  ASSERT_FALSE(idx.remove_machine(*idx.find_machine("gpu-02")));
+  ASSERT_FALSE(idx.remove_machine(*idx.find_machine("gpu-03")));
+  EXPECT_EQ(why(idx.place(single("one", 1, none))),
+            "waiting: needs 1 GPU; gpu-04 has 8 free but is Down, gpu-05 has 8 free but is "
+            "Down, gpu-06 has 8 free but is Down");
+  EXPECT_EQ(idx.check_invariants(), "");
+}
+
+TEST(PlacementReasons, CannotFitAnywhereNowSaysSoAtOnce) {
+  placement_index idx;
+  auto res = idx.place(single("one", 1, none));
+  EXPECT_EQ(why(res), "cannot fit anywhere now: the cluster has no machines");
+  machine_spec cpu;
+  cpu.name = "cpu-01";
+  add(idx, cpu);
+  res = idx.place(single("one", 1, none));
+  EXPECT_EQ(std::get<waiting_reason>(res).code, waiting_code::never_fits);
+  EXPECT_EQ(why(res), "cannot fit anywhere now: no machine has a GPU");
+  add(idx, dgx("gpu-01"));
+  add(idx, dgx("gpu-02", {{"pool", "a100"}}));
+  EXPECT_EQ(why(idx.place(single("big", 9, none))),
+            "cannot fit anywhere now: a worker needs 9 GPUs on one machine; machines have at "
+            "most 8");
+  EXPECT_EQ(why(idx.place(single("b", 1, {{"pool", "b200"}}))),
+            "cannot fit anywhere now: no machine in pool b200 (machines are in pools a100, "
+            "h100)");
+  // Even when the machines that could take it are cordoned, too large is
+  // said first: uncordoning would not help.
+  ASSERT_FALSE(idx.set_schedulable(*idx.find_machine("gpu-01"), false, "is cordoned"));
+  EXPECT_EQ(why(idx.place(single("big", 9))),
+            "cannot fit anywhere now: a worker needs 9 GPUs on one machine; machines in pool "
+            "h100 have at most 8");
+}
