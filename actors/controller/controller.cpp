@@ -151,9 +151,9 @@ void stop_controller(caf::actor_system&, const controller_handles& h) {
     caf::anon_send_exit(h.scheduler, caf::exit_reason::user_shutdown);
 }
 
-caf::expected<agent_actor> start_agent(caf::actor_system& sys,
-                                       const AgentConfig& cfg,
-                                       const std::string& join_token) {
+caf::expected<agent_actor>
+start_agent(caf::actor_system& sys, const AgentConfig& cfg, const std::string& join_token,
+            std::function<void(const std::string&)> on_final_refusal) {
   auto identity = load_or_create_identity(cfg.data_dir, cfg.name,
                                           local_hostname());
   if (!identity)
@@ -237,6 +237,7 @@ caf::expected<agent_actor> start_agent(caf::actor_system& sys,
   // Device nodes are checked under the host root too (issue 18, rule 3).
   w.cdi.host_root = cfg.host_root;
   ac.worker_poll = cfg.worker_poll;
+  ac.on_final_refusal = std::move(on_final_refusal);
   return spawn_agent(sys, std::move(ac));
 }
 
