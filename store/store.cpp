@@ -521,7 +521,13 @@ const std::string& Store::path() const {
 }
 
 std::string Store::write_problem() {
-  return impl_->writable().value_or(std::string{});
+  if (auto why = impl_->writable())
+    return *why;
+  // No write failed yet, but the next one would: say so before it does.
+  auto free = impl_->free_bytes();
+  if (free < 64 * 1024)
+    return "store full: " + impl_->path + " has " + std::to_string(free) + " bytes free";
+  return {};
 }
 
 store_faults& Store::faults() {

@@ -199,7 +199,8 @@ public:
   /// and opened again (RocksDB 7.8 does not resume from a failed WAL write);
   /// then writes go through as before, with no restart. Reads keep working
   /// throughout. A store opened on a full disk is opened read-only and
-  /// behaves the same.
+  /// behaves the same. Also "store full: ..." while the file system has
+  /// less than 64 KiB free, before any write failed.
   std::string write_problem();
 
   /// The store's fault hook: a test makes the next writes fail through it
