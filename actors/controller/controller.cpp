@@ -55,9 +55,13 @@ start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
     return identity.error();
   out.identity = std::make_shared<const identity_keypair>(std::move(*identity));
   out.keys_dir = keys_dir;
-  if (auto err = write_private_file((fs::path{keys_dir} / "gate.pub").string(),
-                                    out.identity->public_hex()))
-    return err;
+  // Written only when it changed: a controller must start on a full disk
+  // (issue 23: no crash loop), with its store read-only.
+  auto pub_path = (fs::path{keys_dir} / "gate.pub").string();
+  auto pub_now = read_trimmed_file(pub_path);
+  if (!pub_now || *pub_now != out.identity->public_hex())
+    if (auto err = write_private_file(pub_path, out.identity->public_hex()))
+      return err;
   auto token_key = load_or_create_token_key((fs::path{keys_dir} / "token.key").string());
   if (!token_key)
     return token_key.error();
