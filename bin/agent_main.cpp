@@ -1,7 +1,11 @@
 // astraeus-agent: runs on each machine, reports its facts to the controller.
 
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <optional>
+
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <caf/actor_system.hpp>
@@ -81,7 +85,16 @@ int main(int argc, char** argv) {
   caf::actor_system_config sys_cfg;
   configure_actor_system(sys_cfg);
   caf::actor_system sys{sys_cfg};
-  auto agent = start_agent(sys, *cfg);
+  // A refusal retrying cannot fix (a spent token, another machine's name)
+  // stops the program with exit code 1 and the reason (issue 23 item 6):
+  // the agent calls back, the callback raises SIGTERM, main wakes up.
+  static std::atomic<bool> refused{false};
+  auto agent = start_agent(sys, *cfg, {}, [](const std::string& reason) {
+    if (refused.exchange(true))
+      return;
+    spdlog::error("agent: stopping: the controller refused this agent for good: {}", reason);
+    ::kill(::getpid(), SIGTERM);
+  });
   if (!agent) {
     spdlog::error("agent: cannot start: {}", render_error(agent.error()));
     return 1;
@@ -90,7 +103,12 @@ int main(int argc, char** argv) {
                cfg->controller_address, cfg->controller_port,
                cfg->report_interval.count(), cfg->data_dir);
   auto sig = bin::wait_for_stop_signal(signals);
-  spdlog::info("agent: signal {}, stopping", sig);
+  int code = refused ? 1 : 0;
+  if (refused)
+    spdlog::error("agent: stopped: retrying cannot fix the controller's refusal (see above)");
+  else
+    spdlog::info("agent: signal {}, stopping", sig);
+  bin::bound_shutdown("agent", std::chrono::milliseconds{4000}, code);
   caf::anon_send_exit(*agent, caf::exit_reason::user_shutdown);
-  return 0;
+  return code;
 }

@@ -356,6 +356,9 @@ std::string format_machine(const v1::MachineView& m, int64_t now_unix_ms) {
     for (const auto& w : m.inventory_warnings())
       out << "  " << w << "\n";
   }
+  if (!f.store_problem().empty())
+    out << "\nAgent store: " << f.store_problem()
+        << " (new fault latches are held in memory, not durable yet)\n";
   if (!f.warnings().empty()) {
     out << "\nWarnings (host files the agent could not read)\n";
     for (const auto& w : f.warnings())
@@ -483,6 +486,7 @@ std::string format_gpu_section(const v1::GpuSection& s) {
       for (const auto& f : g.latches())
         out << "  " << g.id() << ": FAULT " << f.reason() << " (" << f.source()
             << ", " << f.count() << "x, last " << format_time(f.last_seen_unix_ms())
+            << (f.not_durable() ? ", not durable yet: the agent's store is full" : "")
             << "): " << f.evidence() << "\n";
       for (const auto& inc : g.incidents())
         out << "  " << g.id() << ": " << inc.action() << " "
@@ -643,11 +647,12 @@ std::string format_run(const v1::Run& r, int64_t now_unix_ms) {
                       w.group(), w.machine(), gpus.empty() ? "-" : gpus,
                       w.numa_node() >= 0 ? std::to_string(w.numa_node()) : "-",
                       w.state().empty() ? "-" : w.state(),
+                      w.pid() > 0 ? std::to_string(w.pid()) : "-",
                       w.acknowledged() ? "yes" : "not yet"});
     }
     out << "\nWorkers\n"
         << indent(render_table({"WORKER", "RANK", "GROUP", "MACHINE", "GPUS", "NUMA",
-                                "STATE", "AGENT HAS IT"},
+                                "STATE", "PID", "AGENT HAS IT"},
                                rows),
                   "  ");
     // What the workers wrote to $ASTRAEUS_OUTPUTS, sorted by key.

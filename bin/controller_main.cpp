@@ -88,6 +88,7 @@ int main(int argc, char** argv) {
                  api->fingerprint);
   auto sig = bin::wait_for_stop_signal(signals);
   spdlog::info("controller: signal {}, stopping", sig);
+  bin::bound_shutdown("controller", std::chrono::milliseconds{4000});
   if (api->server)
     api->server->stop();
   stop_controller(sys, *ctl);

@@ -162,6 +162,7 @@ int run_dev(const std::string& data_dir, const std::optional<std::string>& ctl_f
   std::fflush(stdout);
   auto sig = bin::wait_for_stop_signal(signals);
   spdlog::info("dev: signal {}, stopping", sig);
+  bin::bound_shutdown("dev", std::chrono::milliseconds{4000});
   if (api->server)
     api->server->stop();
   caf::anon_send_exit(*agent, caf::exit_reason::user_shutdown);

@@ -3,12 +3,18 @@
 /// What the long-running programs (controller, agent, dev) share: signal
 /// handling and the mapping of command-line flags onto config keys.
 
+#include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include <pthread.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
 
 namespace astraeus::bin {
 
@@ -28,6 +34,23 @@ inline int wait_for_stop_signal(const sigset_t& set) {
   int sig = 0;
   sigwait(&set, &sig);
   return sig;
+}
+
+/// Bounds the shutdown that follows a stop signal (issue 23 item 7): when
+/// the process has not exited `bound` after this call (a detached actor or
+/// thread that does not end, e.g. one blocked in a hung driver call, keeps
+/// `caf::actor_system`'s destructor waiting), it logs so and ends with
+/// `_exit(code)`. Nothing is lost: every acknowledged store write is synced,
+/// and workers run in sessions of their own and keep running.
+inline void bound_shutdown(const char* who, std::chrono::milliseconds bound, int code = 0) {
+  std::thread{[who, bound, code] {
+    std::this_thread::sleep_for(bound);
+    spdlog::error("{}: still stopping after {} ms (a thread did not end): exiting now", who,
+                  bound.count());
+    spdlog::default_logger()->flush();
+    std::fflush(nullptr);
+    ::_exit(code);
+  }}.detach();
 }
 
 /// Config overrides collected from flags, as (key, value) pairs.

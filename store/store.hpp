@@ -20,6 +20,10 @@
 
 #include "messages/error.hpp"
 
+namespace rocksdb {
+class Env;
+} // namespace rocksdb
+
 namespace astraeus {
 
 /// The kinds of record the store holds, one RocksDB column family each
@@ -84,12 +88,19 @@ public:
   /// Opens (creating if missing) the database in the folder `path`,
   /// creating the folder, its parents and any missing column family. Column
   /// families found on disk that this version does not know are opened too
-  /// and left alone.
+  /// and left alone. On a full disk (no room for a new WAL or MANIFEST) it
+  /// opens read-only and refuses writes until there is room (`write_problem`).
   /// Errors: `ec::store_failure` naming `path` when the folder cannot be
   /// created or is not a folder, when another process (or another `Store`
   /// in this process) holds the database ("... is in use by another
   /// process"), or with RocksDB's status text for any other failure.
   static caf::expected<std::unique_ptr<Store>> open(const std::string& path);
+
+  /// As `open`, with RocksDB's file access through `env` (not owned; it
+  /// must outlive the store). For the crash suite's simulated power cuts
+  /// (test/crash): production uses the default.
+  static caf::expected<std::unique_ptr<Store>> open(const std::string& path,
+                                                    rocksdb::Env* env);
 
   /// Flushes nothing extra (every acknowledged write is already in the WAL)
   /// and closes the database, releasing its lock.
@@ -101,7 +112,8 @@ public:
   /// Writes `value`'s wire bytes under `key` in family `f`, replacing any
   /// value there. With `sync` (the default) the write is on disk before this
   /// returns: use it for every write a user or peer is told about.
-  /// Errors: `ec::store_failure` naming the path, family and key.
+  /// Errors: `ec::store_failure` naming the path, family and key; on a full
+  /// disk "store full: PATH has N bytes free" (see `write_problem`).
   caf::error put(family f, std::string_view key,
                  const google::protobuf::Message& value, bool sync = true);
 
@@ -177,6 +189,19 @@ public:
 
   /// The folder the database lives in, as given to `open`.
   const std::string& path() const;
+
+  /// Why writes are refused now, empty while the store takes them: after a
+  /// write failed on a full disk, "store full: PATH has N bytes free"
+  /// (issue 23 item 1). Every write is then refused at once with that text
+  /// (`ec::store_failure`), without reaching RocksDB, and at most once a
+  /// second a write (or this call) tries to take writes again: when the
+  /// file system has room, RocksDB is resumed, or the database is closed
+  /// and opened again (RocksDB 7.8 does not resume from a failed WAL write);
+  /// then writes go through as before, with no restart. Reads keep working
+  /// throughout. A store opened on a full disk is opened read-only and
+  /// behaves the same. Also "store full: ..." while the file system has
+  /// less than 64 KiB free, before any write failed.
+  std::string write_problem();
 
   /// The store's fault hook: a test makes the next writes fail through it
   /// (their errors are those of a real failure: `ec::store_failure` naming

@@ -26,6 +26,7 @@
 #include "messages/type_ids.hpp"
 #include "runtime/gate/frame_codec.hpp"
 #include "runtime/process/private_file.hpp"
+#include "store/store.hpp"
 
 namespace astraeus {
 
@@ -124,6 +125,11 @@ load_or_create_identity(const std::string& data_dir,
     if (auto e = write_private_file(name_path.string(), out.name))
       return e;
   return out;
+}
+
+bool refusal_is_final(const std::string& code) {
+  return code == "enrollment_used" || code == "enrollment_expired"
+         || code == "enrollment_required" || code == "identity_mismatch";
 }
 
 caf::error agent_config::validate() const {
@@ -282,6 +288,10 @@ void send_report(agent_ptr self, bool fresh = false) {
   // Events at devices with no GPU (an NVSwitch, a bridge) in the machine's
   // conditions (issue 17, rule 6).
   add_device_conditions(*gpus, st.config.clock->now_unix_ms());
+  // A store that refuses writes (a full disk) is shown, not hidden: the
+  // agent keeps reporting, with its latches held in memory (issue 23).
+  if (st.config.store)
+    facts->set_store_problem(st.config.store->write_problem());
   report->set_address(st.address);
   if (st.workers)
     *report->mutable_workers() = st.workers->statuses(st.config.identity.name);
@@ -297,7 +307,8 @@ void schedule_reconnect(agent_ptr self) {
   auto delay = std::chrono::duration_cast<caf::timespan>(
     st.backoff * jitter(rng));
   self->delayed_send(self, delay, atom::reconnect_v);
-  st.backoff = std::min(st.backoff * 2, st.config.reconnect_max);
+  auto cap = st.backoff_cap.count() > 0 ? st.backoff_cap : st.config.reconnect_max;
+  st.backoff = std::min(st.backoff * 2, std::max(cap, st.config.reconnect_min));
 }
 
 void drop_connection(agent_ptr self, const std::string& why) {
@@ -312,6 +323,19 @@ void drop_connection(agent_ptr self, const std::string& why) {
   st.pending_body = 0;
   st.channel.reset();
   schedule_reconnect(self);
+}
+
+/// Writes the latches the store refused earlier (a full disk), now that it
+/// may take them; they are reported durable with the next report.
+void retry_not_durable(agent_ptr self) {
+  auto& st = self->state;
+  if (!st.latches || st.latches->not_durable_count() == 0)
+    return;
+  auto written = st.latches->retry_not_durable();
+  if (!written)
+    spdlog::warn("agent {}: {} fault latch(es) held in memory, not durable yet: {}",
+                 st.config.identity.name, st.latches->not_durable_count(),
+                 render_error(written.error()));
 }
 
 /// A GPU event from the kernel log: latch it (durably) and report a new
@@ -588,6 +612,11 @@ void on_frame(agent_ptr self, v1::Frame& frame) {
                         render_error(err));
       st.welcomed = true;
       adopt_report_interval(self, frame.welcome());
+      if (frame.welcome().heartbeat_lapse_ms() > 0) {
+        auto quarter = std::chrono::duration_cast<caf::timespan>(
+          std::chrono::milliseconds{frame.welcome().heartbeat_lapse_ms() / 4});
+        st.backoff_cap = std::min(st.config.reconnect_max, quarter);
+      }
       st.address = st.config.advertise_address;
       if (st.address.empty()) {
         auto route = route_source_address(st.config.controller_host,
@@ -611,6 +640,8 @@ void on_frame(agent_ptr self, v1::Frame& frame) {
     case v1::Frame::kRefusal:
       spdlog::error("agent {}: the controller refused this agent: {}", name,
                     frame.refusal().reason());
+      if (refusal_is_final(frame.refusal().code()) && st.config.on_final_refusal)
+        st.config.on_final_refusal(frame.refusal().reason());
       // Keep trying slowly: an admin may fix the cause on the controller.
       st.backoff = st.config.reconnect_max;
       drop_connection(self, "refused");
@@ -795,6 +826,7 @@ agent_actor::behavior_type agent(agent_actor::stateful_broker_pointer<agent_stat
       // A tick from before the interval was shortened: not due yet.
       if (now < st.report_due)
         return;
+      retry_not_durable(self);
       send_report(self, true);
       if (st.first_pass_started)
         start_discovery(self);

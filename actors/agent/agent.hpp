@@ -100,9 +100,21 @@ struct agent_config {
   /// records; never of a timer (those run on the actor clock).
   std::shared_ptr<const wall_clock> clock = real_wall_clock();
 
+  /// Called (on the agent's thread) when the controller refuses this agent
+  /// for a reason retrying cannot fix (`refusal_is_final`), with the
+  /// refusal's reason; the agent program stops and exits 1 (issue 23 item
+  /// 6). Empty: the agent keeps retrying slowly (embedding, tests).
+  std::function<void(const std::string& reason)> on_final_refusal;
+
   /// Errors: ec::invalid_config naming the field.
   caf::error validate() const;
 };
+
+/// Whether a refusal with code `code` (v1::Refusal.code) is final: the join
+/// token is spent ("enrollment_used") or expired, none was given or it is
+/// unknown ("enrollment_required"), or the name is another machine's
+/// ("identity_mismatch"). Other refusals are retried slowly.
+bool refusal_is_final(const std::string& code);
 
 /// The agent's state.
 struct agent_state {
@@ -121,6 +133,11 @@ struct agent_state {
   /// When the next report is due, on the actor clock (by deadline: no drift).
   caf::actor_clock::time_point report_due{};
   caf::timespan backoff{};                ///< next reconnect delay
+  /// The longest reconnect delay: reconnect.max_backoff, or a quarter of
+  /// the heartbeat lapse the controller announced when that is shorter, so
+  /// a live machine reconnects well within its lapse after a controller
+  /// restart (issue 23 item 5).
+  caf::timespan backoff_cap{};
   uint32_t failed_attempts = 0;           ///< connection attempts since last success
   probe_actor probe;                      ///< GPU discovery, on its own thread
   bool discovering = false;               ///< a discovery pass is in flight

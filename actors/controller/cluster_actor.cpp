@@ -1,4 +1,5 @@
 #include "actors/controller/cluster_actor.hpp"
+#include "runtime/process/kill_point.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -189,6 +190,7 @@ caf::result<machine_actor> enrol(cluster_ptr self, const v1::Hello& hello,
   // The token used, the identity and the record: all or none.
   if (auto err = st.config.store->write(batch, true))
     return err;
+  kill_point("between_token_use_and_registration");
   if (!token.id().empty()) {
     st.keys[name] = hello.identity_key();
     spdlog::info("cluster: machine {} enrolled with join token {} (key {})", name,

@@ -56,9 +56,13 @@ start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
     return identity.error();
   out.identity = std::make_shared<const identity_keypair>(std::move(*identity));
   out.keys_dir = keys_dir;
-  if (auto err = write_private_file((fs::path{keys_dir} / "gate.pub").string(),
-                                    out.identity->public_hex()))
-    return err;
+  // Written only when it changed: a controller must start on a full disk
+  // (issue 23: no crash loop), with its store read-only.
+  auto pub_path = (fs::path{keys_dir} / "gate.pub").string();
+  auto pub_now = read_trimmed_file(pub_path);
+  if (!pub_now || *pub_now != out.identity->public_hex())
+    if (auto err = write_private_file(pub_path, out.identity->public_hex()))
+      return err;
   auto token_key = load_or_create_token_key((fs::path{keys_dir} / "token.key").string());
   if (!token_key)
     return token_key.error();
@@ -175,9 +179,9 @@ void stop_controller(caf::actor_system&, const controller_handles& h) {
     caf::anon_send_exit(h.validations, caf::exit_reason::user_shutdown);
 }
 
-caf::expected<agent_actor> start_agent(caf::actor_system& sys,
-                                       const AgentConfig& cfg,
-                                       const std::string& join_token) {
+caf::expected<agent_actor>
+start_agent(caf::actor_system& sys, const AgentConfig& cfg, const std::string& join_token,
+            std::function<void(const std::string&)> on_final_refusal) {
   auto identity = load_or_create_identity(cfg.data_dir, cfg.name,
                                           local_hostname());
   if (!identity)
@@ -261,6 +265,7 @@ caf::expected<agent_actor> start_agent(caf::actor_system& sys,
   // Device nodes are checked under the host root too (issue 18, rule 3).
   w.cdi.host_root = cfg.host_root;
   ac.worker_poll = cfg.worker_poll;
+  ac.on_final_refusal = std::move(on_final_refusal);
   return spawn_agent(sys, std::move(ac));
 }
 

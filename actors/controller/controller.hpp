@@ -7,6 +7,7 @@
 /// `astraeus::configure_actor_system` (runtime/process/system_setup.hpp).
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -65,9 +66,11 @@ void stop_controller(caf::actor_system& sys, const controller_handles& h);
 /// Errors: the identity's (folder not writable, broken machine-id or key),
 /// a token file that cannot be read, a malformed controller.public_key, and
 /// the config's.
-caf::expected<agent_actor> start_agent(caf::actor_system& sys,
-                                       const AgentConfig& cfg,
-                                       const std::string& join_token = {});
+/// `on_final_refusal`: see agent_config (the agent program exits 1 then).
+caf::expected<agent_actor>
+start_agent(caf::actor_system& sys, const AgentConfig& cfg,
+            const std::string& join_token = {},
+            std::function<void(const std::string&)> on_final_refusal = {});
 
 /// Where a controller with keys folder `keys_dir` writes its first owner
 /// API token.

@@ -364,6 +364,10 @@ caf::error persist(machine_ptr self, bool sync) {
   if (auto err = st.config.store->put(family::machines, rec.name(), rec, sync)) {
     spdlog::error("machine {}: cannot store its record: {}", name_of(self),
                   render_error(err));
+    // Facts (no sync) are tried again after the facts-store interval, not
+    // on every report: a full disk must not flood the log (issue 23).
+    if (!sync)
+      st.facts_stored_unix_ms = st.config.clock->now_unix_ms();
     return err;
   }
   st.facts_stored_unix_ms = st.config.clock->now_unix_ms();

@@ -227,6 +227,11 @@ void apply_worker_statuses(self_ptr self, v1::WorkerStatuses& statuses) {
         set_state(w, next);
         changed = true;
       }
+      // Its main process, for `astra run show` (issue 23 item 6).
+      if (h->second->pid() != 0 && h->second->pid() != w.pid()) {
+        w.set_pid(h->second->pid());
+        changed = true;
+      }
       // What it wrote to $ASTRAEUS_OUTPUTS, once it has ended.
       if (h->second->outputs_size() > 0 && w.outputs_size() == 0) {
         *w.mutable_outputs() = h->second->outputs();

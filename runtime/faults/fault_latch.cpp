@@ -201,13 +201,20 @@ caf::expected<bool> fault_latches::latch(const std::string& rule,
   }
   slot->set_count(slot->count() + 1);
   slot->set_last_seen_unix_ms(now_unix_ms);
+  slot->set_not_durable(false);
   if (auto err = store_->put(family::faults, latch_key(gpu, rule), *slot, true)) {
-    if (is_new) {
-      list.pop_back();
-      rules.pop_back();
-    }
-    return err;
+    // The store refuses writes (a full disk): the fault still fences its
+    // GPU, held in memory and reported "not durable yet", and is written
+    // as soon as the store takes writes (retry_not_durable). Issue 23.
+    slot->set_not_durable(true);
+    not_durable_.insert({gpu, rule});
+    if (is_new)
+      spdlog::warn("latch: GPU {} ({}) is Faulty: {} [{}] (not durable yet: {})", gpu,
+                   slot->pci_address(), slot->reason(), slot->evidence(),
+                   render_error(err));
+    return is_new;
   }
+  not_durable_.erase({gpu, rule});
   if (is_new)
     spdlog::warn("latch: GPU {} ({}) is Faulty: {} [{}]", gpu,
                  slot->pci_address(), slot->reason(), slot->evidence());
@@ -732,6 +739,34 @@ fault_latches::confirmed_by_driver(const v1::Gpu& g) const {
   f.set_evidence("NVML recovery action " + std::to_string(g.recovery_action()) + " ("
                  + action + "), no Xid seen in the kernel log");
   return std::make_pair(std::string{"recovery-action"}, std::move(f));
+}
+
+caf::expected<size_t> fault_latches::retry_not_durable() {
+  size_t written = 0;
+  for (auto i = not_durable_.begin(); i != not_durable_.end();) {
+    const auto& [gpu, rule] = *i;
+    auto held = latches_.find(gpu);
+    auto rs = rules_.find(gpu);
+    if (held == latches_.end() || rs == rules_.end()) {
+      i = not_durable_.erase(i);  // cleared meanwhile
+      continue;
+    }
+    auto at = std::find(rs->second.begin(), rs->second.end(), rule);
+    if (at == rs->second.end()) {
+      i = not_durable_.erase(i);
+      continue;
+    }
+    auto& slot = held->second[static_cast<size_t>(at - rs->second.begin())];
+    v1::FaultLatch durable = slot;
+    durable.set_not_durable(false);
+    if (auto err = store_->put(family::faults, latch_key(gpu, rule), durable, true))
+      return err;
+    slot.set_not_durable(false);
+    spdlog::info("latch: GPU {}'s fault {} is durable now", gpu, slot.reason());
+    ++written;
+    i = not_durable_.erase(i);
+  }
+  return written;
 }
 
 caf::expected<bool> fault_latches::clear(const std::string& gpu_id) {

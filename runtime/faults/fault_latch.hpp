@@ -62,8 +62,10 @@ public:
   /// after a backward jump of the log within this read (`after_jump`); and,
   /// whatever its position, the very same record again (sequence, part and
   /// text) within this run, so a record an admin's clear followed never
-  /// fences again. Errors: the store's (nothing is reported then: a latch
-  /// is never reported before it is durable).
+  /// fences again. A latch the store refuses (a full disk) is kept in
+  /// memory with `not_durable` set, still fences its GPU and is reported
+  /// so marked; `retry_not_durable` writes it later (issue 23 item 1).
+  /// Errors: the store's, for everything but the latch itself.
   caf::expected<bool> on_event(const gpu_event& ev, const v1::GpuSection& known,
                                int64_t now_unix_ms);
 
@@ -87,6 +89,14 @@ public:
                                            const std::string& reason,
                                            const std::string& evidence, int64_t now_unix_ms);
 
+  /// Writes the latches held in memory only (`not_durable` set: the store
+  /// refused them, e.g. a full disk) now that it may take them; returns how
+  /// many were written. Errors: the store's (they stay held and marked).
+  caf::expected<size_t> retry_not_durable();
+  /// Latches held in memory only, waiting for the store.
+  size_t not_durable_count() const {
+    return not_durable_.size();
+  }
   /// Clears every latch of `gpu_id`; returns whether one was latched.
   caf::expected<bool> clear(const std::string& gpu_id);
 
@@ -174,6 +184,8 @@ private:
   std::map<std::string, std::vector<std::string>> rules_;
   /// Incidents by store key.
   std::map<std::string, v1::GpuIncident> incidents_;
+  /// (GPU id, rule) of the latches the store refused (held in memory only).
+  std::set<std::pair<std::string, std::string>> not_durable_;
 };
 
 /// The words for an NVML recovery action (nvmlDeviceGpuRecoveryAction_t):

@@ -1,4 +1,5 @@
 #include "runtime/workers/worker_supervisor.hpp"
+#include "runtime/process/kill_point.hpp"
 
 #include "runtime/workers/cdi_host.hpp"
 
@@ -170,6 +171,7 @@ v1::WorkerProcess worker_supervisor::start(const v1::WorkerOrder& order,
     spdlog::error("agent: worker {}: {}", order.worker(), rec.detail());
     return rec;
   }
+  kill_point("between_fork_and_record");
   set_state(rec, worker_state::running);
   spdlog::info("agent: worker {} running ({} runtime, pid {})", order.worker(),
                rec.runtime(), rec.pid());

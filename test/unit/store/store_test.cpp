@@ -245,3 +245,17 @@ TEST(StoreFaults, ADiskFullReadsAsRocksDbsNoSpace) {
   auto text = render_error(st->put(family::machines, "gpu-01", machine("gpu-01")));
   EXPECT_NE(text.find("No space left on device"), std::string::npos) << text;
 }
+
+TEST(StoreFaults, AFullDiskIsRefusedNamingTheStoreAndItsFreeBytes) {
+  // Issue 23 item 1: "store full: PATH has N bytes free".
+  temp_dir dir;
+  auto st = open_or_fail(dir.path);
+  ASSERT_TRUE(st);
+  st->faults().fail_next_writes(1, store_faults::kind::disk_full);
+  auto text = render_error(st->put(family::machines, "gpu-01", machine("gpu-01")));
+  EXPECT_NE(text.find("store full: " + dir.path + " has "), std::string::npos) << text;
+  EXPECT_NE(text.find(" bytes free"), std::string::npos) << text;
+  // An injected fault stops nothing: the next write goes through.
+  EXPECT_FALSE(st->put(family::machines, "gpu-01", machine("gpu-01")));
+  EXPECT_EQ(st->write_problem(), "");
+}

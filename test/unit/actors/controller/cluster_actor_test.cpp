@@ -493,7 +493,7 @@ TEST_F(ClusterActor, ACordonTheStoreCannotTakeTellsTheUserWhyAndChangesNothing) 
   auto resp = call(c, cordon);
   EXPECT_EQ(resp.error().code(), "store_failure");
   const auto& why = resp.error().message();
-  EXPECT_NE(why.find("store " + db->path()), std::string::npos) << why;
+  EXPECT_NE(why.find("store full: " + db->path() + " has "), std::string::npos) << why;
   EXPECT_NE(why.find("No space left on device"), std::string::npos) << why;
   EXPECT_FALSE(call(c, get("gpu-01")).machine().cordoned());
   // Once the store writes again, the same request goes through.
