@@ -76,7 +76,11 @@ std::optional<waiting_reason> never_placed(const selector_rec& sel, const shape&
   const std::string& where = sel.where;
   const std::string now = "cannot fit anywhere now: ";
   if (sel.matching == 0) {
-    if (sel.labels.empty())
+    // Only the scheduler's own labels (astraeus.io/…) are not a user's ask.
+    bool asked = false;
+    for (const auto& kv : sel.label_text)
+      asked = asked || kv.first.rfind("astraeus.io/", 0) != 0;
+    if (!asked)
       return waiting_for(waiting_code::no_machine, now + "the cluster has no machines");
     return waiting_for(waiting_code::no_machine,
                        now + "no machine" + where +

@@ -684,26 +684,28 @@ TEST(XidPolicy, ParsesListsAndNamesBadItems) {
 
 TEST_F(FaultLatches, ALatchTheStoreRefusesFencesInMemoryMarkedAndIsWrittenLater) {
   // Issue 23 item 1: a full disk must not hide a fault.
-  auto l = open();
-  db->faults().fail_next_writes(10, store_faults::kind::disk_full);
-  auto fresh = l.on_event(xid(79, "0000:3b:00.0"), two_gpus(), 1000);
-  ASSERT_TRUE(fresh) << render_error(fresh.error());
-  EXPECT_TRUE(*fresh) << "reported at once, store or not";
-  EXPECT_EQ(l.not_durable_count(), 1u);
-  v1::GpuSection shown = two_gpus();
-  l.annotate(shown);
-  ASSERT_EQ(shown.gpus(0).latches_size(), 1);
-  EXPECT_TRUE(shown.gpus(0).latches(0).not_durable());
-  // Still refused: it stays held and marked.
-  EXPECT_FALSE(l.retry_not_durable());
-  EXPECT_EQ(l.not_durable_count(), 1u);
-  // The store takes writes again: written, no longer marked, kept.
-  db->faults().fail_next_writes(0);
-  auto written = l.retry_not_durable();
-  ASSERT_TRUE(written);
-  EXPECT_EQ(*written, 1u);
-  EXPECT_EQ(l.not_durable_count(), 0u);
-  EXPECT_FALSE(l.latches().at("GPU-A")[0].not_durable());
+  {
+    auto l = open();
+    db->faults().fail_next_writes(10, store_faults::kind::disk_full);
+    auto fresh = l.on_event(xid(79, "0000:3b:00.0"), two_gpus(), 1000);
+    ASSERT_TRUE(fresh) << render_error(fresh.error());
+    EXPECT_TRUE(*fresh) << "reported at once, store or not";
+    EXPECT_EQ(l.not_durable_count(), 1u);
+    v1::GpuSection shown = two_gpus();
+    l.annotate(shown);
+    ASSERT_EQ(shown.gpus(0).latches_size(), 1);
+    EXPECT_TRUE(shown.gpus(0).latches(0).not_durable());
+    // Still refused: it stays held and marked.
+    EXPECT_FALSE(l.retry_not_durable());
+    EXPECT_EQ(l.not_durable_count(), 1u);
+    // The store takes writes again: written, no longer marked, kept.
+    db->faults().fail_next_writes(0);
+    auto written = l.retry_not_durable();
+    ASSERT_TRUE(written);
+    EXPECT_EQ(*written, 1u);
+    EXPECT_EQ(l.not_durable_count(), 0u);
+    EXPECT_FALSE(l.latches().at("GPU-A")[0].not_durable());
+  } // the latches give the store back before it is opened again
   auto again = open();
   ASSERT_EQ(again.latches().count("GPU-A"), 1u);
   EXPECT_FALSE(again.latches().at("GPU-A")[0].not_durable());
