@@ -7,6 +7,7 @@
 // (validation.check_program) that prints fixture JSON, until the checks'
 // program lands. Order and state are asserted, not timing.
 
+#include <regex>
 #include <csignal>
 #include <fstream>
 
@@ -92,7 +93,10 @@ protected:
   /// An agent of machine `name` in pool h100, with 8 stand-in GPUs of its own.
   void start_agent(const std::string& name) {
     auto nvml = dir_ / ("nvml-" + name + ".json");
-    auto text = read_text(h100x8);
+    // Idle GPUs: h100x8 has six GPUs busy outside Astraeus (Foreign), and a
+    // check holds all of its machine's GPUs.
+    auto text = std::regex_replace(read_text(h100x8), std::regex{R"("used_bytes": [0-9]+)"},
+                                   R"("used_bytes": 4194304)");
     for (size_t at = text.find("GPU-"); at != std::string::npos; at = text.find("GPU-", at + 4))
       text.insert(at + 4, name.substr(name.size() - 2));
     write_text(nvml, text);
@@ -152,11 +156,7 @@ protected:
 
 } // namespace
 
-// DISABLED (2026-12-02, merge of branch `validation`): on the merged build no
-// check step of these end-to-end tests ever finishes (the quick badge never
-// appears; steps wait "another check runs there"), while the validation
-// actor's unit tests pass. Left for the next session to find; the note says so.
-TEST_F(Validation, DISABLED_AcceptanceOfThreeMachinesNamesTheSlowGpuAndItsFix) {
+TEST_F(Validation, AcceptanceOfThreeMachinesNamesTheSlowGpuAndItsFix) {
   write_text(dir_ / "checks" / "slow_machine", "gpu-03\n");
   ASSERT_TRUE(start_controller());
   for (auto n : {"gpu-01", "gpu-02", "gpu-03"})
@@ -200,6 +200,10 @@ TEST_F(Validation, DISABLED_AcceptanceOfThreeMachinesNamesTheSlowGpuAndItsFix) {
   EXPECT_TRUE(contains(list.out, "acceptance")) << list.out;
 }
 
+// DISABLED (2026-12-02): a run submitted while the new machine should be
+// Accepting was found Running (line "show.value(\"state\") == Waiting"): either
+// acceptance finished first with the fast stand-in, or Accepting does not keep
+// user work off yet. Left for the next session; the note says so.
 TEST_F(Validation, DISABLED_ANewMachineInAPolicyPoolIsAcceptingUntilItPasses) {
   write_text(dir_ / "checks" / "slow_machine", "gpu-05\n");
   write_text(dir_ / "checks" / "burn_seconds", "2\n");
@@ -229,7 +233,7 @@ TEST_F(Validation, DISABLED_ANewMachineInAPolicyPoolIsAcceptingUntilItPasses) {
   EXPECT_TRUE(contains(audit.out, "ship as-is")) << audit.out;
 }
 
-TEST_F(Validation, DISABLED_ARealRunSubmittedDuringABurnInStartsAndTheBurnInIsQueuedAgain) {
+TEST_F(Validation, ARealRunSubmittedDuringABurnInStartsAndTheBurnInIsQueuedAgain) {
   write_text(dir_ / "checks" / "burn_seconds", "300\n");
   ASSERT_TRUE(start_controller());
   start_agent("gpu-01");
