@@ -4,12 +4,13 @@
 // bandwidth is low, named with its fix in the Cluster Report; a pool whose
 // policy holds a new machine Accepting until it passes; a real run that a
 // burn-in gives way to. The checks are a stand-in astraeus-check script
-// (validation.check_program) that prints fixture JSON, until the checks'
-// program lands. Order and state are asserted, not timing.
+// (validation.check_program) that prints fixture JSON, so each verdict is
+// chosen by the test (the real program's checks have their own tests in
+// test/integration/checks/). Order and state are asserted, not timing.
 
-#include <regex>
 #include <csignal>
 #include <fstream>
+#include <regex>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
