@@ -169,6 +169,13 @@ using machine_actor = caf::typed_actor<
   // An acceptance is stored with sync before the answer; fails with
   // ec::store_failure when the write fails.
   caf::replies_to<atom::accept, bool, bool, std::string>::with<v1::MachineView>,
+  // Issue 20, from the cluster: a request about this machine: its body
+  // `set_data_location` (`astra machine data-location NAME PATH`, admins):
+  // the data location an admin chose, which wins over the installer's;
+  // stored with sync before the answer. Fails with ec::invalid_request
+  // naming a path that is not absolute or not normal, or another body;
+  // ec::store_failure when the write fails (nothing changes).
+  caf::replies_to<v1::Request>::with<v1::MachineView>,
   // `astra drain` (issue 13): cordons the machine and records the drain's
   // deadline (stored with sync before the answer); at the deadline the runs
   // with workers here are stopped (their workers stop gracefully) and the

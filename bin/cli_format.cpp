@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <sstream>
+#include <string_view>
 
 #include "messages/json.hpp"
 
@@ -209,7 +210,8 @@ std::string format_machine(const v1::MachineView& m, int64_t now_unix_ms) {
   auto row = [&](const char* key, const std::string& value) {
     char buf[32];
     std::snprintf(buf, sizeof(buf), "%-13s", key);
-    out << buf << value << "\n";
+    // A key as long as the column ("Data location:") keeps one space.
+    out << buf << (std::string_view{key}.size() >= 13 ? " " : "") << value << "\n";
   };
   row("Machine:", m.name());
   row("State:", v1::Machine::State_Name(m.state()) + " since "
@@ -255,6 +257,10 @@ std::string format_machine(const v1::MachineView& m, int64_t now_unix_ms) {
   for (const auto& [k, v] : m.labels())
     labels += (labels.empty() ? "" : ", ") + k + "=" + v;
   row("Labels:", labels.empty() ? "none" : labels);
+  // Issue 20 (machines.md, "Where a machine keeps data").
+  row("Data location:", m.data_location().empty()
+                          ? "none chosen: astra machine data-location " + m.name() + " PATH"
+                          : m.data_location() + " (" + m.data_location_source() + ")");
   row("Flaps:", std::to_string(m.flaps()) + " (Down and back Up since the controller started)");
 
   out << "\nSystem\n";

@@ -24,7 +24,9 @@
 #   --runtime auto|runc|process   how workers run (docker: not supported yet)
 #   --network host         workers use the host network (the only mode)
 #   --no-move              accepted: nothing already on the machine is moved
-#   --accept               acceptance at install (not built yet: said so)
+#   --accept               acceptance starts by itself once the machine's GPUs
+#                          are free, 2 minutes after the last of a joining batch
+#                          (agent key validation.request_acceptance; kept)
 #   --observe-only         refused: not supported yet
 #   --install-nvidia-driver / --no-nvidia-driver
 #   --install-amd-driver / --no-amd-driver
@@ -537,6 +539,9 @@ write_files() {
     echo "  path: \"$AGENT_DIR\""
     echo "workers:"
     echo "  runtime: ${RUNTIME:-auto}"
+    echo "data_dir: \"$DATA_DIR\""
+    echo "validation:"
+    if [ "$ACCEPT" = 1 ]; then echo "  request_acceptance: true"; else echo "  request_acceptance: false"; fi
   } >"$CONFIG.new"
   put "$CONFIG" 0600
   {
@@ -547,6 +552,7 @@ write_files() {
     echo "org_id=$ORG_ID"
     echo "name=$NAME"
     echo "data_dir=$DATA_DIR"
+    echo "accept=$ACCEPT"
     echo "program=${PROGRAM#"$R"}"
   } >"$STATE.new"
   put "$STATE" 0600
@@ -599,7 +605,9 @@ notes() {
     say "workers use the host network"
   fi
   if [ "$NO_MOVE" = 1 ]; then say "--no-move: nothing already on this machine is moved"; fi
-  if [ "$ACCEPT" = 1 ]; then say "--accept: acceptance at install is not built yet; run it from Compute → Validation once the machine is Up"; fi
+  # --accept is kept by a rerun without it (the state file remembers it).
+  if [ "$ACCEPT" != 1 ] && [ "$(state accept)" = 1 ]; then ACCEPT=1; fi
+  if [ "$ACCEPT" = 1 ]; then say "--accept: acceptance starts by itself once this machine's GPUs are free, 2 minutes after the last machine of its joining batch, and never keeps it from work meanwhile"; fi
   return 0
 }
 

@@ -157,6 +157,8 @@ v1::MachineReport make_report(const agent_config& config, uint64_t sequence,
   report.set_sequence(sequence);
   report.set_sent_unix_ms(config.clock->now_unix_ms());
   report.set_agent_version(ASTRAEUS_VERSION);
+  report.set_data_location(config.data_location);
+  report.set_request_acceptance(config.request_acceptance);
   *report.mutable_facts() = read_host_facts(config.host);
   if (gpus != nullptr)
     *report.mutable_facts()->mutable_gpus() = *gpus;
@@ -273,6 +275,8 @@ void send_report(agent_ptr self, bool fresh = false) {
   report->set_sequence(++st.sequence);
   report->set_sent_unix_ms(st.config.clock->now_unix_ms());
   report->set_agent_version(ASTRAEUS_VERSION);
+  report->set_data_location(st.config.data_location);
+  report->set_request_acceptance(st.config.request_acceptance);
   auto* facts = report->mutable_facts();
   *facts = st.host_facts;
   auto* gpus = facts->mutable_gpus();

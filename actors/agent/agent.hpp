@@ -96,6 +96,12 @@ struct agent_config {
   supervisor_options workers;
   /// How often the supervisor checks its workers (workers.poll_interval).
   caf::timespan worker_poll = std::chrono::milliseconds{250};
+  /// Issue 20: the machine's data location (config key `data_dir`, the
+  /// installer's --data-dir), sent in every report; "" = not chosen yet.
+  std::string data_location;
+  /// Issue 20/21: the installer's --accept (validation.request_acceptance),
+  /// sent in every report.
+  bool request_acceptance = false;
   /// The wall clock of reports' send times, fault latches and worker
   /// records; never of a timer (those run on the actor clock).
   std::shared_ptr<const wall_clock> clock = real_wall_clock();

@@ -148,6 +148,37 @@ caf::result<v1::Response> drain_machine(const cluster_request& r) {
   return rp;
 }
 
+caf::result<v1::Response> set_data_location(const cluster_request& r) {
+  auto& st = r.self->state;
+  const auto& body = r.req.set_data_location();
+  const auto name = body.name();
+  auto what = name + " " + body.path();
+  auto m = st.machines.find(name);
+  if (m == st.machines.end()) {
+    auto err = caf::make_error(ec::no_such_machine, "no machine named " + name);
+    r.audit(what, "failed: " + render_error(err));
+    return r.error(err);
+  }
+  auto rp = r.self->make_response_promise<v1::Response>();
+  auto self = r.self;
+  auto caller = r.caller();
+  auto id = r.id;
+  self->request(m->second, r.timeout, r.req)
+    .then(
+      [self, rp, id, caller, what](v1::MachineView& view) mutable {
+        audit(self, caller, "set data location", what, "ok");
+        v1::Response out;
+        out.set_id(id);
+        *out.mutable_machine() = std::move(view);
+        rp.deliver(std::move(out));
+      },
+      [self, rp, id, caller, what](caf::error& err) mutable {
+        audit(self, caller, "set data location", what, "failed: " + render_error(err));
+        rp.deliver(error_response(id, err));
+      });
+  return rp;
+}
+
 caf::result<v1::Response> list_join_tokens(const cluster_request& r) {
   const auto& tokens = r.self->state.config.tokens;
   if (!tokens)

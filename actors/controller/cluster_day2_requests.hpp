@@ -23,6 +23,11 @@ caf::result<v1::Response> remove_machine(const cluster_request& r);
 /// ec::store_failure.
 caf::result<v1::Response> drain_machine(const cluster_request& r);
 
+/// Issue 20: `astra machine data-location NAME PATH` (admins): the machine's
+/// answer (its view), audited as "set data location" with the path; a bad
+/// path is refused naming it (ec::invalid_request).
+caf::result<v1::Response> set_data_location(const cluster_request& r);
+
 /// `astra tokens list`: every join token, without hashes.
 caf::result<v1::Response> list_join_tokens(const cluster_request& r);
 

@@ -739,12 +739,13 @@ const std::vector<cluster_request_row>& cluster_request_table() {
     // issue 13 (cli): day-two commands (actors/controller/cluster_day2_requests.cpp).
     {R::kRemoveMachine,    role::admin,  remove_machine_name,   day2::remove_machine},
     {R::kDrainMachine,     role::admin,  nullptr,               day2::drain_machine},
+    // issue 20 (installer): audited by its handler, with the path.
+    {R::kSetDataLocation,  role::admin,  nullptr,               day2::set_data_location},
     {R::kListJoinTokens,   role::admin,  nullptr,               day2::list_join_tokens},
     {R::kRevokeJoinToken,  role::admin,  revoke_join_name,      day2::revoke_join_token},
     {R::kListApiTokens,    role::admin,  nullptr,               day2::list_api_tokens},
     {R::kDeleteWorkspace,  role::admin,  nullptr,               day2::delete_workspace},
     {R::kGetGpuHistory,    role::member, nullptr,               not_supported_yet},
-    {R::kSetDataLocation,  role::admin,  nullptr,               not_supported_yet},
     {R::kSetWorkspaceGrants, role::admin, nullptr,              not_supported_yet},
     {R::kGetTopology,      role::member, nullptr,               not_supported_yet},
   };

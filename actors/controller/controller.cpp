@@ -128,6 +128,7 @@ start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
   vc.poll_interval = cfg.validation_poll_interval;
   vc.machine_poll = cfg.validation_poll_interval * 2;
   vc.console_url = cfg.validation_console_url;
+  vc.installer_delay = cfg.validation_installer_batch_delay;
   out.validations = sys.spawn(validations, std::move(vc));
   cc.validations = out.validations;
   cc.tokens = out.tokens;
@@ -233,6 +234,8 @@ start_agent(caf::actor_system& sys, const AgentConfig& cfg, const std::string& j
   ac.kmsg_path = cfg.kmsg_path;
   ac.controller_host = cfg.controller_address;
   ac.advertise_address = cfg.advertise_address;
+  ac.data_location = cfg.data_location;
+  ac.request_acceptance = cfg.request_acceptance;
   ac.controller_port = cfg.controller_port;
   ac.identity = std::move(*identity);
   ac.report_interval = cfg.report_interval;

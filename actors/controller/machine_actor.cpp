@@ -52,6 +52,24 @@ std::string gpu_fingerprint(const v1::GpuSection& section) {
 
 } // namespace
 
+std::optional<std::string> data_location_problem(const std::string& path) {
+  if (path.empty())
+    return std::string{"is empty: name a folder (/mnt/nvme0/astraeus)"};
+  if (path.size() > 4096)
+    return std::string{"is longer than 4096 bytes"};
+  if (path[0] != '/')
+    return std::string{"is not an absolute path (it must start with /)"};
+  for (char c : path)
+    if (static_cast<unsigned char>(c) < 0x20)
+      return std::string{"holds a control character"};
+  if (path.find("/../") != std::string::npos
+      || (path.size() >= 3 && path.compare(path.size() - 3, 3, "/..") == 0))
+    return std::string{"holds '..'"};
+  if (path == "/")
+    return std::string{"is the root folder: name a folder for Astraeus's data"};
+  return std::nullopt;
+}
+
 caf::error check_labels(const v1::SetLabels& req) {
   for (const auto& [k, v] : req.set())
     if (auto err = check_label(k, v))
@@ -137,6 +155,9 @@ std::string machine_state::not_schedulable_why() const {
     return "is under memory pressure";
   if (pressure.disk)
     return "is under disk pressure";
+  if (shown == v1::Machine::Accepting)
+    return acceptance_id.empty() ? std::string{"is Accepting (until it passes acceptance)"}
+                                 : "is Accepting (acceptance " + acceptance_id + " runs there)";
   return {};
 }
 
@@ -218,6 +239,15 @@ v1::MachineView machine_state::view() const {
   out.set_flaps(flaps);
   out.set_drain_deadline_unix_ms(rec.drain_deadline_unix_ms());
   out.set_drained(rec.drained());
+  // Issue 20: an admin's choice wins over the installer's.
+  if (!rec.data_location_admin().empty()) {
+    out.set_data_location(rec.data_location_admin());
+    out.set_data_location_source("admin");
+  } else if (!rec.data_location().empty()) {
+    out.set_data_location(rec.data_location());
+    out.set_data_location_source("installer");
+  }
+  out.set_acceptance_requested(rec.acceptance_requested() && !rec.accepted());
   // "GPUs healthy" is the controller's judgement, not the agent's.
   auto* section = out.mutable_facts()->mutable_gpus();
   auto* conds = section->mutable_conditions();
@@ -375,13 +405,24 @@ caf::error persist(machine_ptr self, bool sync) {
 }
 
 /// Takes the facts of `report`, logs a change of pressure, and says whether
-/// the address changed.
+/// the record changed (its address, data location or --accept).
 bool take_report(machine_ptr self, v1::MachineReport& report) {
   auto& st = self->state;
   bool address_changed = !report.address().empty()
                          && report.address() != st.config.record.address();
   if (address_changed)
     st.config.record.set_address(report.address());
+  // Issue 20: the installer's data location and --accept, kept in the record.
+  auto& rec = st.config.record;
+  if (report.data_location() != rec.data_location()) {
+    rec.set_data_location(report.data_location());
+    address_changed = true;
+  }
+  if (report.request_acceptance() && !rec.acceptance_requested()) {
+    rec.set_acceptance_requested(true);
+    rec.set_acceptance_requested_unix_ms(st.config.clock->now_unix_ms());
+    address_changed = true;
+  }
   st.last_report = self->clock().now();
   st.last_report_unix_ms = st.config.clock->now_unix_ms();
   st.facts = std::move(*report.mutable_facts());
@@ -499,11 +540,15 @@ caf::result<v1::MachineView> set_maintenance(machine_ptr self, bool on) {
 
 /// Issue 21: the validations say whether the machine's pool requires
 /// acceptance and whether it is accepted (stored with sync when it changes).
+/// Not accepted, `reason` is the acceptance that runs there ("val-…", for
+/// waiting reasons; "" keeps the one told before).
 caf::result<v1::MachineView> set_acceptance(machine_ptr self, bool required, bool accepted,
                                             const std::string& reason) {
   auto& st = self->state;
   auto& rec = st.config.record;
   auto before = st.shown_state();
+  if (!accepted && !reason.empty())
+    st.acceptance_id = reason;
   if (accepted && (!rec.accepted() || rec.accepted_reason() != reason)) {
     auto old = rec;
     rec.set_accepted(accepted);
@@ -517,10 +562,33 @@ caf::result<v1::MachineView> set_acceptance(machine_ptr self, bool required, boo
   if (before != st.shown_state()) {
     st.state_since_unix_ms = st.config.clock->now_unix_ms();
     spdlog::info("machine {}: {} -> {}{}", name_of(self), to_string(before),
-                 to_string(st.shown_state()), reason.empty() ? "" : " (accepted: " + reason + ")");
+                 to_string(st.shown_state()),
+                 !accepted || reason.empty() ? "" : " (accepted: " + reason + ")");
   }
   tell_scheduler(self);
   return st.view();
+}
+
+/// Issue 20: `astra machine data-location NAME PATH` (machines.md, "Where a
+/// machine keeps data"): an absolute, normal path of at most 4096 bytes.
+caf::result<v1::MachineView> set_data_location(machine_ptr self, const v1::Request& req) {
+  if (req.body_case() != v1::Request::kSetDataLocation)
+    return caf::make_error(ec::invalid_request, "not a request a machine answers");
+  const auto& path = req.set_data_location().path();
+  if (auto why = data_location_problem(path))
+    return caf::make_error(ec::invalid_request, "data location '" + path + "' " + *why);
+  auto& rec = self->state.config.record;
+  if (rec.data_location_admin() != path) {
+    auto old = rec;
+    rec.set_data_location_admin(path);
+    if (auto err = persist(self, true)) {
+      rec = std::move(old);
+      return err;
+    }
+    spdlog::info("machine {}: data location {} (set by {})", name_of(self), path,
+                 req.caller().name());
+  }
+  return self->state.view();
 }
 
 caf::result<v1::MachineView> set_labels(machine_ptr self, const v1::SetLabels& req) {
@@ -777,6 +845,9 @@ machine(machine_actor::stateful_pointer<machine_state> self,
     [self](atom::accept, bool required, bool accepted,
            std::string& reason) -> caf::result<v1::MachineView> {
       return set_acceptance(self, required, accepted, reason);
+    },
+    [self](const v1::Request& req) -> caf::result<v1::MachineView> {
+      return set_data_location(self, req);
     },
     [self](const v1::DrainMachine& req) -> caf::result<v1::MachineView> {
       return start_drain(self, req);

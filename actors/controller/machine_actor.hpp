@@ -12,6 +12,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,9 @@ struct machine_state {
   /// whether the machine's pool requires acceptance (the validations say).
   v1::ValidationStep quick;
   bool acceptance_required = false;
+  /// The acceptance validation that runs here while Accepting
+  /// ("val-20261006-7f3a2c"; "" = none told yet), named in waiting reasons.
+  std::string acceptance_id;
   /// Required and not accepted: shown Accepting; only checks go there.
   bool accepting() const;
 
@@ -122,7 +126,9 @@ struct machine_state {
   bool schedulable() const;
   /// Why it takes no new work, as a waiting reason says it after its name
   /// ("is cordoned", "is in Maintenance", "is Down", "is draining", "is
-  /// under memory pressure"); empty when it does (issue 13, item 5).
+  /// under memory pressure"); empty when it does (issue 13, item 5). An
+  /// Accepting machine takes checks only: "is Accepting (acceptance val-…
+  /// runs there)" although it stays schedulable for the checks (issue 21).
   std::string not_schedulable_why() const;
   /// The machine as `astra machine` shows it.
   v1::MachineView view() const;
@@ -132,6 +138,11 @@ struct machine_state {
 machine_actor::behavior_type
 machine(machine_actor::stateful_pointer<machine_state> self,
         machine_config config);
+
+/// Issue 20: what is wrong with `path` as a machine's data location
+/// ("is not an absolute path (it must start with /)", "holds '..'", "is
+/// empty: …"); nullopt when it is fine.
+std::optional<std::string> data_location_problem(const std::string& path);
 
 /// Checks a label change: keys of letters, digits, '-', '_', '.', '/' (at
 /// most 253), values of at most 63 such characters (no '/'), like

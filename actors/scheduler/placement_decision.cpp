@@ -82,6 +82,11 @@ std::optional<waiting_reason> never_placed(const selector_rec& sel, const shape&
       asked = asked || kv.first.rfind("astraeus.io/", 0) != 0;
     if (!asked)
       return waiting_for(waiting_code::no_machine, now + "the cluster has no machines");
+    // Machines that only their acceptance keeps from it (issue 21).
+    if (std::string named = blockers(k, sh.gmax); !named.empty())
+      return waiting_for(waiting_code::none_schedulable,
+                         "waiting: needs " + gpus_text(sh.gmax, false) +
+                           (gang ? " per worker" : "") + where + named);
     return waiting_for(waiting_code::no_machine,
                        now + "no machine" + where +
                          (sel.label_text.count("pool") ? pools() : std::string{}));

@@ -219,11 +219,13 @@ caf::expected<machine_id> placement_index::add_machine(const machine_spec& spec)
   machine_rec& m = S.machines.back();
   m.name = spec.name;
   m.schedulable = spec.schedulable;
-  m.why_not = spec.schedulable ? std::string{} : spec.not_schedulable;
+  // Kept while schedulable too: an Accepting machine's (issue 21).
+  m.why_not = spec.not_schedulable;
   S.set_machine_labels(m, spec.labels);
   S.machine_by_name.emplace(spec.name, id);
   S.attach_matching(id);
   S.apply_gpu_list(id, spec.gpus);
+  S.note_blocked(id);
   return id;
 }
 
@@ -248,9 +250,8 @@ caf::error placement_index::set_schedulable(machine_id id, bool schedulable,
   if (id >= S.machines.size() || S.machines[id].removed)
     return unknown_machine(id);
   machine_rec& m = S.machines[id];
-  if (schedulable)
-    m.why_not.clear();
-  else if (why != m.why_not)
+  // A schedulable machine keeps a why only while Accepting (issue 21).
+  if (why != m.why_not)
     m.why_not.assign(why.data(), why.size());
   if (m.schedulable == schedulable)
     return {};
@@ -273,6 +274,7 @@ caf::error placement_index::set_labels(machine_id id, const label_map& labels) {
   S.detach_all(id);
   S.set_machine_labels(S.machines[id], labels);
   S.attach_matching(id);
+  S.note_blocked(id);
   return {};
 }
 

@@ -1,6 +1,6 @@
 // The machines a waiting reason names (issue 13, item 5): those that would
 // take a worker but for their state (cordoned, in Maintenance, Down, under
-// pressure) or their fenced GPUs, and the pools there are when no machine
+// pressure, Accepting: issue 21) or their fenced GPUs, and the pools there are when no machine
 // carries the pool a run asks for. Kept off the hot path: `blocked` is
 // updated with each machine change, and the words are made only for runs
 // that did not place.
@@ -19,6 +19,27 @@ namespace {
 constexpr size_t look_at_most = 4096;
 /// How many machines one reason names.
 constexpr size_t name_at_most = 3;
+/// The label the scheduler marks an Accepting machine with (scheduler_actor.hpp's
+/// accepting_label; issue 21): every run but a validation's check requires "false".
+constexpr const char* accepting_key = "astraeus.io/accepting";
+
+bool is_accepting(const machine_rec& m) {
+  auto l = m.label_text.find(accepting_key);
+  return l != m.label_text.end() && l->second == "true";
+}
+
+/// Whether `m` carries every label of `sel` but the Accepting one: the
+/// machine would match a user's run once accepted.
+bool matches_but_accepting(const machine_rec& m, const selector_rec& sel) {
+  for (const auto& [k, v] : sel.label_text) {
+    if (k == accepting_key)
+      continue;
+    auto l = m.label_text.find(k);
+    if (l == m.label_text.end() || l->second != v)
+      return false;
+  }
+  return true;
+}
 
 std::string gpus_word(unsigned n) {
   return std::to_string(n) + (n == 1 ? " GPU" : " GPUs");
@@ -28,7 +49,7 @@ std::string gpus_word(unsigned n) {
 
 void placement_index::state::note_blocked(machine_id id) {
   const machine_rec& m = machines[id];
-  if (!m.removed && (!m.schedulable || m.free_fenced() != 0))
+  if (!m.removed && (!m.schedulable || m.free_fenced() != 0 || is_accepting(m)))
     blocked.insert(id);
   else
     blocked.erase(id);
@@ -58,8 +79,16 @@ std::string placement_index::state::blockers(const selector_rec& sel, unsigned k
       break;
     }
     const machine_rec& m = machines[id];
-    if (!matches(m, sel))
+    if (!matches(m, sel)) {
+      // Issue 21: a machine that only its acceptance keeps from this run
+      // counts as matching but taking no new work.
+      if (!is_accepting(m) || !matches_but_accepting(m, sel))
+        continue;
+      if (++count <= name_at_most)
+        named += (named.empty() ? "" : ", ") + m.name + " " +
+                 (m.why_not.empty() ? std::string{"is Accepting"} : m.why_not);
       continue;
+    }
     unsigned free = popcount(k == kind_healthy ? m.free_healthy() : m.free_usable());
     unsigned fenced = popcount(m.free_fenced());
     std::string what;

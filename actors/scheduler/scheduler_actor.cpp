@@ -75,6 +75,10 @@ caf::expected<machine_spec> machine_spec_of(const v1::SchedulerMachine& m) {
   out.schedulable = m.schedulable();
   if (!out.schedulable)
     out.not_schedulable = m.down() ? std::string{"is Down"} : m.not_schedulable();
+  // An Accepting machine takes checks only (issue 21): why it takes no
+  // other work, for the waiting reasons of runs that may not go there.
+  else if (m.accepting())
+    out.not_schedulable = m.not_schedulable();
   for (const auto& [k, v] : m.labels())
     out.labels[k] = v;
   for (const auto& g : m.gpus()) {

@@ -89,6 +89,10 @@ admitted_snapshot admit_snapshot(const v1::SchedulerMachine& m, const gpu_claims
   // Why not, in the words a waiting reason names it with (issue 13).
   if (!out.spec.schedulable)
     out.spec.not_schedulable = m.down() ? std::string{"is Down"} : m.not_schedulable();
+  // An Accepting machine takes checks only (issue 21): why it takes no
+  // other work, for the waiting reasons of runs that may not go there.
+  else if (m.accepting())
+    out.spec.not_schedulable = m.not_schedulable();
   for (const auto& [k, v] : m.labels())
     out.spec.labels[k] = v;
   // Snapshot index -> index in the spec (-1: set aside).

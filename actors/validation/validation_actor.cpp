@@ -29,7 +29,11 @@ v1::Request cluster_request() {
   return req;
 }
 
-/// The step ended: kept, reported to the owner, the slot given back.
+void try_start(self_ptr self, int index);
+
+/// The step ended: kept, reported to the owner, the slot given back, and
+/// the machine's next step tried at once (not at the next poll: the
+/// controller's overhead per step stays below one poll interval).
 void step_ended(self_ptr self, int index) {
   auto& st = self->state;
   auto& step = *st.v.mutable_steps(index);
@@ -41,6 +45,8 @@ void step_ended(self_ptr self, int index) {
   caf::anon_send(st.config.owner, atom::slot_v, step.machine(), st.v.id(), false);
   st.busy.erase(step.machine());
   save(self);
+  if (auto next = validation::next_step(st.v, step.machine()))
+    try_start(self, *next);
 }
 
 /// A quick step also looks at the machine's GPUs as the controller knows them.
@@ -92,20 +98,26 @@ void look_at_run(self_ptr self, int index) {
       });
 }
 
-/// Submits step `index` as a run (the slot is held).
-void submit(self_ptr self, int index, uint32_t gpus) {
+/// Submits step `index` as a run on `gpus` GPUs (the slot is held); `note`
+/// says which of the machine's GPUs it leaves out and why ("" = none); a
+/// disk check tests `data_dir` (the machine's data location).
+void submit(self_ptr self, int index, uint32_t gpus, std::string note,
+            const std::string& data_dir = {}) {
   auto& st = self->state;
   auto& step = *st.v.mutable_steps(index);
   step.set_attempts(step.attempts() + 1);
-  auto spec = validation::run_spec(st.v, index, gpus, st.config.check_program);
+  auto v = st.v;
+  if (!data_dir.empty())
+    v.set_data_dir(data_dir);
+  auto spec = validation::run_spec(v, index, gpus, st.config.check_program);
   self->request(st.config.scheduler, std::chrono::seconds{10}, atom::submit_v, spec)
     .then(
-      [self, index](v1::Run& run) {
+      [self, index, note](v1::Run& run) {
         auto& st = self->state;
         auto& step = *st.v.mutable_steps(index);
         step.set_state(validation::running);
         step.set_run(run.spec().name());
-        step.set_reason("");
+        step.set_reason(note);
         step.set_started_unix_ms(st.config.clock->now_unix_ms());
         st.busy.erase(step.machine());
         save(self);
@@ -118,6 +130,78 @@ void submit(self_ptr self, int index, uint32_t gpus) {
         step.set_reason("the check could not be submitted: " + render_error(err));
         step_ended(self, index);
       });
+}
+
+/// Fails step `index` before it ran, with `why`.
+void fail_unstarted(self_ptr self, int index, const std::string& why) {
+  auto& step = *self->state.v.mutable_steps(index);
+  step.set_state(validation::failed);
+  step.set_verdict("fail");
+  step.set_reason(why);
+  step_ended(self, index);
+}
+
+/// Ends step `index` without running it: Done, verdict skipped, `why`.
+void skip_step(self_ptr self, int index, const std::string& why) {
+  auto& st = self->state;
+  auto& step = *st.v.mutable_steps(index);
+  step.set_state(validation::done);
+  step.set_verdict("skipped");
+  step.set_reason(why);
+  auto* r = step.mutable_result();
+  r->set_check(step.check());
+  r->set_verdict("skipped");
+  r->set_summary(why);
+  step.set_finished_unix_ms(st.config.clock->now_unix_ms());
+  step_ended(self, index);
+}
+
+/// Sizes step `index` to the machine's GPUs it can have, then submits it. A
+/// check takes all of a machine's GPUs but those no run can have (Foreign,
+/// Faulty, set aside): it runs on the others and its reason names those left
+/// out, rather than wait for GPUs that never come; with none left it fails
+/// with that reason (validation_plan.hpp, "GPUs a check runs on").
+void size_gpus(self_ptr self, int index) {
+  auto& st = self->state;
+  const auto machine = st.v.steps(index).machine();
+  auto req = cluster_request();
+  req.mutable_get_machine()->set_name(machine);
+  self->request(st.config.cluster, std::chrono::seconds{10}, std::move(req))
+    .then(
+      [self, index, machine](v1::Response& resp) {
+        if (resp.has_error()) {
+          submit(self, index, 0, "");
+          return;
+        }
+        auto& st = self->state;
+        std::string folder;
+        if (st.v.steps(index).check() == "disk") {
+          folder = validation::disk_folder(st.v, resp.machine());
+          if (folder.empty()) {
+            skip_step(self, index, "no data location chosen: astra machine data-location "
+                                     + machine + " PATH");
+            return;
+          }
+        }
+        auto view = std::make_shared<v1::MachineView>(resp.machine());
+        auto greq = cluster_request();
+        greq.mutable_list_gpus()->set_machine(machine);
+        self->request(self->state.config.cluster, std::chrono::seconds{10}, std::move(greq))
+          .then(
+            [self, index, view, folder](v1::Response& gresp) {
+              auto usable = validation::usable_gpus(
+                *view, gresp.has_error() ? v1::GpuList{} : gresp.gpus());
+              if (usable.total > 0 && usable.count == 0)
+                fail_unstarted(self, index, usable.note);
+              else
+                submit(self, index, usable.count, usable.note, folder);
+            },
+            [self, index, view, folder](caf::error&) {
+              auto usable = validation::usable_gpus(*view, v1::GpuList{});
+              submit(self, index, usable.count, usable.note, folder);
+            });
+      },
+      [self, index](caf::error&) { submit(self, index, 0, ""); });
 }
 
 /// Starts step `index` once the owner grants the machine's slot.
@@ -138,17 +222,7 @@ void try_start(self_ptr self, int index) {
           }
           return;
         }
-        auto req = cluster_request();
-        req.mutable_get_machine()->set_name(machine);
-        self->request(st.config.cluster, std::chrono::seconds{10}, std::move(req))
-          .then(
-            [self, index](v1::Response& resp) {
-              uint32_t gpus = 0;
-              if (!resp.has_error())
-                gpus = static_cast<uint32_t>(resp.machine().facts().gpus().gpus_size());
-              submit(self, index, gpus);
-            },
-            [self, index](caf::error&) { submit(self, index, 0); });
+        size_gpus(self, index);
       },
       [self, machine](caf::error&) { self->state.busy.erase(machine); });
 }

@@ -3,9 +3,10 @@
 #include "actors/validation/validation_plan.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <cctype>
+#include <cstdio>
 #include <ctime>
+#include <map>
 
 #include <google/protobuf/util/json_util.h>
 
@@ -140,6 +141,57 @@ std::vector<std::string> command_of(const v1::Validation& v, const std::string& 
     cmd.push_back(v.data_dir().empty() ? "." : v.data_dir());
   }
   return cmd;
+}
+
+usable_gpus_t usable_gpus(const v1::MachineView& view, const v1::GpuList& gpus) {
+  usable_gpus_t out;
+  std::map<std::string, std::string> why;
+  for (const auto& a : view.set_aside_gpus())
+    why[a.id()] = "is set aside (" + a.reason() + ")";
+  for (const auto& g : gpus.gpus()) {
+    if (g.health() != "Foreign" && g.health() != "Faulty")
+      continue;
+    std::string reasons;
+    for (const auto& r : g.health_reasons())
+      reasons += (reasons.empty() ? "" : "; ") + r;
+    why.emplace(g.gpu().id(), "is " + g.health() + (reasons.empty() ? "" : " (" + reasons + ")"));
+  }
+  std::string left_out;
+  for (const auto& g : view.facts().gpus().gpus()) {
+    ++out.total;
+    auto w = why.find(g.id());
+    if (w == why.end()) {
+      ++out.count;
+      continue;
+    }
+    left_out += (left_out.empty() ? "" : "; ") + g.id() + " " + w->second;
+  }
+  if (left_out.empty())
+    return out;
+  out.note = out.count == 0 ? "none of " + view.name() + "'s " + std::to_string(out.total)
+                                + " GPUs can be had: " + left_out
+                            : "runs on " + std::to_string(out.count) + " of "
+                                + std::to_string(out.total) + " GPUs: " + left_out;
+  return out;
+}
+
+std::vector<std::string> due_batch(const std::vector<batch_candidate>& candidates,
+                                   int64_t now_unix_ms, int64_t delay_ms) {
+  int64_t last = 0;
+  for (const auto& c : candidates)
+    last = std::max(last, c.joined_unix_ms);
+  std::vector<std::string> out;
+  if (candidates.empty() || now_unix_ms < last + delay_ms)
+    return out;
+  for (const auto& c : candidates)
+    if (c.up)
+      out.push_back(c.name);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string disk_folder(const v1::Validation& v, const v1::MachineView& view) {
+  return v.data_dir().empty() ? view.data_location() : v.data_dir();
 }
 
 v1::RunSpec run_spec(const v1::Validation& v, int index, uint32_t gpus,

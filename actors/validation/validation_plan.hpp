@@ -68,9 +68,50 @@ std::string run_name(const v1::Validation& v, int index, uint32_t attempt);
 v1::RunSpec run_spec(const v1::Validation& v, int index, uint32_t gpus,
                      const std::string& program);
 
+/// The GPUs of a machine a check can have (GPUs a check runs on): `total`
+/// its GPUs, `count` those no Foreign use, latched fault or set-aside keeps
+/// from every run, and `note` naming the others with why ("runs on 7 of 8
+/// GPUs: GPU-3 is Foreign (…)"; with none left, "none of gpu-03's 8 GPUs can
+/// be had: …"); "" when all can be had.
+struct usable_gpus_t {
+  uint32_t total = 0;
+  uint32_t count = 0;
+  std::string note;
+};
+
+/// What a check on the machine of `view` can have, from its GPUs' health in
+/// `gpus` (the controller's GPU list of that machine) and the scheduler's
+/// set-aside GPUs in `view`.
+usable_gpus_t usable_gpus(const v1::MachineView& view, const v1::GpuList& gpus);
+
+/// The disk check's folder on the machine of `view`: the validation's
+/// data_dir when it names one, else the machine's data location (issue 20);
+/// "" = none chosen (the step is skipped: "no data location chosen: astra
+/// machine data-location NAME PATH").
+std::string disk_folder(const v1::Validation& v, const v1::MachineView& view);
+
+/// A machine installed with --accept (issue 20/21), as the installer's
+/// batching sees it: when it joined (Unix ms: its registration, or when its
+/// request was first seen, whichever is later) and whether it is Up (or
+/// Accepting) now.
+struct batch_candidate {
+  std::string name;
+  int64_t joined_unix_ms = 0;
+  bool up = false;
+};
+
+/// The machines whose installer acceptance starts now: once `delay_ms` has
+/// passed since the last of `candidates` joined (a joining batch: a machine
+/// joining meanwhile moves the start), every Up one, sorted; empty before
+/// then (or when none is Up). The checks then wait for the machines' GPUs to
+/// be free by themselves. Never fails.
+std::vector<std::string> due_batch(const std::vector<batch_candidate>& candidates,
+                                   int64_t now_unix_ms, int64_t delay_ms);
+
 /// The command of a step: `program check --json`, then `--duration 10m`
 /// (burn), `--level 2` (dcgm), `--data-dir PATH` (disk; "." when the
-/// validation names none: the worker's folder, on the agent's data disk).
+/// validation names none: the worker's folder, on the agent's data disk;
+/// the validation actor sets data_dir to the machine's data location).
 /// Options as bin/check_main.cpp (branch `checks`) reads them.
 std::vector<std::string> command_of(const v1::Validation& v, const std::string& check,
                                     const std::string& program);

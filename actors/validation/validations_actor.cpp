@@ -4,6 +4,8 @@
 
 #include "actors/validation/validations_actor.hpp"
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 #include "actors/validation/validation_actor.hpp"
@@ -36,14 +38,15 @@ void spawn_validation(self_ptr self, const v1::Validation& v, bool resumed) {
 }
 
 void start_validation(self_ptr self, v1::StartValidation start, std::string trigger,
-                      std::string created_by, started_fn done) {
+                      std::string created_by, started_fn done,
+                      std::vector<std::string> batch) {
   auto& st = self->state;
   if (validation::checks_of(start.suite()).empty()) {
     done(caf::make_error(ec::invalid_request, "unknown suite '" + start.suite()
                                                 + "': one of " + validation::suite_names()));
     return;
   }
-  if (start.pool().empty() == start.machine().empty()) {
+  if (batch.empty() && start.pool().empty() == start.machine().empty()) {
     done(caf::make_error(ec::invalid_request,
                          "name the machines to check: --pool POOL or --machine NAME (one of them)"));
     return;
@@ -56,7 +59,7 @@ void start_validation(self_ptr self, v1::StartValidation start, std::string trig
   req.mutable_list_machines();
   self->request(st.cluster, std::chrono::seconds{10}, std::move(req))
     .then(
-      [self, start, trigger, created_by, done](v1::Response& resp) {
+      [self, start, trigger, created_by, done, batch](v1::Response& resp) {
         if (resp.has_error()) {
           done(caf::make_error(ec::invalid_request, resp.error().message()));
           return;
@@ -65,7 +68,9 @@ void start_validation(self_ptr self, v1::StartValidation start, std::string trig
         bool known = false;
         for (const auto& m : resp.machines().machines()) {
           auto p = m.labels().find("pool");
-          bool member = start.machine().empty()
+          bool member = !batch.empty()
+                          ? std::find(batch.begin(), batch.end(), m.name()) != batch.end()
+                          : start.machine().empty()
                           ? p != m.labels().end() && p->second == start.pool()
                           : m.name() == start.machine();
           if (!member)
@@ -75,8 +80,9 @@ void start_validation(self_ptr self, v1::StartValidation start, std::string trig
             names.push_back(m.name());
         }
         if (names.empty()) {
-          std::string what = start.machine().empty() ? "pool " + start.pool()
-                                                     : "machine " + start.machine();
+          std::string what = !batch.empty()            ? std::string{"the batch"}
+                             : start.machine().empty() ? "pool " + start.pool()
+                                                       : "machine " + start.machine();
           done(caf::make_error(ec::invalid_request,
                                known ? "no machine of " + what + " is Up"
                                      : start.machine().empty()

@@ -51,6 +51,9 @@ struct validations_config {
   std::string console_url;
   /// Seeds the random part of ids (tests fix it).
   uint64_t seed = 0;
+  /// `validation.installer_batch_delay`: machines installed with --accept
+  /// get one acceptance this long after the last of their joining batch.
+  std::chrono::milliseconds installer_delay = std::chrono::minutes{2};
 };
 
 /// The state of the validations actor.
@@ -76,6 +79,11 @@ struct validations_state {
   std::set<std::string> acceptance_started;
   /// Machine -> whether it was last told its pool requires acceptance.
   std::map<std::string, bool> told_required;
+  /// Issue 20/21: machine installed with --accept -> when the poll first saw
+  /// its request (Unix ms); and those an installer acceptance was started
+  /// for (by this run; the stored validations say it after a restart).
+  std::map<std::string, int64_t> requested_seen;
+  std::set<std::string> installer_started;
   std::mt19937_64 rng;
 };
 

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <caf/expected.hpp>
 
@@ -27,10 +28,12 @@ v1::Request cluster_request();
 void spawn_validation(self_ptr self, const v1::Validation& v, bool resumed);
 
 /// Starts a validation: checks the suite and the machines (those of the
-/// pool or the one machine, Up or Accepting), stores it with sync, spawns
-/// its actor. Errors (ec::invalid_request) name what was wrong.
+/// pool or the one machine, or those of `batch` when it is not empty; Up or
+/// Accepting), stores it with sync, spawns its actor. Errors
+/// (ec::invalid_request) name what was wrong.
 void start_validation(self_ptr self, v1::StartValidation start, std::string trigger,
-                      std::string created_by, started_fn done);
+                      std::string created_by, started_fn done,
+                      std::vector<std::string> batch = {});
 
 /// Accepts `machine` in its pool (it passed, or an admin's `reason`).
 void accept_machine(self_ptr self, const std::string& machine, const std::string& reason,
@@ -39,8 +42,14 @@ void accept_machine(self_ptr self, const std::string& machine, const std::string
 /// Answers a validation request of the CLI or the API.
 caf::result<v1::Response> answer(self_ptr self, const v1::Request& req);
 
-/// The machine poll: the quick check of machines that came Up, and the
-/// acceptance their pool's policy asks for.
+/// The machine poll: the quick check of machines that came Up, the
+/// acceptance their pool's policy asks for, and the installer's --accept
+/// (one acceptance over a joining batch, `installer_delay` after its last
+/// machine joined; trigger "installer").
 void look_at_machines(self_ptr self);
+
+/// The installer's --accept part of the machine poll, over `machines` (the
+/// cluster's list).
+void start_installer_batch(self_ptr self, const v1::MachineList& machines);
 
 } // namespace astraeus::validation_detail

@@ -158,6 +158,21 @@ bool pending(self_ptr self, const std::string& machine, const std::string& check
   return false;
 }
 
+/// Tells Accepting `machine` which acceptance runs there (its waiting
+/// reasons name it: "gpu-03 is Accepting (acceptance val-… runs there)").
+void tell_acceptance(self_ptr self, const std::string& machine, const std::string& id) {
+  auto& st = self->state;
+  if (!st.cluster)
+    return;
+  self->request(st.cluster, std::chrono::seconds{10}, atom::get_v, machine)
+    .then(
+      [self, id](machine_actor& h) {
+        self->request(h, std::chrono::seconds{10}, atom::accept_v, true, false, id)
+          .then([](v1::MachineView&) {}, [](caf::error&) {});
+      },
+      [](caf::error&) {});
+}
+
 void start_for(self_ptr self, const std::string& machine, const std::string& suite,
                const v1::ValidationPolicy* policy, const std::string& trigger) {
   v1::StartValidation start;
@@ -167,10 +182,14 @@ void start_for(self_ptr self, const std::string& machine, const std::string& sui
     start.set_burn_in_seconds(policy->burn_in_seconds());
     start.set_dcgm_level(policy->dcgm_level());
   }
-  start_validation(self, start, trigger, "astraeus", [machine, suite](auto v) {
-    if (!v)
+  start_validation(self, start, trigger, "astraeus", [self, machine, suite](auto v) {
+    if (!v) {
       spdlog::warn("validations: cannot start {} on {}: {}", suite, machine,
                    render_error(v.error()));
+      return;
+    }
+    if (suite == "acceptance")
+      tell_acceptance(self, machine, v->id());
   });
 }
 
@@ -236,8 +255,47 @@ void look_at_machines(self_ptr self) {
           }
         }
         st.up = std::move(up);
+        start_installer_batch(self, resp.machines());
       },
       [](caf::error&) {});
+}
+
+void start_installer_batch(self_ptr self, const v1::MachineList& machines) {
+  auto& st = self->state;
+  auto now = st.config.clock->now_unix_ms();
+  // Machines an installer acceptance covers already (stored validations
+  // too, so a controller restart does not start a second).
+  std::set<std::string> covered = st.installer_started;
+  for (const auto& [id, v] : st.validations)
+    if (v.trigger() == "installer")
+      covered.insert(v.machines().begin(), v.machines().end());
+  std::vector<validation::batch_candidate> candidates;
+  for (const auto& m : machines.machines()) {
+    if (!m.acceptance_requested() || covered.count(m.name())
+        || st.acceptance_started.count(m.name()))
+      continue;
+    auto seen = st.requested_seen.emplace(m.name(), now).first->second;
+    candidates.push_back({m.name(), std::max(seen, m.registered_unix_ms()),
+                          m.state() == v1::Machine::Up || m.state() == v1::Machine::Accepting});
+  }
+  auto batch = validation::due_batch(candidates, now, st.config.installer_delay.count());
+  if (batch.empty())
+    return;
+  st.installer_started.insert(batch.begin(), batch.end());
+  v1::StartValidation start;
+  start.set_suite("acceptance");
+  start.set_note("installed with --accept");
+  start_validation(
+    self, start, "installer", "astraeus",
+    [self, batch](caf::expected<v1::Validation> v) {
+      if (!v) {
+        spdlog::warn("validations: cannot start the installer's acceptance: {}",
+                     render_error(v.error()));
+        for (const auto& m : batch)
+          self->state.installer_started.erase(m);
+      }
+    },
+    batch);
 }
 
 } // namespace astraeus::validation_detail

@@ -42,6 +42,7 @@ std::string how_to_check(const v1::Request& req) {
     case B::kSetCordon: return "astra machine " + req.set_cordon().name();
     case B::kSetMaintenance: return "astra machine " + req.set_maintenance().name();
     case B::kSetLabels: return "astra machine " + req.set_labels().name();
+    case B::kSetDataLocation: return "astra machine " + req.set_data_location().name();
     case B::kClearFault: return "astra gpus --machine " + req.clear_fault().machine();
     case B::kSubmitRun: return "astra run show " + req.submit_run().spec().name();
     case B::kDeleteRun: return "astra run show " + req.delete_run().name();

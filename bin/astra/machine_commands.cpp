@@ -1,5 +1,5 @@
-// astra's machine commands: list and show machines; label, cordon and
-// maintenance.
+// astra's machine commands: list and show machines; label, cordon,
+// maintenance and the data location.
 
 #include <algorithm>
 #include <cstdio>
@@ -88,6 +88,27 @@ void add_maintenance(CLI::App& app, invocation& inv) {
   });
 }
 
+/// `astra machine data-location NAME PATH` (issue 20; machines.md, "Where a
+/// machine keeps data"): an admin chooses where the machine keeps data.
+void add_data_location(CLI::App& machine, invocation& inv) {
+  auto* sub = machine.add_subcommand(
+    "data-location", "choose where a machine keeps data (an absolute path, e.g. "
+                     "/mnt/nvme0/astraeus; wins over the installer's --data-dir; admins)");
+  auto& name = inv.keep<std::string>();
+  auto& path = inv.keep<std::string>();
+  sub->add_option("NAME", name, "machine name")->required();
+  sub->add_option("PATH", path, "the folder, an absolute path")->required();
+  sub->callback([&inv, &name, &path] {
+    v1::Request req;
+    req.mutable_set_data_location()->set_name(name);
+    req.mutable_set_data_location()->set_path(path);
+    inv.rc = call(inv.opts, req, [](const v1::Response& r) {
+      return "machine " + r.machine().name() + " keeps data in " + r.machine().data_location()
+             + "\n";
+    });
+  });
+}
+
 } // namespace
 
 void add_machine_views(CLI::App& app, invocation& inv) {
@@ -103,6 +124,7 @@ void add_machine_views(CLI::App& app, invocation& inv) {
   auto& name = inv.keep<std::string>();
   // Not required: `astra machine remove NAME` is a subcommand of it.
   machine->add_option("NAME", name, "machine name");
+  add_data_location(*machine, inv);
   machine->callback([&inv, &name, machine] {
     if (!machine->get_subcommands().empty())
       return;

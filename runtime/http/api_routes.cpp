@@ -220,6 +220,18 @@ void set_node_labels(api_context& ctx) {
   reply_machine(ctx, std::move(req), true);
 }
 
+void set_node_data_location(api_context& ctx) {
+  v1::SetDataLocation body;
+  if (!read_body(ctx, body, false))
+    return;
+  if (!names_the_path_machine(ctx, body.name()))
+    return;
+  body.set_name(ctx.param("node"));
+  v1::Request req;
+  *req.mutable_set_data_location() = body;
+  reply_machine(ctx, std::move(req), true);
+}
+
 // -- GPUs ---------------------------------------------------------------------
 
 void list_gpus(api_context& ctx) {
@@ -341,6 +353,9 @@ const std::vector<api_route>& api_routes() {
      "set and remove labels (admins)", "SetLabels", "MachineView"},
     {"POST", "/nodes/{node}/labels", true, set_node_labels,
      "set and remove labels (admins)", "SetLabels", "MachineView"},
+    {"PUT", "/nodes/{node}/data-location", true, set_node_data_location,
+     "choose where the machine keeps data: {\"path\": \"/mnt/nvme0/astraeus\"} (admins)",
+     "SetDataLocation", "MachineView"},
     {"DELETE", "/nodes/{node}", true, remove_node,
      "remove a Down or drained machine: its GPUs, record and identity (admins)", "",
      "MachineView"},
@@ -413,6 +428,11 @@ const std::vector<api_route>& api_routes() {
      "a validation: its state and steps", "", "Validation"},
     {"GET", "/report", true, get_cluster_report, "the Cluster Report (?pool)", "",
      "ClusterReport"},
+    {"GET", "/validation-policies", true, list_validation_policies,
+     "the pools' validation policies", "", "ValidationPolicyList"},
+    {"PUT", "/validation-policies/{pool}", true, set_validation_policy,
+     "set a pool's validation policy (admins): require_acceptance, burn_in_seconds, "
+     "dcgm_level", "ValidationPolicy", "ValidationPolicy"},
   };
   return rows;
 }

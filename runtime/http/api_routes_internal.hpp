@@ -120,6 +120,10 @@ void create_validation(api_context& ctx);
 void get_validation(api_context& ctx);
 void list_validations(api_context& ctx);
 void get_cluster_report(api_context& ctx);
+void list_validation_policies(api_context& ctx);
+void set_validation_policy(api_context& ctx);
+// issue 20 (installer): an admin chooses a machine's data location.
+void set_node_data_location(api_context& ctx);
 // issue 13 (cli): day-two routes (runtime/http/api_day2_routes.cpp).
 void remove_node(api_context& ctx);
 void drain_node(api_context& ctx);

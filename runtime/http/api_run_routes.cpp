@@ -286,6 +286,29 @@ void get_cluster_report(api_context& ctx) {
              [](const v1::Response& r) -> const v1::ClusterReport& { return r.report(); });
 }
 
+// The pools' validation policies (the console's Validation -> Policies).
+void list_validation_policies(api_context& ctx) {
+  v1::Request req;
+  req.mutable_list_validation_policies();
+  reply_with(ctx, std::move(req), 200,
+             [](const v1::Response& r) -> const v1::ValidationPolicyList& {
+               return r.validation_policies();
+             });
+}
+
+void set_validation_policy(api_context& ctx) {
+  v1::ValidationPolicy body;
+  if (!read_body(ctx, body, false))
+    return;
+  body.set_pool(ctx.param("pool"));
+  v1::Request req;
+  *req.mutable_set_validation_policy()->mutable_policy() = std::move(body);
+  reply_with(ctx, std::move(req), 200,
+             [](const v1::Response& r) -> const v1::ValidationPolicy& {
+               return r.validation_policy();
+             });
+}
+
 // -- OpenAPI ------------------------------------------------------------------
 
 namespace {

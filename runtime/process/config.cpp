@@ -421,6 +421,10 @@ const std::vector<key_def<ControllerConfig>>& controller_keys() {
                  "how often a validation looks at its steps and the machines"),
     text_key("validation.console_url", &C::validation_console_url, false,
              "the console's address printed with a new validation; empty: none"),
+    duration_key("validation.installer_batch_delay", &C::validation_installer_batch_delay,
+                 0ms, 24h,
+                 "acceptance of machines installed with --accept starts this long after "
+                 "the last machine of their joining batch"),
   };
   return keys;
 }
@@ -498,6 +502,19 @@ const std::vector<key_def<AgentConfig>>& agent_keys() {
                "least severe log level written"),
     text_key("log.file", &C::log_file, false,
              "file to log to; empty logs to stderr"),
+    key_def<C>{"data_dir", "absolute path",
+               [](C& c, const std::string& text) -> std::optional<std::string> {
+                 if (!text.empty() && text[0] != '/')
+                   return "is not an absolute path ('" + text + "')";
+                 c.data_location = text;
+                 return std::nullopt;
+               },
+               [](const C& c) { return quote(c.data_location); },
+               "the machine's data location (the installer's --data-dir), reported to "
+               "the controller; empty: not chosen yet"},
+    bool_key("validation.request_acceptance", &C::request_acceptance,
+             "the installer's --accept: acceptance starts by itself once the "
+             "machine's GPUs are free"),
   };
   return keys;
 }

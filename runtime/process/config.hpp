@@ -163,6 +163,11 @@ struct ControllerConfig {
   /// validation.console_url: the console's address printed with a new
   /// validation ("https://console.example:7451"); empty: none printed.
   std::string validation_console_url;
+  /// validation.installer_batch_delay: how long after the last machine of a
+  /// joining batch installed with --accept its acceptance starts (0-24h;
+  /// issue 20/21, bring-up-a-gpu-cluster.md: "2 minutes after the last of a
+  /// joining batch").
+  std::chrono::milliseconds validation_installer_batch_delay{120000};
 };
 
 /// Settings of `astraeus-agent`. Each member names its key.
@@ -243,6 +248,15 @@ struct AgentConfig {
   /// the data folder since the first enrolment; with none yet, the first
   /// key seen is trusted and kept (logged as a warning).
   std::string controller_key;
+  /// data_dir: the machine's data location (the installer's --data-dir;
+  /// shared/seeds/machines.md, "Where a machine keeps data"), an absolute
+  /// path, reported to the controller; empty: not chosen yet. Not the
+  /// agent's own folder (data.path).
+  std::string data_location;
+  /// validation.request_acceptance: the installer's --accept: the
+  /// controller starts acceptance once the machine's GPUs are free, 2
+  /// minutes after the last machine of its joining batch.
+  bool request_acceptance = false;
 };
 
 /// Where `component` ("controller", "agent") keeps its data by default:

@@ -372,7 +372,10 @@ machine:
 data:
   path: \"$ROOT/var/lib/astraeus/agent\"
 workers:
-  runtime: auto"
+  runtime: auto
+data_dir: \"/mnt/nvme0/astraeus\"
+validation:
+  request_acceptance: true"
   has_file /usr/bin/astraeus-agent
   has_file /mnt/nvme0/astraeus
   if grep -qx "ExecStart=$ROOT/usr/bin/astraeus-agent --config $ROOT/etc/astraeus/agent.yaml" \
@@ -386,7 +389,7 @@ systemctl restart astraeus-agent.service
 X
   says "· this machine has RDMA ports (mlx5_0 mlx5_1): workers keep the host network, which NCCL over RDMA needs"
   says "· --agents drives,credentials,data,edge: only the machine agent exists in this release"
-  says "· --accept: acceptance at install is not built yet"
+  says "· --accept: acceptance starts by itself once this machine's GPUs are free, 2 minutes after the last machine of its joining batch"
   says "· data location: /mnt/nvme0/astraeus"
   says "· started astraeus-agent.service (restarted on failure)"
   says "· this machine joins as gpu-01"

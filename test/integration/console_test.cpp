@@ -272,6 +272,69 @@ TEST_F(Console, GpusMachinesAndClearFaultInHeadlessChromium) {
   // An unknown console page is the app's "No such page".
   dom = browse("/o/default/nowhere");
   EXPECT_TRUE(contains(dom, "No such page")) << dom;
+
+  // Issue 20: the machine's data location (none chosen: said so), then an
+  // admin's choice through the API.
+  dom = browse("/o/default/machines");
+  EXPECT_TRUE(contains(dom, "Choose where to keep data on gpu-01")) << dom;
+  {
+    httplib::Client a{"127.0.0.1", api_port_};
+    a.set_bearer_token_auth(owner_);
+    auto put = a.Put(base + "/nodes/gpu-01/data-location", R"({"path": "/mnt/nvme0/astraeus"})",
+                     "application/json");
+    ASSERT_TRUE(put);
+    EXPECT_EQ(put->status, 200) << put->body;
+    auto bad = a.Put(base + "/nodes/gpu-01/data-location", R"({"path": "data"})",
+                     "application/json");
+    ASSERT_TRUE(bad);
+    EXPECT_EQ(bad->status, 400) << bad->body;
+    EXPECT_TRUE(contains(bad->body, "data location 'data' is not an absolute path")) << bad->body;
+  }
+  dom = browse("/o/default/machines");
+  EXPECT_TRUE(contains(tag_with(dom, "id", "data-location-gpu-01"), "data-location"));
+  EXPECT_TRUE(contains(dom, "/mnt/nvme0/astraeus (admin)")) << dom;
+
+  // Issue 21: Compute -> Validation, the Cluster Report as a person sees it.
+  ASSERT_EQ(astra({"label", "gpu-01", "pool=h100"}).rc, 0);
+  json node;
+  EXPECT_TRUE(wait_until(
+    [&] {
+      httplib::Client c{"127.0.0.1", api_port_};
+      c.set_bearer_token_auth(owner_);
+      auto r = c.Get(base + "/nodes");
+      node = r ? json::parse(r->body, nullptr, false) : json{};
+      for (const auto& m : node.value("machines", json::array()))
+        if (m.value("labels", json::object()).value("pool", "") == "h100")
+          return true;
+      return false;
+    },
+    15s, 100ms))
+    << "GET /nodes never showed gpu-01's pool label: " << node.dump();
+  const std::string validation = "/o/default/w/default/validation";
+  dom = browse(validation + "?cluster=default");
+  EXPECT_TRUE(contains(dom, "<h1>Validation</h1>")) << dom;
+  EXPECT_TRUE(contains(dom, "id=\"report\"")) << dom;
+  for (const char* h : {"MACHINE", "STATE", "VERDICT", "QUICK", "DCGM", "BURN", "COPIES", "DISK",
+                        "PAIRS", "ALL-REDUCE"})
+    EXPECT_TRUE(contains(dom, std::string{"<th>"} + h + "</th>")) << h;
+  EXPECT_TRUE(contains(dom, "id=\"report-gpu-01\"")) << dom;
+  EXPECT_TRUE(std::regex_search(dom, std::regex{R"(What to fix \(\d+\))"})) << dom;
+  EXPECT_TRUE(contains(dom, "No machine is accepted yet.")) << dom;
+  EXPECT_TRUE(contains(dom, "id=\"run-acceptance\"")) << dom;
+  EXPECT_TRUE(contains(dom, "id=\"suite\"") && contains(dom, "id=\"start\"")) << dom;
+  EXPECT_TRUE(contains(dom, "Printable page") && contains(dom, "id=\"download-json\"")) << dom;
+  EXPECT_TRUE(contains(dom, "id=\"policy-h100\"")
+              && contains(dom, "New machines must pass acceptance"))
+    << dom;
+  // Run acceptance, clicked: a validation starts on the pool and is shown.
+  dom = browse(validation + "?cluster=default", "do=run-acceptance");
+  EXPECT_TRUE(std::regex_search(dom, std::regex{"validation val-\\d{8}-[0-9a-f]{6}: acceptance "
+                                                "on gpu-01"}))
+    << dom;
+  EXPECT_TRUE(contains(dom, "id=\"validation\"")) << dom;
+  // Policies: Save, clicked.
+  dom = browse(validation + "?cluster=default", "do=save-policy-h100");
+  EXPECT_TRUE(contains(dom, "pool h100: policy saved")) << dom;
   // The run's worker (a host process) ends with the run, not with the test.
   httplib::Client owner{"127.0.0.1", api_port_};
   owner.set_bearer_token_auth(owner_);

@@ -2,7 +2,8 @@
 // Signs in with an API token (kept in sessionStorage, sent as
 // "Authorization: Bearer" to the API), then draws the page the address
 // names: /o/<org>/compute/gpus, /o/<org>/machines,
-// /o/<org>/machines/<machine>/gpus/<uuid> (also under /console/...).
+// /o/<org>/machines/<machine>/gpus/<uuid>, /o/<org>/w/<workspace>/validation
+// (validation.js) (also under /console/...).
 "use strict";
 
 const ORG = document.querySelector('meta[name="astraeus-organization"]').content;
@@ -84,10 +85,12 @@ class ApiError extends Error {
   constructor(status, code, message) { super(message); this.status = status; this.code = code; }
 }
 
-async function api(method, path) {
+async function api(method, path, send) {
   const token = sessionStorage.getItem(TOKEN_KEY);
+  const headers = { Authorization: "Bearer " + token, Accept: "application/json" };
+  if (send !== undefined) headers["Content-Type"] = "application/json";
   const res = await fetch(API + path, {
-    method, headers: { Authorization: "Bearer " + token, Accept: "application/json" },
+    method, headers, body: send === undefined ? undefined : JSON.stringify(send),
   });
   const text = await res.text();
   let body = {};
@@ -235,13 +238,17 @@ function machineRow(m) {
        el("div", { class: "muted", text: (facts.gpus || {}).read_as || "" })),
     el("td", { text: ((facts.cpu || {}).logical_cpus || "—") + " CPUs" }),
     el("td", { text: bytes((facts.memory || {}).total_bytes) }),
+    el("td", { class: "data-location", id: "data-location-" + m.name,
+               text: m.data_location ? m.data_location + " (" + m.data_location_source + ")"
+                                     : "Choose where to keep data on " + m.name }),
     el("td", {}, conditionsOf(m)),
     el("td", {}, action));
 }
 
 async function machinesPage() {
   const list = (await api("GET", "/nodes")).machines || [];
-  const head = ["Machine", "State", "Pool", "Labels", "GPUs", "CPU", "Memory", "Conditions", ""];
+  const head = ["Machine", "State", "Pool", "Labels", "GPUs", "CPU", "Memory", "Data location",
+                "Conditions", ""];
   show(el("h1", { text: "Machines" }),
        list.length === 0 ? el("p", { class: "muted", text: "No machines yet." })
          : el("table", { id: "machines" }, el("tr", {}, head.map((h) => el("th", { text: h }))),
@@ -325,7 +332,9 @@ function route() {
 function markNav(which) {
   document.getElementById("nav-gpus").href = base() + "/compute/gpus";
   document.getElementById("nav-machines").href = base() + "/machines";
-  for (const id of ["nav-gpus", "nav-machines"])
+  document.getElementById("nav-validation").href = base() + "/w/default/validation?cluster="
+                                                    + encodeURIComponent(CLUSTER);
+  for (const id of ["nav-gpus", "nav-machines", "nav-validation"])
     document.getElementById(id).classList.toggle("current", id === which);
 }
 
@@ -353,6 +362,10 @@ async function draw(r, params) {
   } else if (path === "/machines") {
     markNav("nav-machines");
     await machinesPage();
+  } else if (path === "/validation") {
+    // validation.js (issue 21): /o/<org>/w/<workspace>/validation?cluster=&validation=
+    markNav("nav-validation");
+    await validationPage();
   } else if ((m = path.match(/^\/machines\/([^/]+)\/gpus\/([^/]+)$/))) {
     markNav("nav-gpus");
     await gpuPage(decodeURIComponent(m[1]), decodeURIComponent(m[2]));

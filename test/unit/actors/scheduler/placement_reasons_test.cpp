@@ -114,3 +114,31 @@ TEST(PlacementReasons, CannotFitAnywhereNowSaysSoAtOnce) {
             "cannot fit anywhere now: a worker needs 9 GPUs on one machine; machines in pool "
             "h100 have at most 8");
 }
+
+// Issue 21: an Accepting machine takes only its checks (every other run
+// requires astraeus.io/accepting=false); a run that waits for it names it
+// with its acceptance, as a machine that matches but takes no new work.
+TEST(PlacementReasons, AnAcceptingMachineIsNamedWithItsAcceptance) {
+  placement_index idx;
+  auto accepting = dgx("gpu-03", {{"pool", "h100"}, {"astraeus.io/accepting", "true"}});
+  accepting.not_schedulable = "is Accepting (acceptance val-20261006-7f3a2c runs there)";
+  auto m = add(idx, accepting);
+  auto user = single("train", 1, {{"pool", "h100"}, {"astraeus.io/accepting", "false"}});
+  auto res = idx.place(user);
+  EXPECT_EQ(why(res), "waiting: needs 1 GPU in pool h100; gpu-03 is Accepting (acceptance "
+                      "val-20261006-7f3a2c runs there)");
+  EXPECT_EQ(std::get<waiting_reason>(res).code, waiting_code::none_schedulable);
+  // A check (no accepting requirement) still goes there.
+  EXPECT_TRUE(placed(idx.place(single("check", 8, {{"pool", "h100"}}))));
+  // Another pool's Accepting machine is no blocker of this one.
+  auto other = dgx("gpu-09", {{"pool", "a100"}, {"astraeus.io/accepting", "true"}});
+  other.not_schedulable = "is Accepting (until it passes acceptance)";
+  add(idx, other);
+  EXPECT_EQ(why(idx.place(user)), "waiting: needs 1 GPU in pool h100; gpu-03 is Accepting "
+                                  "(acceptance val-20261006-7f3a2c runs there)");
+  // Accepted: it takes the run, and nothing is named any more.
+  auto done = dgx("gpu-03", {{"pool", "h100"}, {"astraeus.io/accepting", "false"}});
+  ASSERT_FALSE(idx.update_machine(m, done));
+  EXPECT_TRUE(placed(idx.place(user)));
+  EXPECT_EQ(idx.check_invariants(), "");
+}

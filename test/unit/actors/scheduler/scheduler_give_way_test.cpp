@@ -16,6 +16,9 @@ v1::SchedulerMachine machine_of(const std::string& name, int n, bool accepting =
   m.set_name(name);
   m.set_schedulable(true);
   m.set_accepting(accepting);
+  // As machine_state::not_schedulable_why() says it (issue 21).
+  if (accepting)
+    m.set_not_schedulable("is Accepting (acceptance val-20261006-7f3a2c runs there)");
   (*m.mutable_labels())["pool"] = "h100";
   for (int i = 0; i < n; ++i) {
     auto* g = m.add_gpus();
@@ -121,6 +124,9 @@ TEST_F(SchedulerGiveWay, AnAcceptingMachineTakesItsChecksButNoWork) {
   snapshot(machine_of("gpu-03", 8, true));
   auto train = submit(real_run("train", 1));
   EXPECT_EQ(train.state(), "Waiting") << "work was placed on an Accepting machine";
+  EXPECT_EQ(get("train").waiting_reason(),
+            "waiting: needs 1 GPU in pool h100; gpu-03 is Accepting (acceptance "
+            "val-20261006-7f3a2c runs there)");
   auto quick = submit(check_run("val-quick-1", "gpu-03", 8));
   EXPECT_EQ(quick.state(), "Placed") << "its checks run there";
   // Once accepted, the work goes there, and the check gives way.

@@ -5,6 +5,7 @@
 
 #include "actor_fixture.hpp"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <set>
@@ -30,6 +31,9 @@ struct world {
   std::vector<v1::ValidationStep> ended;
   v1::Validation last;
   int overlaps = 0;  // a check submitted while another ran on its machine
+  std::string data_location = "/data";     // every machine's (issue 20)
+  std::set<std::string> foreign;           // GPU ids in use outside Astraeus
+  std::vector<v1::RunSpec> specs;          // what was submitted, in order
 };
 
 std::string machine_of(const v1::RunSpec& s) {
@@ -61,6 +65,7 @@ protected:
           run.set_state("Placed");
           sw->runs[spec.name()] = run;
           sw->submitted.push_back(spec.name());
+          sw->specs.push_back(spec);
           return run;
         },
         [sw](atom::get, std::string& name) -> caf::result<v1::Run> {
@@ -78,18 +83,25 @@ protected:
         },
       };
     }));
-    cluster_ = caf::actor_cast<cluster_actor>(spawn([](caf::event_based_actor*) -> caf::behavior {
+    cluster_ = caf::actor_cast<cluster_actor>(spawn([sw](caf::event_based_actor*) -> caf::behavior {
       return {
-        [](v1::Request& req) -> v1::Response {
+        [sw](v1::Request& req) -> v1::Response {
           v1::Response out;
           out.set_id(req.id());
           if (req.has_get_machine()) {
             auto* m = out.mutable_machine();
             m->set_name(req.get_machine().name());
+            m->set_data_location(sw->data_location);
             for (int i = 0; i < 8; ++i)
               m->mutable_facts()->mutable_gpus()->add_gpus()->set_id("GPU-" + std::to_string(i));
           } else if (req.has_list_gpus()) {
-            out.mutable_gpus();
+            auto* gpus = out.mutable_gpus();
+            for (const auto& id : sw->foreign) {
+              auto* g = gpus->add_gpus();
+              g->mutable_gpu()->set_id(id);
+              g->set_health("Foreign");
+              g->add_health_reasons("in use outside Astraeus");
+            }
           }
           return out;
         },
@@ -188,10 +200,10 @@ TEST_F(ValidationActor, ACheckThatGaveWayIsQueuedAgainAndRunsAgain) {
   ASSERT_EQ(w->submitted.size(), 1u);
   end_live_runs("pass", true);
   advance(std::chrono::seconds{1});
-  EXPECT_EQ(w->last.steps(0).state(), val::yielded);
   EXPECT_EQ(w->last.steps(0).yields(), 1u);
   EXPECT_TRUE(w->ended.empty()) << "a step that gave way has not ended";
-  advance(std::chrono::seconds{1});
+  // Queued again, and tried at once (here its slot is free at once; on a
+  // real machine it waits while the real run holds the GPUs).
   ASSERT_EQ(w->submitted.size(), 2u) << "the yielded burn-in is queued again";
   EXPECT_EQ(w->submitted[0], "val-20261006-000001-gpu-01-burn-1");
   EXPECT_EQ(w->submitted[1], "val-20261006-000001-gpu-01-burn-2");
@@ -245,4 +257,43 @@ TEST_F(ValidationActor, GarbageFromTheCheckFailsTheStepWithTheReason) {
   EXPECT_EQ(w->last.state(), "Failed");
   EXPECT_EQ(w->last.steps(0).state(), val::failed);
   EXPECT_NE(w->last.steps(0).reason().find("fio: command not found"), std::string::npos);
+}
+
+// Issue 20: the disk check tests the machine's data location; with none
+// chosen the step is skipped, saying how to choose one.
+TEST_F(ValidationActor, TheDiskCheckTestsTheDataLocationOrIsSkippedSayingHowToChooseOne) {
+  v1::StartValidation s;
+  s.set_suite("disk");
+  s.set_machine("gpu-01");
+  start(val::make_validation("val-20261006-000001", s, {"gpu-01"}, "on-demand", 0));
+  ASSERT_EQ(w->specs.size(), 1u);
+  const auto& cmd = w->specs[0].command();
+  auto at = std::find(cmd.begin(), cmd.end(), "--data-dir");
+  ASSERT_NE(at, cmd.end());
+  EXPECT_EQ(*(at + 1), "/data");
+  w->data_location.clear();
+  start(val::make_validation("val-20261006-000002", s, {"gpu-02"}, "on-demand", 0));
+  advance(std::chrono::seconds{1});
+  EXPECT_EQ(w->specs.size(), 1u) << "no run without a data location";
+  ASSERT_EQ(w->last.id(), "val-20261006-000002");
+  ASSERT_EQ(w->last.steps_size(), 1);
+  EXPECT_EQ(w->last.steps(0).verdict(), "skipped");
+  EXPECT_EQ(w->last.steps(0).reason(),
+            "no data location chosen: astra machine data-location gpu-02 PATH");
+  EXPECT_EQ(w->last.state(), "Passed");
+}
+
+// A check that needs all of a machine's GPUs does not wait forever for one
+// in use outside Astraeus: it runs on the others and says so.
+TEST_F(ValidationActor, ACheckRunsOnTheGpusItCanHaveAndSaysWhichItLeftOut) {
+  w->foreign = {"GPU-3"};
+  v1::StartValidation s;
+  s.set_suite("burn");
+  s.set_machine("gpu-01");
+  start(val::make_validation("val-20261006-000003", s, {"gpu-01"}, "on-demand", 0));
+  ASSERT_EQ(w->specs.size(), 1u);
+  EXPECT_EQ(w->specs[0].gpus_per_worker(), 7u);
+  ASSERT_EQ(w->last.steps_size(), 1);
+  EXPECT_EQ(w->last.steps(0).reason(),
+            "runs on 7 of 8 GPUs: GPU-3 is Foreign (in use outside Astraeus)");
 }

@@ -238,3 +238,72 @@ TEST(ClusterReport, AWarningFindingMakesTheMachineWarn) {
   EXPECT_EQ(report.findings(0).what(), "gpu-06 PCIe link of GPU 5 at Gen4")
     << "a finding naming its machine is not named twice";
 }
+
+// Issue 20/21, the installer's --accept: one acceptance over a joining
+// batch, 2 minutes after its last machine joined (virtual times, Unix ms).
+TEST(InstallerBatch, StartsTwoMinutesAfterTheLastMachineOfTheBatch) {
+  const int64_t delay = 2 * 60 * 1000;
+  const int64_t t0 = 1'790'000'000'000;
+  std::vector<val::batch_candidate> batch{{"gpu-02", t0, true}, {"gpu-01", t0 + 5'000, true}};
+  EXPECT_TRUE(val::due_batch(batch, t0 + 5'000, delay).empty()) << "not at once";
+  EXPECT_TRUE(val::due_batch(batch, t0 + delay, delay).empty())
+    << "2 minutes after the first machine is too early: gpu-01 joined 5 s later";
+  // A third machine joins before the batch is due: the start moves.
+  batch.push_back({"gpu-03", t0 + 90'000, true});
+  EXPECT_TRUE(val::due_batch(batch, t0 + 5'000 + delay, delay).empty());
+  EXPECT_EQ(val::due_batch(batch, t0 + 90'000 + delay, delay),
+            (std::vector<std::string>{"gpu-01", "gpu-02", "gpu-03"}));
+  // A machine of the batch that is not Up is left for a later batch.
+  batch[0].up = false;
+  EXPECT_EQ(val::due_batch(batch, t0 + 90'000 + delay, delay),
+            (std::vector<std::string>{"gpu-01", "gpu-03"}));
+  EXPECT_TRUE(val::due_batch({}, t0, delay).empty());
+  // A delay of 0 starts at once.
+  EXPECT_EQ(val::due_batch({{"gpu-04", t0, true}}, t0, 0), (std::vector<std::string>{"gpu-04"}));
+}
+
+// A check that needs all of a machine's GPUs runs on those it can have and
+// says which it left out and why; with none left it says so (and fails).
+TEST(ValidationPlan, ACheckLeavesOutForeignFaultyAndSetAsideGpusAndSaysWhy) {
+  auto m = machine_view("gpu-03");
+  for (int i = 0; i < 8; ++i)
+    m.mutable_facts()->mutable_gpus()->add_gpus()->set_id("GPU-" + std::to_string(i));
+  v1::GpuList gpus;
+  auto all = val::usable_gpus(m, gpus);
+  EXPECT_EQ(all.total, 8u);
+  EXPECT_EQ(all.count, 8u);
+  EXPECT_EQ(all.note, "");
+  auto* g = gpus.add_gpus();
+  g->mutable_gpu()->set_id("GPU-2");
+  g->set_health("Foreign");
+  g->add_health_reasons("7 GiB in use by a process outside Astraeus");
+  auto* a = m.add_set_aside_gpus();
+  a->set_id("GPU-5");
+  a->set_reason("GPU-5 is also reported by machine gpu-02");
+  auto some = val::usable_gpus(m, gpus);
+  EXPECT_EQ(some.count, 6u);
+  EXPECT_EQ(some.note, "runs on 6 of 8 GPUs: GPU-2 is Foreign (7 GiB in use by a process "
+                       "outside Astraeus); GPU-5 is set aside (GPU-5 is also reported by "
+                       "machine gpu-02)");
+  v1::MachineView one = machine_view("gpu-04");
+  one.mutable_facts()->mutable_gpus()->add_gpus()->set_id("GPU-0");
+  v1::GpuList faulty;
+  auto* f = faulty.add_gpus();
+  f->mutable_gpu()->set_id("GPU-0");
+  f->set_health("Faulty");
+  auto none = val::usable_gpus(one, faulty);
+  EXPECT_EQ(none.count, 0u);
+  EXPECT_EQ(none.note, "none of gpu-04's 1 GPUs can be had: GPU-0 is Faulty");
+}
+
+// Issue 20: the disk check tests the machine's data location; the
+// validation's own data_dir wins; none chosen: "" (the step is skipped).
+TEST(ValidationPlan, TheDiskCheckTestsTheMachinesDataLocation) {
+  auto v = acceptance_of({"gpu-01"});
+  auto m = machine_view("gpu-01");
+  EXPECT_EQ(val::disk_folder(v, m), "");
+  m.set_data_location("/mnt/nvme0/astraeus");
+  EXPECT_EQ(val::disk_folder(v, m), "/mnt/nvme0/astraeus");
+  v.set_data_dir("/scratch");
+  EXPECT_EQ(val::disk_folder(v, m), "/scratch");
+}

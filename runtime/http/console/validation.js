@@ -1,0 +1,172 @@
+// The console's Validation page (issue 19/21; bring-up-a-gpu-cluster.md,
+// steps 3, 4 and 6): /o/<org>/w/<workspace>/validation?cluster=<cluster>
+// &validation=<id>. The Cluster Report (the same rows as `astra astraeus
+// report`), "What to fix (N)", a "Run acceptance" offer while no machine is
+// accepted yet, Run checks (suite and pool, then Start: POST /validations),
+// Download as a printable page or JSON, and the pools' Policies.
+// Loaded before console.js, whose helpers (el, api, show, failed, isAdmin)
+// it uses when its page is drawn.
+"use strict";
+
+const REPORT_COLUMNS = [
+  ["MACHINE", "machine"], ["STATE", "state"], ["VERDICT", "verdict"], ["QUICK", "quick"],
+  ["DCGM", "dcgm"], ["BURN", "burn"], ["COPIES", "copies"], ["DISK", "disk"],
+  ["PAIRS", "pairs"], ["ALL-REDUCE", "all_reduce"],
+];
+const SUITES = [["acceptance", "Acceptance"], ["quick", "Quick"], ["dcgm", "DCGM"],
+                ["burn", "Burn-in"], ["copies", "Copies"], ["disk", "Disk"]];
+
+function cell(word) {
+  const w = word || "—";
+  return el("td", { class: "verdict-" + String(w).toLowerCase().replace(/[^a-z]/g, ""), text: w });
+}
+
+function reportTable(report) {
+  return el("table", { id: "report" },
+    el("tr", {}, REPORT_COLUMNS.map(([h]) => el("th", { text: h }))),
+    (report.rows || []).map((r) => el("tr", { id: "report-" + r.machine, "data-verdict": r.verdict || "" },
+      REPORT_COLUMNS.map(([, k]) => (k === "machine" ? el("td", {}, el("strong", { text: r.machine }))
+                                                     : cell(r[k]))))));
+}
+
+function findingsList(report) {
+  const findings = report.findings || [];
+  return [el("h2", { id: "fix-title", text: "What to fix (" + findings.length + ")" }),
+    findings.length === 0 ? el("p", { class: "muted", id: "fix", text: "Nothing: every check passes." })
+      : el("ul", { id: "fix", class: "findings" }, findings.map((f) =>
+          el("li", { class: "finding-" + (f.severity || "fail") },
+             el("div", { text: (f.severity === "warn" ? "! " : "✗ ") + f.what }),
+             f.fix ? el("div", { class: "fix", text: "fix: " + f.fix }) : "")))];
+}
+
+// The pools the report's machines are in, from the machines' labels.
+function poolsOf(machines) {
+  return [...new Set(machines.map((m) => (m.labels || {}).pool).filter(Boolean))].sort();
+}
+
+function select(id, options, chosen) {
+  return el("select", { id, "aria-label": id },
+    options.map(([value, words]) => el("option", { value, selected: value === chosen, text: words })));
+}
+
+async function startValidation(suite, pool, note) {
+  try {
+    const v = await api("POST", "/validations", { suite, pool, note });
+    const q = new URLSearchParams(location.search);
+    q.set("validation", v.id);
+    history.replaceState(null, "", location.pathname + "?" + q.toString());
+    await validationPage("validation " + v.id + ": " + v.suite + " on " + (v.machines || []).join(", "));
+  } catch (err) { failed(err); }
+}
+
+function offer(report, validations, pools) {
+  const accepted = validations.some((v) => v.suite === "acceptance"
+                                           && (v.state === "Passed" || v.state === "Warned"));
+  if (accepted || !isAdmin() || pools.length === 0) return "";
+  return el("section", { class: "offer", id: "offer" },
+    el("p", { text: "No machine is accepted yet. Acceptance runs the GPU diagnostics, a 10-minute "
+                    + "burn-in, GPU copy bandwidth and the data disk on each machine; it starts only "
+                    + "while the GPUs are free and gives way within seconds to real work." }),
+    el("button", { type: "button", id: "run-acceptance", text: "Run acceptance",
+                   onclick: () => startValidation("acceptance", pools[0], "") }),
+    el("span", { class: "muted", text: " on pool " + pools[0] }));
+}
+
+function runChecks(pools) {
+  if (!isAdmin()) return "";
+  const suite = select("suite", SUITES, "acceptance");
+  const pool = select("pool", pools.map((p) => [p, p]), pools[0]);
+  return el("section", { id: "run-checks" }, el("h2", { text: "Run checks" }),
+    el("label", { text: "Suite " }), suite, el("label", { text: " Pool " }), pool, " ",
+    el("button", { type: "button", id: "start", text: "Start",
+                   onclick: () => startValidation(suite.value, pool.value, "") }));
+}
+
+function validationSection(v) {
+  if (!v) return "";
+  return el("section", { id: "validation", "data-state": v.state },
+    el("h2", { text: v.id + " · " + v.suite + " · " + v.state + " (" + (v.trigger || "on-demand") + ")" }),
+    el("table", { id: "steps" },
+      el("tr", {}, ["Machine", "Check", "State", "Verdict", "Why"].map((h) => el("th", { text: h }))),
+      (v.steps || []).map((s) => el("tr", {}, el("td", { text: s.machine }), el("td", { text: s.check }),
+        el("td", { text: s.state }), cell(s.verdict), el("td", { text: s.reason || "" })))));
+}
+
+// The report as a page to print: the summary, the table and what to fix.
+function printable(report) {
+  const esc = (t) => String(t || "").replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c]));
+  const rows = (report.rows || []).map((r) => "<tr>" + REPORT_COLUMNS.map(([, k]) =>
+    "<td>" + esc(r[k] || "—") + "</td>").join("") + "</tr>").join("\n");
+  const fixes = (report.findings || []).map((f) => "<li>" + esc(f.what)
+    + (f.fix ? "<br>fix: " + esc(f.fix) : "") + "</li>").join("\n");
+  return "<!doctype html><meta charset=\"utf-8\"><title>Cluster Report · " + esc(CLUSTER) + "</title>"
+    + "<style>body{font:13px sans-serif}td,th{border-bottom:1px solid #ccc;padding:3px 8px;text-align:left}</style>"
+    + "<h1>Cluster Report · " + esc(CLUSTER) + "</h1><p>" + esc(report.summary) + "</p><table><tr>"
+    + REPORT_COLUMNS.map(([h]) => "<th>" + h + "</th>").join("") + "</tr>\n" + rows + "</table>"
+    + "<h2>What to fix (" + (report.findings || []).length + ")</h2><ul>" + fixes + "</ul>";
+}
+
+function downloads(report) {
+  const link = (id, words, type, text, file) => el("a", {
+    id, download: file, text: words,
+    href: URL.createObjectURL(new Blob([text], { type })),
+  });
+  return el("p", { id: "download" }, "Download: ",
+    link("download-html", "Printable page", "text/html", printable(report), "cluster-report.html"),
+    " · ", link("download-json", "JSON", "application/json", JSON.stringify(report, null, 2),
+                "cluster-report.json"));
+}
+
+async function savePolicy(pool, row) {
+  try {
+    await api("PUT", "/validation-policies/" + encodeURIComponent(pool), {
+      require_acceptance: row.querySelector(".require").checked,
+      burn_in_seconds: Number(row.querySelector(".burn").value) * 60,
+      dcgm_level: Number(row.querySelector(".dcgm").value),
+    });
+    await validationPage("pool " + pool + ": policy saved");
+  } catch (err) { failed(err); }
+}
+
+function policies(list, pools) {
+  const byPool = new Map(list.map((p) => [p.pool, p]));
+  const all = [...new Set([...pools, ...byPool.keys()])].sort();
+  return el("section", { id: "policies" }, el("h2", { text: "Policies" }),
+    all.length === 0 ? el("p", { class: "muted", text: "No pools yet: label machines pool=<name>." })
+      : el("table", {},
+          el("tr", {}, ["Pool", "New machines must pass acceptance", "Burn-in (min)", "DCGM level", ""]
+            .map((h) => el("th", { text: h }))),
+          all.map((pool) => {
+            const p = byPool.get(pool) || {};
+            const row = el("tr", { id: "policy-" + pool },
+              el("td", { text: pool }),
+              el("td", {}, el("input", { type: "checkbox", class: "require", checked: !!p.require_acceptance,
+                                         disabled: !isAdmin() })),
+              el("td", {}, el("input", { type: "number", class: "burn", min: "1", size: "4",
+                                         value: String(Math.round((Number(p.burn_in_seconds) || 600) / 60)) })),
+              el("td", {}, el("input", { type: "number", class: "dcgm", min: "1", max: "4", size: "2",
+                                         value: String(p.dcgm_level || 2) })));
+            row.append(el("td", {}, isAdmin() ? el("button", { type: "button", id: "save-policy-" + pool,
+              text: "Save", onclick: () => savePolicy(pool, row) }) : ""));
+            return row;
+          })));
+}
+
+async function validationPage(notice) {
+  const q = new URLSearchParams(location.search);
+  const id = q.get("validation");
+  const [report, list, machines, policyList, one] = await Promise.all([
+    api("GET", "/report"), api("GET", "/validations"), api("GET", "/nodes"),
+    api("GET", "/validation-policies"),
+    id ? api("GET", "/validations/" + encodeURIComponent(id)).catch(() => null) : null,
+  ]);
+  const validations = list.validations || [];
+  const pools = poolsOf(machines.machines || []);
+  show(el("h1", { text: "Validation" }),
+       notice ? el("p", { class: "notice", id: "notice", text: notice }) : "",
+       el("p", { id: "report-summary", text: report.summary || "No checks have run yet." }),
+       offer(report, validations, pools),
+       validationSection(one),
+       el("h2", { text: "Cluster Report" }), reportTable(report), findingsList(report),
+       downloads(report), runChecks(pools), policies(policyList.policies || [], pools));
+}
