@@ -15,7 +15,7 @@
 ///    whole validation, per step, is what the controller adds to each check
 ///    (slot, GPU look-up, submit, run look-ups, store with sync).
 ///
-/// Run: build/bench/acceptance_schedule_bench [--machines 8] [--poll-ms 1000]
+/// Run: build/bench/acceptance_schedule_bench [--machines 8] [--poll-ms 500]
 
 #include <atomic>
 #include <chrono>
@@ -52,7 +52,7 @@ using steady = std::chrono::steady_clock;
 struct options {
   int machines = 8;
   int gpus = 8;
-  std::vector<int> poll_ms{1000, 50};
+  std::vector<int> poll_ms{500, 50};
   // Minutes per check (typical run times; burn-in: the suite's default).
   double quick = 0.5, dcgm = 2, burn = 10, copies = 1, disk = 2, pair = 1, all_reduce = 1;
 };

@@ -697,10 +697,19 @@ std::string format_workspaces(const v1::WorkspaceList& list) {
     std::string g;
     for (const auto& x : grants)
       g += (g.empty() ? "" : ",") + x;
+    // Issue 16: the machine paths its Bind volumes may mount, and
+    // privileged work; the default workspace is the cluster's own.
+    bool is_default = w.name() == "default";
+    std::string paths;
+    for (const auto& p : w.bind_grants())
+      paths += (paths.empty() ? "" : ",") + p;
     rows.push_back({w.name(), w.organisation(), w.namespace_().empty() ? "-" : w.namespace_(),
-                    g.empty() ? "(all machines)" : g});
+                    g.empty() ? "(all machines)" : g,
+                    is_default ? "(any)" : paths.empty() ? "-" : paths,
+                    is_default || w.allow_privileged() ? "yes" : "no"});
   }
-  return render_table({"NAME", "ORGANISATION", "NAMESPACE", "GRANTS"}, rows);
+  return render_table({"NAME", "ORGANISATION", "NAMESPACE", "GRANTS", "PATHS", "PRIVILEGED"},
+                      rows);
 }
 
 std::string format_submitted(const v1::Run& r, const std::string& cluster) {

@@ -252,6 +252,38 @@ caf::error validate_workspace(v1::Workspace& ws) {
   return caf::none;
 }
 
+namespace {
+
+/// Issue 16: a named workspace's runs bind only granted machine paths and
+/// share the machine's /dev/shm only where privileged work is allowed.
+caf::error check_workspace_grants(const v1::Workspace& ws, const v1::RunSpec& spec) {
+  auto how = "an admin grants it with: astra workspace grant " + ws.name();
+  for (int i = 0; i < spec.volumes_size(); ++i) {
+    const auto& v = spec.volumes(i);
+    if (v.type() != "Bind")
+      continue;
+    bool granted = std::any_of(ws.bind_grants().begin(), ws.bind_grants().end(),
+                               [&](const std::string& g) { return path_granted(v.host_path(), g); });
+    if (granted)
+      continue;
+    std::string list;
+    for (const auto& g : ws.bind_grants())
+      list += (list.empty() ? "" : ", ") + g;
+    return caf::make_error(ec::invalid_request,
+                           "volumes[" + std::to_string(i) + "]: workspace " + ws.name()
+                             + " is not granted the machine path " + v.host_path() + " ("
+                             + (list.empty() ? "it is granted none" : "granted: " + list)
+                             + "; " + how + " --path PATH)");
+  }
+  if (spec.ipc_mode() == "host" && !ws.allow_privileged())
+    return caf::make_error(ec::invalid_request,
+                           "security_context.ipc_mode: host: workspace " + ws.name()
+                             + " is not allowed privileged work (" + how + " --privileged)");
+  return caf::none;
+}
+
+} // namespace
+
 caf::error apply_workspace(const v1::Workspace* ws, v1::RunSpec& spec) {
   if (spec.workspace().empty())
     spec.set_workspace(default_workspace);
@@ -275,7 +307,38 @@ caf::error apply_workspace(const v1::Workspace* ws, v1::RunSpec& spec) {
     else
       (*spec.mutable_labels())[k] = v;
   }
-  return caf::none;
+  return check_workspace_grants(*ws, spec);
+}
+
+std::string normal_grant_path(const std::string& path) {
+  if (path.empty() || path.front() != '/' || path.size() > 4096)
+    return {};
+  std::string out;
+  size_t i = 0;
+  while (i < path.size()) {
+    auto next = path.find('/', i);
+    if (next == std::string::npos)
+      next = path.size();
+    std::string part = path.substr(i, next - i);
+    i = next + 1;
+    if (part.empty() || part == ".")
+      continue;
+    if (part == "..")
+      return {};
+    for (char c : part)
+      if (static_cast<unsigned char>(c) < 0x20)
+        return {};
+    out += "/" + part;
+  }
+  return out;
+}
+
+bool path_granted(const std::string& path, const std::string& grant) {
+  auto p = normal_grant_path(path);
+  auto g = normal_grant_path(grant);
+  if (p.empty() || g.empty())
+    return false;
+  return p == g || (p.size() > g.size() && p.compare(0, g.size(), g) == 0 && p[g.size()] == '/');
 }
 
 caf::error cluster_config::validate() const {

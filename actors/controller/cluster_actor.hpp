@@ -112,8 +112,29 @@ caf::error validate_workspace(v1::Workspace& ws);
 /// names are `<namespace>.<name>` (shared/seeds/inside-a-worker.md).
 /// Errors: ec::invalid_request when the run asks for a pool or label that
 /// contradicts a grant ("workspace research is granted pool=h100; the run
-/// asks for pool=a100").
+/// asks for pool=a100"), or for what the workspace is not granted (below).
+///
+/// Machine paths and privileged work (issue 16; inside-a-worker.md's
+/// filesystem table: a Bind volume is "a path of the machine (in a
+/// workspace, only granted paths)"): in a workspace other than the default
+/// one, a Bind volume's host_path must be one of `ws.bind_grants` or under
+/// one ("volumes[0]: workspace vision is not granted /srv (granted: /data;
+/// an admin grants more with astra workspace grant vision --path PATH)"),
+/// and `security_context.ipc_mode: host` needs `ws.allow_privileged`. The
+/// default workspace is the cluster's own (its runs are its members'): it
+/// may bind any machine path and do privileged work.
 caf::error apply_workspace(const v1::Workspace* ws, v1::RunSpec& spec);
+
+/// Whether machine path `path` (absolute, without "..") is `grant` or under
+/// it, component by component ("/data" grants "/data/x", not "/database");
+/// repeated and trailing '/' and "." components do not count.
+bool path_granted(const std::string& path, const std::string& grant);
+
+/// `path` as a grant is kept: absolute, without "." and empty components or a
+/// trailing '/' ("/data//set/" -> "/data/set"); "" when it is not a path a
+/// workspace may be granted (relative, "..", control characters, longer than
+/// 4096 bytes, or "/": the whole machine).
+std::string normal_grant_path(const std::string& path);
 /// Whether `name` is a valid machine name: 1-63 characters of letters,
 /// digits, '-', '_' and '.', starting with a letter or digit (a hostname).
 bool valid_machine_name(const std::string& name);

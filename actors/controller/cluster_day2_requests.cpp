@@ -4,6 +4,7 @@
 
 #include "actors/controller/cluster_day2_requests.hpp"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -275,6 +276,71 @@ caf::result<v1::Response> delete_workspace(const cluster_request& r) {
       },
       [rp, id = r.id](caf::error& err) mutable { rp.deliver(error_response(id, err)); });
   return rp;
+}
+
+caf::result<v1::Response> set_workspace_grants(const cluster_request& r) {
+  auto& st = r.self->state;
+  const auto& req = r.req.set_workspace_grants();
+  const auto name = req.name();
+  auto refuse = [&](const caf::error& err) {
+    r.audit(name, "refused: " + render_error(err));
+    return r.error(err);
+  };
+  if (name == default_workspace)
+    return refuse(caf::make_error(ec::invalid_request,
+                                  "workspace default is the cluster's own: its runs may bind "
+                                  "any machine path and do privileged work already"));
+  auto w = st.workspaces.find(name);
+  if (w == st.workspaces.end())
+    return refuse(caf::make_error(ec::invalid_request, "no workspace named " + name));
+  if (req.add_bind_paths().empty() && req.remove_bind_paths().empty()
+      && !req.has_allow_privileged())
+    return refuse(caf::make_error(ec::invalid_request,
+                                  "nothing to grant: give --path PATH, --remove-path PATH, "
+                                  "--privileged or --no-privileged"));
+  v1::Workspace ws = w->second;
+  std::vector<std::string> paths(ws.bind_grants().begin(), ws.bind_grants().end());
+  std::string changed;
+  for (const auto& p : req.add_bind_paths()) {
+    auto normal = normal_grant_path(p);
+    if (normal.empty())
+      return refuse(caf::make_error(ec::invalid_request,
+                                    "--path '" + p + "': give an absolute machine path "
+                                    "without '..', other than / (e.g. /data/imagenet)"));
+    if (std::find(paths.begin(), paths.end(), normal) == paths.end()) {
+      paths.push_back(normal);
+      changed += (changed.empty() ? "" : ", ") + ("+" + normal);
+    }
+  }
+  for (const auto& p : req.remove_bind_paths()) {
+    auto normal = normal_grant_path(p);
+    auto i = std::find(paths.begin(), paths.end(), normal.empty() ? p : normal);
+    if (i == paths.end())
+      return refuse(caf::make_error(ec::invalid_request,
+                                    "--remove-path '" + p + "': workspace " + name
+                                      + " is not granted it"));
+    changed += (changed.empty() ? "" : ", ") + ("-" + *i);
+    paths.erase(i);
+  }
+  std::sort(paths.begin(), paths.end());
+  ws.clear_bind_grants();
+  for (const auto& p : paths)
+    ws.add_bind_grants(p);
+  if (req.has_allow_privileged() && req.allow_privileged() != ws.allow_privileged()) {
+    ws.set_allow_privileged(req.allow_privileged());
+    changed += std::string{changed.empty() ? "" : ", "}
+               + (req.allow_privileged() ? "privileged" : "no privileged");
+  }
+  if (auto err = st.config.store->put(family::workspaces, name, ws, true)) {
+    r.audit(name, "failed: " + render_error(err));
+    return r.error(err);
+  }
+  w->second = ws;
+  r.audit(name, changed.empty() ? std::string{"ok (no change)"} : "ok: " + changed);
+  spdlog::info("cluster: workspace {} grants {}", name, changed.empty() ? "unchanged" : changed);
+  auto out = r.response();
+  *out.mutable_workspace() = std::move(ws);
+  return out;
 }
 
 } // namespace astraeus::day2

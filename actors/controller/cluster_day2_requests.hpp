@@ -41,4 +41,16 @@ caf::result<v1::Response> list_api_tokens(const cluster_request& r);
 /// default workspace. Answers the workspace deleted.
 caf::result<v1::Response> delete_workspace(const cluster_request& r);
 
+/// Issue 16: `astra workspace grant NAME [--path P]... [--remove-path P]...
+/// [--privileged | --no-privileged]` (admins): the machine paths a Bind
+/// volume of the workspace's runs may mount (each path and what is under
+/// it), and whether its runs may ask for privileged work
+/// (`security_context.ipc_mode: host`). Stored with sync, audited as "grant
+/// workspace" with what changed; answers the workspace. Runs already
+/// submitted keep what they were admitted with. Errors (ec::invalid_request):
+/// an unknown workspace, the default one (it may bind any path already), a
+/// path that is not absolute or holds ".." or is "/", nothing to change;
+/// ec::store_failure when the write fails (nothing changes).
+caf::result<v1::Response> set_workspace_grants(const cluster_request& r);
+
 } // namespace astraeus::day2

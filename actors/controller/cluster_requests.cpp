@@ -687,6 +687,10 @@ const char* accept_name(const v1::Request&) {
   return "accept machine";
 }
 
+const char* grant_name(const v1::Request&) {
+  return "grant workspace";
+}
+
 const char* remove_machine_name(const v1::Request&) {
   return "remove machine";
 }
@@ -746,7 +750,8 @@ const std::vector<cluster_request_row>& cluster_request_table() {
     {R::kListApiTokens,    role::admin,  nullptr,               day2::list_api_tokens},
     {R::kDeleteWorkspace,  role::admin,  nullptr,               day2::delete_workspace},
     {R::kGetGpuHistory,    role::member, nullptr,               not_supported_yet},
-    {R::kSetWorkspaceGrants, role::admin, nullptr,              not_supported_yet},
+    // issue 16 (run specs): audited by its handler, with what changed.
+    {R::kSetWorkspaceGrants, role::admin, grant_name,           day2::set_workspace_grants},
     {R::kGetTopology,      role::member, nullptr,               not_supported_yet},
   };
   return rows;

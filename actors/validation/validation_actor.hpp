@@ -36,7 +36,7 @@ struct validation_config {
   /// The program that runs a check (`validation.check_program`).
   std::string check_program = "astraeus-check";
   /// How often it looks at its steps (virtual in tests).
-  caf::timespan poll_interval = std::chrono::seconds{1};
+  caf::timespan poll_interval = std::chrono::milliseconds{500};
   /// Times users read (started, finished).
   std::shared_ptr<const wall_clock> clock = real_wall_clock();
   /// The validation, new or as stored.

@@ -40,7 +40,7 @@ struct validations_config {
   /// `validation.check_program`: the program a check runs (on the agent).
   std::string check_program = "astraeus-check";
   /// How often a validation looks at its steps (virtual in tests).
-  caf::timespan poll_interval = std::chrono::seconds{1};
+  caf::timespan poll_interval = std::chrono::milliseconds{500};
   /// How often machines are looked at for a new Up (the quick check) and
   /// for their pool's policy.
   caf::timespan machine_poll = std::chrono::seconds{2};

@@ -46,7 +46,8 @@ std::string how_to_check(const v1::Request& req) {
     case B::kClearFault: return "astra gpus --machine " + req.clear_fault().machine();
     case B::kSubmitRun: return "astra run show " + req.submit_run().spec().name();
     case B::kDeleteRun: return "astra run show " + req.delete_run().name();
-    case B::kCreateWorkspace: return "astra workspaces";
+    case B::kCreateWorkspace:
+    case B::kSetWorkspaceGrants: return "astra workspaces";
     case B::kCreateJoinToken:
     case B::kCreateApiToken:
     case B::kRevokeApiToken: return "astra audit";

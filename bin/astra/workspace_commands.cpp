@@ -39,6 +39,49 @@ bool fill_workspace(const workspace_flags& flags, v1::Workspace& ws) {
   return true;
 }
 
+/// What `astra workspace grant` parses.
+struct grant_flags {
+  std::string name;
+  std::vector<std::string> add, remove;
+  bool privileged = false, no_privileged = false;
+};
+
+/// "workspace vision: machine paths /data, /scratch; privileged work: no".
+std::string grants_line(const v1::Workspace& ws) {
+  std::string paths;
+  for (const auto& p : ws.bind_grants())
+    paths += (paths.empty() ? "" : ", ") + p;
+  return "workspace " + ws.name() + ": machine paths " + (paths.empty() ? "none" : paths)
+         + "; privileged work: " + (ws.allow_privileged() ? "yes" : "no") + "\n";
+}
+
+/// Issue 16: `astra workspace grant NAME --path /data [--remove-path P]
+/// [--privileged | --no-privileged]` (admins).
+void add_workspace_grant(CLI::App& workspace, invocation& inv) {
+  auto* grant = workspace.add_subcommand(
+    "grant", "grant a workspace machine paths its runs' Bind volumes may mount, and "
+             "privileged work (security_context.ipc_mode: host); admins");
+  auto& f = inv.keep<grant_flags>();
+  grant->add_option("NAME", f.name, "workspace name")->required();
+  grant->add_option("--path", f.add, "machine path (and what is under it) a Bind volume may "
+                                     "mount, e.g. /data/imagenet; repeatable");
+  grant->add_option("--remove-path", f.remove, "take a granted path back; repeatable");
+  auto* on = grant->add_flag("--privileged", f.privileged, "allow privileged work");
+  grant->add_flag("--no-privileged", f.no_privileged, "take privileged work back")->excludes(on);
+  grant->callback([&inv, &f] {
+    v1::Request req;
+    auto* g = req.mutable_set_workspace_grants();
+    g->set_name(f.name);
+    for (const auto& p : f.add)
+      g->add_add_bind_paths(p);
+    for (const auto& p : f.remove)
+      g->add_remove_bind_paths(p);
+    if (f.privileged || f.no_privileged)
+      g->set_allow_privileged(f.privileged);
+    inv.rc = call(inv.opts, req, [](const v1::Response& r) { return grants_line(r.workspace()); });
+  });
+}
+
 } // namespace
 
 void add_workspace_commands(CLI::App& app, invocation& inv) {
@@ -64,6 +107,7 @@ void add_workspace_commands(CLI::App& app, invocation& inv) {
              + r.workspace().namespace_() + ")\n";
     });
   });
+  add_workspace_grant(*workspace, inv);
   auto* workspaces = app.add_subcommand("workspaces", "list workspaces and their grants");
   workspaces->callback([&inv] {
     v1::Request req;

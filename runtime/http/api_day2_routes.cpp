@@ -74,4 +74,15 @@ void delete_workspace(api_context& ctx) {
          [](const v1::Response& r) -> const v1::Workspace& { return r.workspace(); }, false);
 }
 
+void set_workspace_grants(api_context& ctx) {
+  v1::SetWorkspaceGrants body;
+  if (!read_body(ctx, body, false))
+    return;
+  v1::Request req;
+  *req.mutable_set_workspace_grants() = std::move(body);
+  req.mutable_set_workspace_grants()->set_name(ctx.param("name"));
+  answer(ctx, std::move(req),
+         [](const v1::Response& r) -> const v1::Workspace& { return r.workspace(); }, false);
+}
+
 } // namespace astraeus::http

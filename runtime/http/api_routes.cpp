@@ -208,28 +208,29 @@ void set_node_maintenance(api_context& ctx) {
   reply_machine(ctx, std::move(req), true);
 }
 
-void set_node_labels(api_context& ctx) {
-  v1::SetLabels body;
+/// A node route whose JSON body is `Body` (its `name` absent or the path's
+/// node): the body, named after the path's node, as the request `slot` of a
+/// Request, answered with the machine.
+template <class Body, class Slot>
+void node_body_request(api_context& ctx, Slot slot) {
+  Body body;
   if (!read_body(ctx, body, false))
     return;
   if (!names_the_path_machine(ctx, body.name()))
     return;
   body.set_name(ctx.param("node"));
   v1::Request req;
-  *req.mutable_set_labels() = body;
+  *slot(req) = body;
   reply_machine(ctx, std::move(req), true);
 }
 
+void set_node_labels(api_context& ctx) {
+  node_body_request<v1::SetLabels>(ctx, [](v1::Request& r) { return r.mutable_set_labels(); });
+}
+
 void set_node_data_location(api_context& ctx) {
-  v1::SetDataLocation body;
-  if (!read_body(ctx, body, false))
-    return;
-  if (!names_the_path_machine(ctx, body.name()))
-    return;
-  body.set_name(ctx.param("node"));
-  v1::Request req;
-  *req.mutable_set_data_location() = body;
-  reply_machine(ctx, std::move(req), true);
+  node_body_request<v1::SetDataLocation>(
+    ctx, [](v1::Request& r) { return r.mutable_set_data_location(); });
 }
 
 // -- GPUs ---------------------------------------------------------------------
@@ -410,6 +411,9 @@ const std::vector<api_route>& api_routes() {
      "", "ApiTokenList"},
     {"DELETE", "/workspaces/{name}", true, delete_workspace,
      "delete a workspace without live runs (admins)", "", "Workspace"},
+    {"PUT", "/workspaces/{name}/grants", true, set_workspace_grants,
+     "grant machine paths for Bind volumes and privileged work (admins; issue 16)",
+     "SetWorkspaceGrants", "Workspace"},
     {"POST", "/api-tokens", true, create_api_token, "mint an API token (admins)",
      "CreateApiToken", "ApiToken"},
     {"DELETE", "/api-tokens/{id}", true, revoke_api_token, "revoke an API token (admins)", "",

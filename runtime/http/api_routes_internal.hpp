@@ -131,5 +131,9 @@ void list_enrollment_tokens(api_context& ctx);
 void revoke_enrollment_token(api_context& ctx);
 void list_api_tokens(api_context& ctx);
 void delete_workspace(api_context& ctx);
+/// PUT /workspaces/{name}/grants `{"add_bind_paths":["/data"],
+/// "remove_bind_paths":[],"allow_privileged":true}` (issue 16, admins): the
+/// workspace as it is now (200).
+void set_workspace_grants(api_context& ctx);
 
 } // namespace astraeus::http

@@ -159,7 +159,7 @@ struct ControllerConfig {
   bool validation_quick_on_up = true;
   /// validation.poll_interval: how often a validation looks at its steps
   /// and machines (10ms-1h).
-  std::chrono::milliseconds validation_poll_interval{1000};
+  std::chrono::milliseconds validation_poll_interval{500};
   /// validation.console_url: the console's address printed with a new
   /// validation ("https://console.example:7451"); empty: none printed.
   std::string validation_console_url;

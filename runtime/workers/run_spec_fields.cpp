@@ -22,10 +22,6 @@ using namespace run_spec_detail;
 
 namespace {
 
-bool in_default_workspace(const v1::RunSpec& spec) {
-  return spec.workspace().empty() || spec.workspace() == "default";
-}
-
 /// One part of a user: a name (letters, digits, '_', '.', '-', not starting
 /// with '-') or a number.
 bool valid_user_part(std::string_view x) {
@@ -123,10 +119,8 @@ caf::error validate_seed_fields(const v1::RunSpec& spec) {
             && v.host_path().compare(v.host_path().size() - 3, 3, "/..") == 0))
       return spec_error(at + ".host_path: " + quote_short(v.host_path())
                         + " is not an absolute path of the machine (without '..')");
-    if (!in_default_workspace(spec))
-      return spec_error(at + ": a Bind volume is allowed only in the default workspace "
-                        "(workspace '" + spec.workspace() + "' is granted no machine "
-                        "paths: workspaces have no path grants yet)");
+    // Whether the run's workspace is granted the path is the controller's
+    // check (check_workspace_grants): it holds the workspace.
   }
   int files = 0;
   size_t config_bytes = 0;
@@ -153,10 +147,6 @@ caf::error validate_seed_fields(const v1::RunSpec& spec) {
   if (!spec.ipc_mode().empty() && spec.ipc_mode() != "host")
     return spec_error("security_context.ipc_mode: " + quote_short(spec.ipc_mode())
                       + " is not an IPC mode (use host, or leave it out)");
-  if (spec.ipc_mode() == "host" && !in_default_workspace(spec))
-    return spec_error("security_context.ipc_mode: host is allowed only in the default "
-                      "workspace (workspace '" + spec.workspace()
-                      + "' is not allowed privileged work)");
   if (spec.code_tgz().size() > max_run_code_bytes)
     return spec_error("code: the packed code is " + std::to_string(spec.code_tgz().size())
                       + " bytes, more than the " + std::to_string(max_run_code_bytes >> 10)

@@ -214,18 +214,37 @@ TEST_F(RunSpecs, BadSpecsAreRefusedBeforeAnythingIsStored) {
   };
   const std::vector<bad> cases = {
     {"volumes: [{name: d, type: Bind, host_path: /srv, mount_path: /d}]\nworkspace: vision\n",
-     "volumes[0]: a Bind volume is allowed only in the default workspace"},
+     "volumes[0]: workspace vision is not granted the machine path /srv (it is granted none; "
+     "an admin grants it with: astra workspace grant vision --path PATH)"},
+    {"security_context: {ipc_mode: host}\nworkspace: vision\n",
+     "security_context.ipc_mode: host: workspace vision is not allowed privileged work"},
     {"memory_bytes: -1\n", "memory_bytes: a memory size cannot be negative"},
     {"cpu_cores: many\n", "cpu_cores: expected a number, got \"many\""},
     {"datavolume_refs: [{name: d}]\n", "not supported yet: datavolume_refs"},
     {"task_template: {user: \"a b\"}\n", "task_template.user: \"a b\" is not a user"},
   };
+  ASSERT_EQ(astra({"workspace", "create", "vision"}).rc, 0);
   for (const auto& c : cases) {
     auto res = run_file("bad", "name: bad\nimage: busybox\ncommand: [id]\n" + c.yaml);
     EXPECT_NE(res.rc, 0) << c.yaml;
     EXPECT_TRUE(contains(res.err, c.error)) << c.yaml << " -> " << res.err;
   }
   EXPECT_FALSE(contains(astra({"runs"}).out, "bad")) << "nothing was stored";
+  // Issue 16: an admin grants the workspace a machine path; then the Bind
+  // volume is admitted (and the grant is audited and listed).
+  auto bad = astra({"workspace", "grant", "vision", "--path", "data"});
+  EXPECT_EQ(bad.rc, 1);
+  EXPECT_TRUE(contains(bad.err, "--path 'data': give an absolute machine path")) << bad.err;
+  auto granted = astra({"workspace", "grant", "vision", "--path", "/srv/", "--privileged"});
+  ASSERT_EQ(granted.rc, 0) << granted.err;
+  EXPECT_EQ(granted.out, "workspace vision: machine paths /srv; privileged work: yes\n");
+  auto listed = astra({"workspaces"}).out;
+  EXPECT_TRUE(contains(listed, "/srv")) << listed;
+  EXPECT_TRUE(contains(astra({"audit"}).out, "grant workspace")) << "audited";
+  auto ok = run_file("granted", "name: granted\nimage: busybox\ncommand: [ls, /d]\n"
+                                "workspace: vision\n"
+                                "volumes: [{name: d, type: Bind, host_path: /srv, mount_path: /d}]\n");
+  EXPECT_EQ(ok.rc, 0) << ok.err;
 }
 
 TEST_F(RunSpecs, CodeIsUnpackedAtWorkspaceTheWorkingDirectory) {

@@ -257,6 +257,62 @@ TEST(Workspaces, ARunTakesItsWorkspacesNamespaceAndTheDefaultOneNone) {
   EXPECT_EQ(plain.namespace_(), "") << "default-workspace names stay unprefixed";
 }
 
+// Issue 16 (inside-a-worker.md's filesystem table): a Bind volume is "a path
+// of the machine (in a workspace, only granted paths)".
+TEST(Workspaces, BindPathsAndPrivilegedWorkOnlyAsGranted) {
+  v1::Workspace ws;
+  ws.set_name("vision");
+  v1::RunSpec spec;
+  spec.set_name("train");
+  spec.set_workspace("vision");
+  auto* v = spec.add_volumes();
+  v->set_name("d");
+  v->set_type("Bind");
+  v->set_host_path("/data/imagenet");
+  v->set_mount_path("/d");
+  EXPECT_EQ(render_error(apply_workspace(&ws, spec)),
+            "volumes[0]: workspace vision is not granted the machine path /data/imagenet (it "
+            "is granted none; an admin grants it with: astra workspace grant vision --path "
+            "PATH)");
+  ws.add_bind_grants("/database");
+  EXPECT_EQ(render_error(apply_workspace(&ws, spec)),
+            "volumes[0]: workspace vision is not granted the machine path /data/imagenet "
+            "(granted: /database; an admin grants it with: astra workspace grant vision "
+            "--path PATH)");
+  ws.add_bind_grants("/data");
+  EXPECT_FALSE(apply_workspace(&ws, spec)) << "a path under a granted one";
+  // EmptyDir volumes need no grant; ipc_mode: host needs privileged work.
+  spec.mutable_volumes(0)->set_type("EmptyDir");
+  spec.mutable_volumes(0)->clear_host_path();
+  spec.set_ipc_mode("host");
+  EXPECT_EQ(render_error(apply_workspace(&ws, spec)),
+            "security_context.ipc_mode: host: workspace vision is not allowed privileged "
+            "work (an admin grants it with: astra workspace grant vision --privileged)");
+  ws.set_allow_privileged(true);
+  EXPECT_FALSE(apply_workspace(&ws, spec));
+  // The default workspace is the cluster's own: any path, privileged work.
+  v1::RunSpec plain = spec;
+  plain.set_workspace("");
+  plain.mutable_volumes(0)->set_type("Bind");
+  plain.mutable_volumes(0)->set_host_path("/etc");
+  EXPECT_FALSE(apply_workspace(nullptr, plain));
+}
+
+TEST(Workspaces, GrantedPathsCountWholeComponents) {
+  EXPECT_TRUE(path_granted("/data", "/data"));
+  EXPECT_TRUE(path_granted("/data/x/y", "/data/"));
+  EXPECT_TRUE(path_granted("/data//x/./y", "/data"));
+  EXPECT_FALSE(path_granted("/database", "/data"));
+  EXPECT_FALSE(path_granted("/", "/data"));
+  EXPECT_FALSE(path_granted("/data/../etc", "/data")) << "never through '..'";
+  EXPECT_EQ(normal_grant_path("/data//set/"), "/data/set");
+  EXPECT_EQ(normal_grant_path("/data/./set"), "/data/set");
+  EXPECT_EQ(normal_grant_path("/"), "") << "the whole machine is never granted";
+  EXPECT_EQ(normal_grant_path("data"), "");
+  EXPECT_EQ(normal_grant_path("/a/../etc"), "");
+  EXPECT_EQ(normal_grant_path(std::string{"/a\nb"}), "");
+}
+
 TEST(Workspaces, BadNamesAndGrantsAreRefused) {
   v1::Workspace ws;
   ws.set_name("no spaces");

@@ -184,11 +184,11 @@ TEST(RunSpecSeed, BadVolumesAreRefusedBeforeAnythingIsStored) {
                                    "mount_path: /a}\n",
        "volumes[0].host_path: \"/srv/../etc\" is not an absolute path of the machine "
          "(without '..')"},
-  // Workspaces have no path grants yet: Bind only in the default workspace.
+  // Whether workspace vision is granted /srv is the controller's check
+  // (apply_workspace: it holds the workspace's grants).
       {vol + "{name: a, type: Bind, host_path: /srv, mount_path: /a}\n"
                                    "workspace: vision\n",
-       "volumes[0]: a Bind volume is allowed only in the default workspace (workspace "
-         "'vision' is granted no machine paths: workspaces have no path grants yet)"},
+       "valid"},
       {vol + "{name: a, type: Bind, host_path: /srv, mount_path: /a}\n"
                                    "workspace: default\n",
        "valid"},
@@ -212,9 +212,7 @@ TEST(RunSpecSeed, BadConfigsAndIpcModesAreRefused) {
       {"security_context: {ipc_mode: private}\n",
        "security_context.ipc_mode: \"private\" is not an IPC mode (use host, or leave "
          "it out)"},
-      {"security_context: {ipc_mode: host}\nworkspace: vision\n",
-       "security_context.ipc_mode: host is allowed only in the default workspace "
-         "(workspace 'vision' is not allowed privileged work)"},
+      {"security_context: {ipc_mode: host}\nworkspace: vision\n", "valid"},
   });
   v1::RunSpec big = parsed(base);
   big.add_configs()->add_mounts()->set_mount_path("/etc/big");
