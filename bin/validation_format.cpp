@@ -153,6 +153,32 @@ std::string format_report_html(const v1::ClusterReport& r, const std::string& ti
   return out;
 }
 
+std::string format_topology(const v1::TopologyReport& t) {
+  std::string out = "Findings (" + std::to_string(t.findings_size()) + ")\n";
+  for (const auto& f : t.findings()) {
+    out += "! " + f.what() + "\n";
+    if (!f.fix().empty())
+      out += "fix: " + f.fix() + "\n";
+  }
+  if (t.fabrics_size() > 0) {
+    std::vector<std::vector<std::string>> rows;
+    auto join = [](const auto& list) {
+      std::string s;
+      for (const auto& x : list)
+        s += (s.empty() ? "" : ",") + x;
+      return s.empty() ? std::string{"-"} : s;
+    };
+    for (const auto& f : t.fabrics())
+      rows.push_back({f.name(), f.subnet_prefix().empty() ? "-" : f.subnet_prefix(),
+                      join(f.machines()), join(f.leaves())});
+    out += "\nFabrics (" + std::to_string(t.fabrics_size()) + ")\n"
+           + render_table({"FABRIC", "SUBNET", "MACHINES", "LEAVES"}, rows);
+  }
+  for (const auto& n : t.not_checked())
+    out += "Not checked: " + n + "\n";
+  return out;
+}
+
 std::string format_policy(const v1::ValidationPolicy& p) {
   std::string burn = p.burn_in_seconds() == 0 ? "10m (default)"
                      : p.burn_in_seconds() % 60 == 0

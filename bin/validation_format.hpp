@@ -35,6 +35,12 @@ std::string format_report(const v1::ClusterReport& r);
 /// `astra astraeus report --html FILE`: the same as a printable page.
 std::string format_report_html(const v1::ClusterReport& r, const std::string& title);
 
+/// `astra astraeus topology` (issue 12; bring-up-a-gpu-cluster.md, step 5):
+/// "Findings (N)" with "! what" and "fix: …" lines as the seed shows them,
+/// then "Fabrics (N)" (FABRIC SUBNET MACHINES LEAVES) and "Not checked:"
+/// lines.
+std::string format_topology(const v1::TopologyReport& t);
+
 /// `astra astraeus policy set|list`.
 std::string format_policy(const v1::ValidationPolicy& p);
 

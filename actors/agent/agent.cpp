@@ -20,6 +20,8 @@
 #include <filesystem>
 
 #include "actors/agent/probe_actor.hpp"
+#include "runtime/host/rdma_fabric.hpp"
+#include "runtime/process/program_run.hpp"
 #include "messages/error.hpp"
 #include "messages/gpu_read.hpp"
 #include "runtime/process/wall_clock.hpp"
@@ -260,6 +262,11 @@ void send_report(agent_ptr self, bool fresh = false) {
   if (fresh || !st.facts_known) {
     st.host_facts = read_host_facts(st.config.host);
     st.facts_known = true;
+    // Issue 12: how the switch side of InfiniBand ports is known.
+    apply_switch_links(st.host_facts, {},
+                       resolve_program("iblinkinfo").empty()
+                         ? "infiniband-diags not installed (apt install infiniband-diags)"
+                         : "iblinkinfo is installed but the agent does not run it yet");
     // Remembered for the next discovery pass's capability summary.
     const auto& ports = st.host_facts.rdma_ports();
     st.rdma_up = std::any_of(ports.begin(), ports.end(),

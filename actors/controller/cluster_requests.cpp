@@ -12,6 +12,7 @@
 #include "actors/controller/cluster_day2_requests.hpp"
 #include "actors/gather.hpp"
 #include "actors/controller/machine_actor.hpp"
+#include "actors/validation/topology_findings.hpp"
 #include "messages/error.hpp"
 #include "runtime/gate/tokens.hpp"
 #include "runtime/process/wall_clock.hpp"
@@ -168,6 +169,26 @@ result_t list_machines(const cluster_request& r) {
       auto* list = out.mutable_machines();
       for (auto& v : views)
         *list->add_machines() = std::move(v);
+      rp.deliver(std::move(out));
+    },
+    warn_no_answer, atom::get_v);
+  return rp;
+}
+
+/// Issue 12: the fabrics and topology findings of every machine (or those
+/// of a pool), worked out from what their agents last reported.
+result_t get_topology(const cluster_request& r) {
+  auto rp = r.self->make_response_promise<v1::Response>();
+  gather<v1::MachineView>(
+    r.self, machine_handles(r), r.timeout,
+    [rp, id = r.id, pool = r.req.get_topology().pool(),
+     clock = r.self->state.config.clock](std::vector<v1::MachineView> views) mutable {
+      v1::MachineList list;
+      for (auto& v : views)
+        *list.add_machines() = std::move(v);
+      v1::Response out;
+      out.set_id(id);
+      *out.mutable_topology() = validation::analyse_topology(list, pool, clock->now_unix_ms());
       rp.deliver(std::move(out));
     },
     warn_no_answer, atom::get_v);
@@ -752,7 +773,7 @@ const std::vector<cluster_request_row>& cluster_request_table() {
     {R::kGetGpuHistory,    role::member, nullptr,               not_supported_yet},
     // issue 16 (run specs): audited by its handler, with what changed.
     {R::kSetWorkspaceGrants, role::admin, grant_name,           day2::set_workspace_grants},
-    {R::kGetTopology,      role::member, nullptr,               not_supported_yet},
+    {R::kGetTopology,      role::member, nullptr,               get_topology},
   };
   return rows;
 }

@@ -1,6 +1,7 @@
 // The Cluster Report (cluster_report.hpp).
 
 #include "actors/validation/cluster_report.hpp"
+#include "actors/validation/topology_findings.hpp"
 
 #include <algorithm>
 #include <vector>
@@ -62,6 +63,9 @@ v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map
             [](const auto* a, const auto* b) { return a->name() < b->name(); });
   std::vector<v1::CheckFinding> fails, warns;
   uint32_t passing = 0;
+  // Issue 12: what the topology finds on a machine makes its VERDICT warn
+  // while its checks pass (the seed's gpu-06 with a port at 200 Gb/s).
+  auto topology = analyse_topology(machines, pool, now_unix_ms);
   for (const auto* m : rows) {
     auto* row = out.add_rows();
     row->set_machine(m->name());
@@ -97,6 +101,12 @@ v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map
         fails.push_back(std::move(f));
       }
     }
+    for (const auto& f : topology.findings())
+      if (f.machine() == m->name()) {
+        warns.push_back(f);
+        if (worst >= 1)
+          worst = std::max(worst, 2);
+      }
     const char* verdict = worst == 3 ? "fail" : worst == 2 ? "warn" : worst == 1 ? "pass" : none;
     row->set_verdict(verdict);
     passing += worst == 1 ? 1 : 0;

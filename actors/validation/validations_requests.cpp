@@ -53,6 +53,7 @@ v1::Response list(self_ptr self, const v1::Request& req) {
       return a->created_unix_ms() > b->created_unix_ms();
     return a->id() > b->id();
   });
+  out.mutable_validations();  // an empty list is still a list (`-o json` prints {})
   for (const auto* v : all)
     *out.mutable_validations()->add_validations() = *v;
   return out;

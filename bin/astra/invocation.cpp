@@ -214,6 +214,8 @@ int call(options opts, v1::Request req,
       std::fputs((to_json(resp->validations()) + "\n").c_str(), stdout);
     else if (resp->has_report())
       std::fputs((to_json(resp->report()) + "\n").c_str(), stdout);
+    else if (resp->has_topology())
+      std::fputs((to_json(resp->topology()) + "\n").c_str(), stdout);
     else if (resp->has_validation_policy())
       std::fputs((to_json(resp->validation_policy()) + "\n").c_str(), stdout);
     else if (resp->has_validation_policies())

@@ -220,6 +220,21 @@ void add_report(CLI::App& app, invocation& inv) {
   });
 }
 
+/// Issue 12: `astra astraeus topology [--pool P]` (bring-up-a-gpu-cluster.md,
+/// step 5): the findings with their fixes, the fabrics, what was not checked.
+void add_topology(CLI::App& app, invocation& inv) {
+  auto* cmd = app.add_subcommand("topology", "the cluster's fabrics and what looks miswired "
+                                             "or degraded in them, with the fixes");
+  auto& pool = inv.keep<std::string>();
+  cmd->add_option("--pool", pool, "only the machines of this pool");
+  cmd->callback([&inv, &pool] {
+    v1::Request req;
+    req.mutable_get_topology()->set_pool(pool);
+    inv.rc = call(inv.opts, req,
+                  [](const v1::Response& r) { return format_topology(r.topology()); });
+  });
+}
+
 void add_policy(CLI::App& app, invocation& inv) {
   auto* policy = app.add_subcommand("policy", "a pool's validation policy");
   policy->require_subcommand(1);
@@ -305,6 +320,7 @@ void add_validation_commands(CLI::App& app, invocation& inv) {
                   [](const v1::Response& r) { return format_validation(r.validation()); });
   });
   add_report(app, inv);
+  add_topology(app, inv);
   add_policy(app, inv);
   add_accept(app, inv);
 }

@@ -1,5 +1,6 @@
 #include "messages/gpu_read.hpp"
 #include "runtime/host/host_facts.hpp"
+#include "runtime/host/rdma_fabric.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -559,6 +560,10 @@ void HostReader::read_rdma() {
         }
         port.set_netdev(chosen);
       }
+      std::vector<std::string> fabric_warnings;  // issue 12: GID, LID, NIC link
+      read_rdma_port_fabric(prefix_, dir, port_dir, port, fabric_warnings);
+      for (auto& w : fabric_warnings)
+        facts_.add_warnings(std::move(w));
       *facts_.add_rdma_ports() = std::move(port);
     }
   }

@@ -120,6 +120,8 @@ void create_validation(api_context& ctx);
 void get_validation(api_context& ctx);
 void list_validations(api_context& ctx);
 void get_cluster_report(api_context& ctx);
+/// GET /topology[?pool=P] (issue 12): the TopologyReport.
+void get_topology(api_context& ctx);
 void list_validation_policies(api_context& ctx);
 void set_validation_policy(api_context& ctx);
 // issue 20 (installer): an admin chooses a machine's data location.

@@ -286,6 +286,15 @@ void get_cluster_report(api_context& ctx) {
              [](const v1::Response& r) -> const v1::ClusterReport& { return r.report(); });
 }
 
+// Issue 12: the fabrics and topology findings (the console's Topology).
+void get_topology(api_context& ctx) {
+  v1::Request req;
+  req.mutable_get_topology()->set_pool(ctx.req.has_param("pool") ? ctx.req.get_param_value("pool")
+                                                                  : std::string{});
+  reply_with(ctx, std::move(req), 200,
+             [](const v1::Response& r) -> const v1::TopologyReport& { return r.topology(); });
+}
+
 // The pools' validation policies (the console's Validation -> Policies).
 void list_validation_policies(api_context& ctx) {
   v1::Request req;

@@ -53,7 +53,10 @@ protected:
   }
 
   /// Starts the controller with its API on 127.0.0.1:0 and waits for both.
+  /// The quick check a machine gets on coming Up would change the nodes'
+  /// view at a moment of its own; these tests count the changes they make.
   bool start_controller(std::vector<std::string> extra = {}, bool plain = true) {
+    extra.insert(extra.begin(), {"--set", "validation.quick_on_up=false"});
     auto c = start_api_controller(procs_, dir_.path(), port_, std::move(extra), plain);
     ctl_ = c.proc;
     api_port_ = c.api_port;
@@ -63,11 +66,11 @@ protected:
     return api_port_ != 0;
   }
 
-  process* start_agent() {
+  process* start_agent(const std::string& host_root = dgx_root) {
     std::vector<std::string> argv{program("astraeus-agent"), "--controller",
                                   "127.0.0.1:" + std::to_string(port_), "--data-dir",
                                   (dir_ / "agent").string(), "--name", machine_name,
-                                  "--report-interval", "1h", "--host-root", dgx_root,
+                                  "--report-interval", "1h", "--host-root", host_root,
                                   "--set", std::string{"gpu.nvml_library="} + ASTRAEUS_NVML_STAND_IN,
                                   "--set", "kmsg.path="};
     auto enrol = enrol_flags(port_, dir_.path(), machine_name);
@@ -249,6 +252,41 @@ TEST_F(Api, OpenApiListsEveryRouteAndEveryListedPathRoutes) {
       EXPECT_NE(res->status, 405) << m << " " << concrete;
     }
   }
+}
+
+// Issue 12 (bring-up-a-gpu-cluster.md, step 5): a port trained below the
+// machine's other ports is a topology finding with its fix, over the API
+// and `astra astraeus topology`, and what was not checked is said.
+TEST_F(Api, TopologyNamesADegradedPortWithItsFix) {
+  auto root = dir_ / "host";
+  fs::copy(dgx_root, root, fs::copy_options::recursive);
+  auto rate = root / "sys/class/infiniband/mlx5_5/ports/1/rate";
+  fs::remove(rate);
+  write_text(rate, "200 Gb/sec (4X HDR)\n");
+  ASSERT_TRUE(start_controller());
+  auto owner = client(owner_);
+  auto agent = start_agent(root.string());
+  const std::string what = machine_name + " mlx5_5 trained at 200 Gb/s, its peers at 400 Gb/s: "
+                           "every collective over rail 5 runs at that pace";
+  json topology;
+  ASSERT_TRUE(wait_until(
+    [&] {
+      auto r = owner->Get(base + "/topology");
+      topology = body_of(r);
+      return r && r->status == 200 && topology["findings"].size() == 1;
+    },
+    15s))
+    << topology.dump() << agent->err();
+  EXPECT_EQ(topology["findings"][0]["what"], what);
+  EXPECT_EQ(topology["findings"][0]["check"], "topology");
+  auto text = astra({"astraeus", "topology"});
+  ASSERT_EQ(text.rc, 0) << text.err;
+  EXPECT_TRUE(contains(text.out, "Findings (1)\n! " + what + "\nfix: Reseat or replace the cable "
+                                 "and transceiver of " + machine_name + " mlx5_5"))
+    << text.out;
+  EXPECT_TRUE(contains(text.out, "Not checked: leaf switches (and so wrong-leaf cabling): "
+                                 "infiniband-diags not installed"))
+    << text.out;
 }
 
 TEST_F(Api, MachinesAndGpusAsAstraPrintsThemPagesWatchMetricsAndClearFault) {
