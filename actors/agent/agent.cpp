@@ -252,6 +252,8 @@ void send_hello(agent_ptr self) {
   send_frame(self, frame);
 }
 
+void probe_fabric(agent_ptr self);
+
 /// Sends a report. `fresh`: read the host's facts now (the heartbeat);
 /// otherwise reuse the last ones read, so a report sent at once for a new
 /// fault latch or a cleared one costs no host reads.
@@ -262,11 +264,7 @@ void send_report(agent_ptr self, bool fresh = false) {
   if (fresh || !st.facts_known) {
     st.host_facts = read_host_facts(st.config.host);
     st.facts_known = true;
-    // Issue 12: how the switch side of InfiniBand ports is known.
-    apply_switch_links(st.host_facts, {},
-                       resolve_program("iblinkinfo").empty()
-                         ? "infiniband-diags not installed (apt install infiniband-diags)"
-                         : "iblinkinfo is installed but the agent does not run it yet");
+    probe_fabric(self);
     // Remembered for the next discovery pass's capability summary.
     const auto& ports = st.host_facts.rdma_ports();
     st.rdma_up = std::any_of(ports.begin(), ports.end(),
@@ -286,6 +284,10 @@ void send_report(agent_ptr self, bool fresh = false) {
   report->set_request_acceptance(st.config.request_acceptance);
   auto* facts = report->mutable_facts();
   *facts = st.host_facts;
+  // Issue 12: where the InfiniBand ports are cabled, as far as known.
+  apply_switch_links(*facts, st.switch_links,
+                     st.fabric_how.empty() ? std::string{"iblinkinfo has not run yet"}
+                                           : st.fabric_how);
   auto* gpus = facts->mutable_gpus();
   *gpus = st.gpus;
   if (!st.gpus_known) {
@@ -552,6 +554,54 @@ void offload_job(agent_ptr self, std::function<void()> work, std::function<void(
   st.jobs.emplace(job, std::move(done));
   st.jobs_waiting.emplace_back(job, std::move(work));
   start_jobs(self);
+}
+
+/// Issue 12: asks `iblinkinfo --switches-only` (infiniband-diags) where the
+/// machine's InfiniBand ports are cabled, on a job's thread with a 30 s
+/// deadline, at most every fabric_probe_interval; the next reports carry
+/// the switches (or why they are not known).
+void probe_fabric(agent_ptr self) {
+  auto& st = self->state;
+  const auto& ports = st.host_facts.rdma_ports();
+  bool infiniband = std::any_of(ports.begin(), ports.end(),
+                                [](const auto& p) { return p.link_layer() == "InfiniBand"; });
+  auto now = self->clock().now();
+  if (!infiniband || st.fabric_probing
+      || (st.fabric_probed != caf::actor_clock::time_point{}
+          && now - st.fabric_probed < fabric_probe_interval))
+    return;
+  st.fabric_probed = now;
+  auto program = resolve_program("iblinkinfo");
+  if (program.empty()) {
+    st.switch_links.clear();
+    st.fabric_how = "infiniband-diags not installed (apt install infiniband-diags)";
+    return;
+  }
+  st.fabric_probing = true;
+  auto out = std::make_shared<run_outcome>();
+  offload_job(
+    self,
+    [out, program] {
+      *out = run_program(program, {"--switches-only"},
+                         std::chrono::steady_clock::now() + std::chrono::seconds{30});
+    },
+    [self, out] {
+      auto& st = self->state;
+      st.fabric_probing = false;
+      if (out->exited && out->exit_code == 0) {
+        st.switch_links = parse_iblinkinfo(out->out);
+        st.fabric_how = "iblinkinfo";
+        send_report(self);  // the controller learns the cabling now
+        return;
+      }
+      auto first_line = out->err.substr(0, out->err.find('\n')).substr(0, 200);
+      st.fabric_how = "iblinkinfo failed: "
+                      + (out->timed_out        ? std::string{"no answer within 30 s"}
+                         : !out->error.empty() ? out->error
+                                               : "exit " + std::to_string(out->exit_code)
+                                                   + (first_line.empty() ? "" : ": " + first_line));
+      spdlog::warn("agent {}: {}", st.config.identity.name, st.fabric_how);
+    });
 }
 
 void on_job_done(agent_ptr self, uint64_t job) {

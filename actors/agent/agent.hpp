@@ -29,6 +29,7 @@
 #include "runtime/gate/secure_channel.hpp"
 #include "runtime/faults/fault_latch.hpp"
 #include "runtime/host/host_facts.hpp"
+#include "runtime/host/rdma_fabric.hpp"
 #include "runtime/faults/kmsg.hpp"
 #include "runtime/process/wall_clock.hpp"
 #include "runtime/workers/worker_ledger.hpp"
@@ -171,7 +172,20 @@ struct agent_state {
   std::unique_ptr<kmsg_reader> kmsg;      ///< the kernel-log reader thread
   /// The first discovery pass was started (after the kernel log's backlog).
   bool first_pass_started = false;
+  /// Issue 12: the switch side of the InfiniBand ports from the last
+  /// `iblinkinfo --switches-only` (LID -> switch and port), how it was found
+  /// or why not ("iblinkinfo", "infiniband-diags not installed …"), when it
+  /// last ran (every fabric_probe_interval while the machine has an
+  /// InfiniBand port), and whether a run is in flight (on a job's thread).
+  std::map<uint32_t, ib_switch_link> switch_links;
+  std::string fabric_how;
+  caf::actor_clock::time_point fabric_probed{};
+  bool fabric_probing = false;
 };
+
+/// How often the agent asks `iblinkinfo` where its InfiniBand ports are
+/// cabled (a fabric scan: seconds on a large fabric, so not every report).
+inline constexpr std::chrono::minutes fabric_probe_interval{10};
 
 /// The agent's behaviour (its handlers: `agent_actor` in
 /// actors/interfaces.hpp).

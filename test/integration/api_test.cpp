@@ -66,7 +66,8 @@ protected:
     return api_port_ != 0;
   }
 
-  process* start_agent(const std::string& host_root = dgx_root) {
+  process* start_agent(const std::string& host_root = dgx_root,
+                       std::vector<std::string> env = {}) {
     std::vector<std::string> argv{program("astraeus-agent"), "--controller",
                                   "127.0.0.1:" + std::to_string(port_), "--data-dir",
                                   (dir_ / "agent").string(), "--name", machine_name,
@@ -76,7 +77,8 @@ protected:
     auto enrol = enrol_flags(port_, dir_.path(), machine_name);
     EXPECT_FALSE(enrol.empty());
     argv.insert(argv.end(), enrol.begin(), enrol.end());
-    return spawn("agent", argv, {"ASTRAEUS_NVML_FIXTURE=" + h100x8});
+    env.push_back("ASTRAEUS_NVML_FIXTURE=" + h100x8);
+    return spawn("agent", argv, std::move(env));
   }
 
   std::unique_ptr<httplib::Client> client(const std::string& token) {
@@ -287,6 +289,35 @@ TEST_F(Api, TopologyNamesADegradedPortWithItsFix) {
   EXPECT_TRUE(contains(text.out, "Not checked: leaf switches (and so wrong-leaf cabling): "
                                  "infiniband-diags not installed"))
     << text.out;
+
+  // With infiniband-diags (a stand-in iblinkinfo printing what a QM9700
+  // leaf reports), the agent learns where mlx5_5 (LID 26) is cabled.
+  agent->kill_now();
+  write_text(root / "sys/class/infiniband/mlx5_5/ports/1/lid", "0x1a\n");
+  auto bin = dir_ / "bin";
+  fs::create_directories(bin);
+  write_text(bin / "iblinkinfo",
+             "#!/bin/sh\n"
+             "echo 'Switch: 0x0c42a10300aabb05 QM9700 leaf-05:'\n"
+             "echo '           5    7[  ] ==( 4X      106.25 Gbps Active/  LinkUp)==>      26"
+             "    1[  ] \"gpu-01 HCA-6\" ( )'\n");
+  fs::permissions(bin / "iblinkinfo", fs::perms::owner_all);
+  agent = start_agent(root.string(), {"PATH=" + bin.string() + ":/usr/bin:/bin"});
+  ASSERT_TRUE(wait_until(
+    [&] {
+      topology = body_of(owner->Get(base + "/topology"));
+      return topology["fabrics"].dump().find("QM9700 leaf-05") != std::string::npos;
+    },
+    15s))
+    << topology.dump() << agent->err();
+  text = astra({"astraeus", "topology"});
+  EXPECT_FALSE(contains(text.out, "infiniband-diags not installed")) << text.out;
+  auto machine = json::parse(astra({"machine", machine_name, "-o", "json"}).out, nullptr, false);
+  int cabled = -1;
+  for (const auto& p : machine["facts"]["rdma_ports"])
+    if (p.value("device", "") == "mlx5_5")
+      cabled = p.value("switch_port", -1);
+  EXPECT_EQ(cabled, 7) << machine.dump();
 }
 
 TEST_F(Api, MachinesAndGpusAsAstraPrintsThemPagesWatchMetricsAndClearFault) {

@@ -4,6 +4,7 @@
 /// ports, child processes (always killed by their owner), running a command
 /// to completion, raw gate sockets, and bounded polling.
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cerrno>
@@ -249,6 +250,14 @@ private:
       args.push_back(a.data());
     args.push_back(nullptr);
     env_ = child_environment();
+    // An addition names a variable the child would inherit (PATH): it
+    // replaces it (getenv finds the first).
+    for (const auto& add : extra_env_) {
+      auto name = add.substr(0, add.find('=') + 1);
+      env_.erase(std::remove_if(env_.begin(), env_.end(),
+                                [&](const std::string& e) { return e.rfind(name, 0) == 0; }),
+                 env_.end());
+    }
     env_.insert(env_.end(), extra_env_.begin(), extra_env_.end());
     std::vector<char*> envp;
     for (auto& e : env_)
