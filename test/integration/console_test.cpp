@@ -335,6 +335,13 @@ TEST_F(Console, GpusMachinesAndClearFaultInHeadlessChromium) {
   // Policies: Save, clicked.
   dom = browse(validation + "?cluster=default", "do=save-policy-h100");
   EXPECT_TRUE(contains(dom, "pool h100: policy saved")) << dom;
+  // Issue 12: Compute -> Topology: the findings (none on the DGX fixture's
+  // eight 400 Gb/s InfiniBand ports), its fabrics, and what was not checked.
+  dom = browse("/o/default/compute/topology");
+  EXPECT_TRUE(contains(dom, "<h1>Topology</h1>")) << dom;
+  EXPECT_TRUE(contains(dom, "Findings (0)")) << dom;
+  EXPECT_TRUE(contains(dom, "id=\"fabrics\"") && contains(dom, "gpu-01")) << dom;
+  EXPECT_TRUE(contains(dom, "id=\"not-checked\"")) << dom;
   // The run's worker (a host process) ends with the run, not with the test.
   httplib::Client owner{"127.0.0.1", api_port_};
   owner.set_bearer_token_auth(owner_);

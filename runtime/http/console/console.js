@@ -3,7 +3,8 @@
 // "Authorization: Bearer" to the API), then draws the page the address
 // names: /o/<org>/compute/gpus, /o/<org>/machines,
 // /o/<org>/machines/<machine>/gpus/<uuid>, /o/<org>/w/<workspace>/validation
-// (validation.js) (also under /console/...).
+// (validation.js), /o/<org>/compute/topology (topology.js) (also under
+// /console/...).
 "use strict";
 
 const ORG = document.querySelector('meta[name="astraeus-organization"]').content;
@@ -334,7 +335,8 @@ function markNav(which) {
   document.getElementById("nav-machines").href = base() + "/machines";
   document.getElementById("nav-validation").href = base() + "/w/default/validation?cluster="
                                                     + encodeURIComponent(CLUSTER);
-  for (const id of ["nav-gpus", "nav-machines", "nav-validation"])
+  document.getElementById("nav-topology").href = base() + "/compute/topology";
+  for (const id of ["nav-gpus", "nav-machines", "nav-validation", "nav-topology"])
     document.getElementById(id).classList.toggle("current", id === which);
 }
 
@@ -362,6 +364,10 @@ async function draw(r, params) {
   } else if (path === "/machines") {
     markNav("nav-machines");
     await machinesPage();
+  } else if (path === "/compute/topology") {
+    // topology.js (issue 12): the findings, the fabrics, what was not checked.
+    markNav("nav-topology");
+    await topologyPage();
   } else if (path === "/validation") {
     // validation.js (issue 21): /o/<org>/w/<workspace>/validation?cluster=&validation=
     markNav("nav-validation");
