@@ -342,6 +342,19 @@ TEST_F(Console, GpusMachinesAndClearFaultInHeadlessChromium) {
   EXPECT_TRUE(contains(dom, "Findings (0)")) << dom;
   EXPECT_TRUE(contains(dom, "id=\"fabrics\"") && contains(dom, "gpu-01")) << dom;
   EXPECT_TRUE(contains(dom, "id=\"not-checked\"")) << dom;
+  // Runs, the run's page (the address `astra run` prints) with its worker
+  // and log, Audit, and Add machine's install command.
+  dom = browse("/o/default/jobs");
+  EXPECT_TRUE(contains(dom, "<h1>Runs</h1>") && contains(dom, "id=\"run-idle\"")) << dom;
+  EXPECT_TRUE(contains(dom, "href=\"/o/default/w/default/jobs/default/idle\"")) << dom;
+  dom = browse("/o/default/w/default/jobs/default/idle");
+  EXPECT_TRUE(contains(dom, "<h1>idle</h1>")) << dom;
+  EXPECT_TRUE(contains(dom, "id=\"worker-0\"") && contains(dom, "id=\"logs\"")) << dom;
+  dom = browse("/o/default/audit");
+  EXPECT_TRUE(contains(dom, "<h1>Audit</h1>") && contains(dom, "create join token")) << dom;
+  dom = browse("/o/default/machines", "do=add-machine,get-install-command");
+  EXPECT_TRUE(contains(dom, "id=\"install-command\"") && contains(dom, "install.sh")) << dom;
+  EXPECT_TRUE(contains(dom, "Waiting for the machine to connect")) << dom;
   // The run's worker (a host process) ends with the run, not with the test.
   httplib::Client owner{"127.0.0.1", api_port_};
   owner.set_bearer_token_auth(owner_);

@@ -3,8 +3,9 @@
 // "Authorization: Bearer" to the API), then draws the page the address
 // names: /o/<org>/compute/gpus, /o/<org>/machines,
 // /o/<org>/machines/<machine>/gpus/<uuid>, /o/<org>/w/<workspace>/validation
-// (validation.js), /o/<org>/compute/topology (topology.js) (also under
-// /console/...).
+// (validation.js), /o/<org>/compute/topology (topology.js), /o/<org>/jobs,
+// /o/<org>/w/<workspace>/jobs/<cluster>/<run>, /o/<org>/audit and the
+// Machines page's Add machine (runs.js) (also under /console/...).
 "use strict";
 
 const ORG = document.querySelector('meta[name="astraeus-organization"]').content;
@@ -250,7 +251,7 @@ async function machinesPage() {
   const list = (await api("GET", "/nodes")).machines || [];
   const head = ["Machine", "State", "Pool", "Labels", "GPUs", "CPU", "Memory", "Data location",
                 "Conditions", ""];
-  show(el("h1", { text: "Machines" }),
+  show(el("h1", { text: "Machines" }), addMachineButton(),
        list.length === 0 ? el("p", { class: "muted", text: "No machines yet." })
          : el("table", { id: "machines" }, el("tr", {}, head.map((h) => el("th", { text: h }))),
               list.map(machineRow)));
@@ -336,7 +337,10 @@ function markNav(which) {
   document.getElementById("nav-validation").href = base() + "/w/default/validation?cluster="
                                                     + encodeURIComponent(CLUSTER);
   document.getElementById("nav-topology").href = base() + "/compute/topology";
-  for (const id of ["nav-gpus", "nav-machines", "nav-validation", "nav-topology"])
+  document.getElementById("nav-runs").href = base() + "/jobs";
+  document.getElementById("nav-audit").href = base() + "/audit";
+  for (const id of ["nav-gpus", "nav-machines", "nav-validation", "nav-topology", "nav-runs",
+                    "nav-audit"])
     document.getElementById(id).classList.toggle("current", id === which);
 }
 
@@ -364,6 +368,16 @@ async function draw(r, params) {
   } else if (path === "/machines") {
     markNav("nav-machines");
     await machinesPage();
+  } else if (path === "/jobs") {
+    // runs.js: every run; a run's page is the address `astra run` prints.
+    markNav("nav-runs");
+    await runsPage();
+  } else if ((m = path.match(/^\/jobs\/[^/]+\/([^/]+)$/))) {
+    markNav("nav-runs");
+    await runPage(decodeURIComponent(m[1]), Number(new URLSearchParams(location.search).get("worker") || 0));
+  } else if (path === "/audit") {
+    markNav("nav-audit");
+    await auditPage();
   } else if (path === "/compute/topology") {
     // topology.js (issue 12): the findings, the fabrics, what was not checked.
     markNav("nav-topology");
@@ -382,8 +396,15 @@ async function draw(r, params) {
   }
   // #do=<button id> clicks that button once, as a person would (the
   // browser test's way in); for Clear fault the address is the confirmation.
-  const button = params.get("do") && document.getElementById(params.get("do"));
-  if (button && button.tagName === "BUTTON") {
+  // Several ids ("do=add-machine,get-install-command") click in turn, each
+  // once it has appeared (within 3 s).
+  for (const id of (params.get("do") || "").split(",").filter(Boolean)) {
+    let button = document.getElementById(id);
+    for (let i = 0; !button && i < 60; i++) {
+      await new Promise((done) => setTimeout(done, 50));
+      button = document.getElementById(id);
+    }
+    if (!button || button.tagName !== "BUTTON") break;
     confirmedByAddress = button.id === "clear-fault";
     button.click();
   }
