@@ -327,10 +327,11 @@ void for_display(v1::Run& run, bool in_list) {
         m.clear_content();
 }
 
-/// Delivers a run as request `id`'s Response on `rp`.
-auto deliver_run(promise_t rp, uint64_t id) {
-  return [rp, id](v1::Run& run) mutable {
+/// Delivers a run as request `id`'s Response on `rp`, with its console page.
+auto deliver_run(cluster_ptr self, promise_t rp, uint64_t id) {
+  return [self, rp, id](v1::Run& run) mutable {
     for_display(run, false);
+    run.set_console_url(run_console_url(self->state.config, run.spec()));
     v1::Response out;
     out.set_id(id);
     *out.mutable_run() = std::move(run);
@@ -363,7 +364,7 @@ result_t submit_run(const cluster_request& r) {
   spec.clear_result_line();
   auto rp = r.self->make_response_promise<v1::Response>();
   r.self->request(st.config.scheduler, r.timeout, atom::submit_v, std::move(spec))
-    .then(deliver_run(rp, r.id), deliver_error(rp, r.id));
+    .then(deliver_run(r.self, rp, r.id), deliver_error(rp, r.id));
   return rp;
 }
 
@@ -373,7 +374,7 @@ result_t get_run(const cluster_request& r) {
     return r.error(no_scheduler());
   auto rp = r.self->make_response_promise<v1::Response>();
   r.self->request(sched, r.timeout, atom::get_v, r.req.get_run().name())
-    .then(deliver_run(rp, r.id), deliver_error(rp, r.id));
+    .then(deliver_run(r.self, rp, r.id), deliver_error(rp, r.id));
   return rp;
 }
 
@@ -383,7 +384,7 @@ result_t delete_run(const cluster_request& r) {
   if (!sched)
     return r.error(no_scheduler());
   auto rp = r.self->make_response_promise<v1::Response>();
-  auto on_run = deliver_run(rp, r.id);
+  auto on_run = deliver_run(r.self, rp, r.id);
   auto on_error = deliver_error(rp, r.id);
   const auto& name = r.req.delete_run().name();
   if (!st.config.tokens || has_role(r.caller(), role::admin)) {
@@ -418,9 +419,11 @@ result_t list_runs(const cluster_request& r) {
   auto rp = r.self->make_response_promise<v1::Response>();
   r.self->request(sched, r.timeout, atom::runs_v)
     .then(
-      [rp, id = r.id](v1::RunList& runs) mutable {
-        for (auto& run : *runs.mutable_runs())
+      [self = r.self, rp, id = r.id](v1::RunList& runs) mutable {
+        for (auto& run : *runs.mutable_runs()) {
           for_display(run, true);
+          run.set_console_url(run_console_url(self->state.config, run.spec()));
+        }
         v1::Response out;
         out.set_id(id);
         *out.mutable_runs() = std::move(runs);
@@ -699,7 +702,7 @@ using R = v1::Request;
 } // namespace
 
 // Bodies whose handlers are on branches not landed yet (the data location,
-// workspace grants, the topology and GPU history): refused in words.
+// workspace grants and the topology): refused in words.
 caf::result<v1::Response> not_supported_yet(const cluster_request& r) {
   const auto* field = v1::Request::descriptor()->FindFieldByNumber(r.req.body_case());
   return r.error(caf::make_error(ec::invalid_request,
@@ -745,7 +748,7 @@ const std::vector<cluster_request_row>& cluster_request_table() {
     {R::kRevokeJoinToken,  role::admin,  revoke_join_name,      day2::revoke_join_token},
     {R::kListApiTokens,    role::admin,  nullptr,               day2::list_api_tokens},
     {R::kDeleteWorkspace,  role::admin,  nullptr,               day2::delete_workspace},
-    {R::kGetGpuHistory,    role::member, nullptr,               not_supported_yet},
+    {R::kGetGpuHistory,    role::member, nullptr,               day2::get_gpu_history},
     {R::kSetWorkspaceGrants, role::admin, nullptr,              not_supported_yet},
     {R::kGetTopology,      role::member, nullptr,               not_supported_yet},
   };

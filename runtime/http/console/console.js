@@ -2,8 +2,8 @@
 // Signs in with an API token (kept in sessionStorage, sent as
 // "Authorization: Bearer" to the API), then draws the page the address
 // names: /o/<org>/compute/gpus, /o/<org>/machines,
-// /o/<org>/machines/<machine>/gpus/<uuid>, /o/<org>/w/<workspace>/validation
-// (validation.js) (also under /console/...).
+// /o/<org>/machines/<machine>/gpus/<uuid> (its charts: gpu_history.js),
+// /o/<org>/w/<workspace>/validation (validation.js) (also under /console/...).
 "use strict";
 
 const ORG = document.querySelector('meta[name="astraeus-organization"]').content;
@@ -292,6 +292,7 @@ async function gpuPage(machine, uuid, notice) {
   const button = isAdmin() && latches.length
     ? el("button", { type: "button", class: "danger", id: "clear-fault", text: "Clear fault",
                      onclick: () => clearFault(v) }) : "";
+  const history = await gpuHistorySection(machine, g.id || uuid);
   show(el("h1", { text: (g.model || "GPU") + " · " + machine }),
        notice ? el("p", { class: "notice", id: "notice", text: notice }) : "",
        el("dl", { class: "facts", id: "gpu" },
@@ -309,6 +310,7 @@ async function gpuPage(machine, uuid, notice) {
           fact("NVLink", links.length ? links.length + " link record(s)" : "—", "gpu-nvlink"),
           fact("PCI", g.pci_address || "—", "gpu-pci"),
           fact("Last seen", when(v.last_seen_unix_ms) + (v.machine_up ? "" : " (machine not Up: last known)"), "gpu-seen")),
+       history,
        el("h2", { text: "Latched faults" }), latchesTable(latches), button,
        el("p", {}, el("a", { href: base() + "/compute/gpus", text: "← All GPUs" })));
   return v;
