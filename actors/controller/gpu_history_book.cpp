@@ -94,38 +94,63 @@ v1::GpuSample to_sample(const gpu_point& p) {
   return s;
 }
 
+namespace {
+
+/// Sets series `bit` of `p` to `value` when the sample has it.
+template <class T, class V>
+void take_series(gpu_point& p, gpu_point::series bit, T gpu_point::*field, bool has, V value) {
+  if (!has)
+    return;
+  p.present |= bit;
+  p.*field = static_cast<T>(value);
+}
+
+/// The series a GPU's facts and its sample share, by field name (the same
+/// in v1::Gpu and v1::GpuSample, optional scalars both).
+constexpr const char* shared_series[] = {"utilization_percent", "memory_used_bytes",
+                                         "temperature_c",       "power_watts",
+                                         "sm_clock_mhz",        "memory_clock_mhz"};
+
+/// Copies the shared series that `from` has into `to`.
+void copy_shared_series(const google::protobuf::Message& from, google::protobuf::Message& to) {
+  using fd = google::protobuf::FieldDescriptor;
+  const auto* rf = from.GetReflection();
+  const auto* rt = to.GetReflection();
+  for (const char* name : shared_series) {
+    const auto* ff = from.GetDescriptor()->FindFieldByName(name);
+    const auto* ft = to.GetDescriptor()->FindFieldByName(name);
+    if (ff == nullptr || ft == nullptr || ff->cpp_type() != ft->cpp_type()
+        || !rf->HasField(from, ff))
+      continue;
+    switch (ff->cpp_type()) {
+      case fd::CPPTYPE_DOUBLE: rt->SetDouble(&to, ft, rf->GetDouble(from, ff)); break;
+      case fd::CPPTYPE_UINT32: rt->SetUInt32(&to, ft, rf->GetUInt32(from, ff)); break;
+      case fd::CPPTYPE_UINT64: rt->SetUInt64(&to, ft, rf->GetUInt64(from, ff)); break;
+      default: break;
+    }
+  }
+}
+
+} // namespace
+
 gpu_point from_sample(const v1::GpuSample& s) {
   gpu_point p;
   p.unix_ms = s.unix_ms();
-  if (s.has_utilization_percent()) {
-    p.present |= gpu_point::utilization;
-    p.utilization_percent = static_cast<float>(s.utilization_percent());
-  }
-  if (s.has_memory_used_bytes()) {
-    p.present |= gpu_point::memory_used;
-    p.memory_used_bytes = s.memory_used_bytes();
-  }
-  if (s.has_temperature_c()) {
-    p.present |= gpu_point::temperature;
-    p.temperature_c = static_cast<float>(s.temperature_c());
-  }
-  if (s.has_power_watts()) {
-    p.present |= gpu_point::power;
-    p.power_watts = static_cast<float>(s.power_watts());
-  }
-  if (s.has_sm_clock_mhz()) {
-    p.present |= gpu_point::sm_clock;
-    p.sm_clock_mhz = s.sm_clock_mhz();
-  }
-  if (s.has_memory_clock_mhz()) {
-    p.present |= gpu_point::memory_clock;
-    p.memory_clock_mhz = s.memory_clock_mhz();
-  }
+  take_series(p, gpu_point::utilization, &gpu_point::utilization_percent,
+              s.has_utilization_percent(), s.utilization_percent());
+  take_series(p, gpu_point::memory_used, &gpu_point::memory_used_bytes,
+              s.has_memory_used_bytes(), s.memory_used_bytes());
+  take_series(p, gpu_point::temperature, &gpu_point::temperature_c, s.has_temperature_c(),
+              s.temperature_c());
+  take_series(p, gpu_point::power, &gpu_point::power_watts, s.has_power_watts(),
+              s.power_watts());
+  take_series(p, gpu_point::sm_clock, &gpu_point::sm_clock_mhz, s.has_sm_clock_mhz(),
+              s.sm_clock_mhz());
+  take_series(p, gpu_point::memory_clock, &gpu_point::memory_clock_mhz,
+              s.has_memory_clock_mhz(), s.memory_clock_mhz());
+  take_series(p, gpu_point::ecc, &gpu_point::ecc_uncorrectable, s.has_ecc_uncorrectable(),
+              s.ecc_uncorrectable());
   p.xid_events = s.xid_events();
-  if (s.has_ecc_uncorrectable()) {
-    p.present |= gpu_point::ecc;
-    p.ecc_uncorrectable = s.ecc_uncorrectable();
-  }
   if (auto h = parse_gpu_health(s.health()))
     p.health = static_cast<uint8_t>(*h);
   p.folded = std::max<uint32_t>(1, s.folded());
@@ -136,18 +161,7 @@ gpu_point point_of(const v1::Gpu& facts, std::optional<gpu_health> health,
                    int64_t unix_ms) {
   v1::GpuSample s;
   s.set_unix_ms(unix_ms);
-  if (facts.has_utilization_percent())
-    s.set_utilization_percent(facts.utilization_percent());
-  if (facts.has_memory_used_bytes())
-    s.set_memory_used_bytes(facts.memory_used_bytes());
-  if (facts.has_temperature_c())
-    s.set_temperature_c(facts.temperature_c());
-  if (facts.has_power_watts())
-    s.set_power_watts(facts.power_watts());
-  if (facts.has_sm_clock_mhz())
-    s.set_sm_clock_mhz(facts.sm_clock_mhz());
-  if (facts.has_memory_clock_mhz())
-    s.set_memory_clock_mhz(facts.memory_clock_mhz());
+  copy_shared_series(facts, s);
   uint64_t events = 0;
   for (const auto& i : facts.incidents())
     events += std::max<uint64_t>(1, i.count());
@@ -168,18 +182,7 @@ v1::Gpu sampled_facts(const v1::Gpu& facts) {
   out.set_pci_address(facts.pci_address());
   if (facts.has_index())
     out.set_index(facts.index());
-  if (facts.has_utilization_percent())
-    out.set_utilization_percent(facts.utilization_percent());
-  if (facts.has_memory_used_bytes())
-    out.set_memory_used_bytes(facts.memory_used_bytes());
-  if (facts.has_temperature_c())
-    out.set_temperature_c(facts.temperature_c());
-  if (facts.has_power_watts())
-    out.set_power_watts(facts.power_watts());
-  if (facts.has_sm_clock_mhz())
-    out.set_sm_clock_mhz(facts.sm_clock_mhz());
-  if (facts.has_memory_clock_mhz())
-    out.set_memory_clock_mhz(facts.memory_clock_mhz());
+  copy_shared_series(facts, out);
   if (facts.ecc().has_volatile_uncorrectable())
     out.mutable_ecc()->set_volatile_uncorrectable(facts.ecc().volatile_uncorrectable());
   if (facts.has_ras_uncorrectable())

@@ -250,13 +250,14 @@ TEST_F(CliDay2, TokensAndWorkspacesAreListedRevokedAndDeleted) {
   auto again = astra({"workspace", "delete", "default"});
   EXPECT_EQ(again.rc, 1);
   EXPECT_TRUE(has(again.err, "workspace default cannot be deleted")) << again.err;
-  // gpu show: the GPU's current facts, and no history yet.
+  // gpu show: the GPU's current facts and its last hour as sparklines.
   auto gpus = astra({"gpus", "--machine", "gpu-09", "-o", "json"});
   auto first = nlohmann::json::parse(gpus.out)["gpus"][0]["gpu"].value("id", "");
   auto show = astra({"gpu", "show", "gpu-09", first});
   EXPECT_EQ(show.rc, 0) << show.err;
   EXPECT_TRUE(has(show.out, first)) << show.out;
-  EXPECT_TRUE(has(show.out, "History: not kept yet")) << show.out;
+  EXPECT_TRUE(has(show.out, "History: the last hour, one column a minute")) << show.out;
+  EXPECT_TRUE(has(show.out, "█  97 %")) << show.out;
   auto none = astra({"gpu", "show", "gpu-09", "GPU-nope"});
   EXPECT_EQ(none.rc, 1);
   EXPECT_TRUE(has(none.err, "machine gpu-09 has no GPU GPU-nope")) << none.err;
