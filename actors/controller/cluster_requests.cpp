@@ -368,13 +368,38 @@ result_t submit_run(const cluster_request& r) {
   return rp;
 }
 
+/// The workspace `run` was submitted to ("default" when it named none).
+std::string workspace_of(const v1::Run& run) {
+  return run.spec().workspace().empty() ? std::string{default_workspace}
+                                        : run.spec().workspace();
+}
+
+/// Issue 13 item 6: a request that names a workspace (`--workspace`) means
+/// a run of that workspace only. Errors: ec::invalid_request "no run named
+/// X in workspace W (it is in workspace V)"; none when `workspace` is empty.
+caf::error outside_workspace(const v1::Run& run, const std::string& workspace) {
+  if (workspace.empty() || workspace_of(run) == workspace)
+    return caf::none;
+  return caf::make_error(ec::invalid_request,
+                         "no run named " + run.spec().name() + " in workspace " + workspace
+                           + " (it is in workspace " + workspace_of(run) + ")");
+}
+
 result_t get_run(const cluster_request& r) {
   auto& sched = r.self->state.config.scheduler;
   if (!sched)
     return r.error(no_scheduler());
   auto rp = r.self->make_response_promise<v1::Response>();
   r.self->request(sched, r.timeout, atom::get_v, r.req.get_run().name())
-    .then(deliver_run(r.self, rp, r.id), deliver_error(rp, r.id));
+    .then(
+      [on_run = deliver_run(r.self, rp, r.id), rp, id = r.id,
+       workspace = r.req.get_run().workspace()](v1::Run& run) mutable {
+        if (auto err = outside_workspace(run, workspace))
+          rp.deliver(error_response(id, err));
+        else
+          on_run(run);
+      },
+      deliver_error(rp, r.id));
   return rp;
 }
 
@@ -387,16 +412,22 @@ result_t delete_run(const cluster_request& r) {
   auto on_run = deliver_run(r.self, rp, r.id);
   auto on_error = deliver_error(rp, r.id);
   const auto& name = r.req.delete_run().name();
-  if (!st.config.tokens || has_role(r.caller(), role::admin)) {
+  const auto& workspace = r.req.delete_run().workspace();
+  bool any_owner = !st.config.tokens || has_role(r.caller(), role::admin);
+  if (any_owner && workspace.empty()) {
     r.self->request(sched, r.timeout, atom::remove_v, name).then(on_run, on_error);
     return rp;
   }
-  // Members stop only their own runs.
+  // Members stop only their own runs; --workspace only that workspace's.
   r.self->request(sched, r.timeout, atom::get_v, name)
     .then(
       [self = r.self, sched, timeout = r.timeout, name, owner = r.caller().name(),
-       on_run, on_error, rp, id = r.id](v1::Run& run) mutable {
-        if (run.spec().owner() != owner) {
+       any_owner, workspace, on_run, on_error, rp, id = r.id](v1::Run& run) mutable {
+        if (auto err = outside_workspace(run, workspace)) {
+          rp.deliver(error_response(id, err));
+          return;
+        }
+        if (!any_owner && run.spec().owner() != owner) {
           rp.deliver(error_response(
             id, caf::make_error(ec::permission_denied,
                                 "run " + name + " is "
@@ -419,7 +450,17 @@ result_t list_runs(const cluster_request& r) {
   auto rp = r.self->make_response_promise<v1::Response>();
   r.self->request(sched, r.timeout, atom::runs_v)
     .then(
-      [self = r.self, rp, id = r.id](v1::RunList& runs) mutable {
+      [self = r.self, rp, id = r.id,
+       workspace = r.req.list_runs().workspace()](v1::RunList& runs) mutable {
+        // --workspace: that workspace's runs only.
+        if (!workspace.empty()) {
+          auto* all = runs.mutable_runs();
+          all->erase(std::remove_if(all->begin(), all->end(),
+                                    [&](const v1::Run& run) {
+                                      return workspace_of(run) != workspace;
+                                    }),
+                     all->end());
+        }
         for (auto& run : *runs.mutable_runs()) {
           for_display(run, true);
           run.set_console_url(run_console_url(self->state.config, run.spec()));
@@ -488,8 +529,11 @@ result_t get_logs(const cluster_request& r) {
   r.self->request(sched, r.timeout, atom::get_v, r.req.get_logs().run())
     .then(
       [self = r.self, rp, id = r.id, timeout = r.timeout,
-       q = r.req.get_logs()](v1::Run& run) {
-        fetch_logs(self, rp, id, timeout, q, run);
+       q = r.req.get_logs()](v1::Run& run) mutable {
+        if (auto err = outside_workspace(run, q.workspace()))
+          rp.deliver(error_response(id, err));
+        else
+          fetch_logs(self, rp, id, timeout, q, run);
       },
       deliver_error(rp, r.id));
   return rp;

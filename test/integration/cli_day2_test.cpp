@@ -176,6 +176,17 @@ TEST_F(CliDay2, DrainStopsTheWorkersThenRemoveForgetsTheMachineAndRefusesItsAgen
                     "64M", "--", "sleep", "600"});
   ASSERT_EQ(run.rc, 0) << run.err;
   ASSERT_TRUE(ended("long", "Running"));
+  // --workspace (issue 13 item 6): a run of another workspace is refused.
+  EXPECT_TRUE(has(astra({"runs", "--workspace", "default"}).out, "long"));
+  EXPECT_FALSE(has(astra({"runs", "--workspace", "vision"}).out, "long"));
+  auto elsewhere = astra({"logs", "long", "--workspace", "vision"});
+  EXPECT_EQ(elsewhere.rc, 1);
+  EXPECT_TRUE(has(elsewhere.err, "no run named long in workspace vision (it is in workspace "
+                                 "default)"))
+    << elsewhere.err;
+  EXPECT_EQ(astra({"run", "show", "long", "--workspace", "vision"}).rc, 1);
+  EXPECT_EQ(astra({"delete", "long", "--workspace", "vision"}).rc, 1);
+  EXPECT_EQ(astra({"run", "show", "long", "--workspace", "default"}).rc, 0);
   auto early = astra({"machine", "remove", "gpu-09"});
   EXPECT_EQ(early.rc, 1);
   EXPECT_TRUE(has(early.err, "machine gpu-09 is Up: only a Down machine or a drained one is "
