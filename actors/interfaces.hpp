@@ -29,6 +29,26 @@ using gpu_actor = caf::typed_actor<
   // The GPU as `astra gpus` shows it.
   caf::replies_to<atom::get>::with<v1::GpuView>>;
 
+/// Every GPU's history on the controller (actors/controller/gpu_history_actor.hpp):
+/// raw samples for 1 h, 1-minute means for 6 h, 5-minute means for 24 h,
+/// written to the store (family `gpu_history`) in one batch per flush.
+/// Source: issue 19 "GPU history", issue 13 item 6 (`astra gpu show`).
+using gpu_history_actor = caf::typed_actor<
+  // From a machine actor after each report: one sample per GPU (each view's
+  // machine, sampled facts, health, and last_seen_unix_ms as the sample's
+  // time). A sample not newer than its GPU's last one, or of a GPU past the
+  // cap, is dropped. Never fails.
+  caf::reacts_to<v1::GpuList>,
+  // A get_gpu_history request (from the cluster): the GPU's points, oldest
+  // first. Failures in Response.error: ec::invalid_request "machine M has
+  // no GPU G in its history", or naming another body.
+  caf::replies_to<v1::Request>::with<v1::Response>,
+  // `astra machine remove`: forgets the machine's history, stored points too.
+  caf::reacts_to<atom::remove, std::string>,
+  // Internal timer (every flush interval): compacts the tiers and writes
+  // the pending changes in one batch (a failed write is retried next time).
+  caf::reacts_to<atom::tick>>;
+
 /// The gate, as the machine actors see it: delivers commands to an agent's
 /// session and returns the agent's answer. Sent by the machine actors only
 /// (each to the session its `connected` message named).

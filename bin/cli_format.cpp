@@ -5,6 +5,7 @@
 #include <ctime>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string_view>
 
@@ -713,13 +714,14 @@ std::string format_workspaces(const v1::WorkspaceList& list) {
 }
 
 std::string format_submitted(const v1::Run& r, const std::string& cluster) {
-  std::string out = r.spec().name() + " submitted" + (cluster.empty() ? "" : " to " + cluster) +
-                    ": " + r.state();
+  std::string out = r.spec().name() + " submitted" + (cluster.empty() ? "" : " to " + cluster);
+  if (!r.console_url().empty())
+    out += ": " + r.console_url();
+  out += "\n";
+  // A run that cannot start at once says why (issue 13 item 5).
   if (!r.waiting_reason().empty())
-    out += " (" + r.waiting_reason() + ")";
-  else if (!r.leader_machine().empty())
-    out += " (leader on " + r.leader_machine() + ")";
-  return out + "\n";
+    out += r.waiting_reason() + "\n";
+  return out;
 }
 
 std::string format_xid_policy(const v1::XidPolicyTable& table) {
@@ -759,6 +761,130 @@ std::string to_json_compact(const google::protobuf::Message& msg) {
 
 std::string to_json(const google::protobuf::Message& msg) {
   return message_to_json(msg, true);
+}
+
+namespace {
+
+/// One series of a GPU's history: its name, unit and how a sample gives it.
+struct history_series {
+  const char* name;
+  const char* unit;
+  std::optional<double> (*value)(const v1::GpuSample&);
+  /// Fixed scale (utilisation: 0-100); else from the lowest to the highest.
+  bool percent;
+};
+
+const std::vector<history_series>& gpu_history_series() {
+  static const std::vector<history_series> rows{
+    {"utilisation", "%",
+     [](const v1::GpuSample& s) {
+       return s.has_utilization_percent() ? std::optional{s.utilization_percent()}
+                                          : std::nullopt;
+     },
+     true},
+    {"memory used", "GiB",
+     [](const v1::GpuSample& s) {
+       return s.has_memory_used_bytes()
+                ? std::optional{static_cast<double>(s.memory_used_bytes()) / (1ull << 30)}
+                : std::nullopt;
+     },
+     false},
+    {"temperature", "°C",
+     [](const v1::GpuSample& s) {
+       return s.has_temperature_c() ? std::optional{s.temperature_c()} : std::nullopt;
+     },
+     false},
+    {"power", "W",
+     [](const v1::GpuSample& s) {
+       return s.has_power_watts() ? std::optional{s.power_watts()} : std::nullopt;
+     },
+     false},
+    {"SM clock", "MHz",
+     [](const v1::GpuSample& s) {
+       return s.has_sm_clock_mhz() ? std::optional{static_cast<double>(s.sm_clock_mhz())}
+                                   : std::nullopt;
+     },
+     false},
+    {"errors", "",
+     [](const v1::GpuSample& s) {
+       return std::optional{static_cast<double>(s.xid_events() + s.ecc_uncorrectable())};
+     },
+     false},
+  };
+  return rows;
+}
+
+std::string history_number(double x, const char* unit) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), x < 10 && x != static_cast<int64_t>(x) ? "%.1f" : "%.0f", x);
+  return std::string{buf} + (*unit != '\0' ? " " : "") + unit;
+}
+
+/// The sparkline of `cols` (a blank for a minute without a value).
+std::string sparkline(const std::vector<std::optional<double>>& cols, double lo, double hi) {
+  static const char* const bars[] = {"▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
+  std::string out;
+  for (const auto& c : cols) {
+    if (!c) {
+      out += ' ';
+      continue;
+    }
+    int level = 3;
+    if (hi > lo)
+      level = static_cast<int>((std::clamp(*c, lo, hi) - lo) / (hi - lo) * 7.0 + 0.5);
+    out += bars[std::clamp(level, 0, 7)];
+  }
+  return out;
+}
+
+} // namespace
+
+std::string format_gpu_history(const v1::GpuHistory& history, int64_t now_unix_ms) {
+  constexpr int64_t minutes = 60;
+  constexpr int64_t minute_ms = 60'000;
+  auto from = now_unix_ms - minutes * minute_ms;
+  auto kept_hours = history.retention_seconds() / 3600;
+  std::string out = "History: the last hour, one column a minute (" + std::to_string(kept_hours)
+                    + " h kept: astra -o json gpu show, or the console's GPU page)\n";
+  bool any = false;
+  for (const auto& s : history.samples())
+    any = any || (s.unix_ms() >= from && s.unix_ms() <= now_unix_ms);
+  if (!any)
+    return "History: no report of this GPU in the last hour ("
+           + std::to_string(history.samples_size()) + " point(s) kept over "
+           + std::to_string(kept_hours) + " h)\n";
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& series : gpu_history_series()) {
+    std::vector<double> sum(minutes, 0);
+    std::vector<int> count(minutes, 0);
+    std::optional<double> latest;
+    for (const auto& s : history.samples()) {
+      auto v = series.value(s);
+      if (!v || s.unix_ms() < from || s.unix_ms() > now_unix_ms)
+        continue;
+      auto col = std::min<int64_t>(minutes - 1, (s.unix_ms() - from) / minute_ms);
+      sum[static_cast<size_t>(col)] += *v;
+      ++count[static_cast<size_t>(col)];
+      latest = v;
+    }
+    if (!latest)
+      continue;
+    std::vector<std::optional<double>> cols(minutes);
+    double lo = 0, hi = 0;
+    bool first = true;
+    for (size_t i = 0; i < cols.size(); ++i) {
+      if (count[i] == 0)
+        continue;
+      cols[i] = sum[i] / count[i];
+      lo = first ? *cols[i] : std::min(lo, *cols[i]);
+      hi = first ? *cols[i] : std::max(hi, *cols[i]);
+      first = false;
+    }
+    auto line = series.percent ? sparkline(cols, 0, 100) : sparkline(cols, lo, hi);
+    rows.push_back({series.name, line, history_number(lo, series.unit),
+                    history_number(hi, series.unit), history_number(*latest, series.unit)});
+  }
+  return out + render_table({"SERIES", "LAST HOUR", "LOW", "HIGH", "NOW"}, rows);
 }
 
 } // namespace astraeus::cli

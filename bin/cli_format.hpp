@@ -30,6 +30,14 @@ std::string format_gpu_list(const v1::GpuList& list, int64_t now_unix_ms);
 /// GPUs on the bus, conditions and capabilities.
 std::string format_gpu_section(const v1::GpuSection& section);
 
+/// The history part of `astra gpu show MACHINE GPU`: one terminal sparkline
+/// (▁▂▃▄▅▆▇█, one column a minute) per series over the hour before
+/// `now_unix_ms` (utilisation 0-100 %; the others scaled from their lowest
+/// to their highest value), with the lowest, highest and latest values; a
+/// blank column is a minute without a report. Says so when nothing of the
+/// last hour is kept.
+std::string format_gpu_history(const v1::GpuHistory& history, int64_t now_unix_ms);
+
 /// `astra runs`: one line per run.
 std::string format_run_list(const v1::RunList& list, int64_t now_unix_ms);
 
@@ -41,11 +49,12 @@ std::string format_run(const v1::Run& run, int64_t now_unix_ms);
 /// their machines must carry), one row each.
 std::string format_workspaces(const v1::WorkspaceList& list);
 
-/// What `astra run` says after submitting: "whoami submitted to gpu-east:
-/// Placed (leader on gpu-09)" (`cluster`: the controller's `cluster.name`,
-/// from its welcome; left out when empty). The seed's line ends in the
-/// console's URL of the run; the console has no run page yet, so the state
-/// is said instead.
+/// What `astra run` says after submitting, the seed's line: "whoami
+/// submitted to gpu-east: https://console…/o/acme/w/vision/jobs/gpu-east/whoami"
+/// (`cluster`: the controller's `cluster.name`, from its welcome; left out
+/// when empty); without a console address configured on the controller
+/// (Run.console_url empty), "whoami submitted to gpu-east". A run that
+/// waits adds its reason on a line of its own ("waiting: needs 1 GPU; …").
 std::string format_submitted(const v1::Run& run, const std::string& cluster = {});
 
 /// `astra xids`: the Xid policy table.

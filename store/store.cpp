@@ -28,7 +28,7 @@ namespace {
 constexpr std::array<family, family_count> all_families = {
   family::machines, family::gpus,    family::faults,      family::runs,
   family::workers,  family::tokens,  family::validations, family::audit,
-  family::workspaces,
+  family::workspaces, family::gpu_history,
 };
 
 rocksdb::Slice slice(std::string_view x) {
@@ -120,6 +120,7 @@ const char* to_string(family f) {
     case family::validations: return "validations";
     case family::audit: return "audit";
     case family::workspaces: return "workspaces";
+    case family::gpu_history: return "gpu_history";
   }
   return "unknown";
 }

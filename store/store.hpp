@@ -39,10 +39,12 @@ enum class family : uint8_t {
   validations,
   audit,
   workspaces,
+  /// Each GPU's history, one key per point (actors/controller/gpu_history_book.hpp).
+  gpu_history,
 };
 
-/// How many families there are (`workspaces` is the last).
-inline constexpr size_t family_count = 9;
+/// How many families there are (`gpu_history` is the last).
+inline constexpr size_t family_count = 10;
 
 /// The column family's name, e.g. "machines".
 const char* to_string(family f);

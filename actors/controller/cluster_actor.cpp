@@ -38,6 +38,7 @@ machine_actor spawn_machine(cluster_ptr self, v1::MachineRecord record) {
   cfg.pressure = st.config.pressure;
   cfg.store = st.config.store;
   cfg.scheduler = st.config.scheduler;
+  cfg.history = st.config.history;
   cfg.clock = st.config.clock;
   auto handle = self->spawn<caf::linked>(machine, std::move(cfg));
   st.identities[name] = std::move(identity);
@@ -207,6 +208,17 @@ caf::result<machine_actor> enrol(cluster_ptr self, const v1::Hello& hello,
 }
 
 } // namespace
+
+std::string run_console_url(const cluster_config& config, const v1::RunSpec& spec) {
+  if (config.console_url.empty())
+    return {};
+  auto base = config.console_url;
+  while (!base.empty() && base.back() == '/')
+    base.pop_back();
+  return base + "/o/" + config.organization + "/w/"
+         + (spec.workspace().empty() ? std::string{default_workspace} : spec.workspace())
+         + "/jobs/" + config.cluster_name + "/" + spec.name();
+}
 
 bool valid_machine_name(const std::string& name) {
   if (name.empty() || name.size() > 63 || !std::isalnum(static_cast<unsigned char>(name[0])))

@@ -46,6 +46,10 @@ struct cluster_config {
   /// Issue 21: the validations, answering validation requests; null: none
   /// (those requests are refused).
   validations_actor validations;
+  /// Every GPU's history (actors/controller/gpu_history_actor.hpp), handed
+  /// to every machine actor and asked get_gpu_history requests; null: none
+  /// (those requests are refused).
+  gpu_history_actor history;
   /// Join and API tokens (runtime/gate/tokens.hpp). `start_controller` always
   /// sets it: new machines then need a join token, known ones their enrolled
   /// Ed25519 key, and every request is checked against its caller's role
@@ -58,6 +62,12 @@ struct cluster_config {
   /// The gate's address as machines reach it ("10.0.0.5:7450"); empty:
   /// `astra` uses the address it connected to.
   std::string advertise_address;
+  /// The console's address ("https://console.example:7451", no trailing
+  /// '/'): a run's answers carry its page there (Run.console_url); empty:
+  /// none (`astra run` then names the cluster only).
+  std::string console_url;
+  /// The organisation in console addresses (api.organization).
+  std::string organization = "default";
   /// Where machines fetch install.sh (the HTTP API fills it once it
   /// listens); join tokens then carry the install command that runs it.
   /// Null or an empty api_url: the command runs astraeus-agent directly.
@@ -135,6 +145,13 @@ bool path_granted(const std::string& path, const std::string& grant);
 /// workspace may be granted (relative, "..", control characters, longer than
 /// 4096 bytes, or "/": the whole machine).
 std::string normal_grant_path(const std::string& path);
+
+/// The console page of a run of `spec` (the seed's
+/// `<console_url>/o/<org>/w/<workspace>/jobs/<cluster>/<run>`, workspace
+/// "default" when the spec names none); empty when `config` has no
+/// console_url.
+std::string run_console_url(const cluster_config& config, const v1::RunSpec& spec);
+
 /// Whether `name` is a valid machine name: 1-63 characters of letters,
 /// digits, '-', '_' and '.', starting with a letter or digit (a hostname).
 bool valid_machine_name(const std::string& name);

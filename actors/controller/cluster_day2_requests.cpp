@@ -47,6 +47,8 @@ v1::Response finish_removal(cluster_ptr self, const cluster_request& r, const st
   }
   st.identities.erase(name);
   st.keys.erase(name);
+  if (st.config.history)
+    self->send(st.config.history, atom::remove_v, name);
   spdlog::info("cluster: machine {} removed (record, identity and GPUs)", name);
   r.audit(name, "ok");
   auto out = r.response();
@@ -341,6 +343,23 @@ caf::result<v1::Response> set_workspace_grants(const cluster_request& r) {
   auto out = r.response();
   *out.mutable_workspace() = std::move(ws);
   return out;
+
+caf::result<v1::Response> get_gpu_history(const cluster_request& r) {
+  auto& st = r.self->state;
+  const auto& q = r.req.get_gpu_history();
+  if (!st.config.history)
+    return r.error(caf::make_error(ec::invalid_request,
+                                   "this controller keeps no GPU history"));
+  if (q.gpu().empty())
+    return r.error(caf::make_error(ec::invalid_request,
+                                   "gpu: name the GPU (its UUID, index or PCI address)"));
+  if (st.machines.count(q.machine()) == 0)
+    return r.error(caf::make_error(ec::no_such_machine, "no machine named " + q.machine()));
+  auto rp = r.self->make_response_promise<v1::Response>();
+  r.self->request(st.config.history, r.timeout, r.req)
+    .then([rp](v1::Response& resp) mutable { rp.deliver(std::move(resp)); },
+          [rp, id = r.id](caf::error& err) mutable { rp.deliver(error_response(id, err)); });
+  return rp;
 }
 
 } // namespace astraeus::day2

@@ -3,7 +3,7 @@
 /// The cluster's day-two requests (issue 13, item 6), rows of the request
 /// table (actors/controller/cluster_requests.cpp): removing and draining a
 /// machine, listing and revoking join tokens, listing API tokens, deleting
-/// a workspace. Each answers a `v1::Response` as the table's handlers do;
+/// a workspace, a GPU's history. Each answers a `v1::Response` as the table's handlers do;
 /// the actions that change something are audited with their result.
 
 #include "actors/controller/cluster_requests.hpp"
@@ -52,5 +52,12 @@ caf::result<v1::Response> delete_workspace(const cluster_request& r);
 /// path that is not absolute or holds ".." or is "/", nothing to change;
 /// ec::store_failure when the write fails (nothing changes).
 caf::result<v1::Response> set_workspace_grants(const cluster_request& r);
+
+/// `astra gpu show MACHINE GPU` and the API's GPU history (issue 19): the
+/// GPU's history from the GPU history actor, oldest first. Errors:
+/// ec::no_such_machine; ec::invalid_request when no GPU is named, when the
+/// history keeps nothing of it ("machine M has no GPU G in its history"),
+/// or when this controller keeps no history.
+caf::result<v1::Response> get_gpu_history(const cluster_request& r);
 
 } // namespace astraeus::day2

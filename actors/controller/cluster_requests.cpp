@@ -348,10 +348,11 @@ void for_display(v1::Run& run, bool in_list) {
         m.clear_content();
 }
 
-/// Delivers a run as request `id`'s Response on `rp`.
-auto deliver_run(promise_t rp, uint64_t id) {
-  return [rp, id](v1::Run& run) mutable {
+/// Delivers a run as request `id`'s Response on `rp`, with its console page.
+auto deliver_run(cluster_ptr self, promise_t rp, uint64_t id) {
+  return [self, rp, id](v1::Run& run) mutable {
     for_display(run, false);
+    run.set_console_url(run_console_url(self->state.config, run.spec()));
     v1::Response out;
     out.set_id(id);
     *out.mutable_run() = std::move(run);
@@ -384,8 +385,25 @@ result_t submit_run(const cluster_request& r) {
   spec.clear_result_line();
   auto rp = r.self->make_response_promise<v1::Response>();
   r.self->request(st.config.scheduler, r.timeout, atom::submit_v, std::move(spec))
-    .then(deliver_run(rp, r.id), deliver_error(rp, r.id));
+    .then(deliver_run(r.self, rp, r.id), deliver_error(rp, r.id));
   return rp;
+}
+
+/// The workspace `run` was submitted to ("default" when it named none).
+std::string workspace_of(const v1::Run& run) {
+  return run.spec().workspace().empty() ? std::string{default_workspace}
+                                        : run.spec().workspace();
+}
+
+/// Issue 13 item 6: a request that names a workspace (`--workspace`) means
+/// a run of that workspace only. Errors: ec::invalid_request "no run named
+/// X in workspace W (it is in workspace V)"; none when `workspace` is empty.
+caf::error outside_workspace(const v1::Run& run, const std::string& workspace) {
+  if (workspace.empty() || workspace_of(run) == workspace)
+    return caf::none;
+  return caf::make_error(ec::invalid_request,
+                         "no run named " + run.spec().name() + " in workspace " + workspace
+                           + " (it is in workspace " + workspace_of(run) + ")");
 }
 
 result_t get_run(const cluster_request& r) {
@@ -394,7 +412,15 @@ result_t get_run(const cluster_request& r) {
     return r.error(no_scheduler());
   auto rp = r.self->make_response_promise<v1::Response>();
   r.self->request(sched, r.timeout, atom::get_v, r.req.get_run().name())
-    .then(deliver_run(rp, r.id), deliver_error(rp, r.id));
+    .then(
+      [on_run = deliver_run(r.self, rp, r.id), rp, id = r.id,
+       workspace = r.req.get_run().workspace()](v1::Run& run) mutable {
+        if (auto err = outside_workspace(run, workspace))
+          rp.deliver(error_response(id, err));
+        else
+          on_run(run);
+      },
+      deliver_error(rp, r.id));
   return rp;
 }
 
@@ -404,19 +430,25 @@ result_t delete_run(const cluster_request& r) {
   if (!sched)
     return r.error(no_scheduler());
   auto rp = r.self->make_response_promise<v1::Response>();
-  auto on_run = deliver_run(rp, r.id);
+  auto on_run = deliver_run(r.self, rp, r.id);
   auto on_error = deliver_error(rp, r.id);
   const auto& name = r.req.delete_run().name();
-  if (!st.config.tokens || has_role(r.caller(), role::admin)) {
+  const auto& workspace = r.req.delete_run().workspace();
+  bool any_owner = !st.config.tokens || has_role(r.caller(), role::admin);
+  if (any_owner && workspace.empty()) {
     r.self->request(sched, r.timeout, atom::remove_v, name).then(on_run, on_error);
     return rp;
   }
-  // Members stop only their own runs.
+  // Members stop only their own runs; --workspace only that workspace's.
   r.self->request(sched, r.timeout, atom::get_v, name)
     .then(
       [self = r.self, sched, timeout = r.timeout, name, owner = r.caller().name(),
-       on_run, on_error, rp, id = r.id](v1::Run& run) mutable {
-        if (run.spec().owner() != owner) {
+       any_owner, workspace, on_run, on_error, rp, id = r.id](v1::Run& run) mutable {
+        if (auto err = outside_workspace(run, workspace)) {
+          rp.deliver(error_response(id, err));
+          return;
+        }
+        if (!any_owner && run.spec().owner() != owner) {
           rp.deliver(error_response(
             id, caf::make_error(ec::permission_denied,
                                 "run " + name + " is "
@@ -439,9 +471,21 @@ result_t list_runs(const cluster_request& r) {
   auto rp = r.self->make_response_promise<v1::Response>();
   r.self->request(sched, r.timeout, atom::runs_v)
     .then(
-      [rp, id = r.id](v1::RunList& runs) mutable {
-        for (auto& run : *runs.mutable_runs())
+      [self = r.self, rp, id = r.id,
+       workspace = r.req.list_runs().workspace()](v1::RunList& runs) mutable {
+        // --workspace: that workspace's runs only.
+        if (!workspace.empty()) {
+          auto* all = runs.mutable_runs();
+          all->erase(std::remove_if(all->begin(), all->end(),
+                                    [&](const v1::Run& run) {
+                                      return workspace_of(run) != workspace;
+                                    }),
+                     all->end());
+        }
+        for (auto& run : *runs.mutable_runs()) {
           for_display(run, true);
+          run.set_console_url(run_console_url(self->state.config, run.spec()));
+        }
         v1::Response out;
         out.set_id(id);
         *out.mutable_runs() = std::move(runs);
@@ -506,8 +550,11 @@ result_t get_logs(const cluster_request& r) {
   r.self->request(sched, r.timeout, atom::get_v, r.req.get_logs().run())
     .then(
       [self = r.self, rp, id = r.id, timeout = r.timeout,
-       q = r.req.get_logs()](v1::Run& run) {
-        fetch_logs(self, rp, id, timeout, q, run);
+       q = r.req.get_logs()](v1::Run& run) mutable {
+        if (auto err = outside_workspace(run, q.workspace()))
+          rp.deliver(error_response(id, err));
+        else
+          fetch_logs(self, rp, id, timeout, q, run);
       },
       deliver_error(rp, r.id));
   return rp;
@@ -724,7 +771,7 @@ using R = v1::Request;
 } // namespace
 
 // Bodies whose handlers are on branches not landed yet (the data location,
-// workspace grants, the topology and GPU history): refused in words.
+// workspace grants and the topology): refused in words.
 caf::result<v1::Response> not_supported_yet(const cluster_request& r) {
   const auto* field = v1::Request::descriptor()->FindFieldByNumber(r.req.body_case());
   return r.error(caf::make_error(ec::invalid_request,
@@ -770,7 +817,7 @@ const std::vector<cluster_request_row>& cluster_request_table() {
     {R::kRevokeJoinToken,  role::admin,  revoke_join_name,      day2::revoke_join_token},
     {R::kListApiTokens,    role::admin,  nullptr,               day2::list_api_tokens},
     {R::kDeleteWorkspace,  role::admin,  nullptr,               day2::delete_workspace},
-    {R::kGetGpuHistory,    role::member, nullptr,               not_supported_yet},
+    {R::kGetGpuHistory,    role::member, nullptr,               day2::get_gpu_history},
     // issue 16 (run specs): audited by its handler, with what changed.
     {R::kSetWorkspaceGrants, role::admin, grant_name,           day2::set_workspace_grants},
     {R::kGetTopology,      role::member, nullptr,               get_topology},

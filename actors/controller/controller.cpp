@@ -16,6 +16,7 @@
 #include "actors/agent/agent.hpp"
 #include "actors/controller/cluster_actor.hpp"
 #include "actors/controller/gate.hpp"
+#include "actors/controller/gpu_history_actor.hpp"
 #include "actors/scheduler/scheduler_actor.hpp"
 #include "messages/error.hpp"
 #include "runtime/process/private_file.hpp"
@@ -131,9 +132,21 @@ start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
   vc.installer_delay = cfg.validation_installer_batch_delay;
   out.validations = sys.spawn(validations, std::move(vc));
   cc.validations = out.validations;
+  gpu_history_config hc;
+  hc.store = out.store;
+  hc.clock = clock;
+  if (auto err = hc.validate())
+    return err;
+  out.history = sys.spawn(gpu_history, std::move(hc));
+  cc.history = out.history;
   cc.tokens = out.tokens;
   cc.controller_key = out.identity->public_hex();
   cc.advertise_address = cfg.advertise_address;
+  // A run's console page: the console's configured address, else the API's
+  // advertised one (the API serves the console).
+  cc.console_url = cfg.validation_console_url.empty() ? cfg.api_advertise_url
+                                                      : cfg.validation_console_url;
+  cc.organization = cfg.api_organization;
   out.install = std::make_shared<install_site>();
   cc.install = out.install;
   cc.clock = clock;
@@ -162,6 +175,7 @@ start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
     caf::anon_send_exit(out.cluster, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(out.scheduler, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(out.validations, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(out.history, caf::exit_reason::user_shutdown);
     return gate.error();
   }
   out.gate = gate->first;
@@ -178,6 +192,8 @@ void stop_controller(caf::actor_system&, const controller_handles& h) {
     caf::anon_send_exit(h.scheduler, caf::exit_reason::user_shutdown);
   if (h.validations)
     caf::anon_send_exit(h.validations, caf::exit_reason::user_shutdown);
+  if (h.history)
+    caf::anon_send_exit(h.history, caf::exit_reason::user_shutdown);
 }
 
 caf::expected<agent_actor>

@@ -35,6 +35,7 @@ struct controller_handles {
   cluster_actor cluster;         ///< the front door
   scheduler_actor scheduler;     ///< places runs onto GPUs
   validations_actor validations; ///< validations, their checks and the Cluster Report (issue 21)
+  gpu_history_actor history;     ///< every GPU's history (issue 19)
   gate_actor gate;               ///< the gate broker
   uint16_t port = 0;             ///< the port the gate listens on
   /// Where machines fetch install.sh: `start_api` fills it, join tokens

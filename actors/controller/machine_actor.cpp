@@ -10,12 +10,14 @@
 
 #include "actors/gather.hpp"
 #include "actors/controller/gpu_actor.hpp"
+#include "actors/controller/gpu_history_book.hpp"
 #include "actors/controller/machine_inventory.hpp"
 #include "actors/scheduler/placement.hpp"
 #include "messages/error.hpp"
 #include "messages/gpu_health_state.hpp"
 #include "messages/gpu_read.hpp"
 #include "messages/labels.hpp"
+#include "messages/worker_state.hpp"
 #include "runtime/process/wall_clock.hpp"
 #include "store/store.hpp"
 
@@ -269,6 +271,20 @@ v1::MachineView machine_state::view() const {
   return out;
 }
 
+bool machine_state::workers_live() const {
+  std::map<std::string, worker_state> reported;
+  for (const auto& w : reported_workers.workers())
+    reported[w.worker()] = state_of(w);
+  for (const auto& [name, state] : reported)
+    if (!worker_ended(state))
+      return true;
+  for (const auto& w : orders.workers()) {
+    auto i = reported.find(w.worker());
+    if (i == reported.end() || !worker_ended(i->second))
+      return true;
+  }
+  return false;
+}
 
 namespace {
 
@@ -277,6 +293,8 @@ using machine_ptr = machine_actor::stateful_pointer<machine_state>;
 const std::string& name_of(machine_ptr self) {
   return self->state.config.record.name();
 }
+
+bool finish_drain_if_done(machine_ptr self);
 
 /// Tells the scheduler when what it places by changed.
 void tell_scheduler(machine_ptr self) {
@@ -349,6 +367,8 @@ void on_statuses(machine_ptr self, v1::WorkerStatuses& statuses) {
   auto& st = self->state;
   statuses.set_machine(st.config.record.name());
   st.acked_generation = statuses.generation();
+  st.reported_workers = statuses;
+  finish_drain_if_done(self);
   auto bytes = statuses.SerializeAsString();
   if (bytes != st.last_statuses) {
     st.last_statuses = std::move(bytes);
@@ -445,6 +465,27 @@ bool take_report(machine_ptr self, v1::MachineReport& report) {
   return address_changed;
 }
 
+/// Sends the history one sample of each GPU of the last report, with the
+/// health its GPU actor last said.
+void tell_history(machine_ptr self) {
+  auto& st = self->state;
+  if (!st.config.history || st.facts.gpus().gpus().empty())
+    return;
+  v1::GpuList samples;
+  for (const auto& g : st.facts.gpus().gpus()) {
+    if (g.id().empty())
+      continue;
+    auto* v = samples.add_gpus();
+    v->set_machine(st.config.record.name());
+    *v->mutable_gpu() = sampled_facts(g);
+    v->set_last_seen_unix_ms(st.last_report_unix_ms);
+    // A GPU whose actor said nothing yet is Healthy (as scheduler_view has it).
+    auto i = st.gpu_verdicts.find(g.id());
+    set_health(*v, i != st.gpu_verdicts.end() ? i->second.first : gpu_health::healthy);
+  }
+  self->send(st.config.history, std::move(samples));
+}
+
 /// An agent's report: facts, liveness, GPUs, the stored record, the lapse
 /// timer, the scheduler's view and the worker list.
 void on_report(machine_ptr self, v1::MachineReport& report) {
@@ -454,6 +495,7 @@ void on_report(machine_ptr self, v1::MachineReport& report) {
   if (came_up)
     set_liveness(self, v1::Machine::Up, "report received");
   sync_gpus(self, true);
+  tell_history(self);
   if (!report.agent_version().empty()
       && report.agent_version() != st.config.record.agent_version()) {
     st.config.record.set_agent_version(report.agent_version());
@@ -693,6 +735,25 @@ caf::result<v1::ClearFaultResult> clear_fault(machine_ptr self, const std::strin
   return rp;
 }
 
+/// Ends a drain whose deadline passed once no worker here is live (its
+/// agent said so): drained, stored with sync. Answers whether it is drained.
+bool finish_drain_if_done(machine_ptr self) {
+  auto& st = self->state;
+  auto& rec = st.config.record;
+  if (rec.drained())
+    return true;
+  if (!st.drain_stopping || rec.drain_deadline_unix_ms() == 0 || st.workers_live())
+    return false;
+  st.drain_stopping = false;
+  rec.set_drained(true);
+  if (auto err = persist(self, true))
+    spdlog::error("machine {}: drain done but not stored: {}", name_of(self),
+                  render_error(err));
+  spdlog::info("machine {}: drained: its workers have ended", name_of(self));
+  tell_scheduler(self);
+  return true;
+}
+
 /// Arms the timer of the drain in the record, if one is under way.
 void arm_drain(machine_ptr self) {
   const auto& rec = self->state.config.record;
@@ -726,8 +787,8 @@ caf::result<v1::MachineView> start_drain(machine_ptr self, const v1::DrainMachin
 }
 
 /// The drain's deadline: every run with a worker here is stopped (its
-/// workers get SIGTERM, then SIGKILL after their grace), and the drain is
-/// done.
+/// workers get SIGTERM, then SIGKILL after their grace); the drain is done
+/// once the agent reports them ended (finish_drain_if_done).
 void drain_due(machine_ptr self, int64_t deadline) {
   auto& st = self->state;
   auto& rec = st.config.record;
@@ -738,6 +799,8 @@ void drain_due(machine_ptr self, int64_t deadline) {
     runs.insert(w.run());
   for (const auto& run : runs) {
     spdlog::info("machine {}: drain deadline: stopping run {}", name_of(self), run);
+    if (!st.config.scheduler)
+      continue;
     self->request(st.config.scheduler, std::chrono::seconds{30}, atom::remove_v, run)
       .then([](const v1::Run&) {},
             [name = name_of(self), run](const caf::error& err) {
@@ -745,12 +808,11 @@ void drain_due(machine_ptr self, int64_t deadline) {
                            render_error(err));
             });
   }
-  rec.set_drained(true);
-  if (auto err = persist(self, true))
-    spdlog::error("machine {}: drain done but not stored: {}", name_of(self),
-                  render_error(err));
-  spdlog::info("machine {}: drained ({} run(s) stopped)", name_of(self), runs.size());
-  tell_scheduler(self);
+  st.drain_stopping = true;
+  if (!finish_drain_if_done(self))
+    spdlog::info("machine {}: drain deadline: {} run(s) asked to stop; drained once "
+                 "its agent reports their workers ended",
+                 name_of(self), runs.size());
 }
 
 /// The heartbeat lapse timer fired.

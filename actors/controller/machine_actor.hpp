@@ -43,6 +43,9 @@ struct machine_config {
   /// The scheduler, sent a snapshot whenever what it places by changes;
   /// null: none.
   scheduler_actor scheduler;
+  /// Every GPU's history, sent one sample per GPU after each report; null:
+  /// none.
+  gpu_history_actor history;
   /// The wall clock of the times users read (state since, last report) and
   /// of the interval between stored facts; also handed to its GPU actors.
   std::shared_ptr<const wall_clock> clock = real_wall_clock();
@@ -96,6 +99,14 @@ struct machine_state {
   /// cleared when the agent disconnects or the machine goes Down, so the
   /// first list after its return always reaches the scheduler).
   std::string last_statuses;
+  /// The agent's last worker list as it reported it (kept while Down too).
+  v1::WorkerStatuses reported_workers;
+  /// A drain's deadline passed and its runs were asked to stop: the drain
+  /// is done once the agent reports none of its workers live (issue 13).
+  bool drain_stopping = false;
+  /// Whether a worker placed here, or reported by its agent, has not ended
+  /// (an ordered worker the agent has not reported counts as live).
+  bool workers_live() const;
   /// The GPUs the scheduler set aside, with why (its last SchedulerNotes).
   std::vector<v1::SetAsideGpu> set_aside;
   /// What the last report's GPU list had wrong (a GPU listed twice).

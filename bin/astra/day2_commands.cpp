@@ -1,6 +1,6 @@
 // astra's day-two commands (issue 13, item 6): `machine remove`, `drain`,
 // `tokens list|revoke`, `api-tokens list`, `workspace delete`, and
-// `gpu show` (a GPU's current facts; no history is kept yet).
+// `gpu show` (a GPU's facts and its last hour as sparklines).
 // They join the groups the other files made (machine, tokens, api-tokens,
 // workspace, gpu), so this group comes after those in command_groups().
 
@@ -153,38 +153,59 @@ void add_workspace_delete(CLI::App& app, invocation& inv) {
   });
 }
 
+/// The GPU of `list` named `id` (its id, PCI address or index); null when none.
+const v1::GpuView* find_gpu(const v1::GpuList& list, const std::string& id) {
+  for (const auto& g : list.gpus())
+    if (g.gpu().id() == id || g.gpu().pci_address() == id
+        || (g.gpu().has_index() && std::to_string(g.gpu().index()) == id))
+      return &g;
+  return nullptr;
+}
+
 void add_gpu_show(CLI::App& app, invocation& inv) {
   auto* gpu = app.get_subcommand("gpu");
-  auto* show = gpu->add_subcommand("show", "show one GPU: its health, holder and last "
-                                           "reported facts");
+  auto* show = gpu->add_subcommand("show", "show one GPU: its health, holder, last "
+                                           "reported facts and its last hour as sparklines "
+                                           "(utilisation, memory, temperature, power, "
+                                           "clock, errors)");
   auto& machine = inv.keep<std::string>();
   auto& id = inv.keep<std::string>();
   show->add_option("MACHINE", machine, "machine name")->required();
-  show->add_option("GPU", id, "GPU id (UUID, AMD id) or PCI address")->required();
+  show->add_option("GPU", id, "GPU id (UUID, AMD id), PCI address or index")->required();
   show->callback([&inv, &machine, &id] {
     v1::Request req;
     req.mutable_list_gpus()->set_machine(machine);
-    bool found = false;
-    inv.rc = call(inv.opts, req, [&](const v1::Response& r) {
-      v1::GpuList one;
-      for (const auto& g : r.gpus().gpus())
-        if (g.gpu().id() == id || g.gpu().pci_address() == id)
-          *one.add_gpus() = g;
-      if (one.gpus().empty())
-        return std::string{};
-      found = true;
-      v1::GpuSection section;
-      *section.add_gpus() = one.gpus(0).gpu();
-      return format_gpu_list(one, now_ms()) + format_gpu_section(section) +
-             "History: not kept yet; this controller keeps each GPU's last report only "
-             "(utilisation, memory, temperature and power are scraped by Prometheus from "
-             "/metrics meanwhile).\n";
-    });
-    if (inv.rc == 0 && !found) {
+    auto listed = ask_controller(inv.opts, req, inv.rc);
+    if (!listed)
+      return;
+    const auto* view = find_gpu(listed->gpus(), id);
+    if (view == nullptr) {
       std::fprintf(stderr, "astra: machine %s has no GPU %s (see astra gpus --machine %s)\n",
                    machine.c_str(), id.c_str(), machine.c_str());
       inv.rc = 1;
+      return;
     }
+    v1::Request ask;
+    ask.mutable_get_gpu_history()->set_machine(machine);
+    ask.mutable_get_gpu_history()->set_gpu(view->gpu().id());
+    int history_rc = 0;
+    auto history = ask_controller(inv.opts, ask, history_rc);
+    if (inv.opts.output == "json") {
+      std::string doc = "{\"gpu\":" + to_json_compact(*view);
+      if (history)
+        doc += ",\"history\":" + to_json_compact(history->gpu_history());
+      std::fputs((doc + "}\n").c_str(), stdout);
+    } else {
+      v1::GpuList one;
+      *one.add_gpus() = *view;
+      v1::GpuSection section;
+      *section.add_gpus() = view->gpu();
+      std::string out = format_gpu_list(one, now_ms()) + format_gpu_section(section);
+      if (history)
+        out += format_gpu_history(history->gpu_history(), now_ms());
+      std::fputs(out.c_str(), stdout);
+    }
+    inv.rc = history_rc;
   });
 }
 

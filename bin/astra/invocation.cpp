@@ -146,12 +146,10 @@ std::optional<gate_client> connect_gate(options opts, int& rc) {
   return std::move(*client);
 }
 
-int call(options opts, v1::Request req,
-         const std::function<std::string(const v1::Response&)>& table) {
-  int rc = 0;
+std::optional<v1::Response> ask_controller(const options& opts, v1::Request req, int& rc) {
   auto client = connect_gate(opts, rc);
   if (!client)
-    return rc;
+    return std::nullopt;
   last_cluster_name() = client->welcome().cluster();
   auto timeout = std::chrono::milliseconds{static_cast<int64_t>(opts.timeout_s * 1000)};
   auto check = how_to_check(req);
@@ -164,14 +162,26 @@ int call(options opts, v1::Request req,
                    "astra: the request was sent but no answer came back, so it may "
                    "or may not have taken effect; check with `%s`\n",
                    check.c_str());
-    return 3;
+    rc = 3;
+    return std::nullopt;
   }
   if (resp->has_error()) {
     if (opts.output == "json")
       std::fputs((to_json(resp->error()) + "\n").c_str(), stdout);
     std::fprintf(stderr, "astra: %s\n", resp->error().message().c_str());
-    return 1;
+    rc = 1;
+    return std::nullopt;
   }
+  rc = 0;
+  return std::move(*resp);
+}
+
+int call(options opts, v1::Request req,
+         const std::function<std::string(const v1::Response&)>& table) {
+  int rc = 0;
+  auto resp = ask_controller(opts, std::move(req), rc);
+  if (!resp)
+    return rc;
   if (opts.output == "json") {
     if (resp->has_machines())
       std::fputs((to_json(resp->machines()) + "\n").c_str(), stdout);
@@ -224,6 +234,8 @@ int call(options opts, v1::Request req,
       std::fputs((to_json(resp->join_tokens()) + "\n").c_str(), stdout);
     else if (resp->has_api_tokens())
       std::fputs((to_json(resp->api_tokens()) + "\n").c_str(), stdout);
+    else if (resp->has_gpu_history())
+      std::fputs((to_json(resp->gpu_history()) + "\n").c_str(), stdout);
   } else {
     std::fputs(table(*resp).c_str(), stdout);
   }

@@ -88,6 +88,13 @@ std::optional<gate_credentials> resolve_credentials(options& opts);
 /// credentials: nothing was sent; 3 unreachable) and returns nullopt.
 std::optional<gate_client> connect_gate(options opts, int& rc);
 
+/// Sends one request and answers the controller's Response; nullopt after
+/// printing why on stderr (an error answer also as JSON on stdout with
+/// --output json), with `rc` set: 1 the controller answered with an error,
+/// 2 a bad address or credentials, 3 unreachable or no answer. `rc` is 0
+/// with an answer.
+std::optional<v1::Response> ask_controller(const options& opts, v1::Request req, int& rc);
+
 /// Sends one request and prints its answer (`table` for people, JSON with
 /// --output json); returns the exit code: 0 ok, 1 the controller answered
 /// with an error, 2 a bad address, 3 unreachable.

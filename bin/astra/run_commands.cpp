@@ -198,7 +198,15 @@ struct logs_flags {
   std::string run;
   int worker = 0;
   bool follow = false;
+  std::string workspace;
 };
+
+/// Adds `--workspace` to a command that names a run (issue 13 item 6).
+void add_workspace_option(CLI::App* cmd, std::string& workspace) {
+  cmd->add_option("--workspace", workspace,
+                  "the run's workspace: a run of another workspace is refused "
+                  "(default: any)");
+}
 
 /// `astra logs RUN`: prints the worker's output from offset 0, and with
 /// --follow keeps polling until it ends. Returns the exit code.
@@ -213,6 +221,7 @@ int print_logs(const options& opts, const logs_flags& f) {
     v1::Request req;
     auto* q = req.mutable_get_logs();
     q->set_run(f.run);
+    q->set_workspace(f.workspace);
     q->set_worker(f.worker);
     q->set_offset(offset);
     auto resp = client->call(req, timeout);
@@ -287,10 +296,13 @@ void add_run_commands(CLI::App& app, invocation& inv) {
   auto* show = run->add_subcommand("show", "show one run: state, and per worker "
                                            "rank, group, machine, GPUs, NUMA node");
   auto& show_name = inv.keep<std::string>();
+  auto& show_workspace = inv.keep<std::string>();
   show->add_option("NAME", show_name, "run name")->required();
-  show->callback([&inv, &show_name] {
+  add_workspace_option(show, show_workspace);
+  show->callback([&inv, &show_name, &show_workspace] {
     v1::Request req;
     req.mutable_get_run()->set_name(show_name);
+    req.mutable_get_run()->set_workspace(show_workspace);
     inv.rc = call(inv.opts, req, [](const v1::Response& r) {
       return format_run(r.run(), now_ms());
     });
@@ -322,9 +334,11 @@ void add_run_commands(CLI::App& app, invocation& inv) {
       inv.rc = wait_for_run(inv.opts, spec.name());
   });
   auto* runs = app.add_subcommand("runs", "list runs");
-  runs->callback([&inv] {
+  auto& runs_workspace = inv.keep<std::string>();
+  runs->add_option("--workspace", runs_workspace, "only this workspace's runs");
+  runs->callback([&inv, &runs_workspace] {
     v1::Request req;
-    req.mutable_list_runs();
+    req.mutable_list_runs()->set_workspace(runs_workspace);
     inv.rc = call(inv.opts, req, [](const v1::Response& r) {
       return format_run_list(r.runs(), now_ms());
     });
@@ -341,13 +355,17 @@ void add_run_control_commands(CLI::App& app, invocation& inv) {
     ->check(CLI::Range(0, static_cast<int>(max_run_workers) - 1));
   logs->add_flag("-f,--follow", flags.follow, "keep printing new output until the "
                                              "worker ends");
+  add_workspace_option(logs, flags.workspace);
   logs->callback([&inv, &flags] { inv.rc = print_logs(inv.opts, flags); });
   auto* del = app.add_subcommand("delete", "stop a run and free its GPUs");
   auto& name = inv.keep<std::string>();
+  auto& del_workspace = inv.keep<std::string>();
   del->add_option("NAME", name, "run name")->required();
-  del->callback([&inv, &name] {
+  add_workspace_option(del, del_workspace);
+  del->callback([&inv, &name, &del_workspace] {
     v1::Request req;
     req.mutable_delete_run()->set_name(name);
+    req.mutable_delete_run()->set_workspace(del_workspace);
     inv.rc = call(inv.opts, req, [](const v1::Response& r) {
       return "run " + r.run().spec().name() + " deleted\n";
     });

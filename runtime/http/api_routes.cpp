@@ -283,6 +283,25 @@ void get_node_gpu(api_context& ctx) {
   reply_gpu(ctx, ctx.param("node"));
 }
 
+void get_node_gpu_history(api_context& ctx) {
+  // ?since=<unix ms> (default: all kept), ?max_points=N (default: all).
+  auto since = query_number(ctx, "since", 0, UINT64_MAX / 2, 0);
+  if (!since)
+    return;
+  auto max_points = query_number(ctx, "max_points", 0, 100000, 0);
+  if (!max_points)
+    return;
+  v1::Request req;
+  auto* q = req.mutable_get_gpu_history();
+  q->set_machine(ctx.param("node"));
+  q->set_gpu(ctx.param("uuid"));
+  q->set_since_unix_ms(static_cast<int64_t>(*since));
+  q->set_max_points(static_cast<uint32_t>(*max_points));
+  auto resp = ask_cluster(ctx, std::move(req));
+  if (!reply_failed(ctx, resp))
+    reply_json(ctx.res, 200, message_to_json(resp.gpu_history(), false));
+}
+
 void clear_gpu_fault(api_context& ctx) {
   v1::Request req;
   req.mutable_clear_fault()->set_machine(ctx.param("node"));
@@ -364,6 +383,9 @@ const std::vector<api_route>& api_routes() {
      "cordon, then stop its workers at the deadline (admins)", "DrainMachine", "MachineView"},
     {"GET", "/nodes/{node}/gpus", true, list_node_gpus, "the machine's GPUs", "", "GpuList"},
     {"GET", "/nodes/{node}/gpus/{uuid}", true, get_node_gpu, "one GPU", "", "GpuView"},
+    {"GET", "/nodes/{node}/gpus/{uuid}/history", true, get_node_gpu_history,
+     "the GPU's history, oldest first: raw for 1 h, 1-minute means to 6 h, 5-minute "
+     "means to 24 h (?since=<unix ms>, ?max_points=N)", "", "GpuHistory"},
     {"POST", "/nodes/{node}/gpus/{uuid}/clear-fault", true, clear_gpu_fault,
      "clear a latched fault on the connected machine (admins; 409 NOT_CONNECTED)", "",
      "ClearFaultResult"},
@@ -384,6 +406,8 @@ const std::vector<api_route>& api_routes() {
     {"GET", "/machines/{node}/gpus", true, list_node_gpus, "the machine's GPUs", "",
      "GpuList"},
     {"GET", "/machines/{node}/gpus/{uuid}", true, get_node_gpu, "one GPU", "", "GpuView"},
+    {"GET", "/machines/{node}/gpus/{uuid}/history", true, get_node_gpu_history,
+     "the GPU's history (?since, ?max_points)", "", "GpuHistory"},
     {"POST", "/machines/{node}/gpus/{uuid}/clear-fault", true, clear_gpu_fault,
      "clear a latched fault (admins)", "", "ClearFaultResult"},
     {"GET", "/gpus", true, list_gpus, "every GPU (?limit, ?cursor, ?index&wait)", "",

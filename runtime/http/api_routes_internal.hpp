@@ -101,6 +101,7 @@ void get_node_gpu(api_context& ctx);
 void list_gpus(api_context& ctx);
 void get_gpu(api_context& ctx);
 void clear_gpu_fault(api_context& ctx);
+void get_node_gpu_history(api_context& ctx);
 void get_metrics(api_context& ctx);
 void get_openapi(api_context& ctx);
 void get_xids(api_context& ctx);

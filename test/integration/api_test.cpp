@@ -221,6 +221,7 @@ TEST_F(Api, OpenApiListsEveryRouteAndEveryListedPathRoutes) {
     {"get", "/api/v1/orgs/{org}/clusters/{cluster}/gpus"},
     {"get", "/api/v1/orgs/{org}/clusters/{cluster}/gpus/{uuid}"},
     {"get", "/api/v1/orgs/{org}/clusters/{cluster}/nodes/{node}/gpus"},
+    {"get", "/api/v1/orgs/{org}/clusters/{cluster}/nodes/{node}/gpus/{uuid}/history"},
     {"post", "/api/v1/orgs/{org}/clusters/{cluster}/runs"},
     {"get", "/api/v1/orgs/{org}/clusters/{cluster}/runs"},
     {"get", "/api/v1/orgs/{org}/clusters/{cluster}/runs/{run}"},
@@ -391,6 +392,26 @@ TEST_F(Api, MachinesAndGpusAsAstraPrintsThemPagesWatchMetricsAndClearFault) {
   ASSERT_EQ(r->status, 200);
   EXPECT_EQ(body_of(r)["gpu"]["pci_address"], "0000:3a:00.0");
   EXPECT_EQ(owner->Get(base + "/gpus/GPU-nope")->status, 404);
+  // Its history (issue 19): the API and `astra gpu show -o json` agree, and
+  // `astra gpu show` draws the last hour as sparklines.
+  r = owner->Get(base + "/nodes/" + machine_name + "/gpus/" + uuid_3a + "/history");
+  ASSERT_EQ(r->status, 200) << r->body;
+  auto history = body_of(r);
+  EXPECT_EQ(history["gpu"], uuid_3a);
+  EXPECT_GE(history["samples"].size(), 1u) << r->body;
+  EXPECT_EQ(history["retention_seconds"], "86400");
+  auto shown = astra({"gpu", "show", machine_name, uuid_3a, "-o", "json"});
+  ASSERT_EQ(shown.rc, 0) << shown.err;
+  EXPECT_EQ(json::parse(shown.out)["history"], history);
+  auto drawn = astra({"gpu", "show", machine_name, "0000:3a:00.0"});
+  ASSERT_EQ(drawn.rc, 0) << drawn.err;
+  EXPECT_NE(drawn.out.find("History: the last hour"), std::string::npos) << drawn.out;
+  EXPECT_NE(drawn.out.find("utilisation"), std::string::npos) << drawn.out;
+  r = owner->Get(base + "/nodes/" + machine_name + "/gpus/GPU-nope/history");
+  EXPECT_EQ(r->status, 404) << r->body;
+  EXPECT_EQ(owner->Get(base + "/nodes/gpu-nope/gpus/" + uuid_3a + "/history")->status, 404);
+  EXPECT_EQ(owner->Get(base + "/nodes/" + machine_name + "/gpus/" + uuid_3a
+                       + "/history?max_points=x")->status, 400);
   // A blocking query answers when the cordon lands, not before.
   r = owner->Get(base + "/nodes");
   auto index = std::stoull(r->get_header_value("X-Astraeus-Index"));

@@ -149,7 +149,7 @@ TEST_F(CliDay2, SbatchRunsTheScriptWithItsDirectivesMountedReadOnly) {
              "#SBATCH --partition=ignored-after-the-first-command\n");
   auto res = astra({"slurm", "sbatch", "--image", "busybox", (dir_ / "hello.sbatch").string()});
   ASSERT_EQ(res.rc, 0) << res.err;
-  EXPECT_EQ(res.out.rfind("hello submitted to default: ", 0), 0u) << res.out;
+  EXPECT_EQ(res.out.rfind("hello submitted to default\n", 0), 0u) << res.out;
   ASSERT_TRUE(ended("hello", "Stopped"));
   EXPECT_EQ(run_field("hello", "state"), "Stopped");
   auto logs = astra({"logs", "hello"});
@@ -176,6 +176,17 @@ TEST_F(CliDay2, DrainStopsTheWorkersThenRemoveForgetsTheMachineAndRefusesItsAgen
                     "64M", "--", "sleep", "600"});
   ASSERT_EQ(run.rc, 0) << run.err;
   ASSERT_TRUE(ended("long", "Running"));
+  // --workspace (issue 13 item 6): a run of another workspace is refused.
+  EXPECT_TRUE(has(astra({"runs", "--workspace", "default"}).out, "long"));
+  EXPECT_FALSE(has(astra({"runs", "--workspace", "vision"}).out, "long"));
+  auto elsewhere = astra({"logs", "long", "--workspace", "vision"});
+  EXPECT_EQ(elsewhere.rc, 1);
+  EXPECT_TRUE(has(elsewhere.err, "no run named long in workspace vision (it is in workspace "
+                                 "default)"))
+    << elsewhere.err;
+  EXPECT_EQ(astra({"run", "show", "long", "--workspace", "vision"}).rc, 1);
+  EXPECT_EQ(astra({"delete", "long", "--workspace", "vision"}).rc, 1);
+  EXPECT_EQ(astra({"run", "show", "long", "--workspace", "default"}).rc, 0);
   auto early = astra({"machine", "remove", "gpu-09"});
   EXPECT_EQ(early.rc, 1);
   EXPECT_TRUE(has(early.err, "machine gpu-09 is Up: only a Down machine or a drained one is "
@@ -250,13 +261,14 @@ TEST_F(CliDay2, TokensAndWorkspacesAreListedRevokedAndDeleted) {
   auto again = astra({"workspace", "delete", "default"});
   EXPECT_EQ(again.rc, 1);
   EXPECT_TRUE(has(again.err, "workspace default cannot be deleted")) << again.err;
-  // gpu show: the GPU's current facts, and no history yet.
+  // gpu show: the GPU's current facts and its last hour as sparklines.
   auto gpus = astra({"gpus", "--machine", "gpu-09", "-o", "json"});
   auto first = nlohmann::json::parse(gpus.out)["gpus"][0]["gpu"].value("id", "");
   auto show = astra({"gpu", "show", "gpu-09", first});
   EXPECT_EQ(show.rc, 0) << show.err;
   EXPECT_TRUE(has(show.out, first)) << show.out;
-  EXPECT_TRUE(has(show.out, "History: not kept yet")) << show.out;
+  EXPECT_TRUE(has(show.out, "History: the last hour, one column a minute")) << show.out;
+  EXPECT_TRUE(has(show.out, "█  97 %")) << show.out;
   auto none = astra({"gpu", "show", "gpu-09", "GPU-nope"});
   EXPECT_EQ(none.rc, 1);
   EXPECT_TRUE(has(none.err, "machine gpu-09 has no GPU GPU-nope")) << none.err;

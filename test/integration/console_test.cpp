@@ -261,6 +261,10 @@ TEST_F(Console, GpusMachinesAndClearFaultInHeadlessChromium) {
   EXPECT_TRUE(contains(dom, "Faulty: Xid 79 fault")) << dom;
   EXPECT_TRUE(contains(dom, "class=\"latch\"")) << dom;
   EXPECT_TRUE(contains(dom, "id=\"clear-fault\"")) << dom;
+  // Its history as SVG line charts (issue 19).
+  EXPECT_TRUE(contains(dom, "id=\"gpu-history\"") && contains(dom, "id=\"chart-temperature\"")
+              && contains(dom, "<polyline"))
+    << dom;
   // Clear fault, clicked, with the confirmation given by the address.
   dom = browse(page, "do=clear-fault");
   EXPECT_TRUE(contains(dom, "Fault cleared.")) << dom;

@@ -2,10 +2,11 @@
 // Signs in with an API token (kept in sessionStorage, sent as
 // "Authorization: Bearer" to the API), then draws the page the address
 // names: /o/<org>/compute/gpus, /o/<org>/machines,
-// /o/<org>/machines/<machine>/gpus/<uuid>, /o/<org>/w/<workspace>/validation
-// (validation.js), /o/<org>/compute/topology (topology.js), /o/<org>/jobs,
-// /o/<org>/w/<workspace>/jobs/<cluster>/<run>, /o/<org>/audit and the
-// Machines page's Add machine (runs.js) (also under /console/...).
+// /o/<org>/machines/<machine>/gpus/<uuid> (its charts: gpu_history.js),
+// /o/<org>/w/<workspace>/validation (validation.js), /o/<org>/compute/topology
+// (topology.js), /o/<org>/jobs, /o/<org>/w/<workspace>/jobs/<cluster>/<run>,
+// /o/<org>/audit and the Machines page's Add machine (runs.js) (also under
+// /console/...).
 "use strict";
 
 const ORG = document.querySelector('meta[name="astraeus-organization"]').content;
@@ -294,6 +295,7 @@ async function gpuPage(machine, uuid, notice) {
   const button = isAdmin() && latches.length
     ? el("button", { type: "button", class: "danger", id: "clear-fault", text: "Clear fault",
                      onclick: () => clearFault(v) }) : "";
+  const history = await gpuHistorySection(machine, g.id || uuid);
   show(el("h1", { text: (g.model || "GPU") + " · " + machine }),
        notice ? el("p", { class: "notice", id: "notice", text: notice }) : "",
        el("dl", { class: "facts", id: "gpu" },
@@ -311,6 +313,7 @@ async function gpuPage(machine, uuid, notice) {
           fact("NVLink", links.length ? links.length + " link record(s)" : "—", "gpu-nvlink"),
           fact("PCI", g.pci_address || "—", "gpu-pci"),
           fact("Last seen", when(v.last_seen_unix_ms) + (v.machine_up ? "" : " (machine not Up: last known)"), "gpu-seen")),
+       history,
        el("h2", { text: "Latched faults" }), latchesTable(latches), button,
        el("p", {}, el("a", { href: base() + "/compute/gpus", text: "← All GPUs" })));
   return v;

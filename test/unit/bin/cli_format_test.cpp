@@ -75,3 +75,73 @@ TEST(CliFormat, AnEndedRunShowsItsReasonFromEitherForm) {
   run.clear_state_code();
   EXPECT_EQ(cli::format_run(run, 0), typed);
 }
+
+// `astra gpu show`'s history (issue 13 item 6): one sparkline per series
+// over the last hour, a blank for a minute without a report.
+TEST(CliFormat, GpuHistoryDrawsTheLastHourAsSparklines) {
+  constexpr int64_t now = 1'796'083'200'000;
+  v1::GpuHistory h;
+  h.set_machine("gpu-01");
+  h.set_gpu("GPU-1");
+  h.set_retention_seconds(24 * 3600);
+  // An old point (before the hour) is not drawn.
+  auto* old = h.add_samples();
+  old->set_unix_ms(now - 2 * 3600'000);
+  old->set_utilization_percent(100);
+  // 0 % an hour ago rising to 100 % now; no report in minute 30.
+  for (int m = 0; m < 60; ++m) {
+    if (m == 30)
+      continue;
+    auto* s = h.add_samples();
+    s->set_unix_ms(now - 3600'000 + m * 60'000 + 1000);
+    s->set_utilization_percent(m * 100.0 / 59);
+    s->set_temperature_c(50 + m % 2);
+    s->set_xid_events(m >= 40 ? 2 : 0);
+  }
+  auto text = cli::format_gpu_history(h, now);
+  EXPECT_TRUE(contains(text, "History: the last hour, one column a minute (24 h kept"));
+  EXPECT_TRUE(contains(text, "SERIES"));
+  EXPECT_TRUE(contains(text, "utilisation"));
+  EXPECT_TRUE(contains(text, "temperature"));
+  EXPECT_TRUE(contains(text, "errors"));
+  // Series the GPU never reported are left out.
+  EXPECT_FALSE(contains(text, "power"));
+  // The utilisation line starts at the lowest bar and ends at the highest,
+  // with a blank for minute 30.
+  auto line_of = [&](const std::string& name) {
+    auto at = text.find(name);
+    return at == std::string::npos ? std::string{} : text.substr(at, text.find('\n', at) - at);
+  };
+  auto util = line_of("utilisation");
+  EXPECT_TRUE(contains(util, "▁▁▁")) << util;
+  EXPECT_TRUE(contains(util, "███")) << util;
+  EXPECT_TRUE(contains(util, "▄ ▄") || contains(util, "▄ ▅")) << util;
+  EXPECT_TRUE(contains(util, "100 %")) << util;
+  EXPECT_TRUE(contains(line_of("temperature"), "51 °C"));
+  // The errors went from 0 to 2 in the hour.
+  EXPECT_TRUE(contains(line_of("errors"), "▁▁▁▁")) << line_of("errors");
+  EXPECT_TRUE(contains(line_of("errors"), "████")) << line_of("errors");
+  // Nothing in the last hour: said in words.
+  auto quiet = cli::format_gpu_history(h, now + 3 * 3600'000);
+  EXPECT_TRUE(contains(quiet, "no report of this GPU in the last hour")) << quiet;
+}
+
+// The submission line (issue 13 item 1): the seed's "whoami submitted to
+// gpu-east: <console URL>", the cluster only without a console address, and
+// a waiting run's reason on a line of its own.
+TEST(CliFormat, SubmissionLineEndsInTheRunsConsolePage) {
+  v1::Run r;
+  r.mutable_spec()->set_name("whoami");
+  r.set_state("Placed");
+  r.set_console_url("https://console.astralyx.cloud/o/acme/w/vision/jobs/gpu-east/whoami");
+  EXPECT_EQ(cli::format_submitted(r, "gpu-east"),
+            "whoami submitted to gpu-east: "
+            "https://console.astralyx.cloud/o/acme/w/vision/jobs/gpu-east/whoami\n");
+  r.clear_console_url();
+  EXPECT_EQ(cli::format_submitted(r, "gpu-east"), "whoami submitted to gpu-east\n");
+  r.set_state("Waiting");
+  r.set_waiting_reason("cannot fit anywhere now: the cluster has no machines");
+  EXPECT_EQ(cli::format_submitted(r, "gpu-east"),
+            "whoami submitted to gpu-east\n"
+            "cannot fit anywhere now: the cluster has no machines\n");
+}

@@ -555,3 +555,20 @@ TEST_F(ClusterActor, ACordonTheStoreCannotTakeTellsTheUserWhyAndChangesNothing) 
   // Once the store writes again, the same request goes through.
   EXPECT_TRUE(call(c, cordon).machine().cordoned());
 }
+
+// Issue 13 item 1: a run's console page, as the seed prints it.
+TEST(RunConsoleUrl, IsTheSeedsJobsPageOrNothing) {
+  cluster_config cc;
+  cc.cluster_name = "gpu-east";
+  cc.organization = "acme";
+  v1::RunSpec spec;
+  spec.set_name("whoami");
+  spec.set_workspace("vision");
+  EXPECT_EQ(run_console_url(cc, spec), "");
+  cc.console_url = "https://console.astralyx.cloud/";
+  EXPECT_EQ(run_console_url(cc, spec),
+            "https://console.astralyx.cloud/o/acme/w/vision/jobs/gpu-east/whoami");
+  spec.clear_workspace();
+  EXPECT_EQ(run_console_url(cc, spec),
+            "https://console.astralyx.cloud/o/acme/w/default/jobs/gpu-east/whoami");
+}

@@ -7,6 +7,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include "actors/controller/machine_actor.hpp"
+#include "runtime/process/wall_clock.hpp"
 #include "store/store.hpp"
 
 using namespace astraeus;
@@ -42,6 +43,18 @@ protected:
     mc.store = std::move(store);
     auto m = spawn(machine, std::move(mc));
     run();
+    return m;
+  }
+
+  /// gpu-01 on `clock`, Up after one report.
+  machine_actor spawn_reporting_machine(std::shared_ptr<const wall_clock> clock) {
+    machine_config mc;
+    mc.record.set_name("gpu-01");
+    mc.heartbeat_lapse = 600s;
+    mc.clock = std::move(clock);
+    auto m = spawn(machine, std::move(mc));
+    run();
+    report(m);
     return m;
   }
 
@@ -552,4 +565,56 @@ TEST_F(MachineActor, AGpuListedTwiceIsShownOnceWithAWarning) {
   ASSERT_EQ(view.inventory_warnings_size(), 1);
   EXPECT_NE(view.inventory_warnings(0).find("listed 2 times"), std::string::npos);
   EXPECT_EQ(ask<std::vector<v1::GpuView>>(m, atom::gpus_v).size(), 1u);
+}
+
+// Issue 13 item 6: a drain is done only when its workers have ended, as
+// the agent reports them, not when their stops are asked.
+TEST_F(MachineActor, ADrainIsDoneOnlyWhenItsAgentReportsTheWorkersEnded) {
+  auto clock = std::make_shared<test_wall_clock>();
+  auto m = spawn_reporting_machine(clock);
+  v1::WorkerOrders orders;
+  orders.set_generation(1);
+  auto* w = orders.add_workers();
+  w->set_worker("train-0");
+  w->set_run("train");
+  (*self)->send(m, atom::assign_v, orders);
+  run();
+  auto statuses = [&](const char* state) {
+    v1::WorkerStatuses s;
+    s.set_generation(1);
+    auto* x = s.add_workers();
+    x->set_worker("train-0");
+    x->set_run("train");
+    x->set_state(state);
+    (*self)->send(m, s);
+    run();
+  };
+  statuses("Running");
+  v1::DrainMachine drain;
+  drain.set_name("gpu-01");
+  drain.set_deadline_seconds(60);
+  auto view = ask<v1::MachineView>(m, drain);
+  EXPECT_TRUE(view.cordoned());
+  EXPECT_FALSE(view.drained());
+  // The deadline: stops are asked, the drain is not done yet.
+  clock->advance(60s);
+  advance(60s);
+  EXPECT_FALSE(ask<v1::MachineView>(m, atom::get_v).drained());
+  statuses("Stopping");
+  EXPECT_FALSE(ask<v1::MachineView>(m, atom::get_v).drained());
+  // The agent says the worker ended: now it is drained.
+  statuses("Cancelled");
+  view = ask<v1::MachineView>(m, atom::get_v);
+  EXPECT_TRUE(view.drained());
+}
+
+// A drain of a machine that holds no worker is done at its deadline.
+TEST_F(MachineActor, ADrainWithoutWorkersIsDoneAtItsDeadline) {
+  auto clock = std::make_shared<test_wall_clock>();
+  auto m = spawn_reporting_machine(clock);
+  v1::DrainMachine drain;
+  drain.set_name("gpu-01");
+  EXPECT_FALSE(ask<v1::MachineView>(m, drain).drained());
+  advance(1ms);
+  EXPECT_TRUE(ask<v1::MachineView>(m, atom::get_v).drained());
 }
