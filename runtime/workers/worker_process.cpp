@@ -235,6 +235,8 @@ struct shim_plan {
   int out_r, out_w;   ///< the worker's output pipe
   int lock_fd;        ///< the start lock, or -1
   int cgroup_fd;      ///< the worker's cgroup.procs, or -1
+  const char* cgroup_dir;   ///< the worker's cgroup, or ""
+  const char* cgroup_kill;  ///< its cgroup.kill
   log_pump pump;
   const char* exit_path;
   const char* exit_tmp;
@@ -264,6 +266,26 @@ struct shim_plan {
   ssize_t ignored = ::write(2, exec_failed, sizeof(exec_failed) - 1);
   (void)ignored;
   ::_exit(127);
+}
+
+/// Kills what is left in the worker's cgroup (cgroup.kill) and removes it
+/// once empty (at most about 1 s), so a cgroup is gone with its worker even
+/// when no agent runs then. Only system calls.
+void end_cgroup_of(const shim_plan& p) {
+  if (p.cgroup_dir[0] == '\0')
+    return;
+  int fd = ::open(p.cgroup_kill, O_WRONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ssize_t ignored = ::write(fd, "1", 1);
+    (void)ignored;
+    ::close(fd);
+  }
+  for (int round = 0; round < 200; ++round) {
+    if (::rmdir(p.cgroup_dir) == 0 || errno == ENOENT)
+      return;
+    struct timespec pause = {0, 5 * 1000 * 1000};
+    ::nanosleep(&pause, nullptr);
+  }
 }
 
 /// Writes how the worker ended (`exit N` or `signal N`) to a temporary
@@ -364,6 +386,7 @@ void write_exit_file(const shim_plan& p, int status) {
   // left the group (setsid) and was handed to the shim.
   ::kill(-worker, SIGKILL);
   end_descendants();
+  end_cgroup_of(p);
   write_exit_file(p, status);
   ::_exit(0);
 }
@@ -425,6 +448,7 @@ caf::expected<launched_process> launch_process(const process_launch& what) {
   const std::string rotated_path = what.dir + "/log.1";
   const std::string start_path = what.dir + "/log.start";
   const std::string start_tmp = what.dir + "/log.start.tmp";
+  const std::string cgroup_kill = what.cgroup_dir + "/cgroup.kill";
   fs::remove(exit_path, err);
   fs::remove(rotated_path, err);
   fs::remove(start_path, err);
@@ -500,7 +524,8 @@ caf::expected<launched_process> launch_process(const process_launch& what) {
   if (shim == 0) {
     shim_plan plan{program.c_str(), argv.data(), envp.data(), cwd.c_str(), &what.rlimits,
                    null_fd, log_fd, pipe_fds[1], out_fds[0], out_fds[1], lock_fd, cgroup_fd,
-                   pump, exit_path.c_str(), exit_tmp.c_str()};
+                   what.cgroup_dir.c_str(), cgroup_kill.c_str(), pump, exit_path.c_str(),
+                   exit_tmp.c_str()};
     run_shim(plan);
   }
   ::close(pipe_fds[1]);

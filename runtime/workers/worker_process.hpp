@@ -59,7 +59,8 @@ struct process_launch {
   /// each launch. Empty: none.
   std::string start_lock;
   /// Issue 23 item 8: the worker's own cgroup (cgroup v2, a host folder that
-  /// exists): the worker joins it before exec, so every descendant is in it.
+  /// exists): the worker joins it before exec, so every descendant is in it;
+  /// the shim kills it (cgroup.kill) and removes it at the worker's end.
   /// Empty: none.
   std::string cgroup_dir;
 };
