@@ -20,6 +20,7 @@
 
 #include "runtime/workers/worker_ledger.hpp"
 #include "runtime/workers/worker_process.hpp"
+#include "runtime/process/boot_clock.hpp"
 #include "runtime/process/wall_clock.hpp"
 #include "runtime/workers/worker_supervisor.hpp"
 #include "store/store.hpp"
@@ -103,7 +104,7 @@ figures measure(const std::string& runtime, int starts, const fs::path& dir) {
                                     : dir / name;
     auto t0 = clk::now();
     ledger.apply("bench", orders_of(i, 1, runtime, marker_dir == "/" ? "" : marker_dir));
-    sup.reconcile(ledger, now_ms(), clk::now());
+    sup.reconcile(ledger, now_ms(), real_boot_clock()->now_boot_ms());
     while (!fs::exists(marker)) {
       if (clk::now() - t0 > std::chrono::seconds{10}) {
         std::fprintf(stderr, "%s: worker %d did not start\n", runtime.c_str(), i);
@@ -115,7 +116,7 @@ figures measure(const std::string& runtime, int starts, const fs::path& dir) {
     // Stop it: the set empties, the grace is 0, the next pass kills it.
     ledger.apply("bench", orders_of(1000000 + i, 0, runtime, ""));
     for (int k = 0; k < 200 && !ledger.processes().empty(); ++k) {
-      sup.reconcile(ledger, now_ms(), clk::now());
+      sup.reconcile(ledger, now_ms(), real_boot_clock()->now_boot_ms());
       std::this_thread::sleep_for(std::chrono::milliseconds{2});
     }
   }
@@ -161,7 +162,7 @@ int main(int argc, char** argv) {
     long rss0 = proc_kb(::getpid(), "status", "VmRSS:");
     const int n = 50;
     ledger.apply("bench", orders_of(1, n, "process", dir.string()));
-    sup.reconcile(ledger, now_ms(), clk::now());
+    sup.reconcile(ledger, now_ms(), real_boot_clock()->now_boot_ms());
     std::this_thread::sleep_for(std::chrono::milliseconds{300});
     long rss1 = proc_kb(::getpid(), "status", "VmRSS:");
     long pss = 0;
@@ -172,7 +173,7 @@ int main(int argc, char** argv) {
                 n, static_cast<double>(pss) / n, static_cast<double>(rss1 - rss0) / n);
     ledger.apply("bench", orders_of(2, 0, "process", ""));
     for (int k = 0; k < 100 && !ledger.processes().empty(); ++k) {
-      sup.reconcile(ledger, now_ms(), clk::now());
+      sup.reconcile(ledger, now_ms(), real_boot_clock()->now_boot_ms());
       std::this_thread::sleep_for(std::chrono::milliseconds{5});
     }
   }

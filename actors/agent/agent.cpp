@@ -149,6 +149,8 @@ caf::error agent_config::validate() const {
                            "<= max");
   if (!clock)
     return caf::make_error(ec::invalid_config, "agent: no wall clock");
+  if (!boot)
+    return caf::make_error(ec::invalid_config, "agent: no boot clock");
   return caf::none;
 }
 
@@ -453,7 +455,7 @@ void on_worker_orders(agent_ptr self, v1::WorkerOrders& part) {
                held->workers_size(), held->generation());
   if (st.supervisor) {
     st.supervisor->reconcile(*st.workers, st.config.clock->now_unix_ms(),
-                             self->clock().now());
+                             st.config.boot->now_boot_ms());
     *held = st.workers->statuses(name);
   }
   latch_hand_over_failures(self);
@@ -497,7 +499,7 @@ void supervise_now(agent_ptr self) {
   if (!st.supervisor || !st.workers)
     return;
   if (st.supervisor->reconcile(*st.workers, st.config.clock->now_unix_ms(),
-                               self->clock().now())
+                               st.config.boot->now_boot_ms())
       && st.welcomed) {
     v1::Frame frame;
     *frame.mutable_worker_statuses() = st.workers->statuses(st.config.identity.name);
@@ -796,6 +798,8 @@ agent_actor::behavior_type agent(agent_actor::stateful_broker_pointer<agent_stat
                     render_error(latches.error()));
     else
       self->state.latches.emplace(std::move(*latches));
+    if (self->state.latches)
+      self->state.latches->set_boot_clock(self->state.config.boot);
     auto workers = worker_ledger::load(self->state.config.store);
     if (!workers)
       spdlog::error("agent: cannot load its workers: {}",

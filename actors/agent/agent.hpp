@@ -31,6 +31,7 @@
 #include "runtime/host/host_facts.hpp"
 #include "runtime/host/rdma_fabric.hpp"
 #include "runtime/faults/kmsg.hpp"
+#include "runtime/process/boot_clock.hpp"
 #include "runtime/process/wall_clock.hpp"
 #include "runtime/workers/worker_ledger.hpp"
 #include "runtime/workers/worker_supervisor.hpp"
@@ -106,6 +107,9 @@ struct agent_config {
   /// The wall clock of reports' send times, fault latches and worker
   /// records; never of a timer (those run on the actor clock).
   std::shared_ptr<const wall_clock> clock = real_wall_clock();
+  /// The boot clock (suspend included, the same across an agent restart)
+  /// that times the workers' stop grace from their stored records.
+  std::shared_ptr<const boot_clock> boot = real_boot_clock();
 
   /// Called (on the agent's thread) when the controller refuses this agent
   /// for a reason retrying cannot fix (`refusal_is_final`), with the

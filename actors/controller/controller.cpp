@@ -276,6 +276,14 @@ start_agent(caf::actor_system& sys, const AgentConfig& cfg, const std::string& j
   // Workers are this agent's own descendants: their /proc is ours, even
   // when host facts are read under another root.
   w.proc_root = "/";
+  // Issue 23 item 8: a cgroup per host-process worker where the host's
+  // cgroup v2 hierarchy is writable; else the shims' subreaping alone.
+  if (auto place = prepare_worker_cgroups(); place)
+    w.cgroups = *place;
+  else
+    spdlog::info("agent: host-process workers get no cgroups of their own ({}); their "
+                 "shims end every descendant",
+                 render_error(place.error()));
   w.rdma_min_gbps = cfg.rdma_min_gbps;
   w.log_max_bytes = cfg.worker_log_max_bytes;
   w.cdi.static_dir = cfg.cdi_static_dir;

@@ -435,7 +435,7 @@ caf::expected<bool> fault_latches::on_event(const gpu_event& ev,
     case gpu_event_kind::amd_reset_begin:
       if (!holder.empty())
         resets_begun_[holder] = {gpu != nullptr ? gpu->pci_address() : ev.pci_address,
-                                 now_unix_ms};
+                                 boot_->now_boot_ms()};
       break;
     case gpu_event_kind::amd_reset_succeeded:
       resets_begun_.erase(holder);
@@ -588,7 +588,7 @@ caf::expected<bool> fault_latches::latch_unfinished_resets(int64_t now_unix_ms) 
   bool added = false;
   for (auto i = resets_begun_.begin(); i != resets_begun_.end();) {
     const auto& [holder, begun] = *i;
-    if (now_unix_ms - begun.second <= amd_reset_window_ms) {
+    if (boot_->now_boot_ms() - begun.second <= amd_reset_window_ms) {
       ++i;
       continue;
     }

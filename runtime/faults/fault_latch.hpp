@@ -22,6 +22,7 @@
 #include <caf/expected.hpp>
 
 #include "messages/astraeus.pb.h"
+#include "runtime/process/boot_clock.hpp"
 #include "runtime/faults/kmsg.hpp"
 #include "runtime/faults/xid_policy.hpp"
 
@@ -38,6 +39,14 @@ public:
   /// Errors: the store's.
   static caf::expected<fault_latches> load(std::shared_ptr<Store> store,
                                            std::string boot_id);
+
+  /// Times the AMD reset window (`amd_reset_window_ms`) on `clock` from now
+  /// on (the system's boot clock by default; a test's moves by hand): a
+  /// duration, so a wall clock set forward never makes a reset in progress
+  /// a fault (issue 23 item 4).
+  void set_boot_clock(std::shared_ptr<const boot_clock> clock) {
+    boot_ = std::move(clock);
+  }
 
   /// Uses `policy` from now on and keeps it (the controller sends it).
   caf::error set_policy(const xid_policy& policy);
@@ -171,8 +180,10 @@ private:
   /// Unresponsive passes in a row, by GPU id.
   std::map<std::string, int> unresponsive_passes_;
   /// AMD resets begun and not yet succeeded: GPU (id, else address) ->
-  /// (its PCI address, when the reset began on the wall clock, ms).
+  /// (its PCI address, when the reset began on the boot clock, ms).
   std::map<std::string, std::pair<std::string, int64_t>> resets_begun_;
+  /// The clock of the AMD reset window.
+  std::shared_ptr<const boot_clock> boot_ = real_boot_clock();
   /// Application Xids by GPU (id, else address): process ("pid=" or
   /// "name=" of the line) -> when it last reported one (wall clock, ms).
   std::map<std::string, std::map<std::string, int64_t>> app_processes_;

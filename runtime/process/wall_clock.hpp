@@ -8,9 +8,12 @@
 /// (`test_wall_clock`) and checks those rules deterministically.
 ///
 /// Durations that time something (heartbeat lapses, the stop grace,
-/// deadlines, back-off) never use this clock: they run on the actor clock
-/// (virtual in tests) or on std::chrono::steady_clock, so a wall clock set
-/// back or forward neither delays nor hastens them (issue 23, item 4).
+/// deadlines, back-off, the AMD reset window) never use this clock: they run
+/// on the actor clock (virtual in tests), on std::chrono::steady_clock, or,
+/// when they must outlive an agent restart (a worker's stop grace), on the
+/// boot clock (runtime/process/boot_clock.hpp), so a wall clock set back or
+/// forward neither delays nor hastens them (issue 23, item 4). Token expiry
+/// stays on this clock: it is a date (README, "Clocks").
 /// Source: shared/DESIGN.md ("Time").
 
 #include <atomic>

@@ -12,9 +12,18 @@
 
 #include "messages/error.hpp"
 #include "messages/worker_state.hpp"
+#include "runtime/workers/worker_start.hpp"
 #include "store/store.hpp"
 
 namespace astraeus {
+
+namespace {
+
+caf::error write_process(Store& store, const v1::WorkerProcess& p) {
+  return store.write({{family::workers, "proc/" + p.worker(), p.SerializeAsString()}}, true);
+}
+
+} // namespace
 
 caf::expected<worker_ledger> worker_ledger::load(std::shared_ptr<Store> store) {
   if (!store)
@@ -93,7 +102,7 @@ v1::WorkerStatuses worker_ledger::statuses(const std::string& machine) const {
     w->set_run(order.run());
     set_state(*w, worker_state::assigned);
     auto p = processes_.find(name);
-    if (p == processes_.end())
+    if (p == processes_.end() || is_starting(p->second))
       continue;
     if (auto state = state_of(p->second)) {
       set_state(*w, *state);
@@ -111,12 +120,14 @@ v1::WorkerStatuses worker_ledger::statuses(const std::string& machine) const {
 }
 
 caf::error worker_ledger::put_process(const v1::WorkerProcess& p) {
-  if (auto err = store_->write({{family::workers, "proc/" + p.worker(),
-                                 p.SerializeAsString()}},
-                               true))
+  if (auto err = write_process(*store_, p))
     return err;
   processes_[p.worker()] = p;
   return caf::none;
+}
+
+std::function<caf::error(const v1::WorkerProcess&)> worker_ledger::process_writer() const {
+  return [store = store_](const v1::WorkerProcess& p) { return write_process(*store, p); };
 }
 
 caf::error worker_ledger::erase_process(const std::string& worker) {

@@ -13,6 +13,7 @@
 /// acknowledged").
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -45,7 +46,8 @@ public:
 
   /// The workers held, by name, with the generation last applied (0 after
   /// a restart, so the controller sends its set again): `Assigned`, or the
-  /// state of its process record (with its outputs once it has ended).
+  /// state of its process record (with its outputs once it has ended); a
+  /// record still `Starting` reads `Assigned`.
   v1::WorkerStatuses statuses(const std::string& machine) const;
 
   /// The orders of the workers held, by worker name.
@@ -62,6 +64,13 @@ public:
 
   /// Stores `p` (sync) and keeps it. Errors: ec::store_failure.
   caf::error put_process(const v1::WorkerProcess& p);
+
+  /// Stores process records (sync) from any thread without touching this
+  /// ledger's memory: how a worker's start is recorded before its fork, on
+  /// the thread that starts it (runtime/workers/worker_start.hpp); the record
+  /// comes back through `put_process` afterwards. The function keeps the
+  /// store alive. Errors: ec::store_failure.
+  std::function<caf::error(const v1::WorkerProcess&)> process_writer() const;
 
   /// Forgets the process record of `worker` (sync). Errors:
   /// ec::store_failure.

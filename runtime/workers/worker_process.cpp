@@ -11,6 +11,8 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -153,6 +155,242 @@ void reset_signals() {
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
 }
 
+/// Reaps every child that has ended (never waits). Returns the status of
+/// `worker` when it was among them, with `worker_ended` set; false once the
+/// shim has no children left. Only system calls (it runs in the shim).
+bool reap_ended(pid_t worker, int& status, bool& worker_ended) {
+  for (;;) {
+    int st = 0;
+    pid_t r = ::waitpid(-1, &st, WNOHANG);
+    if (r > 0) {
+      if (r == worker) {
+        status = st;
+        worker_ended = true;
+      }
+      continue;
+    }
+    if (r < 0 && errno == EINTR)
+      continue;
+    return !(r < 0 && errno == ECHILD);
+  }
+}
+
+/// The shim's last duty (issue 23 item 8): every process the worker left
+/// behind became the shim's child (it is a child subreaper); SIGKILL them,
+/// reap them, and again for their own children as they are handed over,
+/// until none is left (at most about 5 s: a process stuck in the kernel is
+/// not waited for). Reads the shim's children from
+/// /proc/self/task/<pid>/children. Only system calls.
+void end_descendants() {
+  static char path[64];
+  static const char prefix[] = "/proc/self/task/";
+  size_t n = sizeof(prefix) - 1;
+  std::memcpy(path, prefix, n);
+  n += format_int(path + n, static_cast<int>(::getpid()));
+  std::memcpy(path + n, "/children", 10);
+  static char buf[16384];
+  int ignored_status = 0;
+  bool ignored_end = false;
+  for (int round = 0; round < 1000; ++round) {
+    int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      ssize_t got = 0, r;
+      while (got < static_cast<ssize_t>(sizeof(buf)) - 1
+             && (r = ::read(fd, buf + got, sizeof(buf) - 1 - static_cast<size_t>(got))) > 0)
+        got += r;
+      ::close(fd);
+      long pid = 0;
+      bool digits = false;
+      for (ssize_t i = 0; i <= got; ++i) {
+        char c = i < got ? buf[i] : ' ';
+        if (c >= '0' && c <= '9') {
+          pid = pid * 10 + (c - '0');
+          digits = true;
+        } else if (digits) {
+          ::kill(static_cast<pid_t>(pid), SIGKILL);
+          pid = 0;
+          digits = false;
+        }
+      }
+    }
+    if (!reap_ended(-1, ignored_status, ignored_end))
+      return;  // no child left
+    if (fd < 0)
+      return;  // the kernel does not list children: nothing more to do
+    struct timespec pause = {0, 5 * 1000 * 1000};
+    ::nanosleep(&pause, nullptr);
+  }
+}
+
+/// What the shim needs, prepared before the fork (after it, the shim and
+/// the worker run only system calls).
+struct shim_plan {
+  const char* program;
+  char* const* argv;
+  char* const* envp;
+  const char* cwd;
+  const std::vector<std::pair<int, rlimit>>* rlimits;
+  int null_fd, log_fd;
+  int pipe_w;         ///< tells the agent the worker's pid
+  int out_r, out_w;   ///< the worker's output pipe
+  int lock_fd;        ///< the start lock, or -1
+  int cgroup_fd;      ///< the worker's cgroup.procs, or -1
+  const char* cgroup_dir;   ///< the worker's cgroup, or ""
+  const char* cgroup_kill;  ///< its cgroup.kill
+  log_pump pump;
+  const char* exit_path;
+  const char* exit_tmp;
+};
+
+/// The worker, forked by the shim: into its cgroup and its own process
+/// group, its limits, its folder, then exec. Shim fds: 3 pid pipe, 4 and 5
+/// output pipe, 6 start lock, 7 cgroup.procs.
+[[noreturn]] void exec_worker(const shim_plan& p) {
+  static const char exec_failed[] = "astraeus: cannot execute the worker's command\n";
+  // Into its cgroup first, so every process it starts is there too.
+  if (p.cgroup_fd >= 0) {
+    ssize_t joined = ::write(7, "0", 1);
+    (void)joined;
+  }
+  // stdout and stderr: the pipe to the shim.
+  ::dup2(5, 1);
+  ::dup2(5, 2);
+  for (int fd : {3, 4, 5, 6, 7})
+    ::close(fd);
+  ::setpgid(0, 0);
+  for (const auto& [resource, limit] : *p.rlimits)
+    ::setrlimit(resource, &limit);
+  if (::chdir(p.cwd) != 0)
+    ::_exit(126);
+  ::execve(p.program, p.argv, p.envp);
+  ssize_t ignored = ::write(2, exec_failed, sizeof(exec_failed) - 1);
+  (void)ignored;
+  ::_exit(127);
+}
+
+/// Kills what is left in the worker's cgroup (cgroup.kill) and removes it
+/// once empty (at most about 1 s), so a cgroup is gone with its worker even
+/// when no agent runs then. Only system calls.
+void end_cgroup_of(const shim_plan& p) {
+  if (p.cgroup_dir[0] == '\0')
+    return;
+  int fd = ::open(p.cgroup_kill, O_WRONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ssize_t ignored = ::write(fd, "1", 1);
+    (void)ignored;
+    ::close(fd);
+  }
+  for (int round = 0; round < 200; ++round) {
+    if (::rmdir(p.cgroup_dir) == 0 || errno == ENOENT)
+      return;
+    struct timespec pause = {0, 5 * 1000 * 1000};
+    ::nanosleep(&pause, nullptr);
+  }
+}
+
+/// Writes how the worker ended (`exit N` or `signal N`) to a temporary
+/// name, synced, then renamed to the exit file.
+void write_exit_file(const shim_plan& p, int status) {
+  char text[32];
+  size_t n = 0;
+  if (WIFSIGNALED(status)) {
+    std::memcpy(text, "signal ", 7);
+    n = 7 + format_int(text + 7, WTERMSIG(status));
+  } else {
+    std::memcpy(text, "exit ", 5);
+    n = 5 + format_int(text + 5, WEXITSTATUS(status));
+  }
+  text[n++] = '\n';
+  int fd = ::open(p.exit_tmp, O_WRONLY | O_CREAT | O_TRUNC, 0640);
+  if (fd >= 0) {
+    ssize_t ignored = ::write(fd, text, n);
+    (void)ignored;
+    ::fsync(fd);
+    ::close(fd);
+    ::rename(p.exit_tmp, p.exit_path);
+  }
+}
+
+/// The shim, forked by the agent (see the file comment of worker_process.hpp).
+[[noreturn]] void run_shim(shim_plan& p) {
+  // The shim: a session of its own, outlives the agent; the subreaper of
+  // whatever the worker leaves orphaned.
+  ::setsid();
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+  reset_signals();
+  ::dup2(p.null_fd, 0);
+  ::dup2(p.log_fd, 1);
+  ::dup2(p.log_fd, 2);
+  ::dup2(p.pipe_w, 3);
+  ::dup2(p.out_r, 4);
+  ::dup2(p.out_w, 5);
+  // 6: the start lock, 7: the cgroup's cgroup.procs (or nothing).
+  for (int kept : {6, 7}) {
+    int from = kept == 6 ? p.lock_fd : p.cgroup_fd;
+    if (from >= 0) {
+      ::dup2(from, kept);
+      ::fcntl(kept, F_SETFD, FD_CLOEXEC);
+    } else {
+      ::close(kept);
+    }
+  }
+  close_from(8);
+  pid_t worker = ::fork();
+  if (worker == 0)
+    exec_worker(p);
+  ::close(5);
+  ::close(7);
+  if (worker > 0)
+    ::setpgid(worker, worker);
+  pid_t sent = worker > 0 ? worker : 0;
+  ssize_t ignored = ::write(3, &sent, sizeof(sent));
+  (void)ignored;
+  ::close(3);
+  if (worker < 0)
+    ::_exit(1);
+  // Copy the output until the pipe closes or the worker has ended (a
+  // process it left behind may hold the pipe open: what it has written
+  // by then is copied, the rest is not waited for).
+  int status = 0;
+  bool ended = false;
+  static char buf[65536];
+  int drained = 0;
+  for (;;) {
+    struct pollfd pfd = {4, POLLIN, 0};
+    int ready = ::poll(&pfd, 1, ended ? 0 : 250);
+    if (ready > 0) {
+      ssize_t n = ::read(4, buf, sizeof(buf));
+      if (n > 0) {
+        p.pump.write_all(buf, static_cast<size_t>(n));
+        if (ended && ++drained > 64)
+          break;
+        continue;
+      }
+      if (n < 0 && errno == EINTR)
+        continue;
+      break;  // end of output
+    }
+    if (ready < 0 && errno == EINTR)
+      continue;
+    if (ended)
+      break;
+    // Orphans handed to the shim are reaped as they end, so a long run
+    // that leaves many behind piles up no zombies.
+    reap_ended(worker, status, ended);
+  }
+  ::close(4);
+  while (!ended && ::waitpid(worker, &status, 0) < 0 && errno == EINTR) {
+  }
+  // As when a container's first process ends: whatever the worker left
+  // running ends with it: its process group, then every descendant that
+  // left the group (setsid) and was handed to the shim.
+  ::kill(-worker, SIGKILL);
+  end_descendants();
+  end_cgroup_of(p);
+  write_exit_file(p, status);
+  ::_exit(0);
+}
+
 std::string env_value(const std::vector<std::string>& env, const std::string& name) {
   for (const auto& e : env)
     if (e.size() > name.size() && e.compare(0, name.size(), name) == 0
@@ -210,6 +448,7 @@ caf::expected<launched_process> launch_process(const process_launch& what) {
   const std::string rotated_path = what.dir + "/log.1";
   const std::string start_path = what.dir + "/log.start";
   const std::string start_tmp = what.dir + "/log.start.tmp";
+  const std::string cgroup_kill = what.cgroup_dir + "/cgroup.kill";
   fs::remove(exit_path, err);
   fs::remove(rotated_path, err);
   fs::remove(start_path, err);
@@ -245,115 +484,59 @@ caf::expected<launched_process> launch_process(const process_launch& what) {
       ::close(fd);
     return caf::make_error(ec::store_failure, "cannot start the worker: " + why);
   }
-  for (int* fd : {&log_fd, &null_fd, &pipe_fds[0], &pipe_fds[1], &out_fds[0], &out_fds[1]})
+  // The start lock (held by the shim until it ends) and the worker's cgroup
+  // (joined by the worker before exec).
+  int lock_fd = -1, cgroup_fd = -1;
+  std::string setup_error;
+  if (!what.start_lock.empty()) {
+    ::unlink(what.start_lock.c_str());
+    lock_fd = ::open(what.start_lock.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0)
+      setup_error = "cannot take the start lock " + what.start_lock + ": " + std::strerror(errno);
+  }
+  if (setup_error.empty() && !what.cgroup_dir.empty()) {
+    auto procs = what.cgroup_dir + "/cgroup.procs";
+    cgroup_fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
+    if (cgroup_fd < 0)
+      setup_error = "cannot open " + procs + ": " + std::strerror(errno);
+  }
+  if (!setup_error.empty()) {
+    for (int fd : {log_fd, null_fd, pipe_fds[0], pipe_fds[1], out_fds[0], out_fds[1], lock_fd,
+                   cgroup_fd})
+      if (fd >= 0)
+        ::close(fd);
+    return caf::make_error(ec::store_failure, setup_error);
+  }
+  for (int* fd : {&log_fd, &null_fd, &pipe_fds[0], &pipe_fds[1], &out_fds[0], &out_fds[1],
+                  &lock_fd, &cgroup_fd})
     *fd = above_std(*fd);
   log_pump pump{log_path.c_str(), rotated_path.c_str(), start_path.c_str(), start_tmp.c_str(),
                 what.log_max_bytes};
-  static const char exec_failed[] = "astraeus: cannot execute the worker's command\n";
   pid_t shim = ::fork();
   if (shim < 0) {
     auto why = std::string{std::strerror(errno)};
-    for (int fd : {log_fd, null_fd, pipe_fds[0], pipe_fds[1], out_fds[0], out_fds[1]})
-      ::close(fd);
+    for (int fd : {log_fd, null_fd, pipe_fds[0], pipe_fds[1], out_fds[0], out_fds[1], lock_fd,
+                   cgroup_fd})
+      if (fd >= 0)
+        ::close(fd);
     return caf::make_error(ec::store_failure, "cannot fork the worker's shim: " + why);
   }
   if (shim == 0) {
-    // The shim: a session of its own, outlives the agent.
-    ::setsid();
-    reset_signals();
-    ::dup2(null_fd, 0);
-    ::dup2(log_fd, 1);
-    ::dup2(log_fd, 2);
-    ::dup2(pipe_fds[1], 3);
-    ::dup2(out_fds[0], 4);
-    ::dup2(out_fds[1], 5);
-    close_from(6);
-    pid_t worker = ::fork();
-    if (worker == 0) {
-      // stdout and stderr: the pipe to the shim.
-      ::dup2(5, 1);
-      ::dup2(5, 2);
-      ::close(3);
-      ::close(4);
-      ::close(5);
-      ::setpgid(0, 0);
-      for (const auto& [resource, limit] : what.rlimits)
-        ::setrlimit(resource, &limit);
-      if (::chdir(cwd.c_str()) != 0)
-        ::_exit(126);
-      ::execve(program.c_str(), argv.data(), envp.data());
-      ssize_t ignored = ::write(2, exec_failed, sizeof(exec_failed) - 1);
-      (void)ignored;
-      ::_exit(127);
-    }
-    ::close(5);
-    if (worker > 0)
-      ::setpgid(worker, worker);
-    pid_t sent = worker > 0 ? worker : 0;
-    ssize_t ignored = ::write(3, &sent, sizeof(sent));
-    (void)ignored;
-    ::close(3);
-    if (worker < 0)
-      ::_exit(1);
-    // Copy the output until the pipe closes or the worker has ended (a
-    // process it left behind may hold the pipe open: what it has written
-    // by then is copied, the rest is not waited for).
-    int status = 0;
-    bool ended = false;
-    static char buf[65536];
-    int drained = 0;
-    for (;;) {
-      struct pollfd pfd = {4, POLLIN, 0};
-      int ready = ::poll(&pfd, 1, ended ? 0 : 250);
-      if (ready > 0) {
-        ssize_t n = ::read(4, buf, sizeof(buf));
-        if (n > 0) {
-          pump.write_all(buf, static_cast<size_t>(n));
-          if (ended && ++drained > 64)
-            break;
-          continue;
-        }
-        if (n < 0 && errno == EINTR)
-          continue;
-        break;  // end of output
-      }
-      if (ready < 0 && errno == EINTR)
-        continue;
-      if (ended)
-        break;
-      if (::waitpid(worker, &status, WNOHANG) == worker)
-        ended = true;
-    }
-    ::close(4);
-    while (!ended && ::waitpid(worker, &status, 0) < 0 && errno == EINTR) {
-    }
-    // As when a container's first process ends: whatever the worker left
-    // running in its process group ends with it.
-    ::kill(-worker, SIGKILL);
-    char text[32];
-    size_t n = 0;
-    if (WIFSIGNALED(status)) {
-      std::memcpy(text, "signal ", 7);
-      n = 7 + format_int(text + 7, WTERMSIG(status));
-    } else {
-      std::memcpy(text, "exit ", 5);
-      n = 5 + format_int(text + 5, WEXITSTATUS(status));
-    }
-    text[n++] = '\n';
-    int fd = ::open(exit_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0640);
-    if (fd >= 0) {
-      ignored = ::write(fd, text, n);
-      ::fsync(fd);
-      ::close(fd);
-      ::rename(exit_tmp.c_str(), exit_path.c_str());
-    }
-    ::_exit(0);
+    shim_plan plan{program.c_str(), argv.data(), envp.data(), cwd.c_str(), &what.rlimits,
+                   null_fd, log_fd, pipe_fds[1], out_fds[0], out_fds[1], lock_fd, cgroup_fd,
+                   what.cgroup_dir.c_str(), cgroup_kill.c_str(), pump, exit_path.c_str(),
+                   exit_tmp.c_str()};
+    run_shim(plan);
   }
   ::close(pipe_fds[1]);
   ::close(out_fds[0]);
   ::close(out_fds[1]);
   ::close(log_fd);
   ::close(null_fd);
+  // The shim holds the lock now (the same open file); ours goes.
+  for (int fd : {lock_fd, cgroup_fd})
+    if (fd >= 0)
+      ::close(fd);
   pid_t worker = 0;
   ssize_t got;
   do {
@@ -451,32 +634,46 @@ std::optional<process_end> read_process_end(const std::string& dir) {
   return out;
 }
 
-uint64_t process_start_ticks(pid_t pid, const std::string& proc_root) {
+std::optional<proc_stat> read_proc_stat(pid_t pid, const std::string& proc_root) {
   if (pid <= 0)
-    return 0;
+    return std::nullopt;
   auto root = proc_root.empty() || proc_root == "/" ? std::string{} : proc_root;
   std::ifstream in{root + "/proc/" + std::to_string(pid) + "/stat"};
   if (!in)
-    return 0;
+    return std::nullopt;
   std::string line;
   std::getline(in, line);
   auto close = line.rfind(')');
   if (close == std::string::npos)
-    return 0;
+    return std::nullopt;
   std::istringstream rest{line.substr(close + 1)};
   std::string field;
+  proc_stat out;
+  out.pid = pid;
   // Field 3 (state) is the first after the name; field 22 is the 20th.
-  for (int i = 3; i <= 22; ++i) {
-    if (!(rest >> field))
-      return 0;
-    if (i == 3 && (field == "Z" || field == "X" || field == "x"))
-      return 0;
-  }
   try {
-    return std::stoull(field);
+    for (int i = 3; i <= 22; ++i) {
+      if (!(rest >> field))
+        return std::nullopt;
+      if (i == 3 && (field == "Z" || field == "X" || field == "x"))
+        return std::nullopt;
+      if (i == 4)
+        out.ppid = static_cast<pid_t>(std::stol(field));
+      else if (i == 5)
+        out.pgid = static_cast<pid_t>(std::stol(field));
+      else if (i == 6)
+        out.sid = static_cast<pid_t>(std::stol(field));
+    }
+    out.start_ticks = std::stoull(field);
   } catch (...) {
-    return 0;
+    return std::nullopt;
   }
+  return out;
+}
+
+uint64_t process_start_ticks(pid_t pid, const std::string& proc_root) {
+  auto st = read_proc_stat(pid, proc_root);
+  return st ? st->start_ticks : 0;
 }
 
 bool process_alive(pid_t pid, uint64_t start_ticks, const std::string& proc_root) {

@@ -7,14 +7,20 @@
 ///
 /// The agent forks the shim, which starts a session of its own (so a
 /// `kill -9` of the agent, or a signal to its process group, leaves the
-/// worker running), forks the worker (its own process group, stdin from
+/// worker running) and becomes a child subreaper (PR_SET_CHILD_SUBREAPER:
+/// every process the worker leaves orphaned, even one that left its process
+/// group with `setsid`, becomes the shim's child), forks the worker (its own process group, stdin from
 /// /dev/null, stdout and stderr a pipe to the shim, signal mask and
 /// dispositions reset, every other descriptor closed), copies its output
 /// to the worker's log file (rotating it at the cap: `log`, `log.1`), waits
-/// for it and writes how it ended to the exit file (`exit N` or `signal N`,
-/// written to a temporary name, then renamed). The agent needs nothing
-/// but the worker's pid and start time to find it again after a restart.
-/// Source: issue 6 ("kill -9 of the agent leaves its workers running").
+/// for it, ends everything the worker left behind (its process group, its
+/// cgroup when it has one, and every descendant the shim collected as
+/// subreaper), and writes how it ended to the exit file (`exit N` or
+/// `signal N`, written to a temporary name, then renamed). The agent needs
+/// nothing but the worker's pid and start time to find it again after a
+/// restart.
+/// Sources: issue 6 ("kill -9 of the agent leaves its workers running"),
+/// issue 23 items 3 and 8.
 
 #include <cstdint>
 #include <optional>
@@ -47,6 +53,16 @@ struct process_launch {
   /// dropped), a new `log` starts, and `log.start` holds the position of
   /// the new `log`'s first byte in the worker's whole output.
   uint64_t log_max_bytes = 0;
+  /// Issue 23 item 3: a lock file the shim holds (flock) from before its
+  /// fork until it has ended, so a restarted agent knows a start is under
+  /// way even before the worker's marker shows in /proc; created anew at
+  /// each launch. Empty: none.
+  std::string start_lock;
+  /// Issue 23 item 8: the worker's own cgroup (cgroup v2, a host folder that
+  /// exists): the worker joins it before exec, so every descendant is in it;
+  /// the shim kills it (cgroup.kill) and removes it at the worker's end.
+  /// Empty: none.
+  std::string cgroup_dir;
 };
 
 /// A started worker.
@@ -86,6 +102,19 @@ std::optional<log_piece> read_log_piece(const std::string& dir, uint64_t offset,
 
 /// Reads `<dir>/exit`. `nullopt` when the file is not there (yet).
 std::optional<process_end> read_process_end(const std::string& dir);
+
+/// What `/proc/<pid>/stat` says of a live process.
+struct proc_stat {
+  pid_t pid = 0;
+  pid_t ppid = 0;            ///< field 4: its parent
+  pid_t pgid = 0;            ///< field 5: its process group
+  pid_t sid = 0;             ///< field 6: its session
+  uint64_t start_ticks = 0;  ///< field 22: when it started, clock ticks after boot
+};
+
+/// Reads `<proc_root>/proc/<pid>/stat`. `nullopt` when there is no such
+/// live process (gone, a zombie, or the file does not parse).
+std::optional<proc_stat> read_proc_stat(pid_t pid, const std::string& proc_root = "/");
 
 /// The start time of `pid` (field 22 of `<proc_root>/proc/<pid>/stat`), or
 /// 0 when there is no such live process (gone, or a zombie).

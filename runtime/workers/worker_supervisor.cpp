@@ -28,6 +28,7 @@
 #include "runtime/workers/run_spec.hpp"
 #include "runtime/workers/worker_outputs.hpp"
 #include "runtime/workers/worker_process.hpp"
+#include "runtime/workers/worker_start.hpp"
 
 namespace astraeus {
 
@@ -114,6 +115,13 @@ std::string signal_name(int sig) {
   return d ? std::string{"SIG"} + d : std::to_string(sig);
 }
 
+/// Stores `rec` (sync); a failure is logged, and the record is written
+/// again at the next check.
+void keep_record(worker_ledger& ledger, const v1::WorkerProcess& rec) {
+  if (auto err = ledger.put_process(rec))
+    spdlog::error("agent: cannot store worker {}: {}", rec.worker(), render_error(err));
+}
+
 /// Whether the clamped-limit warnings were given (once per agent).
 std::atomic<bool> nofile_warned{false};
 std::atomic<bool> memlock_warned{false};
@@ -138,14 +146,15 @@ std::string worker_supervisor::runtime_for(const v1::RunSpec& spec) const {
   return find_executable(options_.runc, default_path).empty() ? "process" : "runc";
 }
 
-v1::WorkerProcess worker_supervisor::start(const v1::WorkerOrder& order,
-                                           int64_t now_ms) {
+v1::WorkerProcess worker_supervisor::start(const v1::WorkerOrder& order, int64_t now_ms,
+                                           int64_t boot_ms) {
   v1::WorkerProcess rec;
   rec.set_worker(order.worker());
   rec.set_run(order.run());
   rec.set_runtime(runtime_for(order.spec()));
   rec.set_dir(worker_dir(order.worker()));
   rec.set_started_unix_ms(now_ms);
+  rec.set_started_boot_ms(boot_ms);
   rec.set_stop_signal(SIGTERM);
   // Only containers get the memory limit (the process runtime applies none),
   // so only they can be OOMKilled by it.
@@ -153,13 +162,13 @@ v1::WorkerProcess worker_supervisor::start(const v1::WorkerOrder& order,
                            && order.spec().memory_bytes_per_worker() > 0);
   caf::error err;
   if (order.worker().empty() || order.worker().find('/') != std::string::npos
-      || order.worker() == "." || order.worker() == "..")
+      || order.worker() == "." || order.worker() == "..") {
     err = caf::make_error(ec::invalid_request,
                           "worker name '" + order.worker() + "' is not a file name");
-  else if (rec.runtime() == "runc")
-    err = start_runc(order, rec);
-  else
-    err = start_process(order, rec);
+  } else {
+    auto what = rec.runtime() == "runc" ? prepare_runc(order, rec) : prepare_process(order, rec);
+    err = what ? launch(std::move(*what), rec) : what.error();
+  }
   if (err) {
     auto fenced = hand_over_failures_of(render_error(err),
                                         {order.gpu_ids().begin(), order.gpu_ids().end()});
@@ -176,6 +185,44 @@ v1::WorkerProcess worker_supervisor::start(const v1::WorkerOrder& order,
   spdlog::info("agent: worker {} running ({} runtime, pid {})", order.worker(),
                rec.runtime(), rec.pid());
   return rec;
+}
+
+caf::error worker_supervisor::launch(process_launch what, v1::WorkerProcess& rec) {
+  // The marker its processes carry, and the lock its shim holds: how a
+  // restarted agent finds a start whose record it never got back.
+  rec.set_start_marker(new_start_marker(rec.worker()));
+  what.env.push_back(std::string{worker_start_variable} + "=" + rec.start_marker());
+  what.start_lock = start_lock_path(rec.dir());
+  if (rec.runtime() == "process" && options_.cgroups) {
+    auto cg = create_worker_cgroup(*options_.cgroups, rec.start_marker(), options_.cgroup_root);
+    if (cg) {
+      rec.set_cgroup(*cg);
+      what.cgroup_dir = cgroup_dir(*options_.cgroups, *cg, options_.cgroup_root);
+    } else {
+      spdlog::warn("agent: worker {} gets no cgroup of its own: {}", rec.worker(),
+                   render_error(cg.error()));
+    }
+  }
+  // An exit file left by an earlier worker of this name would read as this
+  // start's end: gone before the record says Starting.
+  std::error_code gone;
+  fs::remove(fs::path{rec.dir()} / "exit", gone);
+  set_starting(rec);
+  if (record_start_)
+    if (auto err = record_start_(rec)) {
+      end_cgroup(rec, true);
+      return caf::make_error(ec::store_failure, "its start cannot be recorded before the fork: "
+                                                  + render_error(err));
+    }
+  auto launched = launch_process(what);
+  if (!launched) {
+    end_cgroup(rec, true);
+    return launched.error();
+  }
+  rec.set_shim_pid(launched->shim_pid);
+  rec.set_pid(launched->pid);
+  rec.set_start_ticks(launched->start_ticks);
+  return caf::none;
 }
 
 namespace {
@@ -250,8 +297,8 @@ void clamp_to_agent(std::vector<oci_rlimit>& limits, const std::string& worker) 
 
 } // namespace
 
-caf::error worker_supervisor::start_process(const v1::WorkerOrder& order,
-                                            v1::WorkerProcess& rec) {
+caf::expected<process_launch>
+worker_supervisor::prepare_process(const v1::WorkerOrder& order, v1::WorkerProcess& rec) {
   const auto& spec = order.spec();
   if (spec.command_size() == 0)
     return caf::make_error(ec::invalid_request,
@@ -294,17 +341,11 @@ caf::error worker_supervisor::start_process(const v1::WorkerOrder& order,
     what.rlimits.emplace_back(RLIMIT_MEMLOCK, worker_limit(RLIMIT_MEMLOCK, RLIM_INFINITY,
                                                            "memlock", memlock_warned));
   apply_ulimits(what.rlimits, spec);
-  auto launched = launch_process(what);
-  if (!launched)
-    return launched.error();
-  rec.set_shim_pid(launched->shim_pid);
-  rec.set_pid(launched->pid);
-  rec.set_start_ticks(launched->start_ticks);
-  return caf::none;
+  return what;
 }
 
-caf::error worker_supervisor::start_runc(const v1::WorkerOrder& order,
-                                         v1::WorkerProcess& rec) {
+caf::expected<process_launch>
+worker_supervisor::prepare_runc(const v1::WorkerOrder& order, v1::WorkerProcess& rec) {
   const auto& spec = order.spec();
   auto runc = find_executable(options_.runc, default_path);
   if (runc.empty())
@@ -428,14 +469,8 @@ caf::error worker_supervisor::start_runc(const v1::WorkerOrder& order,
   what.env = {std::string{"PATH="} + default_path};
   what.dir = rec.dir();
   what.log_max_bytes = options_.log_max_bytes;
-  auto launched = launch_process(what);
-  if (!launched)
-    return launched.error();
   rec.set_container_id(id);
-  rec.set_shim_pid(launched->shim_pid);
-  rec.set_pid(launched->pid);
-  rec.set_start_ticks(launched->start_ticks);
-  return caf::none;
+  return what;
 }
 
 void worker_supervisor::kill_now(const v1::WorkerProcess& rec) {
@@ -447,7 +482,58 @@ void worker_supervisor::kill_now(const v1::WorkerProcess& rec) {
              != 0)
       spdlog::debug("agent: runc kill {} failed (already gone?)", rec.container_id());
   }
-  signal_process(rec.pid(), SIGKILL, true);
+  signal(rec.pid(), SIGKILL, true);
+  end_cgroup(rec, false);
+}
+
+void worker_supervisor::end_cgroup(const v1::WorkerProcess& rec, bool remove) {
+  if (rec.cgroup().empty() || !options_.cgroups)
+    return;
+  auto dir = cgroup_dir(*options_.cgroups, rec.cgroup(), options_.cgroup_root);
+  kill_cgroup(dir);
+  if (remove && !remove_cgroup(dir))
+    spdlog::debug("agent: worker {}: cgroup {} not removed yet", rec.worker(), dir);
+}
+
+void worker_supervisor::signal(pid_t pid, int sig, bool group) const {
+  if (options_.send_signal)
+    options_.send_signal(pid, sig, group);
+  else
+    signal_process(pid, sig, group);
+}
+
+bool worker_supervisor::resolve_starting(worker_ledger& ledger, v1::WorkerProcess rec) {
+  auto found = resolve_start(rec, options_.proc_root);
+  const auto& name = rec.worker();
+  switch (found.outcome) {
+    case start_outcome::wait:
+      return false;
+    case start_outcome::not_started:
+      spdlog::info("agent: worker {} was never started (the agent stopped before its "
+                   "fork): it starts now",
+                   name);
+      end_cgroup(rec, true);
+      if (auto err = ledger.erase_process(name))
+        spdlog::error("agent: cannot forget worker {}: {}", name, render_error(err));
+      return true;
+    case start_outcome::adopt:
+      rec.set_pid(found.main.pid);
+      rec.set_shim_pid(found.main.ppid);
+      rec.set_start_ticks(found.main.start_ticks);
+      set_state(rec, worker_state::running);
+      spdlog::info("agent: worker {} adopted (pid {}): it started before its record was "
+                   "written, and is not started again",
+                   name, rec.pid());
+      break;
+    case start_outcome::ended:
+      if (!finish(rec))
+        return false;
+      spdlog::info("agent: worker {} started before its record was written and has ended",
+                   name);
+      break;
+  }
+  keep_record(ledger, rec);
+  return true;
 }
 
 bool worker_supervisor::finish(v1::WorkerProcess& rec) {
@@ -462,6 +548,9 @@ bool worker_supervisor::finish(v1::WorkerProcess& rec) {
     return true;
   }
   rec.set_exit_code(end->exit_code);
+  // Whatever is left in its cgroup ends with it (the shim ended its
+  // descendants already; this holds when the shim itself was killed).
+  end_cgroup(rec, true);
   // A container's OOM kills, read from its memory cgroup (a new cgroup per
   // start, so any kill counted there happened in this run); then the kept
   // container is deleted.
@@ -514,12 +603,12 @@ bool worker_supervisor::finish(v1::WorkerProcess& rec) {
   return true;
 }
 
-bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms, steady_time now) {
+bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms, int64_t boot_ms) {
   bool changed = false;
-  auto keep = [&](const v1::WorkerProcess& rec) {
-    if (auto err = ledger.put_process(rec))
-      spdlog::error("agent: cannot store worker {}: {}", rec.worker(), render_error(err));
-  };
+  auto keep = [&](const v1::WorkerProcess& rec) { keep_record(ledger, rec); };
+  // Each start writes its record durably before its fork, from whichever
+  // thread runs it.
+  record_start_ = ledger.process_writer();
   // Starts that came back from the offload (a worker that left the set
   // meanwhile is stopped below like any other).
   for (auto& [name, rec] : started_) {
@@ -531,7 +620,7 @@ bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms, steady_
     if (ledger.processes().count(name) || starting_.count(name))
       continue;
     if (!offload_) {
-      keep(start(order, now_ms));
+      keep(start(order, now_ms, boot_ms));
       changed = true;
       continue;
     }
@@ -542,9 +631,9 @@ bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms, steady_
     job->offload_ = nullptr;
     auto rec = std::make_shared<v1::WorkerProcess>();
     offload_(
-      [job, order = order, now_ms, rec] {
+      [job, order = order, now_ms, boot_ms, rec] {
         try {
-          *rec = job->start(order, now_ms);
+          *rec = job->start(order, now_ms, boot_ms);
         } catch (const std::exception& e) {
           rec->set_worker(order.worker());
           rec->set_run(order.run());
@@ -566,67 +655,74 @@ bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms, steady_
   std::vector<std::string> names;
   for (const auto& [name, rec] : ledger.processes())
     names.push_back(name);
-  for (const auto& name : names) {
-    auto rec = ledger.processes().at(name);
-    auto order = ledger.workers().find(name);
-    const bool ordered = order != ledger.workers().end();
-    reap_child(rec.shim_pid());
-    if (!live(rec)) {
-      stop_sent_.erase(name);
-      // The worker left the set and has ended: forget it, keep its log. One
-      // stopped because it left the set and ordered again is a new worker of
-      // the same name (its run was deleted and submitted again): forgotten
-      // too, so the next pass starts the new one.
-      bool again = ordered && rec.stop_requested_unix_ms() != 0;
-      if (!ordered || again) {
-        std::error_code err;
-        fs::remove_all(fs::path{rec.dir()} / "bundle", err);
-        remove_worker_mounts(rec.dir());
-        if (auto e = ledger.erase_process(name))
-          spdlog::error("agent: cannot forget worker {}: {}", name, render_error(e));
-        if (again) {
-          spdlog::info("agent: worker {} ordered again after it was stopped: a new "
-                       "worker of that name starts",
-                       name);
-          changed = true;
-        }
-      }
-      continue;
-    }
-    if (!process_alive(rec.pid(), rec.start_ticks(), options_.proc_root)) {
-      stop_sent_.erase(name);
-      if (finish(rec)) {
-        keep(rec);
-        changed = true;
-      }
-      continue;
-    }
-    if (rec.stop_requested_unix_ms() == 0) {
-      // The one reason the agent stops a worker: its run no longer holds
-      // it (deleted, failed, preempted, or at its time limit: the scheduler
-      // alone keeps time limits, and its next worker set leaves the worker
-      // out). A machine cut off from the controller keeps its workers.
-      if (ordered)
-        continue;
-      spdlog::info("agent: stopping worker {} (its run no longer holds it): {} to pid {}",
-                   name, signal_name(rec.stop_signal()), rec.pid());
-      set_state(rec, worker_state::stopping);
-      rec.set_stop_requested_unix_ms(now_ms);
-      stop_sent_[name] = now;
-      signal_process(rec.pid(), rec.stop_signal(), false);
-      keep(rec);
-      changed = true;
-      continue;
-    }
-    // Stopping: timed on the steady clock, never on the wall clock.
-    auto sent = stop_sent_.try_emplace(name, now).first->second;
-    if (now - sent >= options_.stop_grace) {
-      spdlog::info("agent: worker {} still runs after the {} ms stop grace: SIGKILL",
-                   name, options_.stop_grace.count());
-      kill_now(rec);
-    }
-  }
+  for (const auto& name : names)
+    changed = check(ledger, name, now_ms, boot_ms) || changed;
   return changed;
+}
+
+bool worker_supervisor::check(worker_ledger& ledger, const std::string& name, int64_t now_ms,
+                              int64_t boot_ms) {
+  auto rec = ledger.processes().at(name);
+  auto keep = [&](const v1::WorkerProcess& r) { keep_record(ledger, r); };
+  const bool ordered = ledger.workers().count(name) > 0;
+  reap_child(rec.shim_pid());
+  if (is_starting(rec))  // left so by a killed agent (this one's are in flight)
+    return !starting_.count(name) && resolve_starting(ledger, rec);
+  if (!live(rec)) {
+    // The worker left the set and has ended: forget it, keep its log. One
+    // stopped because it left the set and ordered again is a new worker of
+    // the same name (its run was deleted and submitted again): forgotten
+    // too, so the next pass starts the new one.
+    bool again = ordered && rec.stop_requested_unix_ms() != 0;
+    if (!ordered || again) {
+      std::error_code err;
+      fs::remove_all(fs::path{rec.dir()} / "bundle", err);
+      remove_worker_mounts(rec.dir());
+      if (auto e = ledger.erase_process(name))
+        spdlog::error("agent: cannot forget worker {}: {}", name, render_error(e));
+      if (again)
+        spdlog::info("agent: worker {} ordered again after it was stopped: a new "
+                     "worker of that name starts",
+                     name);
+    }
+    return again;
+  }
+  if (!process_alive(rec.pid(), rec.start_ticks(), options_.proc_root)) {
+    if (!finish(rec))
+      return false;
+    keep(rec);
+    return true;
+  }
+  if (rec.stop_requested_unix_ms() == 0) {
+    // The one reason the agent stops a worker: its run no longer holds
+    // it (deleted, failed, preempted, or at its time limit: the scheduler
+    // alone keeps time limits, and its next worker set leaves the worker
+    // out). A machine cut off from the controller keeps its workers.
+    if (ordered)
+      return false;
+    spdlog::info("agent: stopping worker {} (its run no longer holds it): {} to pid {}",
+                 name, signal_name(rec.stop_signal()), rec.pid());
+    set_state(rec, worker_state::stopping);
+    rec.set_stop_requested_unix_ms(now_ms);
+    rec.set_stop_requested_boot_ms(boot_ms);
+    signal(rec.pid(), rec.stop_signal(), false);
+    keep(rec);
+    return true;
+  }
+  // Stopping: the grace runs on the boot clock from the stored moment of
+  // the stop signal, never on the wall clock. A record without it (an older
+  // agent's) or from before a reboot gets the whole grace from now.
+  if (rec.stop_requested_boot_ms() <= 0 || rec.stop_requested_boot_ms() > boot_ms) {
+    rec.set_stop_requested_boot_ms(boot_ms);
+    keep(rec);
+    return false;
+  }
+  if (boot_ms - rec.stop_requested_boot_ms() >= options_.stop_grace.count()) {
+    spdlog::info("agent: worker {} still runs after the {} ms stop grace: SIGKILL",
+                 name, options_.stop_grace.count());
+    kill_now(rec);
+  }
+  return false;
 }
 
 std::vector<hand_over_failure> hand_over_failures_of(const std::string& error,

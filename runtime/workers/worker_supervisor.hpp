@@ -7,10 +7,18 @@
 /// the scheduler keeps `time_limit_seconds` and sends a set without it; the
 /// agent keeps no timer of its own): its stop signal (SIGTERM, or the image's
 /// STOPSIGNAL) to the main process, then SIGKILL to all of it after the
-/// stop grace (30 s by default, `stop.grace`, ASTRAEUS_STOP_GRACE); it is
-/// then `Cancelled`. Every state it finds is kept in the ledger (sync)
+/// stop grace (30 s by default, `stop.grace`, ASTRAEUS_STOP_GRACE), timed
+/// on the boot clock from the stored moment of the stop signal, so neither a
+/// wall clock set back or forward nor an agent restart moves the SIGKILL; it
+/// is then `Cancelled`. Every state it finds is kept in the ledger (sync)
 /// with the pid and start time, so a restarted agent finds its workers
-/// again: same process, no restart.
+/// again: same process, no restart. A worker's record is written (sync,
+/// state `Starting`) before its fork, and a restarted agent resolves a
+/// record left so by the worker's start marker (runtime/workers/worker_start.hpp):
+/// a worker is never started twice. A host-process worker's shim ends every
+/// descendant at the worker's end; where the host has a writable cgroup v2
+/// hierarchy, the worker also has a cgroup of its own, stopped whole
+/// (runtime/workers/worker_cgroup.hpp).
 ///
 /// States (v1::WorkerStatus.state): Running (with pid), Stopping, Exited
 /// (code 0), Failed (with the reason: "exited with code 3", "killed by
@@ -40,6 +48,8 @@
 
 #include "messages/astraeus.pb.h"
 #include "runtime/workers/cdi.hpp"
+#include "runtime/workers/worker_process.hpp"
+#include "runtime/workers/worker_cgroup.hpp"
 
 namespace astraeus {
 
@@ -77,6 +87,13 @@ struct supervisor_options {
   uint64_t log_max_bytes = 64ull << 20;
   /// RDMA ports slower than this (Gb/s) are left out of NCCL_IB_HCA.
   double rdma_min_gbps = 100;
+  /// Where host-process workers get cgroups of their own (under
+  /// `cgroup_root`; `prepare_worker_cgroups`); nullopt: none (the shim, a
+  /// child subreaper, still ends every descendant).
+  std::optional<cgroup_place> cgroups;
+  /// How a signal reaches a worker: `signal_process` (pid, signal, whole
+  /// process group). Tests record the signals instead.
+  std::function<void(pid_t pid, int sig, bool group)> send_signal;
   /// How GPUs are handed to containers (CDI specs); may be empty.
   cdi_options cdi;
 };
@@ -106,10 +123,6 @@ using offload_fn = std::function<void(std::function<void()> work, std::function<
 /// on copies of what they need, and only their results come back).
 class worker_supervisor {
 public:
-  /// A reading of the steady clock (std::chrono::steady_clock, as CAF's
-  /// actor clock).
-  using steady_time = std::chrono::steady_clock::time_point;
-
   explicit worker_supervisor(supervisor_options options);
 
   /// Sends blocking work (each worker's start: image unpacking, CDI checks;
@@ -120,14 +133,16 @@ public:
 
   /// Starts, checks and stops workers so that the processes match
   /// `ledger`'s workers. `now_ms` (the wall clock) only dates the records
-  /// users read (started, stop requested); `now` (a steady clock: the
-  /// agent's actor clock, virtual in tests) times the stop grace, so a wall
-  /// clock set back or forward neither delays nor hastens the SIGKILL. A
-  /// worker found stopping by a restarted agent gets the whole grace again
-  /// from its first check. Returns true when a worker's status changed (the
-  /// agent then reports at once). Store failures are logged; the record is
-  /// written again at the next call.
-  bool reconcile(worker_ledger& ledger, int64_t now_ms, steady_time now);
+  /// users read (started, stop requested); `boot_ms` (the boot clock,
+  /// runtime/process/boot_clock.hpp: suspend included, the same across an
+  /// agent restart) times the stop grace from the stored
+  /// `stop_requested_boot_ms`, so a wall clock set back or forward neither
+  /// delays nor hastens the SIGKILL, nor does an agent restart. A stopping
+  /// record without a boot-clock reading (an older agent's, or one from
+  /// before a reboot) gets the whole grace from this check. Returns true
+  /// when a worker's status changed (the agent then reports at once). Store
+  /// failures are logged; the record is written again at the next call.
+  bool reconcile(worker_ledger& ledger, int64_t now_ms, int64_t boot_ms);
 
   /// The machine's RDMA ports (from its host facts), for NCCL_IB_HCA.
   void set_rdma_ports(std::vector<v1::RdmaPort> ports) { rdma_ports_ = std::move(ports); }
@@ -162,12 +177,25 @@ public:
   const supervisor_options& options() const { return options_; }
 
 private:
-  v1::WorkerProcess start(const v1::WorkerOrder& order, int64_t now_ms);
-  caf::error start_process(const v1::WorkerOrder& order, v1::WorkerProcess& rec);
-  caf::error start_runc(const v1::WorkerOrder& order, v1::WorkerProcess& rec);
+  v1::WorkerProcess start(const v1::WorkerOrder& order, int64_t now_ms, int64_t boot_ms);
+  /// What to launch for `order`, everything prepared (image, bundle, CDI).
+  caf::expected<process_launch> prepare_process(const v1::WorkerOrder& order,
+                                                v1::WorkerProcess& rec);
+  caf::expected<process_launch> prepare_runc(const v1::WorkerOrder& order,
+                                             v1::WorkerProcess& rec);
+  /// Marks, records (`Starting`, sync) and launches `what` for `rec`.
+  caf::error launch(process_launch what, v1::WorkerProcess& rec);
+  /// Checks the process of worker `name` (stop, grace, end); true when its
+  /// status changed.
+  bool check(worker_ledger& ledger, const std::string& name, int64_t now_ms, int64_t boot_ms);
+  /// Resolves a record a killed agent left `Starting`; true on a change.
+  bool resolve_starting(worker_ledger& ledger, v1::WorkerProcess rec);
   /// Sets the final state of `rec` from its exit file; false while unknown.
   bool finish(v1::WorkerProcess& rec);
   void kill_now(const v1::WorkerProcess& rec);
+  /// Stops and removes the cgroup of `rec`, if it has one.
+  void end_cgroup(const v1::WorkerProcess& rec, bool remove);
+  void signal(pid_t pid, int sig, bool group) const;
 
   /// What a CDI sync writes, computed from a discovery pass.
   struct cdi_wanted {
@@ -188,9 +216,8 @@ private:
   offload_fn offload_;
   std::set<std::string> starting_;          ///< workers whose start is in flight
   std::map<std::string, v1::WorkerProcess> started_;  ///< their records, back
-  /// When each stopping worker was sent its stop signal (or first seen
-  /// stopping by this agent), on the steady clock: its grace runs from here.
-  std::map<std::string, steady_time> stop_sent_;
+  /// Writes a record durably (sync) from any thread: the ledger's store.
+  std::function<caf::error(const v1::WorkerProcess&)> record_start_;
   bool cdi_syncing_ = false;
   std::optional<cdi_wanted> cdi_next_;      ///< a sync asked for while one ran
 };

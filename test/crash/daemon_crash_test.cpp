@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <random>
+#include <sstream>
 #include <set>
 #include <string>
 #include <thread>
@@ -21,6 +23,7 @@
 #include <gtest/gtest.h>
 
 #include "integration/cluster_harness.hpp"
+#include "runtime/workers/worker_process.hpp"
 
 using namespace astraeus;
 using namespace astraeus::itest;
@@ -51,17 +54,20 @@ protected:
            && ctl->running();
   }
 
-  process* agent(const std::string& name, const std::string& data, bool enrol = true) {
+  process* agent(const std::string& name, const std::string& data, bool enrol = true,
+                 const std::vector<std::string>& flags = {},
+                 std::vector<std::string> env = {}) {
     std::vector<std::string> argv{program("astraeus-agent"), "--controller", addr(),
                                   "--data-dir", data, "--name", name,
                                   "--report-interval", "200ms",
                                   "--set", "reconnect.max_backoff=1s",
                                   "--set", "kmsg.path="};
+    argv.insert(argv.end(), flags.begin(), flags.end());
     if (enrol) {
-      auto flags = enrol_flags(port_, dir_.path(), name);
-      argv.insert(argv.end(), flags.begin(), flags.end());
+      auto join = enrol_flags(port_, dir_.path(), name);
+      argv.insert(argv.end(), join.begin(), join.end());
     }
-    return spawn_kept(kept_, dir_.path(), "agent-" + name, std::move(argv));
+    return spawn_kept(kept_, dir_.path(), "agent-" + name, std::move(argv), std::move(env));
   }
 
   /// Creates workspace `name`; true when the controller acknowledged it.
@@ -237,6 +243,61 @@ TEST_F(Crash, KillBetweenTokenUseAndRegistrationStrandsNoToken) {
     << ag->err();
   std::printf("kill point between_token_use_and_registration: 1 kill, the machine joined "
               "with its token after the restart\n");
+}
+
+// Issue 23 item 3: the agent killed between a worker's fork and its record.
+// The record was written `Starting` before the fork; the restarted agent
+// finds the worker by its marker, adopts it, and starts no second copy.
+TEST_F(Crash, KillBetweenForkAndRecordStartsTheWorkerOnce) {
+  auto* ctl = controller();
+  ASSERT_TRUE(ready(ctl)) << ctl->err();
+  const std::vector<std::string> workers{"--set", "workers.runtime=process", "--set",
+                                         "workers.poll_interval=50ms", "--set", "stop.grace=1s"};
+  const auto data = (dir_.path() / "agent").string();
+  auto* ag = agent("gpu-01", data, true, workers,
+                   {"ASTRAEUS_KILL_POINT=between_fork_and_record"});
+  ASSERT_TRUE(wait_until([&] { return machine_in_state(port_, "gpu-01", v1::Machine::Up); }, 10s))
+    << ag->err();
+  const auto pids = dir_.path() / "pids";
+  auto started = [&] {
+    std::vector<pid_t> out;
+    std::stringstream in{read_text(pids)};
+    long pid;
+    while (in >> pid)
+      out.push_back(static_cast<pid_t>(pid));
+    return out;
+  };
+  // Whatever happens, the copies this test started end with it.
+  struct cleanup {
+    std::function<std::vector<pid_t>()> pids;
+    ~cleanup() {
+      for (auto pid : pids())
+        ::kill(pid, SIGKILL);
+    }
+  } ending{started};
+  auto submitted = astra_as_owner(port_, store_, dir_.path(),
+                                  {"run", "--name", "once", "--", "sh", "-c",
+                                   "echo $$ >> " + pids.string() + "; exec sleep 1000"});
+  ASSERT_EQ(submitted.rc, 0) << submitted.err;
+  auto rc = ag->wait_exit(10s);
+  ASSERT_EQ(rc.value_or(-1), 137) << "the kill point was not reached: " << ag->err();
+  EXPECT_TRUE(contains(ag->err(), "kill point between_fork_and_record")) << ag->err();
+  ag = agent("gpu-01", data, false, workers);
+  ASSERT_TRUE(wait_until([&] { return contains(ag->err(), "worker once-0 adopted"); }, 10s))
+    << ag->err();
+  // Several of the agent's checks later: still the one copy, running.
+  std::this_thread::sleep_for(1s);
+  auto copies = started();
+  ASSERT_EQ(copies.size(), 1u) << "the worker was started twice";
+  EXPECT_TRUE(process_alive(copies[0], 0));
+  // The adopted worker is the agent's to stop.
+  auto deleted = astra_as_owner(port_, store_, dir_.path(), {"delete", "once"});
+  EXPECT_EQ(deleted.rc, 0) << deleted.err;
+  EXPECT_TRUE(wait_until([&] { return !process_alive(copies[0], 0); }, 5s))
+    << "the adopted worker was not stopped";
+  std::printf("kill point between_fork_and_record: 1 kill, the worker adopted by the "
+              "restarted agent, %zu copy started\n",
+              copies.size());
 }
 
 TEST_F(Crash, ControllerKilledAtRandomInstantsLosesNothingAcknowledged) {

@@ -17,6 +17,7 @@
 
 #include "integration/cluster_harness.hpp"
 #include "runtime/workers/builtin_image.hpp"
+#include "runtime/workers/worker_cgroup.hpp"
 #include "runtime/workers/worker_process.hpp"
 
 using namespace astraeus;
@@ -471,6 +472,51 @@ TEST_F(Workers, WhatAHostProcessLeftRunningEndsWithIt) {
   auto child = pids_in(pids).front();
   EXPECT_TRUE(wait_until([&] { return !process_alive(child, 0); }, 5s, 20ms))
     << "the worker's child survived it";
+}
+
+// Issue 23 item 8: a child that left the worker's process group with setsid
+// ends with the worker too (the shim is its subreaper; where the host has a
+// writable cgroup v2 hierarchy, the worker's cgroup is killed whole).
+TEST_F(Workers, AChildThatLeftTheWorkersProcessGroupWithSetsidEndsWithIt) {
+  ASSERT_TRUE(start_cluster("process"));
+  auto pids = dir_ / "pids";
+  pid_files_.push_back(pids);
+  // The main process stays; its child leaves the group and the session.
+  auto script = "setsid sleep 1000 & echo $! >> " + pids.string() + "; exec sleep 1000";
+  ASSERT_EQ(astra({"run", "--name", "escape", "--", "sh", "-c", script}).rc, 0);
+  ASSERT_TRUE(wait_until([&] { return pids_in(pids).size() == 1; }, 10s));
+  ASSERT_TRUE(wait_run("escape", "Running"));
+  const auto child = pids_in(pids).front();
+  std::optional<proc_stat> st;
+  ASSERT_TRUE(wait_until(
+    [&] {
+      st = read_proc_stat(child);
+      return st && st->sid == child;
+    },
+    5s))
+    << "the child did not leave its session";
+  // With cgroup v2 here, the worker has a cgroup of its own, holding the child.
+  const bool cgroups = static_cast<bool>(prepare_worker_cgroups());
+  std::string cgroup;
+  if (cgroups) {
+    std::ifstream in{"/proc/" + std::to_string(child) + "/cgroup"};
+    std::string line;
+    while (std::getline(in, line))
+      if (line.rfind("0::", 0) == 0)
+        cgroup = line.substr(3);
+    EXPECT_TRUE(contains(cgroup, "/astraeus-workers/escape-0.")) << cgroup;
+  }
+  ASSERT_EQ(astra({"delete", "escape"}).rc, 0);
+  EXPECT_TRUE(wait_until([&] { return !process_alive(child, st->start_ticks); }, 5s, 20ms))
+    << "the setsid child survived its worker";
+  EXPECT_TRUE(wait_until(
+    [&] { return contains(read_text(agent_->err_file()), "worker escape-0 Cancelled"); }, 5s));
+  if (cgroups && !cgroup.empty()) {
+    auto place = prepare_worker_cgroups();
+    ASSERT_TRUE(place);
+    EXPECT_TRUE(wait_until([&] { return !fs::exists(place->mount + cgroup); }, 5s))
+      << "the worker's cgroup was not removed: " << cgroup;
+  }
 }
 
 TEST_F(Workers, ARunDeletedAndSubmittedAgainUnderItsNameRuns) {

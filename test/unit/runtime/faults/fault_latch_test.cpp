@@ -574,19 +574,26 @@ TEST_F(FaultLatches, AnAmdLineNamingNoDeviceGoesToTheOnlyAmdGpuElseStaysUnmapped
 
 TEST_F(FaultLatches, AnAmdResetThatLogsNoSuccessWithinTheWindowIsADriverFault) {
   auto l = open();
+  // The window is a duration: timed on the boot clock; the wall clock
+  // (passed below) jumps an hour forward and does not matter.
+  auto boot = std::make_shared<test_boot_clock>();
+  l.set_boot_clock(boot);
   auto begin = [](const std::string& pci, uint64_t seq) {
     return amd(gpu_event_kind::amd_reset_begin, pci, "amdgpu " + pci + ": amdgpu: GPU reset begin!",
                seq);
   };
   EXPECT_FALSE(*l.on_event(begin("0000:c1:00.0", 1), amd_gpus(2), 1000));
   EXPECT_FALSE(*l.on_event(begin("0000:c2:00.0", 2), amd_gpus(2), 1000));
+  boot->advance(std::chrono::seconds{4});
   EXPECT_FALSE(*l.on_event(amd(gpu_event_kind::amd_reset_succeeded, "0000:c2:00.0",
                                "amdgpu 0000:c2:00.0: amdgpu: GPU reset(1) succeeded!", 3),
                            amd_gpus(2), 5000));
-  // Within the window: nothing yet.
-  EXPECT_FALSE(*l.on_readings(amd_gpus(2), 1000 + fault_latches::amd_reset_window_ms));
+  // Within the window: nothing yet, the wall clock an hour ahead.
+  boot->advance(std::chrono::milliseconds{fault_latches::amd_reset_window_ms - 4000});
+  EXPECT_FALSE(*l.on_readings(amd_gpus(2), 1000 + 3'600'000));
   EXPECT_TRUE(l.latches().empty());
   // Past it: the GPU whose reset never succeeded is fenced, the other not.
+  boot->advance(std::chrono::milliseconds{1});
   EXPECT_TRUE(*l.on_readings(amd_gpus(2), 1001 + fault_latches::amd_reset_window_ms));
   ASSERT_EQ(l.latches().count("AMD-0"), 1u);
   EXPECT_EQ(l.latches().at("AMD-0")[0].reason(),

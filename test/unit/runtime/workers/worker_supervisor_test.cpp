@@ -1,9 +1,23 @@
 // The worker supervisor (runtime/workers/worker_supervisor.cpp): keeping the
-// CDI specs in step with discovery passes. Source: shared/seeds/gpus.md.
+// CDI specs in step with discovery passes; the stop grace on the boot clock,
+// records left `Starting` adopted, and workers' cgroups (issue 23 items 4, 3,
+// 8). Sources: shared/seeds/gpus.md, shared/seeds/inside-a-worker.md.
+
+#include <csignal>
+#include <memory>
+#include <optional>
 
 #include <gtest/gtest.h>
 
+#include "messages/error.hpp"
+#include "messages/worker_state.hpp"
+#include "runtime/process/boot_clock.hpp"
+#include "runtime/process/wall_clock.hpp"
+#include "runtime/workers/worker_cgroup.hpp"
+#include "runtime/workers/worker_ledger.hpp"
+#include "runtime/workers/worker_start.hpp"
 #include "runtime/workers/worker_supervisor.hpp"
+#include "store/store.hpp"
 #include "worker_test_files.hpp"
 
 using namespace astraeus;
@@ -38,4 +52,203 @@ TEST(CdiHandOver, TheAgentsSpecIsRemovedWhenTheDriverGoesAway) {
   sup.sync_cdi(gone, "/");
   EXPECT_FALSE(fs::exists(spec));
   EXPECT_FALSE(fs::exists(fs::path{f.o.dynamic_dir} / ".nvidia.yaml.astraeus-fingerprint"));
+}
+
+// Issue 23 item 4: the stop grace runs on the boot clock from the stored
+// moment of the stop signal. A fixture /proc holds the worker's process; the
+// signals the supervisor sends are recorded, not sent.
+namespace {
+
+/// One signal the supervisor sent.
+struct sent_signal {
+  pid_t pid;
+  int sig;
+  bool group;
+  bool operator==(const sent_signal& o) const {
+    return pid == o.pid && sig == o.sig && group == o.group;
+  }
+};
+
+class StopGrace : public ::testing::Test {
+protected:
+  void SetUp() override {
+    write(fs::path{proc_} / "proc/4242/stat",
+          "4242 (sleep) S 4241 4242 4241 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 777 1 1\n");
+    v1::WorkerProcess rec;
+    rec.set_worker("train-0");
+    rec.set_run("train");
+    rec.set_runtime("process");
+    rec.set_dir(dir_.path() + "/agent/workers/train-0");
+    rec.set_pid(4242);
+    rec.set_shim_pid(4241);
+    rec.set_start_ticks(777);
+    rec.set_stop_signal(SIGTERM);
+    set_state(rec, worker_state::running);
+    store_ = std::shared_ptr<Store>{std::move(*Store::open(dir_.path() + "/store"))};
+    ASSERT_FALSE(ledger().put_process(rec));
+  }
+
+  /// The ledger (loaded again after `restart_agent`).
+  worker_ledger& ledger() {
+    if (!ledger_)
+      ledger_.emplace(std::move(*worker_ledger::load(store_)));
+    return *ledger_;
+  }
+
+  /// A supervisor as the agent makes one, its signals recorded.
+  worker_supervisor& supervisor() {
+    if (!sup_) {
+      supervisor_options o;
+      o.data_dir = dir_.path() + "/agent";
+      o.proc_root = proc_;
+      o.stop_grace = std::chrono::seconds{20};
+      o.send_signal = [this](pid_t pid, int sig, bool group) {
+        sent_.push_back({pid, sig, group});
+      };
+      sup_ = std::make_unique<worker_supervisor>(o);
+    }
+    return *sup_;
+  }
+
+  bool check() {
+    return supervisor().reconcile(ledger(), wall_.now_unix_ms(), boot_.now_boot_ms());
+  }
+
+  /// An agent killed and started again: new supervisor, ledger from the store.
+  void restart_agent() {
+    sup_.reset();
+    ledger_.reset();
+  }
+
+  bool killed() const {
+    return std::find(sent_.begin(), sent_.end(), sent_signal{4242, SIGKILL, true})
+           != sent_.end();
+  }
+
+  temp_dir dir_;
+  std::string proc_ = dir_.path() + "/root";
+  std::shared_ptr<Store> store_;
+  std::optional<worker_ledger> ledger_;
+  std::unique_ptr<worker_supervisor> sup_;
+  std::vector<sent_signal> sent_;
+  test_wall_clock wall_;
+  test_boot_clock boot_;
+};
+
+} // namespace
+
+TEST_F(StopGrace, AWallClockSetBackAnHourNeitherDelaysTheSigkill) {
+  // Not ordered any more: SIGTERM to the main process, the moment stored.
+  EXPECT_TRUE(check());
+  ASSERT_EQ(sent_, (std::vector<sent_signal>{{4242, SIGTERM, false}}));
+  const auto& rec = ledger().processes().at("train-0");
+  EXPECT_EQ(state_of(rec), worker_state::stopping);
+  EXPECT_EQ(rec.stop_requested_boot_ms(), boot_.now_boot_ms());
+  wall_.advance(-std::chrono::hours{1});
+  boot_.advance(std::chrono::milliseconds{19999});
+  check();
+  EXPECT_FALSE(killed()) << "before the grace";
+  boot_.advance(std::chrono::milliseconds{1});
+  check();
+  EXPECT_TRUE(killed()) << "at the 20 s grace, the wall clock an hour back";
+}
+
+TEST_F(StopGrace, AWallClockSetForwardAnHourDoesNotHastenIt) {
+  check();
+  wall_.advance(std::chrono::hours{1});
+  boot_.advance(std::chrono::seconds{1});
+  check();
+  EXPECT_FALSE(killed()) << "1 s into the grace, the wall clock an hour ahead";
+  boot_.advance(std::chrono::seconds{19});
+  check();
+  EXPECT_TRUE(killed());
+}
+
+TEST_F(StopGrace, AnAgentRestartKeepsTheGraceItWasGiven) {
+  check();
+  boot_.advance(std::chrono::seconds{15});
+  restart_agent();
+  wall_.advance(-std::chrono::hours{1});
+  check();
+  EXPECT_FALSE(killed());
+  boot_.advance(std::chrono::seconds{5});
+  restart_agent();
+  check();
+  EXPECT_TRUE(killed()) << "20 s after the stop signal, across two agent restarts";
+}
+
+TEST_F(StopGrace, ARecordWithoutABootClockReadingGetsTheWholeGraceFromNow) {
+  auto rec = ledger().processes().at("train-0");
+  set_state(rec, worker_state::stopping);
+  rec.set_stop_requested_unix_ms(wall_.now_unix_ms() - 3'600'000);  // an older agent's
+  ASSERT_FALSE(ledger().put_process(rec));
+  check();
+  EXPECT_FALSE(killed()) << "an hour by the wall clock is no grace on the boot clock";
+  EXPECT_EQ(ledger().processes().at("train-0").stop_requested_boot_ms(), boot_.now_boot_ms());
+  boot_.advance(std::chrono::seconds{20});
+  check();
+  EXPECT_TRUE(killed());
+}
+
+// Issue 23 item 3: a record a killed agent left `Starting` is adopted when
+// the worker's marker is found on its main process, and never started twice.
+TEST_F(StopGrace, ARecordLeftStartingIsAdoptedFromTheMarkerNotStartedAgain) {
+  auto rec = ledger().processes().at("train-0");
+  rec.clear_pid();
+  rec.clear_shim_pid();
+  rec.clear_start_ticks();
+  rec.set_start_marker("train-0.0123456789abcdef");
+  set_starting(rec);
+  ASSERT_FALSE(ledger().put_process(rec));
+  v1::WorkerOrders orders;
+  orders.set_machine("gpu-01");
+  orders.add_workers()->set_worker("train-0");
+  ASSERT_TRUE(ledger().apply("gpu-01", orders));
+  EXPECT_EQ(state_of(ledger().statuses("gpu-01").workers(0)), worker_state::assigned)
+    << "Starting reads Assigned to the controller";
+  restart_agent();
+  write(fs::path{proc_} / "proc/4242/environ",
+        std::string{"PATH=/bin"} + '\0' + worker_start_variable + "=" + rec.start_marker() + '\0');
+  write(fs::path{proc_} / "proc/4242/stat",
+        "4242 (sleep) S 4241 4242 4241 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 777 1 1\n");
+  EXPECT_TRUE(check());
+  const auto& adopted = ledger().processes().at("train-0");
+  EXPECT_EQ(state_of(adopted), worker_state::running);
+  EXPECT_EQ(adopted.pid(), 4242);
+  EXPECT_EQ(adopted.shim_pid(), 4241);
+  EXPECT_EQ(adopted.start_ticks(), 777u);
+  EXPECT_FALSE(check()) << "nothing more to do: no second start";
+  EXPECT_TRUE(sent_.empty());
+}
+
+// Issue 23 item 8: where the host has cgroup v2, workers' cgroups live under
+// the agent's own; a worker's end writes cgroup.kill.
+TEST(WorkerCgroups, FoundUnderTheAgentsOwnCgroupAndKilledWhole) {
+  temp_dir dir;
+  auto root = dir.path();
+  write(fs::path{root} / "proc/self/mountinfo",
+        "22 1 0:21 / /sys rw,nosuid shared:7 - sysfs sysfs rw\n"
+        "30 22 0:26 / /sys/fs/cgroup/unified rw,nosuid shared:9 - cgroup2 cgroup2 rw\n"
+        "31 22 0:27 / /sys/fs/cgroup/memory rw shared:10 - cgroup cgroup rw,memory\n");
+  write(fs::path{root} / "proc/self/cgroup",
+        "4:memory:/x\n0::/system.slice/astraeus-agent.service\n");
+  EXPECT_EQ(cgroup2_mount(root), "/sys/fs/cgroup/unified");
+  EXPECT_EQ(own_cgroup2(root), "/system.slice/astraeus-agent.service");
+  auto parent = fs::path{root} / "sys/fs/cgroup/unified/system.slice/astraeus-agent.service";
+  EXPECT_FALSE(prepare_worker_cgroups(root, root)) << "not a cgroup folder: no cgroups";
+  write(parent / "astraeus-workers/cgroup.procs", "");
+  auto place = prepare_worker_cgroups(root, root);
+  ASSERT_TRUE(place) << render_error(place.error());
+  EXPECT_EQ(place->parent, "/system.slice/astraeus-agent.service/astraeus-workers");
+  auto cg = create_worker_cgroup(*place, "train-0.0123", root);
+  ASSERT_TRUE(cg);
+  EXPECT_EQ(*cg, "/system.slice/astraeus-agent.service/astraeus-workers/train-0.0123");
+  auto host = cgroup_dir(*place, *cg, root);
+  EXPECT_EQ(host, parent.string() + "/astraeus-workers/train-0.0123");
+  write(fs::path{host} / "cgroup.kill", "");
+  kill_cgroup(host);
+  EXPECT_EQ(read(fs::path{host} / "cgroup.kill"), "1");
+  EXPECT_TRUE(cgroup_pids(host).empty());
+  write(fs::path{root} / "proc/self/mountinfo", "22 1 0:21 / /sys rw - sysfs sysfs rw\n");
+  EXPECT_FALSE(prepare_worker_cgroups(root, root)) << "no cgroup v2 hierarchy";
 }
