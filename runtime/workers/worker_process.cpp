@@ -11,6 +11,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -222,6 +223,42 @@ void end_descendants() {
   }
 }
 
+constexpr unsigned long max_mask_nodes = 1024;
+
+/// A launch's cores and NUMA nodes as the system calls take them, built
+/// before the fork so the child only makes system calls.
+struct placement_masks {
+  bool pin_cpus = false;
+  bool bind_memory = false;
+  cpu_set_t cpus;
+  unsigned long nodes[max_mask_nodes / (8 * sizeof(unsigned long))] = {};
+};
+
+placement_masks placement_masks_of(const process_launch& what) {
+  placement_masks m;
+  CPU_ZERO(&m.cpus);
+  for (auto c : what.cpus)
+    if (c < CPU_SETSIZE)
+      CPU_SET(c, &m.cpus);
+  constexpr unsigned long bits = 8 * sizeof(unsigned long);
+  for (auto n : what.mems)
+    if (n < max_mask_nodes)
+      m.nodes[n / bits] |= 1ul << (n % bits);
+  m.pin_cpus = !what.cpus.empty();
+  m.bind_memory = !what.mems.empty();
+  return m;
+}
+
+/// In the worker before exec: its affinity and memory policy; a refusal
+/// (a kernel without NUMA) leaves the defaults.
+void apply_placement_masks(const placement_masks& m) {
+  if (m.pin_cpus)
+    ::sched_setaffinity(0, sizeof(m.cpus), &m.cpus);
+  if (m.bind_memory)  // MPOL_BIND (linux/mempolicy.h); no libnuma needed
+    ::syscall(SYS_set_mempolicy, 2, m.nodes, max_mask_nodes + 1);
+}
+
+
 /// What the shim needs, prepared before the fork (after it, the shim and
 /// the worker run only system calls).
 struct shim_plan {
@@ -240,6 +277,7 @@ struct shim_plan {
   log_pump pump;
   const char* exit_path;
   const char* exit_tmp;
+  const placement_masks* masks;  ///< its cores and NUMA nodes (issue 22)
 };
 
 /// The worker, forked by the shim: into its cgroup and its own process
@@ -260,6 +298,7 @@ struct shim_plan {
   ::setpgid(0, 0);
   for (const auto& [resource, limit] : *p.rlimits)
     ::setrlimit(resource, &limit);
+  apply_placement_masks(*p.masks);
   if (::chdir(p.cwd) != 0)
     ::_exit(126);
   ::execve(p.program, p.argv, p.envp);
@@ -423,6 +462,7 @@ std::string find_executable(const std::string& name, const std::string& path_var
   return {};
 }
 
+
 caf::expected<launched_process> launch_process(const process_launch& what) {
   if (what.argv.empty())
     return caf::make_error(ec::invalid_request, "the worker has no command to run");
@@ -512,6 +552,7 @@ caf::expected<launched_process> launch_process(const process_launch& what) {
     *fd = above_std(*fd);
   log_pump pump{log_path.c_str(), rotated_path.c_str(), start_path.c_str(), start_tmp.c_str(),
                 what.log_max_bytes};
+  const auto masks = placement_masks_of(what);  // before the fork
   pid_t shim = ::fork();
   if (shim < 0) {
     auto why = std::string{std::strerror(errno)};
@@ -525,7 +566,7 @@ caf::expected<launched_process> launch_process(const process_launch& what) {
     shim_plan plan{program.c_str(), argv.data(), envp.data(), cwd.c_str(), &what.rlimits,
                    null_fd, log_fd, pipe_fds[1], out_fds[0], out_fds[1], lock_fd, cgroup_fd,
                    what.cgroup_dir.c_str(), cgroup_kill.c_str(), pump, exit_path.c_str(),
-                   exit_tmp.c_str()};
+                   exit_tmp.c_str(), &masks};
     run_shim(plan);
   }
   ::close(pipe_fds[1]);

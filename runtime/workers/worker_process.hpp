@@ -63,6 +63,13 @@ struct process_launch {
   /// the shim kills it (cgroup.kill) and removes it at the worker's end.
   /// Empty: none.
   std::string cgroup_dir;
+
+  /// CPUs the worker may run on (sched_setaffinity before exec); empty:
+  /// the agent's own. CPUs from CPU_SETSIZE (1024) on are ignored.
+  std::vector<uint32_t> cpus;
+  /// NUMA nodes its memory is bound to (set_mempolicy MPOL_BIND before
+  /// exec, ignored where the kernel refuses); empty: the default policy.
+  std::vector<uint32_t> mems;
 };
 
 /// A started worker.
