@@ -91,9 +91,10 @@ usable_gpus_t usable_gpus(const v1::MachineView& view, const v1::GpuList& gpus);
 std::string disk_folder(const v1::Validation& v, const v1::MachineView& view);
 
 /// A machine installed with --accept (issue 20/21), as the installer's
-/// batching sees it: when it joined (Unix ms: its registration, or when its
-/// request was first seen, whichever is later) and whether it is Up (or
-/// Accepting) now.
+/// batching sees it: when it joined (ms, on the clock `due_batch` is given
+/// `now` on: the validations actor uses its actor clock and the moment its
+/// request was first seen, so a wall-clock change moves no batch) and
+/// whether it is Up (or Accepting) now.
 struct batch_candidate {
   std::string name;
   int64_t joined_unix_ms = 0;

@@ -80,7 +80,8 @@ struct validations_state {
   /// Machine -> whether it was last told its pool requires acceptance.
   std::map<std::string, bool> told_required;
   /// Issue 20/21: machine installed with --accept -> when the poll first saw
-  /// its request (Unix ms); and those an installer acceptance was started
+  /// its request (actor clock, ms: a duration's start, issue 23 item 4);
+  /// and those an installer acceptance was started
   /// for (by this run; the stored validations say it after a restart).
   std::map<std::string, int64_t> requested_seen;
   std::set<std::string> installer_started;

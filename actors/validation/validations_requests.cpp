@@ -2,6 +2,7 @@
 // cluster) and its machine poll (validations_internal.hpp).
 
 #include <algorithm>
+#include <chrono>
 
 #include <spdlog/spdlog.h>
 
@@ -263,7 +264,13 @@ void look_at_machines(self_ptr self) {
 
 void start_installer_batch(self_ptr self, const v1::MachineList& machines) {
   auto& st = self->state;
-  auto now = st.config.clock->now_unix_ms();
+  // The batch delay is a duration (issue 23 item 4): timed on the actor
+  // clock from when this actor first saw each machine ask, so a wall clock
+  // set back or forward neither holds the batch nor starts it early (after
+  // a controller restart a batch waits the whole delay again).
+  auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+               self->clock().now().time_since_epoch())
+               .count();
   // Machines an installer acceptance covers already (stored validations
   // too, so a controller restart does not start a second).
   std::set<std::string> covered = st.installer_started;
@@ -276,7 +283,7 @@ void start_installer_batch(self_ptr self, const v1::MachineList& machines) {
         || st.acceptance_started.count(m.name()))
       continue;
     auto seen = st.requested_seen.emplace(m.name(), now).first->second;
-    candidates.push_back({m.name(), std::max(seen, m.registered_unix_ms()),
+    candidates.push_back({m.name(), seen,
                           m.state() == v1::Machine::Up || m.state() == v1::Machine::Accepting});
   }
   auto batch = validation::due_batch(candidates, now, st.config.installer_delay.count());
