@@ -343,6 +343,7 @@ caf::result<v1::Response> set_workspace_grants(const cluster_request& r) {
   auto out = r.response();
   *out.mutable_workspace() = std::move(ws);
   return out;
+}
 
 caf::result<v1::Response> get_gpu_history(const cluster_request& r) {
   auto& st = r.self->state;

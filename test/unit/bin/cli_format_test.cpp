@@ -144,6 +144,7 @@ TEST(CliFormat, SubmissionLineEndsInTheRunsConsolePage) {
   EXPECT_EQ(cli::format_submitted(r, "gpu-east"),
             "whoami submitted to gpu-east\n"
             "cannot fit anywhere now: the cluster has no machines\n");
+}
 
 // issue 22: `astra run show` names the cores, NUMA nodes and RDMA devices
 // each worker got; `-o json` carries assigned_gpu_ids; `astra machine`
