@@ -143,5 +143,5 @@ TEST(CliFormat, SubmissionLineEndsInTheRunsConsolePage) {
   r.set_waiting_reason("cannot fit anywhere now: the cluster has no machines");
   EXPECT_EQ(cli::format_submitted(r, "gpu-east"),
             "whoami submitted to gpu-east\n"
-            "cannot fit anywhere now: the cluster has no machines\n");
+            "Waiting (cannot fit anywhere now: the cluster has no machines)\n");
 }
