@@ -748,7 +748,7 @@ std::string format_submitted(const v1::Run& r, const std::string& cluster) {
   out += "\n";
   // A run that cannot start at once says why (issue 13 item 5).
   if (!r.waiting_reason().empty())
-    out += r.waiting_reason() + "\n";
+    out += r.state() + " (" + r.waiting_reason() + ")\n";
   return out;
 }
 

@@ -54,7 +54,7 @@ std::string format_workspaces(const v1::WorkspaceList& list);
 /// (`cluster`: the controller's `cluster.name`, from its welcome; left out
 /// when empty); without a console address configured on the controller
 /// (Run.console_url empty), "whoami submitted to gpu-east". A run that
-/// waits adds its reason on a line of its own ("waiting: needs 1 GPU; …").
+/// waits adds a line saying so and why ("Waiting (waiting: needs 1 GPU; …)").
 std::string format_submitted(const v1::Run& run, const std::string& cluster = {});
 
 /// `astra xids`: the Xid policy table.

@@ -143,7 +143,7 @@ TEST(CliFormat, SubmissionLineEndsInTheRunsConsolePage) {
   r.set_waiting_reason("cannot fit anywhere now: the cluster has no machines");
   EXPECT_EQ(cli::format_submitted(r, "gpu-east"),
             "whoami submitted to gpu-east\n"
-            "cannot fit anywhere now: the cluster has no machines\n");
+            "Waiting (cannot fit anywhere now: the cluster has no machines)\n");
 }
 
 // issue 22: `astra run show` names the cores, NUMA nodes and RDMA devices
