@@ -255,6 +255,12 @@ using scheduler_actor = caf::typed_actor<
   // answers its last state (Stopped). Fails with ec::invalid_request (no
   // such run), ec::store_failure when the erase fails.
   caf::replies_to<atom::remove, std::string>::with<v1::Run>,
+  // Stops a live run and keeps it listed: Stopped with `why` (its workers
+  // are told to stop; their GPUs are freed), stored with the next flush;
+  // answers it (an ended run as it is). Fails with ec::invalid_request (no
+  // such run). A drain's deadline (issue 13): `astra run show` then says
+  // why the run ended.
+  caf::replies_to<atom::stop, std::string, std::string>::with<v1::Run>,
   // A machine's snapshot: adds or updates it (labels, schedulable, GPUs and
   // their health); held GPUs stay held. A bad snapshot never hides the
   // machine: only offending GPUs (a real UUID two machines report, an id

@@ -160,8 +160,11 @@ std::string format_join_token(const v1::JoinToken& token,
       << (left >= 3600 ? std::to_string(left / 3600) + "h"
                        : std::to_string(left / 60) + "m")
       << "; single use)\n"
-      << "labels   " << (labels.empty() ? "(none)" : labels) << "\n"
-      << "\nRun on the new machine, as root (the agent enrols once; then the "
+      << "labels   " << (labels.empty() ? "(none)" : labels) << "\n";
+  // What a manual `astraeus-agent --controller-key` pins (the README).
+  if (!token.controller_key().empty())
+    out << "key      " << token.controller_key() << " (the controller's; --controller-key)\n";
+  out << "\nRun on the new machine, as root (the agent enrols once; then the "
          "token file can go):\n";
   auto command = token.install().empty() ? install_command(token, address) : token.install();
   out << command << "\n" << loopback_warning(command);
@@ -218,7 +221,13 @@ std::string format_machine(const v1::MachineView& m, int64_t now_unix_ms) {
   row("State:", v1::Machine::State_Name(m.state()) + " since "
                   + format_time(m.state_since_unix_ms()) + " ("
                   + format_age(m.state_since_unix_ms(), now_unix_ms) + ")");
-  row("Cordoned:", yes_no(m.cordoned()));
+  // `astra drain` (README, "Day two"): draining until its workers ended.
+  row("Cordoned:", yes_no(m.cordoned())
+                     + (m.drained() ? " (drained)"
+                        : m.drain_deadline_unix_ms() != 0
+                          ? " (draining: its runs stop at " + format_time(m.drain_deadline_unix_ms())
+                              + ")"
+                          : ""));
   std::string work = m.schedulable() ? "yes" : "no";
   if (!m.schedulable()) {
     std::vector<std::string> why;

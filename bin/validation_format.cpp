@@ -174,6 +174,8 @@ std::string format_topology(const v1::TopologyReport& t) {
     out += "\nFabrics (" + std::to_string(t.fabrics_size()) + ")\n"
            + render_table({"FABRIC", "SUBNET", "MACHINES", "LEAVES"}, rows);
   }
+  if (t.fabrics_size() == 0)
+    out += "No machine reports an RDMA port: no fabric to work out.\n";
   for (const auto& n : t.not_checked())
     out += "Not checked: " + n + "\n";
   return out;

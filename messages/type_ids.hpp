@@ -128,5 +128,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(astraeus, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::RemoveMachine))
   /// Internal timer (machine -> itself): a drain's deadline is reached.
   CAF_ADD_ATOM(astraeus, astraeus::atom, drain_due, "draindue")
+  /// Scheduler: stops a run and keeps it listed, Stopped with a reason (a
+  /// drain's deadline: "machine gpu-01 was drained").
+  CAF_ADD_ATOM(astraeus, astraeus::atom, stop, "stop")
 
 CAF_END_TYPE_ID_BLOCK(astraeus)

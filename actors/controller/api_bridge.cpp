@@ -89,8 +89,17 @@ std::shared_ptr<const api_view> api_bridge::view() {
     if (!view_)
       return std::make_shared<const api_view>();
   }
-  if (last_read_ - built_at_ >= cfg_.view_refresh)
+  // A view older than its period is not served: the read waits for one
+  // built after it asked (so a cordon made through `astra` a moment ago
+  // shows on the next read, not the one after). Reads within the period
+  // share the view built last.
+  auto period = std::max<steady::duration>(cfg_.view_refresh, 4 * last_build_);
+  if (last_read_ - built_at_ >= period) {
+    auto ticket = ++asked_;
     changed_.notify_all();
+    changed_.wait_for(lock, cfg_.request_timeout,
+                      [&] { return stopping_ || done_ >= ticket; });
+  }
   return view_;
 }
 

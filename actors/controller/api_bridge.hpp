@@ -12,7 +12,10 @@
 /// while the API is read and the view is older than `api.view_refresh` (or
 /// four times the last rebuild, so rebuilding takes at most a fifth of a
 /// core on a large cluster), at once after a write through the API, and
-/// while a blocking query waits. An idle API costs the actors nothing.
+/// while a blocking query waits. A read that finds the view older than that
+/// waits for a fresh one (a change made through `astra` shows on the next
+/// read); reads within the period share the last one. An idle API costs
+/// the actors nothing.
 ///
 /// API tokens are checked with the cluster (atom::login, as the gate does)
 /// and remembered for 5 s; a revocation through the API forgets them at

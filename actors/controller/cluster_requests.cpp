@@ -296,6 +296,14 @@ result_t create_workspace(const cluster_request& r) {
   };
   if (auto err = validate_workspace(ws))
     return fail(err);
+  // Machine paths and privileged work are granted one way only, audited
+  // with what changed (issue 16).
+  if (ws.bind_grants_size() > 0 || ws.allow_privileged())
+    return fail(caf::make_error(ec::invalid_request,
+                                "bind_grants and allow_privileged: create the workspace "
+                                "first, then grant them with astra workspace grant " + ws.name()
+                                  + " --path PATH [--privileged] (or PUT …/workspaces/"
+                                  + ws.name() + "/grants)"));
   if (ws.name() == default_workspace)
     return fail(caf::make_error(ec::invalid_request,
                                 "workspace default exists already and is "

@@ -804,7 +804,9 @@ void drain_due(machine_ptr self, int64_t deadline) {
     spdlog::info("machine {}: drain deadline: stopping run {}", name_of(self), run);
     if (!st.config.scheduler)
       continue;
-    self->request(st.config.scheduler, std::chrono::seconds{30}, atom::remove_v, run)
+    // Stopped, not deleted: `astra run show` says why it ended.
+    self->request(st.config.scheduler, std::chrono::seconds{30}, atom::stop_v, run,
+                  "machine " + name_of(self) + " was drained")
       .then([](const v1::Run&) {},
             [name = name_of(self), run](const caf::error& err) {
               spdlog::warn("machine {}: drain: run {} not stopped: {}", name, run,

@@ -145,6 +145,17 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
     [self](atom::remove, const std::string& name) -> caf::result<v1::Run> {
       return remove_run(self, name);
     },
+    [self](atom::stop, const std::string& name, const std::string& why) -> caf::result<v1::Run> {
+      auto r = self->state.runs.find(name);
+      if (r == self->state.runs.end())
+        return caf::make_error(ec::invalid_request, "no run named " + name);
+      if (live(r->second)) {
+        spdlog::info("scheduler: run {} stopped: {}", name, why);
+        finish_run(self, r->second, run_state::stopped, why);
+        schedule_pass(self);
+      }
+      return r->second;
+    },
     [self](v1::SchedulerMachine& m) {
       // A removed machine's actor may still have a snapshot on its way.
       if (!self->state.removed_senders.empty()

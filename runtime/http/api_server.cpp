@@ -1,5 +1,7 @@
 #include "runtime/http/api_server.hpp"
 
+#include <sys/socket.h>
+
 #include <atomic>
 #include <thread>
 
@@ -407,6 +409,14 @@ api_server::start(api_server_config cfg, std::shared_ptr<api_backend> backend) {
       http::reply_error(res, 404, "no_route", "no route " + req.method + " " + req.path);
     else
       http::reply_error(res, res.status, "http_error", "HTTP status " + std::to_string(res.status));
+  });
+  // cpp-httplib's default sets SO_REUSEPORT, which lets a second controller
+  // bind the same API port without an error and take half its requests.
+  // SO_REUSEADDR only: a restart still rebinds past TIME_WAIT, a second
+  // listener fails ("api.listen: cannot listen on …").
+  srv.set_socket_options([](int sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
   int port = 0;
   if (p->cfg.port == 0)

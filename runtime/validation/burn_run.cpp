@@ -141,7 +141,7 @@ check_result run_burn(const check_options& o) {
     std::chrono::milliseconds{static_cast<long long>(t.burn_duration_s * 1000)});
   auto pass = "every GPU held its pace for " + std::to_string(duration.count() / 1000)
               + " s with no Xid, error or unexpected throttling";
-  auto cuda = load_cuda_gpus(o.cuda_lib, "nothing to burn", out);
+  auto cuda = load_cuda_gpus(o.cuda_lib, "nothing to burn", out, o.host_root);
   if (!cuda)
     return finish_result(std::move(out), start, pass);
   const auto* gpus = &cuda->gpus;

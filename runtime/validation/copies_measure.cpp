@@ -140,7 +140,7 @@ check_result run_copies(const check_options& o) {
   check_result out;
   out.check = "copies";
   const auto& t = o.policy.values();
-  auto cuda = load_cuda_gpus(o.cuda_lib, "nothing to copy", out);
+  auto cuda = load_cuda_gpus(o.cuda_lib, "nothing to copy", out, o.host_root);
   if (!cuda)
     return finish_result(std::move(out), start, pass);
   const auto* gpus = &cuda->gpus;

@@ -1,5 +1,9 @@
 #include "runtime/validation/cuda_driver.hpp"
 
+#include <algorithm>
+
+#include "runtime/host/pci_bus.hpp"
+
 #include <cstdio>
 
 #include <dlfcn.h>
@@ -125,12 +129,20 @@ caf::expected<std::vector<cuda_gpu>> cuda_driver::gpus() const {
 }
 
 std::optional<cuda_gpus> load_cuda_gpus(const std::string& library, const std::string& why,
-                                        check_result& out) {
+                                        check_result& out, const std::string& host_root) {
   auto driver = cuda_driver::load(library);
   if (!driver) {
+    auto bus = scan_pci_gpus(host_root);
+    bool nvidia = std::any_of(bus.gpus.begin(), bus.gpus.end(),
+                              [](const auto& g) { return g.vendor() == "nvidia"; });
+    if (!nvidia) {
+      out.result = verdict::skipped;
+      out.summary = "no NVIDIA GPU on the PCI bus: " + why;
+      return std::nullopt;
+    }
     out.add_finding(verdict::fail, "", "the CUDA driver cannot be used: " + render_error(driver.error()),
-                    "install the NVIDIA driver's CUDA library (libcuda.so.1, Debian package "
-                    "libcuda1) or pass --cuda-lib PATH");
+                    "install the NVIDIA driver on this machine, with its CUDA library "
+                    "(libcuda.so.1; Debian: libcuda1), then run the check again");
     return std::nullopt;
   }
   auto gpus = (*driver)->gpus();

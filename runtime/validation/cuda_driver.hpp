@@ -124,10 +124,12 @@ struct cuda_gpus {
 
 /// Loads `library` and lists its GPUs for check `out`: on failure adds a
 /// fail finding with the fix ("install the NVIDIA driver's CUDA library
-/// ..."); with no GPU sets `out` skipped with "CUDA lists no GPU: <why>".
-/// nullopt in both cases.
+/// ..."), unless the PCI bus under `host_root` has no NVIDIA GPU at all:
+/// then `out` is skipped with "no NVIDIA GPU on the PCI bus: <why>" (a CPU
+/// machine passes acceptance on what it has); with no GPU listed sets `out`
+/// skipped with "CUDA lists no GPU: <why>". nullopt in these cases.
 std::optional<cuda_gpus> load_cuda_gpus(const std::string& library, const std::string& why,
-                                        check_result& out);
+                                        check_result& out, const std::string& host_root = "/");
 
 /// CUDA's 16 UUID bytes -> "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (as
 /// NVML and nvidia-smi write it).

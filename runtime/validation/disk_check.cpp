@@ -247,7 +247,9 @@ check_result run_disk(const check_options& o) {
   struct stat st {};
   if (::stat(o.data_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     out.add_finding(verdict::fail, "", "the data directory " + o.data_dir + " does not exist",
-                    "pass --data-dir the agent's data directory (the installer's --data-dir)");
+                    "create it on the machine (mkdir -p " + o.data_dir + ") or choose another "
+                    "with `astra machine data-location MACHINE PATH`, then run the disk check "
+                    "again");
     return finish_result(std::move(out), start, "");
   }
   auto dev = classify_block_device(o.host_root, major(st.st_dev), minor(st.st_dev));

@@ -7,6 +7,7 @@
 #include <memory>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <sys/stat.h>
@@ -255,6 +256,38 @@ TEST_F(Api, OpenApiListsEveryRouteAndEveryListedPathRoutes) {
       EXPECT_NE(res->status, 405) << m << " " << concrete;
     }
   }
+}
+
+// Found by trying the product as a user: a cordon made through `astra`
+// shows on the API's next read once the view is older than its refresh
+// (not on the read after), and a second controller cannot take the API's
+// port beside the first (cpp-httplib's default socket options let it).
+TEST_F(Api, AChangeThroughAstraShowsOnTheNextReadAndTheApiPortIsNotShared) {
+  ASSERT_TRUE(start_controller({"--set", "api.view_refresh=1s"}));
+  auto owner = client(owner_);
+  auto agent = start_agent();
+  ASSERT_TRUE(wait_until(
+    [&] {
+      auto r = owner->Get(base + "/nodes");
+      return r && r->status == 200 && body_of(r)["machines"].size() == 1;
+    },
+    15s))
+    << agent->err();
+  std::this_thread::sleep_for(1200ms);  // the view is now older than api.view_refresh
+  ASSERT_EQ(astra({"cordon", machine_name}).rc, 0);
+  auto r = owner->Get(base + "/nodes/" + machine_name);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(body_of(r)["cordoned"], true) << r->body;
+  auto second = spawn("second", {program("astraeus-controller"), "--port",
+                                 std::to_string(free_port()), "--data-dir",
+                                 (dir_ / "second").string()},
+                      {"ASTRAEUS_API_LISTEN=127.0.0.1:" + std::to_string(api_port_),
+                       "ASTRAEUS_API_PLAIN_HTTP=true"});
+  ASSERT_TRUE(wait_until([&] { return !second->running(); }, 10s))
+    << "a second controller serves the same API port:\n" << second->err();
+  EXPECT_TRUE(contains(second->err(), "api.listen: cannot listen on 127.0.0.1:"
+                                        + std::to_string(api_port_)))
+    << second->err();
 }
 
 // Issue 12 (bring-up-a-gpu-cluster.md, step 5): a port trained below the

@@ -203,9 +203,11 @@ TEST_F(CliDay2, DrainStopsTheWorkersThenRemoveForgetsTheMachineAndRefusesItsAgen
   auto why = run_field("waits", "waiting_reason");
   EXPECT_TRUE(has(why, "waiting: needs 1 GPU; gpu-09 has ") && has(why, " free but is drain"))
     << why;
-  // At the deadline the running run is stopped and the drain is done.
-  EXPECT_TRUE(wait_until([&] { return astra({"run", "show", "long"}).rc == 1; }, 20s, 200ms))
+  // At the deadline the running run is stopped (and kept, saying why) and
+  // the drain is done.
+  EXPECT_TRUE(wait_until([&] { return run_field("long", "state") == "Stopped"; }, 20s, 200ms))
     << astra({"run", "show", "long"}).out;
+  EXPECT_EQ(run_field("long", "waiting_reason"), "machine gpu-09 was drained");
   EXPECT_TRUE(wait_until(
     [&] {
       auto j = nlohmann::json::parse(astra({"machine", "gpu-09", "-o", "json"}).out, nullptr,

@@ -134,12 +134,29 @@ TEST(CopiesRun, ACudaErrorFailsNamingTheCall) {
 }
 
 TEST(CopiesRun, NoCudaDriverFailsWithHowToGetOne) {
+  temp_dir dir;
   check_options o;
+  o.host_root = astraeus::test::copy_host(dir, astraeus::test::gen4x8_fixture());
   o.cuda_lib = "/nonexistent/libcuda.so.1";
   auto r = run_copies(o);
   EXPECT_EQ(r.result, verdict::fail);
   ASSERT_EQ(r.findings.size(), 1u);
   EXPECT_NE(r.findings[0].what.find("dlopen /nonexistent/libcuda.so.1"), std::string::npos);
+  EXPECT_EQ(r.findings[0].fix, "install the NVIDIA driver on this machine, with its CUDA library "
+                               "(libcuda.so.1; Debian: libcuda1), then run the check again");
+}
+
+// A machine with no NVIDIA GPU on its bus (a CPU machine in an acceptance
+// pool) has nothing to copy: skipped, never failed for a missing driver.
+TEST(CopiesRun, AMachineWithoutAnNvidiaGpuIsSkipped) {
+  temp_dir dir;
+  check_options o;
+  o.host_root = dir.path();
+  o.cuda_lib = "/nonexistent/libcuda.so.1";
+  auto r = run_copies(o);
+  EXPECT_EQ(r.result, verdict::skipped);
+  EXPECT_EQ(r.summary, "no NVIDIA GPU on the PCI bus: nothing to copy");
+  EXPECT_TRUE(r.findings.empty());
 }
 
 }  // namespace
