@@ -263,6 +263,7 @@ void send_report(agent_ptr self, bool fresh = false) {
     return;
   if (fresh || !st.facts_known) {
     st.host_facts = read_host_facts(st.config.host);
+    st.cpu_use.sample(st.config.host.root, st.host_facts);
     st.facts_known = true;
     probe_fabric(self);
     // Remembered for the next discovery pass's capability summary.

@@ -30,6 +30,7 @@
 #include "runtime/faults/fault_latch.hpp"
 #include "runtime/host/host_facts.hpp"
 #include "runtime/host/rdma_fabric.hpp"
+#include "runtime/host/numa_facts.hpp"
 #include "runtime/faults/kmsg.hpp"
 #include "runtime/process/wall_clock.hpp"
 #include "runtime/workers/worker_ledger.hpp"
@@ -151,6 +152,7 @@ struct agent_state {
   uint64_t pass = 0;                      ///< number of the latest pass
   bool rdma_up = false;                   ///< an RDMA port was ACTIVE in the last report
   v1::HostFacts host_facts;               ///< the host facts last read (each tick)
+  cpu_use_meter cpu_use;                  ///< CPU use between heartbeats (/proc/stat)
   bool facts_known = false;               ///< host_facts has been read
   v1::GpuSection gpus;                    ///< the last discovery pass
   bool gpus_known = false;                ///< a pass has finished

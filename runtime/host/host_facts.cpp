@@ -19,6 +19,7 @@
 #include <sys/statvfs.h>
 #include <sys/utsname.h>
 
+#include "runtime/host/numa_facts.hpp"
 #include "runtime/host/sysfs_text.hpp"
 
 namespace astraeus {
@@ -564,6 +565,7 @@ void HostReader::read_rdma() {
       read_rdma_port_fabric(prefix_, dir, port_dir, port, fabric_warnings);
       for (auto& w : fabric_warnings)
         facts_.add_warnings(std::move(w));
+      read_rdma_port_device(opts_.root, device, port, facts_);
       *facts_.add_rdma_ports() = std::move(port);
     }
   }
@@ -969,11 +971,13 @@ v1::HostFacts read_host_facts(const HostReaderOptions& opts) {
   };
   guarded("identity", [&] { reader.read_identity(); });
   guarded("/proc/cpuinfo", [&] { reader.read_cpu(); });
+  guarded("/sys/devices/system/node", [&] { read_numa_nodes(opts.root, facts); });
   guarded("/proc/meminfo", [&] { reader.read_memory(); });
   guarded("/sys/block", [&] { reader.read_disks(); });
   guarded("/proc/self/mounts", [&] { reader.read_filesystems(); });
   guarded("/sys/class/net", [&] { reader.read_interfaces(); });
   guarded("/sys/class/infiniband", [&] { reader.read_rdma(); });
+  guarded("/dev/infiniband", [&] { read_rdma_device_nodes(opts.root, facts); });
   // GPUs are not host facts: the agent puts GPU discovery's section here
   // (runtime/gpu/gpu_discovery.hpp). Until it does, this is no read at all.
   set_read_as(*facts.mutable_gpus(), gpu_read_as::pending);
