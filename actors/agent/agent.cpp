@@ -272,8 +272,10 @@ void send_report(agent_ptr self, bool fresh = false) {
                              [](const auto& p) { return p.state() == "ACTIVE"; });
     for (const auto& w : st.host_facts.warnings())
       spdlog::debug("agent {}: {}", st.config.identity.name, w);
-    if (st.supervisor)
+    if (st.supervisor) {
       st.supervisor->set_rdma_ports({ports.begin(), ports.end()});
+      st.supervisor->set_host_layout(st.host_facts);
+    }
   }
   v1::Frame frame;
   auto* report = frame.mutable_report();
@@ -807,7 +809,16 @@ agent_actor::behavior_type agent(agent_actor::stateful_broker_pointer<agent_stat
   if (self->state.workers && !self->state.config.workers.data_dir.empty()) {
     auto opts = self->state.config.workers;
     opts.machine = self->state.config.identity.name;
+    opts.host_root = self->state.config.host.root;
     self->state.supervisor = std::make_unique<worker_supervisor>(std::move(opts));
+    {
+      // NUMA nodes before the first report's facts: a worker started at
+      // once still gets NUMA-local cores.
+      v1::HostFacts layout;
+      read_numa_nodes(self->state.config.host.root, layout);
+      read_rdma_device_nodes(self->state.config.host.root, layout);
+      self->state.supervisor->set_host_layout(layout);
+    }
     self->state.supervisor->set_offload(
       [self](std::function<void()> work, std::function<void()> done) {
         offload_job(self, std::move(work), std::move(done));

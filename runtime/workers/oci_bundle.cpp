@@ -438,6 +438,10 @@ json oci_config(const oci_worker& w, const std::string& rootfs) {
     }
     resources["cpu"] = cpu;
   }
+  if (!w.cpuset_cpus.empty())
+    resources["cpu"]["cpus"] = w.cpuset_cpus;
+  if (!w.cpuset_mems.empty())
+    resources["cpu"]["mems"] = w.cpuset_mems;
   json namespaces = json::array({{{"type", "pid"}}, {{"type", "uts"}}, {{"type", "mount"}}});
   if (!w.host_ipc)
     namespaces.push_back({{"type", "ipc"}});

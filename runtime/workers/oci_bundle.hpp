@@ -162,6 +162,10 @@ struct oci_worker {
   uint64_t memory_bytes = 0;      ///< hard limit; 0 = none
   double cpus = 0;                ///< quota and weight; 0 = none
   bool cpu_burst = false;         ///< weight only, no quota (RunSpec.cpu_burst)
+  /// NUMA-local cores and memory nodes ("0-15", "0"; runtime/workers/worker_cpuset.hpp):
+  /// linux.resources.cpu.cpus and .mems; "" = not pinned.
+  std::string cpuset_cpus;
+  std::string cpuset_mems;
   uint64_t shm_bytes = 64ull << 20;
   /// `security_context.ipc_mode: host`: the machine's IPC namespace and
   /// its /dev/shm (bind-mounted) instead of a sized tmpfs.
@@ -176,7 +180,8 @@ struct oci_worker {
 /// (absolute, or relative to the bundle): host network, its own PID, IPC,
 /// UTS and mount namespaces, /dev/shm sized `w.shm_bytes`, the memory limit
 /// and CPU quota (period 100 ms, weight 1024 per core; with `w.cpu_burst`
-/// the weight only) in linux.resources, `w.devices` allowed in the
+/// the weight only) and the cpuset (`w.cpuset_cpus`, `w.cpuset_mems`) in
+/// linux.resources, `w.devices` allowed in the
 /// device cgroup, and `default_seccomp_profile()`.
 nlohmann::json oci_config(const oci_worker& w, const std::string& rootfs);
 

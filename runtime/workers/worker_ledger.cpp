@@ -106,6 +106,9 @@ v1::WorkerStatuses worker_ledger::statuses(const std::string& machine) const {
     w->set_exit_code(p->second.exit_code());
     w->set_runtime(p->second.runtime());
     *w->mutable_outputs() = p->second.outputs();
+    w->set_cpus(p->second.cpus());
+    w->set_mems(p->second.mems());
+    *w->mutable_rdma_devices() = p->second.rdma_devices();
   }
   return out;
 }

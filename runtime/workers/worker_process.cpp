@@ -11,6 +11,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -250,6 +251,17 @@ caf::expected<launched_process> launch_process(const process_launch& what) {
   log_pump pump{log_path.c_str(), rotated_path.c_str(), start_path.c_str(), start_tmp.c_str(),
                 what.log_max_bytes};
   static const char exec_failed[] = "astraeus: cannot execute the worker's command\n";
+  // Built before the fork: the child only makes system calls.
+  cpu_set_t affinity;
+  CPU_ZERO(&affinity);
+  for (auto c : what.cpus)
+    if (c < CPU_SETSIZE)
+      CPU_SET(c, &affinity);
+  constexpr unsigned long max_nodes = 1024;
+  unsigned long node_mask[max_nodes / (8 * sizeof(unsigned long))] = {};
+  for (auto n : what.mems)
+    if (n < max_nodes)
+      node_mask[n / (8 * sizeof(unsigned long))] |= 1ul << (n % (8 * sizeof(unsigned long)));
   pid_t shim = ::fork();
   if (shim < 0) {
     auto why = std::string{std::strerror(errno)};
@@ -279,6 +291,10 @@ caf::expected<launched_process> launch_process(const process_launch& what) {
       ::setpgid(0, 0);
       for (const auto& [resource, limit] : what.rlimits)
         ::setrlimit(resource, &limit);
+      if (!what.cpus.empty())
+        ::sched_setaffinity(0, sizeof(affinity), &affinity);
+      if (!what.mems.empty())  // MPOL_BIND (linux/mempolicy.h); no libnuma needed
+        ::syscall(SYS_set_mempolicy, 2, node_mask, max_nodes + 1);
       if (::chdir(cwd.c_str()) != 0)
         ::_exit(126);
       ::execve(program.c_str(), argv.data(), envp.data());

@@ -47,6 +47,12 @@ struct process_launch {
   /// dropped), a new `log` starts, and `log.start` holds the position of
   /// the new `log`'s first byte in the worker's whole output.
   uint64_t log_max_bytes = 0;
+  /// CPUs the worker may run on (sched_setaffinity before exec); empty:
+  /// the agent's own. CPUs from CPU_SETSIZE (1024) on are ignored.
+  std::vector<uint32_t> cpus;
+  /// NUMA nodes its memory is bound to (set_mempolicy MPOL_BIND before
+  /// exec, ignored where the kernel refuses); empty: the default policy.
+  std::vector<uint32_t> mems;
 };
 
 /// A started worker.

@@ -23,6 +23,9 @@
 #include "messages/worker_state.hpp"
 #include "runtime/workers/oci_bundle.hpp"
 #include "runtime/workers/worker_env.hpp"
+#include "runtime/workers/worker_cpuset.hpp"
+#include "runtime/workers/worker_rdma.hpp"
+#include "runtime/host/numa_facts.hpp"
 #include "runtime/workers/worker_ledger.hpp"
 #include "runtime/workers/worker_mounts.hpp"
 #include "runtime/workers/run_spec.hpp"
@@ -147,6 +150,8 @@ v1::WorkerProcess worker_supervisor::start(const v1::WorkerOrder& order,
   rec.set_dir(worker_dir(order.worker()));
   rec.set_started_unix_ms(now_ms);
   rec.set_stop_signal(SIGTERM);
+  rec.set_cpus(order.cpuset_cpus());
+  rec.set_mems(order.cpuset_mems());
   // Only containers get the memory limit (the process runtime applies none),
   // so only they can be OOMKilled by it.
   rec.set_has_memory_limit(rec.runtime() == "runc"
@@ -290,9 +295,13 @@ caf::error worker_supervisor::start_process(const v1::WorkerOrder& order,
   what.log_max_bytes = options_.log_max_bytes;
   what.rlimits.emplace_back(RLIMIT_NOFILE, worker_limit(RLIMIT_NOFILE, options_.nofile,
                                                         "nofile", nofile_warned));
-  if (order.gpu_ids_size() > 0)
+  // A host process sees the machine's /dev: its RDMA devices are only named.
+  auto rdma = rdma_grant_for(order, env, rec);
+  if (order.gpu_ids_size() > 0 || rdma)
     what.rlimits.emplace_back(RLIMIT_MEMLOCK, worker_limit(RLIMIT_MEMLOCK, RLIM_INFINITY,
                                                            "memlock", memlock_warned));
+  what.cpus = cpu_list_members(order.cpuset_cpus()).value_or(std::vector<uint32_t>{});
+  what.mems = cpu_list_members(order.cpuset_mems()).value_or(std::vector<uint32_t>{});
   apply_ulimits(what.rlimits, spec);
   auto launched = launch_process(what);
   if (!launched)
@@ -360,9 +369,13 @@ caf::error worker_supervisor::start_runc(const v1::WorkerOrder& order,
   };
   w.rlimits.push_back(as_oci("nofile", worker_limit(RLIMIT_NOFILE, options_.nofile,
                                                     "nofile", nofile_warned)));
-  if (order.gpu_ids_size() > 0) {
+  w.cpuset_cpus = order.cpuset_cpus();
+  w.cpuset_mems = order.cpuset_mems();
+  auto rdma = rdma_grant_for(order, ours, rec);
+  if (order.gpu_ids_size() > 0 || rdma)
     w.rlimits.push_back(as_oci("memlock", worker_limit(RLIMIT_MEMLOCK, RLIM_INFINITY,
                                                        "memlock", memlock_warned)));
+  if (order.gpu_ids_size() > 0) {
     auto reg = load_cdi(options_.cdi);
     std::vector<std::string> names;
     // The kind of the GPU's vendor, so an error names the kind asked for.
@@ -375,7 +388,7 @@ caf::error worker_supervisor::start_runc(const v1::WorkerOrder& order,
     auto edits = checked_cdi_edits(options_.cdi, names, nvidia_driver_, nvidia_gpus_);
     if (!edits)
       return edits.error();
-    w.devices = edits->devices;
+    w.devices.insert(w.devices.end(), edits->devices.begin(), edits->devices.end());
     w.mounts = edits->mounts;
     w.hooks = edits->hooks;
     w.user.groups.insert(w.user.groups.end(), edits->additional_gids.begin(),
@@ -389,6 +402,8 @@ caf::error worker_supervisor::start_runc(const v1::WorkerOrder& order,
       return sig.error();
     rec.set_stop_signal(*sig);
   }
+  if (rdma)
+    w.devices.insert(w.devices.end(), rdma->devices.begin(), rdma->devices.end());
   w.cpu_burst = spec.cpu_burst();
   apply_ulimits(w.rlimits, spec);
   clamp_to_agent(w.rlimits, rec.worker());
@@ -527,9 +542,10 @@ bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms, steady_
     changed = true;
   }
   started_.clear();
-  for (const auto& [name, order] : ledger.workers()) {
+  for (const auto& [name, ordered] : ledger.workers()) {
     if (ledger.processes().count(name) || starting_.count(name))
       continue;
+    auto order = with_cpuset(ordered, ledger);
     if (!offload_) {
       keep(start(order, now_ms));
       changed = true;
@@ -538,6 +554,7 @@ bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms, steady_
     // The start blocks (unpacking, CDI): it runs on a copy of this
     // supervisor's settings and facts, off the agent's actor.
     starting_.insert(name);
+    starting_cpus_[name] = order.cpuset_cpus();
     auto job = std::make_shared<worker_supervisor>(*this);
     job->offload_ = nullptr;
     auto rec = std::make_shared<v1::WorkerProcess>();
@@ -557,6 +574,7 @@ bool worker_supervisor::reconcile(worker_ledger& ledger, int64_t now_ms, steady_
       },
       [this, name = name, rec, job] {
         starting_.erase(name);
+        starting_cpus_.erase(name);
         started_[name] = std::move(*rec);
         // The job's copy saw the hand-over failures; they are ours now.
         auto fenced = job->take_hand_over_failures();
@@ -755,6 +773,54 @@ caf::expected<v1::LogChunk> worker_supervisor::read_log(const worker_ledger& led
   out.set_state(p == ledger.processes().end() ? "Ended" : p->second.state());
   out.set_finished(p == ledger.processes().end() || !live(p->second));
   return out;
+}
+
+void worker_supervisor::set_host_layout(const v1::HostFacts& facts) {
+  numa_nodes_.assign(facts.cpu().nodes().begin(), facts.cpu().nodes().end());
+  rdma_nodes_.assign(facts.rdma_device_nodes().begin(), facts.rdma_device_nodes().end());
+}
+
+v1::WorkerOrder worker_supervisor::with_cpuset(const v1::WorkerOrder& order,
+                                               const worker_ledger& ledger) const {
+  auto cores = cores_wanted(order.spec());
+  if (!order.cpuset_cpus().empty() || cores == 0 || numa_nodes_.empty())
+    return order;
+  std::set<uint32_t> taken;
+  auto take = [&](const std::string& list) {
+    for (auto c : cpu_list_members(list).value_or(std::vector<uint32_t>{}))
+      taken.insert(c);
+  };
+  for (const auto& [name, rec] : ledger.processes())
+    if (name != order.worker() && live(rec))
+      take(rec.cpus());
+  for (const auto& [name, cpus] : starting_cpus_)
+    if (name != order.worker())
+      take(cpus);
+  auto choice = choose_cpuset(cores, order.spec().memory_bytes_per_worker(),
+                              order.numa_node(), numa_nodes_, taken);
+  if (!choice.problem.empty())
+    spdlog::warn("agent: worker {}: not pinned to NUMA-local cores: {}", order.worker(),
+                 choice.problem);
+  auto out = order;
+  out.set_cpuset_cpus(choice.cpus);
+  out.set_cpuset_mems(choice.mems);
+  return out;
+}
+
+std::optional<rdma_grant> worker_supervisor::rdma_grant_for(
+  const v1::WorkerOrder& order, const std::map<std::string, std::string>& env,
+  v1::WorkerProcess& rec) const {
+  if (!worker_gets_rdma(order, env))
+    return std::nullopt;
+  auto hca = env.find("NCCL_IB_HCA");
+  auto grant = rdma_devices_for(hcas_in(hca == env.end() ? "" : hca->second, rdma_ports_),
+                                rdma_ports_, rdma_nodes_, options_.host_root);
+  for (const auto& problem : grant.problems)
+    spdlog::warn("agent: worker {}: RDMA device left out: {}", order.worker(), problem);
+  rec.clear_rdma_devices();
+  for (const auto& path : grant.paths)
+    rec.add_rdma_devices(path);
+  return grant;
 }
 
 } // namespace astraeus

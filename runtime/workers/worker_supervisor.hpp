@@ -44,6 +44,7 @@
 namespace astraeus {
 
 class worker_ledger;
+struct rdma_grant;
 
 /// Settings of the supervisor (agent config keys in brackets).
 struct supervisor_options {
@@ -79,6 +80,9 @@ struct supervisor_options {
   double rdma_min_gbps = 100;
   /// How GPUs are handed to containers (CDI specs); may be empty.
   cdi_options cdi;
+  /// Prefix of the /sys where RDMA device numbers are read (the agent's
+  /// host.root; "/": this machine's).
+  std::string host_root = "/";
 };
 
 /// A GPU whose hand-over cannot work (issue 18, rule 3): a worker failed
@@ -132,6 +136,19 @@ public:
   /// The machine's RDMA ports (from its host facts), for NCCL_IB_HCA.
   void set_rdma_ports(std::vector<v1::RdmaPort> ports) { rdma_ports_ = std::move(ports); }
 
+  /// The machine's NUMA nodes (cores, memory) and the RDMA device nodes
+  /// under /dev/infiniband, from its host facts (issue 22): where a worker's
+  /// cores and memory are taken, which RDMA devices it can be given.
+  void set_host_layout(const v1::HostFacts& facts);
+
+  /// The cores and memory nodes for a worker of `order` that has none yet
+  /// (WorkerOrder.cpuset_cpus empty): on its GPUs' NUMA node first
+  /// (runtime/workers/worker_cpuset.hpp), without the cores of the workers
+  /// in `ledger` that have not ended or are starting. Returns `order` with
+  /// cpuset_cpus/_mems set (unchanged when it has them, asks no cores, or
+  /// they are not free: then the problem is logged and it runs unpinned).
+  v1::WorkerOrder with_cpuset(const v1::WorkerOrder& order, const worker_ledger& ledger) const;
+
   /// Keeps the CDI specs in step with a discovery pass (a complete read:
   /// `read_as` "driver: healthy", nvidia-smi or no-gpu; or "unavailable"
   /// because the driver went away, when NVML cannot be loaded or reports
@@ -165,6 +182,12 @@ private:
   v1::WorkerProcess start(const v1::WorkerOrder& order, int64_t now_ms);
   caf::error start_process(const v1::WorkerOrder& order, v1::WorkerProcess& rec);
   caf::error start_runc(const v1::WorkerOrder& order, v1::WorkerProcess& rec);
+  /// The RDMA devices a worker of `order` with environment `env` gets
+  /// (runtime/workers/worker_rdma.hpp), named in `rec`; nullopt when it gets
+  /// none (then it needs no memlock either).
+  std::optional<rdma_grant> rdma_grant_for(const v1::WorkerOrder& order,
+                                           const std::map<std::string, std::string>& env,
+                                           v1::WorkerProcess& rec) const;
   /// Sets the final state of `rec` from its exit file; false while unknown.
   bool finish(v1::WorkerProcess& rec);
   void kill_now(const v1::WorkerProcess& rec);
@@ -180,6 +203,9 @@ private:
 
   supervisor_options options_;
   std::vector<v1::RdmaPort> rdma_ports_;
+  std::vector<v1::NumaNode> numa_nodes_;    ///< the machine's, from its host facts
+  std::vector<std::string> rdma_nodes_;     ///< /dev/infiniband nodes that exist
+  std::map<std::string, std::string> starting_cpus_;  ///< cores of workers starting
   std::string nvidia_driver_;               ///< of the last complete read
   std::vector<cdi_gpu> nvidia_gpus_;        ///< its NVIDIA GPUs
   std::set<std::string> amd_gpu_ids_;       ///< its AMD GPUs (amd.com/gpu)
