@@ -275,6 +275,18 @@ std::string format_machine(const v1::MachineView& m, int64_t now_unix_ms) {
                    + std::to_string(f.cpu().physical_cores()) + " physical cores, "
                    + std::to_string(f.cpu().sockets()) + " socket(s), "
                    + std::to_string(f.cpu().numa_nodes()) + " NUMA node(s)");
+  if (f.cpu().has_use_percent()) {
+    char use[64];
+    std::snprintf(use, sizeof use, "%.1f%% (over the last report interval)", f.cpu().use_percent());
+    row("  Use:", use);
+  }
+  for (const auto& n : f.cpu().nodes()) {  // issue 22
+    auto label = "  NUMA " + std::to_string(n.id()) + ":";
+    row(label.c_str(),
+        (n.cpulist().empty() ? std::string{"no CPUs"} : "CPUs " + n.cpulist()) + ", "
+          + format_bytes(n.memory_free_bytes()) + " free of "
+          + format_bytes(n.memory_total_bytes()));
+  }
   row("  Pressure:", format_pressure(f.cpu_pressure()));
   out << "\nMemory\n";
   row("  Total:", format_bytes(f.memory().total_bytes()));
@@ -642,6 +654,8 @@ std::string format_run(const v1::Run& r, int64_t now_unix_ms) {
     out << ", stopped on a GPU fault";
   if (!r.spec().pool().empty())
     out << ", pool " << r.spec().pool();
+  if (r.spec().rdma())
+    out << ", RDMA devices";
   out << "\n";
   if (!r.workers().empty()) {
     std::vector<std::vector<std::string>> rows;
@@ -661,6 +675,20 @@ std::string format_run(const v1::Run& r, int64_t now_unix_ms) {
                                 "STATE", "PID", "AGENT HAS IT"},
                                rows),
                   "  ");
+    // The cores, NUMA nodes and RDMA devices their agents gave them (issue 22).
+    std::vector<std::vector<std::string>> given;
+    for (const auto& w : r.workers()) {
+      std::string rdma;
+      for (const auto& d : w.rdma_devices())
+        rdma += (rdma.empty() ? "" : ",") + d;
+      if (!w.cpus().empty() || !w.mems().empty() || !rdma.empty())
+        given.push_back({w.name(), w.cpus().empty() ? "-" : w.cpus(),
+                         w.mems().empty() ? "-" : w.mems(), rdma.empty() ? "-" : rdma});
+    }
+    if (!given.empty())
+      out << "\nCores and devices\n"
+          << indent(render_table({"WORKER", "CPUS", "MEMORY NODES", "RDMA DEVICES"}, given),
+                    "  ");
     // What the workers wrote to $ASTRAEUS_OUTPUTS, sorted by key.
     std::vector<std::vector<std::string>> outputs;
     for (const auto& w : r.workers()) {

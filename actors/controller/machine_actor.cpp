@@ -171,6 +171,9 @@ v1::SchedulerMachine machine_state::scheduler_view() const {
   out.set_address(config.record.address());
   out.set_logical_cpus(facts.cpu().logical_cpus());
   out.set_memory_bytes(facts.memory().total_bytes());
+  *out.mutable_numa_nodes() = facts.cpu().nodes();
+  out.set_rdma_up(std::any_of(facts.rdma_ports().begin(), facts.rdma_ports().end(),
+                              [](const v1::RdmaPort& p) { return p.state() == "ACTIVE"; }));
   *out.mutable_labels() = config.record.labels();
   // The NVLink domain is found from the GPUs (shared/seeds/machines.md,
   // "Topology"); a label an admin set wins.

@@ -80,6 +80,10 @@ std::optional<waiting_reason> never_placed(const selector_rec& sel, const shape&
     bool asked = false;
     for (const auto& kv : sel.label_text)
       asked = asked || kv.first.rfind("astraeus.io/", 0) != 0;
+    // issue 22: a run asking for RDMA (scheduler_actor.hpp's rdma_label).
+    if (sel.label_text.count("astraeus.io/rdma"))
+      return waiting_for(waiting_code::no_machine,
+                         "waiting: needs RDMA; no machine" + where + " has an RDMA port up");
     if (!asked)
       return waiting_for(waiting_code::no_machine, now + "the cluster has no machines");
     // Machines that only their acceptance keeps from it (issue 21).

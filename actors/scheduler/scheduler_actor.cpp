@@ -66,6 +66,9 @@ placement_request placement_request_of(const v1::RunSpec& spec,
   // issue 21: only a validation's checks go to an Accepting machine.
   if (spec.validation().empty())
     out.required_labels[std::string(accepting_label)] = "false";
+  // issue 22: RDMA devices are only given where a port is up.
+  if (spec.rdma())
+    out.required_labels[std::string(rdma_label)] = "up";
   return out;
 }
 

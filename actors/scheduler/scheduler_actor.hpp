@@ -170,6 +170,9 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
 /// ("true"/"false"; every run but a validation's check requires "false").
 inline constexpr const char* machine_label = "astraeus.io/machine";
 inline constexpr const char* accepting_label = "astraeus.io/accepting";
+/// Issue 22: whether the machine has an RDMA port up ("up"/"down"; from
+/// SchedulerMachine.rdma_up); a run with `rdma: true` requires "up".
+inline constexpr const char* rdma_label = "astraeus.io/rdma";
 
 /// The engine's request for a run spec: groups in rank order (leader group
 /// first), `pool` and `labels` as required labels, healthy_only, time limit.

@@ -115,9 +115,33 @@ void index_snapshot(self_ptr self, const std::string& name) {
   self->send(handle->second, std::move(notes));
 }
 
+/// Copies what the agent reports of where a worker runs on its machine
+/// (cores, NUMA nodes, RDMA devices; issue 22) into `w`, and fills
+/// assigned_gpu_ids of a worker placed before it existed. True when
+/// something changed.
+static bool take_placement_report(const v1::WorkerStatus& s, v1::WorkerAssignment& w) {
+  bool changed = false;
+  if (w.assigned_gpu_ids_size() != w.gpu_ids_size()) {
+    *w.mutable_assigned_gpu_ids() = w.gpu_ids();
+    changed = true;
+  }
+  if (s.cpus() != w.cpus() || s.mems() != w.mems()) {
+    w.set_cpus(s.cpus());
+    w.set_mems(s.mems());
+    changed = true;
+  }
+  if (!std::equal(s.rdma_devices().begin(), s.rdma_devices().end(),
+                  w.rdma_devices().begin(), w.rdma_devices().end())) {
+    *w.mutable_rdma_devices() = s.rdma_devices();
+    changed = true;
+  }
+  return changed;
+}
+
 void apply_snapshot(self_ptr self, v1::SchedulerMachine& m) {
   (*m.mutable_labels())[machine_label] = m.name();
   (*m.mutable_labels())[accepting_label] = m.accepting() ? "true" : "false";
+  (*m.mutable_labels())[rdma_label] = m.rdma_up() ? "up" : "down";
   auto& st = self->state;
   if (m.name().empty()) {
     spdlog::error("scheduler: a snapshot without a machine name, ignored");
@@ -232,6 +256,8 @@ void apply_worker_statuses(self_ptr self, v1::WorkerStatuses& statuses) {
         w.set_pid(h->second->pid());
         changed = true;
       }
+      // The cores, NUMA nodes and RDMA devices its agent gave it (issue 22).
+      changed |= take_placement_report(*h->second, w);
       // What it wrote to $ASTRAEUS_OUTPUTS, once it has ended.
       if (h->second->outputs_size() > 0 && w.outputs_size() == 0) {
         *w.mutable_outputs() = h->second->outputs();

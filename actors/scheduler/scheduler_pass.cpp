@@ -120,6 +120,8 @@ void place_cpu_runs(scheduler_state& st, std::set<std::string>& touched,
                 std::to_string(most_mem >> 20) + " MiB";
       st.cpu_waiting_reason[qname] =
         !never.empty() ? never
+        : candidates == 0 && spec.rdma()
+          ? "waiting: needs RDMA; no machine" + labels + " has an RDMA port up"
         : candidates == 0
           ? "waiting: no machine" + labels + " takes new work"
           : "waiting: needs " + std::to_string(total) + " CPU-only worker(s) of " + each
@@ -240,6 +242,7 @@ void schedule_pass_once(self_ptr self) {
       w->set_machine(st.index->machine_name(pw.machine));
       for (auto& id : st.index->gpu_ids(pw.machine, pw.gpus))
         w->add_gpu_ids(std::move(id));
+      *w->mutable_assigned_gpu_ids() = w->gpu_ids();  // the seed's name (issue 22)
       w->set_numa_node(pw.numa_node);
       set_state(*w, worker_state::placed);
       w->set_array_index(copy);

@@ -25,7 +25,7 @@ struct run_flags {
   uint32_t gpus = 0, workers = 1, array = 0;
   double cpus = 0;
   uint64_t time_limit = 0;
-  bool healthy_only = false, outputs = false, wait = false;
+  bool healthy_only = false, outputs = false, wait = false, rdma = false;
   std::vector<std::string> command, env;
 };
 
@@ -67,6 +67,9 @@ void add_run_options(CLI::App* run, run_flags& f) {
   run->add_flag("--outputs", f.outputs,
                 "give each worker $ASTRAEUS_OUTPUTS: key=value lines written there "
                 "are shown by astra run show once it ends");
+  run->add_flag("--rdma", f.rdma,
+                "give each worker the machine's RDMA devices (/dev/infiniband) and "
+                "memlock unlimited; waits for machines with an RDMA port up");
   run->add_option("--time-limit-seconds", f.time_limit, "stop after this long")
     ->check(CLI::Range(uint64_t{0}, uint64_t{max_run_time_limit_seconds}));
   run->add_option("command", f.command, "command and arguments (after --)");
@@ -171,6 +174,8 @@ bool build_spec(const CLI::App& run, const run_flags& f, v1::RunSpec& spec) {
     spec.set_on_gpu_fault(f.on_gpu_fault);
   if (f.outputs)
     spec.set_outputs(true);
+  if (f.rdma)
+    spec.set_rdma(true);
   if (!f.user.empty())
     spec.set_user(f.user);
   if (!f.code.empty() && !pack_code(f.code, spec))

@@ -130,7 +130,8 @@ public:
             "gpu_requests", "time_limit_seconds", "time_limit", "workspace",
             "runtime", "outputs", "cpu_burst", "security_context",
             "task_template", "cpu_cores", "memory_bytes", "per_gpu",
-            "node_fraction", "volumes", "configs", "network", "on_gpu_fault"},
+            "node_fraction", "volumes", "configs", "network", "on_gpu_fault",
+            "rdma"},
            [&](const std::string& key, const YAML::Node& value,
                const std::string& path) {
              if (seed_field(key, value, path, spec, seed))
@@ -149,6 +150,8 @@ public:
                spec.set_outputs(boolean(value, path));
              } else if (key == "cpu_burst") {
                spec.set_cpu_burst(boolean(value, path));
+             } else if (key == "rdma") {
+               spec.set_rdma(boolean(value, path));
              } else if (key == "security_context") {
                fields(value, path, {"ulimits", "ipc_mode"},
                       [&](const std::string& k, const YAML::Node& v,

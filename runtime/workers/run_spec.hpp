@@ -31,6 +31,8 @@
 /// outputs: true              # the workers get $ASTRAEUS_OUTPUTS (key=value lines,
 ///                            # shown by `astra run show` once they end)
 /// cpu_burst: true            # cpus is a weight only: no quota, idle cores usable
+/// rdma: true                 # the machine's RDMA devices (/dev/infiniband) and memlock
+///                            # unlimited; waits for machines with an RDMA port up
 /// on_gpu_fault: stop         # a GPU of a worker becomes Faulty: stop its gang (the run
 ///                            # Fails, resubmit it); default report: keeps running, shown
 /// security_context:
@@ -140,7 +142,7 @@ inline constexpr uint64_t max_run_time_limit_seconds = 30ull * 24 * 3600;
 /// gpu_requests.healthy_only -> `healthy_only`; time_limit_seconds (a
 /// whole number of seconds) or time_limit (a duration: "2h", "90m",
 /// "1h30m", "1d", "45s", or a number of seconds; not both) ->
-/// `time_limit_seconds`; outputs, cpu_burst (booleans) -> the same;
+/// `time_limit_seconds`; outputs, cpu_burst, rdma (booleans) -> the same;
 /// security_context.ulimits (a list of {name, soft, hard}, values whole
 /// numbers or -1; hard defaults to soft) -> `ulimits`. `workers` is 1
 /// when neither workers nor task_groups is given. The seed's spellings:

@@ -484,6 +484,8 @@ std::string to_yaml(const v1::RunSpec& spec) {
     out << YAML::Key << "outputs" << YAML::Value << true;
   if (spec.cpu_burst())
     out << YAML::Key << "cpu_burst" << YAML::Value << true;
+  if (spec.rdma())
+    out << YAML::Key << "rdma" << YAML::Value << true;
   if (!spec.ulimits().empty() || !spec.ipc_mode().empty()) {
     out << YAML::Key << "security_context" << YAML::Value << YAML::BeginMap;
     if (!spec.ulimits().empty()) {

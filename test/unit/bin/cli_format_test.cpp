@@ -75,3 +75,46 @@ TEST(CliFormat, AnEndedRunShowsItsReasonFromEitherForm) {
   run.clear_state_code();
   EXPECT_EQ(cli::format_run(run, 0), typed);
 }
+
+// issue 22: `astra run show` names the cores, NUMA nodes and RDMA devices
+// each worker got; `-o json` carries assigned_gpu_ids; `astra machine`
+// shows CPU use and the NUMA nodes.
+TEST(CliFormat, RunShowNamesTheCoresAndDevicesItsWorkersGot) {
+  v1::Run run;
+  run.mutable_spec()->set_name("train");
+  run.mutable_spec()->set_rdma(true);
+  set_state(run, run_state::running);
+  auto* w = run.add_workers();
+  w->set_name("train-0");
+  w->set_machine("gpu-01");
+  w->add_gpu_ids("GPU-1");
+  w->add_assigned_gpu_ids("GPU-1");
+  w->set_cpus("0-15");
+  w->set_mems("0");
+  w->add_rdma_devices("/dev/infiniband/uverbs0");
+  w->add_rdma_devices("/dev/infiniband/rdma_cm");
+  set_state(*w, worker_state::running);
+  auto text = cli::format_run(run, 0);
+  EXPECT_TRUE(contains(text, "Cores and devices")) << text;
+  EXPECT_TRUE(contains(text, "0-15")) << text;
+  EXPECT_TRUE(contains(text, "/dev/infiniband/uverbs0,/dev/infiniband/rdma_cm")) << text;
+  EXPECT_TRUE(contains(text, ", RDMA devices")) << text;
+  auto json = cli::to_json(run);
+  EXPECT_TRUE(contains(json, "\"assigned_gpu_ids\"")) << json;
+  EXPECT_TRUE(contains(json, "\"gpu_ids\"")) << json;
+}
+
+TEST(CliFormat, MachineShowsCpuUseAndNumaNodes) {
+  v1::MachineView m;
+  auto* cpu = m.mutable_facts()->mutable_cpu();
+  cpu->set_use_percent(37.5);
+  auto* n = cpu->add_nodes();
+  n->set_id(1);
+  n->set_cpulist("56-111,168-223");
+  n->set_memory_total_bytes(1ull << 40);
+  n->set_memory_free_bytes(1ull << 39);
+  auto text = cli::format_machine(m, 0);
+  EXPECT_TRUE(contains(text, "  Use:       37.5% (over the last report interval)\n")) << text;
+  EXPECT_TRUE(contains(text, "  NUMA 1:    CPUs 56-111,168-223, 512 GiB free of 1 TiB\n"))
+    << text;
+}

@@ -143,3 +143,70 @@ TEST_F(SchedulerMachines, ABadGpuListNeverHidesTheMachinesLabels) {
   ASSERT_EQ(log->notes.size(), 1u);
   EXPECT_EQ(log->notes[0].set_aside(0).id(), "0000:02:00.0");
 }
+
+// issue 22: a run that asks for RDMA waits for machines with an RDMA port up,
+// and says so; once one has, it is placed there. The worker carries its GPU
+// ids under the seed's name too, and what its agent reports of its cores,
+// NUMA nodes and RDMA devices.
+TEST_F(SchedulerMachines, ARunAskingForRdmaWaitsForAnRdmaPortUp) {
+  attach("gpu-a");
+  snapshot(fixture_machine("gpu-a", {"GPU-aaaa"}));
+  auto spec = one_gpu("ib");
+  spec.set_rdma(true);
+  auto waiting = submit(spec);
+  ASSERT_EQ(waiting.state(), "Waiting") << waiting.ShortDebugString();
+  EXPECT_NE(waiting.waiting_reason().find("waiting: needs RDMA; no machine"), std::string::npos)
+    << waiting.waiting_reason();
+  EXPECT_NE(waiting.waiting_reason().find("has an RDMA port up"), std::string::npos)
+    << waiting.waiting_reason();
+  // A run without the ask is placed on the same machine meanwhile.
+  EXPECT_EQ(submit(one_gpu("plain")).state(), "Placed");
+  ask<v1::Run>(sched_actor, atom::remove_v, std::string{"plain"});
+  auto up = fixture_machine("gpu-a", {"GPU-aaaa"});
+  up.set_rdma_up(true);
+  snapshot(up);
+  auto placed = ask<v1::Run>(sched_actor, atom::get_v, std::string{"ib"});
+  ASSERT_EQ(placed.state(), "Placed") << placed.ShortDebugString();
+  ASSERT_EQ(placed.workers_size(), 1);
+  const auto& w = placed.workers(0);
+  ASSERT_EQ(w.assigned_gpu_ids_size(), 1);
+  EXPECT_EQ(w.assigned_gpu_ids(0), "GPU-aaaa");
+  EXPECT_EQ(w.gpu_ids(0), "GPU-aaaa");
+  v1::WorkerStatuses held;
+  held.set_machine("gpu-a");
+  auto* s = held.add_workers();
+  s->set_worker(w.name());
+  s->set_run("ib");
+  s->set_state("Running");
+  s->set_pid(42);
+  s->set_cpus("0-15");
+  s->set_mems("0");
+  s->add_rdma_devices("/dev/infiniband/uverbs0");
+  s->add_rdma_devices("/dev/infiniband/rdma_cm");
+  (*self)->send(sched_actor, std::move(held));
+  run();
+  auto running = ask<v1::Run>(sched_actor, atom::get_v, std::string{"ib"});
+  ASSERT_EQ(running.workers_size(), 1);
+  EXPECT_EQ(running.workers(0).cpus(), "0-15");
+  EXPECT_EQ(running.workers(0).mems(), "0");
+  ASSERT_EQ(running.workers(0).rdma_devices_size(), 2);
+  EXPECT_EQ(running.workers(0).rdma_devices(1), "/dev/infiniband/rdma_cm");
+}
+
+TEST_F(SchedulerMachines, ACpuRunAskingForRdmaNamesRdmaInItsWait) {
+  auto m = fixture_machine("cpu-a", {});
+  m.set_logical_cpus(64);
+  m.set_memory_bytes(64ull << 30);
+  snapshot(m);
+  v1::RunSpec spec;
+  spec.set_name("ib-cpu");
+  spec.set_image("busybox");
+  spec.add_command("true");
+  spec.set_cpus_per_worker(4);
+  spec.set_workers(1);
+  spec.set_rdma(true);
+  auto r = submit(spec);
+  ASSERT_EQ(r.state(), "Waiting") << r.ShortDebugString();
+  EXPECT_NE(r.waiting_reason().find("waiting: needs RDMA; no machine"), std::string::npos)
+    << r.waiting_reason();
+}

@@ -623,3 +623,21 @@ TEST(RunSpec, ToYamlIsReadable) {
             "  healthy_only: true\n"
             "time_limit_seconds: 7200\n");
 }
+
+// issue 22: `rdma: true` asks for the machine's RDMA devices, in YAML and
+// JSON, and survives the round trip.
+TEST(RunSpec, RdmaIsABooleanInYamlAndJson) {
+  auto spec = parse_run_spec(base + "gpus: 8\nrdma: true\n", "t.yaml");
+  ASSERT_TRUE(spec) << render_error(spec.error());
+  EXPECT_TRUE(spec->rdma());
+  auto back = parse_run_spec(to_yaml(*spec), "to_yaml");
+  ASSERT_TRUE(back) << render_error(back.error());
+  EXPECT_TRUE(back->rdma());
+  auto json = parse_run_spec(R"({"name": "t", "image": "busybox", "command": ["true"],
+                                 "rdma": true})",
+                             "t.json");
+  ASSERT_TRUE(json) << render_error(json.error());
+  EXPECT_TRUE(json->rdma());
+  auto bad = parse_run_spec(base + "rdma: maybe\n", "t.yaml");
+  EXPECT_FALSE(bad);
+}
