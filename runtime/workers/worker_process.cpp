@@ -186,6 +186,45 @@ std::string find_executable(const std::string& name, const std::string& path_var
   return {};
 }
 
+namespace {
+
+constexpr unsigned long max_mask_nodes = 1024;
+
+/// A launch's cores and NUMA nodes as the system calls take them, built
+/// before the fork so the child only makes system calls.
+struct placement_masks {
+  bool pin_cpus = false;
+  bool bind_memory = false;
+  cpu_set_t cpus;
+  unsigned long nodes[max_mask_nodes / (8 * sizeof(unsigned long))] = {};
+};
+
+placement_masks placement_masks_of(const process_launch& what) {
+  placement_masks m;
+  CPU_ZERO(&m.cpus);
+  for (auto c : what.cpus)
+    if (c < CPU_SETSIZE)
+      CPU_SET(c, &m.cpus);
+  constexpr unsigned long bits = 8 * sizeof(unsigned long);
+  for (auto n : what.mems)
+    if (n < max_mask_nodes)
+      m.nodes[n / bits] |= 1ul << (n % bits);
+  m.pin_cpus = !what.cpus.empty();
+  m.bind_memory = !what.mems.empty();
+  return m;
+}
+
+/// In the worker before exec: its affinity and memory policy; a refusal
+/// (a kernel without NUMA) leaves the defaults.
+void apply_placement_masks(const placement_masks& m) {
+  if (m.pin_cpus)
+    ::sched_setaffinity(0, sizeof(m.cpus), &m.cpus);
+  if (m.bind_memory)  // MPOL_BIND (linux/mempolicy.h); no libnuma needed
+    ::syscall(SYS_set_mempolicy, 2, m.nodes, max_mask_nodes + 1);
+}
+
+} // namespace
+
 caf::expected<launched_process> launch_process(const process_launch& what) {
   if (what.argv.empty())
     return caf::make_error(ec::invalid_request, "the worker has no command to run");
@@ -251,17 +290,7 @@ caf::expected<launched_process> launch_process(const process_launch& what) {
   log_pump pump{log_path.c_str(), rotated_path.c_str(), start_path.c_str(), start_tmp.c_str(),
                 what.log_max_bytes};
   static const char exec_failed[] = "astraeus: cannot execute the worker's command\n";
-  // Built before the fork: the child only makes system calls.
-  cpu_set_t affinity;
-  CPU_ZERO(&affinity);
-  for (auto c : what.cpus)
-    if (c < CPU_SETSIZE)
-      CPU_SET(c, &affinity);
-  constexpr unsigned long max_nodes = 1024;
-  unsigned long node_mask[max_nodes / (8 * sizeof(unsigned long))] = {};
-  for (auto n : what.mems)
-    if (n < max_nodes)
-      node_mask[n / (8 * sizeof(unsigned long))] |= 1ul << (n % (8 * sizeof(unsigned long)));
+  const auto masks = placement_masks_of(what);  // before the fork
   pid_t shim = ::fork();
   if (shim < 0) {
     auto why = std::string{std::strerror(errno)};
@@ -291,10 +320,7 @@ caf::expected<launched_process> launch_process(const process_launch& what) {
       ::setpgid(0, 0);
       for (const auto& [resource, limit] : what.rlimits)
         ::setrlimit(resource, &limit);
-      if (!what.cpus.empty())
-        ::sched_setaffinity(0, sizeof(affinity), &affinity);
-      if (!what.mems.empty())  // MPOL_BIND (linux/mempolicy.h); no libnuma needed
-        ::syscall(SYS_set_mempolicy, 2, node_mask, max_nodes + 1);
+      apply_placement_masks(masks);
       if (::chdir(cwd.c_str()) != 0)
         ::_exit(126);
       ::execve(program.c_str(), argv.data(), envp.data());

@@ -2,6 +2,8 @@
 // name or number, OOM kills read from the container's memory cgroup, and its
 // log read across rotation. Source: shared/seeds/inside-a-worker.md, issue 6.
 
+#include <sys/wait.h>
+
 #include <gtest/gtest.h>
 
 #include "runtime/workers/worker_process.hpp"
@@ -91,4 +93,20 @@ TEST(WorkerLog, ReadsAcrossRotationByPositionInTheWholeOutput) {
   EXPECT_EQ(p->data, "abc");
   EXPECT_EQ(p->next_offset, 3u);
   EXPECT_FALSE(read_log_piece(fresh.path() + "/none", 0, 100));
+}
+
+// issue 22: a host-process worker runs on the cores it was given.
+TEST(WorkerLaunch, AHostProcessRunsOnTheCoresItWasGiven) {
+  test::temp_dir dir;
+  process_launch what;
+  what.argv = {"/bin/sh", "-c", "grep Cpus_allowed_list /proc/self/status"};
+  what.env = {"PATH=/usr/bin:/bin"};
+  what.dir = dir.path();
+  what.cpus = {0};
+  auto launched = launch_process(what);
+  ASSERT_TRUE(launched) << render_error(launched.error());
+  int status = 0;
+  ASSERT_EQ(::waitpid(launched->shim_pid, &status, 0), launched->shim_pid);
+  auto log = read(fs::path{dir.path()} / "log");
+  EXPECT_NE(log.find("Cpus_allowed_list:\t0\n"), std::string::npos) << log;
 }
