@@ -340,12 +340,30 @@ void add_run_commands(CLI::App& app, invocation& inv) {
   });
   auto* runs = app.add_subcommand("runs", "list runs");
   auto& runs_workspace = inv.keep<std::string>();
+  auto& runs_all = inv.keep<bool>();
   runs->add_option("--workspace", runs_workspace, "only this workspace's runs");
-  runs->callback([&inv, &runs_workspace] {
+  runs->add_flag("--all", runs_all, "also the validations' check runs (astra astraeus "
+                                    "validations lists the validations themselves)");
+  runs->callback([&inv, &runs_workspace, &runs_all] {
     v1::Request req;
     req.mutable_list_runs()->set_workspace(runs_workspace);
-    inv.rc = call(inv.opts, req, [](const v1::Response& r) {
-      return format_run_list(r.runs(), now_ms());
+    inv.rc = call(inv.opts, req, [&runs_all](const v1::Response& r) {
+      if (runs_all)
+        return format_run_list(r.runs(), now_ms());
+      // A validation's checks are runs too; they would crowd the user's own.
+      v1::RunList mine;
+      size_t checks = 0;
+      for (const auto& run : r.runs().runs()) {
+        if (run.spec().validation().empty())
+          *mine.add_runs() = run;
+        else
+          ++checks;
+      }
+      auto out = format_run_list(mine, now_ms());
+      if (checks > 0)
+        out += "(" + std::to_string(checks) + " validation check run" + (checks == 1 ? "" : "s")
+               + " not shown: astra runs --all)\n";
+      return out;
     });
   });
 }

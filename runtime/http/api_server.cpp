@@ -113,6 +113,7 @@ int http_status_of(const v1::Error& err) {
     // The request table's words tell a missing thing and a name in use
     // from a bad value (actors/controller/cluster_requests.cpp).
     if (m.rfind("no run named", 0) == 0 || m.rfind("no workspace named", 0) == 0
+        || m.rfind("no validation named", 0) == 0
         || m.find("has no worker") != std::string::npos
         || m.find(" has no GPU ") != std::string::npos
         || m.rfind("no API token has", 0) == 0)

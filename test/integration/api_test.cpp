@@ -278,6 +278,9 @@ TEST_F(Api, AChangeThroughAstraShowsOnTheNextReadAndTheApiPortIsNotShared) {
   auto r = owner->Get(base + "/nodes/" + machine_name);
   ASSERT_TRUE(r);
   EXPECT_EQ(body_of(r)["cordoned"], true) << r->body;
+  auto unknown = owner->Get(base + "/validations/val-nosuch");
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->status, 404) << unknown->body;
   auto second = spawn("second", {program("astraeus-controller"), "--port",
                                  std::to_string(free_port()), "--data-dir",
                                  (dir_ / "second").string()},

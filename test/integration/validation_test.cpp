@@ -210,6 +210,11 @@ TEST_F(Validation, AcceptanceOfThreeMachinesNamesTheSlowGpuAndItsFix) {
 
   auto list = astra({"astraeus", "validations"});
   EXPECT_TRUE(contains(list.out, "acceptance")) << list.out;
+  // The checks are runs too, listed only when asked for.
+  auto runs = astra({"runs"});
+  EXPECT_FALSE(contains(runs.out, "-quick-")) << runs.out;
+  EXPECT_TRUE(contains(runs.out, "validation check runs not shown: astra runs --all")) << runs.out;
+  EXPECT_TRUE(contains(astra({"runs", "--all"}).out, "-quick-"));
 
   // Issue 20: the data location the installer chose (agent key data_dir),
   // shown on the machine; an admin's choice wins; a bad path is refused.
