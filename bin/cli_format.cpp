@@ -228,6 +228,12 @@ std::string format_machine(const v1::MachineView& m, int64_t now_unix_ms) {
                           ? " (draining: its runs stop at " + format_time(m.drain_deadline_unix_ms())
                               + ")"
                           : ""));
+  // Issue 21: a pool that requires acceptance (its policy).
+  if (m.accepted())
+    row("Acceptance:", "accepted (its pool requires acceptance)");
+  else if (m.state() == v1::Machine::Accepting)
+    row("Acceptance:", "not yet: it takes no work but its checks until it passes, or until "
+                       "`astra astraeus accept " + m.name() + " --reason …`");
   std::string work = m.schedulable() ? "yes" : "no";
   if (!m.schedulable()) {
     std::vector<std::string> why;

@@ -188,3 +188,18 @@ TEST(CliFormat, MachineShowsCpuUseAndNumaNodes) {
   EXPECT_TRUE(contains(text, "  NUMA 1:    CPUs 56-111,168-223, 512 GiB free of 1 TiB\n"))
     << text;
 }
+
+// Issue 21: `astra machine` says whether the machine is accepted in a pool
+// that requires acceptance, and how to accept one that waits.
+TEST(CliFormat, MachineSaysWhetherItIsAccepted) {
+  v1::MachineView m;
+  m.set_name("gpu-03");
+  m.set_state(v1::Machine::Accepting);
+  auto waiting = cli::format_machine(m, 0);
+  EXPECT_TRUE(contains(waiting, "Acceptance:")) << waiting;
+  EXPECT_TRUE(contains(waiting, "`astra astraeus accept gpu-03 --reason …`")) << waiting;
+  m.set_state(v1::Machine::Up);
+  m.set_accepted(true);
+  auto accepted = cli::format_machine(m, 0);
+  EXPECT_TRUE(contains(accepted, "accepted (its pool requires acceptance)")) << accepted;
+}
