@@ -80,15 +80,13 @@ const T* most_common(const std::map<T, int>& count, int& n_out) {
   return best;
 }
 
-v1::CheckFinding finding(const v1::MachineView& m, const v1::RdmaPort& p, std::string what,
-                         std::string fix) {
+v1::CheckFinding finding(const v1::MachineView& m, std::string what, std::string fix) {
   v1::CheckFinding f;
   f.set_severity("warn");
   f.set_machine(m.name());
   f.set_check("topology");
   f.set_what(std::move(what));
   f.set_fix(std::move(fix));
-  (void)p;
   return f;
 }
 
@@ -116,7 +114,7 @@ void rate_and_state(const std::map<rail_key, std::vector<port_ref>>& rails,
       if (p.state() != "ACTIVE") {
         if (peer_up || p.phys_state() == "Polling")
           out.push_back(finding(
-            *pr.machine, p,
+            *pr.machine,
             name + " is " + (p.state().empty() ? "not Active" : p.state()) +
               (p.phys_state().empty() ? "" : " (" + p.phys_state() + ")") +
               (peer_up ? ", its peers are Active: " + rail_name(p.device()) + " has no link on " +
@@ -131,7 +129,7 @@ void rate_and_state(const std::map<rail_key, std::vector<port_ref>>& rails,
       double expected = mode_of(peers);
       if (expected > 0 && p.rate_gbps() > 0 && p.rate_gbps() + 0.5 < expected)
         out.push_back(finding(
-          *pr.machine, p,
+          *pr.machine,
           name + " trained at " + gbps(p.rate_gbps()) + " Gb/s, its peers at " + gbps(expected) +
             " Gb/s: every collective over " + rail_name(p.device()) + " runs at that pace",
           "Reseat or replace the cable and transceiver of " + name + " (`mlxlink -d " +
@@ -161,7 +159,7 @@ void nic_links(const std::vector<port_ref>& all, std::vector<v1::CheckFinding>& 
     std::string can = pcie_link_text(max, w(p.pcie_max_link_width()));
     auto where = p.pci_address().empty() ? std::string{} : " (PCI " + p.pci_address() + ")";
     out.push_back(finding(
-      *pr.machine, p,
+      *pr.machine,
       pr.machine->name() + " " + p.device() + "'s PCIe link runs at " + now + ", it can run at " +
         can + ": the port may not reach its " + gbps(p.rate_gbps()) + " Gb/s",
       "Reseat the NIC of " + pr.machine->name() + " " + p.device() + where +
@@ -206,7 +204,7 @@ void wrong_leaves(const std::map<rail_key, std::vector<port_ref>>& rails,
       std::string here = p.switch_name().empty() ? p.switch_guid() : p.switch_name();
       auto name = port_name(*pr.machine, p);
       out.push_back(finding(
-        *pr.machine, p,
+        *pr.machine,
         name + " is cabled to " + here + " port " + std::to_string(p.switch_port()) + ", " +
           rail_name(std::get<1>(other->second)) + "'s leaf; " + rail_name(p.device()) +
           "'s other ports go to " + leaf_name(mine->second) + ": a cable on the wrong rail's leaf",
