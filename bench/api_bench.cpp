@@ -7,6 +7,10 @@
 //
 // Usage: api_bench [machines=5000] [clients=4] [seconds=5] [gpu page=100]
 //                  [node page=10]
+//        api_bench metrics [machines=5000] [scrapes=10]
+//          /metrics alone, as Prometheus scrapes it: each scrape finds a view
+//          with 10 % of the GPUs changed (the text is rendered afresh) and
+//          streams the body away (a scraper parses as it reads).
 
 #include <atomic>
 #include <chrono>
@@ -19,12 +23,19 @@
 #include <thread>
 #include <vector>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
 #include <httplib.h>
 
 #include "bench/sim_cluster.hpp"
 #include "messages/error.hpp"
 #include "runtime/http/api_server.hpp"
 #include "runtime/http/api_view.hpp"
+#include "runtime/http/prometheus_metrics.hpp"
 
 using namespace astraeus;
 using clock_type = std::chrono::steady_clock;
@@ -154,6 +165,11 @@ public:
   }
   void refresh() override {
   }
+  /// The view later requests see.
+  void set_view(std::shared_ptr<const api_view> v) {
+    std::lock_guard<std::mutex> guard{m_};
+    view_ = std::move(v);
+  }
   void forget_tokens() override {
   }
 
@@ -204,9 +220,103 @@ void load(uint16_t port, int clients, double seconds, const std::vector<std::str
               errors.load());
 }
 
+/// One scrape as Prometheus reads it (32 KiB reads, as Go's io.Copy): a
+/// fresh connection, GET /metrics, the body read to the end and dropped.
+/// Returns the bytes read (headers included); 0 on failure.
+size_t scrape_metrics(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0)
+    return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  size_t total = 0;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string req = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                            "Authorization: Bearer asta_bench\r\nConnection: close\r\n\r\n";
+    if (::send(fd, req.data(), req.size(), 0) == static_cast<ssize_t>(req.size())) {
+      std::vector<char> buf(32 * 1024);
+      for (ssize_t n; (n = ::recv(fd, buf.data(), buf.size(), 0)) > 0;)
+        total += static_cast<size_t>(n);
+    }
+  }
+  ::close(fd);
+  return total;
+}
+
+double thread_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+/// `api_bench metrics`: render alone, then whole scrapes of fresh views.
+int metrics_only(size_t machines, int scrapes) {
+  std::printf("api_bench metrics: %zu machines x 8 GPUs, %d scrapes\n", machines, scrapes);
+  auto s = make_cluster(machines);
+  auto view = build_api_view(s.machines, s.gpus, s.runs, nullptr);
+  std::vector<double> render, cpu;
+  std::string text;
+  for (int i = 0; i < 6; ++i) {
+    text.clear(); // the capacity stays, as a view's recycled buffer
+    auto t = clock_type::now();
+    auto c = thread_cpu_ms();
+    render_prometheus_metrics(text, *view);
+    if (i > 0) { // the first one faults the buffer in
+      render.push_back(ms_since(t));
+      cpu.push_back(thread_cpu_ms() - c);
+    }
+  }
+  std::sort(render.begin(), render.end());
+  std::sort(cpu.begin(), cpu.end());
+  std::printf("  render into a kept buffer, %zu GPUs: %.1f MiB, median %.1f ms (CPU %.1f ms)\n",
+              view->gpus.size(), static_cast<double>(text.size()) / (1 << 20),
+              render[render.size() / 2], cpu[cpu.size() / 2]);
+  auto backend = std::make_shared<bench_backend>(view);
+  api_server_config cfg;
+  cfg.host = "127.0.0.1";
+  cfg.port = 0;
+  cfg.plain_http = true;
+  cfg.threads = 4;
+  auto server = api_server::start(cfg, backend);
+  if (!server) {
+    std::fprintf(stderr, "api_bench: %s\n", render_error(server.error()).c_str());
+    return 1;
+  }
+  std::vector<double> scrape, again;
+  auto changed = s;
+  for (int i = 0; i < scrapes; ++i) {
+    for (int g = i % 10; g < changed.gpus.gpus_size(); g += 10)
+      changed.gpus.mutable_gpus(g)->mutable_gpu()->set_utilization_percent(i % 100);
+    view = build_api_view(changed.machines, changed.gpus, changed.runs, view);
+    backend->set_view(view);
+    for (auto* into : {&scrape, &again}) {
+      auto t = clock_type::now();
+      auto bytes = scrape_metrics((*server)->port());
+      into->push_back(ms_since(t));
+      if (bytes < text.size() / 2) {
+        std::fprintf(stderr, "api_bench: scrape %d failed (%zu bytes)\n", i, bytes);
+        return 1;
+      }
+    }
+  }
+  std::sort(again.begin(), again.end());
+  std::sort(scrape.begin(), scrape.end());
+  std::printf("  scrape of a fresh view (render + send), %d scrapes: p50 %.1f ms, max %.1f ms\n",
+              scrapes, bench::percentile(scrape, 50), scrape.back());
+  std::printf("  second scrape of the same view (send only):   p50 %.1f ms, max %.1f ms\n",
+              bench::percentile(again, 50), again.back());
+  (*server)->stop();
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "metrics")
+    return metrics_only(argc > 2 ? std::strtoul(argv[2], nullptr, 10) : 5000,
+                        argc > 3 ? std::atoi(argv[3]) : 10);
   size_t machines = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 5000;
   int clients = argc > 2 ? std::atoi(argv[2]) : 4;
   double seconds = argc > 3 ? std::atof(argv[3]) : 5;

@@ -1,5 +1,7 @@
 #include "runtime/http/api_view.hpp"
 
+#include <mutex>
+
 #include <algorithm>
 #include <unordered_map>
 
@@ -62,9 +64,41 @@ const api_view_item<v1::GpuView>* api_view::gpu(const std::string& machine,
   return nullptr;
 }
 
+namespace {
+
+/// The metrics buffer of the last view that went, kept for the next render.
+struct metrics_buffer_spare {
+  std::mutex mutex;
+  std::string buffer;
+};
+
+metrics_buffer_spare& spare_metrics_buffer() {
+  static auto* spare = new metrics_buffer_spare; // never destroyed: views may outlive statics
+  return *spare;
+}
+
+} // namespace
+
 const std::string& api_view::metrics() const {
-  std::call_once(metrics_once_, [this] { metrics_ = render_prometheus_metrics(*this); });
+  std::call_once(metrics_once_, [this] {
+    {
+      auto& spare = spare_metrics_buffer();
+      std::lock_guard<std::mutex> guard{spare.mutex};
+      metrics_.swap(spare.buffer);
+    }
+    metrics_.clear();
+    render_prometheus_metrics(metrics_, *this);
+  });
   return metrics_;
+}
+
+api_view::~api_view() {
+  if (metrics_.capacity() == 0)
+    return;
+  auto& spare = spare_metrics_buffer();
+  std::lock_guard<std::mutex> guard{spare.mutex};
+  if (metrics_.capacity() > spare.buffer.capacity())
+    metrics_.swap(spare.buffer);
 }
 
 namespace {

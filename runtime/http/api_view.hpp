@@ -73,7 +73,16 @@ struct api_view {
 
   /// The Prometheus text of this view (runtime/http/prometheus_metrics.hpp),
   /// rendered on first use and kept: scrapes between two views cost a copy.
+  /// The text is rendered into the buffer of a view that has gone (one is
+  /// kept), so a scrape of 40,000 GPUs (~127 MiB) does not fault fresh pages
+  /// in each time: that was most of its cost (bench/RESULTS.md section 19).
   const std::string& metrics() const;
+
+  api_view() = default;
+  api_view(const api_view&) = delete;
+  api_view& operator=(const api_view&) = delete;
+  /// Hands the metrics buffer on to the next view's render.
+  ~api_view();
 
 private:
   mutable std::once_flag metrics_once_;

@@ -32,6 +32,11 @@ struct api_view;
 /// machine would serve).
 std::string render_prometheus_metrics(const api_view& view, const std::string& machine = {});
 
+/// As above, appended to `out` (whose capacity is reused: a buffer kept
+/// from an earlier render costs no page faults).
+void render_prometheus_metrics(std::string& out, const api_view& view,
+                               const std::string& machine = {});
+
 /// A label value escaped for the text format (\\, \" and \n).
 std::string prometheus_escape(const std::string& value);
 

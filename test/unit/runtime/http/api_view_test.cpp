@@ -137,6 +137,26 @@ TEST(PrometheusMetrics, DcgmNamesAndLabelsAndNoValueForUnknowns) {
   EXPECT_NE(text.find("astraeus_scheduler_waiting_runs 0\n"), std::string::npos);
 }
 
+TEST(PrometheusMetrics, AViewRenderedIntoAGoneViewsBufferHasOnlyItsOwnText) {
+  // A big view's text goes first; the next, smaller view renders into its
+  // kept buffer and must carry none of the old text.
+  auto big = cluster();
+  for (int i = 0; i < 4; ++i)
+    big.gpus.add_gpus()->CopyFrom(gpu("gpu-9", "0000:9" + std::to_string(i) + ":00.0",
+                                      "GPU-gone-" + std::to_string(i), static_cast<uint32_t>(i)));
+  std::string old_text;
+  {
+    auto first = build(std::move(big));
+    old_text = first->metrics();
+  }
+  auto small = cluster();
+  small.gpus.mutable_gpus(0)->mutable_gpu()->set_utilization_percent(12);
+  auto second = build(std::move(small));
+  EXPECT_EQ(second->metrics(), render_prometheus_metrics(*second));
+  EXPECT_EQ(second->metrics().find("GPU-gone-"), std::string::npos);
+  EXPECT_NE(old_text.find("GPU-gone-"), std::string::npos);
+}
+
 TEST(PrometheusMetrics, EscapesLabelValuesAndSpellsPciAsDcgm) {
   EXPECT_EQ(prometheus_escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
   EXPECT_EQ(dcgm_pci_bus_id("0000:3b:00.0"), "00000000:3B:00.0");
