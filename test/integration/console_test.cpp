@@ -261,6 +261,13 @@ TEST_F(Console, GpusMachinesAndClearFaultInHeadlessChromium) {
   EXPECT_TRUE(contains(dom, "Faulty: Xid 79 fault")) << dom;
   EXPECT_TRUE(contains(dom, "class=\"latch\"")) << dom;
   EXPECT_TRUE(contains(dom, "id=\"clear-fault\"")) << dom;
+  // Its NVLink links, one row each (console.json: link 3 down, link 5 with
+  // 12 CRC errors).
+  EXPECT_TRUE(contains(dom, "18 links, 1 down, 12 CRC errors")) << dom;
+  EXPECT_TRUE(contains(tag_with(dom, "id", "nvlink-3"), "data-active=\"false\"")) << dom;
+  EXPECT_TRUE(contains(tag_with(dom, "id", "nvlink-4"), "data-active=\"true\"")) << dom;
+  EXPECT_TRUE(contains(dom, "switch 0008:00:00.0") || contains(dom, "switch 00000008:00:00.0"))
+    << dom;
   // Its history as SVG line charts (issue 19).
   EXPECT_TRUE(contains(dom, "id=\"gpu-history\"") && contains(dom, "id=\"chart-temperature\"")
               && contains(dom, "<polyline"))

@@ -286,6 +286,33 @@ function latchesTable(latches) {
                           el("td", { text: String(l.count || 1) }))));
 }
 
+// The GPU's NVLink links, one row each, as NVML reports them: state, the
+// device at the other end, and the link's error counters ("—" where the
+// driver gave none).
+function nvlinkTable(links) {
+  if (!links.length) return el("p", { class: "muted", id: "nvlinks", text: "No NVLink reported." });
+  const count = (x) => (x === undefined || x === null ? "—" : String(x));
+  const peer = (l) => (l.remote_kind && l.remote_kind !== "unknown" ? l.remote_kind + " " : "")
+                      + (l.remote_pci_address || "");
+  return el("table", { id: "nvlinks" },
+    el("tr", {}, ["Link", "State", "Other end", "Replay errors", "Recovery errors", "CRC errors"]
+                   .map((h) => el("th", { text: h }))),
+    links.map((l) => el("tr", { class: "nvlink" + (l.active ? "" : " down"), id: "nvlink-" + (l.link || 0),
+                               "data-active": String(!!l.active) },
+                        el("td", { text: String(l.link || 0) }), el("td", { text: l.active ? "Active" : "Down" }),
+                        el("td", { text: peer(l) || "—" }), el("td", { text: count(l.replay_errors) }),
+                        el("td", { text: count(l.recovery_errors) }), el("td", { text: count(l.crc_errors) }))));
+}
+
+// "18 links, 1 down, 12 CRC errors": the GPU page's NVLink fact.
+function nvlinkSummary(links) {
+  if (!links.length) return "—";
+  const down = links.filter((l) => !l.active).length;
+  const crc = links.reduce((sum, l) => sum + Number(l.crc_errors || 0), 0);
+  return links.length + " links" + (down ? ", " + down + " down" : ", all active")
+         + (crc ? ", " + crc + " CRC errors" : "");
+}
+
 async function gpuPage(machine, uuid, notice) {
   const v = await api("GET", "/nodes/" + encodeURIComponent(machine) + "/gpus/" + encodeURIComponent(uuid));
   const g = v.gpu || {};
@@ -310,11 +337,12 @@ async function gpuPage(machine, uuid, notice) {
                + (num(g.power_limit_watts) ? " of " + num(g.power_limit_watts).toFixed(0) + " W" : ""), "gpu-power"),
           fact("Temperature", num(g.temperature_c) === undefined ? "—" : g.temperature_c + " °C", "gpu-temp"),
           fact("Clocks", (g.sm_clock_mhz || "—") + " MHz SM, " + (g.memory_clock_mhz || "—") + " MHz memory", "gpu-clocks"),
-          fact("NVLink", links.length ? links.length + " link record(s)" : "—", "gpu-nvlink"),
+          fact("NVLink", nvlinkSummary(links), "gpu-nvlink"),
           fact("PCI", g.pci_address || "—", "gpu-pci"),
           fact("Last seen", when(v.last_seen_unix_ms) + (v.machine_up ? "" : " (machine not Up: last known)"), "gpu-seen")),
        history,
        el("h2", { text: "Latched faults" }), latchesTable(latches), button,
+       el("h2", { text: "NVLink" }), nvlinkTable(links),
        el("p", {}, el("a", { href: base() + "/compute/gpus", text: "← All GPUs" })));
   return v;
 }
