@@ -48,7 +48,13 @@ inline void bound_shutdown(const char* who, std::chrono::milliseconds bound, int
     spdlog::error("{}: still stopping after {} ms (a thread did not end): exiting now", who,
                   bound.count());
     spdlog::default_logger()->flush();
-    std::fflush(nullptr);
+    // stdout and stderr only: fflush(nullptr) takes every stream's lock,
+    // and a thread blocked reading a child's pipe (popen: an image's umoci
+    // unpack) holds that stream's lock for as long as the child runs, so
+    // the process never reached _exit (issue 23 item 7, "an image
+    // unpacking").
+    std::fflush(stdout);
+    std::fflush(stderr);
     ::_exit(code);
   }}.detach();
 }
