@@ -225,6 +225,23 @@ protected:
   std::vector<std::string> agent_flags_;  ///< more agent flags (--set k=v)
   std::string nvml_fixture_ = h100x8;     ///< the NVML stand-in's fixture
 
+  /// The OCI layout `heldbox` under the agent's images, unpacked by the held
+  /// umoci stand-in (test/fixtures/umoci/held-umoci.sh), which the agent is
+  /// set to use: the unpack waits for the test to create LAYOUT/release.
+  fs::path held_image_layout() {
+    auto layout = agent_dir() / "images" / "heldbox";
+    fs::create_directories(layout / "blobs" / "sha256");
+    write_text(layout / "oci-layout", R"({"imageLayoutVersion":"1.0.0"})");
+    write_text(layout / "index.json",
+               R"({"schemaVersion":2,"manifests":[{"digest":"sha256:m",)"
+               R"("annotations":{"org.opencontainers.image.ref.name":"latest"}}]})");
+    write_text(layout / "blobs" / "sha256" / "m", R"({"config":{"digest":"sha256:c"}})");
+    write_text(layout / "blobs" / "sha256" / "c", R"({"config":{"Cmd":["sh"]}})");
+    agent_flags_ = {"--set",
+                    "workers.umoci=" ASTRAEUS_SOURCE_DIR "/test/fixtures/umoci/held-umoci.sh"};
+    return layout;
+  }
+
   /// Sends the agent SIGTERM; the seconds it took to exit, or -1 when it
   /// was still running 10 s later (issue 23 item 7 asks for 5 s).
   double sigterm_agent() {
@@ -331,19 +348,10 @@ TEST_F(Workers, ReportsKeepFlowingWhileAnImageUnpacks) {
   if (auto why = why_no_runc_whoami(); !why.empty())
     GTEST_SKIP() << why;
   // An OCI layout whose unpack (the held umoci stand-in) waits for the test.
-  auto layout = agent_dir() / "images" / "heldbox";
-  fs::create_directories(layout / "blobs" / "sha256");
-  write_text(layout / "oci-layout", R"({"imageLayoutVersion":"1.0.0"})");
-  write_text(layout / "index.json",
-             R"({"schemaVersion":2,"manifests":[{"digest":"sha256:m",)"
-             R"("annotations":{"org.opencontainers.image.ref.name":"latest"}}]})");
-  write_text(layout / "blobs" / "sha256" / "m", R"({"config":{"digest":"sha256:c"}})");
-  write_text(layout / "blobs" / "sha256" / "c", R"({"config":{"Cmd":["sh"]}})");
+  auto layout = held_image_layout();
   ASSERT_FALSE(ensure_busybox_image((agent_dir() / "images").string()));
   fs::copy(agent_dir() / "images" / "busybox", layout / "rootfs-src",
            fs::copy_options::recursive | fs::copy_options::copy_symlinks);
-  agent_flags_ = {"--set",
-                  "workers.umoci=" ASTRAEUS_SOURCE_DIR "/test/fixtures/umoci/held-umoci.sh"};
   ASSERT_TRUE(start_cluster("runc"));
   ASSERT_EQ(astra({"run", "--name", "held", "--image", "heldbox", "--cpus", "1", "--mem",
                    "64M", "--", "sh", "-c", "echo unpacked"}).rc,
@@ -379,17 +387,8 @@ TEST_F(Workers, ReportsKeepFlowingWhileAnImageUnpacks) {
 TEST_F(Workers, SigtermStopsTheAgentWhileAnImageUnpacks) {
   if (auto why = why_no_runc_whoami(); !why.empty())
     GTEST_SKIP() << why;
-  auto layout = agent_dir() / "images" / "heldbox";
-  fs::create_directories(layout / "blobs" / "sha256");
-  write_text(layout / "oci-layout", R"({"imageLayoutVersion":"1.0.0"})");
-  write_text(layout / "index.json",
-             R"({"schemaVersion":2,"manifests":[{"digest":"sha256:m",)"
-             R"("annotations":{"org.opencontainers.image.ref.name":"latest"}}]})");
-  write_text(layout / "blobs" / "sha256" / "m", R"({"config":{"digest":"sha256:c"}})");
-  write_text(layout / "blobs" / "sha256" / "c", R"({"config":{"Cmd":["sh"]}})");
+  auto layout = held_image_layout();
   fs::create_directories(layout / "rootfs-src");
-  agent_flags_ = {"--set",
-                  "workers.umoci=" ASTRAEUS_SOURCE_DIR "/test/fixtures/umoci/held-umoci.sh"};
   ASSERT_TRUE(start_cluster("runc"));
   ASSERT_EQ(astra({"run", "--name", "held", "--image", "heldbox", "--cpus", "1", "--", "true"}).rc,
             0);
