@@ -20,14 +20,18 @@ std::string leader_worker_name(const v1::WorkerOrder& order) {
   return order.run() + "[" + std::to_string(order.array_index()) + "]-0";
 }
 
+/// "=mlx5_0:1,mlx5_2:1": one '=' for the whole list. NCCL reads a leading
+/// '=' (after an optional '^') as "exact names" for every item and takes
+/// the items after it literally, so the seed's `=mlx5_0:1,=mlx5_2:1`
+/// (inside-a-worker.md) would name "=mlx5_2", which no device is, and NCCL
+/// would use mlx5_0 alone (nccl src/transport/net_ib.cc, ncclIbInit).
 std::string ib_hca(const worker_env_context& ctx) {
   std::string out;
   for (const auto& p : ctx.rdma_ports) {
     if (p.state() != "ACTIVE" || p.rate_gbps() < ctx.rdma_min_gbps)
       continue;
-    if (!out.empty())
-      out += ",";
-    out += "=" + p.device() + ":" + std::to_string(p.port());
+    out += out.empty() ? "=" : ",";
+    out += p.device() + ":" + std::to_string(p.port());
   }
   return out;
 }

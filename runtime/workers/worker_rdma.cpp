@@ -42,13 +42,19 @@ std::vector<std::string> hcas_in(const std::string& nccl_ib_hca,
   bool exclude = !list.empty() && list.front() == '^';
   if (exclude)
     list.remove_prefix(1);
+  // As NCCL reads it: one leading '=' makes every item an exact name (an
+  // '=' before a later item is also taken as exact here, not literally).
+  const bool all_exact = !list.empty() && list.front() == '=';
+  if (all_exact)
+    list.remove_prefix(1);
   std::vector<std::pair<bool, std::string>> items;  // exact, name
   if (!list.empty())
     for (auto item : split(list, ',')) {
       item = trim(item);
-      bool exact = !item.empty() && item.front() == '=';
-      if (exact)
+      const bool marked = !item.empty() && item.front() == '=';
+      if (marked)
         item.remove_prefix(1);
+      const bool exact = all_exact || marked;
       item = item.substr(0, item.find(':'));
       if (!item.empty())
         items.emplace_back(exact, std::string{item});

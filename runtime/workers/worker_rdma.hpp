@@ -26,8 +26,10 @@ bool worker_gets_rdma(const v1::WorkerOrder& order,
                       const std::map<std::string, std::string>& env);
 
 /// The HCA names an NCCL_IB_HCA value selects among `ports`' devices
-/// (NCCL's syntax: a leading '^' excludes the list; an item "=mlx5_0"
-/// matches exactly, "mlx5" as a prefix; ":<port>" suffixes are ignored).
+/// (NCCL's syntax: a leading '^' excludes the list; a leading '=' after it
+/// makes every item an exact name, else "mlx5" matches as a prefix; an
+/// item's own "=mlx5_0" is taken as exact too; ":<port>" suffixes are
+/// ignored).
 /// Only ACTIVE ports count. An empty value selects every ACTIVE port.
 /// Returns device names ("mlx5_0") in the order of `ports`, without repeats.
 std::vector<std::string> hcas_in(const std::string& nccl_ib_hca,

@@ -87,26 +87,36 @@ protected:
   }
 
   process* start_agent(const std::string& runtime) {
-    std::vector<std::string> argv{
-      program("astraeus-agent"), "--controller", addr(), "--data-dir",
-      agent_dir().string(), "--name", "gpu-09", "--report-interval", "200ms", "--set",
-      std::string{"gpu.nvml_library="} + ASTRAEUS_NVML_STAND_IN, "--set", "kmsg.path=",
-      "--set", "reconnect.min_backoff=100ms", "--set", "reconnect.max_backoff=300ms",
-      "--set", "workers.runtime=" + runtime, "--set", "workers.poll_interval=50ms",
-      "--set", "stop.grace=2s", "--set", "cdi.static_dir=" + (dir_ / "etc-cdi").string(),
-      "--set", "cdi.dynamic_dir=" + (dir_ / "run-cdi").string(), "--set",
-      "cdi.nvidia_ctk=" + stand_in_ctk};
-    argv.insert(argv.end(), agent_flags_.begin(), agent_flags_.end());
-    // Enrols on its first start; later starts keep its identity.
-    auto flags = enrol();
-    argv.insert(argv.end(), flags.begin(), flags.end());
-    agent_ = spawn("agent", std::move(argv), {"ASTRAEUS_NVML_FIXTURE=" + nvml_fixture_});
+    agent_ = start_agent_named(runtime, "gpu-09", agent_dir(), nvml_fixture_);
     return agent_;
   }
 
-  /// The flags that enrol the agent with the controller (first start).
-  std::vector<std::string> enrol() {
-    auto flags = enrol_flags(port_, dir_.path(), "gpu-09");
+  /// An agent named `name` keeping its data in `data`, on the NVML
+  /// stand-in's `fixture`, with `agent_flags_`; enrolled on its first start.
+  process* start_agent_named(const std::string& runtime, const std::string& name,
+                             const fs::path& data, const std::string& fixture) {
+    // gpu-09's CDI specs where the tests look; another agent's in its own.
+    const auto cdi = name == "gpu-09" ? dir_.path() : data;
+    std::vector<std::string> argv{
+      program("astraeus-agent"), "--controller", addr(), "--data-dir",
+      data.string(), "--name", name, "--report-interval", "200ms", "--set",
+      std::string{"gpu.nvml_library="} + ASTRAEUS_NVML_STAND_IN, "--set", "kmsg.path=",
+      "--set", "reconnect.min_backoff=100ms", "--set", "reconnect.max_backoff=300ms",
+      "--set", "workers.runtime=" + runtime, "--set", "workers.poll_interval=50ms",
+      "--set", "stop.grace=2s", "--set", "cdi.static_dir=" + (cdi / "etc-cdi").string(),
+      "--set", "cdi.dynamic_dir=" + (cdi / "run-cdi").string(), "--set",
+      "cdi.nvidia_ctk=" + stand_in_ctk};
+    argv.insert(argv.end(), agent_flags_.begin(), agent_flags_.end());
+    // Enrols on its first start; later starts keep its identity.
+    auto flags = enrol(name);
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    return spawn(name == "gpu-09" ? "agent" : "agent-" + name, std::move(argv),
+                 {"ASTRAEUS_NVML_FIXTURE=" + fixture});
+  }
+
+  /// The flags that enrol agent `name` with the controller (first start).
+  std::vector<std::string> enrol(const std::string& name = "gpu-09") {
+    auto flags = enrol_flags(port_, dir_.path(), name);
     EXPECT_FALSE(flags.empty()) << "no join token from the controller";
     return flags;
   }
@@ -437,6 +447,78 @@ TEST_F(Workers, SigtermStopsTheAgentWhileNvmlHangs) {
   ASSERT_GE(took, 0) << "the agent did not stop within 10 s of SIGTERM while NVML hung";
   EXPECT_LE(took, 5.0);
   std::printf("SIGTERM while NVML hangs: the agent stopped in %.2f s\n", took);
+}
+
+// Issue 22: a gang across two machines on an InfiniBand fabric, in runc
+// containers: every container is told NCCL_IB_HCA and is given the verbs
+// device nodes of those ports and rdma_cm (fixture ports of the DGX H100
+// host; the nodes are created by runc from their numbers), with memlock
+// unlimited (or as high as the agent's own limit).
+TEST_F(Workers, ATwoMachineGangInRuncContainersGetsNcclIbHcaAndItsRdmaDevices) {
+  if (auto why = why_no_runc_whoami(); !why.empty())
+    GTEST_SKIP() << why;
+  // Each machine's host root: /dev/null and /dev/zero (the stand-in
+  // nvidia-ctk names them), and the DGX H100's InfiniBand ports and nodes.
+  const fs::path dgx = ASTRAEUS_SOURCE_DIR "/test/fixtures/hosts/dgx-h100";
+  auto host_root = [&](const std::string& name) {
+    auto root = dir_ / ("host-" + name);
+    fs::create_directories(root / "dev");
+    fs::create_symlink("/dev/null", root / "dev" / "null");
+    fs::create_symlink("/dev/zero", root / "dev" / "zero");
+    for (const auto* part : {"dev/infiniband", "sys/class/infiniband", "sys/class/misc"}) {
+      fs::create_directories(root / part);
+      fs::copy(dgx / part, root / part, fs::copy_options::recursive);
+    }
+    return root;
+  };
+  // Idle GPUs (h100x8 has six busy outside Astraeus), other UUIDs on gpu-10.
+  auto idle_gpus = [&](const std::string& name) {
+    auto text = std::regex_replace(read_text(h100x8), std::regex{R"("used_bytes": [0-9]+)"},
+                                   R"("used_bytes": 4194304)");
+    for (size_t at = text.find("GPU-"); at != std::string::npos; at = text.find("GPU-", at + 4))
+      text.insert(at + 4, name.substr(name.size() - 2));
+    auto file = dir_ / ("nvml-" + name + ".json");
+    write_text(file, text);
+    return file.string();
+  };
+  nvml_fixture_ = idle_gpus("gpu-09");
+  agent_flags_ = {"--host-root", host_root("gpu-09").string()};
+  ASSERT_TRUE(start_cluster("runc"));
+  agent_flags_ = {"--host-root", host_root("gpu-10").string()};
+  start_agent_named("runc", "gpu-10", dir_ / "agent-gpu-10", idle_gpus("gpu-10"));
+  ASSERT_TRUE(wait_until(
+    [&] {
+      auto m = get_machine(port_, "gpu-10");
+      return m && m->state() == v1::Machine::Up;
+    },
+    10s))
+    << "gpu-10 not Up";
+  // Eight GPUs a worker: one worker on each machine.
+  auto res = astra({"run", "--name", "ib", "--gpus", "8", "--workers", "2", "--image", "busybox",
+                    "--", "sh", "-c",
+                    "echo rank=$RANK hca=$NCCL_IB_HCA; ls /dev/infiniband; ulimit -l"});
+  ASSERT_EQ(res.rc, 0) << res.err;
+  ASSERT_TRUE(wait_run("ib", "Stopped")) << astra({"run", "show", "ib"}).out;
+  auto shown = nlohmann::json::parse(astra({"run", "show", "ib", "-o", "json"}).out);
+  std::set<std::string> machines;
+  for (const auto& w : shown["workers"])
+    machines.insert(w.value("machine", ""));
+  EXPECT_EQ(machines, (std::set<std::string>{"gpu-09", "gpu-10"})) << shown.dump(2);
+  // memlock unlimited, or the agent's own hard limit where that is lower
+  // (a container limit above the agent's is lowered): `ulimit -l` in KiB.
+  rlimit own{};
+  ::getrlimit(RLIMIT_MEMLOCK, &own);
+  const std::string memlock =
+    own.rlim_max == RLIM_INFINITY ? "unlimited" : std::to_string(own.rlim_max / 1024);
+  for (int rank = 0; rank < 2; ++rank) {
+    auto logs = astra({"logs", "ib", "--worker", std::to_string(rank)}).out;
+    // Every port that is up and fast enough, exact names (one '=').
+    EXPECT_TRUE(contains(logs, "rank=" + std::to_string(rank) + " hca==mlx5_0:1,mlx5_1:1,"))
+      << logs;
+    EXPECT_TRUE(contains(logs, "rdma_cm\n")) << logs;
+    EXPECT_TRUE(contains(logs, "uverbs0\n") && contains(logs, "uverbs10\n")) << logs;
+    EXPECT_TRUE(contains(logs, memlock + "\n")) << "memlock: " << logs;
+  }
 }
 
 TEST_F(Workers, LogsAreCappedAndRotatedAndFollowedAcrossRotation) {

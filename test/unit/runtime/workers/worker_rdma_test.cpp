@@ -101,6 +101,9 @@ TEST(WorkerRdma, OneMachineWorkersGetNoneUnlessTheRunAsks) {
 TEST(WorkerRdma, NcclHcaSyntaxSelectsPorts) {
   auto ports = ports_of(dgx_facts());
   EXPECT_EQ(hcas_in("=mlx5_0:1,=mlx5_2:1", ports), (std::vector<std::string>{"mlx5_0", "mlx5_2"}));
+  // One leading '=' makes every item exact, as NCCL reads it.
+  EXPECT_EQ(hcas_in("=mlx5_0:1,mlx5_1:1", ports), (std::vector<std::string>{"mlx5_0", "mlx5_1"}));
+  EXPECT_EQ(hcas_in("=mlx5_1", ports), (std::vector<std::string>{"mlx5_1"}));
   EXPECT_EQ(hcas_in("mlx5_1", ports), (std::vector<std::string>{"mlx5_1", "mlx5_10"}))
     << "without '=' a name is a prefix";
   auto excluded = hcas_in("^=mlx5_0,=mlx5_10", ports);
