@@ -88,7 +88,15 @@ std::string api_error_code(const std::string& code) {
 void reply_error(httplib::Response& res, int status, const std::string& code,
                  const std::string& message) {
   v1::Error e;
-  e.set_code(api_error_code(code));
+  // The cluster's requests say "invalid_request" for a missing thing and a
+  // name in use too (http_status_of tells them apart by the words): a
+  // script reading the code gets what the status says.
+  if (code == "invalid_request" && status == 404)
+    e.set_code(api_error_code("not_found"));
+  else if (code == "invalid_request" && status == 409)
+    e.set_code(api_error_code("already_exists"));
+  else
+    e.set_code(api_error_code(code));
   // Messages quote what the client sent, which may not be UTF-8.
   e.set_message(to_valid_utf8(message));
   reply_json(res, status, message_to_json(e, false));

@@ -281,6 +281,12 @@ TEST_F(Api, AChangeThroughAstraShowsOnTheNextReadAndTheApiPortIsNotShared) {
   auto unknown = owner->Get(base + "/validations/val-nosuch");
   ASSERT_TRUE(unknown);
   EXPECT_EQ(unknown->status, 404) << unknown->body;
+  // The code says what the status says (not INVALID_REQUEST).
+  EXPECT_EQ(body_of(unknown).value("code", ""), "NOT_FOUND") << unknown->body;
+  auto no_run = owner->Get(base + "/runs/no-such-run");
+  ASSERT_TRUE(no_run);
+  EXPECT_EQ(no_run->status, 404) << no_run->body;
+  EXPECT_EQ(body_of(no_run).value("code", ""), "NOT_FOUND") << no_run->body;
   auto second = spawn("second", {program("astraeus-controller"), "--port",
                                  std::to_string(free_port()), "--data-dir",
                                  (dir_ / "second").string()},
