@@ -60,7 +60,8 @@ int main(int argc, char** argv) {
   app.add_option("--set", sets, "any config key: --set reconnect.max_backoff=10s");
   app.add_flag("--print-config", print_config, "print the effective config and exit");
   app.add_flag("--help-config", help_config, "list every config key and exit");
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = bin::parse_command_line(app, argc, argv, "astraeus-agent"))
+    return *rc;
   if (help_config) {
     std::fputs(describe_agent_keys().c_str(), stdout);
     return 0;

@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
   app.add_option("--set", sets, "any config key: --set gate.frame_cap=2MiB");
   app.add_flag("--print-config", print_config, "print the effective config and exit");
   app.add_flag("--help-config", help_config, "list every config key and exit");
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = bin::parse_command_line(app, argc, argv, "astraeus-controller"))
+    return *rc;
   if (help_config) {
     std::fputs(describe_controller_keys().c_str(), stdout);
     return 0;

@@ -211,7 +211,8 @@ int main(int argc, char** argv) {
                   "the agent's config file (config/agent.yaml's keys); the dev "
                   "flags and the data folder win over it");
   auto* version = app.add_subcommand("version", "print the version");
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = bin::parse_command_line(app, argc, argv, "astraeus"))
+    return *rc;
   if (version->parsed()) {
     std::printf("astraeus %s (protocol %u)\n", ASTRAEUS_VERSION, astraeus::protocol_version);
     return 0;

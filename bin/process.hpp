@@ -6,6 +6,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -14,6 +15,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
 namespace astraeus::bin {
@@ -57,6 +59,40 @@ inline void bound_shutdown(const char* who, std::chrono::milliseconds bound, int
     std::fflush(stderr);
     ::_exit(code);
   }}.detach();
+}
+
+/// Parses the command line for the program `who`. Returns nullopt to go
+/// on, or the code to exit with: 0 after --help (printed), 2 after a usage
+/// error, printed as "who: what was wrong" with the way to help; an unknown
+/// subcommand is named with the known ones ("astraeus: unknown subcommand
+/// 'bogus' (known: dev, version)"), not CLI11's "A subcommand is required".
+inline std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv,
+                                             const char* who) {
+  try {
+    app.parse(argc, argv);
+    return std::nullopt;
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    auto known = app.get_subcommands([](const CLI::App*) { return true; });
+    std::string what = e.what();
+    if (!known.empty() && argc > 1 && argv[1][0] != '-') {
+      std::string names;
+      bool found = false;
+      for (const auto* sub : known) {
+        names += (names.empty() ? "" : ", ") + sub->get_name();
+        found = found || sub->get_name() == argv[1];
+      }
+      if (!found)
+        what = std::string{"unknown subcommand '"} + argv[1] + "' (known: " + names + ")";
+    }
+    std::fprintf(stderr, "%s: %s\nRun with --help for more information.\n", who, what.c_str());
+    return 2;
+  }
 }
 
 /// Config overrides collected from flags, as (key, value) pairs.
