@@ -9,6 +9,7 @@
 
 #include "bin/astra/commands.hpp"
 #include "bin/astra/usage.hpp"
+#include "bin/process.hpp"
 #include "runtime/gate/gate_client.hpp"
 
 using namespace astraeus;
@@ -72,18 +73,14 @@ int main(int argc, char** argv) {
   std::vector<const char*> head;
   for (const auto& a : line.head)
     head.push_back(a.c_str());
-  try {
-    app.parse(static_cast<int>(head.size()), head.data());
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "astra: %s\n", cli::explain_usage_error(app, line.head, e).c_str());
-    return cli::exit_usage;
-  }
+  if (auto rc = bin::parse_or_exit(
+        app, [&] { app.parse(static_cast<int>(head.size()), head.data()); },
+        [&](const CLI::ParseError& e) {
+          std::fprintf(stderr, "astra: %s\n",
+                       cli::explain_usage_error(app, line.head, e).c_str());
+          return cli::exit_usage;
+        }))
+    return *rc;
   if (inv.has_trailing && !inv.trailing_used) {
     std::fprintf(stderr, "astra: only `astra run` takes a command after --\n");
     return cli::exit_usage;

@@ -61,15 +61,13 @@ inline void bound_shutdown(const char* who, std::chrono::milliseconds bound, int
   }}.detach();
 }
 
-/// Parses the command line for the program `who`. Returns nullopt to go
-/// on, or the code to exit with: 0 after --help (printed), 2 after a usage
-/// error, printed as "who: what was wrong" with the way to help; an unknown
-/// subcommand is named with the known ones ("astraeus: unknown subcommand
-/// 'bogus' (known: dev, version)"), not CLI11's "A subcommand is required".
-inline std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv,
-                                             const char* who) {
+/// Runs `parse()` (which calls CLI11's parse). Returns nullopt to go on, or
+/// the code to exit with: CLI11's after --help or --version (printed), else
+/// `on_error(e)`'s for a usage error `e` (it prints what was wrong).
+template <class Parse, class OnError>
+std::optional<int> parse_or_exit(CLI::App& app, Parse&& parse, OnError&& on_error) {
   try {
-    app.parse(argc, argv);
+    parse();
     return std::nullopt;
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
@@ -78,21 +76,36 @@ inline std::optional<int> parse_command_line(CLI::App& app, int argc, char** arg
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    auto known = app.get_subcommands([](const CLI::App*) { return true; });
-    std::string what = e.what();
-    if (!known.empty() && argc > 1 && argv[1][0] != '-') {
-      std::string names;
-      bool found = false;
-      for (const auto* sub : known) {
-        names += (names.empty() ? "" : ", ") + sub->get_name();
-        found = found || sub->get_name() == argv[1];
-      }
-      if (!found)
-        what = std::string{"unknown subcommand '"} + argv[1] + "' (known: " + names + ")";
-    }
-    std::fprintf(stderr, "%s: %s\nRun with --help for more information.\n", who, what.c_str());
-    return 2;
+    return on_error(e);
   }
+}
+
+/// Parses the command line for the program `who`. Returns nullopt to go
+/// on, or the code to exit with: 0 after --help (printed), 2 after a usage
+/// error, printed as "who: what was wrong" with the way to help; an unknown
+/// subcommand is named with the known ones ("astraeus: unknown subcommand
+/// 'bogus' (known: dev, version)"), not CLI11's "A subcommand is required".
+inline std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv,
+                                             const char* who) {
+  return parse_or_exit(
+    app, [&] { app.parse(argc, argv); },
+    [&](const CLI::ParseError& e) {
+      auto known = app.get_subcommands([](const CLI::App*) { return true; });
+      std::string what = e.what();
+      if (!known.empty() && argc > 1 && argv[1][0] != '-') {
+        std::string names;
+        bool found = false;
+        for (const auto* sub : known) {
+          names += (names.empty() ? "" : ", ") + sub->get_name();
+          found = found || sub->get_name() == argv[1];
+        }
+        if (!found)
+          what = std::string{"unknown subcommand '"} + argv[1] + "' (known: " + names + ")";
+      }
+      std::fprintf(stderr, "%s: %s\nRun with --help for more information.\n", who,
+                   what.c_str());
+      return 2;
+    });
 }
 
 /// Config overrides collected from flags, as (key, value) pairs.
