@@ -199,6 +199,8 @@ int main(int argc, char** argv) {
   ctl("--listen", "listen.address", "gate address (default 127.0.0.1 in dev mode)");
   ctl("--port", "listen.port", "gate port (default 7450; 0 picks a free one)");
   ctl("--heartbeat-lapse", "heartbeat.lapse", "Down after this long without a report (default 60s)");
+  ctl("--api-listen", "api.listen",
+      "HTTP API and console address (default 127.0.0.1:7451; port 0 picks a free one)");
   agt("--name", "machine.name", "this machine's name (default: the hostname)");
   agt("--report-interval", "report.interval", "how often the agent reports (default 10s)");
   agt("--host-root", "host.root", "read /proc and /sys under this root");

@@ -319,8 +319,8 @@ const std::vector<key_def<ControllerConfig>>& controller_keys() {
   static const std::vector<key_def<C>> keys = {
     text_key("listen.address", &C::listen_address, true,
              "address the gate listens on for agents and the CLI"),
-    uint_key("listen.port", &C::listen_port, 1, 65535, "port number",
-             "TCP port the gate listens on"),
+    uint_key("listen.port", &C::listen_port, 0, 65535, "port number",
+             "TCP port the gate listens on (0: a free one, logged at start)"),
     text_key("xid.fence", &C::xid_fence, false,
              "Xids that fence the GPU, beyond the built-in table (e.g. 13, 31)"),
     text_key("xid.at_risk", &C::xid_at_risk, false,

@@ -50,7 +50,8 @@ struct ControllerConfig {
   /// listen.address: address the gate listens on (non-empty); every
   /// interface by default: only the secure channel is served there.
   std::string listen_address = "0.0.0.0";
-  /// listen.port: TCP port of the gate, 1-65535.
+  /// listen.port: TCP port of the gate, 0-65535 (0: a free one, chosen
+  /// when the gate binds; `controller_handles::port` says which).
   uint16_t listen_port = 7450;
   /// store.path: folder of the RocksDB store. Empty in a default-constructed
   /// struct; the loaders fill it with `default_data_dir("controller")`.

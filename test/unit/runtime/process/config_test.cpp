@@ -139,6 +139,10 @@ TEST(Config, EnvironmentBeatsFileAndFlagsBeatEnvironment) {
   ASSERT_TRUE(from_flag) << render_error(from_flag.error());
   EXPECT_EQ(from_flag->heartbeat_lapse, 2min);
   EXPECT_EQ(from_flag->listen_port, 9001);
+  // 0 picks a free port when the gate binds (astraeus dev --port 0).
+  auto any_port = load_controller_config(std::nullopt, {}, flags_t{{"listen.port", "0"}});
+  ASSERT_TRUE(any_port) << render_error(any_port.error());
+  EXPECT_EQ(any_port->listen_port, 0);
   // The environment works without a file, too.
   auto no_file = load_agent_config(
     std::nullopt, env_t{{"ASTRAEUS_MACHINE_NAME", "gpu-09"}}, {});
