@@ -34,4 +34,41 @@ caf::error check_label(const std::string& key, const std::string& value) {
   return caf::none;
 }
 
+caf::error check_workspace_name(const std::string& name) {
+  bool ok = !name.empty() && name.size() <= 63
+            && std::isalnum(static_cast<unsigned char>(name[0]))
+            && std::all_of(name.begin(), name.end(), [](char c) {
+                 return std::isalnum(static_cast<unsigned char>(c)) || c == '-';
+               });
+  if (ok)
+    return {};
+  return caf::make_error(ec::invalid_request,
+                         "workspace name '" + name
+                           + "': use 1-63 letters, digits and '-', starting with a letter "
+                             "or digit");
+}
+
+std::string normal_grant_path(const std::string& path) {
+  if (path.empty() || path.front() != '/' || path.size() > 4096)
+    return {};
+  std::string out;
+  size_t i = 0;
+  while (i < path.size()) {
+    auto next = path.find('/', i);
+    if (next == std::string::npos)
+      next = path.size();
+    std::string part = path.substr(i, next - i);
+    i = next + 1;
+    if (part.empty() || part == ".")
+      continue;
+    if (part == "..")
+      return {};
+    for (char c : part)
+      if (static_cast<unsigned char>(c) < 0x20)
+        return {};
+    out += "/" + part;
+  }
+  return out;
+}
+
 } // namespace astraeus

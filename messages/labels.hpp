@@ -21,4 +21,17 @@ constexpr size_t max_label_value = 63;
 /// ec::invalid_request naming the label and the rule it breaks.
 caf::error check_label(const std::string& key, const std::string& value);
 
+/// Checks a workspace name: 1-63 letters, digits and '-', starting with a
+/// letter or digit (the controller's rule, checked by `astra` too, so a bad
+/// name is a usage error before anything is sent). Returns none, or
+/// ec::invalid_request "workspace name 'X': use 1-63 letters, ...".
+caf::error check_workspace_name(const std::string& name);
+
+/// `path` as a workspace's Bind grant is kept: absolute, without "." and
+/// empty components or a trailing '/' ("/data//set/" -> "/data/set"); ""
+/// when it is not a path a workspace may be granted (relative, "..",
+/// control characters, longer than 4096 bytes, or "/": the whole machine).
+/// Issue 16; the controller's rule, checked by `astra` too.
+std::string normal_grant_path(const std::string& path);
+
 } // namespace astraeus

@@ -231,21 +231,11 @@ bool valid_machine_name(const std::string& name) {
 
 caf::error validate_workspace(v1::Workspace& ws) {
   const auto& n = ws.name();
-  auto word = [](const std::string& s) {
-    return !s.empty() && s.size() <= 63
-           && std::isalnum(static_cast<unsigned char>(s[0]))
-           && std::all_of(s.begin(), s.end(), [](char c) {
-                return std::isalnum(static_cast<unsigned char>(c)) || c == '-';
-              });
-  };
-  if (!word(n))
-    return caf::make_error(ec::invalid_request,
-                           "workspace name '" + n
-                             + "': use 1-63 letters, digits and '-', starting "
-                               "with a letter or digit");
+  if (auto err = check_workspace_name(n))
+    return err;
   if (ws.organisation().empty())
     ws.set_organisation("default");
-  else if (!word(ws.organisation()))
+  else if (check_workspace_name(ws.organisation()))
     return caf::make_error(ec::invalid_request,
                            "organisation '" + ws.organisation()
                              + "': use 1-63 letters, digits and '-'");
@@ -320,29 +310,6 @@ caf::error apply_workspace(const v1::Workspace* ws, v1::RunSpec& spec) {
       (*spec.mutable_labels())[k] = v;
   }
   return check_workspace_grants(*ws, spec);
-}
-
-std::string normal_grant_path(const std::string& path) {
-  if (path.empty() || path.front() != '/' || path.size() > 4096)
-    return {};
-  std::string out;
-  size_t i = 0;
-  while (i < path.size()) {
-    auto next = path.find('/', i);
-    if (next == std::string::npos)
-      next = path.size();
-    std::string part = path.substr(i, next - i);
-    i = next + 1;
-    if (part.empty() || part == ".")
-      continue;
-    if (part == "..")
-      return {};
-    for (char c : part)
-      if (static_cast<unsigned char>(c) < 0x20)
-        return {};
-    out += "/" + part;
-  }
-  return out;
 }
 
 bool path_granted(const std::string& path, const std::string& grant) {

@@ -17,6 +17,7 @@
 
 #include "actors/interfaces.hpp"
 #include "actors/controller/machine_pressure.hpp"
+#include "messages/labels.hpp"
 #include "runtime/gate/tokens.hpp"
 #include "runtime/process/wall_clock.hpp"
 
@@ -140,11 +141,6 @@ caf::error apply_workspace(const v1::Workspace* ws, v1::RunSpec& spec);
 /// repeated and trailing '/' and "." components do not count.
 bool path_granted(const std::string& path, const std::string& grant);
 
-/// `path` as a grant is kept: absolute, without "." and empty components or a
-/// trailing '/' ("/data//set/" -> "/data/set"); "" when it is not a path a
-/// workspace may be granted (relative, "..", control characters, longer than
-/// 4096 bytes, or "/": the whole machine).
-std::string normal_grant_path(const std::string& path);
 
 /// The console page of a run of `spec` (the seed's
 /// `<console_url>/o/<org>/w/<workspace>/jobs/<cluster>/<run>`, workspace

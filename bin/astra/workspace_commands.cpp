@@ -4,7 +4,10 @@
 #include <cstdio>
 
 #include "bin/astra/commands.hpp"
+#include "bin/astra/usage.hpp"
 #include "bin/cli_format.hpp"
+#include "messages/error.hpp"
+#include "messages/labels.hpp"
 
 namespace astraeus::cli {
 
@@ -69,6 +72,17 @@ void add_workspace_grant(CLI::App& workspace, invocation& inv) {
   auto* on = grant->add_flag("--privileged", f.privileged, "allow privileged work");
   grant->add_flag("--no-privileged", f.no_privileged, "take privileged work back")->excludes(on);
   grant->callback([&inv, &f] {
+    // The controller's rules, checked first: a bad path is a usage error.
+    for (const auto* list : {&f.add, &f.remove})
+      for (const auto& p : *list)
+        if (normal_grant_path(p).empty()) {
+          std::fprintf(stderr,
+                       "astra: %s '%s': give an absolute machine path without '..', other "
+                       "than / (e.g. /data/imagenet)\n",
+                       list == &f.add ? "--path" : "--remove-path", p.c_str());
+          inv.rc = exit_usage;
+          return;
+        }
     v1::Request req;
     auto* g = req.mutable_set_workspace_grants();
     g->set_name(f.name);
@@ -97,6 +111,11 @@ void add_workspace_commands(CLI::App& app, invocation& inv) {
   create->add_option("--organisation", flags.organisation,
                      "organisation (default: default)");
   create->callback([&inv, &flags] {
+    if (auto err = check_workspace_name(flags.name)) {
+      std::fprintf(stderr, "astra: %s\n", render_error(err).c_str());
+      inv.rc = exit_usage;
+      return;
+    }
     v1::Request req;
     if (!fill_workspace(flags, *req.mutable_create_workspace()->mutable_workspace())) {
       inv.rc = 2;

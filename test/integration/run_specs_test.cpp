@@ -233,7 +233,7 @@ TEST_F(RunSpecs, BadSpecsAreRefusedBeforeAnythingIsStored) {
   // Issue 16: an admin grants the workspace a machine path; then the Bind
   // volume is admitted (and the grant is audited and listed).
   auto bad = astra({"workspace", "grant", "vision", "--path", "data"});
-  EXPECT_EQ(bad.rc, 1);
+  EXPECT_EQ(bad.rc, 2) << "a usage error, refused before anything is sent";
   EXPECT_TRUE(contains(bad.err, "--path 'data': give an absolute machine path")) << bad.err;
   auto granted = astra({"workspace", "grant", "vision", "--path", "/srv/", "--privileged"});
   ASSERT_EQ(granted.rc, 0) << granted.err;
