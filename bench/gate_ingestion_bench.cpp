@@ -113,7 +113,7 @@ v1::MachineReport report_of(const v1::HostFacts& host, const std::vector<v1::Gpu
     out->set_utilization_percent(static_cast<double>(rng() % 101));
     out->set_temperature_c(static_cast<double>(30 + rng() % 50));
     out->set_power_watts(static_cast<double>(70 + rng() % 630));
-    out->set_memory_used_bytes((rng() % 80000ull) << 20);
+    out->set_memory_used_bytes((rng() % 4000ull) << 20);  // idle: under the Foreign bar
   }
   auto* w = r.mutable_workers();
   w->set_machine(name);
@@ -234,15 +234,15 @@ int main(int argc, char** argv) {
                 opt.machines, opt.rounds, frames.size(), frames.front().size(), bytes,
                 seconds_since(t_setup));
 
-    // The gate-like actor: one round per call to `run_round`, then the
-    // barrier through every machine's GPU views.
+    // The gate-like actor: rounds [first, last) in one go, then the barrier
+    // through every machine's GPU views.
     const uint64_t cap = 1u << 20;  // the gate's default frame cap
-    auto run_round = [&](size_t round) {
+    auto run_rounds = [&](size_t first, size_t last) {
       std::promise<size_t> done;
       auto fut = done.get_future();
-      sys.spawn([&, round, done = std::move(done)](caf::event_based_actor* self) mutable {
-        auto next = std::make_shared<size_t>(round * opt.machines);
-        auto end = (round + 1) * opt.machines;
+      sys.spawn([&, first, last, done = std::move(done)](caf::event_based_actor* self) mutable {
+        auto next = std::make_shared<size_t>(first * opt.machines);
+        auto end = last * opt.machines;
         auto failed = std::make_shared<size_t>(0);
         auto finish = std::make_shared<std::promise<size_t>>(std::move(done));
         auto barrier = [self, &sessions, failed, finish] {
@@ -300,9 +300,7 @@ int main(int argc, char** argv) {
     auto show = [&](const char* what, size_t first, size_t last) {
       auto t0 = steady::now();
       auto c0 = process_cpu_s();
-      size_t failed = 0;
-      for (size_t r = first; r < last; ++r)
-        failed += run_round(r);
+      size_t failed = run_rounds(first, last);
       auto wall = seconds_since(t0);
       auto cpu = process_cpu_s() - c0;
       auto n = static_cast<double>((last - first) * opt.machines);
