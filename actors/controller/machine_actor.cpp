@@ -43,11 +43,13 @@ constexpr int64_t facts_store_interval_ms = 10 * 60 * 1000;
 /// What of a GPU section must survive a controller restart: how it was
 /// read, the GPU ids and statuses, and their latches.
 std::string gpu_fingerprint(const v1::GpuSection& section) {
+  // Built by appending (no temporaries): it runs on every report.
   std::string out = section.read_as();
+  out.reserve(out.size() + static_cast<size_t>(section.gpus_size()) * 64);
   for (const auto& g : section.gpus()) {
-    out += "|" + g.id() + ":" + g.status();
+    out.append("|").append(g.id()).append(":").append(g.status());
     for (const auto& f : g.latches())
-      out += "," + f.reason() + "#" + std::to_string(f.count());
+      out.append(",").append(f.reason()).append("#").append(std::to_string(f.count()));
   }
   return out;
 }
@@ -359,11 +361,9 @@ void tell_scheduler(machine_ptr self) {
 void sync_gpus(machine_ptr self, bool up) {
   auto& st = self->state;
   const auto& section = st.facts.gpus();
-  std::set<std::string> seen;
   for (const auto& g : section.gpus()) {
     if (g.id().empty())
       continue;
-    seen.insert(g.id());
     auto i = st.gpus.find(g.id());
     if (i == st.gpus.end()) {
       auto handle = self->spawn<caf::linked>(gpu, st.config.record.name(), g, up,
@@ -376,8 +376,13 @@ void sync_gpus(machine_ptr self, bool up) {
   }
   if (!is_complete_read(read_as(section)))
     return;
+  // Whether the read lists GPU `id` (a handful: no set built per report).
+  auto listed = [&section](const std::string& id) {
+    return std::any_of(section.gpus().begin(), section.gpus().end(),
+                       [&id](const v1::Gpu& g) { return g.id() == id; });
+  };
   for (auto i = st.gpus.begin(); i != st.gpus.end();) {
-    if (seen.count(i->first) == 0) {
+    if (!listed(i->first)) {
       spdlog::info("machine {}: GPU {} is gone", st.config.record.name(), i->first);
       self->unlink_from(i->second);
       caf::anon_send_exit(i->second, caf::exit_reason::user_shutdown);
@@ -539,7 +544,8 @@ void on_report(machine_ptr self, v1::MachineReport& report) {
   // changed (issue 14): its facts, the pressure, the state or the record
   // (state and record changes tell it themselves). A report that repeats a
   // GPU id (folded by take_report) always counts as a change, as before.
-  const bool placing_facts_changed = !same_scheduler_facts(st.facts, report.facts());
+  const bool placing_facts_changed =
+    st.config.scheduler && !same_scheduler_facts(st.facts, report.facts());
   const bool was_pressured = st.pressure.memory || st.pressure.disk;
   bool address_changed = take_report(self, report);
   auto came_up = st.liveness != v1::Machine::Up;
