@@ -279,6 +279,10 @@ using scheduler_actor = caf::typed_actor<
   // Internal: writes the runs changed since the last flush in one batch
   // with sync, then answers the requests waiting for it (group commit).
   caf::reacts_to<atom::tick>,
+  // Internal (issue 14, background sync): every burst written up to number
+  // `seq` is durable (or not: `err`); their answers and worker sets go out
+  // (or their requests fail with the error and their runs are written again).
+  caf::reacts_to<atom::tick, uint64_t, caf::error>,
   // Internal timer: the time limit of run or copy `queue name` placed with
   // token `token` is reached; it is stopped ("time limit of 1h reached").
   caf::reacts_to<atom::deadline, std::string, uint64_t>,

@@ -46,48 +46,6 @@ double ms_since(clock_type::time_point t0) {
   return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
 }
 
-/// A GPU as an H100 agent reports it: readings, ECC, row remapping, 18
-/// NVLinks.
-v1::Gpu sim_gpu(std::mt19937_64& rng, uint32_t i) {
-  static const char* pcis[] = {"0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0",
-                               "0000:9a:00.0", "0000:ab:00.0", "0000:ba:00.0", "0000:db:00.0"};
-  v1::Gpu g;
-  g.set_id(bench::uuid(rng));
-  g.set_vendor("nvidia");
-  g.set_model("NVIDIA H100 80GB HBM3");
-  g.set_index(i);
-  g.set_pci_address(pcis[i]);
-  g.set_numa_node(i < 4 ? 0 : 1);
-  g.set_memory_total_bytes(81559ull << 20);
-  g.set_memory_used_bytes((rng() % 80000ull) << 20);
-  g.set_architecture("hopper");
-  g.set_compute_capability("9.0");
-  g.set_utilization_percent(static_cast<double>(rng() % 101));
-  g.set_temperature_c(static_cast<double>(30 + rng() % 50));
-  g.set_power_watts(static_cast<double>(70 + rng() % 630));
-  g.set_power_limit_watts(700);
-  g.set_sm_clock_mhz(1980);
-  g.set_memory_clock_mhz(2619);
-  g.mutable_ecc()->set_volatile_correctable(0);
-  g.mutable_ecc()->set_volatile_uncorrectable(0);
-  g.mutable_row_remapping()->set_correctable_rows(0);
-  g.mutable_row_remapping()->set_uncorrectable_rows(0);
-  g.mutable_row_remapping()->set_failed(false);
-  for (uint32_t l = 0; l < 18; ++l) {
-    auto* link = g.add_nvlinks();
-    link->set_link(l);
-    link->set_active(true);
-    link->set_remote_kind("switch");
-    link->set_crc_errors(0);
-  }
-  g.set_pcie_replays(0);
-  g.set_driver_version("550.54.15");
-  g.set_status("ok");
-  g.set_data_centre(true);
-  g.set_serial(std::to_string(rng()));
-  return g;
-}
-
 struct sim {
   v1::MachineList machines;
   v1::GpuList gpus;
@@ -117,7 +75,7 @@ sim make_cluster(size_t n) {
     f->mutable_memory()->set_total_bytes(2ull << 40);
     f->mutable_gpus()->set_read_as("driver: healthy");
     for (uint32_t g = 0; g < 8; ++g) {
-      auto gpu = sim_gpu(rng, g);
+      auto gpu = bench::sim_h100_gpu(rng, g);
       *f->mutable_gpus()->add_gpus() = gpu;
       auto* v = s.gpus.add_gpus();
       v->set_machine(name);

@@ -5,6 +5,7 @@
 //                         [--serial-ops N] [--gang-ops N] [--window N]
 //                         [--seconds S] [--threads N] [--seed S] [--dir DIR]
 //                         [--slurm-shape JOBS] [--fenced PCT] [--at-risk PCT]
+//                         [--background-sync 0|1]
 //
 // For each cluster size (default 5,000 then 100,000 machines of 8 GPUs; the
 // cluster of bench/sim_cluster.hpp: 2 NUMA nodes, racks, fabrics, NVLink
@@ -31,7 +32,9 @@
 // then 100,000 machines) stays near a minute however slow the actor is.
 // Options: --fill 60, --ops 20000, --serial-ops 2000, --gang-ops 2000,
 // --window 64, --threads 2 (CAF workers), --seed 7, --dir $TMPDIR or /tmp
-// (where the store's temporary folder goes: /dev/shm takes the disk out).
+// (where the store's temporary folder goes: /dev/shm takes the disk out),
+// --background-sync 1 (the group commit's fsync on a thread of its own, as
+// the controller runs it; 0: inline on the actor's thread, as before issue 14).
 //
 // `--slurm-shape JOBS`: the Slurm side-by-side instead (bench/
 // slurm_side_by_side.sh): an empty, healthy cluster (no fill, no fenced
@@ -85,6 +88,7 @@ struct options {
   size_t slurm_jobs = 0; // > 0: the Slurm side-by-side shape only
   health_mix health;
   bool health_given = false;
+  bool background_sync = true; // scheduler_config::background_sync (the controller's)
 };
 
 /// The snapshot a machine actor would send for `m`.
@@ -368,6 +372,7 @@ void run_size(caf::actor_system& sys, size_t machines, const options& opt) {
     }
     scheduler_config sc;
     sc.store = std::shared_ptr<Store>{std::move(*opened)};
+    sc.background_sync = opt.background_sync;  // as the controller spawns it
     auto sched = sys.spawn(scheduler, std::move(sc));
 
     uint64_t gpus = 0, fenced = 0;
@@ -442,7 +447,7 @@ void run_size(caf::actor_system& sys, size_t machines, const options& opt) {
   std::fprintf(stderr,
                "usage: %s [--machines N[,N...]] [--fill PCT] [--ops N] [--serial-ops N] "
                "[--gang-ops N] [--window N] [--seconds S] [--threads N] [--seed S] [--dir DIR] "
-               "[--slurm-shape JOBS] [--fenced PCT] [--at-risk PCT]\n",
+               "[--slurm-shape JOBS] [--fenced PCT] [--at-risk PCT] [--background-sync 0|1]\n",
                argv0);
   std::exit(2);
 }
@@ -481,6 +486,8 @@ options parse(int argc, char** argv) {
       o.slurm_jobs = num();
     else if (arg == "--fenced")
       o.health.faulty_percent = static_cast<unsigned>(num()), o.health_given = true;
+    else if (arg == "--background-sync")
+      o.background_sync = num() != 0;
     else if (arg == "--at-risk")
       o.health.at_risk_percent = static_cast<unsigned>(num()), o.health_given = true;
     else

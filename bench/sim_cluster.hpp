@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "actors/scheduler/placement.hpp"
+#include "messages/astraeus.pb.h"
 
 namespace astraeus::bench {
 
@@ -74,6 +75,48 @@ inline std::string uuid(std::mt19937_64& rng) {
                 "-%012" PRIx64,
                 a >> 32, (a >> 16) & 0xffff, a & 0xffff, b >> 48, b & uint64_t{0xffffffffffff});
   return buf;
+}
+
+/// A GPU as an H100 agent reports it: readings, ECC, row remapping, 18
+/// NVLinks.
+inline v1::Gpu sim_h100_gpu(std::mt19937_64& rng, uint32_t i) {
+  static const char* pcis[] = {"0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0",
+                               "0000:9a:00.0", "0000:ab:00.0", "0000:ba:00.0", "0000:db:00.0"};
+  v1::Gpu g;
+  g.set_id(uuid(rng));
+  g.set_vendor("nvidia");
+  g.set_model("NVIDIA H100 80GB HBM3");
+  g.set_index(i);
+  g.set_pci_address(pcis[i]);
+  g.set_numa_node(i < 4 ? 0 : 1);
+  g.set_memory_total_bytes(81559ull << 20);
+  g.set_memory_used_bytes((rng() % 80000ull) << 20);
+  g.set_architecture("hopper");
+  g.set_compute_capability("9.0");
+  g.set_utilization_percent(static_cast<double>(rng() % 101));
+  g.set_temperature_c(static_cast<double>(30 + rng() % 50));
+  g.set_power_watts(static_cast<double>(70 + rng() % 630));
+  g.set_power_limit_watts(700);
+  g.set_sm_clock_mhz(1980);
+  g.set_memory_clock_mhz(2619);
+  g.mutable_ecc()->set_volatile_correctable(0);
+  g.mutable_ecc()->set_volatile_uncorrectable(0);
+  g.mutable_row_remapping()->set_correctable_rows(0);
+  g.mutable_row_remapping()->set_uncorrectable_rows(0);
+  g.mutable_row_remapping()->set_failed(false);
+  for (uint32_t l = 0; l < 18; ++l) {
+    auto* link = g.add_nvlinks();
+    link->set_link(l);
+    link->set_active(true);
+    link->set_remote_kind("switch");
+    link->set_crc_errors(0);
+  }
+  g.set_pcie_replays(0);
+  g.set_driver_version("550.54.15");
+  g.set_status("ok");
+  g.set_data_centre(true);
+  g.set_serial(std::to_string(rng()));
+  return g;
 }
 
 /// The pool of machine `i`: every 5th machine is an a100, the rest h100.

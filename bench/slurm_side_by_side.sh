@@ -12,7 +12,8 @@
 # root). Then:
 #   Ours, first (before any Slurm process runs): scheduler_actor_bench
 #     --machines N --slurm-shape JOBS: the same nodes (8 GPUs each) and the
-#     same job sequence through the scheduler actor with its sync writes,
+#     same job sequence through the scheduler actor with its synced group
+#     commit (the fsync on a thread of its own, as the controller runs it),
 #     the store in this run's temporary folder (the real disk), then again
 #     with the store on /dev/shm (the actor without the disk).
 #   Slurm: submits --jobs batch jobs held (job i asks for 4 GPUs when

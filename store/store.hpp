@@ -154,6 +154,15 @@ public:
   /// then none of them was applied.
   caf::error write(const std::vector<change>& changes, bool sync = true);
 
+  /// Makes every write made so far durable (one fsync of the write-ahead
+  /// log): `write(changes, false)` then `sync_wal()` is as safe as a synced
+  /// write once this returns, and lets the writer go on meanwhile (the
+  /// scheduler's group commit syncs on a thread of its own). Thread-safe;
+  /// may run beside writes.
+  /// Errors: `ec::store_failure` naming the path; writes are then refused
+  /// as after a failed synced write.
+  caf::error sync_wal();
+
   /// Calls `fn(key, bytes)` for every entry of family `f` in bytewise key
   /// order, from one consistent snapshot, until `fn` returns false. The
   /// views are valid only during the call.

@@ -116,6 +116,7 @@ start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
   scheduler_config sc;
   sc.store = out.store;
   sc.clock = clock;
+  sc.background_sync = true;  // issue 14: the group commit's fsync off the actor's thread
   if (auto err = sc.validate())
     return err;
   out.scheduler = sys.spawn(scheduler, std::move(sc));

@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <iterator>
+#include <map>
+#include <mutex>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -111,16 +115,35 @@ constexpr const char* shared_series[] = {"utilization_percent", "memory_used_byt
                                          "temperature_c",       "power_watts",
                                          "sm_clock_mhz",        "memory_clock_mhz"};
 
+/// The field pairs of the shared series between two message types, found
+/// by name once per pair of types (a look-up by name per report cost ~5 %
+/// of ingestion, bench/RESULTS.md section 19). Thread-safe.
+const std::vector<std::pair<const google::protobuf::FieldDescriptor*,
+                            const google::protobuf::FieldDescriptor*>>&
+shared_fields(const google::protobuf::Descriptor* from, const google::protobuf::Descriptor* to) {
+  using field_pairs = std::vector<std::pair<const google::protobuf::FieldDescriptor*,
+                                            const google::protobuf::FieldDescriptor*>>;
+  static std::mutex mu;
+  static std::map<std::pair<const void*, const void*>, field_pairs> cache;
+  std::lock_guard<std::mutex> lock{mu};
+  auto [it, fresh] = cache.try_emplace({from, to});
+  if (fresh)
+    for (const char* name : shared_series) {
+      const auto* ff = from->FindFieldByName(name);
+      const auto* ft = to->FindFieldByName(name);
+      if (ff != nullptr && ft != nullptr && ff->cpp_type() == ft->cpp_type())
+        it->second.emplace_back(ff, ft);
+    }
+  return it->second;
+}
+
 /// Copies the shared series that `from` has into `to`.
 void copy_shared_series(const google::protobuf::Message& from, google::protobuf::Message& to) {
   using fd = google::protobuf::FieldDescriptor;
   const auto* rf = from.GetReflection();
   const auto* rt = to.GetReflection();
-  for (const char* name : shared_series) {
-    const auto* ff = from.GetDescriptor()->FindFieldByName(name);
-    const auto* ft = to.GetDescriptor()->FindFieldByName(name);
-    if (ff == nullptr || ft == nullptr || ff->cpp_type() != ft->cpp_type()
-        || !rf->HasField(from, ff))
+  for (const auto& [ff, ft] : shared_fields(from.GetDescriptor(), to.GetDescriptor())) {
+    if (!rf->HasField(from, ff))
       continue;
     switch (ff->cpp_type()) {
       case fd::CPPTYPE_DOUBLE: rt->SetDouble(&to, ft, rf->GetDouble(from, ff)); break;

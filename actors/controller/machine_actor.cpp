@@ -43,11 +43,13 @@ constexpr int64_t facts_store_interval_ms = 10 * 60 * 1000;
 /// What of a GPU section must survive a controller restart: how it was
 /// read, the GPU ids and statuses, and their latches.
 std::string gpu_fingerprint(const v1::GpuSection& section) {
+  // Built by appending (no temporaries): it runs on every report.
   std::string out = section.read_as();
+  out.reserve(out.size() + static_cast<size_t>(section.gpus_size()) * 64);
   for (const auto& g : section.gpus()) {
-    out += "|" + g.id() + ":" + g.status();
+    out.append("|").append(g.id()).append(":").append(g.status());
     for (const auto& f : g.latches())
-      out += "," + f.reason() + "#" + std::to_string(f.count());
+      out.append(",").append(f.reason()).append("#").append(std::to_string(f.count()));
   }
   return out;
 }
@@ -174,6 +176,10 @@ v1::SchedulerMachine machine_state::scheduler_view() const {
   out.set_logical_cpus(facts.cpu().logical_cpus());
   out.set_memory_bytes(facts.memory().total_bytes());
   *out.mutable_numa_nodes() = facts.cpu().nodes();
+  // Free memory moves with every report and places nothing: kept out, so
+  // the snapshot changes only when what places runs changes (issue 14).
+  for (auto& n : *out.mutable_numa_nodes())
+    n.clear_memory_free_bytes();
   out.set_rdma_up(std::any_of(facts.rdma_ports().begin(), facts.rdma_ports().end(),
                               [](const v1::RdmaPort& p) { return p.state() == "ACTIVE"; }));
   *out.mutable_labels() = config.record.labels();
@@ -293,6 +299,44 @@ namespace {
 
 using machine_ptr = machine_actor::stateful_pointer<machine_state>;
 
+/// Whether `a` and `b` agree on every fact `scheduler_view` reads (keep
+/// the two in step): the cores, memory and NUMA nodes (not their free
+/// memory), RDMA port states, the NVLink domain, and each GPU's id, PCI
+/// address, NUMA node, read status and active NVLinks.
+static bool same_scheduler_facts(const v1::HostFacts& a, const v1::HostFacts& b) {
+  if (a.cpu().logical_cpus() != b.cpu().logical_cpus()
+      || a.memory().total_bytes() != b.memory().total_bytes()
+      || a.cpu().nodes_size() != b.cpu().nodes_size()
+      || a.rdma_ports_size() != b.rdma_ports_size()
+      || a.gpus().capabilities().nvlink_domain() != b.gpus().capabilities().nvlink_domain()
+      || a.gpus().gpus_size() != b.gpus().gpus_size())
+    return false;
+  for (int i = 0; i < a.cpu().nodes_size(); ++i) {
+    const auto& x = a.cpu().nodes(i);
+    const auto& y = b.cpu().nodes(i);
+    if (x.id() != y.id() || x.cpulist() != y.cpulist() || x.cpus() != y.cpus()
+        || x.memory_total_bytes() != y.memory_total_bytes())
+      return false;
+  }
+  for (int i = 0; i < a.rdma_ports_size(); ++i)
+    if (a.rdma_ports(i).state() != b.rdma_ports(i).state())
+      return false;
+  for (int i = 0; i < a.gpus().gpus_size(); ++i) {
+    const auto& x = a.gpus().gpus(i);
+    const auto& y = b.gpus().gpus(i);
+    if (x.id() != y.id() || x.pci_address() != y.pci_address()
+        || x.has_numa_node() != y.has_numa_node() || x.numa_node() != y.numa_node()
+        || read_status(x) != read_status(y) || x.status_detail() != y.status_detail()
+        || x.nvlinks_size() != y.nvlinks_size())
+      return false;
+    for (int l = 0; l < x.nvlinks_size(); ++l)
+      if (x.nvlinks(l).active() != y.nvlinks(l).active()
+          || x.nvlinks(l).remote_pci_address() != y.nvlinks(l).remote_pci_address())
+        return false;
+  }
+  return true;
+}
+
 const std::string& name_of(machine_ptr self) {
   return self->state.config.record.name();
 }
@@ -317,11 +361,9 @@ void tell_scheduler(machine_ptr self) {
 void sync_gpus(machine_ptr self, bool up) {
   auto& st = self->state;
   const auto& section = st.facts.gpus();
-  std::set<std::string> seen;
   for (const auto& g : section.gpus()) {
     if (g.id().empty())
       continue;
-    seen.insert(g.id());
     auto i = st.gpus.find(g.id());
     if (i == st.gpus.end()) {
       auto handle = self->spawn<caf::linked>(gpu, st.config.record.name(), g, up,
@@ -334,8 +376,13 @@ void sync_gpus(machine_ptr self, bool up) {
   }
   if (!is_complete_read(read_as(section)))
     return;
+  // Whether the read lists GPU `id` (a handful: no set built per report).
+  auto listed = [&section](const std::string& id) {
+    return std::any_of(section.gpus().begin(), section.gpus().end(),
+                       [&id](const v1::Gpu& g) { return g.id() == id; });
+  };
   for (auto i = st.gpus.begin(); i != st.gpus.end();) {
-    if (seen.count(i->first) == 0) {
+    if (!listed(i->first)) {
       spdlog::info("machine {}: GPU {} is gone", st.config.record.name(), i->first);
       self->unlink_from(i->second);
       caf::anon_send_exit(i->second, caf::exit_reason::user_shutdown);
@@ -493,6 +540,13 @@ void tell_history(machine_ptr self) {
 /// timer, the scheduler's view and the worker list.
 void on_report(machine_ptr self, v1::MachineReport& report) {
   auto& st = self->state;
+  // The scheduler's snapshot is built only when what it holds may have
+  // changed (issue 14): its facts, the pressure, the state or the record
+  // (state and record changes tell it themselves). A report that repeats a
+  // GPU id (folded by take_report) always counts as a change, as before.
+  const bool placing_facts_changed =
+    st.config.scheduler && !same_scheduler_facts(st.facts, report.facts());
+  const bool was_pressured = st.pressure.memory || st.pressure.disk;
   bool address_changed = take_report(self, report);
   auto came_up = st.liveness != v1::Machine::Up;
   if (came_up)
@@ -519,7 +573,9 @@ void on_report(machine_ptr self, v1::MachineReport& report) {
     st.lapse_timer_pending = true;
     self->delayed_send(self, st.config.heartbeat_lapse, atom::lapse_v);
   }
-  tell_scheduler(self);
+  if (placing_facts_changed || came_up || st.scheduler_snapshot.empty()
+      || was_pressured != (st.pressure.memory || st.pressure.disk))
+    tell_scheduler(self);
   if (report.has_workers())
     on_statuses(self, *report.mutable_workers());
   else

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include <caf/send.hpp>
 #include <spdlog/spdlog.h>
 
 #include "actors/scheduler/scheduler_internal.hpp"
@@ -121,6 +122,17 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
   st.queue = std::make_unique<scheduler_queue>(*st.index, st.config.queue);
   st.generation_base = static_cast<uint64_t>(st.config.clock->now_unix_ms()) * 1000;
 
+  if (st.config.background_sync) {
+    // The syncer reports to the actor by a weak reference: it never keeps
+    // the actor alive, and it is stopped with the actor's state.
+    caf::weak_actor_ptr weak{self->ctrl()};
+    st.syncer = std::make_unique<wal_syncer>(
+      st.config.store, [weak](uint64_t seq, caf::error err) {
+        if (auto strong = weak.lock())
+          caf::anon_send(caf::actor_cast<scheduler_actor>(strong), atom::tick_v, seq,
+                         std::move(err));
+      });
+  }
   if (auto err = load_runs(self)) {
     self->quit(err);
     return scheduler_actor::behavior_type::make_empty_behavior();
@@ -137,9 +149,17 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
       return it->second;
     },
     [self](atom::runs) -> v1::RunList {
-      v1::RunList out;
+      std::vector<const v1::Run*> sorted;
+      sorted.reserve(self->state.runs.size());
       for (const auto& [name, run] : self->state.runs)
-        *out.add_runs() = run;
+        sorted.push_back(&run);
+      std::sort(sorted.begin(), sorted.end(), [](const v1::Run* a, const v1::Run* b) {
+        return a->spec().name() < b->spec().name();
+      });
+      v1::RunList out;
+      out.mutable_runs()->Reserve(static_cast<int>(sorted.size()));
+      for (const auto* run : sorted)
+        *out.add_runs() = *run;
       return out;
     },
     [self](atom::remove, const std::string& name) -> caf::result<v1::Run> {
@@ -176,6 +196,7 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
     },
     [self](v1::WorkerStatuses& statuses) { apply_worker_statuses(self, statuses); },
     [self](atom::tick) { flush(self); },
+    [self](atom::tick, uint64_t seq, caf::error& err) { synced(self, seq, err); },
     [self](atom::deadline, std::string& qname, uint64_t token) {
       time_limit_reached(self, qname, token);
     },

@@ -38,6 +38,7 @@
 ///   meanwhile).
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -54,6 +55,7 @@
 #include "actors/interfaces.hpp"
 #include "actors/scheduler/placement.hpp"
 #include "actors/scheduler/scheduler_inventory.hpp"
+#include "actors/scheduler/wal_syncer.hpp"
 #include "messages/astraeus.pb.h"
 #include "messages/run_state.hpp"
 #include "messages/worker_state.hpp"
@@ -74,6 +76,13 @@ struct scheduler_config {
   /// The wall clock of submitted and placed times, and of a placed run's
   /// elapsed time after a restart (its time limit counts from its placing).
   std::shared_ptr<const wall_clock> clock = real_wall_clock();
+  /// Issue 14: the group commit's fsync runs on a thread of its own
+  /// (`wal_syncer`): a burst is written without sync, the actor goes on
+  /// with the next one, and the burst's answers and worker sets go out once
+  /// its sync is done (still: nobody is told of a run not on disk). The
+  /// controller sets it; tests on the deterministic coordinator leave it
+  /// off (the sync then runs inline, as one synced batch).
+  bool background_sync = false;
 
   /// Errors: ec::invalid_config when the store or the clock is missing.
   caf::error validate() const;
@@ -88,6 +97,20 @@ struct run_restore {
   std::vector<allocation_id> pieces;
 };
 
+/// One burst of the group commit written without sync, waiting for its
+/// fsync (`scheduler_config::background_sync`): what goes out once it is
+/// durable.
+struct commit_batch {
+  /// The batch's number (`scheduler_state::written_seq` when written).
+  uint64_t seq = 0;
+  /// Answers, each as the run was when the batch was written (or the error).
+  std::vector<std::pair<caf::typed_response_promise<v1::Run>, caf::expected<v1::Run>>> answers;
+  /// The worker sets of the machines changed, as written.
+  std::vector<v1::WorkerOrders> orders;
+  /// The runs written, marked again should the sync fail.
+  std::vector<std::string> runs;
+};
+
 /// The state of the scheduler actor.
 struct scheduler_state {
   /// Actor name for CAF.
@@ -98,8 +121,9 @@ struct scheduler_state {
   std::unique_ptr<placement_index> index;
   /// The waiting and running runs.
   std::unique_ptr<scheduler_queue> queue;
-  /// Every run by name.
-  std::map<std::string, v1::Run> runs;
+  /// Every run by name (hashed: looked up several times per request;
+  /// whoever lists them sorts the names).
+  std::unordered_map<std::string, v1::Run> runs;
   /// Placed runs (queue names: the run, or `<run>[i]` for an array copy)
   /// still re-adopting their GPUs after a restart.
   std::map<std::string, run_restore> restoring;
@@ -151,6 +175,12 @@ struct scheduler_state {
     run_replies;
   std::unordered_set<std::string> dirty_machines;
   bool flush_pending = false;
+  /// With `background_sync`: bursts written, not yet durable, oldest first;
+  /// the number of the last one written; whether a sync is under way; the
+  /// thread that syncs (declared last: stopped first).
+  std::deque<commit_batch> unsynced;
+  uint64_t written_seq = 0;
+  bool sync_in_flight = false;
   /// The armed time limit of each placed run or copy (queue name -> token;
   /// a timer whose token no longer matches is stale).
   std::unordered_map<std::string, uint64_t> limit_token;
@@ -158,6 +188,8 @@ struct scheduler_state {
   /// The actors of machines removed (`astra machine remove`): their late
   /// snapshots are ignored.
   std::set<caf::actor_addr> removed_senders;
+  /// Syncs the store for the group commit (with `background_sync`).
+  std::unique_ptr<wal_syncer> syncer;
 };
 
 /// The scheduler actor's behaviour (handlers: actors/interfaces.hpp).

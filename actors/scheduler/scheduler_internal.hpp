@@ -136,6 +136,11 @@ v1::WorkerOrders orders_for(scheduler_state& st, const std::string& machine);
 /// last flush, then the answers, then the machines' new worker sets.
 void flush(self_ptr self);
 
+/// With `background_sync`: the bursts written up to number `seq` are
+/// durable (`err` empty): their answers and worker sets go out; else their
+/// requests fail with `err` and their runs and machines are marked again.
+void synced(self_ptr self, uint64_t seq, const caf::error& err);
+
 // -- what machines say (scheduler_machines.cpp) ------------------------------
 
 /// A `v1::SchedulerMachine` snapshot: the index, the machine's facts, its

@@ -335,10 +335,18 @@ v1::WorkerOrders orders_for(scheduler_state& st, const std::string& machine) {
 }
 
 /// The group commit: one batch with sync for every run changed since the
-/// last flush, then the answers, then the machines' new worker sets.
+/// last flush, then the answers, then the machines' new worker sets. With
+/// `background_sync` the batch is written without sync and what goes out
+/// waits in `unsynced` for the syncer (`synced`).
 void flush(self_ptr self) {
   auto& st = self->state;
   st.flush_pending = false;
+  const bool background = st.syncer != nullptr;
+  // One burst is synced at a time; what changes meanwhile gathers into the
+  // next one, written as soon as the sync is done (`synced`): one write and
+  // one fsync per burst, however fast the requests come.
+  if (background && st.sync_in_flight)
+    return;
   std::vector<Store::change> changes;
   changes.reserve(st.dirty_runs.size());
   for (const auto& name : st.dirty_runs) {
@@ -348,7 +356,7 @@ void flush(self_ptr self) {
     else
       changes.push_back({family::runs, name, it->second.SerializeAsString()});
   }
-  auto err = st.config.store->write(changes, true);
+  auto err = st.config.store->write(changes, !background);
   if (err) {
     // Kept dirty: the next change tries again. Nobody is told of a run that
     // is not on disk.
@@ -358,6 +366,30 @@ void flush(self_ptr self) {
       rp.deliver(err);
     for (auto& [rp, name] : st.run_replies)
       rp.deliver(err);
+  } else if (background && !changes.empty()) {
+    // Written, not yet durable: everything this burst would say waits for
+    // its sync, as it is now (later bursts may change the runs meanwhile).
+    commit_batch b;
+    b.seq = ++st.written_seq;
+    b.answers.reserve(st.replies.size() + st.run_replies.size());
+    for (auto& [rp, run] : st.replies)
+      b.answers.emplace_back(std::move(rp), std::move(run));
+    for (auto& [rp, name] : st.run_replies) {
+      auto it = st.runs.find(name);
+      if (it != st.runs.end())
+        b.answers.emplace_back(std::move(rp), it->second);
+      else
+        b.answers.emplace_back(std::move(rp), no_such_run(name));
+    }
+    for (const auto& m : st.dirty_machines)
+      if (st.machines.count(m))
+        b.orders.push_back(orders_for(st, m));
+    st.dirty_machines.clear();
+    b.runs.assign(st.dirty_runs.begin(), st.dirty_runs.end());
+    st.dirty_runs.clear();
+    st.unsynced.push_back(std::move(b));
+    st.sync_in_flight = true;
+    st.syncer->request(st.written_seq);
   } else {
     st.dirty_runs.clear();
     for (auto& [rp, run] : st.replies)
@@ -367,7 +399,7 @@ void flush(self_ptr self) {
       if (it != st.runs.end())
         rp.deliver(it->second);
       else
-        rp.deliver(caf::make_error(ec::invalid_request, "no run named " + name));
+        rp.deliver(no_such_run(name));
     }
     // Agents act only on what is on disk here.
     for (const auto& m : st.dirty_machines)
@@ -377,6 +409,41 @@ void flush(self_ptr self) {
   }
   st.replies.clear();
   st.run_replies.clear();
+}
+
+/// The syncer's answer: bursts up to `seq` are durable (or `err`).
+void synced(self_ptr self, uint64_t seq, const caf::error& err) {
+  auto& st = self->state;
+  st.sync_in_flight = false;
+  if (err)
+    spdlog::error("scheduler: cannot sync the store: {}", render_error(err));
+  while (!st.unsynced.empty() && st.unsynced.front().seq <= seq) {
+    auto b = std::move(st.unsynced.front());
+    st.unsynced.pop_front();
+    if (err) {
+      // As a failed synced write: nobody is told, the runs are written again
+      // with the next change, and the machines get their sets then.
+      for (auto& [rp, answer] : b.answers)
+        rp.deliver(err);
+      for (const auto& name : b.runs)
+        st.dirty_runs.insert(name);
+      for (const auto& o : b.orders)
+        st.dirty_machines.insert(o.machine());
+      continue;
+    }
+    for (auto& [rp, answer] : b.answers)
+      if (answer)
+        rp.deliver(std::move(*answer));
+      else
+        rp.deliver(answer.error());
+    for (auto& o : b.orders)
+      if (auto h = st.machines.find(o.machine()); h != st.machines.end())
+        self->send(h->second, atom::assign_v, std::move(o));
+  }
+  // The next burst: whatever gathered while this one synced.
+  if (!st.dirty_runs.empty() || !st.dirty_machines.empty() || !st.replies.empty()
+      || !st.run_replies.empty())
+    flush(self);
 }
 
 } // namespace astraeus::scheduler_detail

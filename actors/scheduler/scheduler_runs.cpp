@@ -201,6 +201,9 @@ void finish_run(self_ptr self, v1::Run& run, run_state state,
 /// The waiting reason a run shows: the engine's words, and for an array how
 /// many copies still wait.
 std::string waiting_reason_of(const scheduler_state& st, const v1::Run& run) {
+  // A run without copies that does not wait (most, after a pass): no names.
+  if (run.spec().array_size() == 0 && st.waiting.count(run.spec().name()) == 0)
+    return {};
   auto names = queue_names_of(run.spec());
   size_t waiting = 0;
   const waiting_reason* first = nullptr;

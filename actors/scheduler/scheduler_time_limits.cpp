@@ -29,7 +29,15 @@ void arm_time_limit(self_ptr self, const std::string& qname, int64_t seconds) {
 
 void arm_stored_time_limits(self_ptr self) {
   auto& st = self->state;
-  for (const auto& [key, run] : st.runs) {
+  // In name order (the runs are hashed): timers armed in a stable order.
+  std::vector<const std::string*> names;
+  for (const auto& [key, run] : st.runs)
+    names.push_back(&key);
+  std::sort(names.begin(), names.end(),
+            [](const std::string* a, const std::string* b) { return *a < *b; });
+  for (const auto* name : names) {
+    const auto& key = *name;
+    const auto& run = st.runs.at(key);
     if (!live(run) || run.spec().time_limit_seconds() == 0)
       continue;
     auto elapsed = (self->state.config.clock->now_unix_ms() - run.placed_unix_ms()) / 1000;

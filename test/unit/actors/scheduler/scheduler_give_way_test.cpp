@@ -3,6 +3,7 @@
 // Deterministic: CAF's test coordinator, no sleeping.
 
 #include "actor_fixture.hpp"
+#include "snapshot_fixtures.hpp"
 
 #include "actors/scheduler/scheduler_actor.hpp"
 #include "store/store.hpp"
@@ -30,12 +31,7 @@ v1::SchedulerMachine machine_of(const std::string& name, int n, bool accepting =
 }
 
 v1::RunSpec real_run(const std::string& name, uint32_t gpus) {
-  v1::RunSpec s;
-  s.set_name(name);
-  s.set_image("ghcr.io/acme/train:1");
-  s.add_command("train");
-  s.set_gpus_per_worker(gpus);
-  s.set_workers(1);
+  auto s = test::fixture_run(name, gpus);
   s.set_pool("h100");
   return s;
 }

@@ -27,4 +27,15 @@ inline v1::SchedulerMachine fixture_machine(const std::string& name,
   return m;
 }
 
+/// A one-worker run `name` asking for `gpus` GPUs, with no pool.
+inline v1::RunSpec fixture_run(const std::string& name, uint32_t gpus) {
+  v1::RunSpec s;
+  s.set_name(name);
+  s.set_image("ghcr.io/acme/train:1");
+  s.add_command("train");
+  s.set_gpus_per_worker(gpus);
+  s.set_workers(1);
+  return s;
+}
+
 } // namespace astraeus::test
