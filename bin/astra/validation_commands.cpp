@@ -158,7 +158,7 @@ void add_validate(CLI::App& app, invocation& inv) {
   auto* cmd = app.add_subcommand("validate", "run checks on machines: the quick check, "
                                              "GPU diagnostics, burn-in, copies, the data disk");
   auto& f = inv.keep<validate_flags>();
-  cmd->add_option("--suite", f.suite, "acceptance (every check), quick, dcgm, burn, copies, disk")
+  cmd->add_option("--suite", f.suite, "acceptance (every check, then the pairs), quick, dcgm, burn, copies, disk, network (the pairs alone)")
     ->check(CLI::IsMember({"acceptance", "quick", "dcgm", "burn", "copies", "disk"}));
   cmd->add_option("--pool", f.pool, "every machine of this pool");
   cmd->add_option("--machine", f.machine, "one machine");
