@@ -52,8 +52,9 @@ bool machine_steps_finished(const v1::Validation& v);
 std::vector<int> startable_pairs(const v1::Validation& v);
 
 /// The rails `a` and `b` share: the same device and port Active on both
-/// (state ACTIVE), sorted by device then port, each with the slower end's
-/// trained rate.
+/// (state ACTIVE), of the same link layer and subnet prefix (where both
+/// report one: the same fabric), sorted by device then port, each with the
+/// slower end's trained rate.
 std::vector<pair_rail> shared_rails(const v1::MachineView& a, const v1::MachineView& b);
 
 /// The run of one end of pair step `index`: `program pair --json --role
@@ -73,18 +74,21 @@ std::string pair_run_name(const v1::Validation& v, int index, uint32_t attempt, 
 std::string pair_label(const v1::ValidationStep& step);
 
 /// The pair results of `steps` (Done pair steps; others ignored): one per
-/// rail measured, `of_best` its figure over the best pair's on that device,
-/// its verdict the worse of the check's and the peer rule's (below
-/// pairs.peer_fraction x the best: warn). Sorted by a, b, device.
+/// rail measured, `of_best` its figure over the best pair's on that device;
+/// its verdict the worse of the check's and the peer rule's: a rail whose
+/// figure over its trained rate is below pairs.peer_fraction x the best
+/// pair's on that rail warns (so a pair at the pace of a port trained at 200
+/// Gb/s is not held against pairs at 400: the topology finding names that
+/// port). Sorted by a, b, device.
 std::vector<v1::PairResult> pair_results(const std::vector<const v1::ValidationStep*>& steps,
                                          const thresholds& t);
 
 /// Once every pair step of `v` is finished: adds to each Done pair step a
-/// warn finding per rail below pairs.peer_fraction of the best pair on that
-/// rail ("gpu-03–gpu-06 mlx5_5 at 49% of the best pair on that rail (195.2
-/// of 392.1 Gb/s)") and makes its verdict at least warn. Returns the indexes
-/// of the steps it changed (to tell the owner again); applies only once
-/// (a step with such a finding is not judged again).
+/// warn finding per rail the peer rule of pair_results() warns ("gpu-03–gpu-06
+/// mlx5_3 at 77% of the best pair on that rail (300.0 of 391.2 Gb/s)") and
+/// makes its verdict at least warn. Returns the indexes of the steps it
+/// changed (to tell the owner again); applies only once (a step with such a
+/// finding is not judged again).
 std::vector<int> judge_pairs(v1::Validation& v, const thresholds& t);
 
 /// A machine's verdict from its pairs' (pass | warn | fail | skipped; a pair

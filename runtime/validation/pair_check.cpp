@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <thread>
 
+#include <unistd.h>
+
 #include "messages/error.hpp"
 #include "runtime/host/sysfs_text.hpp"
 #include "runtime/process/program_run.hpp"
@@ -163,7 +165,8 @@ check_result run_pair(const check_options& o) {
                     "--rails device:port:rate,...");
     return finish_result(std::move(out), start, "");
   }
-  if (resolve_program(o.ib_write_bw).empty()) {
+  if (auto program = resolve_program(o.ib_write_bw);
+      program.empty() || ::access(program.c_str(), X_OK) != 0) {
     out.add_finding(verdict::fail, "", o.ib_write_bw + " is not installed",
                     "Install perftest on the machine (`apt install perftest`), or pass "
                     "--ib-write-bw PATH.");

@@ -191,6 +191,9 @@ TEST_F(ValidationActor, RunsOneCheckAtATimePerMachineUntilEveryMachinePasses) {
     advance(std::chrono::seconds{1});
     advance(std::chrono::seconds{1});
   }
+  // Then the pair (issue 12): skipped here, the machines have no RDMA port.
+  advance(std::chrono::seconds{1});
+  advance(std::chrono::seconds{1});
   EXPECT_EQ(w->submitted.size(), 10u);
   EXPECT_EQ(w->overlaps, 0) << "two checks ran at once on one machine";
   EXPECT_EQ(w->last.state(), "Passed");
