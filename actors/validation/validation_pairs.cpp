@@ -116,6 +116,9 @@ void look_at_pair(validation_self self, int index) {
           bool ended = run.state() == "Stopped" || run.state() == "Failed";
           if (!run.master_addr().empty() && !ended)
             submit_client(self, index, run);
+          else if (ended && run.preempted()
+                   && val::apply_run(step, run, st.config.clock->now_unix_ms()))
+            pair_ended(self, index);  // gave way to real work: queued again
           else if (ended)
             fail_pair(self, index, "the pair's server ended (" + run.state()
                                      + ") before its client started"
