@@ -38,7 +38,9 @@ if [ "$check" = pair ]; then
   # trained at 200 Gb/s (its rate is the slower end's) plays the slow output.
   out=$dir/perftest
   case "$*" in *mlx5_5:1:200*) out=$dir/perftest-slow ;; esac
-  ASTRAEUS_PERFTEST_FIXTURES=$out exec "$dir/real-check" "$@" --ib-write-bw "$dir/ib_write_bw"
+  mkdir -p "$dir/rendezvous"
+  ASTRAEUS_PERFTEST_FIXTURES=$out ASTRAEUS_PERFTEST_RENDEZVOUS=$dir/rendezvous \
+    exec "$dir/real-check" "$@" --ib-write-bw "$dir/ib_write_bw"
 fi
 if [ "$check" = burn ]; then
   sleep "$(cat "$dir/burn_seconds" 2>/dev/null || echo 0)"
@@ -208,9 +210,11 @@ TEST_F(Validation, AcceptanceOfThreeMachinesNamesTheSlowGpuAndItsFix) {
   ASSERT_EQ(report.rc, 0) << report.err;
   EXPECT_TRUE(contains(report.out, "2/3 machines pass; gpu-03 GPU 3 host-to-device 21.4 GB/s"))
     << report.out;
+  // PAIRS: skipped, these machines have no RDMA port (issue 12).
   EXPECT_TRUE(contains(report.out, "MACHINE  STATE  VERDICT  QUICK  DCGM  BURN  COPIES  DISK  "
-                                   "PAIRS  ALL-REDUCE"))
+                                   "PAIRS    ALL-REDUCE"))
     << report.out;
+  EXPECT_TRUE(contains(report.out, "pass  skipped  \xE2\x80\x94\n")) << report.out;
   EXPECT_TRUE(contains(report.out, "What to fix (1)\n! gpu-03 GPU 3 host-to-device")) << report.out;
   EXPECT_TRUE(contains(report.out, "  fix: Reseat GPU 3")) << report.out;
   EXPECT_TRUE(contains(read_text(dir_ / "report.html"), "Reseat GPU 3"));

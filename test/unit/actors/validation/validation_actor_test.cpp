@@ -246,6 +246,24 @@ TEST_F(ValidationActor, NetworkRunsEachRoundsPairsAsServerAndClient) {
   EXPECT_TRUE(w->slots.empty()) << "every slot is given back";
 }
 
+// A pair needs both machines' slots: with one held elsewhere it waits,
+// saying why, and holds neither meanwhile.
+TEST_F(ValidationActor, APairWaitsForBothMachinesSlots) {
+  w->rdma = true;
+  w->slots["gpu-02"] = "val-other";
+  v1::StartValidation s;
+  s.set_suite("network");
+  s.set_pool("h100");
+  start(val::make_validation("val-20261006-00000a", s, {"gpu-01", "gpu-02"}, "on-demand", 0));
+  EXPECT_TRUE(w->submitted.empty());
+  EXPECT_EQ(w->last.steps(0).reason(), "gpu-02: another check runs there");
+  EXPECT_EQ(w->slots.count("gpu-01"), 0u) << "gpu-01's slot is given back while it waits";
+  w->slots.clear();
+  advance(std::chrono::seconds{1});
+  ASSERT_EQ(w->submitted.size(), 1u);
+  EXPECT_EQ(w->submitted[0], "val-20261006-00000a-gpu-01-gpu-02-1-s");
+}
+
 TEST_F(ValidationActor, ACheckThatGaveWayIsQueuedAgainAndRunsAgain) {
   v1::StartValidation s;
   s.set_suite("burn");
