@@ -18,6 +18,7 @@
 #include "runtime/validation/copies_check.hpp"
 #include "runtime/validation/dcgm_check.hpp"
 #include "runtime/validation/disk_check.hpp"
+#include "runtime/validation/pair_check.hpp"
 #include "runtime/validation/quick_check.hpp"
 
 namespace {
@@ -35,6 +36,10 @@ constexpr const char* usage_text =
   "                           sequential and random I/O of the data disk\n"
   "  dcgm [--level 2] [--dcgmi PROGRAM]\n"
   "                           DCGM diagnostics (skipped where DCGM is not installed)\n"
+  "  pair --role server|client --rails DEV:PORT:RATE,... [--peer ADDR]\n"
+  "       [--ib-write-bw PROGRAM] [--duration 5s]\n"
+  "                           RDMA write bandwidth to another machine per rail\n"
+  "                           (perftest's ib_write_bw; the client names the server)\n"
   "  explain [--json]         every threshold and verdict rule, with its source\n"
   "\n"
   "Common options:\n"
@@ -64,7 +69,9 @@ std::string check_options::* text_option(const std::string& name) {
     {"--host-root", &check_options::host_root}, {"--cuda-lib", &check_options::cuda_lib},
     {"--nvml-lib", &check_options::nvml_lib},   {"--data-dir", &check_options::data_dir},
     {"--fio", &check_options::fio},             {"--peers", &check_options::peers_file},
-    {"--dcgmi", &check_options::dcgmi},
+    {"--dcgmi", &check_options::dcgmi},         {"--role", &check_options::pair_role},
+    {"--peer", &check_options::pair_peer},      {"--rails", &check_options::pair_rails},
+    {"--ib-write-bw", &check_options::ib_write_bw},
   };
   for (const auto& [option, field] : table)
     if (name == option)
@@ -118,6 +125,14 @@ std::string parse_args(int argc, char** argv, parsed& p) {
   }
   if (p.check == "disk" && o.data_dir.empty())
     return "disk needs --data-dir PATH";
+  if (p.check == "pair") {
+    if (o.pair_role != "server" && o.pair_role != "client")
+      return "pair needs --role server or --role client";
+    if (o.pair_role == "client" && o.pair_peer.empty())
+      return "pair --role client needs --peer ADDR (the server's address)";
+    if (auto rails = parse_pair_rails(o.pair_rails); !rails)
+      return astraeus::render_error(rails.error());
+  }
   return {};
 }
 
@@ -155,6 +170,8 @@ int main(int argc, char** argv) {
     r = run_disk(p.options);
   } else if (p.check == "dcgm") {
     r = run_dcgm(p.options);
+  } else if (p.check == "pair") {
+    r = run_pair(p.options);
   } else {
     return bad_usage("unknown check '" + p.check + "'");
   }

@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "actors/validation/pair_matrix.hpp"
 #include "bin/cli_format.hpp"
 #include "runtime/process/wall_clock.hpp"
 
@@ -30,6 +31,11 @@ std::string html_escape(const std::string& s) {
     }
   }
   return out;
+}
+
+/// A step's machine: "gpu-01", a pair's "gpu-01–gpu-02".
+std::string step_machines(const v1::ValidationStep& s) {
+  return s.peer().empty() ? s.machine() : s.machine() + "\xE2\x80\x93" + s.peer();
 }
 
 std::vector<std::string> row_cells(const v1::ReportRow& r) {
@@ -61,7 +67,7 @@ std::string format_validation_progress(const v1::Validation& v) {
     if (s.state() == "Done" || s.state() == "Failed")
       ++done;
     else if (s.state() == "Running")
-      running += (running.empty() ? "" : ", ") + s.machine() + " " + s.check();
+      running += (running.empty() ? "" : ", ") + step_machines(s) + " " + s.check();
     else if (!s.reason().empty() && said.insert(s.machine()).second)
       waiting += (waiting.empty() ? "" : "; ") + s.reason();
   }
@@ -105,7 +111,7 @@ std::string format_validation(const v1::Validation& v) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& s : v.steps()) {
     std::string why = s.result().summary().empty() ? s.reason() : s.result().summary();
-    rows.push_back({s.machine(), s.check(), s.state(), s.verdict().empty() ? "—" : s.verdict(),
+    rows.push_back({step_machines(s), s.check(), s.state(), s.verdict().empty() ? "—" : s.verdict(),
                     std::to_string(s.yields()), why});
   }
   return out + render_table({"MACHINE", "CHECK", "STATE", "VERDICT", "YIELDED", "WHY"}, rows);
@@ -117,6 +123,8 @@ std::string format_report(const v1::ClusterReport& r) {
   for (const auto& row : r.rows())
     rows.push_back(row_cells(row));
   out += render_table(report_header(), rows);
+  if (r.pairs_size() > 0)
+    out += "\n" + validation::pairs_matrix_text(r.pairs());
   out += "\nWhat to fix (" + std::to_string(r.findings_size()) + ")\n";
   for (const auto& f : r.findings()) {
     out += std::string(f.severity() == "fail" ? "! " : "! ") + f.what() + "\n";
@@ -144,7 +152,8 @@ std::string format_report_html(const v1::ClusterReport& r, const std::string& ti
       out += "<td class=\"" + html_escape(c) + "\">" + html_escape(c) + "</td>";
     out += "</tr>\n";
   }
-  out += "</table>\n<h2>What to fix (" + std::to_string(r.findings_size()) + ")</h2>\n<ul>\n";
+  out += "</table>\n" + validation::pairs_matrix_html(r.pairs());
+  out += "<h2>What to fix (" + std::to_string(r.findings_size()) + ")</h2>\n<ul>\n";
   for (const auto& f : r.findings())
     out += "<li class=\"" + html_escape(f.severity()) + "\">" + html_escape(f.what())
            + (f.fix().empty() ? "" : "<br>fix: " + html_escape(f.fix())) + "</li>\n";

@@ -28,11 +28,13 @@ std::string format_validation_list(const v1::ValidationList& list);
 std::string format_validation(const v1::Validation& v);
 
 /// `astra astraeus report`: the summary, the table MACHINE STATE VERDICT
-/// QUICK DCGM BURN COPIES DISK PAIRS ALL-REDUCE, "What to fix (N)" with
-/// each finding and its `fix:` line.
+/// QUICK DCGM BURN COPIES DISK PAIRS ALL-REDUCE, the pairs' matrix when
+/// pairs were measured (pair_matrix.hpp), "What to fix (N)" with each
+/// finding and its `fix:` line.
 std::string format_report(const v1::ClusterReport& r);
 
-/// `astra astraeus report --html FILE`: the same as a printable page.
+/// `astra astraeus report --html FILE`: the same as a printable page, the
+/// pairs' matrix as a heat map.
 std::string format_report_html(const v1::ClusterReport& r, const std::string& title);
 
 /// `astra astraeus topology` (issue 12; bring-up-a-gpu-cluster.md, step 5):

@@ -1,6 +1,7 @@
 // The Cluster Report (cluster_report.hpp).
 
 #include "actors/validation/cluster_report.hpp"
+#include "actors/validation/pair_plan.hpp"
 #include "actors/validation/topology_findings.hpp"
 
 #include <algorithm>
@@ -35,6 +36,37 @@ v1::CheckFinding named(v1::CheckFinding f, const std::string& machine) {
   return f;
 }
 
+/// The latest pair steps of machines in `names`, by the pair's server.
+std::vector<const v1::ValidationStep*> pair_steps(const latest_map& latest,
+                                                  const std::vector<std::string>& names) {
+  std::vector<const v1::ValidationStep*> out;
+  for (const auto& [key, step] : latest)
+    if (is_pair(step) && std::binary_search(names.begin(), names.end(), step.machine())
+        && std::binary_search(names.begin(), names.end(), step.peer()))
+      out.push_back(&step);
+  return out;
+}
+
+/// The PAIRS cell of `machine`: machine_pairs_verdict() of its pairs, each
+/// the worse of its step's verdict and its rails' (a pair that could not
+/// run: fail); "—" when it is in none.
+std::string pairs_cell(const std::vector<const v1::ValidationStep*>& steps,
+                       const std::vector<v1::PairResult>& pairs, const std::string& machine) {
+  std::vector<std::string> verdicts;
+  for (const auto* s : steps) {
+    if ((s->machine() != machine && s->peer() != machine)
+        || (s->state() != "Failed" && s->state() != "Done"))
+      continue;
+    std::string v = s->state() == "Failed" ? "fail" : s->verdict();
+    for (const auto& p : pairs)
+      if (p.a() == s->machine() && p.b() == s->peer() && rank_of(p.verdict()) > rank_of(v))
+        v = p.verdict();
+    verdicts.push_back(v);
+  }
+  auto v = machine_pairs_verdict(verdicts);
+  return v.empty() ? std::string{none} : v;
+}
+
 } // namespace
 
 std::string readiness(const v1::MachineView& m) {
@@ -66,6 +98,14 @@ v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map
   // Issue 12: what the topology finds on a machine makes its VERDICT warn
   // while its checks pass (the seed's gpu-06 with a port at 200 Gb/s).
   auto topology = analyse_topology(machines, pool, now_unix_ms);
+  // Issue 12: the pairs among these machines, judged against the best pair.
+  std::vector<std::string> names;
+  for (const auto* m : rows)
+    names.push_back(m->name());
+  auto pair_steps_in = pair_steps(latest, names);
+  auto pairs = pair_results(pair_steps_in, check_policy{}.values());
+  for (const auto& p : pairs)
+    *out.add_pairs() = p;
   for (const auto* m : rows) {
     auto* row = out.add_rows();
     row->set_machine(m->name());
@@ -75,10 +115,11 @@ v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map
     row->set_burn(cell(latest, m->name(), "burn"));
     row->set_copies(cell(latest, m->name(), "copies"));
     row->set_disk(cell(latest, m->name(), "disk"));
-    row->set_pairs(none);
+    row->set_pairs(pairs_cell(pair_steps_in, pairs, m->name()));
     row->set_all_reduce(none);
     int worst = 0;
-    for (const auto* c : {&row->quick(), &row->dcgm(), &row->burn(), &row->copies(), &row->disk()})
+    for (const auto* c : {&row->quick(), &row->dcgm(), &row->burn(), &row->copies(), &row->disk(),
+                          &row->pairs()})
       worst = std::max(worst, rank_of(*c));
     for (const auto& check : {"quick", "dcgm", "burn", "copies", "disk"}) {
       auto it = latest.find({m->name(), check});
@@ -98,6 +139,23 @@ v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map
         f.set_fix("Check that the check program (validation.check_program) is installed and "
                   "runs on " + m->name() + ", then `astra astraeus validate --suite " + check
                   + " --machine " + m->name() + "`.");
+        fails.push_back(std::move(f));
+      }
+    }
+    for (const auto* s : pair_steps_in) {
+      if (s->machine() != m->name())
+        continue;  // a pair's findings are told once, under its server
+      for (const auto& f : s->result().findings())
+        (f.severity() == "fail" ? fails : warns).push_back(named(f, m->name()));
+      if (s->state() == "Failed") {
+        v1::CheckFinding f;
+        f.set_severity("fail");
+        f.set_machine(m->name());
+        f.set_check(pair_check);
+        f.set_what(pair_label(*s) + " pair check could not run: " + s->reason());
+        f.set_fix("Check that perftest (ib_write_bw) is installed on both machines and that "
+                  "they reach each other, then `astra astraeus validate --suite network --pool "
+                  + (pool.empty() ? std::string{"POOL"} : pool) + "`.");
         fails.push_back(std::move(f));
       }
     }
@@ -129,6 +187,8 @@ v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map
   else {
     for (int i = 0; i < out.findings_size() && i < 3; ++i)
       summary += "; " + out.findings(i).what();
+    if (auto weakest = weakest_pair_phrase(pairs); !weakest.empty())
+      summary += "; " + weakest;
     summary += ".";
   }
   out.set_summary(summary);

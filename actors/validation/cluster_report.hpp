@@ -21,12 +21,15 @@ using latest_map = std::map<std::pair<std::string, std::string>, v1::ValidationS
 std::string readiness(const v1::MachineView& m);
 
 /// The report over `machines` (only those of `pool` unless empty):
-/// cells are the latest verdicts ("—" never run; PAIRS and ALL-REDUCE "—"
-/// until the fabric checks exist); a machine's VERDICT is the worst of its
+/// cells are the latest verdicts ("—" never run; PAIRS the worst of the
+/// machine's latest pairs, judged against the best pair as pair_results
+/// does; ALL-REDUCE "—" until that check exists); `pairs` the pairs among
+/// these machines (pair_plan.hpp); a machine's VERDICT is the worst of its
 /// cells (fail > warn > pass; "—" when none ran); `passing` counts `pass`
 /// only; the findings are every latest result's (fail first), each `what`
 /// starting with its machine's name, plus a check that could not run; the
-/// summary is "N/M machines pass" and the first three findings.
+/// summary is "N/M machines pass", the first three findings and the weakest
+/// pair ("pair gpu-03–gpu-06 at 92% of the best pair").
 v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map& latest,
                                const std::string& pool, int64_t now_unix_ms);
 

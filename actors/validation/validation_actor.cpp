@@ -1,32 +1,42 @@
 // One validation as an actor (validation_actor.hpp): slots, runs, results.
 
 #include "actors/validation/validation_actor.hpp"
+#include "actors/validation/validation_actor_internal.hpp"
 
 #include <caf/send.hpp>
 #include <spdlog/spdlog.h>
 
+#include "actors/validation/pair_plan.hpp"
 #include "actors/validation/validation_plan.hpp"
 #include "messages/error.hpp"
 #include "store/store.hpp"
 
-namespace astraeus {
+namespace astraeus::validation_detail {
 
-namespace {
-
-using self_ptr = validation_actor::stateful_pointer<validation_state>;
-
-/// Stores the validation with sync and tells the owner.
-void save(self_ptr self) {
+void save(validation_self self) {
   auto& st = self->state;
   if (auto err = st.config.store->put(family::validations, "val/" + st.v.id(), st.v, true))
     spdlog::error("validation {}: cannot store it: {}", st.v.id(), render_error(err));
   self->send(st.config.owner, atom::validate_v, st.v);
 }
 
-v1::Request cluster_request() {
+v1::Request validation_cluster_request() {
   v1::Request req;
   *req.mutable_caller() = validation_principal();
   return req;
+}
+
+} // namespace astraeus::validation_detail
+
+namespace astraeus {
+
+namespace {
+
+using self_ptr = validation_actor::stateful_pointer<validation_state>;
+using validation_detail::save;
+
+v1::Request cluster_request() {
+  return validation_detail::validation_cluster_request();
 }
 
 void try_start(self_ptr self, int index);
@@ -233,7 +243,8 @@ void poll(self_ptr self) {
     if (st.busy.count(machine))
       continue;
     for (int i = 0; i < st.v.steps_size(); ++i)
-      if (st.v.steps(i).machine() == machine && st.v.steps(i).state() == validation::running) {
+      if (st.v.steps(i).machine() == machine && st.v.steps(i).state() == validation::running
+          && !validation::is_pair(st.v.steps(i))) {
         look_at_run(self, i);
         break;
       }
@@ -242,6 +253,7 @@ void poll(self_ptr self) {
     if (auto next = validation::next_step(st.v, machine))
       try_start(self, *next);
   }
+  validation_detail::poll_pairs(self);
   if (st.busy.empty() && validation::conclude(st.v, st.config.clock->now_unix_ms())) {
     spdlog::info("validation {}: {}", st.v.id(), validation::outcome_line(st.v));
     save(self);

@@ -1,6 +1,7 @@
 // The logic of a validation without actors (validation_plan.hpp).
 
 #include "actors/validation/validation_plan.hpp"
+#include "actors/validation/pair_plan.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -43,7 +44,17 @@ std::vector<std::string> checks_of(const std::string& suite) {
 }
 
 std::string suite_names() {
-  return "acceptance, quick, dcgm, burn, copies, disk";
+  return "acceptance, quick, dcgm, burn, copies, disk, network";
+}
+
+bool known_suite(const std::string& suite) {
+  return !checks_of(suite).empty() || suite_has_pairs(suite);
+}
+
+std::pair<std::string, std::string> latest_key(const v1::ValidationStep& step) {
+  if (is_pair(step))
+    return {step.machine(), std::string{pair_check} + "/" + step.peer()};
+  return {step.machine(), step.check()};
 }
 
 std::string make_id(int64_t unix_ms, uint64_t random) {
@@ -80,24 +91,30 @@ v1::Validation make_validation(const std::string& id, const v1::StartValidation&
       s->set_validation(id);
     }
   }
+  if (suite_has_pairs(start.suite()))
+    add_pair_steps(v);
   return v;
 }
 
 std::vector<std::string> resume(v1::Validation& v) {
   std::vector<std::string> stale;
-  for (auto& s : *v.mutable_steps())
+  for (int i = 0; i < v.steps_size(); ++i) {
+    auto& s = *v.mutable_steps(i);
     if (s.state() == running) {
       if (!s.run().empty())
         stale.push_back(s.run());
+      if (is_pair(s) && s.run() != pair_run_name(v, i, s.attempts(), true))
+        stale.push_back(pair_run_name(v, i, s.attempts(), true));  // its server's too
       s.set_state(queued);
       s.set_reason("the controller restarted while it ran: it runs again");
     }
+  }
   return stale;
 }
 
 bool has_running(const v1::Validation& v, const std::string& machine) {
   return std::any_of(v.steps().begin(), v.steps().end(), [&](const auto& s) {
-    return s.machine() == machine && s.state() == running;
+    return (s.machine() == machine || s.peer() == machine) && s.state() == running;
   });
 }
 
@@ -106,7 +123,7 @@ std::optional<int> next_step(const v1::Validation& v, const std::string& machine
     return std::nullopt;
   for (int i = 0; i < v.steps_size(); ++i) {
     const auto& s = v.steps(i);
-    if (s.machine() == machine && (s.state() == queued || s.state() == yielded))
+    if (s.machine() == machine && !is_pair(s) && (s.state() == queued || s.state() == yielded))
       return i;
   }
   return std::nullopt;
@@ -114,7 +131,11 @@ std::optional<int> next_step(const v1::Validation& v, const std::string& machine
 
 std::string run_name(const v1::Validation& v, int index, uint32_t attempt) {
   const auto& s = v.steps(index);
-  std::string name = v.id() + "-" + s.machine() + "-" + s.check() + "-" + std::to_string(attempt);
+  return clean_run_name(v.id() + "-" + s.machine() + "-" + s.check() + "-"
+                        + std::to_string(attempt));
+}
+
+std::string clean_run_name(std::string name) {
   for (auto& c : name)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-')
       c = '-';
@@ -197,14 +218,21 @@ std::string disk_folder(const v1::Validation& v, const v1::MachineView& view) {
 v1::RunSpec run_spec(const v1::Validation& v, int index, uint32_t gpus,
                      const std::string& program) {
   const auto& s = v.steps(index);
+  return check_spec(v, run_name(v, index, s.attempts()), s.machine(),
+                    command_of(v, s.check(), program), gpus);
+}
+
+v1::RunSpec check_spec(const v1::Validation& v, const std::string& name,
+                       const std::string& machine, const std::vector<std::string>& command,
+                       uint32_t gpus) {
   v1::RunSpec spec;
-  spec.set_name(run_name(v, index, s.attempts()));
-  for (auto& part : command_of(v, s.check(), program))
-    spec.add_command(std::move(part));
+  spec.set_name(name);
+  for (const auto& part : command)
+    spec.add_command(part);
   spec.set_runtime("process");
   spec.set_gpus_per_worker(gpus);
   spec.set_workers(1);
-  (*spec.mutable_labels())["astraeus.io/machine"] = s.machine();
+  (*spec.mutable_labels())["astraeus.io/machine"] = machine;
   spec.set_priority(-1000);
   spec.set_validation(v.id());
   spec.set_result_line(true);
@@ -285,16 +313,20 @@ bool apply_run(v1::ValidationStep& step, const v1::Run& run, int64_t now_unix_ms
 
 std::string machine_verdict(const v1::Validation& v, const std::string& machine) {
   int worst = 0;
+  std::vector<std::string> pairs;
   for (const auto& s : v.steps()) {
-    if (s.machine() != machine)
+    if (s.machine() != machine && s.peer() != machine)
       continue;
-    if (s.state() == failed)
-      worst = 2;
-    else if (s.state() != done)
+    if (s.state() != done && s.state() != failed)
       return "";
+    auto verdict = s.state() == failed ? std::string{"fail"} : s.verdict();
+    if (is_pair(s))
+      pairs.push_back(verdict);
     else
-      worst = std::max(worst, rank_of(s.verdict()));
+      worst = std::max(worst, s.state() == failed ? 2 : rank_of(verdict));
   }
+  if (!pairs.empty())
+    worst = std::max(worst, rank_of(machine_pairs_verdict(pairs)));
   return worst == 2 ? "fail" : worst == 1 ? "warn" : "pass";
 }
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <caf/expected.hpp>
@@ -35,12 +36,21 @@ std::vector<std::string> checks_of(const std::string& suite);
 /// Every suite's name, for error messages ("acceptance, quick, ...").
 std::string suite_names();
 
+/// Whether `suite` is one: it has checks of its own (checks_of) or runs the
+/// pairs ("network": the pairs alone, issue 12).
+bool known_suite(const std::string& suite);
+
+/// The key a step's latest result is kept under: (machine, check); a pair
+/// step's (its machine, "pair/<peer>"), so every pair keeps its own.
+std::pair<std::string, std::string> latest_key(const v1::ValidationStep& step);
+
 /// "val-YYYYMMDD-xxxxxx": the date of `unix_ms` (UTC) and 6 hex digits of
 /// `random`.
 std::string make_id(int64_t unix_ms, uint64_t random);
 
 /// A new validation (state Running) with one Queued step per machine and
-/// check of its suite. `machines` must be non-empty and `checks_of(suite)`
+/// check of its suite, then (acceptance, network) one per pair of machines
+/// (pair_plan.hpp). `machines` must be non-empty and `checks_of(suite)`
 /// too (the caller checked).
 v1::Validation make_validation(const std::string& id, const v1::StartValidation& start,
                                const std::vector<std::string>& machines,
@@ -51,16 +61,28 @@ v1::Validation make_validation(const std::string& id, const v1::StartValidation&
 /// Returns the runs to remove.
 std::vector<std::string> resume(v1::Validation& v);
 
-/// Whether `machine` has a Running step in `v`.
+/// Whether `machine` has a Running step in `v` (a pair's peer included).
 bool has_running(const v1::Validation& v, const std::string& machine);
 
 /// The index of the next step to start on `machine`: its first Queued or
-/// Yielded step; nullopt when none (or one runs there already).
+/// Yielded step that is not a pair step (those start by round:
+/// startable_pairs); nullopt when none (or one runs there already).
 std::optional<int> next_step(const v1::Validation& v, const std::string& machine);
 
 /// The run name of attempt `attempt` of step `index`:
 /// "<id>-<machine>-<check>-<attempt>", cut to 63 characters.
 std::string run_name(const v1::Validation& v, int index, uint32_t attempt);
+
+/// `name` made a run name: characters other than letters, digits and '-'
+/// become '-', cut to its last 63 characters, no leading '-'.
+std::string clean_run_name(std::string name);
+
+/// The run spec of a check named `name` running `command` as a host
+/// process holding `gpus` GPUs, pinned to `machine`, at the lowest
+/// priority, its last line kept as the result.
+v1::RunSpec check_spec(const v1::Validation& v, const std::string& name,
+                       const std::string& machine, const std::vector<std::string>& command,
+                       uint32_t gpus);
 
 /// The run spec of a step: `program <check> --json [options]` as a host
 /// process holding every GPU of the machine (`gpus`), pinned to the machine,
@@ -130,7 +152,8 @@ caf::expected<v1::CheckResult> parse_result(const std::string& line, const std::
 /// Returns false when the run has not ended yet.
 bool apply_run(v1::ValidationStep& step, const v1::Run& run, int64_t now_unix_ms);
 
-/// The verdict of `machine` in `v`: "fail" when a step failed or its check
+/// The verdict of `machine` in `v` (its steps and the pairs it is in):
+/// "fail" when a step failed or its check
 /// says fail, "warn" when one warns, "pass" when all are done, "" while any
 /// is not done.
 std::string machine_verdict(const v1::Validation& v, const std::string& machine);

@@ -41,7 +41,7 @@ void start_validation(self_ptr self, v1::StartValidation start, std::string trig
                       std::string created_by, started_fn done,
                       std::vector<std::string> batch) {
   auto& st = self->state;
-  if (validation::checks_of(start.suite()).empty()) {
+  if (!validation::known_suite(start.suite())) {
     done(caf::make_error(ec::invalid_request, "unknown suite '" + start.suite()
                                                 + "': one of " + validation::suite_names()));
     return;
@@ -91,6 +91,13 @@ void start_validation(self_ptr self, v1::StartValidation start, std::string trig
           return;
         }
         std::sort(names.begin(), names.end());
+        if (start.suite() == "network" && names.size() < 2) {
+          done(caf::make_error(ec::invalid_request,
+                               "the network suite measures pairs of machines: "
+                                 + std::to_string(names.size())
+                                 + " machine is Up, it needs two or more"));
+          return;
+        }
         auto& st = self->state;
         auto now = st.config.clock->now_unix_ms();
         std::string id;
@@ -159,7 +166,8 @@ caf::result<std::string> on_slot(self_ptr self, const std::string& machine,
 
 void on_step(self_ptr self, v1::ValidationStep& step) {
   auto& st = self->state;
-  auto key = "latest/" + step.machine() + "/" + step.check();
+  auto latest = validation::latest_key(step);
+  auto key = "latest/" + latest.first + "/" + latest.second;
   if (auto err = st.config.store->put(family::validations, key, step, true))
     spdlog::error("validations: cannot store {}: {}", key, render_error(err));
   if (step.check() == "quick" && st.cluster) {
@@ -168,7 +176,7 @@ void on_step(self_ptr self, v1::ValidationStep& step) {
       .then([self, step](machine_actor& m) { self->send(m, atom::validate_v, step); },
             [](caf::error&) {});
   }
-  st.latest[{step.machine(), step.check()}] = std::move(step);
+  st.latest[latest] = std::move(step);
 }
 
 void on_validation(self_ptr self, v1::Validation& v) {
@@ -202,7 +210,7 @@ void load(self_ptr self) {
       } else if (key.rfind("latest/", 0) == 0) {
         v1::ValidationStep s;
         if (parse(s))
-          st.latest[{s.machine(), s.check()}] = std::move(s);
+          st.latest[validation::latest_key(s)] = std::move(s);
       } else if (key.rfind("policy/", 0) == 0) {
         v1::ValidationPolicy p;
         if (parse(p))

@@ -156,10 +156,13 @@ int run_validate(const options& opts, const validate_flags& f) {
 
 void add_validate(CLI::App& app, invocation& inv) {
   auto* cmd = app.add_subcommand("validate", "run checks on machines: the quick check, "
-                                             "GPU diagnostics, burn-in, copies, the data disk");
+                                             "GPU diagnostics, burn-in, copies, the data disk, "
+                                             "the fabric between every pair");
   auto& f = inv.keep<validate_flags>();
-  cmd->add_option("--suite", f.suite, "acceptance (every check), quick, dcgm, burn, copies, disk")
-    ->check(CLI::IsMember({"acceptance", "quick", "dcgm", "burn", "copies", "disk"}));
+  cmd->add_option("--suite", f.suite,
+                  "acceptance (every check, then the pairs), quick, dcgm, burn, copies, disk, "
+                  "network (the pairs alone)")
+    ->check(CLI::IsMember({"acceptance", "quick", "dcgm", "burn", "copies", "disk", "network"}));
   cmd->add_option("--pool", f.pool, "every machine of this pool");
   cmd->add_option("--machine", f.machine, "one machine");
   cmd->add_option("--note", f.note, "a note kept with the validation");

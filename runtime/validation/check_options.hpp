@@ -34,6 +34,14 @@ struct check_options {
   std::string dcgmi = "dcgmi";
   /// dcgm: diag level (--level); absent: dcgm.level.
   std::optional<int> dcgm_level;
+  /// pair: "server" or "client" (--role).
+  std::string pair_role;
+  /// pair: the server's address, for the client (--peer).
+  std::string pair_peer;
+  /// pair: the rails, "device:port:rate,..." (--rails).
+  std::string pair_rails;
+  /// pair: perftest's ib_write_bw (--ib-write-bw).
+  std::string ib_write_bw = "ib_write_bw";
 };
 
 }  // namespace astraeus::validation

@@ -119,6 +119,24 @@ const row_spec table[] = {
    "dcgmi diag running past {} s: fail", "NVSentinel provider timeout 1800 s"},
   {"dcgm", "", nullptr, range::any, "",
    "dcgmi not installed: skipped (DCGM is not in Debian; the other checks stand in)", anchors},
+  {"pair", "pairs.rate_fraction", &thresholds::pairs_rate_fraction, range::fraction, "fraction",
+   "ib_write_bw on a rail below {} x its trained rate (the slower end's, sysfs): warn",
+   "Mellanox ngc_multinode_perf PR #43 (0.9 x port rate); Azure NHC 380 of 400 Gb/s"},
+  {"pair", "pairs.fail_fraction", &thresholds::pairs_fail_fraction, range::fraction, "fraction",
+   "ib_write_bw on a rail below {} x its trained rate, or no figure at all: fail",
+   "[R] half the rate is a broken link, not a slow one; NVIDIA CRE PR #6 (fail closed)"},
+  {"pair", "pairs.peer_fraction", &thresholds::pairs_peer_fraction, range::fraction, "fraction",
+   "a pair's rail below {} x the best pair's on that rail: warn (the controller, over every pair)",
+   "[R] anchors goal 2; seed: \"pair gpu-03\xE2\x80\x93gpu-06 at 92% of the best pair\""},
+  {"pair", "pairs.duration_s", &thresholds::pairs_duration_s, range::positive, "s",
+   "ib_write_bw -D {} per rail, rails one after another", "[R] 8 rails x 5 s within the anchors' 45 s a round"},
+  {"pair", "pairs.connect_timeout_s", &thresholds::pairs_connect_timeout_s, range::positive, "s",
+   "server and client wait {} s for each other per rail: then fail", "[R]"},
+  {"pair", "pairs.base_port", &thresholds::pairs_base_port, range::positive, "TCP port",
+   "rail k's ib_write_bw listens on TCP port {} + k", "perftest's default port 18515"},
+  {"pair", "", nullptr, range::any, "",
+   "pairs run in rounds of disjoint pairs (the circle method): n machines take n-1 rounds, "
+   "n rounds when n is odd (each machine sits one out)", "issue 12"},
 };
 
 std::string value_text(double v) {

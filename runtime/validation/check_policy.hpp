@@ -51,11 +51,18 @@ struct thresholds {
   // dcgm
   double dcgm_level = 2;                  ///< dcgmi diag -r level
   double dcgm_timeout_s = 1800;           ///< dcgmi's deadline
+  // pair (issue 12)
+  double pairs_rate_fraction = 0.9;       ///< below trained rate x this: warn
+  double pairs_fail_fraction = 0.5;       ///< below trained rate x this: fail
+  double pairs_peer_fraction = 0.9;       ///< below the best pair on the rail x this: warn
+  double pairs_duration_s = 5;            ///< ib_write_bw -D per rail
+  double pairs_connect_timeout_s = 60;    ///< how long the two ends wait for each other
+  double pairs_base_port = 18515;         ///< rail k uses TCP port base + k
 };
 
 /// One row of the table, as printed.
 struct policy_row {
-  std::string check;    ///< "quick", "copies", "burn", "disk", "dcgm"
+  std::string check;    ///< "quick", "copies", "burn", "disk", "dcgm", "pair"
   std::string key;      ///< "copies.peer_fraction"; empty for a rule without a figure
   std::string value;    ///< "0.9" ("—" for a rule without a figure)
   std::string unit;     ///< "fraction", "GB/s", "ms", ...
@@ -88,7 +95,7 @@ public:
   /// when the file cannot be read.
   caf::error apply_file(const std::string& path);
 
-  /// Every row, in table order (by check: quick, copies, burn, disk, dcgm).
+  /// Every row, in table order (by check: quick, copies, burn, disk, dcgm, pair).
   std::vector<policy_row> rows() const;
 
 private:

@@ -24,16 +24,26 @@ std::string leader_worker_name(const v1::WorkerOrder& order) {
 /// '=' (after an optional '^') as "exact names" for every item and takes
 /// the items after it literally, so the seed's `=mlx5_0:1,=mlx5_2:1`
 /// (inside-a-worker.md) would name "=mlx5_2", which no device is, and NCCL
-/// would use mlx5_0 alone (nccl src/transport/net_ib.cc, ncclIbInit).
-std::string ib_hca(const worker_env_context& ctx) {
-  std::string out;
+/// would use mlx5_0 alone (nccl src/transport/net_ib.cc, ncclIbInit). The
+/// ports the order excludes (issue 12: marked degraded, "mlx5_5:1" or
+/// "mlx5_5") are left out, unless that would leave none (then NCCL had
+/// better use them than sockets).
+std::string ib_hca(const v1::WorkerOrder& order, const worker_env_context& ctx) {
+  auto excluded = [&](const v1::RdmaPort& p) {
+    auto port = p.device() + ":" + std::to_string(p.port());
+    return std::any_of(order.excluded_ib_ports().begin(), order.excluded_ib_ports().end(),
+                       [&](const std::string& x) { return x == port || x == p.device(); });
+  };
+  std::string all, kept;
   for (const auto& p : ctx.rdma_ports) {
     if (p.state() != "ACTIVE" || p.rate_gbps() < ctx.rdma_min_gbps)
       continue;
-    out += out.empty() ? "=" : ",";
-    out += p.device() + ":" + std::to_string(p.port());
+    auto name = p.device() + ":" + std::to_string(p.port());
+    all += (all.empty() ? "=" : ",") + name;
+    if (!excluded(p))
+      kept += (kept.empty() ? "=" : ",") + name;
   }
-  return out;
+  return kept.empty() ? all : kept;
 }
 
 /// Whether every GPU of the order is an NVIDIA GPU (UUIDs "GPU-...";
@@ -84,7 +94,7 @@ worker_environment(const v1::WorkerOrder& order, const worker_env_context& ctx) 
     // host process needs no hand-over.
     if (!order.nvlink_domain().empty() && !ctx.host_process && nvidia_gpus(order))
       env["NVIDIA_IMEX_CHANNELS"] = "0";
-    auto hca = ib_hca(ctx);
+    auto hca = ib_hca(order, ctx);
     if (!hca.empty())
       env["NCCL_IB_HCA"] = hca;
     else if (order.machine_count() > 1)

@@ -19,7 +19,9 @@ struct worker_env_context {
   /// The machine's name: ASTRAEUS_NODE_NAME, SLURMD_NODENAME.
   std::string machine;
   /// The machine's RDMA ports (host facts). Those ACTIVE at or above
-  /// `rdma_min_gbps` make NCCL_IB_HCA (`=mlx5_0:1,mlx5_2:1`: one `=` for the list).
+  /// `rdma_min_gbps` make NCCL_IB_HCA (`=mlx5_0:1,mlx5_2:1`: one `=` for the
+  /// list), less those in the order's `excluded_ib_ports` (issue 12: marked
+  /// degraded; "mlx5_5:1" or "mlx5_5") unless that would leave none.
   std::vector<v1::RdmaPort> rdma_ports;
   /// A port slower than this (Gb/s) is not "fast enough" for NCCL.
   double rdma_min_gbps = 100;

@@ -33,6 +33,15 @@ dir=$(dirname "$0")
 check=$1
 m=$ASTRAEUS_NODE_NAME
 echo "stand-in astraeus-check $check on $m" >&2
+if [ "$check" = pair ]; then
+  # The real program, through the ib_write_bw stand-in: a pair over a rail
+  # trained at 200 Gb/s (its rate is the slower end's) plays the slow output.
+  out=$dir/perftest
+  case "$*" in *mlx5_5:1:200*) out=$dir/perftest-slow ;; esac
+  mkdir -p "$dir/rendezvous"
+  ASTRAEUS_PERFTEST_FIXTURES=$out ASTRAEUS_PERFTEST_RENDEZVOUS=$dir/rendezvous \
+    exec "$dir/real-check" "$@" --ib-write-bw "$dir/ib_write_bw"
+fi
 if [ "$check" = burn ]; then
   sleep "$(cat "$dir/burn_seconds" 2>/dev/null || echo 0)"
 fi
@@ -94,7 +103,7 @@ protected:
 
   /// An agent of machine `name` in pool h100, with 8 stand-in GPUs of its own.
   void start_agent(const std::string& name, bool with_data_location = true,
-                   bool request_acceptance = false) {
+                   bool request_acceptance = false, const std::string& host_root = {}) {
     auto nvml = dir_ / ("nvml-" + name + ".json");
     // Idle GPUs: h100x8 has six GPUs busy outside Astraeus (Foreign), and a
     // check holds all of its machine's GPUs.
@@ -125,6 +134,10 @@ protected:
     if (request_acceptance) {
       argv.push_back("--set");
       argv.push_back("validation.request_acceptance=true");
+    }
+    if (!host_root.empty()) {
+      argv.push_back("--host-root");
+      argv.push_back(host_root);
     }
     auto creds = owner_credentials(port_);
     if (creds.pinned) {
@@ -197,9 +210,11 @@ TEST_F(Validation, AcceptanceOfThreeMachinesNamesTheSlowGpuAndItsFix) {
   ASSERT_EQ(report.rc, 0) << report.err;
   EXPECT_TRUE(contains(report.out, "2/3 machines pass; gpu-03 GPU 3 host-to-device 21.4 GB/s"))
     << report.out;
+  // PAIRS: skipped, these machines have no RDMA port (issue 12).
   EXPECT_TRUE(contains(report.out, "MACHINE  STATE  VERDICT  QUICK  DCGM  BURN  COPIES  DISK  "
-                                   "PAIRS  ALL-REDUCE"))
+                                   "PAIRS    ALL-REDUCE"))
     << report.out;
+  EXPECT_TRUE(contains(report.out, "pass  skipped  \xE2\x80\x94\n")) << report.out;
   EXPECT_TRUE(contains(report.out, "What to fix (1)\n! gpu-03 GPU 3 host-to-device")) << report.out;
   EXPECT_TRUE(contains(report.out, "  fix: Reseat GPU 3")) << report.out;
   EXPECT_TRUE(contains(read_text(dir_ / "report.html"), "Reseat GPU 3"));
@@ -233,6 +248,60 @@ TEST_F(Validation, AcceptanceOfThreeMachinesNamesTheSlowGpuAndItsFix) {
   EXPECT_TRUE(contains(shown.out, "/mnt/nvme0/astraeus (admin)")) << shown.out;
   auto audit = astra({"audit"});
   EXPECT_TRUE(contains(audit.out, "set data location")) << audit.out;
+}
+
+// Issue 12 (bring-up-a-gpu-cluster.md, steps 3-5): `--suite network` runs
+// the pairs alone, through the real astraeus-check and the ib_write_bw
+// stand-in, over three machines of the DGX fixture (9 Active ports: 8
+// InfiniBand at 400 Gb/s, a RoCE port at 200) whose gpu-03 has mlx5_5
+// trained at 200 Gb/s; the report names
+// the weakest pair and shows the matrix.
+TEST_F(Validation, TheNetworkSuiteMeasuresEveryPairAndTheReportShowsTheMatrix) {
+  const std::string perftest = ASTRAEUS_SOURCE_DIR "/test/fixtures/checks/perftest/";
+  fs::create_directories(dir_ / "checks" / "perftest");
+  fs::create_directories(dir_ / "checks" / "perftest-slow");
+  fs::copy_file(perftest + "client_ndr_400.txt", dir_ / "checks" / "perftest" / "default.txt");
+  fs::copy_file(perftest + "client_ndr_400.txt",
+                dir_ / "checks" / "perftest-slow" / "default.txt");
+  fs::copy_file(perftest + "client_hdr_200.txt", dir_ / "checks" / "perftest-slow" / "mlx5_5.txt");
+  fs::copy_file(ASTRAEUS_SOURCE_DIR "/test/stand_in/ib_write_bw", dir_ / "checks" / "ib_write_bw");
+  fs::create_symlink(fs::path{ASTRAEUS_BIN_DIR} / "astraeus-check", dir_ / "checks" / "real-check");
+  ASSERT_TRUE(start_controller());
+  for (auto n : {"gpu-01", "gpu-02", "gpu-03"}) {
+    auto root = dir_ / ("host-" + std::string{n});
+    fs::copy(ASTRAEUS_SOURCE_DIR "/test/fixtures/hosts/dgx-h100", root,
+             fs::copy_options::recursive);
+    if (std::string{n} == "gpu-03")
+      write_text(root / "sys/class/infiniband/mlx5_5/ports/1/rate", "200 Gb/sec (4X HDR)\n");
+    start_agent(n, true, false, root.string());
+  }
+  for (auto n : {"gpu-01", "gpu-02", "gpu-03"})
+    ASSERT_TRUE(wait_state(n, v1::Machine::Up));
+
+  auto v = astra({"astraeus", "validate", "--suite", "network", "--pool", "h100", "--wait"});
+  EXPECT_EQ(v.rc, 0) << v.out << v.err;
+  EXPECT_TRUE(contains(v.out, ": network on gpu-01, gpu-02, gpu-03\n")) << v.out;
+  EXPECT_TRUE(contains(v.out, " network Passed (on-demand)\n3/3 machines pass.\n"))
+    << "gpu-03's pairs run at the pace its mlx5_5 trained at: " << v.out;
+
+  auto report = astra({"astraeus", "report", "--html", (dir_ / "report.html").string()});
+  ASSERT_EQ(report.rc, 0) << report.err;
+  EXPECT_TRUE(contains(report.out, "pair gpu-01\xE2\x80\x93gpu-03 at 94% of the best pair."))
+    << report.out;
+  EXPECT_TRUE(contains(report.out, "Pairs: % of the best pair")) << report.out;
+  EXPECT_TRUE(contains(report.out, "2/3 machines pass; gpu-03 mlx5_5 trained at 200 Gb/s, its "
+                                   "peers at 400 Gb/s"))
+    << report.out;
+  EXPECT_TRUE(contains(read_text(dir_ / "report.html"), "<table class=\"pairs\">"));
+  auto j = json_of(astra({"astraeus", "report", "-o", "json"}));
+  ASSERT_EQ(j["rows"].size(), 3u);
+  EXPECT_EQ(j["rows"][0]["pairs"], "pass");
+  EXPECT_EQ(j["rows"][2]["pairs"], "pass");
+  EXPECT_EQ(j["rows"][2]["verdict"], "warn") << "the topology finding";
+  EXPECT_FALSE(j["pairs"].empty());
+  auto one = astra({"astraeus", "validate", "--suite", "network", "--machine", "gpu-01"});
+  EXPECT_NE(one.rc, 0);
+  EXPECT_TRUE(contains(one.err + one.out, "it needs two or more")) << one.err << one.out;
 }
 
 // The run is submitted once both machines are Accepting (a machine is Up for

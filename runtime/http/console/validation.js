@@ -3,7 +3,8 @@
 // &validation=<id>. The Cluster Report (the same rows as `astra astraeus
 // report`), "What to fix (N)", a "Run acceptance" offer while no machine is
 // accepted yet, Run checks (suite and pool, then Start: POST /validations),
-// Download as a printable page or JSON, and the pools' Policies.
+// Download as a printable page or JSON, and the pools' Policies; the pairs'
+// matrix as a heat map (issue 12).
 // Loaded before console.js, whose helpers (el, api, show, failed, isAdmin)
 // it uses when its page is drawn.
 "use strict";
@@ -14,7 +15,8 @@ const REPORT_COLUMNS = [
   ["PAIRS", "pairs"], ["ALL-REDUCE", "all_reduce"],
 ];
 const SUITES = [["acceptance", "Acceptance"], ["quick", "Quick"], ["dcgm", "DCGM"],
-                ["burn", "Burn-in"], ["copies", "Copies"], ["disk", "Disk"]];
+                ["burn", "Burn-in"], ["copies", "Copies"], ["disk", "Disk"],
+                ["network", "Network (pairs)"]];
 
 function cell(word) {
   const w = word || "—";
@@ -27,6 +29,38 @@ function reportTable(report) {
     (report.rows || []).map((r) => el("tr", { id: "report-" + r.machine, "data-verdict": r.verdict || "" },
       REPORT_COLUMNS.map(([, k]) => (k === "machine" ? el("td", {}, el("strong", { text: r.machine }))
                                                      : cell(r[k]))))));
+}
+
+// The pairs' matrix (issue 12): each pair's bandwidth summed over its rails
+// as a share of the best pair's, red at half the best or less, green at the
+// best; a cell's title lists its rails. As `astra astraeus report --html`.
+function pairsMatrix(report) {
+  const pairs = report.pairs || [];
+  if (pairs.length === 0) return "";
+  const cells = new Map();
+  const names = new Set();
+  const key = (x, y) => (x < y ? x + "|" + y : y + "|" + x);
+  for (const p of pairs) {
+    names.add(p.a); names.add(p.b);
+    const c = cells.get(key(p.a, p.b)) || { gbps: 0, rails: [] };
+    c.gbps += p.gbps || 0;
+    c.rails.push(p);
+    cells.set(key(p.a, p.b), c);
+  }
+  const best = Math.max(...[...cells.values()].map((c) => c.gbps));
+  const machines = [...names].sort();
+  return [el("h2", { id: "pairs-title", text: "Pairs: % of the best pair (" + best.toFixed(1) + " Gb/s)" }),
+    el("table", { id: "pairs" },
+      el("tr", {}, el("th", { text: "" }), machines.map((m) => el("th", { text: m }))),
+      machines.map((x) => el("tr", {}, el("th", { text: x }), machines.map((y) => {
+        const c = x === y ? null : cells.get(key(x, y));
+        if (!c) return el("td", { text: x === y ? "·" : "—" });
+        const f = best > 0 ? c.gbps / best : 0;
+        const hue = Math.round(Math.min(Math.max((f - 0.5) / 0.5, 0), 1) * 120);
+        return el("td", { style: "background:hsl(" + hue + ",70%,80%)", text: Math.round(f * 100) + "%",
+                          title: c.rails.map((r) => r.device + " " + (r.gbps || 0).toFixed(1) + " Gb/s of "
+                            + (r.rate_gbps || 0) + " trained").join("; ") });
+      }))))];
 }
 
 function findingsList(report) {
@@ -88,7 +122,8 @@ function validationSection(v) {
     el("h2", { text: v.id + " · " + v.suite + " · " + v.state + " (" + (v.trigger || "on-demand") + ")" }),
     el("table", { id: "steps" },
       el("tr", {}, ["Machine", "Check", "State", "Verdict", "Why"].map((h) => el("th", { text: h }))),
-      (v.steps || []).map((s) => el("tr", {}, el("td", { text: s.machine }), el("td", { text: s.check }),
+      (v.steps || []).map((s) => el("tr", {}, el("td", { text: s.peer ? s.machine + "–" + s.peer : s.machine }),
+        el("td", { text: s.check }),
         el("td", { text: s.state }), cell(s.verdict), el("td", { text: s.reason || "" })))));
 }
 
@@ -167,6 +202,6 @@ async function validationPage(notice) {
        el("p", { id: "report-summary", text: report.summary || "No checks have run yet." }),
        offer(report, validations, pools),
        validationSection(one),
-       el("h2", { text: "Cluster Report" }), reportTable(report), findingsList(report),
+       el("h2", { text: "Cluster Report" }), reportTable(report), pairsMatrix(report), findingsList(report),
        downloads(report), runChecks(pools), policies(policyList.policies || [], pools));
 }

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
+
 #include <gtest/gtest.h>
 
 #include "runtime/host/sysfs_text.hpp"
@@ -138,6 +140,43 @@ TEST_F(CheckProgram, DiskJudgesFiosFigures) {
                         std::string{ASTRAEUS_FIXTURES} + "/checks/fio/fio.sh"});
   EXPECT_EQ(r.result.check, "disk") << r.out << r.err;
   EXPECT_EQ(r.result.measurements.size(), 3u) << r.out;
+}
+
+// Issue 12: both ends of a pair through the ib_write_bw stand-in, the
+// client trying again while the server does not listen yet.
+TEST_F(CheckProgram, PairMeasuresEveryRailFromBothEnds) {
+  std::string perftest = std::string{ASTRAEUS_FIXTURES} + "/checks/perftest/";
+  std::string outputs = dir.path() + "/perftest";
+  ASSERT_EQ(::mkdir(outputs.c_str(), 0755), 0);
+  astraeus::test::write_text(outputs + "/mlx5_0.txt",
+                             read_small_file(perftest + "client_ndr_400.txt").text);
+  astraeus::test::write_text(outputs + "/mlx5_5.txt",
+                             read_small_file(perftest + "client_hdr_200.txt").text);
+  ::setenv("ASTRAEUS_PERFTEST_FIXTURES", outputs.c_str(), 1);
+  ::setenv("ASTRAEUS_PERFTEST_REFUSE_ONCE", (dir.path() + "/refused-once").c_str(), 1);
+  std::string stand_in = std::string{ASTRAEUS_FIXTURES} + "/../stand_in/ib_write_bw";
+  auto client = run_check({"pair", "--json", "--role", "client", "--peer", "127.0.0.1",
+                           "--rails", "mlx5_0:1:400,mlx5_5:1:200", "--ib-write-bw", stand_in,
+                           "--duration", "1s"});
+  EXPECT_EQ(client.exit_code, 0) << client.out << client.err;
+  EXPECT_EQ(client.result.check, "pair");
+  EXPECT_EQ(client.result.result, verdict::pass) << client.out;
+  ASSERT_EQ(client.result.measurements.size(), 4u) << client.out;
+  EXPECT_EQ(client.result.measurements[2].gpu, "mlx5_5");
+  EXPECT_DOUBLE_EQ(client.result.measurements[2].value, 195.27);
+
+  // Judged against 400 Gb/s, the 200 Gb/s rail is broken; a rail without a
+  // figure fails too.
+  auto server = run_check({"pair", "--json", "--role", "server", "--rails",
+                           "mlx5_5:1:400,mlx5_9:1:400", "--ib-write-bw", stand_in});
+  EXPECT_EQ(server.exit_code, 1) << server.out << server.err;
+  ASSERT_EQ(server.result.findings.size(), 2u) << server.out;
+  EXPECT_EQ(server.result.findings[0].severity, verdict::fail);
+  EXPECT_NE(server.result.findings[1].what.find("mlx5_9 ib_write_bw server gave no figure"),
+            std::string::npos)
+    << server.result.findings[1].what;
+  EXPECT_EQ(run_check({"pair", "--role", "client", "--rails", "mlx5_0:1:400"}).exit_code, 2);
+  EXPECT_EQ(run_check({"pair", "--role", "server", "--rails", "mlx5_0"}).exit_code, 2);
 }
 
 TEST_F(CheckProgram, ExplainPrintsTheTableAndBadUsageExitsTwo) {

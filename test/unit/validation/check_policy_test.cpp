@@ -17,7 +17,7 @@ TEST(CheckPolicy, EveryRowNamesItsSourceAndEveryCheckHasRules) {
     EXPECT_EQ(r.rule.find("{}"), std::string::npos) << r.rule;
     checks.insert(r.check);
   }
-  EXPECT_EQ(checks, (std::set<std::string>{"quick", "copies", "burn", "disk", "dcgm"}));
+  EXPECT_EQ(checks, (std::set<std::string>{"quick", "copies", "burn", "disk", "dcgm", "pair"}));
 }
 
 TEST(CheckPolicy, TheAnchorsFiguresAreTheDefaults) {

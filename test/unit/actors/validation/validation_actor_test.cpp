@@ -34,6 +34,7 @@ struct world {
   std::string data_location = "/data";     // every machine's (issue 20)
   std::set<std::string> foreign;           // GPU ids in use outside Astraeus
   std::vector<v1::RunSpec> specs;          // what was submitted, in order
+  bool rdma = false;                       // machines report 2 Active IB ports
 };
 
 std::string machine_of(const v1::RunSpec& s) {
@@ -63,6 +64,8 @@ protected:
           v1::Run run;
           *run.mutable_spec() = spec;
           run.set_state("Placed");
+          auto machine = machine_of(spec);
+          run.set_master_addr("10.0.0." + machine.substr(machine.size() - 1));
           sw->runs[spec.name()] = run;
           sw->submitted.push_back(spec.name());
           sw->specs.push_back(spec);
@@ -94,6 +97,14 @@ protected:
             m->set_data_location(sw->data_location);
             for (int i = 0; i < 8; ++i)
               m->mutable_facts()->mutable_gpus()->add_gpus()->set_id("GPU-" + std::to_string(i));
+            for (const char* device : {"mlx5_0", "mlx5_5"})
+              if (sw->rdma) {
+                auto* p = m->mutable_facts()->add_rdma_ports();
+                p->set_device(device);
+                p->set_port(1);
+                p->set_state("ACTIVE");
+                p->set_rate_gbps(400);
+              }
           } else if (req.has_list_gpus()) {
             auto* gpus = out.mutable_gpus();
             for (const auto& id : sw->foreign) {
@@ -180,16 +191,77 @@ TEST_F(ValidationActor, RunsOneCheckAtATimePerMachineUntilEveryMachinePasses) {
     advance(std::chrono::seconds{1});
     advance(std::chrono::seconds{1});
   }
+  // Then the pair (issue 12): skipped here, the machines have no RDMA port.
+  advance(std::chrono::seconds{1});
+  advance(std::chrono::seconds{1});
   EXPECT_EQ(w->submitted.size(), 10u);
   EXPECT_EQ(w->overlaps, 0) << "two checks ran at once on one machine";
   EXPECT_EQ(w->last.state(), "Passed");
   EXPECT_EQ(w->last.machines_passed(), 2u);
-  EXPECT_EQ(w->ended.size(), 10u);
+  EXPECT_EQ(w->ended.size(), 11u) << "the pair too (skipped: no RDMA port)";
+  EXPECT_EQ(w->last.steps(10).verdict(), "skipped");
   v1::Validation stored;
   auto found = db->get(family::validations, "val/val-20261006-7f3a2c", stored);
   ASSERT_TRUE(found && *found);
   EXPECT_EQ(stored.state(), "Passed");
   EXPECT_TRUE(w->slots.empty()) << "every slot is given back";
+}
+
+// Issue 12: the network suite's pairs, a round at a time, each as a server
+// run on its machine and a client run on its peer that names the server's
+// address; the server's run is removed once the client's result is in.
+TEST_F(ValidationActor, NetworkRunsEachRoundsPairsAsServerAndClient) {
+  w->rdma = true;
+  v1::StartValidation s;
+  s.set_suite("network");
+  s.set_pool("h100");
+  start(val::make_validation("val-20261006-000009", s, {"gpu-01", "gpu-02", "gpu-03", "gpu-04"},
+                             "on-demand", 0));
+  ASSERT_EQ(w->submitted.size(), 2u) << "round 0: two pairs, their servers first";
+  advance(std::chrono::seconds{1});
+  ASSERT_EQ(w->submitted.size(), 4u) << "each client once its server is placed";
+  std::map<std::string, v1::RunSpec> on;  // machine -> its run
+  for (const auto& spec : w->specs)
+    on[machine_of(spec)] = spec;
+  ASSERT_EQ(on.size(), 4u);
+  EXPECT_EQ(on["gpu-01"].command(4), "server");
+  EXPECT_EQ(on["gpu-01"].command(6), "mlx5_0:1:400,mlx5_5:1:400");
+  EXPECT_EQ(on["gpu-04"].command(4), "client");
+  EXPECT_EQ(on["gpu-04"].command(8), "10.0.0.1") << "gpu-04 is gpu-01's client in round 0";
+  EXPECT_EQ(w->slots.size(), 4u) << "each pair holds both machines' slots";
+  advance(std::chrono::seconds{1});
+  EXPECT_EQ(w->submitted.size(), 4u) << "round 1 waits for round 0";
+  for (int round = 0; round < 3; ++round) {
+    end_live_runs();
+    for (int i = 0; i < 4; ++i)
+      advance(std::chrono::seconds{1});
+  }
+  EXPECT_EQ(w->submitted.size(), 12u);
+  EXPECT_EQ(w->overlaps, 0) << "two checks ran at once on one machine";
+  EXPECT_EQ(w->removed.size(), 6u) << "every server's run";
+  EXPECT_EQ(w->removed[0].substr(w->removed[0].size() - 2), "-s");
+  EXPECT_EQ(w->ended.size(), 6u);
+  EXPECT_EQ(w->last.state(), "Passed");
+  EXPECT_EQ(w->last.machines_passed(), 4u);
+  EXPECT_TRUE(w->slots.empty()) << "every slot is given back";
+}
+
+// A pair needs both machines' slots: with one held elsewhere it waits,
+// saying why, and holds neither meanwhile.
+TEST_F(ValidationActor, APairWaitsForBothMachinesSlots) {
+  w->rdma = true;
+  w->slots["gpu-02"] = "val-other";
+  v1::StartValidation s;
+  s.set_suite("network");
+  s.set_pool("h100");
+  start(val::make_validation("val-20261006-00000a", s, {"gpu-01", "gpu-02"}, "on-demand", 0));
+  EXPECT_TRUE(w->submitted.empty());
+  EXPECT_EQ(w->last.steps(0).reason(), "gpu-02: another check runs there");
+  EXPECT_EQ(w->slots.count("gpu-01"), 0u) << "gpu-01's slot is given back while it waits";
+  w->slots.clear();
+  advance(std::chrono::seconds{1});
+  ASSERT_EQ(w->submitted.size(), 1u);
+  EXPECT_EQ(w->submitted[0], "val-20261006-00000a-gpu-01-gpu-02-1-s");
 }
 
 TEST_F(ValidationActor, ACheckThatGaveWayIsQueuedAgainAndRunsAgain) {

@@ -52,7 +52,7 @@ TEST(ValidationPlan, AcceptanceRunsEveryCheckInOrderOnEachMachine) {
   EXPECT_EQ(val::checks_of("copies"), (std::vector<std::string>{"copies"}));
   EXPECT_TRUE(val::checks_of("pairs").empty());
   auto v = acceptance_of({"gpu-01", "gpu-02"});
-  ASSERT_EQ(v.steps_size(), 10);
+  ASSERT_EQ(v.steps_size(), 11) << "10 checks, then the pair";
   EXPECT_EQ(v.steps(0).machine(), "gpu-01");
   EXPECT_EQ(v.steps(0).check(), "quick");
   EXPECT_EQ(v.steps(5).machine(), "gpu-02");

@@ -157,6 +157,20 @@ TEST(WorkerEnv, IbHcaListsThePortsThatAreUpAndFastEnough) {
   EXPECT_EQ(env.count("NCCL_IB_DISABLE"), 0u);
 }
 
+// Issue 12: a port the policy marks degraded is left out, unless it is the
+// only one (sockets would be slower still).
+TEST(WorkerEnv, IbHcaLeavesOutThePortsTheOrderExcludes) {
+  auto o = whoami();
+  o.add_gpu_ids("GPU-a");
+  o.set_machine_count(2);
+  o.add_excluded_ib_ports("mlx5_2:1");
+  auto ctx = on_gpu09();
+  ctx.rdma_ports = {port("mlx5_0", 1, "ACTIVE", 400), port("mlx5_2", 1, "ACTIVE", 200)};
+  EXPECT_EQ(worker_environment(o, ctx)["NCCL_IB_HCA"], "=mlx5_0:1");
+  o.add_excluded_ib_ports("mlx5_0");
+  EXPECT_EQ(worker_environment(o, ctx)["NCCL_IB_HCA"], "=mlx5_0:1,mlx5_2:1");
+}
+
 TEST(WorkerEnv, MultiMachineRunOverEthernetDisablesIb) {
   auto o = whoami();
   o.add_gpu_ids("GPU-a");

@@ -1,0 +1,30 @@
+#pragma once
+/// @file
+/// The pairs' matrix of the Cluster Report (issue 12;
+/// shared/seeds/bring-up-a-gpu-cluster.md, step 4: "the pairs' matrix"):
+/// each pair's RDMA write bandwidth summed over its rails, as a share of the
+/// best pair's, in text (compact, for `astra astraeus report`) and as an
+/// HTML heat map (for `--html`).
+
+#include <string>
+#include <vector>
+
+#include "messages/astraeus.pb.h"
+
+namespace astraeus::validation {
+
+/// The matrix as text: a heading "Pairs: % of the best pair (B Gb/s over R
+/// rails)", then one row and one column per machine (sorted), each cell
+/// the pair's share of the best pair in whole percent, "·" on the
+/// diagonal, "—" for a pair not measured; a cell whose pair has a rail
+/// that warns ends in "~", one that fails in "!". Ends with a legend line
+/// and a newline. "" when `pairs` is empty.
+std::string pairs_matrix_text(const google::protobuf::RepeatedPtrField<v1::PairResult>& pairs);
+
+/// The same as an HTML fragment: a heading and a table whose cells are
+/// coloured from red (half the best pair or less) to green (the best),
+/// each with a title listing its rails ("mlx5_5 195.2 Gb/s of 200 trained,
+/// 50% of the best"). "" when `pairs` is empty.
+std::string pairs_matrix_html(const google::protobuf::RepeatedPtrField<v1::PairResult>& pairs);
+
+} // namespace astraeus::validation

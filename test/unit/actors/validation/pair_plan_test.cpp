@@ -1,0 +1,257 @@
+// Issue 12, the pairs (actors/validation/pair_plan.hpp, pair_matrix.hpp):
+// the round schedule for n = 2..16, the pair steps and their runs, the rails
+// two machines share, the judgement against the best pair, and the Cluster
+// Report's PAIRS column and matrix as `astra astraeus report` prints them.
+
+#include "actors/validation/pair_plan.hpp"
+
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "actors/validation/cluster_report.hpp"
+#include "actors/validation/pair_matrix.hpp"
+#include "actors/validation/validation_plan.hpp"
+#include "bin/validation_format.hpp"
+
+using namespace astraeus;
+using namespace astraeus::validation;
+
+namespace {
+
+const char* rail_devices[] = {"mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5",
+                              "mlx5_6", "mlx5_9", "mlx5_10", "mlx5_11"};
+
+/// A machine of pool h100 with 8 Active 400 Gb/s InfiniBand ports; `slow`
+/// names one trained at 200 Gb/s (the seed's gpu-06 mlx5_5).
+v1::MachineView machine(const std::string& name, const std::string& slow = {}) {
+  v1::MachineView m;
+  m.set_name(name);
+  m.set_state(v1::Machine::Up);
+  (*m.mutable_labels())["pool"] = "h100";
+  for (const auto* d : rail_devices) {
+    auto* p = m.mutable_facts()->add_rdma_ports();
+    p->set_device(d);
+    p->set_port(1);
+    p->set_state("ACTIVE");
+    p->set_phys_state("LinkUp");
+    p->set_link_layer("InfiniBand");
+    p->set_subnet_prefix("fe80:0000:0000:0000");
+    p->set_rate_gbps(d == slow ? 200 : 400);
+    p->set_rate(d == slow ? "200 Gb/sec (4X HDR)" : "400 Gb/sec (4X NDR)");
+  }
+  return m;
+}
+
+v1::Validation network_of(std::vector<std::string> machines) {
+  v1::StartValidation start;
+  start.set_suite("network");
+  start.set_pool("h100");
+  return make_validation("val-20261006-7f3a2c", start, machines, "on-demand", 0);
+}
+
+/// A pair step Done as `astraeus-check pair` would leave it: every shared
+/// rail at `gbps`, a rail trained at 200 at 195.3, rail `slow` at 300.
+void finish_pair(v1::ValidationStep& s, const v1::MachineView& a, const v1::MachineView& b,
+                 double gbps = 391.2, const std::string& slow = {}) {
+  check_result r;
+  r.check = "pair";
+  for (const auto& rail : shared_rails(a, b))
+    judge_rail(r, rail, rail.rate_gbps < 400 ? 195.3 : rail.device == slow ? 300.0 : gbps,
+               thresholds{});
+  s.set_state(done);
+  s.set_verdict(to_string(r.result));
+  auto* out = s.mutable_result();
+  out->set_check("pair");
+  out->set_verdict(to_string(r.result));
+  for (const auto& m : r.measurements) {
+    auto* cm = out->add_measurements();
+    cm->set_name(m.name);
+    cm->set_gpu(m.gpu);
+    cm->set_value(m.value);
+    cm->set_unit(m.unit);
+    cm->set_verdict(to_string(m.result));
+  }
+}
+
+} // namespace
+
+TEST(PairRounds, EveryPairOnceInDisjointRoundsForTwoToSixteenMachines) {
+  EXPECT_TRUE(pair_rounds(0).empty());
+  EXPECT_TRUE(pair_rounds(1).empty());
+  for (int n = 2; n <= 16; ++n) {
+    auto rounds = pair_rounds(n);
+    // Even n: n-1 rounds; odd n: n rounds, each machine sitting one out.
+    EXPECT_EQ(static_cast<int>(rounds.size()), n % 2 == 0 ? n - 1 : n) << n;
+    std::set<std::pair<int, int>> seen;
+    for (const auto& round : rounds) {
+      EXPECT_EQ(static_cast<int>(round.size()), n / 2) << n;
+      std::set<int> busy;
+      for (const auto& [a, b] : round) {
+        EXPECT_LT(a, b);
+        EXPECT_GE(a, 0);
+        EXPECT_LT(b, n);
+        EXPECT_TRUE(busy.insert(a).second && busy.insert(b).second)
+          << "n=" << n << ": a machine twice in one round";
+        EXPECT_TRUE(seen.insert({a, b}).second) << "n=" << n << ": pair " << a << "-" << b;
+      }
+    }
+    EXPECT_EQ(static_cast<int>(seen.size()), n * (n - 1) / 2) << n;
+  }
+}
+
+TEST(PairPlan, NetworkSuiteIsThePairsAloneAcceptanceEndsWithThem) {
+  EXPECT_TRUE(known_suite("network"));
+  EXPECT_FALSE(known_suite("pairs"));
+  auto v = network_of({"gpu-01", "gpu-02", "gpu-03", "gpu-04"});
+  ASSERT_EQ(v.steps_size(), 6);
+  EXPECT_EQ(v.steps(0).check(), "pair");
+  EXPECT_EQ(v.steps(0).round(), 0u);
+  EXPECT_EQ(v.steps(5).round(), 2u);
+  EXPECT_EQ(startable_pairs(v), (std::vector<int>{0, 1})) << "round 0: two disjoint pairs";
+  EXPECT_FALSE(next_step(v, "gpu-01")) << "pairs start by round, not per machine";
+
+  v1::StartValidation start;
+  start.set_suite("acceptance");
+  auto a = make_validation("val-x", start, {"gpu-01", "gpu-02"}, "on-demand", 0);
+  ASSERT_EQ(a.steps_size(), 11);
+  EXPECT_EQ(a.steps(10).machine(), "gpu-01");
+  EXPECT_EQ(a.steps(10).peer(), "gpu-02");
+  EXPECT_TRUE(startable_pairs(a).empty()) << "the machines' own checks come first";
+  for (int i = 0; i < 10; ++i)
+    a.mutable_steps(i)->set_state(done);
+  EXPECT_EQ(startable_pairs(a), (std::vector<int>{10}));
+}
+
+TEST(PairPlan, RoundsRunOneAfterAnother) {
+  auto v = network_of({"gpu-01", "gpu-02", "gpu-03", "gpu-04"});
+  v.mutable_steps(0)->set_state(running);
+  EXPECT_EQ(startable_pairs(v), (std::vector<int>{1}));
+  EXPECT_TRUE(has_running(v, v.steps(0).peer())) << "the client's machine is busy too";
+  v.mutable_steps(0)->set_state(done);
+  v.mutable_steps(1)->set_state(failed);
+  EXPECT_EQ(startable_pairs(v), (std::vector<int>{2, 3}));
+}
+
+TEST(PairPlan, RailsAreTheSameDeviceActiveOnBothAtTheSlowerEndsRate) {
+  auto a = machine("gpu-03");
+  auto b = machine("gpu-06", "mlx5_5");
+  (*b.mutable_facts()->mutable_rdma_ports())[7].set_state("DOWN");  // mlx5_11
+  auto rails = shared_rails(a, b);
+  ASSERT_EQ(rails.size(), 7u);
+  EXPECT_EQ(rails[0].device, "mlx5_0");
+  EXPECT_EQ(format_pair_rails(rails),
+            "mlx5_0:1:400,mlx5_10:1:400,mlx5_3:1:400,mlx5_4:1:400,mlx5_5:1:200,mlx5_6:1:400,"
+            "mlx5_9:1:400");
+}
+
+TEST(PairPlan, TheServerAndClientRunsOfAPair) {
+  auto v = network_of({"gpu-03", "gpu-06"});
+  v.mutable_steps(0)->set_attempts(1);
+  std::vector<pair_rail> rails{{"mlx5_0", 1, 400}};
+  auto server = pair_spec(v, 0, true, rails, "10.0.0.3", "astraeus-check");
+  auto client = pair_spec(v, 0, false, rails, "10.0.0.3", "astraeus-check");
+  EXPECT_EQ(server.name(), "val-20261006-7f3a2c-gpu-03-gpu-06-1-s");
+  EXPECT_EQ(client.name(), "val-20261006-7f3a2c-gpu-03-gpu-06-1-c");
+  EXPECT_EQ(server.labels().at("astraeus.io/machine"), "gpu-03");
+  EXPECT_EQ(client.labels().at("astraeus.io/machine"), "gpu-06");
+  EXPECT_EQ(std::vector<std::string>(client.command().begin(), client.command().end()),
+            (std::vector<std::string>{"astraeus-check", "pair", "--json", "--role", "client",
+                                      "--rails", "mlx5_0:1:400", "--peer", "10.0.0.3"}));
+  EXPECT_EQ(server.gpus_per_worker(), 0u);
+  EXPECT_EQ(server.priority(), -1000);
+  EXPECT_TRUE(client.result_line());
+  // After a restart both ends' runs are removed before the pair runs again.
+  v.mutable_steps(0)->set_state(running);
+  v.mutable_steps(0)->set_run(client.name());
+  EXPECT_EQ(resume(v), (std::vector<std::string>{client.name(), server.name()}));
+}
+
+// Each rail against the best pair on it, relative to the rail's trained
+// rate: gpu-06's mlx5_5 at 200 Gb/s runs at its pace (the topology finding
+// names it), its mlx5_3 at 300 of 400 Gb/s does not.
+TEST(PairPlan, ARailIsJudgedAgainstTheBestPairOnItAtItsTrainedRate) {
+  std::vector<v1::MachineView> ms{machine("gpu-03"), machine("gpu-04"), machine("gpu-05"),
+                                  machine("gpu-06", "mlx5_5")};
+  auto v = network_of({"gpu-03", "gpu-04", "gpu-05", "gpu-06"});
+  auto view = [&](const std::string& n) {
+    for (const auto& m : ms)
+      if (m.name() == n)
+        return m;
+    return v1::MachineView{};
+  };
+  auto finish = [&](v1::ValidationStep& s) {
+    bool six = s.machine() == "gpu-06" || s.peer() == "gpu-06";
+    finish_pair(s, view(s.machine()), view(s.peer()), 391.2, six ? "mlx5_3" : "");
+  };
+  for (int i = 0; i + 1 < v.steps_size(); ++i)
+    finish(*v.mutable_steps(i));
+  EXPECT_TRUE(judge_pairs(v, thresholds{}).empty()) << "not before every pair is finished";
+  finish(*v.mutable_steps(v.steps_size() - 1));
+  auto changed = judge_pairs(v, thresholds{});
+  ASSERT_EQ(changed.size(), 3u) << "the three pairs with gpu-06";
+  const auto& s = v.steps(changed[0]);
+  EXPECT_EQ(s.verdict(), "warn");
+  ASSERT_EQ(s.result().findings_size(), 1) << "mlx5_3 only: mlx5_5 runs at its trained rate";
+  EXPECT_EQ(s.result().findings(0).what(),
+            pair_label(s) + " mlx5_3 at 77% of the best pair on that rail (300.0 of 391.2 Gb/s)");
+  EXPECT_TRUE(judge_pairs(v, thresholds{}).empty()) << "judged once";
+  EXPECT_EQ(machine_verdict(v, "gpu-06"), "warn");
+  EXPECT_EQ(machine_verdict(v, "gpu-03"), "pass")
+    << "one of gpu-03's three pairs warns: gpu-06 is what the bad pairs share";
+  EXPECT_EQ(machine_pairs_verdict({"warn"}), "warn") << "two machines: both";
+  EXPECT_EQ(machine_pairs_verdict({"fail", "warn", "pass"}), "fail");
+  EXPECT_EQ(machine_pairs_verdict({"skipped", "skipped"}), "skipped");
+}
+
+// The seed's step 4, over four machines: the PAIRS column, the weakest pair
+// in the summary, the matrix, and What to fix.
+TEST(PairReport, TheReportShowsThePairsColumnMatrixAndWeakestPair) {
+  std::vector<v1::MachineView> ms{machine("gpu-03"), machine("gpu-04"), machine("gpu-05"),
+                                  machine("gpu-06", "mlx5_5")};
+  v1::MachineList list;
+  for (const auto& m : ms)
+    *list.add_machines() = m;
+  auto v = network_of({"gpu-03", "gpu-04", "gpu-05", "gpu-06"});
+  for (int i = 0; i < v.steps_size(); ++i) {
+    const auto& s = v.steps(i);
+    auto a = std::find_if(ms.begin(), ms.end(), [&](auto& m) { return m.name() == s.machine(); });
+    auto b = std::find_if(ms.begin(), ms.end(), [&](auto& m) { return m.name() == s.peer(); });
+    finish_pair(*v.mutable_steps(i), *a, *b, s.machine() == "gpu-04" ? 380.0 : 391.2);
+  }
+  judge_pairs(v, thresholds{});
+  latest_map latest;
+  for (const auto& s : v.steps())
+    latest[latest_key(s)] = s;
+  auto report = build_report(list, latest, "h100", 0);
+  ASSERT_EQ(report.pairs_size(), 6 * 8);
+  EXPECT_EQ(report.rows(0).pairs(), "pass");
+  EXPECT_EQ(report.rows(3).pairs(), "pass") << "at its trained rate: the seed's gpu-06";
+  EXPECT_EQ(report.rows(3).verdict(), "warn") << "the topology finding";
+  // The seed's shape: gpu-06's port trained at 200 Gb/s is its VERDICT's
+  // warn, its pairs run at that pace (PAIRS pass), and the weakest pair is
+  // named; gpu-04's pairs run a little slower (380 Gb/s a rail).
+  EXPECT_EQ(cli::format_report(report), R"(3/4 machines pass; gpu-06 mlx5_5 trained at 200 Gb/s, its peers at 400 Gb/s: every collective over rail 5 runs at that pace; pair gpu-04–gpu-06 at 91% of the best pair.
+
+MACHINE  STATE  VERDICT  QUICK  DCGM  BURN  COPIES  DISK  PAIRS  ALL-REDUCE
+gpu-03   Ready  pass     —      —     —     —       —     pass   —
+gpu-04   Ready  pass     —      —     —     —       —     pass   —
+gpu-05   Ready  pass     —      —     —     —       —     pass   —
+gpu-06   Ready  warn     —      —     —     —       —     pass   —
+
+Pairs: % of the best pair (3129.6 Gb/s over 8 rails)
+       gpu-03 gpu-04 gpu-05 gpu-06
+gpu-03      ·   100%   100%    94%
+gpu-04   100%      ·    97%    91%
+gpu-05   100%    97%      ·    94%
+gpu-06    94%    91%    94%      ·
+(~ a rail warns, ! a rail fails; What to fix names them)
+
+What to fix (1)
+! gpu-06 mlx5_5 trained at 200 Gb/s, its peers at 400 Gb/s: every collective over rail 5 runs at that pace
+  fix: Reseat or replace the cable and transceiver of gpu-06 mlx5_5 (`mlxlink -d mlx5_5 -m` shows the link's speed and errors); until then NCCL_IB_HCA can leave the port out.
+)");
+  auto html = cli::format_report_html(report, "Cluster Report");
+  EXPECT_NE(html.find("<table class=\"pairs\">"), std::string::npos);
+  EXPECT_NE(html.find("background:hsl(120,70%,80%)"), std::string::npos) << "the best pair";
+}
