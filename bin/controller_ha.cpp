@@ -8,6 +8,7 @@
 #include <optional>
 #include <thread>
 
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <caf/actor_system.hpp>
@@ -69,6 +70,14 @@ public:
     }
     if (!server_)
       return;
+    // SO_REUSEADDR only, as the API server (runtime/http/api_server.cpp):
+    // cpp-httplib's default (SO_REUSEPORT alone) leaves connections in
+    // TIME_WAIT that keep the API server from binding this port once this
+    // controller leads.
+    server_->set_socket_options([](int sock) {
+      int yes = 1;
+      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
     auto answer = [this](const httplib::Request& req, httplib::Response& res) {
       std::optional<leader_info> leader;
       {
