@@ -240,6 +240,18 @@ int run_ha_controller(caf::actor_system& sys, const ControllerConfig& cfg,
                            + api_host + ":" + std::to_string(hp->second)
                        : cfg.api_advertise_url;
   }
+  // Telemetry history stays out of etcd: each controller keeps its own,
+  // opened before standing (a takeover need not wait for it).
+  auto history = Store::open(cfg.data_dir);
+  if (!history) {
+    spdlog::error("controller: cannot open the local history store: {}",
+                  render_error(history.error()));
+    return 1;
+  }
+  std::shared_ptr<Store> history_store{std::move(*history)};
+  // A standby looks at the leader key every 25 ms: a takeover waits for the
+  // lease to end (TTL, plus up to etcd's 500 ms expiry sweep), not for us.
+  ec_cfg.poll = std::chrono::milliseconds{25};
   leader_election election{ec_cfg};
   std::unique_ptr<follower_api> standby;
   if (api_at)
@@ -278,15 +290,6 @@ int run_ha_controller(caf::actor_system& sys, const ControllerConfig& cfg,
     std::fflush(nullptr);
     ::_exit(3);
   });
-  // Telemetry history stays out of etcd: each controller keeps its own.
-  auto history = Store::open(cfg.data_dir);
-  if (!history) {
-    spdlog::error("controller: cannot open the local history store: {}",
-                  render_error(history.error()));
-    (void) election.resign();
-    return 1;
-  }
-  std::shared_ptr<Store> history_store{std::move(*history)};
   auto ctl = start_controller(sys, cfg, real_wall_clock(), store, history_store);
   if (!ctl) {
     spdlog::error("controller: cannot start: {}", render_error(ctl.error()));
