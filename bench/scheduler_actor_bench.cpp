@@ -5,7 +5,7 @@
 //                         [--serial-ops N] [--gang-ops N] [--window N]
 //                         [--seconds S] [--threads N] [--seed S] [--dir DIR]
 //                         [--slurm-shape JOBS] [--fenced PCT] [--at-risk PCT]
-//                         [--background-sync 0|1]
+//                         [--background-sync 0|1] [--etcd HOST:PORT[,...]]
 //
 // For each cluster size (default 5,000 then 100,000 machines of 8 GPUs; the
 // cluster of bench/sim_cluster.hpp: 2 NUMA nodes, racks, fabrics, NVLink
@@ -36,6 +36,10 @@
 // --background-sync 1 (the group commit's fsync on a thread of its own, as
 // the controller runs it; 0: inline on the actor's thread, as before issue 14).
 //
+// `--etcd ENDPOINTS`: HA mode's store instead of RocksDB (issue 15): the
+// scheduler's group commit goes to etcd (store/etcd_store.hpp), split into
+// transactions of at most 128 operations, under a fresh key prefix.
+//
 // `--slurm-shape JOBS`: the Slurm side-by-side instead (bench/
 // slurm_side_by_side.sh): an empty, healthy cluster (no fill, no fenced
 // GPUs unless given), JOBS submissions of job i = 4 GPUs when i % 5 == 4,
@@ -45,6 +49,8 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+
+#include <unistd.h>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -67,6 +73,7 @@
 #include "messages/error.hpp"
 #include "runtime/process/system_setup.hpp"
 #include "sim_cluster.hpp"
+#include "store/etcd_store.hpp"
 #include "store/store.hpp"
 
 using namespace astraeus;
@@ -86,6 +93,7 @@ struct options {
   uint64_t seed = 7;
   std::string dir;
   size_t slurm_jobs = 0; // > 0: the Slurm side-by-side shape only
+  std::string etcd;      // non-empty: etcd endpoints (HA mode's store)
   health_mix health;
   bool health_given = false;
   bool background_sync = true; // scheduler_config::background_sync (the controller's)
@@ -365,13 +373,33 @@ void run_size(caf::actor_system& sys, size_t machines, const options& opt) {
   auto folder = make_temp_dir(opt.dir);
   auto m0 = memory_mib();
   {
-    auto opened = Store::open(folder + "/controller");
-    if (!opened) {
-      std::fprintf(stderr, "store: %s\n", render_error(opened.error()).c_str());
-      std::exit(1);
+    std::shared_ptr<Store> store;
+    if (opt.etcd.empty()) {
+      auto opened = Store::open(folder + "/controller");
+      if (!opened) {
+        std::fprintf(stderr, "store: %s\n", render_error(opened.error()).c_str());
+        std::exit(1);
+      }
+      store = std::move(*opened);
+    } else {
+      etcd_options eo;
+      for (size_t at = 0; at <= opt.etcd.size();) {
+        auto end = std::min(opt.etcd.find(',', at), opt.etcd.size());
+        eo.endpoints.push_back(opt.etcd.substr(at, end - at));
+        at = end + 1;
+      }
+      eo.prefix = "/astraeus/bench-" + std::to_string(::getpid()) + "-"
+                  + std::to_string(machines) + "/";
+      auto opened = etcd_store::open(eo);
+      if (!opened) {
+        std::fprintf(stderr, "store: %s\n", render_error(opened.error()).c_str());
+        std::exit(1);
+      }
+      std::printf("store: etcd %s (prefix %s)\n", opt.etcd.c_str(), eo.prefix.c_str());
+      store = std::move(*opened);
     }
     scheduler_config sc;
-    sc.store = std::shared_ptr<Store>{std::move(*opened)};
+    sc.store = store;
     sc.background_sync = opt.background_sync;  // as the controller spawns it
     auto sched = sys.spawn(scheduler, std::move(sc));
 
@@ -447,7 +475,8 @@ void run_size(caf::actor_system& sys, size_t machines, const options& opt) {
   std::fprintf(stderr,
                "usage: %s [--machines N[,N...]] [--fill PCT] [--ops N] [--serial-ops N] "
                "[--gang-ops N] [--window N] [--seconds S] [--threads N] [--seed S] [--dir DIR] "
-               "[--slurm-shape JOBS] [--fenced PCT] [--at-risk PCT] [--background-sync 0|1]\n",
+               "[--slurm-shape JOBS] [--fenced PCT] [--at-risk PCT] [--background-sync 0|1] "
+               "[--etcd HOST:PORT[,...]]\n",
                argv0);
   std::exit(2);
 }
@@ -482,6 +511,8 @@ options parse(int argc, char** argv) {
       o.seed = num();
     else if (arg == "--dir")
       o.dir = val;
+    else if (arg == "--etcd")
+      o.etcd = val;
     else if (arg == "--slurm-shape")
       o.slurm_jobs = num();
     else if (arg == "--fenced")

@@ -36,13 +36,18 @@ int main(int argc, char** argv) {
   app.add_option_function<std::string>(
     "--controller",
     [&flags](const std::string& v) {
-      auto addr = parse_gate_address(v);
+      // HA mode: several gates, "HOST:PORT,HOST:PORT,..."; the agent
+      // follows whichever leads.
+      auto first = v.substr(0, v.find(','));
+      auto addr = parse_gate_address(first);
       if (!addr)
         throw CLI::ValidationError("--controller", render_error(addr.error()));
-      flags.emplace_back("controller.address", addr->host);
+      flags.emplace_back("controller.address",
+                         v.find(',') == std::string::npos ? addr->host : v);
       flags.emplace_back("controller.port", std::to_string(addr->port));
     },
-    "controller gate HOST:PORT (default 127.0.0.1:7450)");
+    "controller gate HOST:PORT (default 127.0.0.1:7450); in HA mode every "
+    "controller's, comma-separated");
   auto flag = [&](const char* name, const char* key, const char* help) {
     app.add_option_function<std::string>(
       name, [&flags, key](const std::string& v) { flags.emplace_back(key, v); },

@@ -10,6 +10,7 @@
 
 #include "actors/controller/api_bridge.hpp"
 #include "actors/controller/controller.hpp"
+#include "bin/controller_ha.hpp"
 #include "bin/process.hpp"
 #include "messages/error.hpp"
 #include "runtime/process/config.hpp"
@@ -68,6 +69,8 @@ int main(int argc, char** argv) {
   caf::actor_system_config sys_cfg;
   configure_actor_system(sys_cfg);
   caf::actor_system sys{sys_cfg};
+  if (cfg->store_backend == "etcd")
+    return bin::run_ha_controller(sys, *cfg, signals);
   auto ctl = start_controller(sys, *cfg);
   if (!ctl) {
     spdlog::error("controller: cannot start: {}", render_error(ctl.error()));

@@ -329,6 +329,25 @@ void schedule_reconnect(agent_ptr self) {
   st.backoff = std::min(st.backoff * 2, std::max(cap, st.config.reconnect_min));
 }
 
+/// HA mode: moves on to the next controller's gate and, until every one
+/// was tried once since the last success, asks to reconnect at once
+/// (true); false when back-off is due.
+bool next_controller(agent_ptr self) {
+  auto& st = self->state;
+  const auto& all = st.config.controllers;
+  if (all.size() < 2)
+    return false;
+  st.controller_index = (st.controller_index + 1) % all.size();
+  st.config.controller_host = all[st.controller_index].first;
+  st.config.controller_port = all[st.controller_index].second;
+  if (++st.failed_in_round >= all.size()) {
+    st.failed_in_round = 0;
+    return false;
+  }
+  self->send(self, atom::reconnect_v);
+  return true;
+}
+
 void drop_connection(agent_ptr self, const std::string& why) {
   auto& st = self->state;
   if (!st.connected)
@@ -336,10 +355,19 @@ void drop_connection(agent_ptr self, const std::string& why) {
   spdlog::warn("agent {}: disconnected from {}:{}: {}", st.config.identity.name,
                st.config.controller_host, st.config.controller_port, why);
   self->close(st.connection);
+  auto was_welcomed = st.welcomed;
   st.connected = false;
   st.welcomed = false;
   st.pending_body = 0;
   st.channel.reset();
+  // HA mode, after a working session (the leader went away, not a
+  // refusal): its gate again at once, then the others, so the agent is with
+  // the new leader within a second of its election.
+  if (was_welcomed && st.config.controllers.size() > 1) {
+    st.failed_in_round = 0;
+    self->send(self, atom::reconnect_v);
+    return;
+  }
   schedule_reconnect(self);
 }
 
@@ -696,6 +724,7 @@ void on_frame(agent_ptr self, v1::Frame& frame) {
       }
       st.backoff = st.config.reconnect_min;
       st.failed_attempts = 0;
+      st.failed_in_round = 0;
       spdlog::info("agent {}: connected to cluster '{}' at {}:{} (controller "
                    "{})",
                    name, frame.welcome().cluster(), st.config.controller_host,
@@ -879,7 +908,8 @@ agent_actor::behavior_type agent(agent_actor::stateful_broker_pointer<agent_stat
                        std::chrono::duration_cast<std::chrono::seconds>(
                          st.config.reconnect_max)
                          .count());
-        schedule_reconnect(self);
+        if (!next_controller(self))
+          schedule_reconnect(self);
         return;
       }
       st.connection = *hdl;

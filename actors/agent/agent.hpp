@@ -63,8 +63,13 @@ load_or_create_identity(const std::string& data_dir,
 
 /// Validated settings of the agent actor.
 struct agent_config {
-  std::string controller_host = "127.0.0.1";  ///< the gate's host
-  uint16_t controller_port = 7450;            ///< the gate's port
+  std::string controller_host = "127.0.0.1";  ///< the gate's host (the one tried now)
+  uint16_t controller_port = 7450;            ///< the gate's port (the one tried now)
+  /// Every controller's gate, HOST and port, for HA mode (several
+  /// controllers, one leads; only the leader's gate listens): a connection
+  /// that fails moves on to the next one at once, and back-off starts only
+  /// after all failed. Empty or one entry: `controller_host`/`port` only.
+  std::vector<std::pair<std::string, uint16_t>> controllers;
   agent_identity identity;                    ///< name and machine id
   /// The machine's Ed25519 key pair (identity.key in the data folder); required.
   std::shared_ptr<const identity_keypair> key;
@@ -151,6 +156,10 @@ struct agent_state {
   /// restart (issue 23 item 5).
   caf::timespan backoff_cap{};
   uint32_t failed_attempts = 0;           ///< connection attempts since last success
+  /// Which of `config.controllers` is tried now; failures in a row on
+  /// different controllers (a whole round fails before back-off).
+  size_t controller_index = 0;
+  size_t failed_in_round = 0;
   probe_actor probe;                      ///< GPU discovery, on its own thread
   bool discovering = false;               ///< a discovery pass is in flight
   uint64_t pass = 0;                      ///< number of the latest pass

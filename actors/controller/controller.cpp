@@ -20,6 +20,7 @@
 #include "actors/scheduler/scheduler_actor.hpp"
 #include "messages/error.hpp"
 #include "runtime/process/private_file.hpp"
+#include "runtime/gate/gate_client.hpp"
 #include "runtime/gate/secure_channel.hpp"
 #include "runtime/gate/tokens.hpp"
 #include "runtime/process/wall_clock.hpp"
@@ -41,14 +42,20 @@ std::string owner_token_path(const std::string& keys_dir) {
 
 caf::expected<controller_handles>
 start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
-                 std::shared_ptr<const wall_clock> clock) {
+                 std::shared_ptr<const wall_clock> clock, std::shared_ptr<Store> given,
+                 std::shared_ptr<Store> history_store) {
   if (!clock)
     return caf::make_error(ec::invalid_config, "controller: no wall clock");
   controller_handles out;
-  auto store = Store::open(cfg.data_dir);
-  if (!store)
-    return store.error();
-  out.store = std::shared_ptr<Store>{std::move(*store)};
+  if (given) {
+    out.store = std::move(given);
+  } else {
+    auto store = Store::open(cfg.data_dir);
+    if (!store)
+      return store.error();
+    out.store = std::shared_ptr<Store>{std::move(*store)};
+  }
+  out.history_store = history_store ? std::move(history_store) : out.store;
   // The gate's identity and the token key live beside the store, never in it.
   namespace fs = std::filesystem;
   auto keys_dir = cfg.keys_dir.empty() ? cfg.data_dir + "-keys" : cfg.keys_dir;
@@ -134,7 +141,7 @@ start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
   out.validations = sys.spawn(validations, std::move(vc));
   cc.validations = out.validations;
   gpu_history_config hc;
-  hc.store = out.store;
+  hc.store = out.history_store;
   hc.clock = clock;
   if (auto err = hc.validate())
     return err;
@@ -250,10 +257,39 @@ start_agent(caf::actor_system& sys, const AgentConfig& cfg, const std::string& j
   ac.store = std::shared_ptr<Store>{std::move(*store)};
   ac.kmsg_path = cfg.kmsg_path;
   ac.controller_host = cfg.controller_address;
+  if (cfg.controller_address.find(',') != std::string::npos) {
+    // HA mode: every controller's gate, "HOST[:PORT],..." (controller.port
+    // where no port is given); the first is tried first.
+    size_t start = 0;
+    while (start <= cfg.controller_address.size()) {
+      auto end = cfg.controller_address.find(',', start);
+      if (end == std::string::npos)
+        end = cfg.controller_address.size();
+      auto entry = cfg.controller_address.substr(start, end - start);
+      start = end + 1;
+      if (entry.empty())
+        continue;
+      if (entry.find(':') == std::string::npos) {
+        ac.controllers.emplace_back(entry, cfg.controller_port);
+        continue;
+      }
+      auto addr = parse_gate_address(entry);
+      if (!addr)
+        return caf::make_error(ec::invalid_config,
+                               "controller.address: '" + entry
+                                 + "': " + render_error(addr.error()));
+      ac.controllers.emplace_back(addr->host, addr->port);
+    }
+    if (ac.controllers.empty())
+      return caf::make_error(ec::invalid_config, "controller.address: no address in '"
+                                                   + cfg.controller_address + "'");
+    ac.controller_host = ac.controllers.front().first;
+  }
   ac.advertise_address = cfg.advertise_address;
   ac.data_location = cfg.data_location;
   ac.request_acceptance = cfg.request_acceptance;
-  ac.controller_port = cfg.controller_port;
+  ac.controller_port = ac.controllers.empty() ? cfg.controller_port
+                                              : ac.controllers.front().second;
   ac.identity = std::move(*identity);
   ac.report_interval = cfg.report_interval;
   ac.reconnect_min = cfg.reconnect_min;

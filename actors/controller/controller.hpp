@@ -28,7 +28,8 @@ struct identity_keypair;
 
 /// A running controller.
 struct controller_handles {
-  std::shared_ptr<Store> store;  ///< the open store (data_dir)
+  std::shared_ptr<Store> store;  ///< the open store (data_dir, or etcd in HA mode)
+  std::shared_ptr<Store> history_store;  ///< GPU telemetry history's store (usually `store`)
   std::shared_ptr<const identity_keypair> identity;  ///< the gate's Ed25519 key
   std::shared_ptr<token_registry> tokens;  ///< join and API tokens (owned by the cluster)
   std::string keys_dir;          ///< where gate.key, gate.pub, token.key, owner-token are
@@ -53,9 +54,15 @@ struct controller_handles {
 /// what the controller's actors store and decides every rule stated in
 /// dates (token expiry, the 24 h incident window); an embedding control
 /// plane or a test may pass its own.
+/// `store`: the store to use instead of opening RocksDB under
+/// `cfg.data_dir` (HA mode passes the leader's fenced etcd store);
+/// `history_store`: where GPU telemetry history goes when it must not go to
+/// `store` (HA mode: a local RocksDB, history stays out of etcd); null: `store`.
 caf::expected<controller_handles>
 start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
-                 std::shared_ptr<const wall_clock> clock = real_wall_clock());
+                 std::shared_ptr<const wall_clock> clock = real_wall_clock(),
+                 std::shared_ptr<Store> store = nullptr,
+                 std::shared_ptr<Store> history_store = nullptr);
 
 /// Stops the controller's actors (gate first, so no new work arrives).
 void stop_controller(caf::actor_system& sys, const controller_handles& h);

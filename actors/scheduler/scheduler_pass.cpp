@@ -356,7 +356,9 @@ void flush(self_ptr self) {
     else
       changes.push_back({family::runs, name, it->second.SerializeAsString()});
   }
-  auto err = st.config.store->write(changes, !background);
+  // Within the store's limits per batch (etcd: 128 operations per txn);
+  // each run is a record of its own, so batches need not be one.
+  auto err = st.config.store->write_chunked(changes, !background);
   if (err) {
     // Kept dirty: the next change tries again. Nobody is told of a run that
     // is not on disk.

@@ -311,6 +311,8 @@ key_def<C> percent_key(std::string key, double C::*m, std::string comment) {
           [m](const C& c) { return show_number(c.*m); }, std::move(comment)};
 }
 
+const std::vector<std::string> store_backends = {"rocksdb", "etcd"};
+
 const std::vector<std::string> log_levels = {"trace", "debug", "info",
                                              "warn",  "error", "off"};
 
@@ -341,6 +343,16 @@ const std::vector<key_def<ControllerConfig>>& controller_keys() {
              "folder of the controller's RocksDB store, created if missing",
              "/var/lib/astraeus/controller as root, else "
              "~/.local/share/astraeus/controller"),
+    choice_key("store.backend", &C::store_backend, "backend", store_backends,
+               "rocksdb: one controller with its own store; etcd: HA mode, several "
+               "controllers on one etcd cluster"),
+    text_key("store.etcd.endpoints", &C::etcd_endpoints, false,
+             "comma-separated HOST:PORT of the etcd members (store.backend etcd)"),
+    text_key("store.etcd.prefix", &C::etcd_prefix, false,
+             "every etcd key starts with it; empty: /astraeus/<cluster.name>/"),
+    duration_key("store.etcd.lease_ttl", &C::etcd_lease_ttl, 2s, 60s,
+                 "the leader lease's TTL: a leader that stops renewing for this long "
+                 "is replaced"),
     duration_key("heartbeat.lapse", &C::heartbeat_lapse, 100ms, 24h,
                  "a machine that sends no report for this long is Down"),
     duration_key("heartbeat.report_interval", &C::heartbeat_report_interval, 100ms, 1h,
@@ -433,7 +445,8 @@ const std::vector<key_def<AgentConfig>>& agent_keys() {
   using C = AgentConfig;
   static const std::vector<key_def<C>> keys = {
     text_key("controller.address", &C::controller_address, true,
-             "address of the controller's gate"),
+             "address of the controller's gate; in HA mode every controller's, "
+             "comma-separated HOST or HOST:PORT (the agent follows the leader)"),
     uint_key("controller.port", &C::controller_port, 1, 65535, "port number",
              "TCP port of the controller's gate"),
     text_key("machine.name", &C::name, false,
@@ -812,6 +825,10 @@ load_controller_config(const std::optional<std::string>& file,
   return load(controller_keys(), "controller", file, env, flags,
               [](loader<ControllerConfig>& l) -> caf::error {
                 const auto& cfg = l.config();
+                if (cfg.store_backend == "etcd" && cfg.etcd_endpoints.empty())
+                  return config_error("config: store.backend is etcd but "
+                                      "store.etcd.endpoints is empty (give the etcd "
+                                      "members' HOST:PORT, comma-separated)");
                 return check_heartbeat(cfg.heartbeat_lapse, l.origin("heartbeat.lapse"),
                                        cfg.heartbeat_report_interval,
                                        "heartbeat.report_interval",

@@ -56,6 +56,19 @@ struct ControllerConfig {
   /// store.path: folder of the RocksDB store. Empty in a default-constructed
   /// struct; the loaders fill it with `default_data_dir("controller")`.
   std::string data_dir;
+  /// store.backend: "rocksdb" (the default: one controller, its own store
+  /// in store.path) or "etcd" (HA mode: several controllers on one etcd
+  /// cluster, one of them leads; README "High availability").
+  std::string store_backend = "rocksdb";
+  /// store.etcd.endpoints: comma-separated HOST:PORT (or http://HOST:PORT)
+  /// of the etcd members' client URLs; required with store.backend etcd.
+  std::string etcd_endpoints;
+  /// store.etcd.prefix: every etcd key starts with it; empty:
+  /// "/astraeus/<cluster.name>/". Must start and end with '/'.
+  std::string etcd_prefix;
+  /// store.etcd.lease_ttl: the leader lease's TTL (2s-60s): a leader that
+  /// stops renewing for this long is replaced.
+  std::chrono::milliseconds etcd_lease_ttl{2000};
   /// heartbeat.lapse: silence after which a machine is Down (100ms-24h).
   std::chrono::milliseconds heartbeat_lapse{60000};
   /// heartbeat.report_interval: the agents' report interval (100ms-1h),

@@ -1,0 +1,326 @@
+#include "bin/controller_ha.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <caf/actor_system.hpp>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "actors/controller/api_bridge.hpp"
+#include "actors/controller/controller.hpp"
+#include "bin/process.hpp"
+#include "messages/error.hpp"
+#include "runtime/http/api_server.hpp"
+#include "runtime/http/tls_certificate.hpp"
+#include "runtime/gate/secure_channel.hpp"
+#include "store/etcd_store.hpp"
+#include "store/leader_election.hpp"
+
+namespace astraeus::bin {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+/// "a,b , c" as {"a","b","c"}.
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : text + ",") {
+    if (c == ',') {
+      auto b = cur.find_first_not_of(" \t");
+      auto e = cur.find_last_not_of(" \t");
+      if (b != std::string::npos)
+        out.push_back(cur.substr(b, e - b + 1));
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  return out;
+}
+
+/// What a standby answers on api.listen while another controller leads: a
+/// 307 to the same path on the leader's API, saying who leads, or a 503
+/// while no leader is known. Runs its own threads.
+class follower_api {
+public:
+  follower_api(const ControllerConfig& cfg, std::string host, uint16_t port)
+    : host_(std::move(host)), port_(port) {
+    if (!cfg.api_plain_http) {
+      auto cert = load_or_create_certificate(cfg.keys_dir, cfg.api_certificate,
+                                             cfg.api_private_key, local_hostname());
+      if (cert)
+        server_ = std::make_unique<httplib::SSLServer>(cert->certificate_path.c_str(),
+                                                       cert->private_key_path.c_str());
+      else
+        spdlog::error("controller: standby API: {}", render_error(cert.error()));
+    } else {
+      server_ = std::make_unique<httplib::Server>();
+    }
+    if (!server_)
+      return;
+    // SO_REUSEADDR only, as the API server (runtime/http/api_server.cpp):
+    // cpp-httplib's default (SO_REUSEPORT alone) leaves connections in
+    // TIME_WAIT that keep the API server from binding this port once this
+    // controller leads.
+    server_->set_socket_options([](int sock) {
+      int yes = 1;
+      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
+    auto answer = [this](const httplib::Request& req, httplib::Response& res) {
+      std::optional<leader_info> leader;
+      {
+        std::lock_guard<std::mutex> lock{mu_};
+        leader = leader_;
+      }
+      nlohmann::json body;
+      if (leader && !leader->api_url.empty()) {
+        auto target = req.target.empty() ? req.path : req.target;
+        res.status = 307;
+        res.set_header("Location", leader->api_url + target);
+        res.set_header("X-Astraeus-Leader", leader->id);
+        body = {{"error",
+                 {{"code", "not_leader"},
+                  {"message", "this controller is a standby; " + leader->id
+                                + " leads: use " + leader->api_url}}},
+                {"leader", {{"id", leader->id}, {"api", leader->api_url},
+                            {"gate", leader->gate}}}};
+      } else {
+        res.status = 503;
+        res.set_header("Retry-After", "1");
+        body = {{"error", {{"code", "no_leader"},
+                           {"message", "no controller leads yet (an election is under way)"}}}};
+      }
+      res.set_content(body.dump() + "\n", "application/json");
+    };
+    for (auto* m : {"GET", "POST", "PUT", "PATCH", "DELETE"}) {
+      auto pattern = ".*";
+      if (std::string{m} == "GET")
+        server_->Get(pattern, answer);
+      else if (std::string{m} == "POST")
+        server_->Post(pattern, answer);
+      else if (std::string{m} == "PUT")
+        server_->Put(pattern, answer);
+      else if (std::string{m} == "PATCH")
+        server_->Patch(pattern, answer);
+      else
+        server_->Delete(pattern, answer);
+    }
+    if (!server_->bind_to_port(host_.c_str(), port_)) {
+      spdlog::error("controller: standby API cannot listen on {}:{}", host_, port_);
+      server_.reset();
+      return;
+    }
+    thread_ = std::thread{[this] { server_->listen_after_bind(); }};
+  }
+
+  ~follower_api() {
+    stop();
+  }
+
+  /// Records who leads (nullopt: nobody).
+  void set_leader(const std::optional<leader_info>& l) {
+    std::lock_guard<std::mutex> lock{mu_};
+    leader_ = l;
+  }
+
+  /// Stops serving and frees the port.
+  void stop() {
+    if (server_)
+      server_->stop();
+    if (thread_.joinable())
+      thread_.join();
+    server_.reset();
+  }
+
+private:
+  std::string host_;
+  uint16_t port_;
+  std::mutex mu_;
+  std::optional<leader_info> leader_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+};
+
+/// The leader's housekeeping of etcd: every `period`, compacts history
+/// older than `keep` revisions (auto-compaction is off in etcd 3.4 by
+/// default) and, every 60th time, defragments the member it talks to.
+class compactor {
+public:
+  compactor(std::shared_ptr<etcd_store> store, std::chrono::seconds period, int64_t keep)
+    : store_(std::move(store)) {
+    thread_ = std::thread{[this, period, keep] {
+      int n = 0;
+      std::unique_lock<std::mutex> lock{mu_};
+      while (!cv_.wait_for(lock, period, [this] { return stopping_; })) {
+        auto rev = store_->revision();
+        if (!rev || *rev <= keep)
+          continue;
+        if (auto err = store_->compact(*rev - keep))
+          spdlog::warn("controller: etcd compaction: {}", render_error(err));
+        else
+          spdlog::debug("controller: etcd compacted to revision {}", *rev - keep);
+        if (++n % 60 == 0)
+          if (auto err = store_->defragment())
+            spdlog::warn("controller: etcd defragmentation: {}", render_error(err));
+      }
+    }};
+  }
+
+  ~compactor() {
+    {
+      std::lock_guard<std::mutex> lock{mu_};
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable())
+      thread_.join();
+  }
+
+private:
+  std::shared_ptr<etcd_store> store_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+} // namespace
+
+int run_ha_controller(caf::actor_system& sys, const ControllerConfig& cfg,
+                      const sigset_t& signals) {
+  etcd_options eo;
+  eo.endpoints = split_list(cfg.etcd_endpoints);
+  eo.prefix = cfg.etcd_prefix.empty() ? "/astraeus/" + cfg.cluster_name + "/" : cfg.etcd_prefix;
+  auto opened = etcd_store::open(eo);
+  if (!opened) {
+    spdlog::error("controller: cannot start: {}", render_error(opened.error()));
+    return 1;
+  }
+  std::shared_ptr<etcd_store> store{std::move(*opened)};
+  // Who this controller is, for the leader key: its gate and API as others
+  // reach them.
+  auto host = cfg.listen_address == "0.0.0.0" || cfg.listen_address == "::"
+                ? local_hostname()
+                : cfg.listen_address;
+  election_config ec_cfg;
+  ec_cfg.store = store;
+  ec_cfg.gate = cfg.advertise_address.empty()
+                  ? host + ":" + std::to_string(cfg.listen_port)
+                  : cfg.advertise_address;
+  ec_cfg.id = ec_cfg.gate;
+  ec_cfg.ttl = std::chrono::duration_cast<std::chrono::seconds>(cfg.etcd_lease_ttl);
+  std::optional<std::pair<std::string, uint16_t>> api_at;
+  if (cfg.api_listen != "off") {
+    auto hp = parse_host_port(cfg.api_listen, "api.listen");
+    if (!hp) {
+      spdlog::error("controller: {}", render_error(hp.error()));
+      return 1;
+    }
+    if (hp->second == 0 && cfg.api_advertise_url.empty()) {
+      spdlog::error("controller: api.listen: HA mode needs a fixed port (or "
+                    "api.advertise_url), so standbys can point clients at the leader");
+      return 1;
+    }
+    api_at = *hp;
+    auto api_host = hp->first == "0.0.0.0" || hp->first == "::" ? host : hp->first;
+    ec_cfg.api_url = cfg.api_advertise_url.empty()
+                       ? std::string{cfg.api_plain_http ? "http" : "https"} + "://"
+                           + api_host + ":" + std::to_string(hp->second)
+                       : cfg.api_advertise_url;
+  }
+  // Telemetry history stays out of etcd: each controller keeps its own,
+  // opened before standing (a takeover need not wait for it).
+  auto history = Store::open(cfg.data_dir);
+  if (!history) {
+    spdlog::error("controller: cannot open the local history store: {}",
+                  render_error(history.error()));
+    return 1;
+  }
+  std::shared_ptr<Store> history_store{std::move(*history)};
+  // A standby looks at the leader key every 25 ms: a takeover waits for the
+  // lease to end (TTL, plus up to etcd's 500 ms expiry sweep), not for us.
+  ec_cfg.poll = std::chrono::milliseconds{25};
+  leader_election election{ec_cfg};
+  std::unique_ptr<follower_api> standby;
+  if (api_at)
+    standby = std::make_unique<follower_api>(cfg, api_at->first, api_at->second);
+  spdlog::info("controller: HA mode on {} as {}: standing for leadership", store->path(),
+               ec_cfg.id);
+  // Stop signals are polled while campaigning (they stay blocked).
+  int stop_signal = 0;
+  auto stop = [&] {
+    timespec zero{0, 0};
+    auto sig = ::sigtimedwait(&signals, nullptr, &zero);
+    if (sig > 0)
+      stop_signal = sig;
+    return stop_signal != 0;
+  };
+  auto won = election.campaign(stop, [&](const std::optional<leader_info>& l) {
+    if (standby)
+      standby->set_leader(l);
+  });
+  if (!won) {
+    spdlog::error("controller: cannot stand for leadership: {}", render_error(won.error()));
+    return 1;
+  }
+  if (!*won) {
+    spdlog::info("controller: signal {} while standing by, stopping", stop_signal);
+    return 0;
+  }
+  auto elected_at = std::chrono::steady_clock::now();
+  standby.reset();
+  // Deposed (the lease ended while this process was stopped or cut off):
+  // every write is already refused by the fence; stop at once, and let the
+  // service manager start a standby.
+  election.keep_leading([](const std::string& why) {
+    spdlog::error("controller: no longer the leader ({}): exiting", why);
+    spdlog::default_logger()->flush();
+    std::fflush(nullptr);
+    ::_exit(3);
+  });
+  auto ctl = start_controller(sys, cfg, real_wall_clock(), store, history_store);
+  if (!ctl) {
+    spdlog::error("controller: cannot start: {}", render_error(ctl.error()));
+    (void) election.resign();
+    return 1;
+  }
+  auto api = start_api(sys, *ctl, cfg);
+  if (!api) {
+    spdlog::error("controller: cannot start the HTTP API: {}", render_error(api.error()));
+    stop_controller(sys, *ctl);
+    (void) election.resign();
+    return 1;
+  }
+  spdlog::info("controller: leading cluster '{}' (state loaded from {} in {} ms); gate on "
+               "{}:{}, API {}",
+               cfg.cluster_name, store->path(),
+               std::chrono::duration_cast<std::chrono::milliseconds>(
+                 std::chrono::steady_clock::now() - elected_at)
+                 .count(),
+               cfg.listen_address, ctl->port, api->address);
+  compactor housekeeping{store, std::chrono::seconds{60}, 10000};
+  auto sig = wait_for_stop_signal(signals);
+  spdlog::info("controller: signal {}, stopping and resigning", sig);
+  bound_shutdown("controller", std::chrono::milliseconds{4000});
+  if (api->server)
+    api->server->stop();
+  stop_controller(sys, *ctl);
+  if (auto err = election.resign())
+    spdlog::warn("controller: cannot resign (the lease ends by itself): {}",
+                 render_error(err));
+  return 0;
+}
+
+} // namespace astraeus::bin

@@ -1,0 +1,133 @@
+// HA mode end to end (issue 15; label "ha"): three controllers on a
+// 3-member etcd on loopback. Killing the leader makes another lead and
+// accept writes (none acknowledged before is lost); a standby redirects the
+// HTTP API to the leader; an agent given every gate follows the leader and
+// is Up there, never Down; a leader stopped (SIGSTOP) until deposed writes
+// nothing when it resumes (SIGCONT) and exits.
+
+#include <csignal>
+
+#include <gtest/gtest.h>
+
+#include "integration/ha/ha_group.hpp"
+
+namespace astraeus::itest {
+namespace {
+
+class HaFailover : public ::testing::Test {
+protected:
+  void SetUp() override {
+    group_ = std::make_unique<ha_group>(dir_.path());
+    ASSERT_TRUE(group_->ready_etcd()) << "etcd did not start";
+    for (size_t i = 0; i < group_->size(); ++i)
+      group_->start(i);
+    leader_ = group_->wait_leader(20s);
+    ASSERT_TRUE(leader_) << "no controller leads after 20 s";
+  }
+
+  void TearDown() override {
+    group_->end(HasFailure());
+  }
+
+  temp_dir dir_{"astraeus-ha"};
+  std::unique_ptr<ha_group> group_;
+  std::optional<size_t> leader_;
+};
+
+TEST_F(HaFailover, KilledLeaderIsReplacedAndAgentsFollow) {
+  auto& g = *group_;
+  auto first = *leader_;
+  // Acknowledged writes before the kill.
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(g.write_through(first)) << "the leader refused a write";
+  auto before = g.join_tokens(first);
+  ASSERT_TRUE(before);
+  // A standby points HTTP clients at the leader.
+  auto standby = (first + 1) % g.size();
+  httplib::Client api{"127.0.0.1", g.api_port(standby)};
+  auto res = api.Get("/api/v1/orgs/default/clusters/default/machines");
+  ASSERT_TRUE(res) << "the standby's API does not answer";
+  EXPECT_EQ(res->status, 307);
+  EXPECT_EQ(res->get_header_value("Location"),
+            "http://127.0.0.1:" + std::to_string(g.api_port(first))
+              + "/api/v1/orgs/default/clusters/default/machines");
+  EXPECT_EQ(res->get_header_value("X-Astraeus-Leader"),
+            "127.0.0.1:" + std::to_string(g.gate_port(first)));
+  // An agent that knows every gate.
+  auto flags = enrol_flags(g.gate_port(first), dir_.path(), "gpu-ha");
+  ASSERT_FALSE(flags.empty());
+  std::vector<std::string> argv{program("astraeus-agent"), "--controller", g.gate_list(),
+                                "--data-dir", (dir_ / "agent").string(), "--name", "gpu-ha",
+                                "--report-interval", "200ms", "--set",
+                                "reconnect.max_backoff=1s"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  spawn_kept(g.kept(), dir_.path(), "agent", argv);
+  ASSERT_TRUE(wait_until([&] { return machine_in_state(g.gate_port(first), "gpu-ha",
+                                                       v1::Machine::Up); },
+                         15s))
+    << "the agent is not Up on the first leader";
+  // Kill the leader: another leads and accepts a write.
+  auto t0 = steady::now();
+  g.controller(first)->kill_now();
+  auto next = g.wait_new_leader(first, 10s);
+  ASSERT_TRUE(next) << "no new leader accepted a write within 10 s";
+  auto failover = seconds_since(t0);
+  std::printf("failover: SIGKILL of the leader -> first accepted write on the new one: "
+              "%.2f s\n",
+              failover);
+  EXPECT_LT(failover, 5.0);
+  // Nothing acknowledged was lost.
+  auto after = g.join_tokens(*next);
+  ASSERT_TRUE(after);
+  for (const auto& id : *before)
+    EXPECT_NE(std::find(after->begin(), after->end(), id), after->end())
+      << "join token " << id << " was lost";
+  // The agent is Up on the new leader, and was never Down there.
+  bool down = false;
+  auto t1 = steady::now();
+  bool up = wait_until(
+    [&] {
+      auto m = get_machine(g.gate_port(*next), "gpu-ha");
+      if (m && m->state() == v1::Machine::Down)
+        down = true;
+      return m && m->state() == v1::Machine::Up;
+    },
+    15s, 50ms);
+  EXPECT_TRUE(up) << "the agent is not Up on the new leader";
+  std::printf("agent Up on the new leader %.2f s after its first write\n", seconds_since(t1));
+  EXPECT_FALSE(down) << "the machine went Down across the failover";
+  // And stays Up for longer than a heartbeat lapse.
+  std::this_thread::sleep_for(3500ms);
+  auto m = get_machine(g.gate_port(*next), "gpu-ha");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->state(), v1::Machine::Up);
+}
+
+TEST_F(HaFailover, StoppedLeaderIsFencedOutWhenItResumes) {
+  auto& g = *group_;
+  auto first = *leader_;
+  ASSERT_TRUE(g.write_through(first));
+  auto* old = g.controller(first);
+  old->signal(SIGSTOP);
+  auto next = g.wait_new_leader(first, 10s);
+  ASSERT_TRUE(next) << "no new leader while the old one was stopped";
+  auto before = g.join_tokens(*next);
+  ASSERT_TRUE(before);
+  // The old leader resumes, its actors and gate as it left them: a write
+  // sent to it now is refused (fenced), or finds it gone (it exits as soon
+  // as it sees its lease is gone).
+  old->signal(SIGCONT);
+  auto accepted = g.write_through(first, 2s);
+  EXPECT_FALSE(accepted) << "a deposed leader accepted a write";
+  auto code = old->wait_exit(5s);
+  ASSERT_TRUE(code) << "the deposed leader kept running";
+  EXPECT_EQ(*code, 3);
+  EXPECT_TRUE(contains(old->err(), "no longer the leader")) << old->err();
+  // Nothing reached etcd through it.
+  auto after = g.join_tokens(*next);
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->size(), before->size());
+}
+
+} // namespace
+} // namespace astraeus::itest
