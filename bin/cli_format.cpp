@@ -486,7 +486,9 @@ std::string process_note(int32_t pid, const std::string& name) {
 std::string format_gpu_section(const v1::GpuSection& s) {
   std::ostringstream out;
   out << "GPUs\n";
-  out << "  Read as:   " << (s.read_as().empty() ? "?" : s.read_as()) << "\n";
+  // One GPU's section (astra gpu show) carries no machine-wide read.
+  if (!s.read_as().empty())
+    out << "  Read as:   " << s.read_as() << "\n";
   if (!s.detail().empty())
     out << "  Detail:    " << s.detail() << "\n";
   if (!s.gpus().empty()) {

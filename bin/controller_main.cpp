@@ -74,7 +74,9 @@ int main(int argc, char** argv) {
   auto ctl = start_controller(sys, *cfg);
   if (!ctl) {
     spdlog::error("controller: cannot start: {}", render_error(ctl.error()));
-    return 1;
+    // A bad setting (the fault policy's xid.* / amd.* lists) is a usage
+    // error, as every other config error: 2.
+    return ctl.error() == ec::invalid_config ? 2 : 1;
   }
   spdlog::info("controller: cluster '{}' serving on {}:{}, store {}, keys {} "
                "(gate key {})",
@@ -83,6 +85,7 @@ int main(int argc, char** argv) {
   auto api = start_api(sys, *ctl, *cfg);
   if (!api) {
     spdlog::error("controller: cannot start the HTTP API: {}", render_error(api.error()));
+    bin::bound_shutdown("controller", std::chrono::milliseconds{4000}, 1);
     stop_controller(sys, *ctl);
     return 1;
   }

@@ -92,7 +92,7 @@ int run_dev(const std::string& data_dir, const std::optional<std::string>& ctl_f
   if (!ctl) {
     std::fprintf(stderr, "astraeus dev: cannot start the controller: %s\n",
                  render_error(ctl.error()).c_str());
-    return 1;
+    return ctl.error() == ec::invalid_config ? 2 : 1;
   }
   acfg->controller_port = ctl->port;
   // The dev agent enrols itself: it pins this controller's key, and on its
@@ -121,6 +121,10 @@ int run_dev(const std::string& data_dir, const std::optional<std::string>& ctl_f
   if (!api) {
     std::fprintf(stderr, "astraeus dev: cannot start the HTTP API: %s\n",
                  render_error(api.error()).c_str());
+    // The agent is running by now: it must stop too, or the actor system's
+    // destructor waits for it for ever (and SIGTERM is blocked).
+    bin::bound_shutdown("dev", std::chrono::milliseconds{4000}, 1);
+    caf::anon_send_exit(*agent, caf::exit_reason::user_shutdown);
     stop_controller(sys, *ctl);
     return 1;
   }
@@ -213,6 +217,8 @@ int main(int argc, char** argv) {
                   "the agent's config file (config/agent.yaml's keys); the dev "
                   "flags and the data folder win over it");
   auto* version = app.add_subcommand("version", "print the version");
+  app.set_version_flag("--version", std::string{"astraeus "} + ASTRAEUS_VERSION + " (protocol "
+                                      + std::to_string(astraeus::protocol_version) + ")");
   if (auto rc = bin::parse_command_line(app, argc, argv, "astraeus"))
     return *rc;
   if (version->parsed()) {

@@ -773,6 +773,15 @@ const char* remove_machine_name(const v1::Request&) {
 const char* revoke_join_name(const v1::Request&) {
   return "revoke join token";
 }
+const char* drain_name(const v1::Request&) {
+  return "drain";
+}
+const char* data_location_name(const v1::Request&) {
+  return "set data location";
+}
+const char* delete_workspace_name(const v1::Request&) {
+  return "delete workspace";
+}
 
 using R = v1::Request;
 
@@ -818,13 +827,13 @@ const std::vector<cluster_request_row>& cluster_request_table() {
     {R::kListValidationPolicies, role::member, nullptr,         to_validations},
     // issue 13 (cli): day-two commands (actors/controller/cluster_day2_requests.cpp).
     {R::kRemoveMachine,    role::admin,  remove_machine_name,   day2::remove_machine},
-    {R::kDrainMachine,     role::admin,  nullptr,               day2::drain_machine},
+    {R::kDrainMachine,     role::admin,  drain_name,            day2::drain_machine},
     // issue 20 (installer): audited by its handler, with the path.
-    {R::kSetDataLocation,  role::admin,  nullptr,               day2::set_data_location},
+    {R::kSetDataLocation,  role::admin,  data_location_name,    day2::set_data_location},
     {R::kListJoinTokens,   role::admin,  nullptr,               day2::list_join_tokens},
     {R::kRevokeJoinToken,  role::admin,  revoke_join_name,      day2::revoke_join_token},
     {R::kListApiTokens,    role::admin,  nullptr,               day2::list_api_tokens},
-    {R::kDeleteWorkspace,  role::admin,  nullptr,               day2::delete_workspace},
+    {R::kDeleteWorkspace,  role::admin,  delete_workspace_name, day2::delete_workspace},
     {R::kGetGpuHistory,    role::member, nullptr,               day2::get_gpu_history},
     // issue 16 (run specs): audited by its handler, with what changed.
     {R::kSetWorkspaceGrants, role::admin, grant_name,           day2::set_workspace_grants},

@@ -46,6 +46,26 @@ start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
                  std::shared_ptr<Store> history_store) {
   if (!clock)
     return caf::make_error(ec::invalid_config, "controller: no wall clock");
+  // The fault policy first: a bad xid.* or amd.* setting is refused before
+  // anything is created (store, keys, the first owner token).
+  xid_policy policy;
+  auto fence = parse_xid_list(cfg.xid_fence);
+  auto at_risk = parse_xid_list(cfg.xid_at_risk);
+  auto record = parse_xid_list(cfg.xid_record);
+  for (auto [key, list] : {std::pair{"xid.fence", &fence},
+                           std::pair{"xid.at_risk", &at_risk},
+                           std::pair{"xid.record", &record}})
+    if (!*list)
+      return caf::make_error(ec::invalid_config,
+                             std::string{key} + ": " + render_error(list->error()));
+  if (auto err = policy.override_with(*fence, *at_risk, *record))
+    return err;
+  if (auto err = policy.set_application_processes(cfg.xid_application_processes))
+    return err;
+  if (auto err = policy.override_amd(parse_name_list(cfg.amd_fence),
+                                     parse_name_list(cfg.amd_at_risk),
+                                     parse_name_list(cfg.amd_record)))
+    return err;
   controller_handles out;
   if (given) {
     out.store = std::move(given);
@@ -101,24 +121,6 @@ start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
   cc.pressure.memory_available_min_percent = cfg.memory_available_min_percent;
   cc.pressure.memory_psi_full_avg10_max = cfg.memory_psi_full_avg10_max;
   cc.pressure.disk_free_min_percent = cfg.disk_free_min_percent;
-  xid_policy policy;
-  auto fence = parse_xid_list(cfg.xid_fence);
-  auto at_risk = parse_xid_list(cfg.xid_at_risk);
-  auto record = parse_xid_list(cfg.xid_record);
-  for (auto [key, list] : {std::pair{"xid.fence", &fence},
-                           std::pair{"xid.at_risk", &at_risk},
-                           std::pair{"xid.record", &record}})
-    if (!*list)
-      return caf::make_error(ec::invalid_config,
-                             std::string{key} + ": " + render_error(list->error()));
-  if (auto err = policy.override_with(*fence, *at_risk, *record))
-    return err;
-  if (auto err = policy.set_application_processes(cfg.xid_application_processes))
-    return err;
-  if (auto err = policy.override_amd(parse_name_list(cfg.amd_fence),
-                                     parse_name_list(cfg.amd_at_risk),
-                                     parse_name_list(cfg.amd_record)))
-    return err;
   cc.xid_policy = policy.table();
   scheduler_config sc;
   sc.store = out.store;

@@ -137,7 +137,7 @@ bool machine_state::accepting() const {
 }
 
 bool machine_state::schedulable() const {
-  return liveness == v1::Machine::Up && !config.record.maintenance()
+  return liveness == v1::Machine::Up && !agent_gone && !config.record.maintenance()
          && !config.record.cordoned() && !pressure.memory && !pressure.disk;
 }
 
@@ -149,6 +149,8 @@ std::string machine_state::not_schedulable_why() const {
     return "is Down";
   if (shown == v1::Machine::Idle)
     return "has not reported yet";
+  if (agent_gone)
+    return "has lost its agent's connection (it takes no new work until the agent is back)";
   if (config.record.drained())
     return "is drained";
   if (config.record.drain_deadline_unix_ms() != 0)
@@ -495,6 +497,7 @@ bool take_report(machine_ptr self, v1::MachineReport& report) {
   }
   st.last_report = self->clock().now();
   st.last_report_unix_ms = st.config.clock->now_unix_ms();
+  st.agent_gone = false;
   st.facts = std::move(*report.mutable_facts());
   auto warnings = fold_repeated_gpus(*st.facts.mutable_gpus());
   if (warnings != st.inventory_warnings)
@@ -720,11 +723,16 @@ void on_connected(machine_ptr self, uint64_t session, bool up, gate_command_acto
     // A new session: whatever the agent applied, it says so again.
     st.acked_generation = 0;
     st.last_statuses.clear();
+    st.agent_gone = false;
     send_orders(self);
+    tell_scheduler(self);
   } else if (st.session == session) {
     st.session = 0;
     st.gate = gate_command_actor{};
-    spdlog::info("machine {}: agent disconnected", name_of(self));
+    st.agent_gone = true;
+    spdlog::info("machine {}: agent disconnected (it takes no new work until the agent is back)",
+                 name_of(self));
+    tell_scheduler(self);
   }
 }
 

@@ -70,6 +70,11 @@ struct machine_state {
   bool lapse_timer_pending = false;
   /// The current gate session of its agent; 0 = not connected.
   uint64_t session = 0;
+  /// Its agent's session ended and no new one (nor a report) came since:
+  /// the machine takes no new work meanwhile (a run placed there would wait
+  /// for an agent that may never come back), though it stays Up until its
+  /// heartbeat lapses.
+  bool agent_gone = false;
   /// The gate holding that session (delivers commands such as clear-fault);
   /// null while not connected, or for a session without a gate (an
   /// embedding control plane's enrolment).

@@ -199,7 +199,8 @@ int login(const options& opts, const std::string& file) {
   auto client = gate_client::connect_cli(*addr, timeout, creds);
   if (!client) {
     std::fprintf(stderr, "astra: %s\n", render_error(client.error()).c_str());
-    return 3;
+    // 3 only when unreachable; a refused token is the controller's answer.
+    return client.error() == ec::unreachable || client.error() == ec::timeout ? 3 : 1;
   }
   const auto& who = client->welcome().principal();
   auto path = credentials_path();
@@ -228,7 +229,10 @@ void add_access_commands(CLI::App& app, invocation& inv) {
   auto& file = inv.keep<std::string>();
   cmd->add_option("--token-file", file,
                   "file holding the token; default: read it from stdin");
-  cmd->callback([&inv, &file] { inv.rc = login(inv.opts, file); });
+  // `astra --token-file F login` as `astra login --token-file F`.
+  cmd->callback([&inv, &file] {
+    inv.rc = login(inv.opts, file.empty() ? inv.opts.token_file : file);
+  });
   auto* out = app.add_subcommand("logout", "forget the token `astra login` kept");
   out->callback([&inv] {
     auto path = credentials_path();

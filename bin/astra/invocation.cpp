@@ -138,9 +138,12 @@ std::optional<gate_client> connect_gate(options opts, int& rc) {
                            "`astraeus dev`, or point astra at yours with "
                            "--addr or ASTRAEUS_ADDR.\n");
     if (client.error() == ec::protocol_violation && creds->api_token.empty())
-      std::fprintf(stderr, "astra: no API token: run `astra login`, set "
-                           "ASTRAEUS_TOKEN, or pass --token-file.\n");
-    rc = 3;
+      std::fprintf(stderr, "astra: to sign in, run `astra login`, set ASTRAEUS_TOKEN, or pass "
+                           "--token-file.\n");
+    // 3 when the controller could not be reached or did not answer; when it
+    // answered and refused us (an unknown, revoked or missing token, a key
+    // that is not the pinned one), 1, as for any refusal.
+    rc = client.error() == ec::unreachable || client.error() == ec::timeout ? 3 : 1;
     return std::nullopt;
   }
   return std::move(*client);

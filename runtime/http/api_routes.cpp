@@ -3,6 +3,8 @@
 #include <atomic>
 #include <cstdlib>
 
+#include <nlohmann/json.hpp>
+
 #include "messages/error.hpp"
 #include "messages/json.hpp"
 #include "runtime/http/api_routes_internal.hpp"
@@ -194,11 +196,13 @@ void uncordon_node(api_context& ctx) {
 }
 
 void set_node_maintenance(api_context& ctx) {
-  // {"maintenance": false} ends it; an empty body starts it.
+  // {"maintenance": false} ends it; a body without "maintenance" (empty,
+  // or {} or {"name": ...}) starts it, as POST .../maintenance reads.
   v1::SetMaintenance body;
   if (!read_body(ctx, body, true))
     return;
-  if (ctx.req.body.find_first_not_of(" \t\r\n") == std::string::npos)
+  auto doc = nlohmann::json::parse(ctx.req.body, nullptr, false);
+  if (!doc.is_object() || !doc.contains("maintenance"))
     body.set_maintenance(true);
   if (!names_the_path_machine(ctx, body.name()))
     return;
@@ -423,7 +427,7 @@ const std::vector<api_route>& api_routes() {
      "JoinToken"},
     {"POST", "/runs", true, submit_run, "submit a run (the run spec as JSON)", "RunSpec",
      "Run"},
-    {"GET", "/runs", true, list_runs, "every run", "", "RunList"},
+    {"GET", "/runs", true, list_runs, "every run, by name (?limit, ?cursor)", "", "RunList"},
     {"GET", "/runs/{run}", true, get_run, "one run", "", "Run"},
     {"DELETE", "/runs/{run}", true, delete_run, "stop a run and free its GPUs", "", "Run"},
     {"GET", "/runs/{run}/logs", true, get_run_logs,

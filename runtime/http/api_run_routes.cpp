@@ -1,6 +1,7 @@
 // The API's handlers for runs, tokens, workspaces, the audit log and
 // validations, and the OpenAPI document.
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -87,10 +88,36 @@ void submit_run(api_context& ctx) {
 }
 
 void list_runs(api_context& ctx) {
+  // Pages as /nodes and /gpus do: ?limit=N (1-100000; none: all) and
+  // ?cursor=<the X-Next-Cursor of the page before>, by run name.
+  auto limit = query_number(ctx, "limit", 1, 100000, 0);
+  if (!limit)
+    return;
   v1::Request req;
   req.mutable_list_runs();
-  reply_with(ctx, std::move(req), 200,
-             [](const v1::Response& r) -> const v1::RunList& { return r.runs(); });
+  auto resp = ask_cluster(ctx, std::move(req));
+  if (reply_failed(ctx, resp))
+    return;
+  auto* runs = resp.mutable_runs()->mutable_runs();
+  std::sort(runs->begin(), runs->end(), [](const v1::Run& a, const v1::Run& b) {
+    return a.spec().name() < b.spec().name();
+  });
+  const auto cursor =
+    ctx.req.has_param("cursor") ? ctx.req.get_param_value("cursor") : std::string{};
+  v1::RunList page;
+  std::string next;
+  for (const auto& r : *runs) {
+    if (!cursor.empty() && r.spec().name() < cursor)
+      continue;
+    if (*limit != 0 && static_cast<size_t>(page.runs_size()) == *limit) {
+      next = r.spec().name();
+      break;
+    }
+    *page.add_runs() = r;
+  }
+  if (!next.empty())
+    ctx.res.set_header("X-Next-Cursor", next);
+  reply_json(ctx.res, 200, message_to_json(page, false));
 }
 
 void get_run(api_context& ctx) {

@@ -27,16 +27,26 @@ std::string leader_worker_name(const v1::WorkerOrder& order) {
 /// would use mlx5_0 alone (nccl src/transport/net_ib.cc, ncclIbInit). The
 /// ports the order excludes (issue 12: marked degraded, "mlx5_5:1" or
 /// "mlx5_5") are left out, unless that would leave none (then NCCL had
-/// better use them than sockets).
+/// better use them than sockets). One fabric only: where the machine has
+/// InfiniBand ports up, its RoCE (Ethernet) ports are left out, since a
+/// collective over both would pair ports that cannot reach each other (the
+/// DGX H100's storage/management RoCE port beside its eight IB rails).
 std::string ib_hca(const v1::WorkerOrder& order, const worker_env_context& ctx) {
   auto excluded = [&](const v1::RdmaPort& p) {
     auto port = p.device() + ":" + std::to_string(p.port());
     return std::any_of(order.excluded_ib_ports().begin(), order.excluded_ib_ports().end(),
                        [&](const std::string& x) { return x == port || x == p.device(); });
   };
+  auto usable = [&](const v1::RdmaPort& p) {
+    return p.state() == "ACTIVE" && p.rate_gbps() >= ctx.rdma_min_gbps;
+  };
+  const bool any_infiniband =
+    std::any_of(ctx.rdma_ports.begin(), ctx.rdma_ports.end(), [&](const v1::RdmaPort& p) {
+      return usable(p) && p.link_layer() == "InfiniBand";
+    });
   std::string all, kept;
   for (const auto& p : ctx.rdma_ports) {
-    if (p.state() != "ACTIVE" || p.rate_gbps() < ctx.rdma_min_gbps)
+    if (!usable(p) || (any_infiniband && p.link_layer() != "InfiniBand"))
       continue;
     auto name = p.device() + ":" + std::to_string(p.port());
     all += (all.empty() ? "=" : ",") + name;

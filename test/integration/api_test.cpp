@@ -194,6 +194,21 @@ TEST_F(Api, TokensRolesErrorsAndTheSeedsPaths) {
                   R"({"suite": "acceptance"})", "application/json");
   EXPECT_EQ(r->status, 400) << r->body;
   EXPECT_NE(r->body.find("--pool POOL or --machine NAME"), std::string::npos) << r->body;
+  // Runs page by name as nodes and GPUs do (no machine: they wait).
+  for (auto name : {"page-a", "page-b", "page-c"}) {
+    r = owner->Post(base + "/runs",
+                    std::string{R"({"name": ")"} + name + R"(", "image": "busybox", "cpus": 1})",
+                    "application/json");
+    ASSERT_EQ(r->status, 201) << r->body;
+  }
+  r = owner->Get(base + "/runs?limit=2");
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(body_of(r)["runs"].size(), 2u) << r->body;
+  EXPECT_EQ(r->get_header_value("X-Next-Cursor"), "page-c");
+  r = owner->Get(base + "/runs?limit=2&cursor=page-c");
+  EXPECT_EQ(body_of(r)["runs"].size(), 1u) << r->body;
+  EXPECT_FALSE(r->has_header("X-Next-Cursor"));
+  EXPECT_EQ(owner->Get(base + "/runs?limit=abc")->status, 400);
   // Still serving after all that.
   EXPECT_EQ(owner->Get(base + "/nodes")->status, 200);
 }

@@ -512,11 +512,15 @@ TEST_F(Workers, ATwoMachineGangInRuncContainersGetsNcclIbHcaAndItsRdmaDevices) {
     own.rlim_max == RLIM_INFINITY ? "unlimited" : std::to_string(own.rlim_max / 1024);
   for (int rank = 0; rank < 2; ++rank) {
     auto logs = astra({"logs", "ib", "--worker", std::to_string(rank)}).out;
-    // Every port that is up and fast enough, exact names (one '=').
-    EXPECT_TRUE(contains(logs, "rank=" + std::to_string(rank) + " hca==mlx5_0:1,mlx5_1:1,"))
+    // Every InfiniBand port that is up and fast enough, exact names (one
+    // '='); not the RoCE port mlx5_10 (another fabric).
+    EXPECT_TRUE(contains(logs, "rank=" + std::to_string(rank)
+                                 + " hca==mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1,mlx5_4:1,"
+                                   "mlx5_5:1,mlx5_6:1,mlx5_7:1\n"))
       << logs;
     EXPECT_TRUE(contains(logs, "rdma_cm\n")) << logs;
-    EXPECT_TRUE(contains(logs, "uverbs0\n") && contains(logs, "uverbs10\n")) << logs;
+    EXPECT_TRUE(contains(logs, "uverbs0\n") && contains(logs, "uverbs7\n")) << logs;
+    EXPECT_FALSE(contains(logs, "uverbs10\n")) << "the RoCE port's node: " << logs;
     EXPECT_TRUE(contains(logs, memlock + "\n")) << "memlock: " << logs;
   }
 }

@@ -240,6 +240,24 @@ TEST_F(MachineActor, ConnectedFollowsTheCurrentSessionOnly) {
   EXPECT_FALSE(ask<v1::MachineView>(m, atom::get_v).connected());
 }
 
+// A machine whose agent's session ended takes no new work (it stays Up
+// until its heartbeat lapses): a run placed there would wait for an agent
+// that may never come back. Its next session or report makes it take work.
+TEST_F(MachineActor, TakesNoNewWorkWhileItsAgentIsGone) {
+  auto m = spawn_machine();
+  (*self)->send(m, atom::connected_v, uint64_t{1}, true, gate_command_actor{});
+  report(m);
+  EXPECT_TRUE(ask<v1::MachineView>(m, atom::get_v).schedulable());
+  (*self)->send(m, atom::connected_v, uint64_t{1}, false, gate_command_actor{});
+  run();
+  auto view = ask<v1::MachineView>(m, atom::get_v);
+  EXPECT_EQ(view.state(), v1::Machine::Up);
+  EXPECT_FALSE(view.schedulable());
+  (*self)->send(m, atom::connected_v, uint64_t{2}, true, gate_command_actor{});
+  run();
+  EXPECT_TRUE(ask<v1::MachineView>(m, atom::get_v).schedulable());
+}
+
 namespace {
 
 /// Stands in for the gate and the scheduler: keeps what a machine sends.

@@ -171,6 +171,24 @@ TEST(WorkerEnv, IbHcaLeavesOutThePortsTheOrderExcludes) {
   EXPECT_EQ(worker_environment(o, ctx)["NCCL_IB_HCA"], "=mlx5_0:1,mlx5_2:1");
 }
 
+// One fabric: with InfiniBand rails up, the RoCE port beside them (a DGX's
+// storage port) is left out; a machine with RoCE alone uses RoCE.
+TEST(WorkerEnv, IbHcaKeepsToTheInfiniBandPortsWhereThereAreAny) {
+  auto o = whoami();
+  o.add_gpu_ids("GPU-a");
+  o.set_machine_count(2);
+  auto ctx = on_gpu09();
+  auto ib = port("mlx5_0", 1, "ACTIVE", 400), ib1 = port("mlx5_1", 1, "ACTIVE", 400),
+       roce = port("mlx5_10", 1, "ACTIVE", 400);
+  ib.set_link_layer("InfiniBand");
+  ib1.set_link_layer("InfiniBand");
+  roce.set_link_layer("Ethernet");
+  ctx.rdma_ports = {ib, roce, ib1};
+  EXPECT_EQ(worker_environment(o, ctx)["NCCL_IB_HCA"], "=mlx5_0:1,mlx5_1:1");
+  ctx.rdma_ports = {roce};
+  EXPECT_EQ(worker_environment(o, ctx)["NCCL_IB_HCA"], "=mlx5_10:1");
+}
+
 TEST(WorkerEnv, MultiMachineRunOverEthernetDisablesIb) {
   auto o = whoami();
   o.add_gpu_ids("GPU-a");
