@@ -51,32 +51,49 @@ public:
   /// when no endpoint answers, naming each endpoint's failure.
   static caf::expected<std::unique_ptr<etcd_store>> open(etcd_options opts);
 
+  /// Closes the connections to etcd (a lease this store granted is not
+  /// revoked: it ends with its TTL).
   ~etcd_store() override;
 
+  /// `Store::put_raw` on etcd (store/store.hpp).
   caf::error put_raw(family f, std::string_view key, std::string_view bytes,
                      bool sync = true) override;
+  /// `Store::get_raw` on etcd (store/store.hpp).
   caf::expected<std::optional<std::string>> get_raw(family f,
                                                     std::string_view key) override;
+  /// `Store::erase` on etcd (store/store.hpp).
   caf::error erase(family f, std::string_view key, bool sync = true) override;
+  /// `Store::write` on etcd (store/store.hpp).
   caf::error write(const std::vector<change>& changes, bool sync = true) override;
+  /// `Store::limits` on etcd (store/store.hpp).
   store_limits limits() const override;
+  /// `Store::for_each` on etcd (store/store.hpp).
   caf::error
   for_each(family f, const std::function<bool(std::string_view key,
                                               std::string_view bytes)>& fn) override;
+  /// `Store::compare_and_swap` on etcd (store/store.hpp).
   caf::expected<bool> compare_and_swap(family f, std::string_view key,
                                        const std::optional<std::string>& expected,
                                        const std::optional<std::string>& desired,
                                        lease_id lease = 0) override;
+  /// `Store::grant_lease` on etcd (store/store.hpp).
   caf::expected<lease_id> grant_lease(std::chrono::seconds ttl) override;
+  /// `Store::keep_alive` on etcd (store/store.hpp).
   caf::expected<int64_t> keep_alive(lease_id lease) override;
+  /// `Store::revoke_lease` on etcd (store/store.hpp).
   caf::error revoke_lease(lease_id lease) override;
+  /// `Store::revision` on etcd (store/store.hpp).
   caf::expected<int64_t> revision() override;
+  /// `Store::watch` on etcd (store/store.hpp).
   caf::error watch(family f, int64_t from,
                    const std::function<bool(const store_event&)>& fn,
                    const std::function<bool()>& stop,
                    std::chrono::milliseconds poll) override;
+  /// `Store::path` on etcd (store/store.hpp).
   const std::string& path() const override;
+  /// `Store::write_problem` on etcd (store/store.hpp).
   std::string write_problem() override;
+  /// `Store::faults` on etcd (store/store.hpp).
   store_faults& faults() override;
 
   /// The full etcd key of control record `name` (`<prefix>control/<name>`).

@@ -139,24 +139,31 @@ public:
     return out;
   }
 
+  /// The keys folder every controller shares.
   fs::path keys() const {
     return dir_ / "keys";
   }
+  /// Controller `i`'s gate port.
   uint16_t gate_port(size_t i) const {
     return gate_[i];
   }
+  /// Controller `i`'s HTTP API port (plain HTTP on 127.0.0.1).
   uint16_t api_port(size_t i) const {
     return api_[i];
   }
+  /// Controller `i`'s latest process (null before `start`).
   process* controller(size_t i) {
     return procs_[i];
   }
+  /// How many controllers.
   size_t size() const {
     return gate_.size();
   }
+  /// Every process started (controllers, and what a test adds: agents).
   std::vector<std::unique_ptr<process>>& kept() {
     return kept_;
   }
+  /// The etcd cluster.
   etcd_cluster& etcd() {
     return etcd_;
   }

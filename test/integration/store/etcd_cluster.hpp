@@ -23,6 +23,7 @@ inline std::string etcd_program() {
 class etcd_cluster {
 public:
   /// `quota_bytes`: etcd's --quota-backend-bytes (0: etcd's default).
+  /// Starts `members` members with their data under `dir`.
   etcd_cluster(const fs::path& dir, size_t members, uint64_t quota_bytes = 0) : dir_(dir) {
     std::string initial;
     for (size_t i = 0; i < members; ++i) {

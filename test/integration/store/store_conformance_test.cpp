@@ -1,6 +1,6 @@
 // The store's conformance suite (issue 15): one set of tests, run against
 // both backends, RocksDB in a temporary folder and etcd as a real
-// single-member `etcd` on loopback ports. Label "ha" and "store".
+// single-member `etcd` on loopback ports. Label "ha".
 
 #include <atomic>
 #include <thread>
