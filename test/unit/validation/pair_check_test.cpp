@@ -34,11 +34,13 @@ TEST(IbWriteBw, ConvertsPerftestsMibPerSecond) {
 }
 
 TEST(IbWriteBw, NoResultIsAnErrorNamingWhatWasMissing) {
-  auto bw = parse_ib_write_bw(fixture("client_refused.txt"));
-  ASSERT_FALSE(bw);
-  EXPECT_NE(render_error(bw.error()).find("no \"BW average\" result"), std::string::npos);
-  bw = parse_ib_write_bw(" #bytes #iterations BW peak[Gb/sec] BW average[Gb/sec] MsgRate[Mpps]\n"
-                         "-----\n");
+  for (const auto* name : {"client_refused.txt", "client_no_device.txt"}) {
+    auto bw = parse_ib_write_bw(fixture(name));
+    ASSERT_FALSE(bw) << name;
+    EXPECT_NE(render_error(bw.error()).find("no \"BW average\" result"), std::string::npos);
+  }
+  auto bw = parse_ib_write_bw(
+    " #bytes #iterations BW peak[Gb/sec] BW average[Gb/sec] MsgRate[Mpps]\n-----\n");
   ASSERT_FALSE(bw);
   EXPECT_NE(render_error(bw.error()).find("no figure under \"BW average[Gb/sec]\""),
             std::string::npos);
