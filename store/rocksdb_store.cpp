@@ -197,7 +197,7 @@ struct rocksdb_store::impl {
   /// The options of column family `name`. The scheduler rewrites a run on
   /// every change and erases it when it is deleted, in random key order,
   /// and reads the family only once, at start: a skip list memtable spent
-  /// ~18 % of the scheduler's CPU on inserts (bench/RESULTS.md section 19),
+  /// ~18 % of the scheduler's CPU on inserts (bench/RESULTS.md section 20),
   /// so `runs` keeps its memtable as a vector, appended to and sorted only
   /// when flushed or read. Point reads of `runs` (tests) sort a copy: fine
   /// for what reads it.

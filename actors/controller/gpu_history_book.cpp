@@ -117,7 +117,7 @@ constexpr const char* shared_series[] = {"utilization_percent", "memory_used_byt
 
 /// The field pairs of the shared series between two message types, found
 /// by name once per pair of types (a look-up by name per report cost ~5 %
-/// of ingestion, bench/RESULTS.md section 19). Thread-safe.
+/// of ingestion, bench/RESULTS.md section 20). Thread-safe.
 const std::vector<std::pair<const google::protobuf::FieldDescriptor*,
                             const google::protobuf::FieldDescriptor*>>&
 shared_fields(const google::protobuf::Descriptor* from, const google::protobuf::Descriptor* to) {

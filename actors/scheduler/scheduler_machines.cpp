@@ -75,7 +75,12 @@ void index_snapshot(self_ptr self, const std::string& name) {
   auto snap = st.snapshots.find(name);
   if (snap == st.snapshots.end())
     return;
-  auto admitted = admit_snapshot(snap->second, st.claims);
+  v1::SchedulerMachine m;
+  if (!m.ParseFromString(snap->second)) {
+    spdlog::error("scheduler: the kept snapshot of {} does not parse; not re-indexed", name);
+    return;
+  }
+  auto admitted = admit_snapshot(m, st.claims);
   auto put = [&](const machine_spec& spec) -> caf::error {
     if (auto id = st.index->find_machine(name))
       return st.index->update_machine(*id, spec);
@@ -151,7 +156,7 @@ void apply_snapshot(self_ptr self, v1::SchedulerMachine& m) {
   for (const auto& g : m.gpus())
     ids.push_back(g.id());
   auto touched = st.claims.update(m.name(), ids);
-  st.snapshots[m.name()] = m;
+  m.SerializeToString(&st.snapshots[m.name()]);
   index_snapshot(self, m.name());
   // A UUID it now shares (or no longer shares) changes what the other
   // machines may place onto too.

@@ -75,7 +75,7 @@ struct api_view {
   /// rendered on first use and kept: scrapes between two views cost a copy.
   /// The text is rendered into the buffer of a view that has gone (one is
   /// kept), so a scrape of 40,000 GPUs (~127 MiB) does not fault fresh pages
-  /// in each time: that was most of its cost (bench/RESULTS.md section 19).
+  /// in each time: that was most of its cost (bench/RESULTS.md section 21).
   const std::string& metrics() const;
 
   api_view() = default;
