@@ -223,3 +223,28 @@ TEST_F(Validations, RequiringAcceptanceKeepsThePoolsMachinesWorkingAndHoldsOnlyN
   EXPECT_EQ(view_of("gpu-04", w->machines["gpu-04"]).state(), v1::Machine::Accepting);
   EXPECT_EQ(acceptances()["gpu-04"], 1) << "its acceptance starts";
 }
+
+// A machine removed while its acceptance runs: the machine poll tells the
+// validation, which ends the machine's steps naming the removal and finishes.
+TEST_F(Validations, AValidationOfARemovedMachineFinishes) {
+  auto resp = set_policy("h100", true);
+  ASSERT_FALSE(resp.has_error()) << resp.error().message();
+  join("dgx-01", "h100");
+  for (int i = 0; i < 3; ++i)
+    advance(std::chrono::seconds{2});
+  ASSERT_EQ(acceptances()["dgx-01"], 1);
+  caf::anon_send_exit(w->machines["dgx-01"].handle, caf::exit_reason::user_shutdown);
+  w->machines.erase("dgx-01");
+  for (int i = 0; i < 3; ++i)
+    advance(std::chrono::seconds{2});
+  v1::Request req;
+  req.mutable_list_validations();
+  auto list = ask<v1::Response>(actor_, std::move(req));
+  ASSERT_EQ(list.validations().validations_size(), 1);
+  const auto& v = list.validations().validations(0);
+  EXPECT_EQ(v.state(), "Failed");
+  bool named = false;
+  for (const auto& s : v.steps())
+    named = named || s.reason() == "machine dgx-01 was removed before the check finished";
+  EXPECT_TRUE(named) << v.DebugString();
+}
