@@ -300,6 +300,12 @@ using validation_actor = caf::typed_actor<
   // Internal timer (validation.poll_interval): starts what may start, looks
   // at the runs of running steps and applies their ends.
   caf::reacts_to<atom::poll>,
+  // From its owner: machine `name` is not in the cluster's list any more.
+  // The validation asks the cluster; when the machine is gone (no such
+  // machine), its steps that have not ended fail ("machine X was removed
+  // before the check finished") and their runs are removed, so the
+  // validation finishes. Never fails.
+  caf::reacts_to<atom::remove, std::string>,
   // The validation as it stands.
   caf::replies_to<atom::get>::with<v1::Validation>>;
 

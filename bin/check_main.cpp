@@ -4,6 +4,7 @@
 // (runtime/validation/check_result.hpp). Exit status: 0 for pass, warn and
 // skipped, 1 for fail, 2 for bad usage.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <optional>
@@ -47,6 +48,8 @@ constexpr const char* usage_text =
   "  --host-root DIR          read sysfs, procfs, /dev and /etc/cdi under DIR (default /)\n"
   "  --cuda-lib PATH          CUDA driver library (default libcuda.so.1)\n"
   "  --nvml-lib PATH          NVML library (default libnvidia-ml.so.1)\n"
+  "  --cdi-static-dir DIR     CDI specs an admin wrote (default /etc/cdi under --host-root)\n"
+  "  --cdi-dynamic-dir DIR    CDI specs tools write (default /var/run/cdi under --host-root)\n"
   "  --policy FILE            threshold overrides (YAML, keys as `explain` lists them)\n"
   "\n"
   "Exit status: 0 pass, warn or skipped; 1 fail; 2 bad usage.\n";
@@ -72,11 +75,27 @@ std::string check_options::* text_option(const std::string& name) {
     {"--dcgmi", &check_options::dcgmi},         {"--role", &check_options::pair_role},
     {"--peer", &check_options::pair_peer},      {"--rails", &check_options::pair_rails},
     {"--ib-write-bw", &check_options::ib_write_bw},
+    {"--cdi-static-dir", &check_options::cdi_static_dir},
+    {"--cdi-dynamic-dir", &check_options::cdi_dynamic_dir},
   };
   for (const auto& [option, field] : table)
     if (name == option)
       return field;
   return nullptr;
+}
+
+/// The agent's settings it ran this check with (check_options.hpp,
+/// check_env): the defaults that options given override.
+void take_agent_settings(check_options& o) {
+  static const std::pair<const char*, std::string check_options::*> table[] = {
+    {check_env::host_root, &check_options::host_root},
+    {check_env::nvml_lib, &check_options::nvml_lib},
+    {check_env::cdi_static_dir, &check_options::cdi_static_dir},
+    {check_env::cdi_dynamic_dir, &check_options::cdi_dynamic_dir},
+  };
+  for (const auto& [name, field] : table)
+    if (const char* value = std::getenv(name); value && *value)
+      o.*field = value;
 }
 
 /// Parses argv into `p`; returns an error text, empty when fine.
@@ -86,6 +105,7 @@ std::string parse_args(int argc, char** argv, parsed& p) {
     return "no check given";
   p.check = args[0];
   auto& o = p.options;
+  take_agent_settings(o);
   for (size_t i = 1; i < args.size(); ++i) {
     const auto& a = args[i];
     auto value = [&](std::string& into) -> bool {

@@ -3,8 +3,10 @@
 #include <cstdio>
 #include <ctime>
 #include <memory>
+#include <vector>
 
 #include <google/protobuf/message.h>
+#include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 
 #include "messages/error.hpp"
@@ -37,6 +39,31 @@ caf::error message_from_json(std::string_view text, google::protobuf::Message& o
     return caf::make_error(ec::invalid_request,
                            what + ": " + std::string{status.message()});
   }
+  return caf::none;
+}
+
+caf::error merge_json_keys(std::string_view text, google::protobuf::Message& into,
+                           const std::string& what) {
+  std::unique_ptr<google::protobuf::Message> given{into.New()};
+  if (auto err = message_from_json(text, *given, what))
+    return err;
+  // The keys the object has: what the typed parse cannot tell apart from
+  // a default value ("require_acceptance": false).
+  google::protobuf::Struct keys;
+  auto status = google::protobuf::util::JsonStringToMessage(
+    google::protobuf::StringPiece{text.data(), text.size()}, &keys);
+  if (!status.ok())
+    return caf::make_error(ec::invalid_request, what + ": " + std::string{status.message()});
+  const auto* d = into.GetDescriptor();
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  for (const auto& [key, value] : keys.fields()) {
+    const auto* f = d->FindFieldByName(key);
+    if (!f)
+      f = d->FindFieldByCamelcaseName(key);
+    if (f)
+      fields.push_back(f);
+  }
+  into.GetReflection()->SwapFields(&into, given.get(), fields);
   return caf::none;
 }
 

@@ -30,6 +30,14 @@ std::string message_to_json(const google::protobuf::Message& msg, bool whitespac
 caf::error message_from_json(std::string_view text, google::protobuf::Message& out,
                              const std::string& what = "body");
 
+/// A partial update: parses `text` as message_from_json does, then sets in
+/// `into` only the fields whose keys the JSON object has (by the proto's
+/// name or the JSON name); every other field of `into` keeps its value, so
+/// `{"burn_in_seconds": 120}` changes the burn-in alone. On an error `into`
+/// is unchanged; errors as message_from_json's.
+caf::error merge_json_keys(std::string_view text, google::protobuf::Message& into,
+                           const std::string& what = "body");
+
 /// `unix_ms` as RFC 3339 in UTC, "2026-12-01T14:05:09Z": how the API's
 /// answers write a date beside its `*_unix_ms` field (a join token's
 /// `expires`).

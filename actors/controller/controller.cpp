@@ -330,6 +330,9 @@ start_agent(caf::actor_system& sys, const AgentConfig& cfg, const std::string& j
   w.cdi.nvidia_ctk = cfg.nvidia_ctk;
   // Device nodes are checked under the host root too (issue 18, rule 3).
   w.cdi.host_root = cfg.host_root;
+  // A validation's check is given the agent's settings (issue: the quick
+  // check looked in /etc/cdi while the agent wrote elsewhere).
+  w.nvml_library = cfg.nvml_library;
   ac.worker_poll = cfg.worker_poll;
   ac.on_final_refusal = std::move(on_final_refusal);
   return spawn_agent(sys, std::move(ac));

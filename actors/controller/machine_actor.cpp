@@ -136,6 +136,13 @@ bool machine_state::accepting() const {
   return acceptance_required && !config.record.accepted();
 }
 
+bool machine_state::only_cordoned() const {
+  const auto& rec = config.record;
+  return liveness == v1::Machine::Up && !rec.maintenance() && rec.cordoned()
+         && rec.drain_deadline_unix_ms() == 0 && !rec.drained() && !pressure.memory
+         && !pressure.disk;
+}
+
 bool machine_state::schedulable() const {
   return liveness == v1::Machine::Up && !agent_gone && !config.record.maintenance()
          && !config.record.cordoned() && !pressure.memory && !pressure.disk;
@@ -170,9 +177,12 @@ std::string machine_state::not_schedulable_why() const {
 v1::SchedulerMachine machine_state::scheduler_view() const {
   v1::SchedulerMachine out;
   out.set_name(config.record.name());
-  out.set_schedulable(schedulable());
+  // A machine only its cordon keeps from work is placed onto as an Accepting
+  // one: only a validation's checks go there (the scheduler's `accepting`),
+  // and user runs' waiting reasons say "is cordoned".
+  out.set_schedulable(schedulable() || only_cordoned());
   out.set_down(liveness == v1::Machine::Down);
-  out.set_accepting(accepting());
+  out.set_accepting(accepting() || only_cordoned());
   out.set_not_schedulable(not_schedulable_why());
   out.set_address(config.record.address());
   out.set_logical_cpus(facts.cpu().logical_cpus());

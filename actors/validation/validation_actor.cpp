@@ -55,6 +55,8 @@ void step_ended(self_ptr self, int index) {
   caf::anon_send(st.config.owner, atom::slot_v, step.machine(), st.v.id(), false);
   st.busy.erase(step.machine());
   save(self);
+  if (st.removed.count(step.machine()))
+    return;
   if (auto next = validation::next_step(st.v, step.machine()))
     try_start(self, *next);
 }
@@ -179,6 +181,11 @@ void size_gpus(self_ptr self, int index) {
   self->request(st.config.cluster, std::chrono::seconds{10}, std::move(req))
     .then(
       [self, index, machine](v1::Response& resp) {
+        if (resp.has_error() && resp.error().code() == to_string(ec::no_such_machine)) {
+          self->state.removed.insert(machine);
+          fail_unstarted(self, index, validation::removed_reason(machine));
+          return;
+        }
         if (resp.has_error()) {
           submit(self, index, 0, "");
           return;
@@ -237,8 +244,40 @@ void try_start(self_ptr self, int index) {
       [self, machine](caf::error&) { self->state.busy.erase(machine); });
 }
 
+/// Ends the steps of `machine`, which the cluster no longer has: they fail
+/// naming it, their runs are removed (pinned to a machine that is gone they
+/// would wait forever), the slots they held are given back.
+void end_removed_machine(self_ptr self, const std::string& machine) {
+  auto& st = self->state;
+  // A Running pair step holds its peer's slot too.
+  std::set<std::string> slots{machine};
+  for (const auto& s : st.v.steps())
+    if (validation::is_pair(s) && s.state() == validation::running
+        && (s.machine() == machine || s.peer() == machine)) {
+      slots.insert(s.machine());
+      slots.insert(s.peer());
+    }
+  std::vector<std::string> runs;
+  auto ended = validation::end_removed(st.v, machine, st.config.clock->now_unix_ms(), runs);
+  if (ended.empty())
+    return;
+  spdlog::info("validation {}: machine {} was removed: {} step(s) end", st.v.id(), machine,
+               ended.size());
+  for (const auto& run : runs)
+    self->request(st.config.scheduler, std::chrono::seconds{10}, atom::remove_v, run)
+      .then([](v1::Run&) {}, [](caf::error&) {});
+  for (int i : ended)
+    self->send(st.config.owner, atom::validate_v, st.v.steps(i));
+  for (const auto& m : slots)
+    caf::anon_send(st.config.owner, atom::slot_v, m, st.v.id(), false);
+  save(self);
+}
+
 void poll(self_ptr self) {
   auto& st = self->state;
+  for (const auto& machine : st.removed)
+    if (!st.busy.count(machine))
+      end_removed_machine(self, machine);
   for (const auto& machine : st.v.machines()) {
     if (st.busy.count(machine))
       continue;
@@ -310,6 +349,17 @@ validation_behavior(validation_actor::stateful_pointer<validation_state> self,
   self->send(self, atom::poll_v);
   return {
     [self](atom::poll) { poll(self); },
+    [self](atom::remove, std::string& machine) {
+      if (self->state.removed.count(machine))
+        return;
+      self->request(self->state.config.cluster, std::chrono::seconds{10}, atom::get_v, machine)
+        .then([](machine_actor&) {},
+              [self, machine](caf::error& err) {
+                if (err.category() == caf::atom("astraeus")
+                    && static_cast<ec>(err.code()) == ec::no_such_machine)
+                  self->state.removed.insert(machine);
+              });
+    },
     [self](atom::get) -> v1::Validation { return self->state.v; },
   };
 }

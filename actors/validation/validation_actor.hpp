@@ -56,6 +56,9 @@ struct validation_state {
   v1::Validation v;
   /// Machines with a slot request, a submit or a run look-up in flight.
   std::set<std::string> busy;
+  /// Machines of the validation the cluster no longer has (removed): their
+  /// steps end at the next poll that finds them not busy.
+  std::set<std::string> removed;
 };
 
 /// The behaviour of a validation actor: it polls at once, then every

@@ -311,6 +311,38 @@ bool apply_run(v1::ValidationStep& step, const v1::Run& run, int64_t now_unix_ms
   return true;
 }
 
+std::string removed_reason(const std::string& machine) {
+  return "machine " + machine + " was removed before the check finished";
+}
+
+std::vector<int> end_removed(v1::Validation& v, const std::string& machine,
+                             int64_t now_unix_ms, std::vector<std::string>& runs) {
+  std::vector<int> ended;
+  for (int i = 0; i < v.steps_size(); ++i) {
+    auto& s = *v.mutable_steps(i);
+    if ((s.machine() != machine && s.peer() != machine) || s.state() == done
+        || s.state() == failed)
+      continue;
+    if (s.state() == running) {
+      if (!s.run().empty())
+        runs.push_back(s.run());
+      // A pair's server runs beside its client (the step names the client
+      // once it is submitted).
+      if (is_pair(s)) {
+        auto server = pair_run_name(v, i, s.attempts(), true);
+        if (server != s.run())
+          runs.push_back(server);
+      }
+    }
+    s.set_state(failed);
+    s.set_verdict("fail");
+    s.set_reason(removed_reason(machine));
+    s.set_finished_unix_ms(now_unix_ms);
+    ended.push_back(i);
+  }
+  return ended;
+}
+
 std::string machine_verdict(const v1::Validation& v, const std::string& machine) {
   int worst = 0;
   std::vector<std::string> pairs;

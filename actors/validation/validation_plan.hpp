@@ -152,6 +152,19 @@ caf::expected<v1::CheckResult> parse_result(const std::string& line, const std::
 /// Returns false when the run has not ended yet.
 bool apply_run(v1::ValidationStep& step, const v1::Run& run, int64_t now_unix_ms);
 
+/// "machine X was removed before the check finished": why a step of a
+/// machine that left the cluster ended.
+std::string removed_reason(const std::string& machine);
+
+/// A machine of `v` was removed from the cluster: each of its steps that
+/// has not ended (a pair's with it as peer too) is Failed, verdict fail,
+/// reason removed_reason(machine), finished at
+/// `now_unix_ms`. Returns the indices of the steps it ended and, in `runs`,
+/// the runs they had submitted (to remove: a run pinned to a machine that
+/// is gone never places).
+std::vector<int> end_removed(v1::Validation& v, const std::string& machine,
+                             int64_t now_unix_ms, std::vector<std::string>& runs);
+
 /// The verdict of `machine` in `v` (its steps and the pairs it is in):
 /// "fail" when a step failed or its check
 /// says fail, "warn" when one warns, "pass" when all are done, "" while any

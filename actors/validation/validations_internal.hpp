@@ -48,6 +48,11 @@ caf::result<v1::Response> answer(self_ptr self, const v1::Request& req);
 /// machine joined; trigger "installer").
 void look_at_machines(self_ptr self);
 
+/// The removed machines' part of the machine poll: each running validation
+/// hears of its machines that `machines` (the cluster's list) lacks; it
+/// makes sure they are gone and ends their steps.
+void tell_removed(self_ptr self, const v1::MachineList& machines);
+
 /// The installer's --accept part of the machine poll, over `machines` (the
 /// cluster's list).
 void start_installer_batch(self_ptr self, const v1::MachineList& machines);

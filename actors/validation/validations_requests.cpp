@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
+#include <memory>
 
 #include <spdlog/spdlog.h>
 
@@ -94,7 +96,89 @@ caf::result<v1::Response> report(self_ptr self, const v1::Request& req) {
   return rp;
 }
 
-v1::Response set_policy(self_ptr self, const v1::Request& req) {
+/// Stores `p` (stamped by `by`) as its pool's policy and applies it to the
+/// pool's machines at once (not at the next poll).
+v1::Response store_policy(self_ptr self, uint64_t id, v1::ValidationPolicy p,
+                          const std::string& by) {
+  auto& st = self->state;
+  p.set_set_by(by);
+  p.set_set_unix_ms(st.config.clock->now_unix_ms());
+  if (auto err = st.config.store->put(family::validations, "policy/" + p.pool(), p, true))
+    return failure(id, err);
+  st.policies[p.pool()] = p;
+  spdlog::info("validations: pool {} policy: acceptance {}, burn-in {} s, DCGM level {}",
+               p.pool(), p.require_acceptance() ? "required" : "not required",
+               p.burn_in_seconds(), p.dcgm_level());
+  look_at_machines(self);
+  auto out = with_id(id);
+  *out.mutable_validation_policy() = std::move(p);
+  return out;
+}
+
+/// A pool that begins to require acceptance keeps the machines it has
+/// working (bring-up-a-gpu-cluster.md, step 6: "A machine that joins the
+/// pool from now on waits as Accepting"): every machine in `pool` that has
+/// reported (Up, Down or in Maintenance) is accepted first, with a reason
+/// that says so; not one that asked for acceptance at install (--accept),
+/// whose own acceptance still runs. `done` gets the first failure, naming
+/// the machine, or none.
+void keep_members_working(self_ptr self, const std::string& pool,
+                          std::function<void(caf::error)> done) {
+  auto req = cluster_request();
+  req.mutable_list_machines();
+  self->request(self->state.cluster, std::chrono::seconds{10}, std::move(req))
+    .then(
+      [self, pool, done](v1::Response& resp) {
+        if (resp.has_error()) {
+          done(caf::make_error(ec::invalid_request, "policy: cannot list pool " + pool
+                                                      + "'s machines: "
+                                                      + resp.error().message()));
+          return;
+        }
+        std::vector<std::string> members;
+        for (const auto& m : resp.machines().machines()) {
+          auto label = m.labels().find("pool");
+          bool reported = m.state() == v1::Machine::Up || m.state() == v1::Machine::Down
+                          || m.state() == v1::Machine::Maintenance;
+          if (label != m.labels().end() && label->second == pool && reported
+              && !m.acceptance_requested())
+            members.push_back(m.name());
+        }
+        if (members.empty()) {
+          done(caf::none);
+          return;
+        }
+        struct tally {
+          size_t left;
+          caf::error first;
+        };
+        auto t = std::make_shared<tally>(tally{members.size(), caf::none});
+        auto one_done = [t, done](const std::string& machine, const caf::error& err) {
+          if (err && !t->first)
+            t->first = caf::make_error(ec::invalid_request,
+                                       "policy: cannot keep " + machine
+                                         + " working in its pool (" + render_error(err)
+                                         + "); the policy is unchanged");
+          if (--t->left == 0)
+            done(t->first);
+        };
+        const auto reason = "in pool " + pool + " before the pool required acceptance";
+        for (const auto& name : members)
+          self->request(self->state.cluster, std::chrono::seconds{10}, atom::get_v, name)
+            .then(
+              [self, name, reason, one_done](machine_actor& m) {
+                // Not required yet: the machine stays Up while it is
+                // accepted; the policy is stored after.
+                self->request(m, std::chrono::seconds{10}, atom::accept_v, false, true, reason)
+                  .then([name, one_done](v1::MachineView&) { one_done(name, caf::none); },
+                        [name, one_done](caf::error& err) { one_done(name, err); });
+              },
+              [name, one_done](caf::error& err) { one_done(name, err); });
+      },
+      [done](caf::error& err) { done(err); });
+}
+
+caf::result<v1::Response> set_policy(self_ptr self, const v1::Request& req) {
   auto& st = self->state;
   auto p = req.set_validation_policy().policy();
   if (p.pool().empty())
@@ -104,19 +188,22 @@ v1::Response set_policy(self_ptr self, const v1::Request& req) {
                                              "policy: --dcgm-level "
                                                + std::to_string(p.dcgm_level())
                                                + " is not 1, 2, 3 or 4"));
-  p.set_set_by(req.caller().name());
-  p.set_set_unix_ms(st.config.clock->now_unix_ms());
-  if (auto err = st.config.store->put(family::validations, "policy/" + p.pool(), p, true))
-    return failure(req.id(), err);
-  st.policies[p.pool()] = p;
-  spdlog::info("validations: pool {} policy: acceptance {}, burn-in {} s, DCGM level {}",
-               p.pool(), p.require_acceptance() ? "required" : "not required",
-               p.burn_in_seconds(), p.dcgm_level());
-  // Applied to the pool's machines at once (not at the next poll).
-  look_at_machines(self);
-  auto out = with_id(req.id());
-  *out.mutable_validation_policy() = std::move(p);
-  return out;
+  auto before = st.policies.find(p.pool());
+  bool newly_required = p.require_acceptance()
+                        && (before == st.policies.end() || !before->second.require_acceptance());
+  if (!newly_required || !st.cluster)
+    return store_policy(self, req.id(), std::move(p), req.caller().name());
+  auto rp = self->make_response_promise<v1::Response>();
+  auto pool = p.pool();
+  keep_members_working(self, pool,
+                       [self, rp, id = req.id(), p = std::move(p),
+                        by = req.caller().name()](caf::error err) mutable {
+                         if (err)
+                           rp.deliver(failure(id, err));
+                         else
+                           rp.deliver(store_policy(self, id, std::move(p), by));
+                       });
+  return rp;
 }
 
 caf::result<v1::Response> accept(self_ptr self, const v1::Request& req) {
@@ -257,9 +344,25 @@ void look_at_machines(self_ptr self) {
           }
         }
         st.up = std::move(up);
+        tell_removed(self, resp.machines());
         start_installer_batch(self, resp.machines());
       },
       [](caf::error&) {});
+}
+
+void tell_removed(self_ptr self, const v1::MachineList& machines) {
+  auto& st = self->state;
+  std::set<std::string> listed;
+  for (const auto& m : machines.machines())
+    listed.insert(m.name());
+  for (const auto& [id, actor] : st.running) {
+    auto v = st.validations.find(id);
+    if (v == st.validations.end())
+      continue;
+    for (const auto& m : v->second.machines())
+      if (!listed.count(m))
+        self->send(actor, atom::remove_v, m);
+  }
 }
 
 void start_installer_batch(self_ptr self, const v1::MachineList& machines) {

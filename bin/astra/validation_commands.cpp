@@ -248,17 +248,14 @@ void add_policy(CLI::App& app, invocation& inv) {
   auto& burn = inv.keep<std::string>();
   auto& level = inv.keep<uint32_t>(0);
   set->add_option("POOL", pool, "the pool")->required();
-  set->add_flag("--require-acceptance,!--no-require-acceptance", require,
-                "machines joining the pool wait as Accepting until they pass acceptance");
+  auto* require_flag =
+    set->add_flag("--require-acceptance,!--no-require-acceptance", require,
+                  "machines joining the pool wait as Accepting until they pass acceptance");
   set->add_option("--burn-in", burn, "burn-in duration of its acceptance (default 10m)");
-  set->add_option("--dcgm-level", level, "dcgmi diag level 1-4 (default 2)")
-    ->check(CLI::Range(1, 4));
-  set->callback([&inv, &pool, &require, &burn, &level] {
-    v1::Request req;
-    auto* p = req.mutable_set_validation_policy()->mutable_policy();
-    p->set_pool(pool);
-    p->set_require_acceptance(require);
-    p->set_dcgm_level(level);
+  auto* level_option = set->add_option("--dcgm-level", level, "dcgmi diag level 1-4 (default 2)")
+                         ->check(CLI::Range(1, 4));
+  set->callback([&inv, &pool, &require, &burn, &level, require_flag, level_option] {
+    uint64_t burn_seconds = 0;
     if (!burn.empty()) {
       auto secs = parse_seconds(burn);
       if (!secs || *secs == 0) {
@@ -266,8 +263,27 @@ void add_policy(CLI::App& app, invocation& inv) {
         inv.rc = 2;
         return;
       }
-      p->set_burn_in_seconds(*secs);
+      burn_seconds = *secs;
     }
+    // A set changes only the options given: the pool's policy as it stands
+    // is the start (`policy set h100 --burn-in 2m` keeps its acceptance).
+    v1::Request ask;
+    ask.mutable_list_validation_policies();
+    auto listed = ask_controller(inv.opts, ask, inv.rc);
+    if (!listed)
+      return;
+    v1::Request req;
+    auto* p = req.mutable_set_validation_policy()->mutable_policy();
+    for (const auto& current : listed->validation_policies().policies())
+      if (current.pool() == pool)
+        *p = current;
+    p->set_pool(pool);
+    if (require_flag->count() > 0)
+      p->set_require_acceptance(require);
+    if (level_option->count() > 0)
+      p->set_dcgm_level(level);
+    if (burn_seconds != 0)
+      p->set_burn_in_seconds(burn_seconds);
     inv.rc = call(inv.opts, req,
                   [](const v1::Response& r) { return format_policy(r.validation_policy()); });
   });

@@ -332,13 +332,29 @@ void list_validation_policies(api_context& ctx) {
              });
 }
 
+// A PUT changes only the keys its body has; the pool's other fields keep
+// their values (`{"burn_in_seconds": 120}` leaves require_acceptance).
 void set_validation_policy(api_context& ctx) {
   v1::ValidationPolicy body;
   if (!read_body(ctx, body, false))
     return;
-  body.set_pool(ctx.param("pool"));
+  const auto pool = ctx.param("pool");
+  v1::Request ask;
+  ask.mutable_list_validation_policies();
+  auto listed = ask_cluster(ctx, std::move(ask));
+  if (reply_failed(ctx, listed))
+    return;
+  v1::ValidationPolicy policy;
+  for (const auto& p : listed.validation_policies().policies())
+    if (p.pool() == pool)
+      policy = p;
+  if (auto err = merge_json_keys(ctx.req.body, policy, "body")) {
+    reply_error(ctx.res, 400, "invalid_request", render_error(err));
+    return;
+  }
+  policy.set_pool(pool);
   v1::Request req;
-  *req.mutable_set_validation_policy()->mutable_policy() = std::move(body);
+  *req.mutable_set_validation_policy()->mutable_policy() = std::move(policy);
   reply_with(ctx, std::move(req), 200,
              [](const v1::Response& r) -> const v1::ValidationPolicy& {
                return r.validation_policy();

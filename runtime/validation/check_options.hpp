@@ -20,6 +20,10 @@ struct check_options {
   std::string cuda_lib = "libcuda.so.1";
   /// The NVML library dlopen()ed by quick and burn.
   std::string nvml_lib = "libnvidia-ml.so.1";
+  /// quick: the CDI spec folders as the agent uses them (--cdi-static-dir,
+  /// --cdi-dynamic-dir); empty: /etc/cdi and /var/run/cdi under host_root.
+  std::string cdi_static_dir;
+  std::string cdi_dynamic_dir;
   /// The thresholds in force (built-in values plus --policy FILE).
   check_policy policy;
   /// burn: how long (--duration); absent: burn.duration_s.
@@ -43,5 +47,19 @@ struct check_options {
   /// pair: perftest's ib_write_bw (--ib-write-bw).
   std::string ib_write_bw = "ib_write_bw";
 };
+
+/// The environment through which the agent hands a check it runs (a
+/// validation's worker) the agent's own settings, which the check cannot know
+/// otherwise; the check reads them as its defaults and its options win.
+namespace check_env {
+/// `--host-root`: the agent's host.root.
+inline constexpr const char* host_root = "ASTRAEUS_CHECK_HOST_ROOT";
+/// `--nvml-lib`: the agent's gpu.nvml_library.
+inline constexpr const char* nvml_lib = "ASTRAEUS_CHECK_NVML_LIB";
+/// `--cdi-static-dir`, `--cdi-dynamic-dir`: the agent's cdi.static_dir and
+/// cdi.dynamic_dir (where it writes the NVIDIA spec).
+inline constexpr const char* cdi_static_dir = "ASTRAEUS_CHECK_CDI_STATIC_DIR";
+inline constexpr const char* cdi_dynamic_dir = "ASTRAEUS_CHECK_CDI_DYNAMIC_DIR";
+}  // namespace check_env
 
 }  // namespace astraeus::validation

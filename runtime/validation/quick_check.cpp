@@ -89,8 +89,12 @@ void judge_cdi(const nvml_result& nv, const check_options& o, check_result& out)
   if (nv.status != nvml_result::driver_status::ok || nv.gpus.empty())
     return;
   cdi_options c;
-  c.static_dir = under_root(o.host_root, "/etc/cdi");
-  c.dynamic_dir = under_root(o.host_root, "/var/run/cdi");
+  // The agent's folders when it said them (its cdi.*_dir), else the usual
+  // ones under the host root.
+  const std::string static_dir = o.cdi_static_dir.empty() ? "/etc/cdi" : o.cdi_static_dir;
+  const std::string dynamic_dir = o.cdi_dynamic_dir.empty() ? "/var/run/cdi" : o.cdi_dynamic_dir;
+  c.static_dir = o.cdi_static_dir.empty() ? under_root(o.host_root, static_dir) : static_dir;
+  c.dynamic_dir = o.cdi_dynamic_dir.empty() ? under_root(o.host_root, dynamic_dir) : dynamic_dir;
   c.nvidia_ctk.clear();
   c.host_root = o.host_root;
   auto reg = load_cdi(c);
@@ -111,7 +115,8 @@ void judge_cdi(const nvml_result& nv, const check_options& o, check_result& out)
   for (const auto& [file, why] : reg.refused)
     out.add_finding(verdict::fail, "", "CDI spec " + file + " is invalid: " + why, fix);
   if (!any_nvidia && reg.stale.empty()) {
-    out.add_finding(verdict::fail, "", "there is no NVIDIA CDI spec in /etc/cdi or /var/run/cdi",
+    out.add_finding(verdict::fail, "",
+                    "there is no NVIDIA CDI spec in " + static_dir + " or " + dynamic_dir,
                     "install nvidia-container-toolkit (nvidia-ctk), then " + fix);
     out.add_measurement({"cdi_spec", "", "", 0, "valid", "== 1", verdict::fail});
     return;

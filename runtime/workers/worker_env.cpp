@@ -136,6 +136,9 @@ worker_environment(const v1::WorkerOrder& order, const worker_env_context& ctx) 
       static_cast<uint64_t>(std::ceil(spec.cpus_per_worker())));
   if (spec.memory_bytes_per_worker() > 0)
     env["SLURM_MEM_PER_NODE"] = std::to_string(spec.memory_bytes_per_worker() >> 20);
+  if (!spec.validation().empty())
+    for (const auto& [k, v] : ctx.check_settings)
+      env[k] = v;
   // The run's env wins over everything injected above.
   for (const auto& [k, v] : spec.env())
     env[k] = v;

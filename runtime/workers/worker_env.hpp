@@ -41,6 +41,12 @@ struct worker_env_context {
   /// `/var/run/astraeus/outputs/outputs` (runtime/workers/worker_outputs.hpp); a
   /// host process is given its host file instead.
   std::string outputs_file;
+  /// A validation's check (the order's run has `validation`: the check
+  /// program) cannot know the agent's own settings otherwise: these
+  /// variables (runtime/validation/check_options.hpp, check_env: the CDI
+  /// folders, the NVML library, the host root) are set for it, below the
+  /// run's own `env`. Other runs never get them.
+  std::map<std::string, std::string> check_settings;
 };
 
 /// The worker's environment, by variable name. Precedence, lowest first

@@ -32,6 +32,7 @@
 #include "runtime/workers/worker_outputs.hpp"
 #include "runtime/workers/worker_process.hpp"
 #include "runtime/workers/worker_start.hpp"
+#include "runtime/validation/check_options.hpp"
 
 namespace astraeus {
 
@@ -302,6 +303,25 @@ void clamp_to_agent(std::vector<oci_rlimit>& limits, const std::string& worker) 
 
 } // namespace
 
+namespace {
+
+/// The agent's settings a validation's check runs with (worker_env.hpp,
+/// check_settings): where the agent's CDI specs are, its NVML library, and
+/// the host root device nodes are read under.
+std::map<std::string, std::string> check_settings(const supervisor_options& o) {
+  namespace env = validation::check_env;
+  std::map<std::string, std::string> out;
+  out[env::cdi_static_dir] = o.cdi.static_dir;
+  out[env::cdi_dynamic_dir] = o.cdi.dynamic_dir;
+  if (!o.nvml_library.empty())
+    out[env::nvml_lib] = o.nvml_library;
+  if (!o.cdi.host_root.empty())
+    out[env::host_root] = o.cdi.host_root;
+  return out;
+}
+
+} // namespace
+
 caf::expected<process_launch>
 worker_supervisor::prepare_process(const v1::WorkerOrder& order, v1::WorkerProcess& rec) {
   const auto& spec = order.spec();
@@ -316,6 +336,7 @@ worker_supervisor::prepare_process(const v1::WorkerOrder& order, v1::WorkerProce
   ctx.rdma_min_gbps = options_.rdma_min_gbps;
   ctx.host_process = true;
   ctx.rocr_names = rocr_names_;
+  ctx.check_settings = check_settings(options_);
   mark_result_line(rec.dir(), spec);
   if (spec.outputs()) {
     if (auto err = prepare_outputs_dir(rec.dir(), ::getuid(), ::getgid()))

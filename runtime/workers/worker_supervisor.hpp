@@ -100,6 +100,9 @@ struct supervisor_options {
   /// Prefix of the /sys where RDMA device numbers are read (the agent's
   /// host.root; "/": this machine's).
   std::string host_root = "/";
+  /// [gpu.nvml_library] the NVML library the agent reads GPUs through; a
+  /// validation's check is given it (with `cdi`'s folders and host root).
+  std::string nvml_library = "libnvidia-ml.so.1";
 };
 
 /// A GPU whose hand-over cannot work (issue 18, rule 3): a worker failed

@@ -127,5 +127,28 @@ devices:
   EXPECT_TRUE(named) << to_json_line(stale);
 }
 
+// The agent's own CDI folders (cdi.dynamic_dir elsewhere than
+// /var/run/cdi): the check looks where the agent wrote its spec.
+TEST(QuickCheck, TheAgentsCdiFoldersAreWhereTheSpecIsLookedFor) {
+  temp_dir dir;
+  auto root = astraeus::test::copy_host(dir, astraeus::test::gen4x8_fixture());
+  auto o = fixture_options(root);
+  o.cdi_static_dir = dir.path() + "/agent-static";
+  o.cdi_dynamic_dir = dir.path() + "/agent-cdi";
+  std::filesystem::create_directories(o.cdi_static_dir);
+  std::filesystem::create_directories(o.cdi_dynamic_dir);
+  // The spec under the host root's /etc/cdi is not where this agent keeps it.
+  auto missing = run_quick(o);
+  bool named = false;
+  for (const auto& f : missing.findings)
+    named = named || f.what == "there is no NVIDIA CDI spec in " + o.cdi_static_dir + " or "
+                                 + o.cdi_dynamic_dir;
+  EXPECT_TRUE(named) << to_json_line(missing);
+  std::filesystem::rename(root + "/etc/cdi/nvidia.yaml", o.cdi_dynamic_dir + "/nvidia.yaml");
+  auto r = run_quick(o);
+  for (const auto& f : r.findings)
+    EXPECT_EQ(f.what.find("CDI spec"), std::string::npos) << f.what;
+}
+
 }  // namespace
 }  // namespace astraeus::validation

@@ -636,3 +636,27 @@ TEST_F(MachineActor, ADrainWithoutWorkersIsDoneAtItsDeadline) {
   advance(1ms);
   EXPECT_TRUE(ask<v1::MachineView>(m, atom::get_v).drained());
 }
+
+// A cordon stops user work, not the machine's own checks: the scheduler sees
+// a machine that only its cordon keeps from work as one that takes checks
+// only (as an Accepting one), with "is cordoned" for the runs that wait; a
+// drain keeps the checks away too (one there would hold up the removal).
+TEST_F(MachineWorkers, ACordonedMachineStillTakesItsChecksButADrainedOneDoesNot) {
+  auto m = spawn_wired();
+  report(m, report_of("gpu-01"));
+  ask<v1::MachineView>(m, atom::cordon_v, true);
+  ASSERT_FALSE(box->snapshots.empty());
+  auto s = box->snapshots.back();
+  EXPECT_TRUE(s.schedulable());
+  EXPECT_TRUE(s.accepting()) << "only a validation's checks go there";
+  EXPECT_EQ(s.not_schedulable(), "is cordoned");
+  EXPECT_FALSE(ask<v1::MachineView>(m, atom::get_v).schedulable())
+    << "users still see that it takes no new work";
+  v1::DrainMachine drain;
+  drain.set_name("gpu-01");
+  drain.set_deadline_seconds(60);
+  ask<v1::MachineView>(m, drain);
+  s = box->snapshots.back();
+  EXPECT_FALSE(s.schedulable());
+  EXPECT_FALSE(s.accepting());
+}

@@ -115,6 +115,16 @@ TEST(PlacementReasons, CannotFitAnywhereNowSaysSoAtOnce) {
             "h100 have at most 8");
 }
 
+// A check pinned to a machine that was removed says that machine is gone,
+// not that the cluster has none.
+TEST(PlacementReasons, ARunPinnedToAMachineThatIsGoneNamesIt) {
+  placement_index idx;
+  add(idx, dgx("dgx-02"));
+  auto res = idx.place(single("check", 8, {{"astraeus.io/machine", "dgx-01"}}));
+  EXPECT_EQ(why(res), "cannot fit anywhere now: machine dgx-01 is not in the cluster");
+  EXPECT_EQ(std::get<waiting_reason>(res).code, waiting_code::no_machine);
+}
+
 // Issue 21: an Accepting machine takes only its checks (every other run
 // requires astraeus.io/accepting=false); a run that waits for it names it
 // with its acceptance, as a machine that matches but takes no new work.

@@ -35,6 +35,7 @@ struct world {
   std::set<std::string> foreign;           // GPU ids in use outside Astraeus
   std::vector<v1::RunSpec> specs;          // what was submitted, in order
   bool rdma = false;                       // machines report 2 Active IB ports
+  std::set<std::string> gone;              // machines removed from the cluster
 };
 
 std::string machine_of(const v1::RunSpec& s) {
@@ -91,7 +92,10 @@ protected:
         [sw](v1::Request& req) -> v1::Response {
           v1::Response out;
           out.set_id(req.id());
-          if (req.has_get_machine()) {
+          if (req.has_get_machine() && sw->gone.count(req.get_machine().name())) {
+            out.mutable_error()->set_code(to_string(ec::no_such_machine));
+            out.mutable_error()->set_message("no machine named " + req.get_machine().name());
+          } else if (req.has_get_machine()) {
             auto* m = out.mutable_machine();
             m->set_name(req.get_machine().name());
             m->set_data_location(sw->data_location);
@@ -115,6 +119,11 @@ protected:
             }
           }
           return out;
+        },
+        [sw](atom::get, std::string& name) -> caf::result<machine_actor> {
+          if (sw->gone.count(name))
+            return caf::make_error(ec::no_such_machine, "no machine named " + name);
+          return machine_actor{};
         },
       };
     }));
@@ -368,4 +377,58 @@ TEST_F(ValidationActor, ACheckRunsOnTheGpusItCanHaveAndSaysWhichItLeftOut) {
   ASSERT_EQ(w->last.steps_size(), 1);
   EXPECT_EQ(w->last.steps(0).reason(),
             "runs on 7 of 8 GPUs: GPU-3 is Foreign (in use outside Astraeus)");
+}
+
+// A machine removed while its check waits to place: the validation hears it
+// from its owner's poll, makes sure the machine is gone, fails its steps
+// naming the removal, removes the run pinned there and finishes.
+TEST_F(ValidationActor, AMachineRemovedMidCheckEndsItsStepsAndTheValidationFinishes) {
+  v1::StartValidation s;
+  s.set_suite("quick");
+  s.set_pool("h100");
+  auto a = start(val::make_validation("val-20261006-00000b", s, {"dgx-01", "dgx-02"},
+                                      "automatic", 0));
+  ASSERT_EQ(w->submitted.size(), 2u);
+  const auto dgx01_run =
+    w->submitted[0].find("-dgx-01-") != std::string::npos ? w->submitted[0] : w->submitted[1];
+  const int dgx01 = w->last.steps(0).machine() == "dgx-01" ? 0 : 1;
+  // Still in the cluster: nothing ends.
+  caf::anon_send(a, atom::remove_v, std::string{"dgx-01"});
+  advance(std::chrono::seconds{1});
+  EXPECT_EQ(w->last.steps(dgx01).state(), val::running);
+  w->gone.insert("dgx-01");
+  caf::anon_send(a, atom::remove_v, std::string{"dgx-01"});
+  run();  // the cluster says it is gone; the next poll ends its steps
+  advance(std::chrono::seconds{1});
+  EXPECT_EQ(w->last.steps(dgx01).state(), val::failed);
+  EXPECT_EQ(w->last.steps(dgx01).reason(),
+            "machine dgx-01 was removed before the check finished");
+  EXPECT_EQ(w->removed, (std::vector<std::string>{dgx01_run})) << "its waiting run is removed";
+  EXPECT_EQ(w->last.state(), "Running") << "dgx-02's check still runs";
+  end_live_runs("pass");
+  advance(std::chrono::seconds{1});
+  advance(std::chrono::seconds{1});
+  EXPECT_EQ(w->last.state(), "Failed") << "it finishes; the removed machine did not pass";
+  EXPECT_EQ(w->last.machines_passed(), 1u);
+  EXPECT_TRUE(w->slots.empty()) << "every slot is given back";
+}
+
+// A machine found gone when its next step starts: that step and the rest
+// end at once, without a run submitted for a machine that is not there.
+TEST_F(ValidationActor, AMachineFoundGoneBeforeItsNextStepEndsTheRest) {
+  auto a = start(acceptance({"dgx-01"}));
+  ASSERT_EQ(w->submitted.size(), 1u);
+  w->gone.insert("dgx-01");
+  end_live_runs("pass");
+  advance(std::chrono::seconds{1});
+  advance(std::chrono::seconds{1});
+  EXPECT_EQ(w->submitted.size(), 1u) << "nothing is submitted for a machine that is gone";
+  EXPECT_EQ(w->last.state(), "Failed");
+  ASSERT_GE(w->last.steps_size(), 2);
+  EXPECT_EQ(w->last.steps(0).verdict(), "pass");
+  for (int i = 1; i < w->last.steps_size(); ++i)
+    EXPECT_EQ(w->last.steps(i).reason(), "machine dgx-01 was removed before the check finished")
+      << w->last.steps(i).check();
+  EXPECT_TRUE(w->slots.empty());
+  (void)a;
 }

@@ -320,3 +320,20 @@ TEST(WorkerEnv, AHostProcessWithAmdGpusGetsRocrVisibleDevices) {
   EXPECT_EQ(env.count("ROCR_VISIBLE_DEVICES"), 0u);
   EXPECT_EQ(env.count("CUDA_VISIBLE_DEVICES"), 0u);
 }
+
+// A validation's check (astraeus-check) is given the agent's own settings
+// (its CDI folders, NVML library, host root); no other run gets them, and
+// the run's own env still wins.
+TEST(WorkerEnv, AValidationsCheckGetsTheAgentsSettingsAndNoOtherRunDoes) {
+  auto ctx = on_gpu09();
+  ctx.check_settings = {{"ASTRAEUS_CHECK_CDI_DYNAMIC_DIR", "/srv/cdi"},
+                        {"ASTRAEUS_CHECK_NVML_LIB", "/opt/stand-in/libnvidia-ml.so"}};
+  auto order = whoami();
+  EXPECT_EQ(worker_environment(order, ctx).count("ASTRAEUS_CHECK_CDI_DYNAMIC_DIR"), 0u);
+  order.mutable_spec()->set_validation("val-20261006-7f3a2c");
+  auto env = worker_environment(order, ctx);
+  EXPECT_EQ(env["ASTRAEUS_CHECK_CDI_DYNAMIC_DIR"], "/srv/cdi");
+  EXPECT_EQ(env["ASTRAEUS_CHECK_NVML_LIB"], "/opt/stand-in/libnvidia-ml.so");
+  (*order.mutable_spec()->mutable_env())["ASTRAEUS_CHECK_NVML_LIB"] = "/mine.so";
+  EXPECT_EQ(worker_environment(order, ctx)["ASTRAEUS_CHECK_NVML_LIB"], "/mine.so");
+}

@@ -1,0 +1,250 @@
+// The validations of a controller (actors/validation/validations_actor.hpp)
+// with a stand-in cluster, machines and scheduler: a pool's policy that
+// begins to require acceptance keeps the machines the pool has working and
+// holds only those that join later. Deterministic: CAF's test coordinator.
+
+#include "actor_fixture.hpp"
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include <caf/event_based_actor.hpp>
+
+#include "actors/validation/validations_actor.hpp"
+#include "store/store.hpp"
+
+using namespace astraeus;
+
+namespace {
+
+/// A stand-in machine: what its machine actor would show.
+struct machine_rec {
+  std::string pool;
+  v1::Machine::State liveness = v1::Machine::Up;
+  bool acceptance_requested = false;  // installed with --accept
+  bool required = false;              // last told by the validations
+  bool accepted = false;
+  std::string reason;
+  caf::actor handle;
+};
+
+struct world {
+  std::map<std::string, machine_rec> machines;
+  std::map<std::string, v1::RunSpec> submitted;  // check runs, by name
+  bool checks_end = false;                       // they pass when looked at
+};
+
+v1::MachineView view_of(const std::string& name, const machine_rec& m) {
+  v1::MachineView out;
+  out.set_name(name);
+  (*out.mutable_labels())["pool"] = m.pool;
+  bool accepting = m.required && !m.accepted;
+  out.set_state(m.liveness == v1::Machine::Up && accepting ? v1::Machine::Accepting
+                                                           : m.liveness);
+  out.set_accepted(m.required && m.accepted);
+  out.set_acceptance_requested(m.acceptance_requested && !m.accepted);
+  return out;
+}
+
+class Validations : public test::actor_test {
+protected:
+  Validations() : w(std::make_shared<world>()) {
+    auto s = Store::open(dir.path() + "/controller");
+    if (!s)
+      ADD_FAILURE() << render_error(s.error());
+    else
+      db = std::shared_ptr<Store>{std::move(*s)};
+    auto sw = w;
+    auto sched = caf::actor_cast<scheduler_actor>(
+      spawn([sw](caf::event_based_actor*) -> caf::behavior {
+        return {
+          [sw](atom::submit, v1::RunSpec& spec) -> v1::Run {
+            sw->submitted[spec.name()] = spec;
+            v1::Run run;
+            *run.mutable_spec() = spec;
+            run.set_state("Placed");
+            return run;
+          },
+          [sw](atom::get, std::string& name) -> v1::Run {
+            v1::Run run;
+            *run.mutable_spec() = sw->submitted[name];
+            run.set_state("Placed");
+            if (sw->checks_end && run.spec().command_size() > 1) {
+              run.set_state("Stopped");
+              (*run.add_workers()->mutable_outputs())["astraeus.result"] =
+                R"({"check":")" + run.spec().command(1) + R"(","verdict":"pass"})";
+            }
+            return run;
+          },
+          [](atom::remove, std::string& name) -> v1::Run {
+            v1::Run run;
+            run.mutable_spec()->set_name(name);
+            run.set_state("Stopped");
+            return run;
+          },
+        };
+      }));
+    cluster_ = caf::actor_cast<cluster_actor>(
+      spawn([sw](caf::event_based_actor*) -> caf::behavior {
+        return {
+          [sw](v1::Request& req) -> v1::Response {
+            v1::Response out;
+            out.set_id(req.id());
+            if (req.has_list_machines()) {
+              auto* list = out.mutable_machines();
+              for (const auto& [name, m] : sw->machines)
+                *list->add_machines() = view_of(name, m);
+            } else if (req.has_get_machine()) {
+              auto it = sw->machines.find(req.get_machine().name());
+              if (it != sw->machines.end())
+                *out.mutable_machine() = view_of(it->first, it->second);
+            } else if (req.has_list_gpus()) {
+              out.mutable_gpus();
+            }
+            return out;
+          },
+          [sw](atom::get, std::string& name) -> caf::result<machine_actor> {
+            auto it = sw->machines.find(name);
+            if (it == sw->machines.end())
+              return caf::make_error(ec::no_such_machine, "no machine named " + name);
+            return caf::actor_cast<machine_actor>(it->second.handle);
+          },
+        };
+      }));
+    validations_config c;
+    c.store = db;
+    c.scheduler = sched;
+    c.quick_on_up = false;
+    c.seed = 7;
+    actor_ = spawn(validations, std::move(c));
+    caf::anon_send(actor_, atom::attach_v, cluster_);
+    run();
+  }
+
+  ~Validations() override {
+    // The validations actor's own validation actors (its children, which
+    // the fixture does not stop) end once their checks have: every check
+    // passes now.
+    w->checks_end = true;
+    for (int i = 0; i < 40; ++i)
+      advance(std::chrono::seconds{1});
+  }
+
+  /// A machine in `pool` joins (reported: `liveness`).
+  void join(const std::string& name, const std::string& pool,
+            v1::Machine::State liveness = v1::Machine::Up, bool requested = false) {
+    auto sw = w;
+    auto& m = w->machines[name];
+    m.pool = pool;
+    m.liveness = liveness;
+    m.acceptance_requested = requested;
+    m.handle = spawn([sw, name](caf::event_based_actor*) -> caf::behavior {
+      return {
+        [sw, name](atom::accept, bool required, bool accepted,
+                   std::string& reason) -> v1::MachineView {
+          auto& m = sw->machines[name];
+          m.required = required;
+          if (accepted) {
+            m.accepted = true;
+            m.reason = reason;
+          }
+          return view_of(name, m);
+        },
+        [sw, name](atom::get) -> v1::MachineView { return view_of(name, sw->machines[name]); },
+        [](atom::validate, v1::ValidationStep&) {},
+      };
+    });
+  }
+
+  v1::Response set_policy(const std::string& pool, bool require) {
+    v1::Request req;
+    req.set_id(1);
+    req.mutable_caller()->set_name("alice");
+    auto* p = req.mutable_set_validation_policy()->mutable_policy();
+    p->set_pool(pool);
+    p->set_require_acceptance(require);
+    return ask<v1::Response>(actor_, std::move(req));
+  }
+
+  /// The acceptance validations started, by machine.
+  std::map<std::string, int> acceptances() {
+    v1::Request req;
+    req.mutable_list_validations();
+    auto resp = ask<v1::Response>(actor_, std::move(req));
+    std::map<std::string, int> out;
+    for (const auto& v : resp.validations().validations())
+      if (v.suite() == "acceptance")
+        for (const auto& m : v.machines())
+          ++out[m];
+    return out;
+  }
+
+  test::temp_dir dir;
+  std::shared_ptr<Store> db;
+  std::shared_ptr<world> w;
+  cluster_actor cluster_;
+  validations_actor actor_;
+};
+
+} // namespace
+
+// bring-up-a-gpu-cluster.md, step 6: "A machine that joins the pool from now
+// on waits as Accepting". The machines the pool has keep working.
+TEST_F(Validations, RequiringAcceptanceKeepsThePoolsMachinesWorkingAndHoldsOnlyNewOnes) {
+  join("gpu-01", "h100");
+  join("gpu-02", "h100", v1::Machine::Down);
+  join("gpu-03", "h100", v1::Machine::Up, true);  // asked for acceptance at install
+  join("gpu-09", "a100");
+  auto resp = set_policy("h100", true);
+  ASSERT_FALSE(resp.has_error()) << resp.error().message();
+  EXPECT_TRUE(resp.validation_policy().require_acceptance());
+  for (int i = 0; i < 3; ++i)
+    advance(std::chrono::seconds{2});
+  for (const char* name : {"gpu-01", "gpu-02"}) {
+    const auto& m = w->machines[name];
+    EXPECT_TRUE(m.required) << name;
+    EXPECT_TRUE(m.accepted) << name << " was in the pool before the policy";
+    EXPECT_EQ(m.reason, "in pool h100 before the pool required acceptance") << name;
+  }
+  EXPECT_EQ(view_of("gpu-01", w->machines["gpu-01"]).state(), v1::Machine::Up);
+  EXPECT_FALSE(w->machines["gpu-03"].accepted) << "its own acceptance still runs";
+  EXPECT_FALSE(w->machines["gpu-09"].required) << "another pool";
+  EXPECT_EQ(acceptances().count("gpu-01"), 0u) << "no acceptance for a machine kept working";
+
+  // Setting the policy again (it required acceptance already) accepts no one.
+  join("gpu-04", "h100");
+  resp = set_policy("h100", true);
+  ASSERT_FALSE(resp.has_error()) << resp.error().message();
+  for (int i = 0; i < 3; ++i)
+    advance(std::chrono::seconds{2});
+  EXPECT_TRUE(w->machines["gpu-04"].required);
+  EXPECT_FALSE(w->machines["gpu-04"].accepted) << "it joined after the policy";
+  EXPECT_EQ(view_of("gpu-04", w->machines["gpu-04"]).state(), v1::Machine::Accepting);
+  EXPECT_EQ(acceptances()["gpu-04"], 1) << "its acceptance starts";
+}
+
+// A machine removed while its acceptance runs: the machine poll tells the
+// validation, which ends the machine's steps naming the removal and finishes.
+TEST_F(Validations, AValidationOfARemovedMachineFinishes) {
+  auto resp = set_policy("h100", true);
+  ASSERT_FALSE(resp.has_error()) << resp.error().message();
+  join("dgx-01", "h100");
+  for (int i = 0; i < 3; ++i)
+    advance(std::chrono::seconds{2});
+  ASSERT_EQ(acceptances()["dgx-01"], 1);
+  caf::anon_send_exit(w->machines["dgx-01"].handle, caf::exit_reason::user_shutdown);
+  w->machines.erase("dgx-01");
+  for (int i = 0; i < 3; ++i)
+    advance(std::chrono::seconds{2});
+  v1::Request req;
+  req.mutable_list_validations();
+  auto list = ask<v1::Response>(actor_, std::move(req));
+  ASSERT_EQ(list.validations().validations_size(), 1);
+  const auto& v = list.validations().validations(0);
+  EXPECT_EQ(v.state(), "Failed");
+  bool named = false;
+  for (const auto& s : v.steps())
+    named = named || s.reason() == "machine dgx-01 was removed before the check finished";
+  EXPECT_TRUE(named) << v.DebugString();
+}

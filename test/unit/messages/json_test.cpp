@@ -1,0 +1,49 @@
+// The JSON mapping's partial update (messages/json.hpp, merge_json_keys): a
+// PUT of some of a policy's fields keeps the others.
+
+#include <gtest/gtest.h>
+
+#include "messages/astraeus.pb.h"
+#include "messages/error.hpp"
+#include "messages/json.hpp"
+
+using namespace astraeus;
+
+namespace {
+
+v1::ValidationPolicy h100() {
+  v1::ValidationPolicy p;
+  p.set_pool("h100");
+  p.set_require_acceptance(true);
+  p.set_burn_in_seconds(60);
+  p.set_dcgm_level(3);
+  return p;
+}
+
+} // namespace
+
+TEST(JsonMerge, OnlyTheKeysTheObjectHasChange) {
+  auto p = h100();
+  ASSERT_FALSE(merge_json_keys(R"({"burn_in_seconds": 120})", p));
+  EXPECT_EQ(p.burn_in_seconds(), 120u);
+  EXPECT_TRUE(p.require_acceptance()) << "a key the body lacks keeps its value";
+  EXPECT_EQ(p.dcgm_level(), 3u);
+  EXPECT_EQ(p.pool(), "h100");
+}
+
+TEST(JsonMerge, AKeyGivenItsDefaultValueIsSetAndJsonNamesCountToo) {
+  auto p = h100();
+  ASSERT_FALSE(merge_json_keys(R"({"requireAcceptance": false, "dcgm_level": 2})", p));
+  EXPECT_FALSE(p.require_acceptance());
+  EXPECT_EQ(p.dcgm_level(), 2u);
+  EXPECT_EQ(p.burn_in_seconds(), 60u);
+}
+
+TEST(JsonMerge, ABadBodyChangesNothingAndSaysWhy) {
+  auto p = h100();
+  auto err = merge_json_keys(R"({"burn_in_secs": 120})", p);
+  ASSERT_TRUE(err);
+  EXPECT_NE(render_error(err).find("body"), std::string::npos) << render_error(err);
+  EXPECT_EQ(p.burn_in_seconds(), 60u);
+  EXPECT_TRUE(p.require_acceptance());
+}
