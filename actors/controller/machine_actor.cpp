@@ -138,7 +138,7 @@ bool machine_state::accepting() const {
 
 bool machine_state::only_cordoned() const {
   const auto& rec = config.record;
-  return liveness == v1::Machine::Up && !rec.maintenance() && rec.cordoned()
+  return liveness == v1::Machine::Up && !agent_gone && !rec.maintenance() && rec.cordoned()
          && rec.drain_deadline_unix_ms() == 0 && !rec.drained() && !pressure.memory
          && !pressure.disk;
 }

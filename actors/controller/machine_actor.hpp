@@ -127,11 +127,11 @@ struct machine_state {
   std::string acceptance_id;
   /// Required and not accepted: shown Accepting; only checks go there.
   bool accepting() const;
-  /// Only its cordon keeps it from new work (Up, not in Maintenance, not
-  /// draining or drained, no pressure): a cordon stops user work, not the
-  /// machine's own checks, so it takes a validation's checks as an
-  /// Accepting machine does. A drain keeps them away too (a check there
-  /// would hold up its removal).
+  /// Only its cordon keeps it from new work (Up, its agent connected, not
+  /// in Maintenance, not draining or drained, no pressure): a cordon stops
+  /// user work, not the machine's own checks, so it takes a validation's
+  /// checks as an Accepting machine does. A drain keeps them away too (a
+  /// check there would hold up its removal).
   bool only_cordoned() const;
 
   /// What the scheduler places by: schedulable, labels, GPUs and health.
