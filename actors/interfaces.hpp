@@ -116,6 +116,10 @@ using agent_actor = caf::typed_actor<
   // From the kernel-log thread: a GPU event (Xid, fallen off the bus, AMD
   // reset); latched durably, reported at once when it latches.
   caf::reacts_to<v1::KernelEvent>,
+  // From its latch syncer's thread: the store's log was synced for the
+  // latches written up to this generation (an error: they are held as not
+  // durable and reported so).
+  caf::reacts_to<atom::tick, uint64_t, caf::error>,
   // From the kernel-log thread, after the events of the log's backlog (and
   // as a timer, kmsg_catch_up_bound after start): the first discovery pass
   // starts; later ones do nothing.

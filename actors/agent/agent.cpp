@@ -371,6 +371,19 @@ void drop_connection(agent_ptr self, const std::string& why) {
   schedule_reconnect(self);
 }
 
+/// New latches are written without sync and reported at once; their sync
+/// runs meanwhile on the latch syncer's thread (issue 17).
+void request_latch_sync(agent_ptr self) {
+  auto& st = self->state;
+  if (!st.latches || !st.latch_syncer)
+    return;
+  auto generation = st.latches->unsynced_generation();
+  if (generation > st.latch_sync_requested) {
+    st.latch_sync_requested = generation;
+    st.latch_syncer->request(generation);
+  }
+}
+
 /// Writes the latches the store refused earlier (a full disk), now that it
 /// may take them; they are reported durable with the next report.
 void retry_not_durable(agent_ptr self) {
@@ -418,6 +431,7 @@ void on_kernel_event(agent_ptr self, const v1::KernelEvent& ke) {
   }
   if (*latched)
     send_report(self);
+  request_latch_sync(self);
 }
 
 void on_clear_fault(agent_ptr self, const v1::ClearFaultCommand& cmd) {
@@ -522,6 +536,7 @@ void latch_hand_over_failures(agent_ptr self) {
   }
   if (latched && st.welcomed)
     send_report(self, false);
+  request_latch_sync(self);
 }
 
 /// Checks the workers and reports a change at once.
@@ -793,6 +808,7 @@ void on_discovered(agent_ptr self, v1::GpuSection& section) {
     st.supervisor->sync_cdi(st.gpus, st.config.host.root);
   if (changed)
     send_report(self);
+  request_latch_sync(self);
 }
 
 void on_discovery_deadline(agent_ptr self, uint64_t pass) {
@@ -830,8 +846,19 @@ agent_actor::behavior_type agent(agent_actor::stateful_broker_pointer<agent_stat
                     render_error(latches.error()));
     else
       self->state.latches.emplace(std::move(*latches));
-    if (self->state.latches)
+    if (self->state.latches) {
       self->state.latches->set_boot_clock(self->state.config.boot);
+      self->state.latches->defer_sync(true);
+      // The syncer answers by a weak reference: it never keeps the agent
+      // alive, and it is stopped with the agent's state.
+      caf::weak_actor_ptr weak{self->ctrl()};
+      self->state.latch_syncer = std::make_unique<wal_syncer>(
+        self->state.config.store, [weak](uint64_t generation, caf::error err) {
+          if (auto strong = weak.lock())
+            caf::anon_send(caf::actor_cast<agent_actor>(strong), atom::tick_v, generation,
+                           std::move(err));
+        });
+    }
     auto workers = worker_ledger::load(self->state.config.store);
     if (!workers)
       spdlog::error("agent: cannot load its workers: {}",
@@ -924,6 +951,11 @@ agent_actor::behavior_type agent(agent_actor::stateful_broker_pointer<agent_stat
     [self](v1::GpuSection& section) { on_discovered(self, section); },
     [self](v1::KernelEvent& ev) { on_kernel_event(self, ev); },
     [self](atom::complete) { on_kmsg_caught_up(self); },
+    [self](atom::tick, uint64_t generation, caf::error& err) {
+      auto& st = self->state;
+      if (st.latches && st.latches->synced(generation, err) > 0)
+        send_report(self);  // shown "not durable yet"; retried each tick
+    },
     [self](atom::probe_due, uint64_t pass) { on_discovery_deadline(self, pass); },
     [self](atom::supervise) { on_supervise(self); },
     [self](atom::job_done, uint64_t job) { on_job_done(self, job); },

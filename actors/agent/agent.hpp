@@ -28,6 +28,7 @@
 #include "runtime/gpu/gpu_discovery.hpp"
 #include "runtime/gate/secure_channel.hpp"
 #include "runtime/faults/fault_latch.hpp"
+#include "store/wal_syncer.hpp"
 #include "runtime/host/host_facts.hpp"
 #include "runtime/host/rdma_fabric.hpp"
 #include "runtime/host/numa_facts.hpp"
@@ -170,6 +171,10 @@ struct agent_state {
   v1::GpuSection gpus;                    ///< the last discovery pass
   bool gpus_known = false;                ///< a pass has finished
   std::optional<fault_latches> latches;   ///< the machine's fault latches
+  /// Syncs the store's log for new latches, which are written without sync
+  /// and reported at once (issue 17: the fence need not wait for the disk).
+  std::unique_ptr<wal_syncer> latch_syncer;
+  uint64_t latch_sync_requested = 0;      ///< the latest generation asked for
   std::optional<worker_ledger> workers;   ///< the workers handed to this machine
   v1::WorkerOrders orders_parts;          ///< parts of a set not yet complete
   std::vector<bool> parts_seen;           ///< which parts of it arrived

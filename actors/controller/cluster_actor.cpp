@@ -210,11 +210,9 @@ caf::result<machine_actor> enrol(cluster_ptr self, const v1::Hello& hello,
 } // namespace
 
 std::string run_console_url(const cluster_config& config, const v1::RunSpec& spec) {
-  if (config.console_url.empty())
+  auto base = console_base(config.console_url, config.install.get());
+  if (base.empty())
     return {};
-  auto base = config.console_url;
-  while (!base.empty() && base.back() == '/')
-    base.pop_back();
   return base + "/o/" + config.organization + "/w/"
          + (spec.workspace().empty() ? std::string{default_workspace} : spec.workspace())
          + "/jobs/" + config.cluster_name + "/" + spec.name();

@@ -138,8 +138,12 @@ start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
   vc.quick_on_up = cfg.validation_quick_on_up;
   vc.poll_interval = cfg.validation_poll_interval;
   vc.machine_poll = cfg.validation_poll_interval * 2;
-  vc.console_url = cfg.validation_console_url;
+  vc.console_url = cfg.validation_console_url.empty() ? cfg.api_advertise_url
+                                                      : cfg.validation_console_url;
   vc.installer_delay = cfg.validation_installer_batch_delay;
+  // Filled once the API runs: join tokens' install command, console links.
+  out.install = std::make_shared<install_site>();
+  vc.install = out.install;
   out.validations = sys.spawn(validations, std::move(vc));
   cc.validations = out.validations;
   gpu_history_config hc;
@@ -157,7 +161,6 @@ start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
   cc.console_url = cfg.validation_console_url.empty() ? cfg.api_advertise_url
                                                       : cfg.validation_console_url;
   cc.organization = cfg.api_organization;
-  out.install = std::make_shared<install_site>();
   cc.install = out.install;
   cc.clock = clock;
   if (auto err = cc.validate())

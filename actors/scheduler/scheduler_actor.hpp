@@ -55,7 +55,7 @@
 #include "actors/interfaces.hpp"
 #include "actors/scheduler/placement.hpp"
 #include "actors/scheduler/scheduler_inventory.hpp"
-#include "actors/scheduler/wal_syncer.hpp"
+#include "store/wal_syncer.hpp"
 #include "messages/astraeus.pb.h"
 #include "messages/run_state.hpp"
 #include "messages/worker_state.hpp"

@@ -106,8 +106,9 @@ void start_validation(self_ptr self, v1::StartValidation start, std::string trig
         while (st.validations.count(id));
         auto v = validation::make_validation(id, start, names, trigger, now);
         v.set_created_by(created_by);
-        if (!st.config.console_url.empty())
-          v.set_console_url(st.config.console_url + "/validation?validation=" + id);
+        auto console = console_base(st.config.console_url, st.config.install.get());
+        if (!console.empty())
+          v.set_console_url(console + "/validation?validation=" + id);
         if (auto err = st.config.store->put(family::validations, "val/" + id, v, true)) {
           done(err);
           return;

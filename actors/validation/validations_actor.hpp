@@ -23,6 +23,7 @@
 #include "actors/interfaces.hpp"
 #include "actors/validation/cluster_report.hpp"
 #include "messages/astraeus.pb.h"
+#include "runtime/gate/tokens.hpp"
 #include "runtime/process/wall_clock.hpp"
 
 namespace astraeus {
@@ -47,8 +48,12 @@ struct validations_config {
   /// `validation.quick_on_up`: run the quick check when a machine comes Up.
   bool quick_on_up = true;
   /// The console's address ("https://host:8443"); a validation's page is
-  /// `<console_url>/validation?validation=<id>`; empty: none shown.
+  /// `<console_url>/validation?validation=<id>`; empty: the API's address
+  /// once it runs (`install`), else none shown.
   std::string console_url;
+  /// Where the API runs (it serves the console): the console's address when
+  /// console_url is empty. Null: none.
+  std::shared_ptr<install_site> install;
   /// Seeds the random part of ids (tests fix it).
   uint64_t seed = 0;
   /// `validation.installer_batch_delay`: machines installed with --accept

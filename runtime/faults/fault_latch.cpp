@@ -202,7 +202,7 @@ caf::expected<bool> fault_latches::latch(const std::string& rule,
   slot->set_count(slot->count() + 1);
   slot->set_last_seen_unix_ms(now_unix_ms);
   slot->set_not_durable(false);
-  if (auto err = store_->put(family::faults, latch_key(gpu, rule), *slot, true)) {
+  if (auto err = store_->put(family::faults, latch_key(gpu, rule), *slot, !defer_sync_)) {
     // The store refuses writes (a full disk): the fault still fences its
     // GPU, held in memory and reported "not durable yet", and is written
     // as soon as the store takes writes (retry_not_durable). Issue 23.
@@ -215,6 +215,8 @@ caf::expected<bool> fault_latches::latch(const std::string& rule,
     return is_new;
   }
   not_durable_.erase({gpu, rule});
+  if (defer_sync_)
+    unsynced_[{gpu, rule}] = ++write_generation_;
   if (is_new)
     spdlog::warn("latch: GPU {} ({}) is Faulty: {} [{}]", gpu,
                  slot->pci_address(), slot->reason(), slot->evidence());
@@ -767,6 +769,35 @@ caf::expected<size_t> fault_latches::retry_not_durable() {
     i = not_durable_.erase(i);
   }
   return written;
+}
+
+size_t fault_latches::synced(uint64_t generation, const caf::error& err) {
+  size_t held = 0;
+  for (auto i = unsynced_.begin(); i != unsynced_.end();) {
+    if (i->second > generation) {
+      ++i;
+      continue;
+    }
+    if (err) {
+      // Still latched and fencing; written again by retry_not_durable.
+      const auto& [gpu, rule] = i->first;
+      auto list = latches_.find(gpu);
+      auto rs = rules_.find(gpu);
+      if (list != latches_.end() && rs != rules_.end()) {
+        auto at = std::find(rs->second.begin(), rs->second.end(), rule);
+        if (at != rs->second.end()) {
+          list->second[static_cast<size_t>(at - rs->second.begin())].set_not_durable(true);
+          not_durable_.insert(i->first);
+          ++held;
+        }
+      }
+    }
+    i = unsynced_.erase(i);
+  }
+  if (held > 0)
+    spdlog::error("latch: {} fault latch(es) not durable: the store's sync failed: {}", held,
+                  render_error(err));
+  return held;
 }
 
 caf::expected<bool> fault_latches::clear(const std::string& gpu_id) {

@@ -58,7 +58,7 @@ public:
 
   /// Handles one kernel-log event, mapping it to a GPU of `known` by its
   /// PCI address. A fencing event becomes (or repeats) a latch, written with
-  /// sync; others become incidents. A fencing event at an address no GPU of
+  /// sync (without, under defer_sync); others become incidents. A fencing event at an address no GPU of
   /// `known` has is latched against that PCI address (gpu_id empty) while
   /// `known` is not a complete read (discovery has not finished, NVML
   /// hangs) or its PCI bus shows a GPU there (the driver dropped it), and
@@ -106,6 +106,29 @@ public:
   size_t not_durable_count() const {
     return not_durable_.size();
   }
+
+  /// Issue 17 (latency): with `on`, a new or repeated latch is written
+  /// without sync, so its report can leave at once; the caller then makes
+  /// the store's log durable (Store::sync_wal, on a wal_syncer) and tells
+  /// `synced`. The kernel-log position is written after the latch in the
+  /// same log, so it is never durable without it (a crash before the sync
+  /// reads the event again). Off (the default): every latch is written with
+  /// sync before its call returns.
+  void defer_sync(bool on) {
+    defer_sync_ = on;
+  }
+  /// With defer_sync: the generation of the newest latch write not known
+  /// durable yet; 0 when every latch is. Pass it to `synced` once a sync
+  /// started after this call has finished.
+  uint64_t unsynced_generation() const {
+    return unsynced_.empty() ? 0 : write_generation_;
+  }
+  /// A sync of the store's log that started after `unsynced_generation()`
+  /// returned `generation` has finished with `err`: the latches written up to
+  /// it are durable; on an error they are held as not durable (reported so,
+  /// written again by retry_not_durable). Returns how many were marked not
+  /// durable.
+  size_t synced(uint64_t generation, const caf::error& err);
   /// Clears every latch of `gpu_id`; returns whether one was latched.
   caf::expected<bool> clear(const std::string& gpu_id);
 
@@ -197,6 +220,11 @@ private:
   std::map<std::string, v1::GpuIncident> incidents_;
   /// (GPU id, rule) of the latches the store refused (held in memory only).
   std::set<std::pair<std::string, std::string>> not_durable_;
+  /// defer_sync: latch writes go without sync (see defer_sync).
+  bool defer_sync_ = false;
+  /// (GPU id, rule) -> the generation of its write not known durable yet.
+  std::map<std::pair<std::string, std::string>, uint64_t> unsynced_;
+  uint64_t write_generation_ = 0;
 };
 
 /// The words for an NVML recovery action (nvmlDeviceGpuRecoveryAction_t):

@@ -408,6 +408,15 @@ install_site_info install_site::get() const {
   return info_;
 }
 
+std::string console_base(const std::string& configured, const install_site* site) {
+  auto base = configured;
+  if (base.empty() && site != nullptr)
+    base = site->get().api_url;
+  while (!base.empty() && base.back() == '/')
+    base.pop_back();
+  return base;
+}
+
 std::string install_org_id(const std::string& controller_key_hex) {
   return controller_key_hex.substr(0, 32);
 }

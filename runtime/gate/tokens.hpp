@@ -183,6 +183,11 @@ private:
   install_site_info info_;
 };
 
+/// The console's address (the API serves it): `configured`
+/// (validation.console_url, else api.advertise_url) without a trailing '/',
+/// else the API's address once it runs (`site`, may be null), else "".
+std::string console_base(const std::string& configured, const install_site* site);
+
 /// The organisation id install.sh checks `--org-id` against: the first 32
 /// hex digits of the gate's public key (hex), so a command made for
 /// another controller is refused.

@@ -3,6 +3,7 @@
 
 #include "runtime/workers/cdi_host.hpp"
 
+#include <cstdlib>
 #include <algorithm>
 #include <utility>
 #include <atomic>
@@ -317,6 +318,15 @@ std::map<std::string, std::string> check_settings(const supervisor_options& o) {
     out[env::nvml_lib] = o.nvml_library;
   if (!o.cdi.host_root.empty())
     out[env::host_root] = o.cdi.host_root;
+  // A stand-in NVML or CUDA library (README, "Try it without a GPU") reads
+  // its answers from these: the check loads the same library, so it needs
+  // the same answers as the agent (absolute: the check runs elsewhere).
+  for (const char* stand_in : {"ASTRAEUS_NVML_FIXTURE", "ASTRAEUS_CUDA_FIXTURE"})
+    if (const char* v = std::getenv(stand_in); v != nullptr && *v != '\0') {
+      std::error_code ec;
+      auto path = std::filesystem::absolute(v, ec);
+      out[stand_in] = ec ? std::string{v} : path.string();
+    }
   return out;
 }
 

@@ -571,4 +571,14 @@ TEST(RunConsoleUrl, IsTheSeedsJobsPageOrNothing) {
   spec.clear_workspace();
   EXPECT_EQ(run_console_url(cc, spec),
             "https://console.astralyx.cloud/o/acme/w/default/jobs/gpu-east/whoami");
+  // Nothing configured: the API's own address once it runs (it serves the
+  // console), as `astraeus dev` has it.
+  cc.console_url.clear();
+  cc.install = std::make_shared<install_site>();
+  EXPECT_EQ(run_console_url(cc, spec), "") << "the API does not run yet";
+  install_site_info site;
+  site.api_url = "http://127.0.0.1:7451";
+  cc.install->set(site);
+  EXPECT_EQ(run_console_url(cc, spec),
+            "http://127.0.0.1:7451/o/acme/w/default/jobs/gpu-east/whoami");
 }

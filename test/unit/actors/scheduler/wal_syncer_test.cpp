@@ -24,7 +24,7 @@
 #include "actor_fixture.hpp"
 #include "snapshot_fixtures.hpp"
 #include "actors/scheduler/scheduler_actor.hpp"
-#include "actors/scheduler/wal_syncer.hpp"
+#include "store/wal_syncer.hpp"
 #include "messages/error.hpp"
 #include "runtime/process/system_setup.hpp"
 #include "store/store.hpp"

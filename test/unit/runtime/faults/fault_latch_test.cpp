@@ -718,3 +718,36 @@ TEST_F(FaultLatches, ALatchTheStoreRefusesFencesInMemoryMarkedAndIsWrittenLater)
   EXPECT_FALSE(again.latches().at("GPU-A")[0].not_durable());
   EXPECT_EQ(again.latches().at("GPU-A")[0].reason(), "Xid 79 fault");
 }
+
+TEST_F(FaultLatches, ADeferredSyncFencesAtOnceAndHoldsTheLatchWhenTheSyncFails) {
+  // Issue 17 (latency): the agent reports a new latch before its sync; a
+  // sync that then fails leaves it fencing, marked not durable, retried.
+  {
+    auto l = open();
+    l.defer_sync(true);
+    EXPECT_EQ(l.unsynced_generation(), 0u);
+    auto fresh = l.on_event(xid(79, "0000:3b:00.0", 1), two_gpus(), 1000);
+    ASSERT_TRUE(fresh);
+    EXPECT_TRUE(*fresh) << "reported at once, before its sync";
+    auto first = l.unsynced_generation();
+    EXPECT_GT(first, 0u);
+    // A second latch after the sync was asked for is not covered by it.
+    ASSERT_TRUE(l.on_event(xid(48, "0002:c1:00.0", 2), two_gpus(), 1001));
+    auto second = l.unsynced_generation();
+    EXPECT_GT(second, first);
+    EXPECT_EQ(l.synced(first, caf::make_error(ec::store_failure, "fsync: I/O error")), 1u);
+    EXPECT_EQ(l.not_durable_count(), 1u);
+    EXPECT_TRUE(l.latches().at("GPU-A")[0].not_durable());
+    EXPECT_FALSE(l.latches().at("GPU-B")[0].not_durable());
+    EXPECT_EQ(l.unsynced_generation(), second) << "GPU-B's write still waits for its sync";
+    EXPECT_EQ(l.synced(second, caf::error{}), 0u);
+    EXPECT_EQ(l.unsynced_generation(), 0u);
+    auto written = l.retry_not_durable();
+    ASSERT_TRUE(written);
+    EXPECT_EQ(*written, 1u);
+    EXPECT_EQ(l.not_durable_count(), 0u);
+  }
+  auto again = open();
+  EXPECT_EQ(again.latches().count("GPU-A"), 1u);
+  EXPECT_EQ(again.latches().count("GPU-B"), 1u);
+}

@@ -1,9 +1,11 @@
 #pragma once
 /// @file
-/// The scheduler's fsync on a thread of its own (issue 14): the group commit
-/// writes each burst's runs without sync on the actor's thread, then asks
-/// this thread to make the write-ahead log durable while the actor goes on
-/// with the next burst; the answers of a burst go out once its sync is done.
+/// A store's fsync on a thread of its own. The scheduler's group commit
+/// (issue 14) writes each burst's runs without sync on the actor's thread,
+/// then asks this thread to make the write-ahead log durable while the actor
+/// goes on with the next burst; the answers of a burst go out once its sync
+/// is done. The agent (issue 17) writes a new fault latch without sync,
+/// reports it to the controller at once and has it synced here meanwhile.
 /// One sync at a time; a request made while one runs is served by the next.
 
 #include <condition_variable>

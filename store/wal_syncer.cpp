@@ -1,4 +1,4 @@
-#include "actors/scheduler/wal_syncer.hpp"
+#include "store/wal_syncer.hpp"
 
 #include <utility>
 
