@@ -174,6 +174,32 @@ TEST(CliFormat, RunShowNamesTheCoresAndDevicesItsWorkersGot) {
   EXPECT_TRUE(contains(json, "\"gpu_ids\"")) << json;
 }
 
+// Issue 23 item 6: a deleted run's workers show Stopping, then how they
+// ended.
+TEST(CliFormat, RunShowSaysHowADeletedRunsWorkersEnded) {
+  v1::Run run;
+  run.mutable_spec()->set_name("d");
+  set_state(run, run_state::stopped);
+  run.set_deleted(true);
+  run.set_waiting_reason("deleted: its workers are stopping");
+  auto* w0 = run.add_workers();
+  w0->set_name("d-0");
+  w0->set_machine("gpu-01");
+  set_state(*w0, worker_state::cancelled);
+  w0->set_exit_code(137);
+  w0->set_detail("stopped: killed after the stop grace");
+  auto* w1 = run.add_workers();
+  w1->set_name("d-1");
+  w1->set_machine("gpu-01");
+  set_state(*w1, worker_state::stopping);
+  auto text = cli::format_run(run, 0);
+  EXPECT_TRUE(contains(text, "Reason:      deleted: its workers are stopping\n")) << text;
+  EXPECT_TRUE(contains(text, "How they ended")) << text;
+  EXPECT_TRUE(contains(text, "stopped: killed after the stop grace")) << text;
+  EXPECT_TRUE(contains(text, "137")) << text;
+  EXPECT_TRUE(contains(text, "Stopping")) << text;
+}
+
 TEST(CliFormat, MachineShowsCpuUseAndNumaNodes) {
   v1::MachineView m;
   auto* cpu = m.mutable_facts()->mutable_cpu();
