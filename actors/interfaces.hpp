@@ -251,13 +251,19 @@ using scheduler_actor = caf::typed_actor<
   // naming the problem (bad spec, a run of that name exists),
   // ec::store_failure when it cannot be stored.
   caf::replies_to<atom::submit, v1::RunSpec>::with<v1::Run>,
-  // The run named so. Fails with ec::invalid_request: "no run named X".
+  // The run a reference names (as atom::remove's). Fails with
+  // ec::invalid_request: "no run named X[ in workspace W]".
   caf::replies_to<atom::get, std::string>::with<v1::Run>,
   // Every run, sorted by name.
   caf::replies_to<atom::runs>::with<v1::RunList>,
-  // Deletes a run: releases its GPUs, erases it from the store with sync,
-  // answers its last state (Stopped). Fails with ec::invalid_request (no
-  // such run), ec::store_failure when the erase fails.
+  // Deletes a run (a reference: "<workspace>/<name>", or a bare name: the
+  // default workspace's, else the only workspace's that has one; issue 13):
+  // releases its GPUs, answers its last state (Stopped). A run whose
+  // workers still go on is kept, `deleted`, its workers Stopping until
+  // their agents report how they ended (issue 23 item 6); any other is
+  // erased from the store with sync. Fails with ec::invalid_request (no
+  // such run, one of that name in several workspaces, already deleted),
+  // ec::store_failure when the write fails.
   caf::replies_to<atom::remove, std::string>::with<v1::Run>,
   // Stops a live run and keeps it listed: Stopped with `why` (its workers
   // are told to stop; their GPUs are freed), stored with the next flush;
@@ -290,6 +296,10 @@ using scheduler_actor = caf::typed_actor<
   // Internal timer: the time limit of run or copy `queue name` placed with
   // token `token` is reached; it is stopped ("time limit of 1h reached").
   caf::reacts_to<atom::deadline, std::string, uint64_t>,
+  // Internal timer (issue 23 item 6): deleted run `key`, submitted at
+  // `submitted_unix_ms`, whose workers have all ended is forgotten (ignored
+  // when the run of that key is another or not deleted).
+  caf::reacts_to<atom::expire, std::string, int64_t>,
   // `astra machine remove` (issue 13): forgets the machine (its GPUs leave
   // the index; later snapshots from its actor are ignored) and answers
   // true. Fails with ec::invalid_request naming the runs that still have

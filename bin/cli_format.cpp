@@ -693,6 +693,16 @@ std::string format_run(const v1::Run& r, int64_t now_unix_ms) {
                                 "STATE", "PID", "AGENT HAS IT"},
                                rows),
                   "  ");
+    // How workers ended, in their agents' words (issue 23 item 6): a
+    // deleted run's show Stopping until then.
+    std::vector<std::vector<std::string>> ends;
+    for (const auto& w : r.workers())
+      if (w.exit_code() != 0 || !w.detail().empty())
+        ends.push_back({w.name(), w.state(), std::to_string(w.exit_code()),
+                        w.detail().empty() ? "-" : w.detail()});
+    if (!ends.empty())
+      out << "\nHow they ended\n"
+          << indent(render_table({"WORKER", "STATE", "EXIT CODE", "DETAIL"}, ends), "  ");
     // The cores, NUMA nodes and RDMA devices their agents gave them (issue 22).
     std::vector<std::vector<std::string>> given;
     for (const auto& w : r.workers()) {

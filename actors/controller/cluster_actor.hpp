@@ -18,6 +18,7 @@
 #include "actors/interfaces.hpp"
 #include "actors/controller/machine_pressure.hpp"
 #include "messages/labels.hpp"
+#include "messages/run_key.hpp"
 #include "runtime/gate/tokens.hpp"
 #include "runtime/process/wall_clock.hpp"
 
@@ -105,11 +106,6 @@ struct cluster_state {
 cluster_actor::behavior_type
 cluster(cluster_actor::stateful_pointer<cluster_state> self,
         cluster_config config);
-
-/// The workspace every run without one is submitted to; it exists without
-/// being created and is granted nothing (all machines) until created with
-/// grants.
-inline constexpr const char* default_workspace = "default";
 
 /// Checks a workspace to create and fills what the controller decides
 /// (organisation "default" when empty). Errors: ec::invalid_request naming

@@ -403,32 +403,16 @@ std::string workspace_of(const v1::Run& run) {
                                         : run.spec().workspace();
 }
 
-/// Issue 13 item 6: a request that names a workspace (`--workspace`) means
-/// a run of that workspace only. Errors: ec::invalid_request "no run named
-/// X in workspace W (it is in workspace V)"; none when `workspace` is empty.
-caf::error outside_workspace(const v1::Run& run, const std::string& workspace) {
-  if (workspace.empty() || workspace_of(run) == workspace)
-    return caf::none;
-  return caf::make_error(ec::invalid_request,
-                         "no run named " + run.spec().name() + " in workspace " + workspace
-                           + " (it is in workspace " + workspace_of(run) + ")");
-}
-
 result_t get_run(const cluster_request& r) {
   auto& sched = r.self->state.config.scheduler;
   if (!sched)
     return r.error(no_scheduler());
+  // Issue 13: the name within the workspace asked for (the scheduler
+  // resolves a bare name: the default workspace, else the only one).
+  const auto& q = r.req.get_run();
   auto rp = r.self->make_response_promise<v1::Response>();
-  r.self->request(sched, r.timeout, atom::get_v, r.req.get_run().name())
-    .then(
-      [on_run = deliver_run(r.self, rp, r.id), rp, id = r.id,
-       workspace = r.req.get_run().workspace()](v1::Run& run) mutable {
-        if (auto err = outside_workspace(run, workspace))
-          rp.deliver(error_response(id, err));
-        else
-          on_run(run);
-      },
-      deliver_error(rp, r.id));
+  r.self->request(sched, r.timeout, atom::get_v, run_ref(q.workspace(), q.name()))
+    .then(deliver_run(r.self, rp, r.id), deliver_error(rp, r.id));
   return rp;
 }
 
@@ -440,23 +424,20 @@ result_t delete_run(const cluster_request& r) {
   auto rp = r.self->make_response_promise<v1::Response>();
   auto on_run = deliver_run(r.self, rp, r.id);
   auto on_error = deliver_error(rp, r.id);
-  const auto& name = r.req.delete_run().name();
-  const auto& workspace = r.req.delete_run().workspace();
+  const auto& q = r.req.delete_run();
+  const auto ref = run_ref(q.workspace(), q.name());
   bool any_owner = !st.config.tokens || has_role(r.caller(), role::admin);
-  if (any_owner && workspace.empty()) {
-    r.self->request(sched, r.timeout, atom::remove_v, name).then(on_run, on_error);
+  if (any_owner) {
+    r.self->request(sched, r.timeout, atom::remove_v, ref).then(on_run, on_error);
     return rp;
   }
-  // Members stop only their own runs; --workspace only that workspace's.
-  r.self->request(sched, r.timeout, atom::get_v, name)
+  // Members stop only their own runs: the run the reference means is
+  // looked at first, then deleted by its key.
+  r.self->request(sched, r.timeout, atom::get_v, ref)
     .then(
-      [self = r.self, sched, timeout = r.timeout, name, owner = r.caller().name(),
-       any_owner, workspace, on_run, on_error, rp, id = r.id](v1::Run& run) mutable {
-        if (auto err = outside_workspace(run, workspace)) {
-          rp.deliver(error_response(id, err));
-          return;
-        }
-        if (!any_owner && run.spec().owner() != owner) {
+      [self = r.self, sched, timeout = r.timeout, name = q.name(), owner = r.caller().name(),
+       on_run, on_error, rp, id = r.id](v1::Run& run) mutable {
+        if (run.spec().owner() != owner) {
           rp.deliver(error_response(
             id, caf::make_error(ec::permission_denied,
                                 "run " + name + " is "
@@ -466,7 +447,9 @@ result_t delete_run(const cluster_request& r) {
                                   + "; a member stops only their own runs")));
           return;
         }
-        self->request(sched, timeout, atom::remove_v, name).then(on_run, on_error);
+        const auto& spec = run.spec();
+        self->request(sched, timeout, atom::remove_v, run_ref(spec.workspace(), spec.name()))
+          .then(on_run, on_error);
       },
       on_error);
   return rp;
@@ -555,14 +538,11 @@ result_t get_logs(const cluster_request& r) {
   if (!sched)
     return r.error(no_scheduler());
   auto rp = r.self->make_response_promise<v1::Response>();
-  r.self->request(sched, r.timeout, atom::get_v, r.req.get_logs().run())
+  const auto& q = r.req.get_logs();
+  r.self->request(sched, r.timeout, atom::get_v, run_ref(q.workspace(), q.run()))
     .then(
-      [self = r.self, rp, id = r.id, timeout = r.timeout,
-       q = r.req.get_logs()](v1::Run& run) mutable {
-        if (auto err = outside_workspace(run, q.workspace()))
-          rp.deliver(error_response(id, err));
-        else
-          fetch_logs(self, rp, id, timeout, q, run);
+      [self = r.self, rp, id = r.id, timeout = r.timeout, q](v1::Run& run) mutable {
+        fetch_logs(self, rp, id, timeout, q, run);
       },
       deliver_error(rp, r.id));
   return rp;

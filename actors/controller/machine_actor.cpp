@@ -17,6 +17,7 @@
 #include "messages/gpu_health_state.hpp"
 #include "messages/gpu_read.hpp"
 #include "messages/labels.hpp"
+#include "messages/run_key.hpp"
 #include "messages/worker_state.hpp"
 #include "runtime/process/wall_clock.hpp"
 #include "store/store.hpp"
@@ -873,7 +874,7 @@ void drain_due(machine_ptr self, int64_t deadline) {
     return;
   std::set<std::string> runs;
   for (const auto& w : st.orders.workers())
-    runs.insert(w.run());
+    runs.insert(run_key(w.spec()));  // issue 13: names are per workspace
   for (const auto& run : runs) {
     spdlog::info("machine {}: drain deadline: stopping run {}", name_of(self), run);
     if (!st.config.scheduler)

@@ -1,12 +1,14 @@
 #include "actors/scheduler/scheduler_actor.hpp"
 
 #include <algorithm>
+#include <tuple>
 
 #include <caf/send.hpp>
 #include <spdlog/spdlog.h>
 
 #include "actors/scheduler/scheduler_internal.hpp"
 #include "messages/error.hpp"
+#include "messages/run_key.hpp"
 #include "runtime/process/wall_clock.hpp"
 #include "runtime/workers/run_spec.hpp"
 
@@ -15,12 +17,13 @@ namespace astraeus {
 using namespace scheduler_detail;
 
 std::vector<std::string> queue_names_of(const v1::RunSpec& spec) {
+  auto key = run_key(spec);
   if (spec.array_size() == 0)
-    return {spec.name()};
+    return {key};
   std::vector<std::string> out;
   out.reserve(spec.array_size());
   for (uint32_t i = 0; i < spec.array_size(); ++i)
-    out.push_back(spec.name() + "[" + std::to_string(i) + "]");
+    out.push_back(key + "[" + std::to_string(i) + "]");
   return out;
 }
 
@@ -42,6 +45,11 @@ std::string worker_name(const std::string& run, int32_t copy, uint32_t rank) {
   return run + "[" + std::to_string(copy) + "]-" + std::to_string(rank);
 }
 
+std::string worker_name(const v1::RunSpec& spec, int32_t copy, uint32_t rank) {
+  const auto& ns = spec.namespace_();
+  return worker_name(ns.empty() ? spec.name() : ns + "." + spec.name(), copy, rank);
+}
+
 caf::error scheduler_config::validate() const {
   if (!store)
     return caf::make_error(ec::invalid_config, "scheduler: no store");
@@ -53,7 +61,7 @@ caf::error scheduler_config::validate() const {
 placement_request placement_request_of(const v1::RunSpec& spec,
                                        const std::string& queue_name) {
   placement_request out;
-  out.run = queue_name.empty() ? spec.name() : queue_name;
+  out.run = queue_name.empty() ? run_key(spec) : queue_name;
   for (auto& [name, size] : run_groups_in_rank_order(spec))
     out.groups.push_back(worker_group{name, size, spec.gpus_per_worker()});
   out.leader_group = 0;
@@ -141,20 +149,21 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
     [self](atom::submit, v1::RunSpec& spec) -> caf::result<v1::Run> {
       return submit_run(self, spec);
     },
-    [self](atom::get, const std::string& name) -> caf::result<v1::Run> {
-      auto& st = self->state;
-      auto it = st.runs.find(name);
-      if (it == st.runs.end())
-        return no_such_run(name);
-      return it->second;
+    [self](atom::get, const std::string& ref) -> caf::result<v1::Run> {
+      auto key = find_run(self->state, ref);
+      if (!key)
+        return key.error();
+      return self->state.runs.at(*key);
     },
     [self](atom::runs) -> v1::RunList {
       std::vector<const v1::Run*> sorted;
       sorted.reserve(self->state.runs.size());
       for (const auto& [name, run] : self->state.runs)
         sorted.push_back(&run);
+      // By name, then workspace (issue 13: a name may be in several).
       std::sort(sorted.begin(), sorted.end(), [](const v1::Run* a, const v1::Run* b) {
-        return a->spec().name() < b->spec().name();
+        return std::tie(a->spec().name(), a->spec().workspace())
+               < std::tie(b->spec().name(), b->spec().workspace());
       });
       v1::RunList out;
       out.mutable_runs()->Reserve(static_cast<int>(sorted.size()));
@@ -162,15 +171,16 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
         *out.add_runs() = *run;
       return out;
     },
-    [self](atom::remove, const std::string& name) -> caf::result<v1::Run> {
-      return remove_run(self, name);
+    [self](atom::remove, const std::string& ref) -> caf::result<v1::Run> {
+      return remove_run(self, ref);
     },
-    [self](atom::stop, const std::string& name, const std::string& why) -> caf::result<v1::Run> {
-      auto r = self->state.runs.find(name);
-      if (r == self->state.runs.end())
-        return caf::make_error(ec::invalid_request, "no run named " + name);
+    [self](atom::stop, const std::string& ref, const std::string& why) -> caf::result<v1::Run> {
+      auto key = find_run(self->state, ref);
+      if (!key)
+        return key.error();
+      auto r = self->state.runs.find(*key);
       if (live(r->second)) {
-        spdlog::info("scheduler: run {} stopped: {}", name, why);
+        spdlog::info("scheduler: run {} stopped: {}", *key, why);
         finish_run(self, r->second, run_state::stopped, why);
         schedule_pass(self);
       }
@@ -199,6 +209,13 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
     [self](atom::tick, uint64_t seq, caf::error& err) { synced(self, seq, err); },
     [self](atom::deadline, std::string& qname, uint64_t token) {
       time_limit_reached(self, qname, token);
+    },
+    [self](atom::expire, const std::string& key, int64_t submitted_unix_ms) {
+      auto r = self->state.runs.find(key);
+      if (r != self->state.runs.end() && r->second.deleted()
+          && r->second.submitted_unix_ms() == submitted_unix_ms
+          && stopping_workers(r->second).empty())
+        forget_run(self, key);
     },
     [self](const v1::RemoveMachine& req) -> caf::result<bool> {
       if (auto err = forget_machine(self, req.name()))

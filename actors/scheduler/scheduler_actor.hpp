@@ -1,7 +1,9 @@
 #pragma once
 /// @file
-/// The scheduler actor: keeps every run (store family `runs`, key = run
-/// name, value = `v1::Run`) and places waiting runs onto concrete GPUs with
+/// The scheduler actor: keeps every run (store family `runs`, key = the
+/// run's key, messages/run_key.hpp: its name, or "<workspace>/<name>"
+/// outside the default workspace; value = `v1::Run`) and places waiting
+/// runs onto concrete GPUs with
 /// the placement engine (actors/scheduler/placement.hpp): one `placement_index` fed
 /// from machine snapshots (`v1::SchedulerMachine`) and one `scheduler_queue`.
 ///
@@ -36,7 +38,24 @@
 ///   soon as the snapshots of their machines name them (each GPU is held
 ///   for the run the moment it appears, so no new run can take it
 ///   meanwhile).
+/// - Issue 13: run names are unique per workspace. Requests name a run by
+///   a reference (`run_ref`): "<workspace>/<name>" looks in that workspace
+///   only; a bare name in the default workspace, else in the one workspace
+///   that has a run of that name. Workers of a run in a workspace with a
+///   namespace are named "<namespace>.<run>-<rank>" (their full name,
+///   ASTRAEUS_TASK_NAME), so that two workspaces' runs of one name never
+///   share a worker name on a machine.
+/// - Issue 23 item 6: a deleted run is kept (stored, listed, shown) while
+///   its workers stop: Stopped, with `deleted` set, each worker that had
+///   not ended `Stopping` until its agent reports how it ended (its state,
+///   exit code and words) or no longer holds it; then it is forgotten. A
+///   worker whose machine is Down or removed is not waited for (Stopped).
+///   Once none is Stopping it stays shown (how they ended) for
+///   `deleted_run_retention`. A second delete is refused, naming the
+///   workers still stopping; a new run of its name replaces it at once
+///   (its worker starts once its agent has let the old one go).
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -48,6 +67,7 @@
 #include <vector>
 
 #include <caf/error.hpp>
+#include <caf/timespan.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <caf/typed_response_promise.hpp>
@@ -57,6 +77,7 @@
 #include "actors/scheduler/scheduler_inventory.hpp"
 #include "store/wal_syncer.hpp"
 #include "messages/astraeus.pb.h"
+#include "messages/run_key.hpp"
 #include "messages/run_state.hpp"
 #include "messages/worker_state.hpp"
 #include "runtime/process/wall_clock.hpp"
@@ -83,6 +104,10 @@ struct scheduler_config {
   /// controller sets it; tests on the deterministic coordinator leave it
   /// off (the sync then runs inline, as one synced batch).
   bool background_sync = false;
+  /// Issue 23 item 6: how long a deleted run whose workers have all ended
+  /// stays shown (how they ended) before it is forgotten (actor clock). A
+  /// new run of its name replaces it sooner.
+  caf::timespan deleted_run_retention = std::chrono::minutes{10};
 
   /// Errors: ec::invalid_config when the store or the clock is missing.
   caf::error validate() const;
@@ -162,6 +187,9 @@ struct scheduler_state {
   std::unordered_map<std::string, machine_facts> machine_facts_by_name;
   /// Live runs (placed, not stopped) with a worker on each machine.
   std::unordered_map<std::string, std::unordered_set<std::string>> runs_on;
+  /// Deleted runs (keys) with a worker still Stopping on each machine
+  /// (issue 23 item 6): forgotten once none is.
+  std::unordered_map<std::string, std::unordered_set<std::string>> stopping_on;
   /// Generation of the worker set last sent to each machine.
   std::map<std::string, uint64_t> generation;
   /// First generation of this actor's life: later than any of a previous
@@ -210,11 +238,12 @@ inline constexpr const char* rdma_label = "astraeus.io/rdma";
 
 /// The engine's request for a run spec: groups in rank order (leader group
 /// first), `pool` and `labels` as required labels, healthy_only, time limit.
-/// `queue_name`: the run's name, or `<run>[i]` for copy i of an array.
+/// `queue_name`: the run's key, or `<key>[i]` for copy i of an array.
 placement_request placement_request_of(const v1::RunSpec& spec,
                                        const std::string& queue_name = {});
 
-/// The queue names of a run: its name, or `<run>[0]` .. `<run>[N-1]` for an
+/// The queue names of a run: its key (messages/run_key.hpp), or `<key>[0]`
+/// .. `<key>[N-1]` for an
 /// array of size N (`array.size`; source: shared/seeds/inside-a-worker.md,
 /// "Arrays").
 std::vector<std::string> queue_names_of(const v1::RunSpec& spec);
@@ -228,6 +257,12 @@ std::pair<std::string, int32_t> parse_queue_name(const std::string& queue_name);
 
 /// A worker's name: `<run>-<rank>`, or `<run>[<copy>]-<rank>` in an array.
 std::string worker_name(const std::string& run, int32_t copy, uint32_t rank);
+
+/// The name of a worker of the run `spec` describes: `worker_name` of
+/// "<namespace>.<name>" when the run's workspace has a namespace (the
+/// worker's full name, unique on its machine whatever other workspace has a
+/// run of the same name), else of its name.
+std::string worker_name(const v1::RunSpec& spec, int32_t copy, uint32_t rank);
 
 
 /// The engine's machine for a snapshot. Each GPU's health as `health_of`

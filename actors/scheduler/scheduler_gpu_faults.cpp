@@ -46,7 +46,7 @@ void stop_gang(self_ptr self, v1::Run& run, int32_t copy, const std::string& why
     set_state(run, run_state::failed);
     run.set_waiting_reason(why);
     index_run(self, run);
-    mark(self, run.spec().name());
+    mark(self, run_key(run.spec()));
     return;
   }
   if (ended_copies(run).count(copy))

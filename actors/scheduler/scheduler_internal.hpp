@@ -101,16 +101,51 @@ void end_copy(self_ptr self, const v1::Run& run, int32_t copy);
 void stop_copy(self_ptr self, v1::Run& run, int32_t copy, run_state end,
                const std::string& why);
 
-/// `ec::invalid_request`: "no run named NAME".
-caf::error no_such_run(const std::string& name);
+/// `ec::invalid_request`: "no run named NAME" ("... in workspace W" for a
+/// reference that names one).
+caf::error no_such_run(const std::string& ref);
+
+/// Issue 13: the key of the run a request's reference (messages/run_key.hpp)
+/// means: "<workspace>/<name>" that workspace's only; a bare name the
+/// default workspace's, else the one run of that name in any workspace.
+/// Errors: ec::invalid_request "no run named X[ in workspace W]", naming
+/// the workspaces that have a run of that name when there are any.
+caf::expected<std::string> find_run(const scheduler_state& st, const std::string& ref);
+
+/// Issue 23 item 6: the workers of `run` still Stopping, as messages name
+/// them ("t-0 on gpu-01, t-1 on gpu-02", the first five and how many
+/// more); empty when none is.
+std::string stopping_workers(const v1::Run& run);
+
+/// Forgets run `key` (erased from the store with the next flush).
+void forget_run(self_ptr self, const std::string& key);
+
+/// Issue 23 item 6: the Stopping workers of deleted runs on `machine` take
+/// the end its agent reports in `statuses` (state, exit code, words), or
+/// Stopped when it no longer holds them or when `statuses` is null (the
+/// machine is Down or removed: they are not waited for). A deleted run
+/// with no worker Stopping any more is forgotten
+/// `scheduler_config::deleted_run_retention` later (`arm_forget`).
+void settle_deleted(self_ptr self, const std::string& machine,
+                    const v1::WorkerStatuses* statuses);
+
+/// Forgets deleted run `key` after `deleted_run_retention` (an
+/// `atom::expire` to itself), unless a new run took its name meanwhile.
+void arm_forget(self_ptr self, const std::string& key);
 
 /// `atom::submit`: queues every copy of a new run, then a pass; answered
-/// after the group commit.
+/// after the group commit. A deleted run of the same key is replaced (its
+/// workers still stopping are no longer shown); any other run of that key
+/// refuses it (ec::invalid_request).
 caf::result<v1::Run> submit_run(self_ptr self, v1::RunSpec& spec);
 
-/// `atom::remove`: releases what the run holds, forgets it, then a pass;
-/// answered with its last state after the group commit.
-caf::result<v1::Run> remove_run(self_ptr self, const std::string& name);
+/// `atom::remove` of the run reference `ref`: releases what the run holds,
+/// then a pass; answered with its last state after the group commit. A run
+/// with workers still going on (on machines attached and not Down) is kept
+/// as `deleted`, those workers Stopping (`settle_deleted`); any other is
+/// forgotten at once. Errors: `find_run`'s; ec::invalid_request "run X is
+/// already stopping: ..." for a run deleted before.
+caf::result<v1::Run> remove_run(self_ptr self, const std::string& ref);
 
 /// `atom::complete`: the run stopped; gives back what it holds.
 void complete_run(self_ptr self, const std::string& name);

@@ -65,6 +65,26 @@ run_outcome(const v1::Run& run,
   return {std::nullopt, {}};
 }
 
+/// The run a status's worker belongs to: the one keyed by its run's name
+/// (the default workspace), else the run of that name with a worker of that
+/// name on `machine` (issue 13: orders carry a run's name, not its key).
+std::unordered_map<std::string, v1::Run>::iterator
+run_of_worker(scheduler_state& st, const v1::WorkerStatus& w, const std::string& machine) {
+  auto holds = [&](const v1::Run& run) {
+    return std::any_of(run.workers().begin(), run.workers().end(),
+                       [&](const v1::WorkerAssignment& x) {
+                         return x.name() == w.worker() && x.machine() == machine;
+                       });
+  };
+  auto r = st.runs.find(w.run());
+  if (r != st.runs.end() && holds(r->second))
+    return r;
+  for (auto it = st.runs.begin(); it != st.runs.end(); ++it)
+    if (it->second.spec().name() == w.run() && holds(it->second))
+      return it;
+  return st.runs.end();
+}
+
 } // namespace
 
 /// Puts the last snapshot of machine `name` into the placement index: its
@@ -171,6 +191,8 @@ void apply_snapshot(self_ptr self, v1::SchedulerMachine& m) {
   facts.logical_cpus = m.logical_cpus();
   facts.memory_bytes = m.memory_bytes();
   if (m.down() && !facts.down) {
+    // Deleted runs' workers there are not waited for (issue 23 item 6).
+    settle_deleted(self, m.name(), nullptr);
     // Its workers are Down and keep their GPUs until it is back.
     if (auto on = st.runs_on.find(m.name()); on != st.runs_on.end())
       for (const auto& run_name : on->second) {
@@ -191,12 +213,14 @@ void apply_snapshot(self_ptr self, v1::SchedulerMachine& m) {
 void apply_worker_statuses(self_ptr self, v1::WorkerStatuses& statuses) {
   auto& st = self->state;
   const auto& machine = statuses.machine();
+  // Deleted runs' workers stopping here: how they ended (issue 23 item 6).
+  settle_deleted(self, machine, &statuses);
   // Outputs of a worker stopped with its run or its copy (a time limit,
   // a failed gang) come after that ended: kept on the worker all the same.
   for (const auto& w : statuses.workers()) {
     if (w.outputs_size() == 0)
       continue;
-    auto r = st.runs.find(w.run());
+    auto r = run_of_worker(st, w, machine);
     if (r == st.runs.end())
       continue;
     auto& run = r->second;
@@ -254,6 +278,11 @@ void apply_worker_statuses(self_ptr self, v1::WorkerStatuses& statuses) {
       if (!w.acknowledged() || state_of(w) != next) {
         w.set_acknowledged(true);
         set_state(w, next);
+        // How it ended, in its agent's words (issue 23 item 6).
+        if (worker_ended(next)) {
+          w.set_exit_code(h->second->exit_code());
+          w.set_detail(h->second->detail());
+        }
         changed = true;
       }
       // Its main process, for `astra run show` (issue 23 item 6).
@@ -347,6 +376,7 @@ caf::error forget_machine(self_ptr self, const std::string& name) {
     st.removed_senders.insert(caf::actor_cast<caf::actor_addr>(h->second));
     st.machines.erase(h);
   }
+  settle_deleted(self, name, nullptr);
   auto touched = st.claims.update(name, {});
   st.snapshots.erase(name);
   st.machine_facts_by_name.erase(name);

@@ -142,7 +142,7 @@ void place_cpu_runs(scheduler_state& st, std::set<std::string>& touched,
         w->set_numa_node(-1);
         set_state(*w, worker_state::placed);
         w->set_array_index(copy);
-        w->set_name(worker_name(run_name, copy, rank));
+        w->set_name(worker_name(spec, copy, rank));
       }
     copy_placed(st, run, copy, where.empty() ? std::string{} : where.front());
     st.cpu_waiting_reason.erase(qname);
@@ -246,7 +246,7 @@ void schedule_pass_once(self_ptr self) {
       w->set_numa_node(pw.numa_node);
       set_state(*w, worker_state::placed);
       w->set_array_index(copy);
-      w->set_name(worker_name(run_name, copy, pw.rank));
+      w->set_name(worker_name(run.spec(), copy, pw.rank));
       if (pw.rank == d.where.leader)
         leader_machine = w->machine();
     }
@@ -314,7 +314,7 @@ v1::WorkerOrders orders_for(scheduler_state& st, const std::string& machine) {
         continue;
       auto* o = out.add_workers();
       o->set_worker(w.name());
-      o->set_run(run_name);
+      o->set_run(run.spec().name());
       o->set_rank(w.rank());
       o->set_group(w.group());
       o->set_group_rank(w.group_rank());

@@ -34,18 +34,43 @@ caf::error load_runs(self_ptr self) {
            < std::make_tuple(b.second.submitted_unix_ms(), b.first);
   });
   auto now = clock_seconds(self);
-  for (auto& [key, run] : *loaded) {
-    if (key != run.spec().name()) {
-      spdlog::error("scheduler: stored run '{}' names itself '{}'; left alone",
-                    key, run.spec().name());
-      continue;
+  // Issue 13: runs stored before names were per workspace are keyed by
+  // their bare name; those of another workspace move to their key, in one
+  // synced batch before anything is placed.
+  std::vector<Store::change> moved;
+  for (auto& [stored_key, run] : *loaded) {
+    const auto key = run_key(run.spec());
+    if (stored_key != key) {
+      if (stored_key != run.spec().name() || st.runs.count(key)) {
+        spdlog::error("scheduler: stored run '{}' is run {}; left alone", stored_key,
+                      describe_run(key));
+        continue;
+      }
+      spdlog::info("scheduler: stored run {} moves to its workspace's key {}", stored_key,
+                   key);
+      moved.push_back({family::runs, stored_key, std::nullopt});
+      moved.push_back({family::runs, key, run.SerializeAsString()});
     }
     // Runs stored before arrays and worker names existed.
     for (auto& w : *run.mutable_workers()) {
       if (run.spec().array_size() == 0)
         w.set_array_index(-1);
       if (w.name().empty())
-        w.set_name(worker_name(key, w.array_index(), w.rank()));
+        w.set_name(worker_name(run.spec().name(), w.array_index(), w.rank()));
+    }
+    if (run.deleted()) {
+      // Issue 23 item 6: still stopping: its agents say how they ended;
+      // else shown no longer.
+      bool stopping = false;
+      for (const auto& w : run.workers())
+        if (state_of(w) == worker_state::stopping) {
+          st.stopping_on[w.machine()].insert(key);
+          stopping = true;
+        }
+      if (!stopping) {
+        moved.push_back({family::runs, key, std::nullopt});
+        continue;
+      }
     }
     if (has_ended(state_of(run))) {
       st.runs.emplace(key, std::move(run));
@@ -84,6 +109,11 @@ caf::error load_runs(self_ptr self) {
       set_state(run, run_state::waiting);
     }
     st.runs.emplace(key, std::move(run));
+  }
+  if (auto err = st.config.store->write_chunked(moved, true)) {
+    spdlog::error("scheduler: cannot store the runs moved to their keys: {}",
+                  render_error(err));
+    return err;
   }
   for (auto& [key, run] : st.runs)
     if (live(run)) {

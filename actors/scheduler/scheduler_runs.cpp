@@ -13,6 +13,7 @@
 
 #include "actors/scheduler/scheduler_internal.hpp"
 #include "messages/error.hpp"
+#include "messages/run_key.hpp"
 #include "runtime/process/wall_clock.hpp"
 #include "runtime/workers/run_spec.hpp"
 
@@ -65,7 +66,7 @@ std::vector<std::pair<std::string, std::string>> held_gpu_ids(const v1::Run& run
 /// own workers' machines are visited.
 void index_run(self_ptr self, const v1::Run& run) {
   auto& st = self->state;
-  const auto& name = run.spec().name();
+  const auto name = run_key(run.spec());
   const bool is_live = live(run);
   for (const auto& w : run.workers()) {
     const auto& m = w.machine();
@@ -195,14 +196,14 @@ void finish_run(self_ptr self, v1::Run& run, run_state state,
   set_run_state(run, state);
   run.set_waiting_reason(why);
   index_run(self, run);
-  mark(self, run.spec().name());
+  mark(self, run_key(run.spec()));
 }
 
 /// The waiting reason a run shows: the engine's words, and for an array how
 /// many copies still wait.
 std::string waiting_reason_of(const scheduler_state& st, const v1::Run& run) {
   // A run without copies that does not wait (most, after a pass): no names.
-  if (run.spec().array_size() == 0 && st.waiting.count(run.spec().name()) == 0)
+  if (run.spec().array_size() == 0 && st.waiting.count(run_key(run.spec())) == 0)
     return {};
   auto names = queue_names_of(run.spec());
   size_t waiting = 0;
@@ -254,7 +255,7 @@ void copy_placed(scheduler_state& st, v1::Run& run, int32_t copy,
 /// its time limit) and tells its machines: the copy has ended.
 void end_copy(self_ptr self, const v1::Run& run, int32_t copy) {
   auto& st = self->state;
-  const auto qname = run.spec().name() + "[" + std::to_string(copy) + "]";
+  const auto qname = run_key(run.spec()) + "[" + std::to_string(copy) + "]";
   account(st, run, -1, copy);
   if (st.restoring.count(qname))
     drop_restore(st, qname);
@@ -287,21 +288,71 @@ void stop_copy(self_ptr self, v1::Run& run, int32_t copy, run_state end,
     run.set_waiting_reason(why);
     index_run(self, run);
   }
-  mark(self, run.spec().name());
+  mark(self, run_key(run.spec()));
 }
 
-caf::error no_such_run(const std::string& name) {
-  return caf::make_error(ec::invalid_request, "no run named " + name);
+caf::error no_such_run(const std::string& ref) {
+  return caf::make_error(ec::invalid_request, "no run named " + describe_run(ref));
+}
+
+caf::expected<std::string> find_run(const scheduler_state& st, const std::string& ref) {
+  auto parts = parse_run_ref(ref);
+  auto key = run_key(parts.workspace, parts.name);
+  if (st.runs.count(key))
+    return key;
+  // Elsewhere: the one workspace that has it, for a bare name; named in
+  // the error otherwise.
+  std::vector<std::string> keys;
+  for (const auto& [k, run] : st.runs)
+    if (run.spec().name() == parts.name)
+      keys.push_back(k);
+  if (parts.workspace.empty() && keys.size() == 1)
+    return keys.front();
+  std::sort(keys.begin(), keys.end());
+  std::string where;
+  for (const auto& k : keys) {
+    auto ws = parse_run_ref(k).workspace;
+    where += (where.empty() ? "" : ", ") + (ws.empty() ? std::string{default_workspace} : ws);
+  }
+  if (keys.empty())
+    return no_such_run(ref);
+  if (!parts.workspace.empty())
+    return caf::make_error(ec::invalid_request,
+                           "no run named " + describe_run(ref)
+                             + (keys.size() == 1 ? " (it is in workspace "
+                                                 : " (it is in workspaces ")
+                             + where + ")");
+  return caf::make_error(ec::invalid_request,
+                         "no run named " + parts.name + " in workspace default; runs named "
+                           + parts.name + " are in workspaces " + where
+                           + ": name one with --workspace");
+}
+
+std::string stopping_workers(const v1::Run& run) {
+  std::string out;
+  size_t n = 0;
+  for (const auto& w : run.workers())
+    if (state_of(w) == worker_state::stopping && n++ < 5)
+      out += (out.empty() ? "" : ", ") + w.name() + " on " + w.machine();
+  if (n > 5)
+    out += " and " + std::to_string(n - 5) + " more";
+  return out;
 }
 
 caf::result<v1::Run> submit_run(self_ptr self, v1::RunSpec& spec) {
   auto& st = self->state;
   if (auto err = validate_run_spec(spec))
     return err;
-  const auto name = spec.name();
-  if (st.runs.count(name))
-    return caf::make_error(ec::invalid_request,
-                           "a run named " + name + " already exists");
+  const auto name = run_key(spec);
+  if (auto old = st.runs.find(name); old != st.runs.end()) {
+    if (!old->second.deleted())
+      return caf::make_error(ec::invalid_request,
+                             "a run named " + describe_run(name) + " already exists");
+    // Issue 23 item 6: a deleted run, its workers stopping or ended, gives
+    // its name to the new run (which starts on each machine once the agent
+    // has let the old worker of its name go: apply_worker_statuses).
+    forget_run(self, name);
+  }
   v1::Run run;
   *run.mutable_spec() = std::move(spec);
   set_state(run, run_state::waiting);
@@ -334,23 +385,127 @@ caf::result<v1::Run> submit_run(self_ptr self, v1::RunSpec& spec) {
   return rp;
 }
 
-caf::result<v1::Run> remove_run(self_ptr self, const std::string& name) {
+void forget_run(self_ptr self, const std::string& key) {
   auto& st = self->state;
-  auto it = st.runs.find(name);
-  if (it == st.runs.end())
-    return no_such_run(name);
-  v1::Run out = std::move(it->second);
-  st.runs.erase(it);
-  release_run(st, out);
-  if (state_of(out) != run_state::failed)
-    set_run_state(out, run_state::stopped);
-  index_run(self, out);
-  mark(self, name);
-  spdlog::info("scheduler: run {} deleted", name);
-  schedule_pass(self);
+  st.runs.erase(key);
+  for (auto on = st.stopping_on.begin(); on != st.stopping_on.end();) {
+    on->second.erase(key);
+    on = on->second.empty() ? st.stopping_on.erase(on) : std::next(on);
+  }
+  mark(self, key);
+  spdlog::info("scheduler: run {} forgotten", key);
+}
+
+caf::result<v1::Run> remove_run(self_ptr self, const std::string& ref) {
+  auto& st = self->state;
+  auto found = find_run(st, ref);
+  if (!found)
+    return found.error();
+  const auto key = *found;
+  auto& run = st.runs.at(key);
+  if (run.deleted()) {
+    auto stopping = stopping_workers(run);
+    return caf::make_error(ec::invalid_request,
+                           "run " + describe_run(key) + " is already "
+                             + (stopping.empty() ? "deleted: its workers have ended"
+                                                 : "stopping: its workers " + stopping
+                                                     + " have not ended yet"));
+  }
+  // Issue 23 item 6: the workers still going on, on a machine whose agent
+  // will say how they end (attached, not Down), are Stopping until it does.
+  std::vector<int> going_on;
+  if (live(run))
+    for (int i = 0; i < run.workers_size(); ++i) {
+      const auto& w = run.workers(i);
+      const auto s = state_of(w);
+      auto f = st.machine_facts_by_name.find(w.machine());
+      if (!worker_ended(s) && s != worker_state::down && st.machines.count(w.machine())
+          && f != st.machine_facts_by_name.end() && !f->second.down)
+        going_on.push_back(i);
+    }
+  release_run(st, run);
+  if (state_of(run) != run_state::failed)
+    set_run_state(run, run_state::stopped);
+  index_run(self, run);
+  spdlog::info("scheduler: run {} deleted", key);
   auto rp = self->make_response_promise<v1::Run>();
-  st.replies.emplace_back(rp, std::move(out));
+  if (going_on.empty()) {
+    v1::Run out = std::move(run);
+    st.runs.erase(key);
+    mark(self, key);
+    st.replies.emplace_back(rp, std::move(out));
+  } else {
+    for (int i : going_on) {
+      auto& w = *run.mutable_workers(i);
+      set_state(w, worker_state::stopping);
+      st.stopping_on[w.machine()].insert(key);
+    }
+    run.set_deleted(true);
+    run.set_waiting_reason("deleted: its workers are stopping");
+    mark(self, key);
+    st.replies.emplace_back(rp, run);
+  }
+  schedule_pass(self);
   return rp;
+}
+
+void arm_forget(self_ptr self, const std::string& key) {
+  auto r = self->state.runs.find(key);
+  if (r == self->state.runs.end())
+    return;
+  self->delayed_send(self, self->state.config.deleted_run_retention, atom::expire_v, key,
+                     static_cast<int64_t>(r->second.submitted_unix_ms()));
+}
+
+void settle_deleted(self_ptr self, const std::string& machine,
+                    const v1::WorkerStatuses* statuses) {
+  auto& st = self->state;
+  auto on = st.stopping_on.find(machine);
+  if (on == st.stopping_on.end())
+    return;
+  std::map<std::string, const v1::WorkerStatus*> held;
+  if (statuses)
+    for (const auto& w : statuses->workers())
+      held[w.worker()] = &w;
+  const std::vector<std::string> keys(on->second.begin(), on->second.end());
+  st.stopping_on.erase(on);
+  for (const auto& key : keys) {
+    auto r = st.runs.find(key);
+    if (r == st.runs.end())
+      continue;
+    auto& run = r->second;
+    bool changed = false;
+    for (auto& w : *run.mutable_workers()) {
+      if (w.machine() != machine || state_of(w) != worker_state::stopping)
+        continue;
+      auto h = held.find(w.name());
+      if (h != held.end() && !worker_ended(state_of(*h->second))) {
+        st.stopping_on[machine].insert(key);
+        continue;
+      }
+      if (h != held.end()) {
+        // How it ended, in its agent's words.
+        set_state(w, state_of(*h->second));
+        w.set_exit_code(h->second->exit_code());
+        w.set_detail(h->second->detail());
+        if (h->second->outputs_size() > 0 && w.outputs_size() == 0)
+          *w.mutable_outputs() = h->second->outputs();
+      } else {
+        set_state(w, worker_state::stopped);
+        w.set_detail(statuses ? "its agent no longer holds it"
+                              : "machine " + machine + " is Down or removed: not waited for");
+      }
+      changed = true;
+    }
+    if (!changed)
+      continue;
+    spdlog::info("scheduler: deleted run {}: its workers on {} have ended", key, machine);
+    if (stopping_workers(run).empty()) {
+      run.set_waiting_reason("deleted");
+      arm_forget(self, key);
+    }
+    mark(self, key);
+  }
 }
 
 void complete_run(self_ptr self, const std::string& name) {

@@ -77,6 +77,18 @@ void finish_quick(self_ptr self, int index) {
       [self, index](caf::error&) { step_ended(self, index); });
 }
 
+/// The run of step `index` is gone (deleted by hand, `why`): the step is
+/// queued again.
+void run_went_away(self_ptr self, int index, const std::string& why) {
+  auto& step = *self->state.v.mutable_steps(index);
+  step.set_state(validation::queued);
+  step.set_reason("its run " + step.run() + " went away (" + why + "); queued again");
+  caf::anon_send(self->state.config.owner, atom::slot_v, step.machine(), self->state.v.id(),
+                 false);
+  self->state.busy.erase(step.machine());
+  save(self);
+}
+
 /// Looks at the run of a Running step.
 void look_at_run(self_ptr self, int index) {
   auto& st = self->state;
@@ -85,6 +97,11 @@ void look_at_run(self_ptr self, int index) {
                 st.v.steps(index).run())
     .then(
       [self, index](v1::Run& run) {
+        // Deleted (issue 23 item 6: shown while its workers stop): gone.
+        if (run.deleted()) {
+          run_went_away(self, index, "deleted");
+          return;
+        }
         auto& st = self->state;
         auto& step = *st.v.mutable_steps(index);
         if (step.state() != validation::running
@@ -97,17 +114,7 @@ void look_at_run(self_ptr self, int index) {
         else
           step_ended(self, index);
       },
-      [self, index](caf::error& err) {
-        // The run is gone (deleted by hand): the step is queued again.
-        auto& step = *self->state.v.mutable_steps(index);
-        step.set_state(validation::queued);
-        step.set_reason("its run " + step.run() + " went away (" + render_error(err)
-                        + "); queued again");
-        caf::anon_send(self->state.config.owner, atom::slot_v, step.machine(),
-                   self->state.v.id(), false);
-        self->state.busy.erase(step.machine());
-        save(self);
-      });
+      [self, index](caf::error& err) { run_went_away(self, index, render_error(err)); });
 }
 
 /// Submits step `index` as a run on `gpus` GPUs (the slot is held); `note`

@@ -94,6 +94,20 @@ void submit_client(validation_self self, int index, const v1::Run& server) {
       });
 }
 
+/// The run of pair step `index` is gone (deleted by hand, `why`): the
+/// step is queued again, its server's run removed, both slots given back.
+void pair_run_went_away(validation_self self, int index, const std::string& server_name,
+                        const std::string& why) {
+  auto& step = *self->state.v.mutable_steps(index);
+  remove_run(self, server_name);
+  step.set_state(val::queued);
+  step.set_reason("its run " + step.run() + " went away (" + why + "); queued again");
+  give_back_slot(self, step.machine());
+  give_back_slot(self, step.peer());
+  mark_busy(self, index, false);
+  save(self);
+}
+
 /// Looks at a Running pair step: while only its server's run is submitted,
 /// whether that is placed (then the client's is submitted); then the
 /// client's run, which carries the result.
@@ -110,6 +124,11 @@ void look_at_pair(validation_self self, int index) {
         auto& step = *st.v.mutable_steps(index);
         if (step.state() != val::running) {
           mark_busy(self, index, false);
+          return;
+        }
+        // Deleted (issue 23 item 6: shown while its workers stop): gone.
+        if (run.deleted()) {
+          pair_run_went_away(self, index, server_name, "deleted");
           return;
         }
         if (waiting_for_server) {
@@ -137,16 +156,7 @@ void look_at_pair(validation_self self, int index) {
         pair_ended(self, index);
       },
       [self, index, server_name](caf::error& err) {
-        auto& st = self->state;
-        auto& step = *st.v.mutable_steps(index);
-        remove_run(self, server_name);
-        step.set_state(val::queued);
-        step.set_reason("its run " + step.run() + " went away (" + render_error(err)
-                        + "); queued again");
-        give_back_slot(self, step.machine());
-        give_back_slot(self, step.peer());
-        mark_busy(self, index, false);
-        save(self);
+        pair_run_went_away(self, index, server_name, render_error(err));
       });
 }
 

@@ -10,6 +10,7 @@
 #include "bin/astra/commands.hpp"
 #include "bin/cli_format.hpp"
 #include "messages/error.hpp"
+#include "messages/run_key.hpp"
 #include "messages/run_state.hpp"
 #include "runtime/gate/frame_codec.hpp"
 #include "runtime/process/config.hpp"
@@ -209,8 +210,8 @@ struct logs_flags {
 /// Adds `--workspace` to a command that names a run (issue 13 item 6).
 void add_workspace_option(CLI::App* cmd, std::string& workspace) {
   cmd->add_option("--workspace", workspace,
-                  "the run's workspace: a run of another workspace is refused "
-                  "(default: any)");
+                  "the run's workspace (run names are per workspace; default: the "
+                  "default workspace's run, else the only workspace's that has one)");
 }
 
 /// `astra logs RUN`: prints the worker's output from offset 0, and with
@@ -390,7 +391,16 @@ void add_run_control_commands(CLI::App& app, invocation& inv) {
     req.mutable_delete_run()->set_name(name);
     req.mutable_delete_run()->set_workspace(del_workspace);
     inv.rc = call(inv.opts, req, [](const v1::Response& r) {
-      return "run " + r.run().spec().name() + " deleted\n";
+      // Issue 23 item 6: its workers stop; `run show` says how they end.
+      const auto& spec = r.run().spec();
+      if (!r.run().deleted())
+        return "run " + spec.name() + " deleted\n";
+      return "run " + spec.name() + " deleted; its workers are stopping (astra run show "
+             + spec.name()
+             + (spec.workspace().empty() || spec.workspace() == default_workspace
+                  ? std::string{}
+                  : " --workspace " + spec.workspace())
+             + ")\n";
     });
   });
 }

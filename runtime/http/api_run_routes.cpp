@@ -7,6 +7,7 @@
 
 #include "messages/error.hpp"
 #include "messages/json.hpp"
+#include "messages/run_key.hpp"
 #include "runtime/gate/tokens.hpp"
 #include "runtime/http/api_routes_internal.hpp"
 #include "runtime/http/install_server.hpp"
@@ -63,6 +64,17 @@ void create_enrollment_token(api_context& ctx) {
 
 // -- runs ---------------------------------------------------------------------
 
+namespace {
+
+/// Issue 13: `?workspace=W`: the run of that workspace (names are per
+/// workspace); "" when not given (the default workspace's run, else the one
+/// workspace's that has one).
+std::string workspace_param(const api_context& ctx) {
+  return ctx.req.has_param("workspace") ? ctx.req.get_param_value("workspace") : std::string{};
+}
+
+} // namespace
+
 void submit_run(api_context& ctx) {
   // The run spec as astra reads it from a file: JSON is YAML, one parser.
   if (ctx.req.body.find_first_not_of(" \t\r\n") == std::string::npos) {
@@ -81,6 +93,9 @@ void submit_run(api_context& ctx) {
     return;
   }
   auto name = spec->name();
+  // Issue 13: names are per workspace; the Location names it.
+  if (!spec->workspace().empty() && spec->workspace() != default_workspace)
+    name += "?workspace=" + spec->workspace();
   v1::Request req;
   *req.mutable_submit_run()->mutable_spec() = std::move(*spec);
   reply_with(ctx, std::move(req), 201, [](const v1::Response& r) -> const v1::Run& { return r.run(); },
@@ -94,7 +109,7 @@ void list_runs(api_context& ctx) {
   if (!limit)
     return;
   v1::Request req;
-  req.mutable_list_runs();
+  req.mutable_list_runs()->set_workspace(workspace_param(ctx));
   auto resp = ask_cluster(ctx, std::move(req));
   if (reply_failed(ctx, resp))
     return;
@@ -123,6 +138,7 @@ void list_runs(api_context& ctx) {
 void get_run(api_context& ctx) {
   v1::Request req;
   req.mutable_get_run()->set_name(ctx.param("run"));
+  req.mutable_get_run()->set_workspace(workspace_param(ctx));
   reply_with(ctx, std::move(req), 200,
              [](const v1::Response& r) -> const v1::Run& { return r.run(); });
 }
@@ -130,6 +146,7 @@ void get_run(api_context& ctx) {
 void delete_run(api_context& ctx) {
   v1::Request req;
   req.mutable_delete_run()->set_name(ctx.param("run"));
+  req.mutable_delete_run()->set_workspace(workspace_param(ctx));
   reply_with(ctx, std::move(req), 200,
              [](const v1::Response& r) -> const v1::Run& { return r.run(); });
 }
@@ -139,9 +156,11 @@ namespace {
 /// One piece of worker `worker`'s log of `run` from `offset`, asked as
 /// `caller`; the Response as the cluster gave it.
 v1::Response read_log(api_backend& backend, const v1::Principal& caller,
-                      const std::string& run, int32_t worker, uint64_t offset) {
+                      const std::string& workspace, const std::string& run, int32_t worker,
+                      uint64_t offset) {
   v1::Request req;
   auto* q = req.mutable_get_logs();
+  q->set_workspace(workspace);
   q->set_run(run);
   q->set_worker(worker);
   q->set_offset(offset);
@@ -157,8 +176,9 @@ void get_run_logs(api_context& ctx) {
   if (!worker || !offset)
     return;
   auto follow = ctx.req.get_param_value("follow");
-  auto first = read_log(ctx.backend, ctx.caller, ctx.param("run"), static_cast<int32_t>(*worker),
-                        *offset);
+  auto workspace = workspace_param(ctx);
+  auto first = read_log(ctx.backend, ctx.caller, workspace, ctx.param("run"),
+                        static_cast<int32_t>(*worker), *offset);
   if (reply_failed(ctx, first))
     return;
   ctx.res.set_header("X-Astraeus-Worker", first.logs().worker());
@@ -186,7 +206,8 @@ void get_run_logs(api_context& ctx) {
   auto run = ctx.param("run");
   auto w = static_cast<int32_t>(*worker);
   ctx.res.set_chunked_content_provider(
-    "text/plain; charset=utf-8", [st, backend, caller, run, w](size_t, httplib::DataSink& sink) {
+    "text/plain; charset=utf-8",
+    [st, backend, caller, workspace, run, w](size_t, httplib::DataSink& sink) {
       if (!st->sent_pending) {
         st->sent_pending = true;
         const auto& d = st->pending.data();
@@ -200,7 +221,7 @@ void get_run_logs(api_context& ctx) {
       }
       if (!sink.is_writable())
         return false;
-      auto next = read_log(*backend, caller, run, w, st->pending.next_offset());
+      auto next = read_log(*backend, caller, workspace, run, w, st->pending.next_offset());
       if (next.has_error()) {
         sink.done();
         return true;

@@ -127,7 +127,9 @@ int http_status_of(const v1::Error& err) {
         || m.rfind("no API token has", 0) == 0)
       return 404;
     if (m.find("already exists") != std::string::npos
-        || m.find("exists already") != std::string::npos)
+        || m.find("exists already") != std::string::npos
+        || m.find(" is already stopping") != std::string::npos  // issue 23 item 6
+        || m.find(" is already deleted") != std::string::npos)
       return 409;
     if (m.rfind("this controller", 0) == 0)
       return 501;

@@ -8,8 +8,15 @@ namespace astraeus {
 
 namespace {
 
+/// `name` with the order's namespace in front ("<namespace>.<name>"); a
+/// worker name that carries it already (the scheduler names a workspace's
+/// workers so since issue 13) is not prefixed again.
 std::string prefixed(const v1::WorkerOrder& order, const std::string& name) {
-  return order.namespace_().empty() ? name : order.namespace_() + "." + name;
+  const auto& ns = order.namespace_();
+  if (ns.empty() || (name.size() > ns.size() && name.compare(0, ns.size(), ns) == 0
+                     && name[ns.size()] == '.'))
+    return name;
+  return ns + "." + name;
 }
 
 /// The leader's worker name: rank 0 of the same copy (ranks run leader

@@ -96,28 +96,39 @@ v1::WorkerStatuses worker_ledger::statuses(const std::string& machine) const {
   v1::WorkerStatuses out;
   out.set_machine(machine);
   out.set_generation(generation_);
+  auto from_process = [](v1::WorkerStatus& w, const v1::WorkerProcess& p) {
+    if (auto state = state_of(p)) {
+      set_state(w, *state);
+    } else {  // a word this build does not know: passed on as it is
+      w.set_state(p.state());
+      w.clear_state_code();
+    }
+    w.set_detail(p.detail());
+    w.set_pid(p.pid());
+    w.set_exit_code(p.exit_code());
+    w.set_runtime(p.runtime());
+    *w.mutable_outputs() = p.outputs();
+    w.set_cpus(p.cpus());
+    w.set_mems(p.mems());
+    *w.mutable_rdma_devices() = p.rdma_devices();
+  };
   for (const auto& [name, order] : workers_) {
     auto* w = out.add_workers();
     w->set_worker(name);
     w->set_run(order.run());
     set_state(*w, worker_state::assigned);
     auto p = processes_.find(name);
-    if (p == processes_.end() || is_starting(p->second))
+    if (p != processes_.end() && !is_starting(p->second))
+      from_process(*w, p->second);
+  }
+  // Workers that left the set, still stopping or just ended.
+  for (const auto& [name, p] : processes_) {
+    if (workers_.count(name) || is_starting(p))
       continue;
-    if (auto state = state_of(p->second)) {
-      set_state(*w, *state);
-    } else {  // a word this build does not know: passed on as it is
-      w->set_state(p->second.state());
-      w->clear_state_code();
-    }
-    w->set_detail(p->second.detail());
-    w->set_pid(p->second.pid());
-    w->set_exit_code(p->second.exit_code());
-    w->set_runtime(p->second.runtime());
-    *w->mutable_outputs() = p->second.outputs();
-    w->set_cpus(p->second.cpus());
-    w->set_mems(p->second.mems());
-    *w->mutable_rdma_devices() = p->second.rdma_devices();
+    auto* w = out.add_workers();
+    w->set_worker(name);
+    w->set_run(p.run());
+    from_process(*w, p);
   }
   return out;
 }

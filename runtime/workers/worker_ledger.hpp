@@ -47,7 +47,11 @@ public:
   /// The workers held, by name, with the generation last applied (0 after
   /// a restart, so the controller sends its set again): `Assigned`, or the
   /// state of its process record (with its outputs once it has ended); a
-  /// record still `Starting` reads `Assigned`.
+  /// record still `Starting` reads `Assigned`. Then (issue 23 item 6) each
+  /// worker that left the set and whose process record is kept: Stopping
+  /// while it stops, then how it ended (state, exit code, words) until the
+  /// supervisor forgets it, so the controller shows a deleted run's
+  /// workers Stopping and then how they ended.
   v1::WorkerStatuses statuses(const std::string& machine) const;
 
   /// The orders of the workers held, by worker name.

@@ -213,6 +213,38 @@ TEST_F(Api, TokensRolesErrorsAndTheSeedsPaths) {
   EXPECT_EQ(owner->Get(base + "/nodes")->status, 200);
 }
 
+// Issue 13: run names are per workspace; `?workspace=` names which run.
+TEST_F(Api, TwoWorkspacesEachHaveARunOfOneNameAndWorkspaceNamesWhich) {
+  ASSERT_TRUE(start_controller());
+  auto owner = client(owner_);
+  for (auto ws : {"wa", "wb"}) {
+    auto r = owner->Post(base + "/workspaces", std::string{R"({"name": ")"} + ws + R"("})",
+                         "application/json");
+    ASSERT_EQ(r->status, 201) << r->body;
+    // No machine: they wait.
+    r = owner->Post(base + "/runs",
+                    std::string{R"({"name": "t", "image": "busybox", "cpus": 1, "workspace": ")"}
+                      + ws + R"("})",
+                    "application/json");
+    ASSERT_EQ(r->status, 201) << r->body;
+    EXPECT_EQ(r->get_header_value("Location"), base + "/runs/t?workspace=" + ws);
+  }
+  auto r = owner->Get(base + "/runs/t?workspace=wb");
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(body_of(r)["spec"].value("workspace", ""), "wb") << r->body;
+  r = owner->Get(base + "/runs/t");
+  EXPECT_EQ(r->status, 404) << r->body;
+  EXPECT_NE(r->body.find("runs named t are in workspaces wa, wb"), std::string::npos) << r->body;
+  r = owner->Get(base + "/runs?workspace=wa");
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(body_of(r)["runs"].size(), 1u) << r->body;
+  // Deleting one leaves the other.
+  EXPECT_EQ(owner->Delete(base + "/runs/t?workspace=wa")->status, 200);
+  EXPECT_EQ(owner->Get(base + "/runs/t?workspace=wa")->status, 404);
+  EXPECT_EQ(owner->Get(base + "/runs/t?workspace=wb")->status, 200);
+  EXPECT_EQ(owner->Get(base + "/runs/t")->status, 200) << "the only workspace with a t";
+}
+
 TEST_F(Api, OpenApiListsEveryRouteAndEveryListedPathRoutes) {
   ASSERT_TRUE(start_controller());
   auto owner = client(owner_);

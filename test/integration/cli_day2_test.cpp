@@ -275,3 +275,55 @@ TEST_F(CliDay2, TokensAndWorkspacesAreListedRevokedAndDeleted) {
   EXPECT_EQ(none.rc, 1);
   EXPECT_TRUE(has(none.err, "machine gpu-09 has no GPU GPU-nope")) << none.err;
 }
+
+// Issue 13: two workspaces each have a run `t`; `--workspace` names which.
+// Issue 23 item 6: a deleted run's worker shows Stopping until its agent
+// reports, then how it ended (this one ignores SIGTERM: killed at the 2 s
+// grace).
+TEST_F(CliDay2, RunNamesArePerWorkspaceAndADeletedRunsWorkerShowsStoppingThenHowItEnded) {
+  ASSERT_TRUE(start_cluster());
+  for (const char* ws : {"wa", "wb"})
+    ASSERT_EQ(astra({"workspace", "create", ws}).rc, 0);
+  auto submit = [&](const char* ws) {
+    return astra({"run", "--workspace", ws, "--name", "t", "--image", "busybox", "--cpus", "1",
+                  "--mem", "64M", "--", "sh", "-c", "trap '' TERM; while :; do sleep 1; done"});
+  };
+  for (const char* ws : {"wa", "wb"}) {
+    auto r = submit(ws);
+    ASSERT_EQ(r.rc, 0) << r.err;
+  }
+  auto twice = submit("wb");
+  EXPECT_EQ(twice.rc, 1);
+  EXPECT_TRUE(has(twice.err, "a run named t in workspace wb already exists")) << twice.err;
+  auto show = [&](const char* ws) {
+    auto res = astra({"run", "show", "t", "--workspace", ws, "-o", "json"});
+    return nlohmann::json::parse(res.out, nullptr, false);
+  };
+  auto worker = [&](const char* ws, const char* key) -> std::string {
+    auto j = show(ws);
+    if (j.is_discarded() || !j.contains("workers") || j["workers"].empty())
+      return "";
+    return j["workers"][0].value(key, "");
+  };
+  for (const char* ws : {"wa", "wb"})
+    EXPECT_TRUE(wait_until([&] { return worker(ws, "state") == "Running"; }, 20s, 100ms))
+      << astra({"run", "show", "t", "--workspace", ws}).out;
+  auto ambiguous = astra({"run", "show", "t"});
+  EXPECT_EQ(ambiguous.rc, 1);
+  EXPECT_TRUE(has(ambiguous.err, "runs named t are in workspaces wa, wb")) << ambiguous.err;
+  // Deleted: Stopping until the agent reports (the 2 s grace), then how.
+  auto del = astra({"delete", "t", "--workspace", "wa"});
+  ASSERT_EQ(del.rc, 0) << del.err;
+  EXPECT_EQ(del.out, "run t deleted; its workers are stopping (astra run show t --workspace wa)\n");
+  EXPECT_EQ(worker("wa", "state"), "Stopping");
+  auto again = astra({"delete", "t", "--workspace", "wa"});
+  EXPECT_EQ(again.rc, 1);
+  EXPECT_TRUE(has(again.err, "run t in workspace wa is already stopping")) << again.err;
+  EXPECT_TRUE(wait_until([&] { return worker("wa", "state") == "Cancelled"; }, 10s, 100ms))
+    << astra({"run", "show", "t", "--workspace", "wa"}).out;
+  EXPECT_EQ(worker("wa", "detail"), "stopped: killed after the stop grace");
+  EXPECT_TRUE(has(astra({"run", "show", "t", "--workspace", "wa"}).out, "How they ended"));
+  // The other workspace's t runs on.
+  EXPECT_EQ(worker("wb", "state"), "Running");
+  EXPECT_EQ(astra({"delete", "t", "--workspace", "wb"}).rc, 0);
+}

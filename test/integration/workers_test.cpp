@@ -774,7 +774,8 @@ TEST_F(Workers, AWorkersOutputsAreShownWithItsRunAndItsWorkspaceNamesItsWorkers)
   auto show = astra({"run", "show", "fit"});
   ASSERT_EQ(show.rc, 0) << show.err;
   EXPECT_TRUE(contains(show.out, "Outputs\n")) << show.out;
-  EXPECT_TRUE(contains(show.out, "fit-0   loss  0.25")) << show.out;
+  // Issue 13: a workspace's worker goes by its full name, ws-<6 hex>.fit-0.
+  EXPECT_TRUE(contains(show.out, ".fit-0  loss  0.25")) << show.out;
   auto json = astra({"run", "show", "fit", "-o", "json"});
   auto j = nlohmann::json::parse(json.out, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << json.out;
@@ -799,7 +800,8 @@ TEST_F(Workers, AContainerWritesItsOutputsThroughTheMountedFolder) {
   auto logs = astra({"logs", "fit"});
   EXPECT_TRUE(contains(logs.out, "at /var/run/astraeus/outputs/outputs\n")) << logs.out;
   auto show = astra({"run", "show", "fit"});
-  EXPECT_TRUE(contains(show.out, "fit-0   loss  0.25")) << show.out;
+  // Issue 13: a workspace's worker goes by its full name, ws-<6 hex>.fit-0.
+  EXPECT_TRUE(contains(show.out, ".fit-0  loss  0.25")) << show.out;
 }
 
 TEST_F(Workers, AContainerRunsUnderTheDefaultSeccompProfileWithItsUlimits) {

@@ -349,17 +349,20 @@ async function gpuPage(machine, uuid, notice) {
 
 // -- routing ----------------------------------------------------------------------------------
 
-// The page's path without its /o/<org> (and /w/<workspace>) or /console prefix.
+// The page's path without its /o/<org> (and /w/<workspace>) or /console
+// prefix, and the workspace it names ("" when none).
 function route() {
   let p = location.pathname;
-  const o = p.match(/^\/o\/([^/]+)(\/w\/[^/]+)?/);
+  let workspace = "";
+  const o = p.match(/^\/o\/([^/]+)(\/w\/([^/]+))?/);
   if (o) {
     if (decodeURIComponent(o[1]) !== ORG) return { org: decodeURIComponent(o[1]) };
     p = p.slice(o[0].length);
+    if (o[3]) workspace = decodeURIComponent(o[3]);
   } else if (p.startsWith("/console")) {
     p = p.slice("/console".length);
   }
-  return { path: p.replace(/\/+$/, "") || "/compute/gpus" };
+  return { path: p.replace(/\/+$/, "") || "/compute/gpus", workspace };
 }
 
 function markNav(which) {
@@ -405,7 +408,8 @@ async function draw(r, params) {
     await runsPage();
   } else if ((m = path.match(/^\/jobs\/[^/]+\/([^/]+)$/))) {
     markNav("nav-runs");
-    await runPage(decodeURIComponent(m[1]), Number(new URLSearchParams(location.search).get("worker") || 0));
+    await runPage(decodeURIComponent(m[1]),
+                  Number(new URLSearchParams(location.search).get("worker") || 0), r.workspace);
   } else if (path === "/audit") {
     markNav("nav-audit");
     await auditPage();

@@ -31,28 +31,38 @@ async function runsPage() {
                 el("td", { class: "muted", text: r.waiting_reason || r.gpu_fault || "" })))));
 }
 
-// Appends what worker `rank` of `run` wrote since `offset`, then again
-// every 2 s while it runs (the log's next offset is the API's).
-async function followLog(run, rank, offset) {
+// The API's query for a run of `workspace` (issue 13: names are per
+// workspace; "" = the default workspace, else the only one).
+function inWorkspace(workspace) {
+  return workspace ? "workspace=" + encodeURIComponent(workspace) : "";
+}
+
+// Appends what worker `rank` of `run` (in `workspace`) wrote since
+// `offset`, then again every 2 s while it runs (the log's next offset is
+// the API's).
+async function followLog(run, rank, offset, workspace) {
   clearTimeout(logTimer);
   const pre = document.getElementById("logs");
   if (!pre) return;
   try {
+    const ws = inWorkspace(workspace);
     const chunk = await api("GET", "/runs/" + encodeURIComponent(run) + "/logs?worker=" + rank
-                                   + "&offset=" + offset);
+                                   + "&offset=" + offset + (ws ? "&" + ws : ""));
     // LogChunk.data is bytes: base64 in the API's JSON.
     if (chunk.data)
       pre.textContent += new TextDecoder().decode(Uint8Array.from(atob(chunk.data), (c) => c.charCodeAt(0)));
     if (!chunk.finished)
-      logTimer = setTimeout(() => followLog(run, rank, Number(chunk.next_offset || offset)), 2000);
+      logTimer = setTimeout(
+        () => followLog(run, rank, Number(chunk.next_offset || offset), workspace), 2000);
     else document.getElementById("logs-state").textContent = "The worker has ended.";
   } catch (err) {
     document.getElementById("logs-state").textContent = "No log: " + err.message;
   }
 }
 
-async function runPage(name, rank) {
-  const r = await api("GET", "/runs/" + encodeURIComponent(name));
+async function runPage(name, rank, workspace) {
+  const ws = inWorkspace(workspace);
+  const r = await api("GET", "/runs/" + encodeURIComponent(name) + (ws ? "?" + ws : ""));
   const workers = r.workers || [];
   const head = ["Worker", "Rank", "Machine", "GPUs", "State", "PID"];
   show(el("h1", { text: r.spec.name }),
@@ -75,7 +85,7 @@ async function runPage(name, rank) {
        el("p", { class: "muted", id: "logs-state", text: "Following while it runs." }),
        el("pre", { id: "logs", class: "logs" }),
        el("p", {}, el("a", { href: base() + "/jobs", text: "← All runs" })));
-  if (workers.length > 0) await followLog(name, rank, 0);
+  if (workers.length > 0) await followLog(name, rank, 0, workspace);
 }
 
 async function auditPage() {

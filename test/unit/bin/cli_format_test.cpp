@@ -46,7 +46,8 @@ TEST(CliFormat, JsonShowsTheWordsAndNoTwins) {
   v1::Run run;
   set_state(run, run_state::running);
   set_state(*run.add_workers(), worker_state::oom_killed);
-  EXPECT_FALSE(contains(cli::to_json(run), "_code")) << cli::to_json(run);
+  // (A worker's exit_code, issue 23 item 6, is a field of its own.)
+  EXPECT_FALSE(contains(cli::to_json(run), "state_code")) << cli::to_json(run);
   EXPECT_TRUE(contains(cli::to_json(run), "\"state\": \"OOMKilled\""));
 }
 
@@ -172,6 +173,32 @@ TEST(CliFormat, RunShowNamesTheCoresAndDevicesItsWorkersGot) {
   auto json = cli::to_json(run);
   EXPECT_TRUE(contains(json, "\"assigned_gpu_ids\"")) << json;
   EXPECT_TRUE(contains(json, "\"gpu_ids\"")) << json;
+}
+
+// Issue 23 item 6: a deleted run's workers show Stopping, then how they
+// ended.
+TEST(CliFormat, RunShowSaysHowADeletedRunsWorkersEnded) {
+  v1::Run run;
+  run.mutable_spec()->set_name("d");
+  set_state(run, run_state::stopped);
+  run.set_deleted(true);
+  run.set_waiting_reason("deleted: its workers are stopping");
+  auto* w0 = run.add_workers();
+  w0->set_name("d-0");
+  w0->set_machine("gpu-01");
+  set_state(*w0, worker_state::cancelled);
+  w0->set_exit_code(137);
+  w0->set_detail("stopped: killed after the stop grace");
+  auto* w1 = run.add_workers();
+  w1->set_name("d-1");
+  w1->set_machine("gpu-01");
+  set_state(*w1, worker_state::stopping);
+  auto text = cli::format_run(run, 0);
+  EXPECT_TRUE(contains(text, "Reason:      deleted: its workers are stopping\n")) << text;
+  EXPECT_TRUE(contains(text, "How they ended")) << text;
+  EXPECT_TRUE(contains(text, "stopped: killed after the stop grace")) << text;
+  EXPECT_TRUE(contains(text, "137")) << text;
+  EXPECT_TRUE(contains(text, "Stopping")) << text;
 }
 
 TEST(CliFormat, MachineShowsCpuUseAndNumaNodes) {

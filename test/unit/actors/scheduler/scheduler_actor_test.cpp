@@ -81,6 +81,14 @@ protected:
     return ask<v1::Run>(s, atom::get_v, name);
   }
 
+  /// Whether a run is stored under key `name` (issue 13: "<workspace>/<run>").
+  bool in_store(const std::string& name) {
+    v1::Run out;
+    auto found = db->get(family::runs, name, out);
+    EXPECT_TRUE(found) << render_error(found.error());
+    return found && *found;
+  }
+
   v1::Run stored(const std::string& name) {
     v1::Run out;
     auto found = db->get(family::runs, name, out);
@@ -143,10 +151,7 @@ TEST_F(SchedulerActor, ARunThatDoesNotFitWaitsUntilTheFirstIsDeleted) {
   EXPECT_EQ(stored("next").state(), "Waiting");
   auto gone = ask<v1::Run>(s, atom::remove_v, std::string{"big"});
   EXPECT_EQ(gone.state(), "Stopped");
-  v1::Run none;
-  auto found = db->get(family::runs, "big", none);
-  ASSERT_TRUE(found);
-  EXPECT_FALSE(*found);
+  EXPECT_FALSE(in_store("big"));
   auto err = ask_error<v1::Run>(s, atom::get_v, std::string{"big"});
   EXPECT_EQ(err, ec::invalid_request);
   EXPECT_EQ(render_error(err), "no run named big");
@@ -426,8 +431,13 @@ TEST_F(SchedulerAssignments, OrdersOfAWorkspaceRunCarryItsNamespaceAndDefaultOne
   std::map<std::string, std::string> ns_of;
   for (const auto& o : log->last().workers())
     ns_of[o.worker()] = o.namespace_();
-  EXPECT_EQ(ns_of, (std::map<std::string, std::string>{
-                     {"whoami-0", "ws-7f3c2a"}, {"whoami-1", "ws-7f3c2a"}, {"plain-0", ""}}));
+  // Issue 13: a workspace's workers go by their full name (one per
+  // machine, whatever other workspace has a run of that name).
+  EXPECT_EQ(ns_of, (std::map<std::string, std::string>{{"ws-7f3c2a.whoami-0", "ws-7f3c2a"},
+                                                       {"ws-7f3c2a.whoami-1", "ws-7f3c2a"},
+                                                       {"plain-0", ""}}));
+  for (const auto& o : log->last().workers())
+    EXPECT_EQ(o.run(), o.namespace_().empty() ? "plain" : "whoami") << "the run's name";
   // Kept with the run: a restarted scheduler hands out the same names.
   caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
   run();
@@ -891,14 +901,15 @@ TEST_F(SchedulerAssignments, WorkersKeepTheStateTheirAgentReported) {
     states[w.name()] = w.state();
   EXPECT_EQ(states, (std::map<std::string, std::string>{
                       {"g-0", "Cancelled"}, {"g-1", "Failed"}, {"g-2", "Failed"}}));
-  // Deleted: a worker that exited keeps Exited, the others are Stopped.
+  // Deleted: a worker that exited keeps Exited, the other is Stopping
+  // until its agent says how it ended (issue 23 item 6).
   submit(s, spec_of("d", 1, 2));
   tell(s, in_states("gpu-01", {{"d-0", "Running", ""}, {"d-1", "Running", ""}}));
   tell(s, in_states("gpu-01", {{"d-0", "Exited", ""}, {"d-1", "Running", ""}}));
   auto d = ask<v1::Run>(s, atom::remove_v, std::string{"d"});
   ASSERT_EQ(d.workers_size(), 2);
   EXPECT_EQ(d.workers(0).state(), "Exited");
-  EXPECT_EQ(d.workers(1).state(), "Stopped");
+  EXPECT_EQ(d.workers(1).state(), "Stopping");
 }
 
 TEST_F(SchedulerAssignments, OutputsOfAWorkerStoppedWithItsRunAreKept) {
@@ -989,4 +1000,221 @@ TEST_F(SchedulerActor, ACpuOnlyRunLargerThanEveryMachineCannotFitAnywhereNow) {
   EXPECT_EQ(submit(s, cpu_spec("memory", 1, 1u << 20)).waiting_reason(),
             "cannot fit anywhere now: a worker asks for 1048576 MiB; the largest machine has "
             "262144 MiB");
+}
+
+// --- Issue 13: run names per workspace --------------------------------------
+
+namespace {
+
+/// A run of `gpus` GPUs in workspace `ws` (namespace `ns`), as the
+/// controller hands it over.
+v1::RunSpec spec_in(const std::string& ws, const std::string& ns, const std::string& name,
+                    uint32_t gpus) {
+  auto s = spec_of(name, gpus);
+  s.set_workspace(ws);
+  s.set_namespace_(ns);
+  return s;
+}
+
+} // namespace
+
+TEST_F(SchedulerActor, TwoWorkspacesEachHaveARunOfTheSameName) {
+  auto s = spawn_scheduler();
+  snapshot(s, machine_of("gpu-01", 8));
+  auto a = submit(s, spec_in("wa", "ws-aaaaaa", "t", 2));
+  auto b = submit(s, spec_in("wb", "ws-bbbbbb", "t", 2));
+  ASSERT_EQ(a.state(), "Placed");
+  ASSERT_EQ(b.state(), "Placed");
+  // Their workers carry their namespace: one name each on the machine.
+  EXPECT_EQ(a.workers(0).name(), "ws-aaaaaa.t-0");
+  EXPECT_EQ(b.workers(0).name(), "ws-bbbbbb.t-0");
+  EXPECT_EQ(render_error(ask_error<v1::Run>(s, atom::submit_v,
+                                            spec_in("wb", "ws-bbbbbb", "t", 1))),
+            "a run named t in workspace wb already exists");
+  // Each found in its workspace, stored under its own key.
+  EXPECT_EQ(get(s, "wa/t").spec().workspace(), "wa");
+  EXPECT_EQ(get(s, "wb/t").spec().workspace(), "wb");
+  EXPECT_EQ(stored("wa/t").spec().workspace(), "wa");
+  EXPECT_EQ(stored("wb/t").spec().workspace(), "wb");
+  EXPECT_EQ(ask<v1::RunList>(s, atom::runs_v).runs_size(), 2);
+  // A bare name is the default workspace's, else the only workspace's.
+  EXPECT_EQ(render_error(ask_error<v1::Run>(s, atom::get_v, std::string{"t"})),
+            "no run named t in workspace default; runs named t are in workspaces wa, wb: "
+            "name one with --workspace");
+  EXPECT_EQ(render_error(ask_error<v1::Run>(s, atom::get_v, std::string{"default/t"})),
+            "no run named t in workspace default (it is in workspaces wa, wb)");
+  EXPECT_EQ(render_error(ask_error<v1::Run>(s, atom::get_v, std::string{"wc/t"})),
+            "no run named t in workspace wc (it is in workspaces wa, wb)");
+  // Deleting one leaves the other, GPUs and all.
+  auto gone = ask<v1::Run>(s, atom::remove_v, std::string{"wa/t"});
+  EXPECT_EQ(gone.spec().workspace(), "wa");
+  EXPECT_EQ(render_error(ask_error<v1::Run>(s, atom::get_v, std::string{"wa/t"})),
+            "no run named t in workspace wa (it is in workspace wb)");
+  EXPECT_FALSE(in_store("wa/t"));
+  auto left = get(s, "wb/t");
+  EXPECT_EQ(gpus_of(left), gpus_of(b));
+  EXPECT_EQ(get(s, "t").spec().workspace(), "wb") << "the only workspace with a t";
+  // The default workspace may have its own t as well.
+  EXPECT_EQ(submit(s, spec_of("t", 1)).state(), "Placed");
+  EXPECT_EQ(get(s, "t").spec().workspace(), "");
+  EXPECT_EQ(get(s, "t").workers(0).name(), "t-0");
+}
+
+TEST_F(SchedulerActor, RunsOfOneNameInTwoWorkspacesSurviveARestart) {
+  std::set<std::string> held_a, held_b;
+  {
+    auto s = spawn_scheduler();
+    snapshot(s, machine_of("gpu-01", 8));
+    held_a = gpus_of(submit(s, spec_in("wa", "ws-aaaaaa", "t", 4)));
+    held_b = gpus_of(submit(s, spec_in("wb", "ws-bbbbbb", "t", 4)));
+    caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+    run();
+  }
+  auto s = spawn_scheduler();
+  snapshot(s, machine_of("gpu-01", 8));
+  EXPECT_EQ(gpus_of(get(s, "wa/t")), held_a);
+  EXPECT_EQ(gpus_of(get(s, "wb/t")), held_b);
+  EXPECT_EQ(get(s, "wa/t").state(), "Placed");
+  EXPECT_EQ(submit(s, spec_of("more", 1)).state(), "Waiting") << "both re-adopted their GPUs";
+}
+
+TEST_F(SchedulerActor, RunsStoredByTheirBareNameLoadInTheirWorkspace) {
+  // As the previous version stored them: key = the run's name.
+  for (auto [ws, name] : {std::pair{"wb", "old"}, std::pair{"default", "plain"},
+                          std::pair{"", "older"}}) {
+    v1::Run r;
+    *r.mutable_spec() = spec_in(ws, "", name, 1);
+    r.set_state("Waiting");
+    ASSERT_FALSE(db->put(family::runs, name, r, true));
+  }
+  auto s = spawn_scheduler();
+  EXPECT_EQ(get(s, "wb/old").spec().name(), "old");
+  EXPECT_EQ(get(s, "old").spec().workspace(), "wb");
+  EXPECT_EQ(get(s, "plain").spec().workspace(), "default");
+  EXPECT_EQ(get(s, "default/older").spec().name(), "older");
+  // Moved to its key in the store; the default workspace's keep theirs.
+  EXPECT_EQ(stored("wb/old").spec().name(), "old");
+  EXPECT_FALSE(in_store("old"));
+  EXPECT_EQ(stored("plain").spec().name(), "plain");
+  EXPECT_EQ(stored("older").spec().name(), "older");
+  // And they still place.
+  snapshot(s, machine_of("gpu-01", 8));
+  EXPECT_EQ(get(s, "wb/old").state(), "Placed");
+}
+
+// --- Issue 23 item 6: a deleted run's workers stop --------------------------
+
+TEST_F(SchedulerAssignments, ADeletedRunsWorkersShowStoppingUntilTheirAgentSaysHowTheyEnded) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  snapshot(s, machine_of("gpu-01", 8));
+  submit(s, spec_of("d", 1, 2));
+  tell(s, in_states("gpu-01", {{"d-0", "Running", ""}, {"d-1", "Running", ""}}));
+  auto d = ask<v1::Run>(s, atom::remove_v, std::string{"d"});
+  EXPECT_EQ(d.state(), "Stopped");
+  EXPECT_TRUE(d.deleted());
+  EXPECT_EQ(d.workers(0).state(), "Stopping");
+  EXPECT_EQ(d.workers(1).state(), "Stopping");
+  EXPECT_EQ(log->last().workers_size(), 0) << "its agent is told to stop them";
+  EXPECT_TRUE(stored("d").deleted()) << "kept over a restart while they stop";
+  // A second delete says it is under way.
+  EXPECT_EQ(render_error(ask_error<v1::Run>(s, atom::remove_v, std::string{"d"})),
+            "run d is already stopping: its workers d-0 on gpu-01, d-1 on gpu-01 have not "
+            "ended yet");
+  // The agent reports them stopping, then how each ended.
+  tell(s, in_states("gpu-01", {{"d-0", "Stopping", ""}, {"d-1", "Stopping", ""}}));
+  EXPECT_EQ(get(s, "d").workers(0).state(), "Stopping");
+  auto ended = in_states("gpu-01", {{"d-0", "Cancelled", "stopped"}, {"d-1", "Stopping", ""}});
+  ended.mutable_workers(0)->set_exit_code(143);
+  tell(s, ended);
+  auto now = get(s, "d");
+  EXPECT_EQ(now.workers(0).state(), "Cancelled");
+  EXPECT_EQ(now.workers(0).exit_code(), 143);
+  EXPECT_EQ(now.workers(0).detail(), "stopped");
+  EXPECT_EQ(now.workers(1).state(), "Stopping");
+  auto killed = in_states("gpu-01", {{"d-1", "Cancelled", "stopped: killed after the stop grace"}});
+  killed.mutable_workers(0)->set_exit_code(137);
+  tell(s, killed);
+  now = get(s, "d");
+  EXPECT_EQ(now.workers(1).state(), "Cancelled");
+  EXPECT_EQ(now.workers(1).exit_code(), 137);
+  EXPECT_EQ(now.workers(1).detail(), "stopped: killed after the stop grace");
+  EXPECT_EQ(now.waiting_reason(), "deleted");
+  EXPECT_EQ(render_error(ask_error<v1::Run>(s, atom::remove_v, std::string{"d"})),
+            "run d is already deleted: its workers have ended");
+  // Shown so for a while, then forgotten.
+  advance(std::chrono::minutes{9});
+  EXPECT_EQ(get(s, "d").workers(1).exit_code(), 137);
+  advance(std::chrono::minutes{1});
+  EXPECT_EQ(render_error(ask_error<v1::Run>(s, atom::get_v, std::string{"d"})),
+            "no run named d");
+  EXPECT_FALSE(in_store("d"));
+}
+
+namespace {
+
+/// A scheduler whose run d (d-0 Running on gpu-01) was just deleted.
+class DeletedRun : public SchedulerAssignments {
+protected:
+  scheduler_actor with_d_deleted() {
+    auto s = spawn_scheduler();
+    log = attach(s, "gpu-01");
+    snapshot(s, machine_of("gpu-01", 8));
+    submit(s, spec_of("d", 1));
+    tell(s, in_states("gpu-01", {{"d-0", "Running", ""}}));
+    EXPECT_EQ(ask<v1::Run>(s, atom::remove_v, std::string{"d"}).workers(0).state(),
+              "Stopping");
+    return s;
+  }
+
+  std::shared_ptr<orders_log> log;
+};
+
+} // namespace
+
+TEST_F(DeletedRun, ItsWorkersAreNotWaitedForOnADownMachine) {
+  auto s = with_d_deleted();
+  auto down = machine_of("gpu-01", 8);
+  down.set_down(true);
+  down.set_schedulable(false);
+  snapshot(s, down);
+  auto d = get(s, "d");
+  EXPECT_EQ(d.workers(0).state(), "Stopped");
+  EXPECT_EQ(d.workers(0).detail(), "machine gpu-01 is Down or removed: not waited for");
+  // Its name is free again at once: the new run replaces it.
+  auto again = submit(s, spec_of("d", 1));
+  EXPECT_EQ(again.state(), "Waiting");
+  EXPECT_FALSE(again.deleted());
+}
+
+TEST_F(DeletedRun, AWorkerItsAgentNoLongerHoldsHasEnded) {
+  auto s = with_d_deleted();
+  tell(s, in_states("gpu-01", {}));
+  auto d = get(s, "d");
+  EXPECT_EQ(d.workers(0).state(), "Stopped");
+  EXPECT_EQ(d.workers(0).detail(), "its agent no longer holds it");
+}
+
+TEST_F(DeletedRun, StillStoppingAfterARestartItIsSettledByItsAgent) {
+  {
+    auto s = with_d_deleted();
+    caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+    run();
+  }
+  auto s = spawn_scheduler();
+  log = attach(s, "gpu-01");
+  snapshot(s, machine_of("gpu-01", 8));
+  EXPECT_EQ(get(s, "d").workers(0).state(), "Stopping");
+  EXPECT_EQ(log->last().workers_size(), 0);
+  auto ended = in_states("gpu-01", {{"d-0", "Failed", "exited with code 3"}});
+  ended.mutable_workers(0)->set_exit_code(3);
+  tell(s, ended);
+  EXPECT_EQ(get(s, "d").workers(0).state(), "Failed");
+  EXPECT_EQ(get(s, "d").workers(0).exit_code(), 3);
+  // A deleted run whose workers had all ended is not loaded again.
+  caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+  run();
+  auto s2 = spawn_scheduler();
+  EXPECT_EQ(render_error(ask_error<v1::Run>(s2, atom::get_v, std::string{"d"})),
+            "no run named d");
 }

@@ -108,6 +108,19 @@ TEST(WorkerEnv, InAWorkspaceEveryRankHasFullNamesButSlurmKeepsTheRunsName) {
     EXPECT_EQ(env[v], "whoami") << v;
 }
 
+// Issue 13: the scheduler names a workspace's workers by their full name
+// (one name per machine whatever other workspace has a run of that name):
+// it is not prefixed twice.
+TEST(WorkerEnv, AWorkerNamedByItsFullNameKeepsIt) {
+  auto o = whoami();
+  o.set_worker("ws-7f3c2a.whoami-0");
+  auto env = worker_environment(o, on_gpu09());
+  EXPECT_EQ(env["ASTRAEUS_TASK_NAME"], "ws-7f3c2a.whoami-0");
+  EXPECT_EQ(env["ASTRAEUS_JOB_NAME"], "ws-7f3c2a.whoami");
+  EXPECT_EQ(env["ASTRAEUS_LEADER_TASK_NAME"], "ws-7f3c2a.whoami-0");
+  EXPECT_EQ(full_worker_name(o), "ws-7f3c2a.whoami-0");
+}
+
 TEST(WorkerEnv, GpuWorkerGetsNcclAndSlurmGpuVariablesButNoCudaVisibleDevices) {
   auto o = whoami();
   o.add_gpu_ids("GPU-a");

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "actor_fixture.hpp"
+#include "messages/worker_state.hpp"
 #include "runtime/workers/worker_ledger.hpp"
 #include "store/store.hpp"
 
@@ -73,6 +74,39 @@ TEST(WorkerLedger, RefusesOrdersForAnotherMachineAndKeepsWhatItHolds) {
   nameless.add_workers();
   EXPECT_FALSE(ledger->apply("gpu-01", nameless));
   EXPECT_EQ(names(ledger->statuses("gpu-01")), (std::vector<std::string>{"a-0"}));
+}
+
+// Issue 23 item 6: a worker that left the set is reported while its
+// process record is kept (stopping, then how it ended), so the controller
+// shows a deleted run's worker Stopping and then how it ended.
+TEST(WorkerLedger, ReportsAWorkerThatLeftTheSetUntilItsProcessIsForgotten) {
+  test::temp_dir dir;
+  auto store = std::shared_ptr<Store>{std::move(*Store::open(dir.path() + "/agent"))};
+  auto ledger = worker_ledger::load(store);
+  ASSERT_TRUE(ledger);
+  ASSERT_TRUE(ledger->apply("gpu-01", orders_of(1, {"a-0"})));
+  v1::WorkerProcess p;
+  p.set_worker("a-0");
+  p.set_run("a");
+  p.set_pid(4242);
+  set_state(p, worker_state::stopping);
+  ASSERT_FALSE(ledger->put_process(p));
+  auto held = ledger->apply("gpu-01", orders_of(2, {}));
+  ASSERT_TRUE(held);
+  ASSERT_EQ(names(*held), (std::vector<std::string>{"a-0"}));
+  EXPECT_EQ(held->workers(0).run(), "a");
+  EXPECT_EQ(state_of(held->workers(0)), worker_state::stopping);
+  set_state(p, worker_state::cancelled);
+  p.set_exit_code(137);
+  p.set_detail("stopped: killed after the stop grace");
+  ASSERT_FALSE(ledger->put_process(p));
+  auto ended = ledger->statuses("gpu-01");
+  ASSERT_EQ(ended.workers_size(), 1);
+  EXPECT_EQ(state_of(ended.workers(0)), worker_state::cancelled);
+  EXPECT_EQ(ended.workers(0).exit_code(), 137);
+  EXPECT_EQ(ended.workers(0).detail(), "stopped: killed after the stop grace");
+  ASSERT_FALSE(ledger->erase_process("a-0"));
+  EXPECT_TRUE(names(ledger->statuses("gpu-01")).empty());
 }
 
 TEST(RouteSourceAddress, LoopbackRoutesFromLoopback) {
