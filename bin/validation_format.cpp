@@ -200,6 +200,9 @@ std::string format_policy(const v1::ValidationPolicy& p) {
                                    : "acceptance not required")
          + "; burn-in " + burn + "; DCGM level "
          + (p.dcgm_level() == 0 ? std::string{"2 (default)"} : std::to_string(p.dcgm_level()))
+         + (!p.has_exclude_degraded_ports() || p.exclude_degraded_ports()
+              ? "; degraded RDMA ports left out of NCCL_IB_HCA"
+              : "; degraded RDMA ports kept in NCCL_IB_HCA")
          + "\n";
 }
 
