@@ -118,7 +118,7 @@ void rate_and_state(const std::map<rail_key, std::vector<port_ref>>& rails,
             peers.push_back(other.port->rate_gbps());
       auto name = port_name(*pr.machine, p);
       if (p.state() != "ACTIVE") {
-        if (peer_up || p.phys_state() == "Polling")
+        if (peer_up || p.phys_state() == "Polling") {
           out.push_back(finding(
             *pr.machine,
             name + " is " + (p.state().empty() ? "not Active" : p.state()) +
@@ -130,8 +130,8 @@ void rate_and_state(const std::map<rail_key, std::vector<port_ref>>& rails,
               " and the switch port it goes to (`ibstat " + p.device() +
               "` shows the port; Polling means no cable or no peer); NCCL_IB_HCA leaves the port "
               "out meanwhile."));
-        if (peer_up || p.phys_state() == "Polling")
           mark(pr);
+        }
         continue;
       }
       double expected = mode_of(peers);
