@@ -304,7 +304,12 @@ using scheduler_actor = caf::typed_actor<
   // the index; later snapshots from its actor are ignored) and answers
   // true. Fails with ec::invalid_request naming the runs that still have
   // workers there.
-  caf::replies_to<v1::RemoveMachine>::with<bool>>;
+  caf::replies_to<v1::RemoveMachine>::with<bool>,
+  // Issue 12 (from the validations): every machine's degraded RDMA ports,
+  // replacing the last list. A GPU worker placed from now on is given its
+  // machine's (WorkerAssignment.degraded_ib_ports) and its order leaves
+  // those not `kept` out of NCCL_IB_HCA; placed workers keep theirs.
+  caf::reacts_to<v1::DegradedIbPortList>>;
 
 /// One validation (actors/validation/validation_actor.hpp): runs its steps,
 /// one check at a time per machine, each as a run of the scheduler (a

@@ -717,6 +717,17 @@ std::string format_run(const v1::Run& r, int64_t now_unix_ms) {
       out << "\nCores and devices\n"
           << indent(render_table({"WORKER", "CPUS", "MEMORY NODES", "RDMA DEVICES"}, given),
                     "  ");
+    // Issue 12: the degraded RDMA ports their NCCL_IB_HCA leaves out.
+    std::vector<std::vector<std::string>> degraded;
+    for (const auto& w : r.workers())
+      for (const auto& d : w.degraded_ib_ports())
+        degraded.push_back({w.name(), w.machine(), d.port(),
+                            d.kept() ? "kept: leaving it out would leave no port" : "left out",
+                            d.why()});
+    if (!degraded.empty())
+      out << "\nDegraded RDMA ports (NCCL_IB_HCA)\n"
+          << indent(render_table({"WORKER", "MACHINE", "PORT", "NCCL_IB_HCA", "WHY"}, degraded),
+                    "  ");
     // What the workers wrote to $ASTRAEUS_OUTPUTS, sorted by key.
     std::vector<std::vector<std::string>> outputs;
     for (const auto& w : r.workers()) {

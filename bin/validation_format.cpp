@@ -125,6 +125,9 @@ std::string format_report(const v1::ClusterReport& r) {
   out += render_table(report_header(), rows);
   if (r.pairs_size() > 0)
     out += "\n" + validation::pairs_matrix_text(r.pairs());
+  const std::vector<v1::AllReducePoint> curve{r.all_reduce().begin(), r.all_reduce().end()};
+  if (!curve.empty())
+    out += "\n" + validation::all_reduce_curve_text(curve);
   out += "\nWhat to fix (" + std::to_string(r.findings_size()) + ")\n";
   for (const auto& f : r.findings()) {
     out += std::string(f.severity() == "fail" ? "! " : "! ") + f.what() + "\n";
@@ -153,6 +156,7 @@ std::string format_report_html(const v1::ClusterReport& r, const std::string& ti
     out += "</tr>\n";
   }
   out += "</table>\n" + validation::pairs_matrix_html(r.pairs());
+  out += validation::all_reduce_curve_html({r.all_reduce().begin(), r.all_reduce().end()});
   out += "<h2>What to fix (" + std::to_string(r.findings_size()) + ")</h2>\n<ul>\n";
   for (const auto& f : r.findings())
     out += "<li class=\"" + html_escape(f.severity()) + "\">" + html_escape(f.what())
@@ -200,6 +204,9 @@ std::string format_policy(const v1::ValidationPolicy& p) {
                                    : "acceptance not required")
          + "; burn-in " + burn + "; DCGM level "
          + (p.dcgm_level() == 0 ? std::string{"2 (default)"} : std::to_string(p.dcgm_level()))
+         + (!p.has_exclude_degraded_ports() || p.exclude_degraded_ports()
+              ? "; degraded RDMA ports left out of NCCL_IB_HCA"
+              : "; degraded RDMA ports kept in NCCL_IB_HCA")
          + "\n";
 }
 

@@ -131,5 +131,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(astraeus, caf::first_custom_type_id)
   /// Scheduler: stops a run and keeps it listed, Stopped with a reason (a
   /// drain's deadline: "machine gpu-01 was drained").
   CAF_ADD_ATOM(astraeus, astraeus::atom, stop, "stop")
+  // fabric (issue 12): the ports NCCL_IB_HCA leaves out (validations -> scheduler).
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::DegradedIbPortList))
 
 CAF_END_TYPE_ID_BLOCK(astraeus)

@@ -222,6 +222,13 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
         return err;
       return true;
     },
+    [self](v1::DegradedIbPortList& list) {
+      auto& degraded = self->state.degraded_ib_ports;
+      degraded.clear();
+      for (auto& m : *list.mutable_machines())
+        degraded[m.machine()].assign(std::make_move_iterator(m.mutable_ports()->begin()),
+                                     std::make_move_iterator(m.mutable_ports()->end()));
+    },
   };
 }
 

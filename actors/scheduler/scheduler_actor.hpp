@@ -218,6 +218,9 @@ struct scheduler_state {
   /// The actors of machines removed (`astra machine remove`): their late
   /// snapshots are ignored.
   std::set<caf::actor_addr> removed_senders;
+  /// Issue 12: each machine's degraded RDMA ports, as the validations last
+  /// said (v1::DegradedIbPortList); given to GPU workers placed there.
+  std::map<std::string, std::vector<v1::DegradedIbPort>> degraded_ib_ports;
   /// Syncs the store for the group commit (with `background_sync`).
   std::unique_ptr<wal_syncer> syncer;
 };

@@ -167,6 +167,12 @@ void place_cpu_runs(scheduler_state& st, std::set<std::string>& touched,
 /// The worker set of `machine`: every worker of a live run placed there.
 v1::WorkerOrders orders_for(scheduler_state& st, const std::string& machine);
 
+/// Issue 12: gives GPU worker `w` of a run with `spec` its machine's
+/// degraded RDMA ports (none when the run sets NCCL_IB_HCA itself: its value
+/// wins on the agent).
+void give_degraded_ports(const scheduler_state& st, const v1::RunSpec& spec,
+                         v1::WorkerAssignment& w);
+
 /// The group commit: one batch with sync for every run changed since the
 /// last flush, then the answers, then the machines' new worker sets.
 void flush(self_ptr self);

@@ -247,6 +247,7 @@ void schedule_pass_once(self_ptr self) {
       set_state(*w, worker_state::placed);
       w->set_array_index(copy);
       w->set_name(worker_name(run.spec(), copy, pw.rank));
+      give_degraded_ports(st, run.spec(), *w);
       if (pw.rank == d.where.leader)
         leader_machine = w->machine();
     }
@@ -279,6 +280,27 @@ void schedule_pass_once(self_ptr self) {
       mark(self, run_name);
     }
   }
+}
+
+void give_degraded_ports(const scheduler_state& st, const v1::RunSpec& spec,
+                         v1::WorkerAssignment& w) {
+  if (w.gpu_ids_size() == 0 || spec.env().count("NCCL_IB_HCA"))
+    return;
+  auto d = st.degraded_ib_ports.find(w.machine());
+  if (d == st.degraded_ib_ports.end())
+    return;
+  std::string kept, left_out;
+  for (const auto& p : d->second) {
+    *w.add_degraded_ib_ports() = p;
+    auto& list = p.kept() ? kept : left_out;
+    list += (list.empty() ? "" : ",") + p.port();
+  }
+  if (!left_out.empty())
+    spdlog::info("scheduler: worker {} on {}: NCCL_IB_HCA leaves out {} (degraded)", w.name(),
+                 w.machine(), left_out);
+  if (!kept.empty())
+    spdlog::warn("scheduler: worker {} on {}: NCCL_IB_HCA keeps {} though degraded: leaving "
+                 "them out would leave no port", w.name(), w.machine(), kept);
 }
 
 /// The worker set of `machine`: every worker of a live run placed there.
@@ -329,6 +351,9 @@ v1::WorkerOrders orders_for(scheduler_state& st, const std::string& machine) {
       o->set_machine_count(static_cast<uint32_t>(spans[w.array_index()].size()));
       o->set_namespace_(run.spec().namespace_());
       o->set_nvlink_domain(nvlink_domain);
+      for (const auto& d : w.degraded_ib_ports())
+        if (!d.kept())
+          o->add_excluded_ib_ports(d.port());
     }
   }
   return out;

@@ -1,6 +1,7 @@
 // The Cluster Report (cluster_report.hpp).
 
 #include "actors/validation/cluster_report.hpp"
+#include "actors/validation/all_reduce_plan.hpp"
 #include "actors/validation/pair_plan.hpp"
 #include "actors/validation/topology_findings.hpp"
 
@@ -67,6 +68,36 @@ std::string pairs_cell(const std::vector<const v1::ValidationStep*>& steps,
   return v.empty() ? std::string{none} : v;
 }
 
+/// The latest all-reduce steps whose groups are all among `names`, by group
+/// size.
+std::vector<const v1::ValidationStep*> all_reduce_steps(const latest_map& latest,
+                                                        const std::vector<std::string>& names) {
+  std::vector<const v1::ValidationStep*> out;
+  for (const auto& [key, step] : latest)
+    if (step.check() == all_reduce_check && step.group_machines_size() > 0
+        && std::all_of(step.group_machines().begin(), step.group_machines().end(),
+                       [&](const auto& m) {
+                         return std::binary_search(names.begin(), names.end(), m);
+                       }))
+      out.push_back(&step);
+  std::sort(out.begin(), out.end(), [](const auto* a, const auto* b) {
+    return a->group_machines_size() < b->group_machines_size();
+  });
+  return out;
+}
+
+/// The ALL-REDUCE cell of `machine`: the verdict of the largest group it is
+/// in ("—" none).
+std::string all_reduce_cell(const std::vector<const v1::ValidationStep*>& steps,
+                            const std::string& machine) {
+  std::string cell = none;
+  for (const auto* s : steps)
+    if (std::find(s->group_machines().begin(), s->group_machines().end(), machine)
+        != s->group_machines().end())
+      cell = s->state() == "Failed" ? "fail" : s->verdict().empty() ? none : s->verdict();
+  return cell;
+}
+
 } // namespace
 
 std::string readiness(const v1::MachineView& m) {
@@ -106,6 +137,13 @@ v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map
   auto pairs = pair_results(pair_steps_in, check_policy{}.values());
   for (const auto& p : pairs)
     *out.add_pairs() = p;
+  // Issue 12: the all-reduce over growing groups of these machines.
+  auto all_reduce_in = all_reduce_steps(latest, names);
+  std::vector<v1::AllReducePoint> all_reduce;
+  for (const auto* step : all_reduce_in)
+    all_reduce.push_back(all_reduce_point(*step));
+  for (const auto& p : all_reduce)
+    *out.add_all_reduce() = p;
   for (const auto* m : rows) {
     auto* row = out.add_rows();
     row->set_machine(m->name());
@@ -116,10 +154,10 @@ v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map
     row->set_copies(cell(latest, m->name(), "copies"));
     row->set_disk(cell(latest, m->name(), "disk"));
     row->set_pairs(pairs_cell(pair_steps_in, pairs, m->name()));
-    row->set_all_reduce(none);
+    row->set_all_reduce(all_reduce_cell(all_reduce_in, m->name()));
     int worst = 0;
     for (const auto* c : {&row->quick(), &row->dcgm(), &row->burn(), &row->copies(), &row->disk(),
-                          &row->pairs()})
+                          &row->pairs(), &row->all_reduce()})
       worst = std::max(worst, rank_of(*c));
     for (const auto& check : {"quick", "dcgm", "burn", "copies", "disk"}) {
       auto it = latest.find({m->name(), check});
@@ -159,6 +197,16 @@ v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map
         fails.push_back(std::move(f));
       }
     }
+    for (const auto* s : all_reduce_in) {
+      if (s->machine() != m->name())
+        continue;  // a group's findings are told once, under its first machine
+      // Its words name the group ("all-reduce over 4 machines ..."), not one machine.
+      for (auto f : s->result().findings()) {
+        f.set_machine(m->name());
+        f.set_check(all_reduce_check);
+        (f.severity() == "fail" ? fails : warns).push_back(std::move(f));
+      }
+    }
     for (const auto& f : topology.findings())
       if (f.machine() == m->name()) {
         warns.push_back(f);
@@ -185,10 +233,15 @@ v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map
     summary += "; nothing checked yet: `astra astraeus validate --suite acceptance "
                + (pool.empty() ? std::string{"--pool POOL"} : "--pool " + pool) + "`.";
   else {
-    for (int i = 0; i < out.findings_size() && i < 3; ++i)
+    bool all_reduce_said = false;
+    for (int i = 0; i < out.findings_size() && i < 3; ++i) {
       summary += "; " + out.findings(i).what();
+      all_reduce_said = all_reduce_said || out.findings(i).check() == all_reduce_check;
+    }
     if (auto weakest = weakest_pair_phrase(pairs); !weakest.empty())
       summary += "; " + weakest;
+    if (auto phrase = all_reduce_phrase(all_reduce); !phrase.empty() && !all_reduce_said)
+      summary += "; " + phrase;
     summary += ".";
   }
   out.set_summary(summary);

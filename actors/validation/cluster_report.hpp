@@ -23,13 +23,19 @@ std::string readiness(const v1::MachineView& m);
 /// The report over `machines` (only those of `pool` unless empty):
 /// cells are the latest verdicts ("—" never run; PAIRS the worst of the
 /// machine's latest pairs, judged against the best pair as pair_results
-/// does; ALL-REDUCE "—" until that check exists); `pairs` the pairs among
+/// does; ALL-REDUCE the verdict of the largest all-reduce group the machine
+/// is in, "—" none); `all_reduce` the latest all-reduce steps whose groups
+/// are among these machines, by group size, with their curves
+/// (all_reduce_plan.hpp); `pairs` the pairs among
 /// these machines (pair_plan.hpp); a machine's VERDICT is the worst of its
 /// cells (fail > warn > pass; "—" when none ran); `passing` counts `pass`
 /// only; the findings are every latest result's (fail first), each `what`
-/// starting with its machine's name, plus a check that could not run; the
+/// starting with its machine's name (an all-reduce's with its group, under
+/// its first machine), plus a check that could not run; the
 /// summary is "N/M machines pass", the first three findings and the weakest
-/// pair ("pair gpu-03–gpu-06 at 92% of the best pair").
+/// pair ("pair gpu-03–gpu-06 at 92% of the best pair") and the largest
+/// all-reduce group ("all-reduce over 8 machines at 93% of expected (291 of
+/// 313 GB/s)").
 v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map& latest,
                                const std::string& pool, int64_t now_unix_ms);
 

@@ -1,6 +1,8 @@
-// The pairs' matrix of the Cluster Report (pair_matrix.hpp).
+// The pairs' matrix and the all-reduce curve of the Cluster Report
+// (pair_matrix.hpp).
 
 #include "actors/validation/pair_matrix.hpp"
+#include "actors/validation/all_reduce_plan.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -155,6 +157,107 @@ std::string pairs_matrix_html(const google::protobuf::RepeatedPtrField<v1::PairR
     out += "</tr>\n";
   }
   return out + "</table>\n";
+}
+
+namespace {
+
+/// The sizes the curve shows: 1 MiB and every fourth power of two above it
+/// (4 MiB, 16 MiB, ...), and the largest size measured.
+std::vector<uint64_t> curve_sizes(const std::vector<v1::AllReducePoint>& points) {
+  std::set<uint64_t> all;
+  for (const auto& p : points)
+    for (const auto& s : p.curve())
+      all.insert(s.bytes());
+  std::vector<uint64_t> out;
+  for (auto b : all) {
+    bool shown = b >= (1u << 20) && (b >> 20) > 0 && ((b >> 20) & ((b >> 20) - 1)) == 0
+                 && __builtin_ctzll(b >> 20) % 2 == 0;
+    if (shown || b == *all.rbegin())
+      out.push_back(b);
+  }
+  return out;
+}
+
+const v1::AllReduceSize* at_size(const v1::AllReducePoint& p, uint64_t bytes) {
+  for (const auto& s : p.curve())
+    if (s.bytes() == bytes)
+      return &s;
+  return nullptr;
+}
+
+std::string group_heading(const v1::AllReducePoint& p) {
+  return std::to_string(p.machines()) + " machines";
+}
+
+} // namespace
+
+std::string all_reduce_curve_text(const std::vector<v1::AllReducePoint>& points) {
+  if (points.empty())
+    return {};
+  std::string out = "All-reduce: bus bandwidth (GB/s) by message size\n";
+  size_t w = 10;
+  for (const auto& p : points)
+    w = std::max(w, group_heading(p).size());
+  out += right("SIZE", 8);
+  for (const auto& p : points)
+    out += "  " + right(group_heading(p), w);
+  out += "\n";
+  for (auto b : curve_sizes(points)) {
+    out += right(size_text(b), 8);
+    for (const auto& p : points) {
+      const auto* s = at_size(p, b);
+      out += "  " + right(s ? fixed1(s->busbw_gbs()) : std::string{em_dash}, w);
+    }
+    out += "\n";
+  }
+  out += right("expected", 8);
+  for (const auto& p : points)
+    out += "  " + right(fixed1(p.expected_gbs()), w);
+  out += "\n" + right("verdict", 8);
+  for (const auto& p : points)
+    out += "  " + right(p.verdict().empty() ? std::string{em_dash} : p.verdict(), w);
+  return out + "\n";
+}
+
+std::string all_reduce_curve_html(const std::vector<v1::AllReducePoint>& points) {
+  if (points.empty())
+    return {};
+  std::string out = "<h2>All-reduce: bus bandwidth (GB/s) by message size</h2>\n"
+                    "<table class=\"allreduce\"><tr><th>size</th>";
+  for (const auto& p : points)
+    out += "<th title=\"" + escape([&] {
+             std::string g;
+             for (const auto& m : p.group())
+               g += (g.empty() ? "" : ", ") + m;
+             return g;
+           }()) + "\">" + escape(group_heading(p)) + "</th>";
+  out += "</tr>\n";
+  for (auto b : curve_sizes(points)) {
+    out += "<tr><th>" + escape(size_text(b)) + "</th>";
+    for (const auto& p : points) {
+      const auto* s = at_size(p, b);
+      if (!s) {
+        out += std::string("<td>") + em_dash + "</td>";
+        continue;
+      }
+      // A bar: the share of the expected figure, red at half or less, green at all of it.
+      double f = p.expected_gbs() > 0 ? s->busbw_gbs() / p.expected_gbs() : 0;
+      int hue = static_cast<int>(std::lround(std::clamp((f - 0.5) / 0.5, 0.0, 1.0) * 120));
+      int width = static_cast<int>(std::lround(std::clamp(f, 0.0, 1.0) * 100));
+      out += "<td title=\"" + std::to_string(static_cast<int>(std::lround(f * 100)))
+             + "% of expected\" style=\"background:linear-gradient(to right,hsl("
+             + std::to_string(hue) + ",70%,75%) " + std::to_string(width) + "%,transparent "
+             + std::to_string(width) + "%)\">" + fixed1(s->busbw_gbs()) + "</td>";
+    }
+    out += "</tr>\n";
+  }
+  out += "<tr><th>expected</th>";
+  for (const auto& p : points)
+    out += "<td>" + fixed1(p.expected_gbs()) + "</td>";
+  out += "</tr>\n<tr><th>verdict</th>";
+  for (const auto& p : points)
+    out += "<td class=\"" + escape(p.verdict()) + "\">" + escape(p.verdict()) + "</td>";
+  return out + "</tr>\n</table>\n";
 }
 
 } // namespace astraeus::validation

@@ -90,10 +90,16 @@ v1::CheckFinding finding(const v1::MachineView& m, std::string what, std::string
   return f;
 }
 
-/// Ports trained below their peers, and ports down while their peers are up.
+/// Ports trained below their peers, and ports down while their peers are up
+/// (each also in `degraded`).
 void rate_and_state(const std::map<rail_key, std::vector<port_ref>>& rails,
                     const std::map<std::string, std::vector<port_ref>>& by_fabric,
-                    std::vector<v1::CheckFinding>& out) {
+                    std::vector<v1::CheckFinding>& out, std::vector<degraded_port>& degraded) {
+  auto mark = [&](const port_ref& pr) {
+    degraded.push_back({pr.machine->name(),
+                        pr.port->device() + ":" + std::to_string(pr.port->port()),
+                        out.back().what()});
+  };
   for (const auto& [key, ports] : rails) {
     const auto& fabric = std::get<0>(key);
     for (const auto& pr : ports) {
@@ -112,7 +118,7 @@ void rate_and_state(const std::map<rail_key, std::vector<port_ref>>& rails,
             peers.push_back(other.port->rate_gbps());
       auto name = port_name(*pr.machine, p);
       if (p.state() != "ACTIVE") {
-        if (peer_up || p.phys_state() == "Polling")
+        if (peer_up || p.phys_state() == "Polling") {
           out.push_back(finding(
             *pr.machine,
             name + " is " + (p.state().empty() ? "not Active" : p.state()) +
@@ -124,10 +130,12 @@ void rate_and_state(const std::map<rail_key, std::vector<port_ref>>& rails,
               " and the switch port it goes to (`ibstat " + p.device() +
               "` shows the port; Polling means no cable or no peer); NCCL_IB_HCA leaves the port "
               "out meanwhile."));
+          mark(pr);
+        }
         continue;
       }
       double expected = mode_of(peers);
-      if (expected > 0 && p.rate_gbps() > 0 && p.rate_gbps() + 0.5 < expected)
+      if (expected > 0 && p.rate_gbps() > 0 && p.rate_gbps() + 0.5 < expected) {
         out.push_back(finding(
           *pr.machine,
           name + " trained at " + gbps(p.rate_gbps()) + " Gb/s, its peers at " + gbps(expected) +
@@ -135,6 +143,8 @@ void rate_and_state(const std::map<rail_key, std::vector<port_ref>>& rails,
           "Reseat or replace the cable and transceiver of " + name + " (`mlxlink -d " +
             p.device() + " -m` shows the link's speed and errors); until then NCCL_IB_HCA can "
             "leave the port out."));
+        mark(pr);
+      }
     }
   }
 }
@@ -215,16 +225,16 @@ void wrong_leaves(const std::map<rail_key, std::vector<port_ref>>& rails,
   }
 }
 
-} // namespace
-
-v1::TopologyReport analyse_topology(const v1::MachineList& machines, const std::string& pool,
-                                    int64_t now_unix_ms) {
-  v1::TopologyReport out;
-  out.set_generated_unix_ms(now_unix_ms);
+/// The ports of `machines` (only those of `pool` unless empty), grouped.
+struct port_groups {
   std::vector<port_ref> all;
   std::map<rail_key, std::vector<port_ref>> rails;
   std::map<std::string, std::vector<port_ref>> by_fabric;
   std::map<std::string, std::vector<std::string>> not_discovered;  // why -> machines
+};
+
+port_groups group_ports(const v1::MachineList& machines, const std::string& pool) {
+  port_groups g;
   for (const auto& m : machines.machines()) {
     if (!pool.empty()) {
       auto p = m.labels().find("pool");
@@ -234,16 +244,38 @@ v1::TopologyReport analyse_topology(const v1::MachineList& machines, const std::
     bool infiniband = false;
     for (const auto& p : m.facts().rdma_ports()) {
       port_ref pr{&m, &p};
-      all.push_back(pr);
+      g.all.push_back(pr);
       auto fabric = fabric_of(m, p);
-      rails[{fabric, p.device(), p.port()}].push_back(pr);
-      by_fabric[fabric].push_back(pr);
+      g.rails[{fabric, p.device(), p.port()}].push_back(pr);
+      g.by_fabric[fabric].push_back(pr);
       infiniband = infiniband || p.link_layer() == "InfiniBand";
     }
     const auto& how = m.facts().fabric_discovery();
     if (infiniband && how != "iblinkinfo" && how != "ibnetdiscover")
-      not_discovered[how.empty() ? std::string{"not reported"} : how].push_back(m.name());
+      g.not_discovered[how.empty() ? std::string{"not reported"} : how].push_back(m.name());
   }
+  return g;
+}
+
+} // namespace
+
+std::vector<degraded_port> degraded_ports(const v1::MachineList& machines,
+                                          const std::string& pool) {
+  auto g = group_ports(machines, pool);
+  std::vector<v1::CheckFinding> found;
+  std::vector<degraded_port> out;
+  rate_and_state(g.rails, g.by_fabric, found, out);
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.machine, a.port) < std::tie(b.machine, b.port);
+  });
+  return out;
+}
+
+v1::TopologyReport analyse_topology(const v1::MachineList& machines, const std::string& pool,
+                                    int64_t now_unix_ms) {
+  v1::TopologyReport out;
+  out.set_generated_unix_ms(now_unix_ms);
+  auto [all, rails, by_fabric, not_discovered] = group_ports(machines, pool);
   for (const auto& [name, ports] : by_fabric) {
     auto* f = out.add_fabrics();
     f->set_name(name);
@@ -262,7 +294,8 @@ v1::TopologyReport analyse_topology(const v1::MachineList& machines, const std::
       f->add_leaves(l);
   }
   std::vector<v1::CheckFinding> found;
-  rate_and_state(rails, by_fabric, found);
+  std::vector<degraded_port> degraded;
+  rate_and_state(rails, by_fabric, found, degraded);
   nic_links(all, found);
   wrong_leaves(rails, found);
   std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) {

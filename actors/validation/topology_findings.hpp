@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "messages/astraeus.pb.h"
 
@@ -45,5 +46,19 @@ inline constexpr const char* fabric_label = "topology.astraeus.io/fabric";
 /// without RDMA ports add nothing.
 v1::TopologyReport analyse_topology(const v1::MachineList& machines, const std::string& pool,
                                     int64_t now_unix_ms);
+
+/// A port the findings mark degraded (issue 12): trained below its peers'
+/// rate, or not Active while its rail's peers are (or in Polling).
+struct degraded_port {
+  std::string machine;
+  std::string port;   ///< "mlx5_5:1"
+  std::string what;   ///< the finding's words, starting with the machine's name
+};
+
+/// The ports of `machines` (only those of `pool` unless empty) that
+/// analyse_topology's rate and state findings name, sorted by machine, then
+/// port. Never fails.
+std::vector<degraded_port> degraded_ports(const v1::MachineList& machines,
+                                          const std::string& pool);
 
 } // namespace astraeus::validation

@@ -1,6 +1,7 @@
 // The logic of a validation without actors (validation_plan.hpp).
 
 #include "actors/validation/validation_plan.hpp"
+#include "actors/validation/all_reduce_plan.hpp"
 #include "actors/validation/pair_plan.hpp"
 
 #include <algorithm>
@@ -54,6 +55,9 @@ bool known_suite(const std::string& suite) {
 std::pair<std::string, std::string> latest_key(const v1::ValidationStep& step) {
   if (is_pair(step))
     return {step.machine(), std::string{pair_check} + "/" + step.peer()};
+  if (step.check() == all_reduce_check)
+    return {step.machine(),
+            std::string{all_reduce_check} + "/" + std::to_string(step.group_machines_size())};
   return {step.machine(), step.check()};
 }
 

@@ -41,7 +41,8 @@ std::string suite_names();
 bool known_suite(const std::string& suite);
 
 /// The key a step's latest result is kept under: (machine, check); a pair
-/// step's (its machine, "pair/<peer>"), so every pair keeps its own.
+/// step's (its machine, "pair/<peer>"), so every pair keeps its own; an
+/// all-reduce step's (its first machine, "allreduce/<group size>").
 std::pair<std::string, std::string> latest_key(const v1::ValidationStep& step);
 
 /// "val-YYYYMMDD-xxxxxx": the date of `unix_ms` (UTC) and 6 hex digits of

@@ -90,6 +90,10 @@ struct validations_state {
   /// for (by this run; the stored validations say it after a restart).
   std::map<std::string, int64_t> requested_seen;
   std::set<std::string> installer_started;
+  /// Issue 12: each machine's degraded RDMA ports as the scheduler was last
+  /// told them (tell_degraded_ports), wire bytes by machine; it starts with
+  /// none.
+  std::map<std::string, std::string> degraded_told;
   std::mt19937_64 rng;
 };
 

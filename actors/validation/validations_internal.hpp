@@ -53,6 +53,12 @@ void look_at_machines(self_ptr self);
 /// makes sure they are gone and ends their steps.
 void tell_removed(self_ptr self, const v1::MachineList& machines);
 
+/// Issue 12, part of the machine poll: tells the scheduler every machine's
+/// degraded RDMA ports (ib_port_exclusions over `machines`, the latest
+/// pairs and the pools' policies) when they changed since it was last told,
+/// and logs each machine whose list changed.
+void tell_degraded_ports(self_ptr self, const v1::MachineList& machines);
+
 /// The installer's --accept part of the machine poll, over `machines` (the
 /// cluster's list).
 void start_installer_batch(self_ptr self, const v1::MachineList& machines);

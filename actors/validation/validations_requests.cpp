@@ -11,6 +11,7 @@
 #include "actors/controller/cluster_requests.hpp"
 #include "actors/validation/cluster_report.hpp"
 #include "actors/validation/validation_plan.hpp"
+#include "actors/validation/ib_port_exclusions.hpp"
 #include "actors/validation/validations_internal.hpp"
 #include "messages/error.hpp"
 #include "store/store.hpp"
@@ -345,6 +346,7 @@ void look_at_machines(self_ptr self) {
         }
         st.up = std::move(up);
         tell_removed(self, resp.machines());
+        tell_degraded_ports(self, resp.machines());
         start_installer_batch(self, resp.machines());
       },
       [](caf::error&) {});
@@ -363,6 +365,35 @@ void tell_removed(self_ptr self, const v1::MachineList& machines) {
       if (!listed.count(m))
         self->send(actor, atom::remove_v, m);
   }
+}
+
+void tell_degraded_ports(self_ptr self, const v1::MachineList& machines) {
+  auto& st = self->state;
+  auto list = validation::ib_port_exclusions(machines, st.latest, st.policies);
+  std::map<std::string, std::string> now;
+  for (const auto& m : list.machines())
+    now[m.machine()] = m.SerializeAsString();
+  // The scheduler starts with none: nothing to say until a port is degraded.
+  if (now == st.degraded_told)
+    return;
+  for (const auto& m : list.machines()) {
+    auto before = st.degraded_told.find(m.machine());
+    if (before != st.degraded_told.end() && before->second == now[m.machine()])
+      continue;
+    for (const auto& p : m.ports())
+      if (p.kept())
+        spdlog::warn("validations: {} {} is degraded ({}); NCCL_IB_HCA keeps it: leaving out "
+                     "every degraded port would leave no port", m.machine(), p.port(), p.why());
+      else
+        spdlog::info("validations: {} {} is degraded ({}); NCCL_IB_HCA leaves it out",
+                     m.machine(), p.port(), p.why());
+  }
+  for (const auto& [name, bytes] : st.degraded_told)
+    if (!now.count(name))
+      spdlog::info("validations: {} has no degraded RDMA port now", name);
+  st.degraded_told = std::move(now);
+  if (st.config.scheduler)
+    self->send(st.config.scheduler, std::move(list));
 }
 
 void start_installer_batch(self_ptr self, const v1::MachineList& machines) {

@@ -254,7 +254,12 @@ void add_policy(CLI::App& app, invocation& inv) {
   set->add_option("--burn-in", burn, "burn-in duration of its acceptance (default 10m)");
   auto* level_option = set->add_option("--dcgm-level", level, "dcgmi diag level 1-4 (default 2)")
                          ->check(CLI::Range(1, 4));
-  set->callback([&inv, &pool, &require, &burn, &level, require_flag, level_option] {
+  auto& exclude = inv.keep<bool>(true);
+  auto* exclude_flag = set->add_flag(
+    "--exclude-degraded-ports,!--keep-degraded-ports", exclude,
+    "leave RDMA ports the topology or the pairs mark degraded out of NCCL_IB_HCA (the default)");
+  set->callback([&inv, &pool, &require, &burn, &level, &exclude, require_flag, level_option,
+                 exclude_flag] {
     uint64_t burn_seconds = 0;
     if (!burn.empty()) {
       auto secs = parse_seconds(burn);
@@ -282,6 +287,8 @@ void add_policy(CLI::App& app, invocation& inv) {
       p->set_require_acceptance(require);
     if (level_option->count() > 0)
       p->set_dcgm_level(level);
+    if (exclude_flag->count() > 0)
+      p->set_exclude_degraded_ports(exclude);
     if (burn_seconds != 0)
       p->set_burn_in_seconds(burn_seconds);
     inv.rc = call(inv.opts, req,

@@ -477,7 +477,7 @@ const std::vector<api_route>& api_routes() {
      "the pools' validation policies", "", "ValidationPolicyList"},
     {"PUT", "/validation-policies/{pool}", true, set_validation_policy,
      "set a pool's validation policy (admins): require_acceptance, burn_in_seconds, "
-     "dcgm_level", "ValidationPolicy", "ValidationPolicy"},
+     "dcgm_level, exclude_degraded_ports", "ValidationPolicy", "ValidationPolicy"},
   };
   return rows;
 }

@@ -137,6 +137,22 @@ const row_spec table[] = {
   {"pair", "", nullptr, range::any, "",
    "pairs run in rounds of disjoint pairs (the circle method): n machines take n-1 rounds, "
    "n rounds when n is odd (each machine sits one out)", "issue 12"},
+  {"allreduce", "allreduce.efficiency", &thresholds::allreduce_efficiency, range::fraction,
+   "fraction",
+   "expected bus bandwidth across machines = the rails every machine of the group has Active x "
+   "their slowest trained rate / 8 x {} (8 x 400 Gb/s: 360 GB/s)",
+   "NVIDIA nccl-tests #290: 46-48 GB/s NCCL per 400 Gb/s port (0.92-0.96 of 50 GB/s)"},
+  {"allreduce", "allreduce.warn_fraction", &thresholds::allreduce_warn_fraction,
+   range::fraction, "fraction",
+   "all_reduce_perf's busbw at its largest message below {} x expected: warn",
+   "[R] anchors goal 2 (0.9 of expected)"},
+  {"allreduce", "allreduce.fail_fraction", &thresholds::allreduce_fail_fraction,
+   range::fraction, "fraction",
+   "busbw at the largest message below {} x expected, a wrong value (#wrong > 0) at any size, "
+   "or output cut short: fail", "[R] as pairs.fail_fraction; NVIDIA CRE PR #6 (fail closed)"},
+  {"allreduce", "", nullptr, range::any, "",
+   "all_reduce_perf (nccl-tests) over one gang of 2, 4, 8, ... machines and then all of them, "
+   "in validation.allreduce.image", "seed bring-up-a-gpu-cluster.md, step 3"},
 };
 
 std::string value_text(double v) {

@@ -58,11 +58,15 @@ struct thresholds {
   double pairs_duration_s = 5;            ///< ib_write_bw -D per rail
   double pairs_connect_timeout_s = 60;    ///< how long the two ends wait for each other
   double pairs_base_port = 18515;         ///< rail k uses TCP port base + k
+  // all-reduce (issue 12)
+  double allreduce_efficiency = 0.9;      ///< expected busbw = rails x rate / 8 x this
+  double allreduce_warn_fraction = 0.9;   ///< below expected x this: warn
+  double allreduce_fail_fraction = 0.5;   ///< below expected x this: fail
 };
 
 /// One row of the table, as printed.
 struct policy_row {
-  std::string check;    ///< "quick", "copies", "burn", "disk", "dcgm", "pair"
+  std::string check;    ///< "quick", "copies", "burn", "disk", "dcgm", "pair", "allreduce"
   std::string key;      ///< "copies.peer_fraction"; empty for a rule without a figure
   std::string value;    ///< "0.9" ("—" for a rule without a figure)
   std::string unit;     ///< "fraction", "GB/s", "ms", ...
@@ -95,7 +99,8 @@ public:
   /// when the file cannot be read.
   caf::error apply_file(const std::string& path);
 
-  /// Every row, in table order (by check: quick, copies, burn, disk, dcgm, pair).
+  /// Every row, in table order (by check: quick, copies, burn, disk, dcgm,
+  /// pair, allreduce).
   std::vector<policy_row> rows() const;
 
 private:

@@ -38,7 +38,12 @@ std::string leader_worker_name(const v1::WorkerOrder& order) {
 /// InfiniBand ports up, its RoCE (Ethernet) ports are left out, since a
 /// collective over both would pair ports that cannot reach each other (the
 /// DGX H100's storage/management RoCE port beside its eight IB rails).
-std::string ib_hca(const v1::WorkerOrder& order, const worker_env_context& ctx) {
+struct ib_hca_lists {
+  std::string all;   ///< every usable port
+  std::string kept;  ///< less the excluded ones
+};
+
+ib_hca_lists ib_hca_of(const v1::WorkerOrder& order, const worker_env_context& ctx) {
   auto excluded = [&](const v1::RdmaPort& p) {
     auto port = p.device() + ":" + std::to_string(p.port());
     return std::any_of(order.excluded_ib_ports().begin(), order.excluded_ib_ports().end(),
@@ -60,7 +65,12 @@ std::string ib_hca(const v1::WorkerOrder& order, const worker_env_context& ctx) 
     if (!excluded(p))
       kept += (kept.empty() ? "=" : ",") + name;
   }
-  return kept.empty() ? all : kept;
+  return {all, kept};
+}
+
+std::string ib_hca(const v1::WorkerOrder& order, const worker_env_context& ctx) {
+  auto l = ib_hca_of(order, ctx);
+  return l.kept.empty() ? l.all : l.kept;
 }
 
 /// Whether every GPU of the order is an NVIDIA GPU (UUIDs "GPU-...";
@@ -71,6 +81,17 @@ bool nvidia_gpus(const v1::WorkerOrder& order) {
 }
 
 } // namespace
+
+std::string ib_hca_note(const v1::WorkerOrder& order, const worker_env_context& ctx) {
+  if (order.excluded_ib_ports().empty() || order.gpu_ids().empty()
+      || order.spec().env().count("NCCL_IB_HCA"))
+    return {};
+  auto l = ib_hca_of(order, ctx);
+  if (!l.kept.empty() || l.all.empty())
+    return {};
+  return "NCCL_IB_HCA keeps " + l.all.substr(1) + " though the controller marked them "
+         "degraded: leaving them out would leave no port";
+}
 
 std::string full_worker_name(const v1::WorkerOrder& order) {
   return prefixed(order, order.worker());

@@ -66,6 +66,13 @@ struct worker_env_context {
 std::map<std::string, std::string>
 worker_environment(const v1::WorkerOrder& order, const worker_env_context& ctx);
 
+/// Issue 12: "" unless every usable RDMA port of the machine is among the
+/// order's `excluded_ib_ports`, so that NCCL_IB_HCA (of a GPU worker whose
+/// run does not set it) keeps them all the same; then the sentence that says
+/// so ("NCCL_IB_HCA keeps mlx5_0:1 though the controller marked them
+/// degraded: leaving them out would leave no port"), for the agent's log.
+std::string ib_hca_note(const v1::WorkerOrder& order, const worker_env_context& ctx);
+
 /// The worker's full name: "<namespace>.<worker>" in a workspace with a
 /// namespace, else the worker's name (ASTRAEUS_TASK_NAME).
 std::string full_worker_name(const v1::WorkerOrder& order);

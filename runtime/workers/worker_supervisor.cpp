@@ -363,6 +363,8 @@ worker_supervisor::prepare_process(const v1::WorkerOrder& order, v1::WorkerProce
   if (!code)
     return code.error();
   auto env = worker_environment(order, ctx);
+  if (auto note = ib_hca_note(order, ctx); !note.empty())
+    spdlog::warn("agent: worker {}: {}", order.worker(), note);
   env.emplace("PATH", default_path);
   env.emplace("HOME", "/root");
   process_launch what;
@@ -416,6 +418,8 @@ worker_supervisor::prepare_runc(const v1::WorkerOrder& order, v1::WorkerProcess&
   ctx.rdma_ports = rdma_ports_;
   ctx.rdma_min_gbps = options_.rdma_min_gbps;
   auto ours = worker_environment(order, ctx);
+  if (auto note = ib_hca_note(order, ctx); !note.empty())
+    spdlog::warn("agent: worker {}: {}", order.worker(), note);
   // The image's variables first; ours (and the run's) win.
   std::map<std::string, std::string> env;
   for (const auto& kv : image->env) {

@@ -302,6 +302,32 @@ TEST_F(Validation, TheNetworkSuiteMeasuresEveryPairAndTheReportShowsTheMatrix) {
   auto one = astra({"astraeus", "validate", "--suite", "network", "--machine", "gpu-01"});
   EXPECT_NE(one.rc, 0);
   EXPECT_TRUE(contains(one.err + one.out, "it needs two or more")) << one.err << one.out;
+
+  // The seed's "until then NCCL_IB_HCA can leave the port out": a gang over
+  // the three machines; gpu-03's worker is told its degraded mlx5_5 and its
+  // NCCL_IB_HCA leaves it out, the others' keep every InfiniBand rail.
+  auto run = astra({"run", "--name", "hca", "--workers", "3", "--gpus", "8", "--runtime",
+                    "process", "--outputs", "--", "sh", "-c",
+                    "echo \"hca=$NCCL_IB_HCA\" >> \"$ASTRAEUS_OUTPUTS\""});
+  ASSERT_EQ(run.rc, 0) << run.err;
+  command_result shown;
+  EXPECT_TRUE(wait_until(
+    [&] {
+      shown = astra({"run", "show", "hca"});
+      return contains(shown.out, "State:       Stopped");
+    },
+    30s, 200ms))
+    << shown.out;
+  EXPECT_TRUE(contains(shown.out, "Degraded RDMA ports (NCCL_IB_HCA)")) << shown.out;
+  EXPECT_TRUE(contains(shown.out, "gpu-03   mlx5_5:1  left out     gpu-03 mlx5_5 trained at 200"))
+    << shown.out;
+  auto j = json_of(astra({"run", "show", "hca", "-o", "json"}));
+  ASSERT_EQ(j["workers"].size(), 3u) << j.dump();
+  for (const auto& w : j["workers"]) {
+    auto hca = w["outputs"].value("hca", std::string{});
+    EXPECT_TRUE(contains(hca, "mlx5_4:1")) << w.dump();
+    EXPECT_EQ(contains(hca, "mlx5_5:1"), w["machine"] != "gpu-03") << w.dump();
+  }
 }
 
 // The run is submitted once both machines are Accepting (a machine is Up for

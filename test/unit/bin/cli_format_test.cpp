@@ -201,6 +201,31 @@ TEST(CliFormat, RunShowSaysHowADeletedRunsWorkersEnded) {
   EXPECT_TRUE(contains(text, "Stopping")) << text;
 }
 
+// Issue 12: `astra run show` names the degraded ports each worker's
+// NCCL_IB_HCA leaves out, or keeps (its machine's last ones), and why.
+TEST(CliFormat, RunShowNamesTheDegradedPortsItsWorkersNcclLeavesOut) {
+  v1::Run run;
+  run.mutable_spec()->set_name("train");
+  set_state(run, run_state::running);
+  auto* w = run.add_workers();
+  w->set_name("train-0");
+  w->set_machine("gpu-06");
+  w->add_gpu_ids("GPU-1");
+  auto* d = w->add_degraded_ib_ports();
+  d->set_port("mlx5_5:1");
+  d->set_why("gpu-06 mlx5_5 trained at 200 Gb/s, its peers at 400 Gb/s");
+  auto* k = w->add_degraded_ib_ports();
+  k->set_port("mlx5_7:1");
+  k->set_why("gpu-06 mlx5_7 trained at 200 Gb/s, its peers at 400 Gb/s");
+  k->set_kept(true);
+  auto text = cli::format_run(run, 0);
+  EXPECT_TRUE(contains(text, "\nDegraded RDMA ports (NCCL_IB_HCA)\n"
+                             "  WORKER   MACHINE  PORT      NCCL_IB_HCA")) << text;
+  EXPECT_TRUE(contains(text, "  train-0  gpu-06   mlx5_5:1  left out  ")) << text;
+  EXPECT_TRUE(contains(text, "mlx5_7:1  kept: leaving it out would leave no port  gpu-06 mlx5_7"))
+    << text;
+}
+
 TEST(CliFormat, MachineShowsCpuUseAndNumaNodes) {
   v1::MachineView m;
   auto* cpu = m.mutable_facts()->mutable_cpu();

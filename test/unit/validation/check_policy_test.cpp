@@ -17,7 +17,8 @@ TEST(CheckPolicy, EveryRowNamesItsSourceAndEveryCheckHasRules) {
     EXPECT_EQ(r.rule.find("{}"), std::string::npos) << r.rule;
     checks.insert(r.check);
   }
-  EXPECT_EQ(checks, (std::set<std::string>{"quick", "copies", "burn", "disk", "dcgm", "pair"}));
+  EXPECT_EQ(checks, (std::set<std::string>{"quick", "copies", "burn", "disk", "dcgm", "pair",
+                                           "allreduce"}));
 }
 
 TEST(CheckPolicy, TheAnchorsFiguresAreTheDefaults) {

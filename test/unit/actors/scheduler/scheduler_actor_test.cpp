@@ -465,6 +465,49 @@ TEST_F(SchedulerAssignments, OrdersCarryTheMachinesNvlinkDomain) {
   EXPECT_EQ(log2->last().workers(0).nvlink_domain(), "") << "gpu-02 is in no domain";
 }
 
+// Issue 12: a GPU worker placed on a machine with a degraded port is given
+// it; its order leaves it out of NCCL_IB_HCA unless it is kept (the
+// machine's last port); a run that sets NCCL_IB_HCA and a worker placed
+// before the list came get none.
+TEST_F(SchedulerAssignments, OrdersLeaveOutTheDegradedPortsOfTheirMachine) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-06");
+  snapshot(s, machine_of("gpu-06", 8));
+  ASSERT_EQ(submit(s, spec_of("before", 1)).state(), "Placed");
+  v1::DegradedIbPortList list;
+  auto* m = list.add_machines();
+  m->set_machine("gpu-06");
+  auto* slow = m->add_ports();
+  slow->set_port("mlx5_5:1");
+  slow->set_why("gpu-06 mlx5_5 trained at 200 Gb/s, its peers at 400 Gb/s");
+  auto* last = m->add_ports();
+  last->set_port("mlx5_7:1");
+  last->set_why("gpu-06 mlx5_7 trained at 200 Gb/s, its peers at 400 Gb/s");
+  last->set_kept(true);
+  (*self)->send(s, list);
+  run();
+  auto train = submit(s, spec_of("train", 2));
+  ASSERT_EQ(train.state(), "Placed");
+  ASSERT_EQ(train.workers(0).degraded_ib_ports_size(), 2);
+  EXPECT_EQ(train.workers(0).degraded_ib_ports(0).why(),
+            "gpu-06 mlx5_5 trained at 200 Gb/s, its peers at 400 Gb/s");
+  EXPECT_TRUE(train.workers(0).degraded_ib_ports(1).kept());
+  EXPECT_EQ(stored("train").workers(0).degraded_ib_ports_size(), 2) << "kept with the run";
+  auto own = spec_of("own", 1);
+  (*own.mutable_env())["NCCL_IB_HCA"] = "=mlx5_0:1";
+  ASSERT_EQ(submit(s, own).state(), "Placed");
+  std::map<std::string, std::vector<std::string>> excluded;
+  for (const auto& o : log->last().workers())
+    excluded[o.worker()].assign(o.excluded_ib_ports().begin(), o.excluded_ib_ports().end());
+  EXPECT_EQ(excluded, (std::map<std::string, std::vector<std::string>>{
+                        {"before-0", {}}, {"train-0", {"mlx5_5:1"}}, {"own-0", {}}}));
+  // A new list replaces the last: the port was reseated.
+  (*self)->send(s, v1::DegradedIbPortList{});
+  run();
+  ASSERT_EQ(submit(s, spec_of("after", 1)).state(), "Placed");
+  EXPECT_EQ(get(s, "after").workers(0).degraded_ib_ports_size(), 0);
+}
+
 TEST_F(SchedulerAssignments, WorkersOfADownMachineAreDownAndKeepTheirGpusUntilItIsBack) {
   auto s = spawn_scheduler();
   auto log = attach(s, "gpu-01");

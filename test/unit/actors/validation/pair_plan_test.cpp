@@ -1,7 +1,8 @@
 // Issue 12, the pairs (actors/validation/pair_plan.hpp, pair_matrix.hpp):
 // the round schedule for n = 2..16, the pair steps and their runs, the rails
-// two machines share, the judgement against the best pair, and the Cluster
-// Report's PAIRS column and matrix as `astra astraeus report` prints them.
+// two machines share, the judgement against the best pair, the Cluster
+// Report's PAIRS column and matrix as `astra astraeus report` prints them,
+// and the degraded ports NCCL_IB_HCA leaves out (ib_port_exclusions.hpp).
 
 #include "actors/validation/pair_plan.hpp"
 
@@ -10,37 +11,21 @@
 #include <gtest/gtest.h>
 
 #include "actors/validation/cluster_report.hpp"
+#include "actors/validation/ib_port_exclusions.hpp"
 #include "actors/validation/pair_matrix.hpp"
 #include "actors/validation/validation_plan.hpp"
 #include "bin/validation_format.hpp"
+#include "unit/actors/validation/fabric_fixtures.hpp"
 
 using namespace astraeus;
 using namespace astraeus::validation;
 
 namespace {
 
-const char* rail_devices[] = {"mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5",
-                              "mlx5_6", "mlx5_9", "mlx5_10", "mlx5_11"};
-
 /// A machine of pool h100 with 8 Active 400 Gb/s InfiniBand ports; `slow`
 /// names one trained at 200 Gb/s (the seed's gpu-06 mlx5_5).
 v1::MachineView machine(const std::string& name, const std::string& slow = {}) {
-  v1::MachineView m;
-  m.set_name(name);
-  m.set_state(v1::Machine::Up);
-  (*m.mutable_labels())["pool"] = "h100";
-  for (const auto* d : rail_devices) {
-    auto* p = m.mutable_facts()->add_rdma_ports();
-    p->set_device(d);
-    p->set_port(1);
-    p->set_state("ACTIVE");
-    p->set_phys_state("LinkUp");
-    p->set_link_layer("InfiniBand");
-    p->set_subnet_prefix("fe80:0000:0000:0000");
-    p->set_rate_gbps(d == slow ? 200 : 400);
-    p->set_rate(d == slow ? "200 Gb/sec (4X HDR)" : "400 Gb/sec (4X NDR)");
-  }
-  return m;
+  return test::ib_machine(name, slow);
 }
 
 v1::Validation network_of(std::vector<std::string> machines) {
@@ -254,4 +239,82 @@ What to fix (1)
   auto html = cli::format_report_html(report, "Cluster Report");
   EXPECT_NE(html.find("<table class=\"pairs\">"), std::string::npos);
   EXPECT_NE(html.find("background:hsl(120,70%,80%)"), std::string::npos) << "the best pair";
+}
+
+// Issue 12: the seed's gpu-06 mlx5_5 at 200 Gb/s and a port down while its
+// peers are up are left out of their machine's NCCL_IB_HCA; a machine every
+// port of which is degraded keeps them; a pool whose policy says no keeps
+// every port.
+TEST(IbPortExclusions, APortBelowItsPeersOrDownIsLeftOutUnlessNoneWouldBeLeft) {
+  v1::MachineList list;
+  for (auto* n : {"gpu-03", "gpu-04", "gpu-05"})
+    *list.add_machines() = machine(n);
+  *list.add_machines() = machine("gpu-06", "mlx5_5");
+  auto& down = *list.mutable_machines(2)->mutable_facts()->mutable_rdma_ports(5);  // mlx5_9
+  down.set_state("DOWN");
+  down.set_phys_state("Polling");
+  auto all_slow = machine("gpu-07");
+  for (auto& p : *all_slow.mutable_facts()->mutable_rdma_ports())
+    p.set_rate_gbps(200);
+  *list.add_machines() = all_slow;
+  auto got = ib_port_exclusions(list, {}, {});
+  ASSERT_EQ(got.machines_size(), 3) << got.ShortDebugString();
+  EXPECT_EQ(got.machines(0).machine(), "gpu-05");
+  ASSERT_EQ(got.machines(0).ports_size(), 1);
+  EXPECT_EQ(got.machines(0).ports(0).port(), "mlx5_9:1");
+  EXPECT_FALSE(got.machines(0).ports(0).kept());
+  EXPECT_EQ(got.machines(0).ports(0).why(),
+            "gpu-05 mlx5_9 is DOWN (Polling), its peers are Active: rail 9 has no link on gpu-05");
+  const auto& six = got.machines(1);
+  EXPECT_EQ(six.machine(), "gpu-06");
+  ASSERT_EQ(six.ports_size(), 1);
+  EXPECT_EQ(six.ports(0).port(), "mlx5_5:1");
+  EXPECT_EQ(six.ports(0).why(), "gpu-06 mlx5_5 trained at 200 Gb/s, its peers at 400 Gb/s: every "
+                                "collective over rail 5 runs at that pace");
+  EXPECT_FALSE(six.ports(0).kept());
+  const auto& seven = got.machines(2);
+  EXPECT_EQ(seven.machine(), "gpu-07");
+  ASSERT_EQ(seven.ports_size(), 8);
+  for (const auto& p : seven.ports())
+    EXPECT_TRUE(p.kept()) << p.port() << ": leaving all eight out would leave none";
+
+  std::map<std::string, v1::ValidationPolicy> policies;
+  policies["h100"].set_pool("h100");
+  EXPECT_EQ(ib_port_exclusions(list, {}, policies).machines_size(), 3)
+    << "a policy that does not say: on";
+  policies["h100"].set_exclude_degraded_ports(false);
+  EXPECT_EQ(ib_port_exclusions(list, {}, policies).machines_size(), 0);
+}
+
+// A device most of whose pairs fail is left out of its machine's NCCL_IB_HCA
+// (every port of it); its peers, one bad pair each, keep theirs.
+TEST(IbPortExclusions, ADeviceMostOfWhosePairsFailIsLeftOut) {
+  std::vector<v1::MachineView> ms{machine("gpu-03"), machine("gpu-04"), machine("gpu-05"),
+                                  machine("gpu-06")};
+  v1::MachineList list;
+  for (const auto& m : ms)
+    *list.add_machines() = m;
+  auto v = network_of({"gpu-03", "gpu-04", "gpu-05", "gpu-06"});
+  for (int i = 0; i < v.steps_size(); ++i) {
+    auto& s = *v.mutable_steps(i);
+    auto a = std::find_if(ms.begin(), ms.end(), [&](auto& m) { return m.name() == s.machine(); });
+    auto b = std::find_if(ms.begin(), ms.end(), [&](auto& m) { return m.name() == s.peer(); });
+    finish_pair(s, *a, *b);
+    if (s.machine() != "gpu-04" && s.peer() != "gpu-04")
+      continue;
+    for (auto& m : *s.mutable_result()->mutable_measurements())
+      if (m.name() == "write_bw" && m.gpu() == "mlx5_3") {
+        m.set_value(96.0);
+        m.set_verdict("fail");
+      }
+  }
+  latest_map latest;
+  for (const auto& s : v.steps())
+    latest[latest_key(s)] = s;
+  auto got = ib_port_exclusions(list, latest, {});
+  ASSERT_EQ(got.machines_size(), 1) << got.ShortDebugString();
+  EXPECT_EQ(got.machines(0).machine(), "gpu-04");
+  ASSERT_EQ(got.machines(0).ports_size(), 1);
+  EXPECT_EQ(got.machines(0).ports(0).port(), "mlx5_3");
+  EXPECT_EQ(got.machines(0).ports(0).why(), "gpu-04 mlx5_3: 3 of its 3 pairs on that rail fail");
 }

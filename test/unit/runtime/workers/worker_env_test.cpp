@@ -180,8 +180,14 @@ TEST(WorkerEnv, IbHcaLeavesOutThePortsTheOrderExcludes) {
   auto ctx = on_gpu09();
   ctx.rdma_ports = {port("mlx5_0", 1, "ACTIVE", 400), port("mlx5_2", 1, "ACTIVE", 200)};
   EXPECT_EQ(worker_environment(o, ctx)["NCCL_IB_HCA"], "=mlx5_0:1");
+  EXPECT_EQ(ib_hca_note(o, ctx), "") << "a port is left: nothing to say";
   o.add_excluded_ib_ports("mlx5_0");
   EXPECT_EQ(worker_environment(o, ctx)["NCCL_IB_HCA"], "=mlx5_0:1,mlx5_2:1");
+  // The agent's log says why the degraded ports are used all the same.
+  EXPECT_EQ(ib_hca_note(o, ctx), "NCCL_IB_HCA keeps mlx5_0:1,mlx5_2:1 though the controller "
+                                 "marked them degraded: leaving them out would leave no port");
+  (*o.mutable_spec()->mutable_env())["NCCL_IB_HCA"] = "=mlx5_2:1";
+  EXPECT_EQ(ib_hca_note(o, ctx), "") << "the run's own value wins: nothing was kept";
 }
 
 // One fabric: with InfiniBand rails up, the RoCE port beside them (a DGX's
