@@ -96,6 +96,23 @@ v1::WorkerStatuses worker_ledger::statuses(const std::string& machine) const {
   v1::WorkerStatuses out;
   out.set_machine(machine);
   out.set_generation(generation_);
+  // The state, pid, exit and placement of process record `p` on `w`.
+  auto take_process = [](const v1::WorkerProcess& p, v1::WorkerStatus& w) {
+    if (auto state = state_of(p)) {
+      set_state(w, *state);
+    } else {  // a word this build does not know: passed on as it is
+      w.set_state(p.state());
+      w.clear_state_code();
+    }
+    w.set_detail(p.detail());
+    w.set_pid(p.pid());
+    w.set_exit_code(p.exit_code());
+    w.set_runtime(p.runtime());
+    *w.mutable_outputs() = p.outputs();
+    w.set_cpus(p.cpus());
+    w.set_mems(p.mems());
+    *w.mutable_rdma_devices() = p.rdma_devices();
+  };
   for (const auto& [name, order] : workers_) {
     auto* w = out.add_workers();
     w->set_worker(name);
@@ -104,20 +121,19 @@ v1::WorkerStatuses worker_ledger::statuses(const std::string& machine) const {
     auto p = processes_.find(name);
     if (p == processes_.end() || is_starting(p->second))
       continue;
-    if (auto state = state_of(p->second)) {
-      set_state(*w, *state);
-    } else {  // a word this build does not know: passed on as it is
-      w->set_state(p->second.state());
-      w->clear_state_code();
-    }
-    w->set_detail(p->second.detail());
-    w->set_pid(p->second.pid());
-    w->set_exit_code(p->second.exit_code());
-    w->set_runtime(p->second.runtime());
-    *w->mutable_outputs() = p->second.outputs();
-    w->set_cpus(p->second.cpus());
-    w->set_mems(p->second.mems());
-    *w->mutable_rdma_devices() = p->second.rdma_devices();
+    take_process(p->second, *w);
+  }
+  // A worker that left the set is listed while its process record stays:
+  // Stopping through its grace, then its end until it is forgotten. The
+  // controller counts it until then (a drain is done, a machine removed,
+  // only once no worker of it is left running: issue "drain").
+  for (const auto& [name, p] : processes_) {
+    if (workers_.count(name) || is_starting(p))
+      continue;
+    auto* w = out.add_workers();
+    w->set_worker(name);
+    w->set_run(p.run());
+    take_process(p, *w);
   }
   return out;
 }

@@ -47,7 +47,10 @@ public:
   /// The workers held, by name, with the generation last applied (0 after
   /// a restart, so the controller sends its set again): `Assigned`, or the
   /// state of its process record (with its outputs once it has ended); a
-  /// record still `Starting` reads `Assigned`.
+  /// record still `Starting` reads `Assigned`. Then the workers that left
+  /// the set but whose process record is still kept (`Stopping` through
+  /// the stop grace, then their end until the supervisor forgets them), so
+  /// the controller sees them end.
   v1::WorkerStatuses statuses(const std::string& machine) const;
 
   /// The orders of the workers held, by worker name.

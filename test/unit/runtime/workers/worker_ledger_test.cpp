@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "actor_fixture.hpp"
+#include "messages/worker_state.hpp"
 #include "runtime/workers/worker_ledger.hpp"
 #include "store/store.hpp"
 
@@ -73,6 +74,36 @@ TEST(WorkerLedger, RefusesOrdersForAnotherMachineAndKeepsWhatItHolds) {
   nameless.add_workers();
   EXPECT_FALSE(ledger->apply("gpu-01", nameless));
   EXPECT_EQ(names(ledger->statuses("gpu-01")), (std::vector<std::string>{"a-0"}));
+}
+
+TEST(WorkerLedger, ListsAWorkerThatLeftTheSetUntilItsProcessRecordIsForgotten) {
+  // A drained machine's worker is stopped by leaving the set: the controller
+  // must see it Stopping through its grace and then its end, or it takes
+  // the machine for drained while the process still runs.
+  test::temp_dir dir;
+  auto store = std::shared_ptr<Store>{std::move(*Store::open(dir.path() + "/agent"))};
+  auto ledger = worker_ledger::load(store);
+  ASSERT_TRUE(ledger);
+  ASSERT_TRUE(ledger->apply("gpu-01", orders_of(1, {"long-0", "b-0"})));
+  v1::WorkerProcess p;
+  p.set_worker("long-0");
+  p.set_run("long");
+  p.set_pid(4242);
+  set_state(p, worker_state::running);
+  ASSERT_FALSE(ledger->put_process(p));
+  auto held = ledger->apply("gpu-01", orders_of(2, {"b-0"}));
+  ASSERT_TRUE(held);
+  ASSERT_EQ(names(*held), (std::vector<std::string>{"b-0", "long-0"}));
+  EXPECT_EQ(held->workers(1).run(), "long");
+  EXPECT_EQ(held->workers(1).pid(), 4242);
+  set_state(p, worker_state::stopping);
+  ASSERT_FALSE(ledger->put_process(p));
+  EXPECT_EQ(ledger->statuses("gpu-01").workers(1).state(), "Stopping");
+  set_state(p, worker_state::cancelled);
+  ASSERT_FALSE(ledger->put_process(p));
+  EXPECT_EQ(ledger->statuses("gpu-01").workers(1).state(), "Cancelled");
+  ASSERT_FALSE(ledger->erase_process("long-0"));
+  EXPECT_EQ(names(ledger->statuses("gpu-01")), (std::vector<std::string>{"b-0"}));
 }
 
 TEST(RouteSourceAddress, LoopbackRoutesFromLoopback) {
