@@ -115,6 +115,28 @@ caf::result<v1::Run> remove_run(self_ptr self, const std::string& name);
 /// `atom::complete`: the run stopped; gives back what it holds.
 void complete_run(self_ptr self, const std::string& name);
 
+// -- workers told to stop (scheduler_stopping.cpp) ---------------------------
+
+/// Ends `run` with `end` (set_run_state) and makes each of its workers that
+/// was still going `Stopping` until its agent reports it ended (a worker of
+/// a Down machine, which no agent can stop now, is `Stopped` at once).
+void end_run_workers(self_ptr self, v1::Run& run, run_state end);
+
+/// The `Stopping` workers of ended runs on `machine` take the end its agent
+/// reports in `held` (by worker name; one it no longer holds is `Stopped`).
+void settle_stopping(self_ptr self, const std::string& machine,
+                     const std::map<std::string, const v1::WorkerStatus*>& held);
+
+/// Indexes a loaded ended run whose workers were still `Stopping`.
+void index_stopping(scheduler_state& st, const v1::Run& run);
+
+/// "worker long-0 of run long (Stopping)", at most five, for a refusal to
+/// remove `machine`; empty when none is stopping there.
+std::string stopping_workers_text(const scheduler_state& st, const std::string& machine);
+
+/// A removed machine's `Stopping` workers are `Stopped`: no agent reports them now.
+void drop_stopping(self_ptr self, const std::string& machine);
+
 // -- schedule pass and group commit (scheduler_pass.cpp) ---------------------
 
 /// One pass of the queue: placed runs get their workers and are marked for
@@ -128,6 +150,12 @@ bool preempt_for_waiting(self_ptr self);
 /// Places the CPU-only runs and copies waiting, in submission order.
 void place_cpu_runs(scheduler_state& st, std::set<std::string>& touched,
                     std::vector<std::string>& started);
+
+/// "; gpu-03 is Accepting (acceptance val-… runs there), gpu-04 is
+/// cordoned": the machines with every label of `labels` (but the
+/// scheduler's Accepting one) that take no new user work, and why, at most
+/// three then "and N more" (scheduler_blockers.cpp); empty when none.
+std::string cpu_blockers(const scheduler_state& st, const label_map& labels);
 
 /// The worker set of `machine`: every worker of a live run placed there.
 v1::WorkerOrders orders_for(scheduler_state& st, const std::string& machine);

@@ -165,6 +165,7 @@ void apply_snapshot(self_ptr self, v1::SchedulerMachine& m) {
   auto& facts = st.machine_facts_by_name[m.name()];
   facts.address = m.address();
   facts.schedulable = m.schedulable() && !m.down();
+  facts.why_not = m.not_schedulable();
   facts.labels.clear();
   for (const auto& [k, v] : m.labels())
     facts.labels[k] = v;
@@ -209,12 +210,14 @@ void apply_worker_statuses(self_ptr self, v1::WorkerStatuses& statuses) {
         mark(self, r->first);
       }
   }
-  auto on = st.runs_on.find(machine);
-  if (on == st.runs_on.end())
-    return;
   std::map<std::string, const v1::WorkerStatus*> held;
   for (const auto& w : statuses.workers())
     held[w.worker()] = &w;
+  // Workers of ended runs that its agent was stopping.
+  settle_stopping(self, machine, held);
+  auto on = st.runs_on.find(machine);
+  if (on == st.runs_on.end())
+    return;
   std::vector<std::pair<std::string, std::string>> lost;
   std::vector<std::string> touched;
   std::vector<std::pair<std::string, int32_t>> newly_ended;
@@ -302,6 +305,10 @@ void apply_worker_statuses(self_ptr self, v1::WorkerStatuses& statuses) {
     auto& run = st.runs[run_name];
     auto why = "worker " + worker + " was lost: machine " + machine
                + " no longer holds it";
+    // Its agent has nothing to stop: Failed, not Stopping.
+    for (auto& w : *run.mutable_workers())
+      if (w.name() == worker && w.machine() == machine)
+        set_state(w, worker_state::failed);
     spdlog::warn("scheduler: run {} failed: {}", run_name, why);
     finish_run(self, run, run_state::failed, why);
   }
@@ -340,6 +347,16 @@ caf::error forget_machine(self_ptr self, const std::string& name) {
                              "; stop them first (astra delete RUN) or drain it "
                              "(astra drain " + name + ")");
   }
+  // Workers its agent still stops: a drained machine's in their stop grace.
+  // A Down machine's agent cannot report them: they are Stopped with it.
+  auto facts = st.machine_facts_by_name.find(name);
+  bool down = facts != st.machine_facts_by_name.end() && facts->second.down;
+  if (auto stopping = stopping_workers_text(st, name); !stopping.empty() && !down)
+    return caf::make_error(ec::invalid_request,
+                           "machine " + name + " still has workers its agent is stopping ("
+                             + stopping + "); it can be removed once its agent reports "
+                             "them ended (at most the stop grace, then SIGKILL)");
+  drop_stopping(self, name);
   if (auto id = st.index->find_machine(name))
     if (auto err = st.index->remove_machine(*id))
       return err;

@@ -48,6 +48,7 @@ caf::error load_runs(self_ptr self) {
         w.set_name(worker_name(key, w.array_index(), w.rank()));
     }
     if (has_ended(state_of(run))) {
+      index_stopping(st, run);
       st.runs.emplace(key, std::move(run));
       continue;
     }

@@ -192,7 +192,7 @@ void finish_run(self_ptr self, v1::Run& run, run_state state,
                 const std::string& why) {
   auto& st = self->state;
   release_run(st, run);
-  set_run_state(run, state);
+  end_run_workers(self, run, state);
   run.set_waiting_reason(why);
   index_run(self, run);
   mark(self, run.spec().name());
