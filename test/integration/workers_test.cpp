@@ -928,7 +928,10 @@ TEST_F(Workers, ADrainIsDoneOnlyOnceItsAgentReportsAWorkerInItsGraceEnded) {
   EXPECT_FALSE(drained());
   auto early = astra({"machine", "remove", "gpu-09"});
   EXPECT_EQ(early.rc, 1) << "removed while its worker still runs";
-  EXPECT_TRUE(contains(early.err, "machine gpu-09 is Up and still draining")) << early.err;
+  EXPECT_TRUE(contains(early.err, "machine gpu-09 is Up and still draining (long-0 of run long "
+                                  "is Stopping): it can be removed once its agent reports them "
+                                  "ended"))
+    << early.err;
   // SIGKILL at the grace; then drained, and only then removed.
   ASSERT_TRUE(wait_until([&] { return !process_alive(pid, 0); }, 10s, 20ms));
   EXPECT_GE(seconds_since(t0), 1.5) << "killed before its 2 s grace";
