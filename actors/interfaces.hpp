@@ -193,6 +193,10 @@ using machine_actor = caf::typed_actor<
   // An acceptance is stored with sync before the answer; fails with
   // ec::store_failure when the write fails.
   caf::replies_to<atom::accept, bool, bool, std::string>::with<v1::MachineView>,
+  // From the validations: an acceptance that ran here ended without passing
+  // it (failed, or cancelled); while Accepting, the machine's waiting
+  // reasons say so and what to do, not that it runs. Never fails.
+  caf::reacts_to<atom::accept, v1::Validation>,
   // Issue 20, from the cluster: a request about this machine: its body
   // `set_data_location` (`astra machine data-location NAME PATH`, admins):
   // the data location an admin chose, which wins over the installer's;

@@ -26,6 +26,7 @@
 #include "messages/gpu_read.hpp"
 #include "runtime/process/wall_clock.hpp"
 #include "messages/type_ids.hpp"
+#include "messages/worker_state.hpp"
 #include "runtime/gate/frame_codec.hpp"
 #include "runtime/process/private_file.hpp"
 #include "store/store.hpp"
@@ -457,6 +458,11 @@ void on_clear_fault(agent_ptr self, const v1::ClearFaultCommand& cmd) {
 void on_worker_orders(agent_ptr self, v1::WorkerOrders& part) {
   auto& st = self->state;
   const auto& name = st.config.identity.name;
+  if (st.refused_for_good) {
+    spdlog::warn("agent {}: worker orders ignored: the controller refused this agent for good",
+                 name);
+    return;
+  }
   v1::WorkerOrders orders;
   if (part.parts() > 1) {
     if (part.part() >= part.parts() || part.parts() > 4096) {
@@ -539,6 +545,29 @@ void latch_hand_over_failures(agent_ptr self) {
   request_latch_sync(self);
 }
 
+/// Whether a worker of this machine may still have a process: a record
+/// not ended (or still `Starting`), or a start in flight.
+bool workers_left(const agent_state& st) {
+  if (!st.supervisor || !st.workers)
+    return false;
+  if (st.supervisor->starts_pending())
+    return true;
+  for (const auto& [name, p] : st.workers->processes())
+    if (auto s = state_of(p); !s || !worker_ended(*s))
+      return true;
+  return false;
+}
+
+/// A refused agent gives up (`on_final_refusal`) once no worker is left.
+void finish_retiring(agent_ptr self) {
+  auto& st = self->state;
+  if (!st.refused_for_good || st.refusal_told || workers_left(st))
+    return;
+  st.refusal_told = true;
+  if (st.config.on_final_refusal)
+    st.config.on_final_refusal(*st.refused_for_good);
+}
+
 /// Checks the workers and reports a change at once.
 void supervise_now(agent_ptr self) {
   auto& st = self->state;
@@ -552,6 +581,38 @@ void supervise_now(agent_ptr self) {
     send_frame(self, frame);
   }
   latch_hand_over_failures(self);
+  finish_retiring(self);
+}
+
+/// The controller refused this agent for good (its machine was removed):
+/// its workers leave the ledger, so the supervisor stops them (stop
+/// signal, then SIGKILL after the grace) on this and the next checks; the
+/// agent gives up only once they have ended (finish_retiring).
+void retire(agent_ptr self, const std::string& reason) {
+  auto& st = self->state;
+  const auto& name = st.config.identity.name;
+  if (!st.refused_for_good) {
+    st.refused_for_good = reason;
+    if (st.workers && st.supervisor && !st.workers->workers().empty()) {
+      spdlog::warn("agent {}: stopping its {} worker(s) before it gives up: the controller "
+                   "no longer holds them",
+                   name, st.workers->workers().size());
+      v1::WorkerOrders none;
+      none.set_machine(name);
+      if (auto held = st.workers->apply(name, none); !held)
+        spdlog::error("agent {}: cannot let its workers go ({}); they keep running",
+                      name, render_error(held.error()));
+    }
+  }
+  supervise_now(self);
+  // A ledger that cannot let them go leaves nothing here to stop them: the
+  // agent gives up now rather than never.
+  if (st.workers && st.supervisor && !st.workers->workers().empty() && !st.refusal_told) {
+    st.refusal_told = true;
+    if (st.config.on_final_refusal)
+      st.config.on_final_refusal(reason);
+  }
+  finish_retiring(self);
 }
 
 /// The supervisor's timer.
@@ -750,8 +811,8 @@ void on_frame(agent_ptr self, v1::Frame& frame) {
     case v1::Frame::kRefusal:
       spdlog::error("agent {}: the controller refused this agent: {}", name,
                     frame.refusal().reason());
-      if (refusal_is_final(frame.refusal().code()) && st.config.on_final_refusal)
-        st.config.on_final_refusal(frame.refusal().reason());
+      if (refusal_is_final(frame.refusal().code()))
+        retire(self, frame.refusal().reason());
       // Keep trying slowly: an admin may fix the cause on the controller.
       st.backoff = st.config.reconnect_max;
       drop_connection(self, "refused");

@@ -201,6 +201,13 @@ struct agent_state {
   std::string fabric_how;
   caf::actor_clock::time_point fabric_probed{};
   bool fabric_probing = false;
+  /// The controller refused this agent for good (`refusal_is_final`: its
+  /// machine was removed, its token spent), with the refusal's reason: no
+  /// one holds its workers any more, so they are stopped (stop signal,
+  /// grace, SIGKILL) and no orders are taken; `on_final_refusal` runs once
+  /// none of them is left (`refusal_told`), never leaving processes behind.
+  std::optional<std::string> refused_for_good;
+  bool refusal_told = false;
 };
 
 /// How often the agent asks `iblinkinfo` where its InfiniBand ports are

@@ -14,6 +14,7 @@
 
 #include "messages/error.hpp"
 #include "messages/run_state.hpp"
+#include "messages/worker_state.hpp"
 #include "runtime/process/wall_clock.hpp"
 #include "store/store.hpp"
 
@@ -56,6 +57,21 @@ v1::Response finish_removal(cluster_ptr self, const cluster_request& r, const st
   return out;
 }
 
+/// " (long-0 of run long is Stopping)": the workers on `machine` that have
+/// not ended, as the scheduler's runs list them (five at most); "" when none.
+std::string live_workers_text(const v1::RunList& runs, const std::string& machine) {
+  std::string out;
+  size_t n = 0;
+  for (const auto& run : runs.runs())
+    for (const auto& w : run.workers())
+      if (w.machine() == machine && !worker_ended(state_of(w)) && n++ < 5)
+        out += (out.empty() ? "" : ", ") + w.name() + " of run " + run.spec().name() + " is "
+               + to_string(state_of(w));
+  if (n > 5)
+    out += " and " + std::to_string(n - 5) + " more";
+  return out.empty() ? out : " (" + out + ")";
+}
+
 } // namespace
 
 caf::result<v1::Response> remove_machine(const cluster_request& r) {
@@ -87,18 +103,35 @@ caf::result<v1::Response> remove_machine(const cluster_request& r) {
       [self, rp, name, later, timeout](v1::MachineView& view) mutable {
         auto cr = later();
         bool down = view.state() == v1::Machine::Down;
+        auto sched = self->state.config.scheduler;
         if (!down && !view.drained()) {
-          auto err = caf::make_error(
-            ec::invalid_request,
-            "machine " + name + " is " + v1::Machine::State_Name(view.state())
-              + (view.drain_deadline_unix_ms() != 0 ? " and still draining" : "")
-              + ": only a Down machine or a drained one is removed (astra drain " + name
-              + " first)");
-          cr.audit(name, "refused: " + render_error(err));
-          rp.deliver(cr.error(err));
+          auto refuse = [rp, later, name, view](const std::string& workers) mutable {
+            auto err = caf::make_error(
+              ec::invalid_request,
+              "machine " + name + " is " + v1::Machine::State_Name(view.state())
+                + (view.drain_deadline_unix_ms() != 0
+                     ? " and still draining" + workers
+                         + ": it can be removed once its agent reports "
+                         + (workers.empty() ? "its workers" : "them")
+                         + " ended (astra machine " + name + " then says drained)"
+                     : ": only a Down machine or a drained one is removed (astra drain "
+                         + name + " first)"));
+            auto cr = later();
+            cr.audit(name, "refused: " + render_error(err));
+            rp.deliver(cr.error(err));
+          };
+          if (!sched || view.drain_deadline_unix_ms() == 0) {
+            refuse("");
+            return;
+          }
+          // Draining: the refusal names the workers it waits for.
+          self->request(sched, timeout, atom::runs_v)
+            .then([refuse, name](v1::RunList& runs) mutable {
+                    refuse(live_workers_text(runs, name));
+                  },
+                  [refuse](caf::error&) mutable { refuse(""); });
           return;
         }
-        auto sched = self->state.config.scheduler;
         if (!sched) {
           rp.deliver(finish_removal(self, cr, name, std::move(view)));
           return;

@@ -13,6 +13,7 @@
 #include "actors/controller/gpu_history_book.hpp"
 #include "actors/controller/machine_inventory.hpp"
 #include "actors/scheduler/placement.hpp"
+#include "actors/validation/validation_plan.hpp"
 #include "messages/error.hpp"
 #include "messages/gpu_health_state.hpp"
 #include "messages/gpu_read.hpp"
@@ -169,9 +170,16 @@ std::string machine_state::not_schedulable_why() const {
     return "is under memory pressure";
   if (pressure.disk)
     return "is under disk pressure";
-  if (shown == v1::Machine::Accepting)
-    return acceptance_id.empty() ? std::string{"is Accepting (until it passes acceptance)"}
-                                 : "is Accepting (acceptance " + acceptance_id + " runs there)";
+  if (shown == v1::Machine::Accepting) {
+    if (acceptance_id.empty())
+      return "is Accepting (until it passes acceptance)";
+    if (acceptance_ended.empty())
+      return "is Accepting (acceptance " + acceptance_id + " runs there)";
+    return "is Accepting (acceptance " + acceptance_id + " " + acceptance_ended
+           + ": see astra astraeus validation " + acceptance_id
+           + "; astra astraeus accept " + config.record.name()
+           + " --reason R accepts it anyway)";
+  }
   return {};
 }
 
@@ -662,8 +670,10 @@ caf::result<v1::MachineView> set_acceptance(machine_ptr self, bool required, boo
   auto& st = self->state;
   auto& rec = st.config.record;
   auto before = st.shown_state();
-  if (!accepted && !reason.empty())
+  if (!accepted && !reason.empty()) {
     st.acceptance_id = reason;
+    st.acceptance_ended.clear();
+  }
   if (accepted && (!rec.accepted() || rec.accepted_reason() != reason)) {
     auto old = rec;
     rec.set_accepted(accepted);
@@ -682,6 +692,18 @@ caf::result<v1::MachineView> set_acceptance(machine_ptr self, bool required, boo
   }
   tell_scheduler(self);
   return st.view();
+}
+
+/// An acceptance that ran here ended without passing it: waiting reasons say
+/// how it ended and what to do, no longer that it runs.
+void on_acceptance_ended(machine_ptr self, const v1::Validation& v) {
+  auto& st = self->state;
+  st.acceptance_id = v.id();
+  st.acceptance_ended = validation::machine_verdict(v, name_of(self)) == "fail"
+                          ? std::string{"failed"}
+                          : "ended " + v.state() + " without passing";
+  spdlog::info("machine {}: acceptance {} {}", name_of(self), v.id(), st.acceptance_ended);
+  tell_scheduler(self);
 }
 
 /// Issue 20: `astra machine data-location NAME PATH` (machines.md, "Where a
@@ -988,6 +1010,7 @@ machine(machine_actor::stateful_pointer<machine_state> self,
            std::string& reason) -> caf::result<v1::MachineView> {
       return set_acceptance(self, required, accepted, reason);
     },
+    [self](atom::accept, v1::Validation& v) { on_acceptance_ended(self, v); },
     [self](const v1::Request& req) -> caf::result<v1::MachineView> {
       return set_data_location(self, req);
     },

@@ -125,6 +125,9 @@ struct machine_state {
   /// The acceptance validation that runs here while Accepting
   /// ("val-20261006-7f3a2c"; "" = none told yet), named in waiting reasons.
   std::string acceptance_id;
+  /// How that acceptance ended without passing here ("failed", "ended
+  /// Cancelled"); "" while it runs (or none was told).
+  std::string acceptance_ended;
   /// Required and not accepted: shown Accepting; only checks go there.
   bool accepting() const;
   /// Only its cordon keeps it from new work (Up, its agent connected, not
@@ -150,7 +153,9 @@ struct machine_state {
   /// ("is cordoned", "is in Maintenance", "is Down", "is draining", "is
   /// under memory pressure"); empty when it does (issue 13, item 5). An
   /// Accepting machine takes checks only: "is Accepting (acceptance val-…
-  /// runs there)" although it stays schedulable for the checks (issue 21).
+  /// runs there)" although it stays schedulable for the checks (issue 21);
+  /// once that acceptance failed, "is Accepting (acceptance val-… failed:
+  /// see astra astraeus validation val-…)" with how to accept it anyway.
   std::string not_schedulable_why() const;
   /// The machine as `astra machine` shows it.
   v1::MachineView view() const;

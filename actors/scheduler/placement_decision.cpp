@@ -84,16 +84,18 @@ std::optional<waiting_reason> never_placed(const selector_rec& sel, const shape&
     if (sel.label_text.count("astraeus.io/rdma"))
       return waiting_for(waiting_code::no_machine,
                          "waiting: needs RDMA; no machine" + where + " has an RDMA port up");
+    // Machines that only their acceptance (or cordon) keeps from it (issue
+    // 21): named, whatever else the run asks; never "the cluster has no
+    // machines" while it has them.
+    if (std::string named = blockers(k, sh.gmax); !named.empty())
+      return waiting_for(waiting_code::none_schedulable,
+                         "waiting: needs " + gpus_text(sh.gmax, false) +
+                           (gang ? " per worker" : "") + where + named);
     // A run pinned to one machine (a validation's check) whose machine the
     // cluster no longer has: not "the cluster has no machines".
     auto pinned = sel.label_text.find("astraeus.io/machine");
     if (!asked && pinned == sel.label_text.end())
       return waiting_for(waiting_code::no_machine, now + "the cluster has no machines");
-    // Machines that only their acceptance keeps from it (issue 21).
-    if (std::string named = blockers(k, sh.gmax); !named.empty())
-      return waiting_for(waiting_code::none_schedulable,
-                         "waiting: needs " + gpus_text(sh.gmax, false) +
-                           (gang ? " per worker" : "") + where + named);
     if (pinned != sel.label_text.end())
       return waiting_for(waiting_code::no_machine,
                          now + "machine " + pinned->second + " is not in the cluster");

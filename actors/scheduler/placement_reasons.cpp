@@ -45,6 +45,25 @@ std::string gpus_word(unsigned n) {
   return std::to_string(n) + (n == 1 ? " GPU" : " GPUs");
 }
 
+/// "has 6 free and 2 GPUs fenced": `free` GPUs and the free GPUs of `m`
+/// that are not usable, in the seeds' words (shared/seeds/gpus.md): Faulty
+/// ones "fenced", Foreign ones "held outside Astraeus" ("Used outside
+/// Astraeus"); "has 5 free, 1 GPU fenced and 2 GPUs held outside Astraeus"
+/// with both.
+std::string free_and_unusable(const machine_rec& m, unsigned free) {
+  unsigned foreign = 0, faulty = 0;
+  const gpu_mask unusable = m.free_fenced();
+  for (size_t slot = 0; slot < m.gpus.size(); ++slot)
+    if (unusable & (gpu_mask{1} << slot))
+      ++(m.gpus[slot].health == gpu_health::foreign ? foreign : faulty);
+  std::string out = "has " + std::to_string(free) + " free";
+  if (faulty > 0)
+    out += (foreign > 0 ? ", " : " and ") + gpus_word(faulty) + " fenced";
+  if (foreign > 0)
+    out += " and " + gpus_word(foreign) + " held outside Astraeus";
+  return out;
+}
+
 } // namespace
 
 void placement_index::state::note_blocked(machine_id id) {
@@ -96,11 +115,10 @@ std::string placement_index::state::blockers(const selector_rec& sel, unsigned k
       what = m.name + " has " + std::to_string(free) + " free but " +
              (m.why_not.empty() ? std::string{"is not taking new work"} : m.why_not);
     else if (!m.schedulable && free + fenced >= need)
-      what = m.name + " has " + std::to_string(free) + " free and " + gpus_word(fenced) +
-             " fenced, and " + (m.why_not.empty() ? std::string{"takes no new work"} : m.why_not);
+      what = m.name + " " + free_and_unusable(m, free) + ", and " +
+             (m.why_not.empty() ? std::string{"takes no new work"} : m.why_not);
     else if (m.schedulable && free < need && free + fenced >= need)
-      what = m.name + " has " + std::to_string(free) + " free and " + gpus_word(fenced) +
-             " fenced";
+      what = m.name + " " + free_and_unusable(m, free);
     if (what.empty())
       continue;
     if (++count <= name_at_most)
@@ -108,7 +126,7 @@ std::string placement_index::state::blockers(const selector_rec& sel, unsigned k
   }
   if (named.empty())
     return more ? "; more than " + std::to_string(look_at_most) +
-                    " machines take no new work or have GPUs fenced"
+                    " machines take no new work or have GPUs fenced or held outside Astraeus"
                 : std::string{};
   if (count > name_at_most)
     named += " and " + std::to_string(count - name_at_most) + (more ? " or more" : " more");

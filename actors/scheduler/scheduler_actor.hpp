@@ -175,6 +175,9 @@ struct scheduler_state {
     std::string address;
     bool down = false;
     bool schedulable = false;
+    /// Why it takes no new work ("is cordoned", "is Accepting (…)"), as its
+    /// machine actor says it; named in CPU-only runs' waiting reasons.
+    std::string why_not;
     std::map<std::string, std::string> labels;
     uint32_t logical_cpus = 0;
     uint64_t memory_bytes = 0;
@@ -187,8 +190,9 @@ struct scheduler_state {
   std::unordered_map<std::string, machine_facts> machine_facts_by_name;
   /// Live runs (placed, not stopped) with a worker on each machine.
   std::unordered_map<std::string, std::unordered_set<std::string>> runs_on;
-  /// Deleted runs (keys) with a worker still Stopping on each machine
-  /// (issue 23 item 6): forgotten once none is.
+  /// Runs (keys) with a worker still `Stopping` on each machine: told to
+  /// stop (deleted, drained, stopped, failed), not yet reported ended by its
+  /// agent (settle_stopping).
   std::unordered_map<std::string, std::unordered_set<std::string>> stopping_on;
   /// Generation of the worker set last sent to each machine.
   std::map<std::string, uint64_t> generation;

@@ -120,14 +120,14 @@ std::string stopping_workers(const v1::Run& run);
 /// Forgets run `key` (erased from the store with the next flush).
 void forget_run(self_ptr self, const std::string& key);
 
-/// Issue 23 item 6: the Stopping workers of deleted runs on `machine` take
-/// the end its agent reports in `statuses` (state, exit code, words), or
-/// Stopped when it no longer holds them or when `statuses` is null (the
-/// machine is Down or removed: they are not waited for). A deleted run
-/// with no worker Stopping any more is forgotten
-/// `scheduler_config::deleted_run_retention` later (`arm_forget`).
-void settle_deleted(self_ptr self, const std::string& machine,
-                    const v1::WorkerStatuses* statuses);
+/// The Stopping workers on `machine` (of runs deleted, issue 23 item 6, or
+/// ended by a drain, a stop, a failure) take the end its agent reports in
+/// `statuses` (state, exit code, words), or Stopped when it no longer holds
+/// them or when `statuses` is null (the machine is Down or removed: they are
+/// not waited for). A deleted run with no worker Stopping any more is
+/// forgotten `scheduler_config::deleted_run_retention` later (`arm_forget`).
+void settle_stopping(self_ptr self, const std::string& machine,
+                     const v1::WorkerStatuses* statuses);
 
 /// Forgets deleted run `key` after `deleted_run_retention` (an
 /// `atom::expire` to itself), unless a new run took its name meanwhile.
@@ -142,13 +142,27 @@ caf::result<v1::Run> submit_run(self_ptr self, v1::RunSpec& spec);
 /// `atom::remove` of the run reference `ref`: releases what the run holds,
 /// then a pass; answered with its last state after the group commit. A run
 /// with workers still going on (on machines attached and not Down) is kept
-/// as `deleted`, those workers Stopping (`settle_deleted`); any other is
+/// as `deleted`, those workers Stopping (`settle_stopping`); any other is
 /// forgotten at once. Errors: `find_run`'s; ec::invalid_request "run X is
 /// already stopping: ..." for a run deleted before.
 caf::result<v1::Run> remove_run(self_ptr self, const std::string& ref);
 
 /// `atom::complete`: the run stopped; gives back what it holds.
 void complete_run(self_ptr self, const std::string& name);
+
+// -- workers told to stop (scheduler_stopping.cpp) ---------------------------
+
+/// Ends `run` with `end` (set_run_state) and makes each of its workers that
+/// was still going `Stopping` until its agent reports it ended (a worker of
+/// a Down machine, which no agent can stop now, is `Stopped` at once).
+void end_run_workers(self_ptr self, v1::Run& run, run_state end);
+
+/// Indexes a loaded ended run whose workers were still `Stopping`.
+void index_stopping(scheduler_state& st, const v1::Run& run);
+
+/// "worker long-0 of run long (Stopping)", at most five, for a refusal to
+/// remove `machine`; empty when none is stopping there.
+std::string stopping_workers_text(const scheduler_state& st, const std::string& machine);
 
 // -- schedule pass and group commit (scheduler_pass.cpp) ---------------------
 
@@ -163,6 +177,12 @@ bool preempt_for_waiting(self_ptr self);
 /// Places the CPU-only runs and copies waiting, in submission order.
 void place_cpu_runs(scheduler_state& st, std::set<std::string>& touched,
                     std::vector<std::string>& started);
+
+/// "; gpu-03 is Accepting (acceptance val-… runs there), gpu-04 is
+/// cordoned": the machines with every label of `labels` (but the
+/// scheduler's Accepting one) that take no new user work, and why, at most
+/// three then "and N more" (scheduler_blockers.cpp); empty when none.
+std::string cpu_blockers(const scheduler_state& st, const label_map& labels);
 
 /// The worker set of `machine`: every worker of a live run placed there.
 v1::WorkerOrders orders_for(scheduler_state& st, const std::string& machine);

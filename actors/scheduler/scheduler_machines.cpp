@@ -185,14 +185,15 @@ void apply_snapshot(self_ptr self, v1::SchedulerMachine& m) {
   auto& facts = st.machine_facts_by_name[m.name()];
   facts.address = m.address();
   facts.schedulable = m.schedulable() && !m.down();
+  facts.why_not = m.not_schedulable();
   facts.labels.clear();
   for (const auto& [k, v] : m.labels())
     facts.labels[k] = v;
   facts.logical_cpus = m.logical_cpus();
   facts.memory_bytes = m.memory_bytes();
   if (m.down() && !facts.down) {
-    // Deleted runs' workers there are not waited for (issue 23 item 6).
-    settle_deleted(self, m.name(), nullptr);
+    // Stopping workers there are not waited for (issue 23 item 6).
+    settle_stopping(self, m.name(), nullptr);
     // Its workers are Down and keep their GPUs until it is back.
     if (auto on = st.runs_on.find(m.name()); on != st.runs_on.end())
       for (const auto& run_name : on->second) {
@@ -213,8 +214,9 @@ void apply_snapshot(self_ptr self, v1::SchedulerMachine& m) {
 void apply_worker_statuses(self_ptr self, v1::WorkerStatuses& statuses) {
   auto& st = self->state;
   const auto& machine = statuses.machine();
-  // Deleted runs' workers stopping here: how they ended (issue 23 item 6).
-  settle_deleted(self, machine, &statuses);
+  // Workers of ended or deleted runs that its agent was stopping: how they
+  // ended (issue 23 item 6; a drain is done only once none is left).
+  settle_stopping(self, machine, &statuses);
   // Outputs of a worker stopped with its run or its copy (a time limit,
   // a failed gang) come after that ended: kept on the worker all the same.
   for (const auto& w : statuses.workers()) {
@@ -233,12 +235,12 @@ void apply_worker_statuses(self_ptr self, v1::WorkerStatuses& statuses) {
         mark(self, r->first);
       }
   }
-  auto on = st.runs_on.find(machine);
-  if (on == st.runs_on.end())
-    return;
   std::map<std::string, const v1::WorkerStatus*> held;
   for (const auto& w : statuses.workers())
     held[w.worker()] = &w;
+  auto on = st.runs_on.find(machine);
+  if (on == st.runs_on.end())
+    return;
   std::vector<std::pair<std::string, std::string>> lost;
   std::vector<std::string> touched;
   std::vector<std::pair<std::string, int32_t>> newly_ended;
@@ -331,6 +333,10 @@ void apply_worker_statuses(self_ptr self, v1::WorkerStatuses& statuses) {
     auto& run = st.runs[run_name];
     auto why = "worker " + worker + " was lost: machine " + machine
                + " no longer holds it";
+    // Its agent has nothing to stop: Failed, not Stopping.
+    for (auto& w : *run.mutable_workers())
+      if (w.name() == worker && w.machine() == machine)
+        set_state(w, worker_state::failed);
     spdlog::warn("scheduler: run {} failed: {}", run_name, why);
     finish_run(self, run, run_state::failed, why);
   }
@@ -369,6 +375,15 @@ caf::error forget_machine(self_ptr self, const std::string& name) {
                              "; stop them first (astra delete RUN) or drain it "
                              "(astra drain " + name + ")");
   }
+  // Workers its agent still stops: a drained machine's in their stop grace.
+  // A Down machine's agent cannot report them: they are Stopped with it.
+  auto facts = st.machine_facts_by_name.find(name);
+  bool down = facts != st.machine_facts_by_name.end() && facts->second.down;
+  if (auto stopping = stopping_workers_text(st, name); !stopping.empty() && !down)
+    return caf::make_error(ec::invalid_request,
+                           "machine " + name + " still has workers its agent is stopping ("
+                             + stopping + "); it can be removed once its agent reports "
+                             "them ended (at most the stop grace, then SIGKILL)");
   if (auto id = st.index->find_machine(name))
     if (auto err = st.index->remove_machine(*id))
       return err;
@@ -376,7 +391,7 @@ caf::error forget_machine(self_ptr self, const std::string& name) {
     st.removed_senders.insert(caf::actor_cast<caf::actor_addr>(h->second));
     st.machines.erase(h);
   }
-  settle_deleted(self, name, nullptr);
+  settle_stopping(self, name, nullptr);
   auto touched = st.claims.update(name, {});
   st.snapshots.erase(name);
   st.machine_facts_by_name.erase(name);

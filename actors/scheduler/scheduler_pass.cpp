@@ -124,6 +124,7 @@ void place_cpu_runs(scheduler_state& st, std::set<std::string>& touched,
           ? "waiting: needs RDMA; no machine" + labels + " has an RDMA port up"
         : candidates == 0
           ? "waiting: no machine" + labels + " takes new work"
+              + cpu_blockers(st, req.required_labels)
           : "waiting: needs " + std::to_string(total) + " CPU-only worker(s) of " + each
               + " on " + (labels.empty() ? "any machine" : "machines" + labels)
               + "; only " + std::to_string(where.size()) + " fit now";

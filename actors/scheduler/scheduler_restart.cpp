@@ -73,6 +73,7 @@ caf::error load_runs(self_ptr self) {
       }
     }
     if (has_ended(state_of(run))) {
+      index_stopping(st, run);
       st.runs.emplace(key, std::move(run));
       continue;
     }

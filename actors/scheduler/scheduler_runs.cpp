@@ -193,7 +193,7 @@ void finish_run(self_ptr self, v1::Run& run, run_state state,
                 const std::string& why) {
   auto& st = self->state;
   release_run(st, run);
-  set_run_state(run, state);
+  end_run_workers(self, run, state);
   run.set_waiting_reason(why);
   index_run(self, run);
   mark(self, run_key(run.spec()));
@@ -457,8 +457,8 @@ void arm_forget(self_ptr self, const std::string& key) {
                      static_cast<int64_t>(r->second.submitted_unix_ms()));
 }
 
-void settle_deleted(self_ptr self, const std::string& machine,
-                    const v1::WorkerStatuses* statuses) {
+void settle_stopping(self_ptr self, const std::string& machine,
+                     const v1::WorkerStatuses* statuses) {
   auto& st = self->state;
   auto on = st.stopping_on.find(machine);
   if (on == st.stopping_on.end())
@@ -499,8 +499,9 @@ void settle_deleted(self_ptr self, const std::string& machine,
     }
     if (!changed)
       continue;
-    spdlog::info("scheduler: deleted run {}: its workers on {} have ended", key, machine);
-    if (stopping_workers(run).empty()) {
+    spdlog::info("scheduler: {}run {}: its workers on {} have ended",
+                 run.deleted() ? "deleted " : "", key, machine);
+    if (run.deleted() && stopping_workers(run).empty()) {
       run.set_waiting_reason("deleted");
       arm_forget(self, key);
     }

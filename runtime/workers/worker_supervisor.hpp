@@ -196,6 +196,11 @@ public:
   /// The options.
   const supervisor_options& options() const { return options_; }
 
+  /// Whether a worker's start is in flight or back from the offload but not
+  /// yet recorded in the ledger (the next `reconcile` records it): its
+  /// process may exist although the ledger has no record of it yet.
+  bool starts_pending() const { return !starting_.empty() || !started_.empty(); }
+
 private:
   v1::WorkerProcess start(const v1::WorkerOrder& order, int64_t now_ms, int64_t boot_ms);
   /// What to launch for `order`, everything prepared (image, bundle, CDI).

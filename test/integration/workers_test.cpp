@@ -252,6 +252,20 @@ protected:
     return layout;
   }
 
+  /// Runs `name`: one worker (1 GPU) whose shell ignores SIGTERM, as the
+  /// trial's `trap "" TERM; sleep 300`. Its pid once it runs; 0 (the test
+  /// failed) when it did not.
+  pid_t run_ignoring_sigterm(const std::string& name) {
+    auto pids = dir_ / ("pids-" + name);
+    pid_files_.push_back(pids);
+    auto script = "trap '' TERM; echo $$ >> " + pids.string() + "; while :; do sleep 1; done";
+    if (astra({"run", "--name", name, "--gpus", "1", "--", "sh", "-c", script}).rc != 0
+        || !wait_until([&] { return pids_in(pids).size() == 1; }, 10s)
+        || !wait_run(name, "Running"))
+      return 0;
+    return pids_in(pids).at(0);
+  }
+
   /// Sends the agent SIGTERM; the seconds it took to exit, or -1 when it
   /// was still running 10 s later (issue 23 item 7 asks for 5 s).
   double sigterm_agent() {
@@ -893,4 +907,63 @@ TEST_F(Workers, AHandOverMissingARequiredNodeFailsTheWorkerAndFencesItsGpu) {
     10s);
   ASSERT_TRUE(faulty) << astra({"gpus"}).out;
   EXPECT_TRUE(contains(fenced.dump(), "hand-over failing: /dev/nvidia3 missing")) << fenced.dump(2);
+}
+
+// The trial's drain (README, "Day two"): a worker that ignores SIGTERM is
+// Stopping through its 2 s stop grace; the machine is drained, and can be
+// removed, only once its agent reports the worker ended (SIGKILLed).
+TEST_F(Workers, ADrainIsDoneOnlyOnceItsAgentReportsAWorkerInItsGraceEnded) {
+  ASSERT_TRUE(start_cluster("process"));
+  const auto pid = run_ignoring_sigterm("long");
+  ASSERT_NE(pid, 0);
+  auto drained = [&] {
+    auto j = nlohmann::json::parse(astra({"machine", "gpu-09", "-o", "json"}).out, nullptr, false);
+    return !j.is_discarded() && j.value("drained", false);
+  };
+  auto t0 = steady::now();
+  ASSERT_EQ(astra({"drain", "gpu-09"}).rc, 0);
+  ASSERT_TRUE(wait_run("long", "Stopped", 5s));
+  // In its grace: the process runs, its worker is Stopping, the drain waits.
+  EXPECT_TRUE(wait_until([&] { return run_state("long").second == "Stopping"; }, 2s, 20ms))
+    << run_state("long").second;
+  EXPECT_TRUE(process_alive(pid, 0));
+  EXPECT_FALSE(drained());
+  auto early = astra({"machine", "remove", "gpu-09"});
+  EXPECT_EQ(early.rc, 1) << "removed while its worker still runs";
+  EXPECT_TRUE(contains(early.err, "machine gpu-09 is Up and still draining (long-0 of run long "
+                                  "is Stopping): it can be removed once its agent reports them "
+                                  "ended"))
+    << early.err;
+  // SIGKILL at the grace; then drained, and only then removed.
+  ASSERT_TRUE(wait_until([&] { return !process_alive(pid, 0); }, 10s, 20ms));
+  EXPECT_GE(seconds_since(t0), 1.5) << "killed before its 2 s grace";
+  ASSERT_TRUE(wait_until(drained, 10s, 50ms));
+  EXPECT_EQ(run_state("long").second, "Cancelled");
+  auto removed = astra({"machine", "remove", "gpu-09"});
+  EXPECT_EQ(removed.rc, 0) << removed.err;
+}
+
+// An agent told its machine was removed stops what it still runs (its stop
+// signal, the grace, SIGKILL) before it exits: it never leaves a process
+// behind. Here its machine went Down with a worker running, the run was
+// deleted and the machine removed; the agent comes back and is refused.
+TEST_F(Workers, AnAgentWhoseMachineWasRemovedStopsItsWorkersBeforeItExits) {
+  ASSERT_TRUE(start_cluster("process"));
+  const auto pid = run_ignoring_sigterm("kept");
+  ASSERT_NE(pid, 0);
+  agent_->kill_now();  // workers outlive their agent
+  ASSERT_TRUE(wait_until([&] { return machine_in_state(port_, "gpu-09", v1::Machine::Down); },
+                         10s));
+  ASSERT_EQ(astra({"delete", "kept"}).rc, 0);
+  auto removed = astra({"machine", "remove", "gpu-09"});
+  ASSERT_EQ(removed.rc, 0) << removed.err;
+  ASSERT_TRUE(process_alive(pid, 0));
+  auto* agent = start_agent("process");
+  auto code = agent->wait_exit(15s);
+  ASSERT_TRUE(code) << "the refused agent did not exit";
+  EXPECT_EQ(*code, 1);
+  EXPECT_FALSE(process_alive(pid, 0)) << "the agent exited and left its worker running";
+  auto log = read_text(agent->err_file());
+  EXPECT_TRUE(contains(log, "stopping its 1 worker(s) before it gives up")) << log;
+  EXPECT_TRUE(contains(log, "SIGKILL")) << log;
 }

@@ -279,6 +279,19 @@ caf::behavior outbox_actor(caf::event_based_actor*, std::shared_ptr<machine_outb
   };
 }
 
+/// What an agent says it holds: `worker` (of run "<worker> up to its last
+/// '-'") in `state`, at `generation`.
+v1::WorkerStatuses one_worker(uint64_t generation, const std::string& worker,
+                              const char* state) {
+  v1::WorkerStatuses s;
+  s.set_generation(generation);
+  auto* x = s.add_workers();
+  x->set_worker(worker);
+  x->set_run(worker.substr(0, worker.rfind('-')));
+  x->set_state(state);
+  return s;
+}
+
 v1::WorkerOrders orders_of(uint64_t generation, std::vector<std::string> workers) {
   v1::WorkerOrders o;
   o.set_machine("gpu-01");
@@ -598,13 +611,7 @@ TEST_F(MachineActor, ADrainIsDoneOnlyWhenItsAgentReportsTheWorkersEnded) {
   (*self)->send(m, atom::assign_v, orders);
   run();
   auto statuses = [&](const char* state) {
-    v1::WorkerStatuses s;
-    s.set_generation(1);
-    auto* x = s.add_workers();
-    x->set_worker("train-0");
-    x->set_run("train");
-    x->set_state(state);
-    (*self)->send(m, s);
+    (*self)->send(m, one_worker(1, "train-0", state));
     run();
   };
   statuses("Running");
@@ -659,4 +666,72 @@ TEST_F(MachineWorkers, ACordonedMachineStillTakesItsChecksButADrainedOneDoesNot)
   s = box->snapshots.back();
   EXPECT_FALSE(s.schedulable());
   EXPECT_FALSE(s.accepting());
+}
+
+// The trial's drain: at the deadline the scheduler hands the machine a set
+// without the worker; its agent still lists it (Stopping through its stop
+// grace, then Cancelled) and the drain is done only then, never while its
+// process may still run.
+TEST_F(MachineWorkers, ADrainWaitsForAWorkerThatLeftTheSetUntilItsAgentReportsItEnded) {
+  auto clock = std::make_shared<test_wall_clock>();
+  box = std::make_shared<machine_outbox>();
+  stub = spawn(outbox_actor, box);
+  machine_config mc;
+  mc.record.set_name("gpu-01");
+  mc.heartbeat_lapse = 600s;
+  mc.clock = clock;
+  mc.scheduler = caf::actor_cast<scheduler_actor>(stub);
+  auto m = spawn(machine, std::move(mc));
+  run();
+  report(m);
+  auto statuses = [&](uint64_t generation, const char* state) {
+    (*self)->send(m, one_worker(generation, "long-0", state));
+    run();
+  };
+  (*self)->send(m, atom::assign_v, orders_of(1, {"long-0"}));
+  run();
+  statuses(1, "Running");
+  v1::DrainMachine drain;
+  drain.set_name("gpu-01");
+  EXPECT_FALSE(ask<v1::MachineView>(m, drain).drained());
+  clock->advance(1ms);
+  advance(1ms);
+  // The scheduler stopped the run: the worker leaves the machine's set.
+  (*self)->send(m, atom::assign_v, orders_of(2, {}));
+  run();
+  EXPECT_FALSE(ask<v1::MachineView>(m, atom::get_v).drained());
+  statuses(2, "Stopping");
+  EXPECT_FALSE(ask<v1::MachineView>(m, atom::get_v).drained())
+    << "its process is in its stop grace";
+  statuses(2, "Cancelled");
+  EXPECT_TRUE(ask<v1::MachineView>(m, atom::get_v).drained());
+}
+
+// The trial: the acceptance named in a waiting reason had failed. Once the
+// validations say so, the reason says it failed and what to do.
+TEST_F(MachineWorkers, AFailedAcceptanceIsNamedAsFailedWithWhatToDo) {
+  auto m = spawn_wired();
+  report(m);
+  ask<v1::MachineView>(m, atom::accept_v, true, false, std::string{"val-20261203-000b19"});
+  ASSERT_FALSE(box->snapshots.empty());
+  EXPECT_EQ(box->snapshots.back().not_schedulable(),
+            "is Accepting (acceptance val-20261203-000b19 runs there)");
+  v1::Validation v;
+  v.set_id("val-20261203-000b19");
+  v.set_state("Failed");
+  v.add_machines("gpu-01");
+  auto* step = v.add_steps();
+  step->set_machine("gpu-01");
+  step->set_check("dcgm");
+  step->set_state("Failed");
+  (*self)->send(m, atom::accept_v, v);
+  run();
+  EXPECT_EQ(box->snapshots.back().not_schedulable(),
+            "is Accepting (acceptance val-20261203-000b19 failed: see astra astraeus validation "
+            "val-20261203-000b19; astra astraeus accept gpu-01 --reason R accepts it anyway)");
+  EXPECT_EQ(ask<v1::MachineView>(m, atom::get_v).state(), v1::Machine::Accepting);
+  // A new acceptance runs there: named as running again.
+  ask<v1::MachineView>(m, atom::accept_v, true, false, std::string{"val-20261203-1c2d3e"});
+  EXPECT_EQ(box->snapshots.back().not_schedulable(),
+            "is Accepting (acceptance val-20261203-1c2d3e runs there)");
 }

@@ -32,7 +32,7 @@ TEST(Placement, NeverUsesFaultyForeignOrHeldGpus) {
   EXPECT_EQ(used, bits({3, 4, 5, 6, 7}));
   EXPECT_EQ(why(idx.place(single("w5", 1))),
             "waiting: needs 1 GPU on one machine in pool h100; best machine has 0; gpu-01 has 0 "
-            "free and 2 GPUs fenced");
+            "free, 1 GPU fenced and 1 GPU held outside Astraeus");
   EXPECT_EQ(idx.holder({m, 2}), *other);
   EXPECT_EQ(idx.holder({m, 0}), 0u);
   EXPECT_EQ(idx.holder({m, 1}), 0u);

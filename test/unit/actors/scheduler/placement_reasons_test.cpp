@@ -52,8 +52,8 @@ TEST(PlacementReasons, NameFencedGpusThatWouldMakeRoom) {
   ASSERT_FALSE(idx.set_gpu_health("gpu-01-g0", gpu_health::faulty));
   ASSERT_FALSE(idx.set_gpu_health("gpu-01-g1", gpu_health::foreign));
   EXPECT_EQ(why(idx.place(single("eight", 8, none))),
-            "waiting: needs 8 GPUs on one machine; best machine has 6; gpu-01 has 6 free and 2 "
-            "GPUs fenced");
+            "waiting: needs 8 GPUs on one machine; best machine has 6; gpu-01 has 6 free, 1 GPU "
+            "fenced and 1 GPU held outside Astraeus");
   // Cleared, the fault no longer blocks.
   ASSERT_FALSE(idx.set_gpu_health("gpu-01-g0", gpu_health::healthy));
   ASSERT_FALSE(idx.set_gpu_health("gpu-01-g1", gpu_health::healthy));
@@ -151,4 +151,40 @@ TEST(PlacementReasons, AnAcceptingMachineIsNamedWithItsAcceptance) {
   ASSERT_FALSE(idx.update_machine(m, done));
   EXPECT_TRUE(placed(idx.place(user)));
   EXPECT_EQ(idx.check_invariants(), "");
+}
+
+// GPUs a process Astraeus did not start holds are not fenced (no fault to
+// clear): the reason says they are held outside Astraeus (seeds/gpus.md,
+// "Used outside Astraeus").
+TEST(PlacementReasons, GpusHeldOutsideAstraeusAreNotCalledFenced) {
+  placement_index idx;
+  add(idx, dgx("gpu-01", none));
+  for (int i = 0; i < 6; ++i)
+    ASSERT_FALSE(idx.set_gpu_health("gpu-01-g" + std::to_string(i), gpu_health::foreign));
+  EXPECT_EQ(why(idx.place(single("eight", 8, none))),
+            "waiting: needs 8 GPUs on one machine; best machine has 2; gpu-01 has 2 free and 6 "
+            "GPUs held outside Astraeus");
+  ASSERT_FALSE(idx.set_gpu_health("gpu-01-g0", gpu_health::faulty));
+  ASSERT_FALSE(idx.set_gpu_health("gpu-01-g1", gpu_health::faulty));
+  EXPECT_EQ(why(idx.place(single("eight", 8, none))),
+            "waiting: needs 8 GPUs on one machine; best machine has 2; gpu-01 has 2 free, 2 "
+            "GPUs fenced and 4 GPUs held outside Astraeus");
+}
+
+// The trial's cluster: dgx-01 cordoned (the scheduler sees a machine only
+// its cordon keeps from work as one that takes checks only) and dgx-02
+// Accepting. A user's run names both, never "the cluster has no machines".
+TEST(PlacementReasons, MachinesThatTakeNoUserWorkAreNamedNotAnEmptyCluster) {
+  placement_index idx;
+  const label_map checks_only{{"astraeus.io/accepting", "true"}};
+  auto cordoned = dgx("dgx-01", checks_only);
+  cordoned.not_schedulable = "is cordoned";
+  add(idx, cordoned);
+  auto accepting = dgx("dgx-02", checks_only);
+  accepting.not_schedulable = "is Accepting (acceptance val-20261203-000b19 runs there)";
+  add(idx, accepting);
+  auto res = idx.place(single("g3", 3, {{"astraeus.io/accepting", "false"}}));
+  EXPECT_EQ(why(res), "waiting: needs 3 GPUs; dgx-01 is cordoned, dgx-02 is Accepting "
+                      "(acceptance val-20261203-000b19 runs there)");
+  EXPECT_EQ(std::get<waiting_reason>(res).code, waiting_code::none_schedulable);
 }

@@ -943,7 +943,12 @@ TEST_F(SchedulerAssignments, WorkersKeepTheStateTheirAgentReported) {
   for (const auto& w : g.workers())
     states[w.name()] = w.state();
   EXPECT_EQ(states, (std::map<std::string, std::string>{
-                      {"g-0", "Cancelled"}, {"g-1", "Failed"}, {"g-2", "Failed"}}));
+                      {"g-0", "Cancelled"}, {"g-1", "Failed"}, {"g-2", "Stopping"}}))
+    << "g-2 is stopped with its gang: Stopping until its agent reports it ended";
+  // Its agent no longer lists it: nothing is left to stop.
+  tell(s, in_states("gpu-01", {{"g-0", "Cancelled", "stopped"},
+                               {"g-1", "Failed", "exited with code 3"}}));
+  EXPECT_EQ(get(s, "g").workers(2).state(), "Stopped");
   // Deleted: a worker that exited keeps Exited, the other is Stopping
   // until its agent says how it ended (issue 23 item 6).
   submit(s, spec_of("d", 1, 2));
@@ -1217,6 +1222,57 @@ protected:
 
 TEST_F(DeletedRun, ItsWorkersAreNotWaitedForOnADownMachine) {
   auto s = with_d_deleted();
+
+// --- Workers told to stop are Stopping until their agent reports them ended -
+
+// The trial's drain: the run is stopped at the deadline (Stopped at once,
+// with why), but its worker is Stopping until its agent reports it ended
+// (seeds/inside-a-worker.md, "Signals on stop"), and its machine cannot be
+// removed meanwhile.
+TEST_F(SchedulerAssignments, AStoppedRunsWorkerIsStoppingUntilItsAgentReportsItEnded) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  snapshot(s, machine_of("gpu-01", 8));
+  submit(s, spec_of("long", 1));
+  tell(s, in_states("gpu-01", {{"long-0", "Running", ""}}));
+  auto stopped = ask<v1::Run>(s, atom::stop_v, std::string{"long"},
+                              std::string{"machine gpu-01 was drained"});
+  EXPECT_EQ(stopped.state(), "Stopped");
+  EXPECT_EQ(stopped.waiting_reason(), "machine gpu-01 was drained");
+  EXPECT_EQ(stopped.workers(0).state(), "Stopping");
+  EXPECT_EQ(stored("long").workers(0).state(), "Stopping");
+  EXPECT_EQ(log->last().workers_size(), 0) << "its agent is told to stop it";
+  v1::RemoveMachine remove;
+  remove.set_name("gpu-01");
+  EXPECT_EQ(render_error(ask_error<bool>(s, remove)),
+            "machine gpu-01 still has workers its agent is stopping (long-0 of run long); it "
+            "can be removed once its agent reports them ended (at most the stop grace, then "
+            "SIGKILL)");
+  // Before the agent applied the new set, and through the stop grace.
+  tell(s, in_states("gpu-01", {{"long-0", "Running", ""}}));
+  tell(s, in_states("gpu-01", {{"long-0", "Stopping", ""}}));
+  EXPECT_EQ(get(s, "long").workers(0).state(), "Stopping");
+  tell(s, in_states("gpu-01", {{"long-0", "Cancelled", "stopped: killed after the stop grace"}}));
+  auto ended = get(s, "long");
+  EXPECT_EQ(ended.workers(0).state(), "Cancelled");
+  EXPECT_EQ(ended.state(), "Stopped");
+  EXPECT_EQ(ended.waiting_reason(), "machine gpu-01 was drained");
+  EXPECT_EQ(stored("long").workers(0).state(), "Cancelled");
+  EXPECT_TRUE(ask<bool>(s, remove));
+}
+
+// A Down machine's agent can stop nothing now: its workers are Stopped at
+// once, and a machine that went Down while its agent stopped workers can be
+// removed (its agent, if it ever comes back, is refused and stops them).
+TEST_F(SchedulerAssignments, NoWorkerStaysStoppingOnADownOrRemovedMachine) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  snapshot(s, machine_of("gpu-01", 8));
+  submit(s, spec_of("a", 1));
+  submit(s, spec_of("b", 1));
+  tell(s, in_states("gpu-01", {{"a-0", "Running", ""}, {"b-0", "Running", ""}}));
+  ask<v1::Run>(s, atom::stop_v, std::string{"a"}, std::string{"stopped"});
+  EXPECT_EQ(get(s, "a").workers(0).state(), "Stopping");
   auto down = machine_of("gpu-01", 8);
   down.set_down(true);
   down.set_schedulable(false);
@@ -1241,6 +1297,28 @@ TEST_F(DeletedRun, AWorkerItsAgentNoLongerHoldsHasEnded) {
 TEST_F(DeletedRun, StillStoppingAfterARestartItIsSettledByItsAgent) {
   {
     auto s = with_d_deleted();
+
+  EXPECT_EQ(get(s, "b").workers(0).state(), "Down");
+  EXPECT_EQ(ask<v1::Run>(s, atom::stop_v, std::string{"b"}, std::string{"stopped"})
+              .workers(0).state(),
+            "Stopped");
+  v1::RemoveMachine remove;
+  remove.set_name("gpu-01");
+  EXPECT_TRUE(ask<bool>(s, remove));
+  EXPECT_EQ(get(s, "a").workers(0).state(), "Stopped");
+  EXPECT_EQ(stored("a").workers(0).state(), "Stopped");
+}
+
+// A restarted scheduler still waits for the agent's word on a worker it
+// had told to stop.
+TEST_F(SchedulerAssignments, AWorkerStoppingAcrossARestartTakesItsAgentsEnd) {
+  {
+    auto s = spawn_scheduler();
+    attach(s, "gpu-01");
+    snapshot(s, machine_of("gpu-01", 8));
+    submit(s, spec_of("long", 1));
+    tell(s, in_states("gpu-01", {{"long-0", "Running", ""}}));
+    ask<v1::Run>(s, atom::stop_v, std::string{"long"}, std::string{"stopped"});
     caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
     run();
   }
@@ -1260,4 +1338,29 @@ TEST_F(DeletedRun, StillStoppingAfterARestartItIsSettledByItsAgent) {
   auto s2 = spawn_scheduler();
   EXPECT_EQ(render_error(ask_error<v1::Run>(s2, atom::get_v, std::string{"d"})),
             "no run named d");
+
+  attach(s, "gpu-01");
+  snapshot(s, machine_of("gpu-01", 8));
+  EXPECT_EQ(get(s, "long").workers(0).state(), "Stopping");
+  tell(s, in_states("gpu-01", {{"long-0", "Cancelled", "stopped"}}));
+  EXPECT_EQ(get(s, "long").workers(0).state(), "Cancelled");
+}
+
+// The trial's CPU run with the only machine Accepting names it and why.
+TEST_F(SchedulerActor, ACpuOnlyRunWaitingForAnAcceptingMachineNamesIt) {
+  auto s = spawn_scheduler();
+  auto m = cpu_machine("cpu-01", 8, 16);
+  m.set_accepting(true);
+  m.set_not_schedulable("is Accepting (acceptance val-20261203-000b19 runs there)");
+  snapshot(s, m);
+  EXPECT_EQ(submit(s, cpu_spec("prep", 1, 64)).waiting_reason(),
+            "waiting: no machine takes new work; cpu-01 is Accepting (acceptance "
+            "val-20261203-000b19 runs there)");
+  auto cordoned = cpu_machine("cpu-02", 8, 16);
+  cordoned.set_schedulable(false);
+  cordoned.set_not_schedulable("is cordoned");
+  snapshot(s, cordoned);
+  EXPECT_EQ(submit(s, cpu_spec("prep2", 1, 64)).waiting_reason(),
+            "waiting: no machine takes new work; cpu-01 is Accepting (acceptance "
+            "val-20261203-000b19 runs there), cpu-02 is cordoned");
 }
