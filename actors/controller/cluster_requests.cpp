@@ -686,7 +686,7 @@ result_t revoke_api_token(const cluster_request& r) {
   const auto& tid = r.req.revoke_api_token().id();
   if (!tokens)
     return r.error(no_tokens());
-  auto revoked = tokens->revoke_api(tid);
+  auto revoked = tokens->revoke_api(tid, r.self->state.config.clock->now_unix_ms());
   if (!revoked) {
     r.audit(tid, "failed: " + render_error(revoked.error()));
     return r.error(revoked.error());

@@ -278,7 +278,32 @@ caf::expected<v1::Principal> token_registry::authenticate(const std::string& tok
   return out;
 }
 
-caf::expected<v1::ApiTokenRecord> token_registry::revoke_api(const std::string& id) {
+namespace {
+
+/// Whether API token `rec` still authenticates at `now_ms`.
+bool works_at(const v1::ApiTokenRecord& rec, int64_t now_ms) {
+  return !rec.revoked() && (rec.expires_unix_ms() == 0 || now_ms < rec.expires_unix_ms());
+}
+
+} // namespace
+
+caf::expected<size_t> token_registry::count_working_owners(int64_t now_ms) {
+  size_t n = 0;
+  auto err = store_->for_each(family::tokens, [&](std::string_view k, std::string_view bytes) {
+    v1::ApiTokenRecord rec;
+    if (k.substr(0, 4) == "api/"
+        && rec.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))
+        && rec.role() == to_string(role::owner) && works_at(rec, now_ms))
+      ++n;
+    return true;
+  });
+  if (err)
+    return err;
+  return n;
+}
+
+caf::expected<v1::ApiTokenRecord> token_registry::revoke_api(const std::string& id,
+                                                             int64_t now_ms) {
   std::string key;
   v1::ApiTokenRecord found;
   auto err = store_->for_each(family::tokens, [&](std::string_view k,
@@ -298,6 +323,15 @@ caf::expected<v1::ApiTokenRecord> token_registry::revoke_api(const std::string& 
     return err;
   if (key.empty())
     return caf::make_error(ec::invalid_request, "no API token has id '" + id + "'");
+  if (found.role() == to_string(role::owner) && works_at(found, now_ms)) {
+    auto owners = count_working_owners(now_ms);
+    if (!owners)
+      return owners.error();
+    if (*owners <= 1)
+      return caf::make_error(ec::failed_precondition,
+                             "refused: " + id + " is the cluster's last owner token; create "
+                             "another owner token first (astra api-tokens create --role owner)");
+  }
   found.set_revoked(true);
   if (auto e = store_->put(family::tokens, key, found, true))
     return e;

@@ -111,7 +111,8 @@ int http_status_of(const v1::Error& err) {
     return 403;
   if (c == "no_such_machine")
     return 404;
-  if (c == "not_connected" || c == "enrollment_used" || c == "identity_mismatch")
+  if (c == "not_connected" || c == "enrollment_used" || c == "identity_mismatch"
+      || c == "failed_precondition")
     return 409;
   if (c == "enrollment_expired")
     return 410;
