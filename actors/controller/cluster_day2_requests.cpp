@@ -33,7 +33,7 @@ v1::Response finish_removal(cluster_ptr self, const cluster_request& r, const st
                             v1::MachineView view) {
   auto& st = self->state;
   std::vector<Store::change> batch{{family::machines, name, std::nullopt},
-                                   {family::tokens, "machine/" + name, std::nullopt}};
+                                   {family::tokens, machine_identity_key(name), std::nullopt}};
   if (auto err = st.config.store->write(batch, true)) {
     r.audit(name, "failed: " + render_error(err));
     return r.error(err);

@@ -306,14 +306,18 @@ start_agent(caf::actor_system& sys, const AgentConfig& cfg, const std::string& j
       return pinned.error();
     ac.pinned = *pinned;
   }
-  if (!ac.enrolled && !join_token.empty()) {
+  // A machine that enrolled before presents a token it is given too: after
+  // `astra machine remove` that is how it enrols again (agent_config). Its
+  // token file may have been deleted since it enrolled: that is fine.
+  if (!join_token.empty()) {
     ac.join_token = join_token;
-  } else if (!ac.enrolled && !cfg.token_file.empty()) {
+  } else if (!cfg.token_file.empty()) {
     auto token = read_trimmed_file(cfg.token_file);
-    if (!token)
+    if (token)
+      ac.join_token = std::move(*token);
+    else if (!ac.enrolled)
       return caf::make_error(ec::invalid_config,
                              "enrol.token_file: " + render_error(token.error()));
-    ac.join_token = std::move(*token);
   }
   auto store = Store::open((fs::path{cfg.data_dir} / "store").string());
   if (!store)

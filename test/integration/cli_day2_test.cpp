@@ -241,8 +241,8 @@ TEST_F(CliDay2, DrainStopsTheWorkersThenRemoveForgetsTheMachineAndRefusesItsAgen
   auto gone = astra({"machine", "gpu-09"});
   EXPECT_EQ(gone.rc, 1);
   EXPECT_TRUE(has(gone.err, "no machine named gpu-09")) << gone.err;
-  EXPECT_TRUE(wait_until([&] { return has(procs_[1]->err(), "removed from the cluster"); }, 10s))
-    << procs_[1]->err();
+  EXPECT_TRUE(wait_until([&] { return has(agent_->err(), "removed from the cluster"); }, 10s))
+    << agent_->err();
   // Its agent keeps trying and is refused: the machine stays gone.
   std::this_thread::sleep_for(1s);
   EXPECT_EQ(astra({"machine", "gpu-09"}).rc, 1);
@@ -251,6 +251,12 @@ TEST_F(CliDay2, DrainStopsTheWorkersThenRemoveForgetsTheMachineAndRefusesItsAgen
   auto audit = astra({"audit"});
   EXPECT_TRUE(has(audit.out, "remove machine")) << audit.out;
   EXPECT_TRUE(has(audit.out, "drain")) << audit.out;
+  // Trial: as the removal says, it enrols again with a new join token, with
+  // the same data folder (its identity) and no wiping.
+  agent_->kill_now();
+  ASSERT_TRUE(start_agent()) << agent_->err();
+  EXPECT_TRUE(has(controller_->err(), "machine gpu-09 enrolled with join token"))
+    << controller_->err();
 }
 
 TEST_F(CliDay2, TokensAndWorkspacesAreListedRevokedAndDeleted) {
