@@ -14,6 +14,7 @@
 
 #include "messages/error.hpp"
 #include "messages/run_state.hpp"
+#include "runtime/process/duration_limits.hpp"
 #include "runtime/process/wall_clock.hpp"
 #include "store/store.hpp"
 
@@ -124,6 +125,11 @@ caf::result<v1::Response> drain_machine(const cluster_request& r) {
   auto& st = r.self->state;
   const auto& body = r.req.drain_machine();
   const auto name = body.name();
+  if (auto err = check_seconds_bound(body.deadline_seconds(), "deadline_seconds",
+                                     max_drain_deadline_seconds)) {
+    r.audit(name, "refused: " + render_error(err));
+    return r.error(err);
+  }
   auto m = st.machines.find(name);
   if (m == st.machines.end()) {
     auto err = caf::make_error(ec::no_such_machine, "no machine named " + name);

@@ -12,6 +12,8 @@
 #include <google/protobuf/util/json_util.h>
 
 #include "messages/error.hpp"
+#include "actors/controller/machine_actor.hpp"
+#include "runtime/process/duration_limits.hpp"
 #include "runtime/process/duration_text.hpp"
 
 namespace astraeus::validation {
@@ -55,6 +57,15 @@ std::pair<std::string, std::string> latest_key(const v1::ValidationStep& step) {
   if (is_pair(step))
     return {step.machine(), std::string{pair_check} + "/" + step.peer()};
   return {step.machine(), step.check()};
+}
+
+caf::error check_settings(uint64_t burn_in_seconds, const std::string& data_dir) {
+  if (auto err = check_seconds_bound(burn_in_seconds, "burn_in_seconds", max_burn_in_seconds))
+    return err;
+  if (!data_dir.empty())
+    if (auto why = data_location_problem(data_dir))
+      return caf::make_error(ec::invalid_request, "data_dir '" + data_dir + "' " + *why);
+  return caf::none;
 }
 
 std::string make_id(int64_t unix_ms, uint64_t random) {

@@ -40,6 +40,14 @@ std::string suite_names();
 /// pairs ("network": the pairs alone, issue 12).
 bool known_suite(const std::string& suite);
 
+/// Checks what a validation or a pool's policy is given, before anything
+/// is stored: a burn-in of at most 7 days (`burn_in_seconds`, 0: the
+/// default), a data folder (`data_dir`, empty: the machine's own) that is
+/// an absolute path as `astra machine data-location` wants it. Errors:
+/// ec::invalid_request naming the field and what is wrong
+/// ("data_dir 'relative' is not an absolute path (it must start with /)").
+caf::error check_settings(uint64_t burn_in_seconds, const std::string& data_dir);
+
 /// The key a step's latest result is kept under: (machine, check); a pair
 /// step's (its machine, "pair/<peer>"), so every pair keeps its own.
 std::pair<std::string, std::string> latest_key(const v1::ValidationStep& step);

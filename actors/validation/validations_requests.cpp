@@ -13,6 +13,7 @@
 #include "actors/validation/validation_plan.hpp"
 #include "actors/validation/validations_internal.hpp"
 #include "messages/error.hpp"
+#include "messages/labels.hpp"
 #include "store/store.hpp"
 
 namespace astraeus::validation_detail {
@@ -183,6 +184,11 @@ caf::result<v1::Response> set_policy(self_ptr self, const v1::Request& req) {
   auto p = req.set_validation_policy().policy();
   if (p.pool().empty())
     return failure(req.id(), caf::make_error(ec::invalid_request, "policy: no pool named"));
+  // A pool is a label's value: a policy for a pool no machine can be in is refused.
+  if (auto err = check_label("pool", p.pool()))
+    return failure(req.id(), err);
+  if (auto err = validation::check_settings(p.burn_in_seconds(), {}))
+    return failure(req.id(), err);
   if (p.dcgm_level() > 4)
     return failure(req.id(), caf::make_error(ec::invalid_request,
                                              "policy: --dcgm-level "

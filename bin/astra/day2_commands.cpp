@@ -8,7 +8,10 @@
 #include <sstream>
 
 #include "bin/astra/commands.hpp"
+#include "bin/astra/usage.hpp"
 #include "bin/cli_format.hpp"
+#include "messages/labels.hpp"
+#include "runtime/process/duration_limits.hpp"
 #include "runtime/process/duration_text.hpp"
 #include "runtime/process/wall_clock.hpp"
 #include "runtime/workers/run_spec.hpp"
@@ -46,15 +49,15 @@ void add_drain(CLI::App& app, invocation& inv) {
              "(astra drain NAME --deadline 1h; owners and admins)");
   auto& name = inv.keep<std::string>();
   auto& deadline = inv.keep<std::string>("0");
-  drain->add_option("NAME", name, "machine name")->required();
+  drain->add_option("NAME", name, "machine name")->required()->check(machine_name_check());
   drain->add_option("--deadline", deadline,
-                    "how long its workers may go on: 1h, 30m, 2d; 0 (default): stop them now")
+                    "how long its workers may go on: 1h, 30m, 2d (at most 30d); 0 (default): stop them "
+                    "now")
     ->capture_default_str();
   drain->callback([&inv, &name, &deadline] {
-    auto secs = deadline == "0" ? std::optional<uint64_t>{0} : parse_seconds(deadline);
+    auto secs = parse_bounded_seconds(deadline, "--deadline", max_drain_deadline_seconds);
     if (!secs) {
-      std::fprintf(stderr, "astra: --deadline: '%s' is not a duration (use 0, 30m, 1h, 2d)\n",
-                   deadline.c_str());
+      std::fprintf(stderr, "astra: %s\n", render_error(secs.error()).c_str());
       inv.rc = 2;
       return;
     }

@@ -12,35 +12,32 @@
 #include <optional>
 #include <thread>
 
+#include "actors/controller/machine_actor.hpp"
 #include "bin/astra/commands.hpp"
+#include "bin/astra/usage.hpp"
 #include "bin/cli_format.hpp"
 #include "bin/validation_format.hpp"
 #include "messages/json.hpp"
+#include "messages/labels.hpp"
 #include "runtime/gate/gate_client.hpp"
+#include "runtime/process/duration_limits.hpp"
 
 namespace astraeus::cli {
 
 namespace {
 
-/// "10m", "90s", "1h", "600" (seconds) -> seconds; nullopt when malformed.
-std::optional<uint64_t> parse_seconds(const std::string& text) {
-  if (text.empty())
-    return std::nullopt;
-  size_t used = 0;
-  unsigned long long n = 0;
-  try {
-    n = std::stoull(text, &used);
-  } catch (...) {
+/// A --burn-in value in seconds (at most 7 days, not 0); nullopt after
+/// saying why on stderr.
+std::optional<uint64_t> burn_in_seconds(const std::string& text) {
+  auto secs = parse_bounded_seconds(text, "--burn-in", max_burn_in_seconds);
+  if (secs && *secs == 0) {
+    std::fprintf(stderr, "astra: --burn-in: '%s' is not a duration: give one such as 10m\n",
+                 text.c_str());
     return std::nullopt;
   }
-  auto unit = text.substr(used);
-  if (unit.empty() || unit == "s")
-    return n;
-  if (unit == "m")
-    return n * 60;
-  if (unit == "h")
-    return n * 3600;
-  return std::nullopt;
+  if (!secs)
+    std::fprintf(stderr, "astra: %s\n", render_error(secs.error()).c_str());
+  return secs ? std::optional<uint64_t>{*secs} : std::nullopt;
 }
 
 struct validate_flags {
@@ -121,12 +118,9 @@ int run_validate(const options& opts, const validate_flags& f) {
   s->set_dcgm_level(f.dcgm_level);
   s->set_data_dir(f.data_dir);
   if (!f.burn_in.empty()) {
-    auto secs = parse_seconds(f.burn_in);
-    if (!secs || *secs == 0) {
-      std::fprintf(stderr, "astra: --burn-in %s: give a duration such as 10m or 90s\n",
-                   f.burn_in.c_str());
+    auto secs = burn_in_seconds(f.burn_in);
+    if (!secs)
       return 2;
-    }
     s->set_burn_in_seconds(*secs);
   }
   int rc = 0;
@@ -166,11 +160,12 @@ void add_validate(CLI::App& app, invocation& inv) {
   cmd->add_option("--pool", f.pool, "every machine of this pool");
   cmd->add_option("--machine", f.machine, "one machine");
   cmd->add_option("--note", f.note, "a note kept with the validation");
-  cmd->add_option("--burn-in", f.burn_in, "burn-in duration (default 10m)");
+  cmd->add_option("--burn-in", f.burn_in, "burn-in duration (default 10m, at most 7d)");
   cmd->add_option("--dcgm-level", f.dcgm_level, "dcgmi diag level 1-4 (default 2)")
     ->check(CLI::Range(1, 4));
   cmd->add_option("--data-dir", f.data_dir, "the data location the disk check measures");
-  cmd->add_flag("--wait", f.wait, "wait for the verdict, showing progress; exit 1 if it fails");
+  cmd->add_flag("--wait", f.wait, "wait for the verdict, showing progress; exit 1 if it fails or "
+                                        "was skipped (nothing measured)");
   cmd->add_flag("--explain", f.explain, "print every threshold and verdict rule");
   cmd->callback([&inv, &f] {
     if (!f.explain && f.pool.empty() == f.machine.empty()) {
@@ -251,15 +246,20 @@ void add_policy(CLI::App& app, invocation& inv) {
   auto* require_flag =
     set->add_flag("--require-acceptance,!--no-require-acceptance", require,
                   "machines joining the pool wait as Accepting until they pass acceptance");
-  set->add_option("--burn-in", burn, "burn-in duration of its acceptance (default 10m)");
+  set->add_option("--burn-in", burn, "burn-in duration of its acceptance (default 10m, at most 7d)");
   auto* level_option = set->add_option("--dcgm-level", level, "dcgmi diag level 1-4 (default 2)")
                          ->check(CLI::Range(1, 4));
   set->callback([&inv, &pool, &require, &burn, &level, require_flag, level_option] {
+    // A pool is a label's value (`astra label NAME pool=…` refuses the same).
+    if (auto err = check_label("pool", pool)) {
+      std::fprintf(stderr, "astra: %s\n", render_error(err).c_str());
+      inv.rc = exit_usage;
+      return;
+    }
     uint64_t burn_seconds = 0;
     if (!burn.empty()) {
-      auto secs = parse_seconds(burn);
-      if (!secs || *secs == 0) {
-        std::fprintf(stderr, "astra: --burn-in %s: give a duration such as 10m\n", burn.c_str());
+      auto secs = burn_in_seconds(burn);
+      if (!secs) {
         inv.rc = 2;
         return;
       }

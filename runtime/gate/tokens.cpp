@@ -9,6 +9,7 @@
 
 #include "messages/error.hpp"
 #include "messages/labels.hpp"
+#include "runtime/process/duration_limits.hpp"
 #include "runtime/process/wall_clock.hpp"
 #include "runtime/process/private_file.hpp"
 #include "runtime/gate/secure_channel.hpp"
@@ -58,14 +59,6 @@ caf::expected<std::optional<Record>> find_hashed(Store& store,
   if (!*found || !same_hash(rec.hash(), h))
     return std::optional<Record>{};
   return std::optional<Record>{std::move(rec)};
-}
-
-bool valid_label_part(const std::string& s) {
-  return !s.empty() && s.size() <= 63
-         && std::all_of(s.begin(), s.end(), [](char c) {
-              return std::isalnum(static_cast<unsigned char>(c)) || c == '-'
-                     || c == '_' || c == '.';
-            });
 }
 
 } // namespace
@@ -226,10 +219,10 @@ token_registry::redeem_join(const std::string& token, const std::string& machine
 caf::expected<std::pair<std::string, v1::ApiTokenRecord>>
 token_registry::mint_api(const std::string& name, role r, uint64_t ttl_seconds,
                          const std::string& created_by, int64_t now_ms) {
-  if (!valid_label_part(name))
-    return caf::make_error(ec::invalid_request,
-                           "API token name '" + name
-                             + "': 1-63 letters, digits, '-', '_' or '.'");
+  if (auto err = check_api_token_name(name))
+    return err;
+  if (auto err = check_seconds_bound(ttl_seconds, "ttl_seconds", max_api_token_ttl_seconds))
+    return err;
   auto token = random_token(api_prefix);
   auto h = hash(token);
   v1::ApiTokenRecord rec;

@@ -104,7 +104,7 @@ public:
 
   /// A new API token for `name` with `r`, stored (hash only, sync).
   /// `ttl_seconds` 0: it never expires. Errors: ec::invalid_request for an
-  /// empty name; ec::store_failure.
+  /// empty name or a TTL over 10 years (max_api_token_ttl_seconds); ec::store_failure.
   caf::expected<std::pair<std::string, v1::ApiTokenRecord>>
   mint_api(const std::string& name, role r, uint64_t ttl_seconds,
            const std::string& created_by, int64_t now_ms);
