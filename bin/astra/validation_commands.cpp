@@ -53,7 +53,8 @@ struct validate_flags {
 };
 
 /// `validate --wait`: polls the validation until it ends, printing a line
-/// of progress whenever it changes. Exit code 0 Passed, 1 Failed, 3 gone.
+/// of progress whenever it changes. Exit code 0 Passed, 1 Failed or Skipped
+/// (nothing was measured), 3 gone.
 int wait_for_validation(const options& opts, gate_client& client, const std::string& id) {
   auto timeout = std::chrono::milliseconds{static_cast<int64_t>(opts.timeout_s * 1000)};
   std::string last;
