@@ -1,5 +1,5 @@
 // astra's validation commands (issue 21; shared/seeds/bring-up-a-gpu-cluster.md):
-// validate, validations, validation ID, report, policy set|list, accept.
+// validate, validations, validation ID, report, policy set|list|delete, accept.
 
 #include <unistd.h>
 
@@ -110,6 +110,12 @@ int explain(const options& opts) {
 int run_validate(const options& opts, const validate_flags& f) {
   if (f.explain)
     return explain(opts);
+  // The rule `astra machine data-location` follows.
+  if (!f.data_dir.empty())
+    if (auto why = data_location_problem(f.data_dir)) {
+      std::fprintf(stderr, "astra: --data-dir '%s' %s\n", f.data_dir.c_str(), why->c_str());
+      return exit_usage;
+    }
   v1::Request req;
   auto* s = req.mutable_start_validation();
   s->set_suite(f.suite);
@@ -287,6 +293,17 @@ void add_policy(CLI::App& app, invocation& inv) {
       p->set_burn_in_seconds(burn_seconds);
     inv.rc = call(inv.opts, req,
                   [](const v1::Response& r) { return format_policy(r.validation_policy()); });
+  });
+  auto* del = policy->add_subcommand("delete", "delete a pool's policy: its machines no longer "
+                                                "wait for acceptance (admins)");
+  auto& gone = inv.keep<std::string>();
+  del->add_option("POOL", gone, "the pool")->required();
+  del->callback([&inv, &gone] {
+    v1::Request req;
+    req.mutable_delete_validation_policy()->set_pool(gone);
+    inv.rc = call(inv.opts, req, [](const v1::Response& r) {
+      return "pool " + r.validation_policy().pool() + ": policy deleted\n";
+    });
   });
   auto* list = policy->add_subcommand("list", "every pool's policy");
   list->callback([&inv] {
