@@ -94,21 +94,26 @@ void add_api_tokens(CLI::App& app, invocation& inv) {
     "create", "mint an API token for NAME with a role (owners and admins; an "
               "owner token only by an owner)");
   auto& f = inv.keep<api_token_flags>();
-  create->add_option("--name", f.name, "who holds it, e.g. alice")->required();
+  create->add_option("--name", f.name, "who holds it, e.g. alice")
+    ->required()
+    ->check(value_check(check_api_token_name));
   create->add_option("--role", f.role, "owner, admin or member")
     ->check(CLI::IsMember({"owner", "admin", "member"}))
     ->capture_default_str();
-  create->add_option("--ttl", f.ttl, "how long it is valid (e.g. 30d); "
-                                     "default: until revoked");
+  create->add_option("--ttl", f.ttl, "how long it is valid (e.g. 30d, at most "
+                                     "3650d); default: until revoked");
   create->callback([&inv, &f] {
     v1::Request req;
     auto* body = req.mutable_create_api_token();
     body->set_name(f.name);
     body->set_role(f.role);
     if (!f.ttl.empty()) {
-      auto ttl = parse_seconds(f.ttl);
-      if (!ttl) {
-        std::fprintf(stderr, "astra: --ttl: '%s' is not a duration\n", f.ttl.c_str());
+      auto ttl = parse_bounded_seconds(f.ttl, "--ttl", max_api_token_ttl_seconds);
+      if (!ttl || *ttl == 0) {
+        std::fprintf(stderr, "astra: %s\n",
+                     ttl ? "--ttl: '0' is not a duration (leave --ttl out for a token valid "
+                           "until revoked)"
+                         : render_error(ttl.error()).c_str());
         inv.rc = 2;
         return;
       }

@@ -31,7 +31,7 @@ void add_machine_remove(CLI::App& app, invocation& inv) {
     "remove", "remove a Down or drained machine: its GPUs, records and identity go "
               "(its agent must enrol again with a new join token; owners and admins)");
   auto& name = inv.keep<std::string>();
-  remove->add_option("NAME", name, "machine name")->required();
+  remove->add_option("NAME", name, "machine name")->required()->check(machine_name_check());
   remove->callback([&inv, &name] {
     v1::Request req;
     req.mutable_remove_machine()->set_name(name);
@@ -146,7 +146,9 @@ void add_workspace_delete(CLI::App& app, invocation& inv) {
   auto* del = ws->add_subcommand("delete", "delete a workspace that has no live runs "
                                            "(owners and admins)");
   auto& name = inv.keep<std::string>();
-  del->add_option("NAME", name, "workspace name")->required();
+  del->add_option("NAME", name, "workspace name")
+    ->required()
+    ->check(value_check(check_workspace_name));
   del->callback([&inv, &name] {
     v1::Request req;
     req.mutable_delete_workspace()->set_name(name);
@@ -173,7 +175,7 @@ void add_gpu_show(CLI::App& app, invocation& inv) {
                                            "clock, errors)");
   auto& machine = inv.keep<std::string>();
   auto& id = inv.keep<std::string>();
-  show->add_option("MACHINE", machine, "machine name")->required();
+  show->add_option("MACHINE", machine, "machine name")->required()->check(machine_name_check());
   show->add_option("GPU", id, "GPU id (UUID, AMD id), PCI address or index")->required();
   show->callback([&inv, &machine, &id] {
     v1::Request req;

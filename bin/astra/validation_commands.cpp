@@ -192,6 +192,21 @@ void add_report(CLI::App& app, invocation& inv) {
   cmd->add_option("--pool", pool, "only the machines of this pool");
   cmd->add_option("--html", html, "also save the report as a printable page to FILE");
   cmd->callback([&inv, &pool, &html] {
+    // The page's folder is checked first: a report printed and then lost
+    // to a path typo is a wasted call.
+    if (!html.empty()) {
+      auto folder = std::filesystem::path{html}.parent_path();
+      if (folder.empty())
+        folder = ".";
+      std::error_code err;
+      if (!std::filesystem::is_directory(folder, err) || ::access(folder.c_str(), W_OK) != 0) {
+        std::fprintf(stderr, "astra: report --html %s: cannot write there (%s is not a folder "
+                             "you can write to)\n",
+                     html.c_str(), folder.c_str());
+        inv.rc = exit_usage;
+        return;
+      }
+    }
     v1::Request req;
     req.mutable_get_report()->set_pool(pool);
     inv.rc = call(inv.opts, req, [&html](const v1::Response& r) {
@@ -323,7 +338,7 @@ void add_accept(CLI::App& app, invocation& inv) {
                                            "acceptance (audited)");
   auto& name = inv.keep<std::string>();
   auto& reason = inv.keep<std::string>();
-  cmd->add_option("NAME", name, "machine name")->required();
+  cmd->add_option("NAME", name, "machine name")->required()->check(machine_name_check());
   cmd->add_option("--reason", reason, "why (kept in the audit log)")->required();
   cmd->callback([&inv, &name, &reason] {
     v1::Request req;
