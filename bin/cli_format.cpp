@@ -237,7 +237,9 @@ std::string format_machine(const v1::MachineView& m, int64_t now_unix_ms) {
   std::string work = m.schedulable() ? "yes" : "no";
   if (!m.schedulable()) {
     std::vector<std::string> why;
-    if (m.state() != v1::Machine::Up)
+    if (m.state() == v1::Machine::Accepting)
+      why.push_back("Accepting: only its acceptance checks run until it passes");
+    else if (m.state() != v1::Machine::Up)
       why.push_back("not Up");
     if (m.cordoned())
       why.push_back("cordoned");

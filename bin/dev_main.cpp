@@ -12,7 +12,9 @@
 #include <caf/send.hpp>
 #include <spdlog/spdlog.h>
 
+#include "actors/agent/agent.hpp"
 #include "actors/controller/api_bridge.hpp"
+#include "actors/controller/cluster_actor.hpp"
 #include "actors/controller/controller.hpp"
 #include "bin/process.hpp"
 #include "messages/error.hpp"
@@ -96,11 +98,18 @@ int run_dev(const std::string& data_dir, const std::optional<std::string>& ctl_f
   }
   acfg->controller_port = ctl->port;
   // The dev agent enrols itself: it pins this controller's key, and on its
-  // first start gets a join token handed over in memory.
+  // first start, or after `astra machine remove` took its identity, gets a
+  // join token handed over in memory.
   acfg->controller_key = ctl->identity->public_hex();
   std::string join_token;
   std::error_code ignored;
-  if (!fs::exists(fs::path{acfg->data_dir} / "controller.pub", ignored)) {
+  bool enrolled_here = fs::exists(fs::path{acfg->data_dir} / "controller.pub", ignored);
+  bool known = false;
+  if (enrolled_here)
+    if (auto me = load_or_create_identity(acfg->data_dir, acfg->name, local_hostname()))
+      if (auto bound = ctl->store->get_raw(family::tokens, machine_identity_key(me->name)))
+        known = bound->has_value();
+  if (!enrolled_here || !known) {
     auto minted = ctl->tokens->mint_join({}, 600, "astraeus dev", unix_ms_now());
     if (!minted) {
       std::fprintf(stderr, "astraeus dev: cannot mint the agent's join token: %s\n",

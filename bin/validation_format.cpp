@@ -5,6 +5,7 @@
 #include <set>
 
 #include "actors/validation/pair_matrix.hpp"
+#include "actors/validation/validation_plan.hpp"
 #include "bin/cli_format.hpp"
 #include "runtime/process/wall_clock.hpp"
 
@@ -81,9 +82,12 @@ std::string format_validation_progress(const v1::Validation& v) {
 }
 
 std::string format_validation_outcome(const v1::Validation& v) {
-  return v.id() + " " + v.suite() + " " + v.state() + " ("
-         + (v.trigger().empty() ? "on-demand" : v.trigger()) + ")\n"
-         + std::to_string(v.machines_passed()) + "/" + std::to_string(v.machines_size())
+  auto head = v.id() + " " + v.suite() + " " + v.state() + " ("
+              + (v.trigger().empty() ? "on-demand" : v.trigger()) + ")\n";
+  if (v.state() == "Skipped")
+    return head + "Nothing was measured: every step was skipped ("
+           + validation::skip_reasons(v) + ").\n";
+  return head + std::to_string(v.machines_passed()) + "/" + std::to_string(v.machines_size())
          + " machines pass.\n";
 }
 

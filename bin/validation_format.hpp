@@ -18,7 +18,8 @@ std::string format_validation_started(const v1::Validation& v);
 /// and why a step waits ("gpu-03: another check runs there").
 std::string format_validation_progress(const v1::Validation& v);
 
-/// "val-… acceptance Passed (on-demand)" and "8/8 machines pass.".
+/// "val-… acceptance Passed (on-demand)" and "8/8 machines pass."; for a
+/// Skipped one, "Nothing was measured: every step was skipped (why)."
 std::string format_validation_outcome(const v1::Validation& v);
 
 /// `astra astraeus validations`: newest first.

@@ -29,6 +29,7 @@ const char* to_string(ec x) {
     case ec::enrollment_expired: return "enrollment_expired";
     case ec::unauthenticated: return "unauthenticated";
     case ec::permission_denied: return "permission_denied";
+    case ec::failed_precondition: return "failed_precondition";
   }
   return "unknown";
 }

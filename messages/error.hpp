@@ -64,6 +64,10 @@ enum class ec : uint8_t {
   unauthenticated,
   /// The caller's role may not do this (e.g. a member cordoning).
   permission_denied,
+  /// The request is well formed and allowed, but the cluster's state
+  /// refuses it (e.g. revoking the cluster's last owner API token). The API
+  /// answers 409 FAILED_PRECONDITION.
+  failed_precondition,
 };
 
 /// The stable name of `x`, e.g. "no_such_machine".

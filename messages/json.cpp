@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <ctime>
 #include <memory>
+#include <regex>
 #include <vector>
 
 #include <google/protobuf/message.h>
@@ -27,6 +28,31 @@ std::string message_to_json(const google::protobuf::Message& msg, bool whitespac
   return out;
 }
 
+namespace {
+
+/// The parser's words for a number that does not fit its field ("(burn_in_seconds):
+/// invalid value -5 for type TYPE_UINT64") in a user's words: the field, the
+/// value and the range. Any other message unchanged.
+std::string explain_json_error(const std::string& message) {
+  static const std::regex number{
+    R"(^\(?([A-Za-z0-9_.\[\]]*)\)?:? ?invalid value (\S+) for type TYPE_(U?)INT(32|64)$)"};
+  std::smatch m;
+  if (!std::regex_match(message, m, number))
+    return message;
+  auto field = m[1].str().empty() ? std::string{"a number"} : m[1].str();
+  auto value = m[2].str();
+  bool is_unsigned = !m[3].str().empty();
+  bool wide = m[4].str() == "64";
+  auto range = is_unsigned ? (wide ? "0 to 18446744073709551615" : "0 to 4294967295")
+                           : (wide ? "-9223372036854775808 to 9223372036854775807"
+                                   : "-2147483648 to 2147483647");
+  if (is_unsigned && !value.empty() && value[0] == '-')
+    return field + ": " + value + " is negative: give a whole number from " + range;
+  return field + ": " + value + " is not a whole number from " + range;
+}
+
+} // namespace
+
 caf::error message_from_json(std::string_view text, google::protobuf::Message& out,
                              const std::string& what) {
   out.Clear();
@@ -37,7 +63,7 @@ caf::error message_from_json(std::string_view text, google::protobuf::Message& o
   if (!status.ok()) {
     out.Clear();
     return caf::make_error(ec::invalid_request,
-                           what + ": " + std::string{status.message()});
+                           what + ": " + explain_json_error(std::string{status.message()}));
   }
   return caf::none;
 }

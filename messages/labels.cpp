@@ -34,6 +34,13 @@ caf::error check_label(const std::string& key, const std::string& value) {
   return caf::none;
 }
 
+caf::error check_api_token_name(const std::string& name) {
+  if (well_formed(name, max_label_value, false))
+    return caf::none;
+  return caf::make_error(ec::invalid_request,
+                         "API token name '" + name + "': 1-63 letters, digits, '-', '_' or '.'");
+}
+
 caf::error check_workspace_name(const std::string& name) {
   bool ok = !name.empty() && name.size() <= 63
             && std::isalnum(static_cast<unsigned char>(name[0]))

@@ -21,6 +21,12 @@ constexpr size_t max_label_value = 63;
 /// ec::invalid_request naming the label and the rule it breaks.
 caf::error check_label(const std::string& key, const std::string& value);
 
+/// Checks an API token's name (who holds it, `astra api-tokens create
+/// --name`): 1-63 letters, digits, '-', '_' or '.', as a label's value (the
+/// controller's rule, checked by `astra` too). Returns none, or
+/// ec::invalid_request "API token name 'X': 1-63 letters, digits, '-', '_' or '.'".
+caf::error check_api_token_name(const std::string& name);
+
 /// Checks a workspace name: 1-63 letters, digits and '-', starting with a
 /// letter or digit (the controller's rule, checked by `astra` too, so a bad
 /// name is a usage error before anything is sent). Returns none, or

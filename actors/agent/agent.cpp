@@ -240,7 +240,8 @@ void send_frame(agent_ptr self, const v1::Frame& frame) {
 }
 
 /// The hello, sent sealed as soon as the channel is established: the
-/// machine's name and id, and its join token until it has enrolled.
+/// machine's name and id, and its join token while it holds one (until
+/// the first welcome: see agent_config::join_token).
 void send_hello(agent_ptr self) {
   auto& st = self->state;
   v1::Frame frame;
@@ -250,7 +251,7 @@ void send_hello(agent_ptr self) {
   hello->set_machine_name(st.config.identity.name);
   hello->set_machine_id(st.config.identity.machine_id);
   hello->set_software_version(ASTRAEUS_VERSION);
-  if (!st.config.enrolled)
+  if (!st.config.join_token.empty())
     hello->set_join_token(st.config.join_token);
   send_frame(self, frame);
 }
@@ -760,11 +761,12 @@ void on_frame(agent_ptr self, v1::Frame& frame) {
       on_logs(self, frame.logs());
       return;
     case v1::Frame::kWelcome:
+      // Welcomed: the token is spent (or was not needed: already enrolled).
+      st.config.join_token.clear();
       if (!st.config.enrolled) {
         // Enrolled: from now on the identity alone; the token is spent,
         // and the gate's key is kept and insisted on.
         st.config.enrolled = true;
-        st.config.join_token.clear();
         st.config.pinned = st.channel->server_key();
         if (!st.config.pin_file.empty())
           if (auto err = write_private_file(st.config.pin_file,

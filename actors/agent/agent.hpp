@@ -83,6 +83,10 @@ struct agent_config {
   /// The agent has enrolled before (it connects with its identity alone).
   bool enrolled = false;
   /// A join token to present once (from enrol.token_file); empty: none.
+  /// An agent that enrolled before presents it too: the controller ignores
+  /// it while the machine's identity is bound, and enrols the machine again
+  /// with it after `astra machine remove` (same identity key and machine
+  /// id; a machine of that name with another id is still refused).
   std::string join_token;
   caf::timespan report_interval = std::chrono::seconds{10};
   caf::timespan reconnect_min = std::chrono::milliseconds{500};

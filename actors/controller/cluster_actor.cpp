@@ -22,9 +22,6 @@ namespace astraeus {
 
 namespace {
 
-std::string key_store_name(const std::string& machine) {
-  return "machine/" + machine;
-}
 
 /// Spawns the machine actor of `record`, linked to the cluster, and enters
 /// it in the registry.
@@ -148,7 +145,7 @@ caf::error check_enrolment(cluster_ptr self, const v1::Hello& hello, uint64_t no
   id.set_identity_key(key);
   id.set_join_token_id(token.id());
   id.set_enrolled_unix_ms(now);
-  batch.push_back({family::tokens, key_store_name(name), id.SerializeAsString()});
+  batch.push_back({family::tokens, machine_identity_key(name), id.SerializeAsString()});
   return caf::none;
 }
 
@@ -216,6 +213,10 @@ std::string run_console_url(const cluster_config& config, const v1::RunSpec& spe
   return base + "/o/" + config.organization + "/w/"
          + (spec.workspace().empty() ? std::string{default_workspace} : spec.workspace())
          + "/jobs/" + config.cluster_name + "/" + spec.name();
+}
+
+std::string machine_identity_key(const std::string& machine) {
+  return "machine/" + machine;
 }
 
 bool valid_machine_name(const std::string& name) {

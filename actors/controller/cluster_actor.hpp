@@ -148,4 +148,9 @@ std::string run_console_url(const cluster_config& config, const v1::RunSpec& spe
 /// digits, '-', '_' and '.', starting with a letter or digit (a hostname).
 bool valid_machine_name(const std::string& name);
 
+/// The store key (family `tokens`) of the identity machine `machine`
+/// enrolled with ("machine/<name>", a v1::MachineIdentity): gone once the
+/// machine is removed.
+std::string machine_identity_key(const std::string& machine);
+
 } // namespace astraeus

@@ -15,6 +15,7 @@
 #include "messages/error.hpp"
 #include "messages/run_state.hpp"
 #include "messages/worker_state.hpp"
+#include "runtime/process/duration_limits.hpp"
 #include "runtime/process/wall_clock.hpp"
 #include "store/store.hpp"
 
@@ -34,7 +35,7 @@ v1::Response finish_removal(cluster_ptr self, const cluster_request& r, const st
                             v1::MachineView view) {
   auto& st = self->state;
   std::vector<Store::change> batch{{family::machines, name, std::nullopt},
-                                   {family::tokens, "machine/" + name, std::nullopt}};
+                                   {family::tokens, machine_identity_key(name), std::nullopt}};
   if (auto err = st.config.store->write(batch, true)) {
     r.audit(name, "failed: " + render_error(err));
     return r.error(err);
@@ -157,6 +158,11 @@ caf::result<v1::Response> drain_machine(const cluster_request& r) {
   auto& st = r.self->state;
   const auto& body = r.req.drain_machine();
   const auto name = body.name();
+  if (auto err = check_seconds_bound(body.deadline_seconds(), "deadline_seconds",
+                                     max_drain_deadline_seconds)) {
+    r.audit(name, "refused: " + render_error(err));
+    return r.error(err);
+  }
   auto m = st.machines.find(name);
   if (m == st.machines.end()) {
     auto err = caf::make_error(ec::no_such_machine, "no machine named " + name);

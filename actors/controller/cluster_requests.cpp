@@ -558,6 +558,7 @@ std::string validation_target(const v1::Request& req) {
     return s.suite() + " on " + (s.pool().empty() ? s.machine() : "pool " + s.pool());
   }
   case v1::Request::kSetValidationPolicy: return "pool " + req.set_validation_policy().policy().pool();
+  case v1::Request::kDeleteValidationPolicy: return "pool " + req.delete_validation_policy().pool();
   case v1::Request::kAcceptMachine: return req.accept_machine().machine();
   default: return {};
   }
@@ -666,7 +667,7 @@ result_t revoke_api_token(const cluster_request& r) {
   const auto& tid = r.req.revoke_api_token().id();
   if (!tokens)
     return r.error(no_tokens());
-  auto revoked = tokens->revoke_api(tid);
+  auto revoked = tokens->revoke_api(tid, r.self->state.config.clock->now_unix_ms());
   if (!revoked) {
     r.audit(tid, "failed: " + render_error(revoked.error()));
     return r.error(revoked.error());
@@ -739,6 +740,9 @@ const char* validate_name(const v1::Request&) {
 const char* policy_name(const v1::Request&) {
   return "set validation policy";
 }
+const char* delete_policy_name(const v1::Request&) {
+  return "delete validation policy";
+}
 const char* accept_name(const v1::Request&) {
   return "accept machine";
 }
@@ -805,6 +809,7 @@ const std::vector<cluster_request_row>& cluster_request_table() {
     {R::kSetValidationPolicy, role::admin, policy_name,         to_validations},
     {R::kAcceptMachine,    role::admin,  accept_name,           to_validations},
     {R::kListValidationPolicies, role::member, nullptr,         to_validations},
+    {R::kDeleteValidationPolicy, role::admin, delete_policy_name, to_validations},
     // issue 13 (cli): day-two commands (actors/controller/cluster_day2_requests.cpp).
     {R::kRemoveMachine,    role::admin,  remove_machine_name,   day2::remove_machine},
     {R::kDrainMachine,     role::admin,  drain_name,            day2::drain_machine},

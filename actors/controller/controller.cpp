@@ -40,6 +40,83 @@ std::string owner_token_path(const std::string& keys_dir) {
   return (std::filesystem::path{keys_dir} / "owner-token").string();
 }
 
+namespace {
+
+/// Whether, and why, the controller writes an owner token at start.
+struct owner_token_need {
+  /// A new controller: the store has no API token yet.
+  bool first = false;
+  /// An operator locked out: why (empty: nothing to do).
+  std::string lockout;
+};
+
+/// Whether the controller must write an owner token into `path` now: a new
+/// controller (no API token yet), or an operator locked out (the file's
+/// token no longer works, or the file is gone and no owner token works).
+/// Nothing when the file's token works or another owner token still does.
+caf::expected<owner_token_need> owner_token_missing(token_registry& tokens, const std::string& path,
+                                               int64_t now_ms) {
+  auto any = tokens.has_api_tokens();
+  if (!any)
+    return any.error();
+  if (!*any)
+    return owner_token_need{true, {}};
+  if (auto held = read_trimmed_file(path); held && !held->empty()) {
+    auto who = tokens.authenticate(*held, now_ms);
+    if (who)
+      return owner_token_need{};
+    if (who.error() != ec::unauthenticated)
+      return who.error();
+    return owner_token_need{false, "the token in " + path + " no longer works ("
+                                     + render_error(who.error()) + ")"};
+  }
+  auto owners = tokens.count_working_owners(now_ms);
+  if (!owners)
+    return owners.error();
+  if (*owners > 0)
+    return owner_token_need{};
+  return owner_token_need{false, "no owner token works any more and " + path + " holds none"};
+}
+
+/// Writes an owner API token into `<keys_dir>/owner-token` (mode 0600)
+/// when `owner_token_missing` says so: a new controller's first, or a fresh
+/// one for the operator on this host when every admin is locked out (README,
+/// "API tokens and roles"). A fresh one that cannot be written (a full disk)
+/// is logged and the controller starts anyway; the first one's failure is
+/// returned.
+caf::error provide_owner_token(token_registry& tokens, const std::string& keys_dir,
+                               int64_t now_ms) {
+  auto path = owner_token_path(keys_dir);
+  auto need = owner_token_missing(tokens, path, now_ms);
+  if (!need)
+    return need.error();
+  bool first = need->first;
+  const auto& why = need->lockout;
+  if (!first && why.empty())
+    return {};
+  auto minted = tokens.mint_api("owner", role::owner, 0, "controller", now_ms);
+  caf::error err = minted ? write_private_file(path, minted->first) : minted.error();
+  if (err && first)
+    return err;
+  if (err) {
+    spdlog::warn("controller: {}; a fresh owner API token could not be made: {}", why,
+                 render_error(err));
+    return {};
+  }
+  if (first)
+    spdlog::info("controller: created the first owner API token (id {}) in {} "
+                 "(mode 0600): the local astra finds it there; elsewhere, "
+                 "`astra login` with it",
+                 minted->second.id(), path);
+  else
+    spdlog::warn("controller: {}: wrote a fresh owner API token (id {}) to {} (mode 0600); "
+                 "revoke the old ones you no longer need",
+                 why, minted->second.id(), path);
+  return {};
+}
+
+} // namespace
+
 caf::expected<controller_handles>
 start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
                  std::shared_ptr<const wall_clock> clock, std::shared_ptr<Store> given,
@@ -95,23 +172,8 @@ start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
   if (!token_key)
     return token_key.error();
   out.tokens = std::make_shared<token_registry>(out.store, *token_key);
-  auto any = out.tokens->has_api_tokens();
-  if (!any)
-    return any.error();
-  if (!*any) {
-    // A new controller: the first owner token, for whoever runs it.
-    auto minted = out.tokens->mint_api("owner", role::owner, 0, "controller",
-                                       clock->now_unix_ms());
-    if (!minted)
-      return minted.error();
-    auto path = owner_token_path(keys_dir);
-    if (auto err = write_private_file(path, minted->first))
-      return err;
-    spdlog::info("controller: created the first owner API token (id {}) in {} "
-                 "(mode 0600): the local astra finds it there; elsewhere, "
-                 "`astra login` with it",
-                 minted->second.id(), path);
-  }
+  if (auto err = provide_owner_token(*out.tokens, keys_dir, clock->now_unix_ms()))
+    return err;
   cluster_config cc;
   cc.store = out.store;
   cc.heartbeat_lapse = cfg.heartbeat_lapse;
@@ -247,14 +309,18 @@ start_agent(caf::actor_system& sys, const AgentConfig& cfg, const std::string& j
       return pinned.error();
     ac.pinned = *pinned;
   }
-  if (!ac.enrolled && !join_token.empty()) {
+  // A machine that enrolled before presents a token it is given too: after
+  // `astra machine remove` that is how it enrols again (agent_config). Its
+  // token file may have been deleted since it enrolled: that is fine.
+  if (!join_token.empty()) {
     ac.join_token = join_token;
-  } else if (!ac.enrolled && !cfg.token_file.empty()) {
+  } else if (!cfg.token_file.empty()) {
     auto token = read_trimmed_file(cfg.token_file);
-    if (!token)
+    if (token)
+      ac.join_token = std::move(*token);
+    else if (!ac.enrolled)
       return caf::make_error(ec::invalid_config,
                              "enrol.token_file: " + render_error(token.error()));
-    ac.join_token = std::move(*token);
   }
   auto store = Store::open((fs::path{cfg.data_dir} / "store").string());
   if (!store)

@@ -47,7 +47,9 @@ struct controller_handles {
 /// Opens the store under `cfg.data_dir`, loads (or creates) the gate's
 /// Ed25519 key and the token key under `cfg.keys_dir`, mints the first owner
 /// API token into `<keys_dir>/owner-token` (mode 0600) when the store has no
-/// API token yet, spawns the cluster (which restores every stored machine)
+/// API token yet, or a fresh one (logged) when the token in that file no
+/// longer works or no owner token works any more (the operator on this host
+/// gets back in), spawns the cluster (which restores every stored machine)
 /// and binds the gate. Errors: the store's (e.g. "store
 /// /var/lib/astraeus/controller is in use by another process"), a key file
 /// that cannot be read or written, the gate's bind failure. `clock` dates

@@ -255,7 +255,9 @@ v1::MachineView machine_state::view() const {
   out.set_disk_pressure(pressure.disk);
   for (const auto& reason : pressure.reasons)
     out.add_pressure_reasons(reason);
-  out.set_schedulable(schedulable());
+  // An Accepting machine takes its checks only: no new work, as `astra
+  // machine` says ("New work: no (Accepting: …)").
+  out.set_schedulable(schedulable() && !accepting());
   out.set_registered_unix_ms(rec.registered_unix_ms());
   out.set_last_report_unix_ms(last_report_unix_ms);
   out.set_state_since_unix_ms(state_since_unix_ms);

@@ -4,6 +4,7 @@
 #include "actors/validation/all_reduce_plan.hpp"
 #include "actors/validation/pair_plan.hpp"
 #include "actors/validation/topology_findings.hpp"
+#include "runtime/validation/fix_commands.hpp"
 
 #include <algorithm>
 #include <vector>
@@ -175,8 +176,8 @@ v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map
         f.set_check(check);
         f.set_what(m->name() + " " + check + " check could not run: " + s.reason());
         f.set_fix("Check that the check program (validation.check_program) is installed and "
-                  "runs on " + m->name() + ", then `astra astraeus validate --suite " + check
-                  + " --machine " + m->name() + "`.");
+                  "runs on " + m->name() + ", then `"
+                  + fix_command::validate_machine(check, m->name()) + "`.");
         fails.push_back(std::move(f));
       }
     }
@@ -192,8 +193,8 @@ v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map
         f.set_check(pair_check);
         f.set_what(pair_label(*s) + " pair check could not run: " + s->reason());
         f.set_fix("Check that perftest (ib_write_bw) is installed on both machines and that "
-                  "they reach each other, then `astra astraeus validate --suite network --pool "
-                  + (pool.empty() ? std::string{"POOL"} : pool) + "`.");
+                  "they reach each other, then `"
+                  + fix_command::validate_pool("network", pool) + "`.");
         fails.push_back(std::move(f));
       }
     }
@@ -230,8 +231,7 @@ v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map
   if (rows.empty())
     summary = "No machines" + (pool.empty() ? std::string{} : " in pool " + pool) + ".";
   else if (!any_run)
-    summary += "; nothing checked yet: `astra astraeus validate --suite acceptance "
-               + (pool.empty() ? std::string{"--pool POOL"} : "--pool " + pool) + "`.";
+    summary += "; nothing checked yet: `" + fix_command::validate_pool("acceptance", pool) + "`.";
   else {
     bool all_reduce_said = false;
     for (int i = 0; i < out.findings_size() && i < 3; ++i) {

@@ -10,6 +10,7 @@
 
 #include "actors/validation/validation_plan.hpp"
 #include "runtime/host/sysfs_text.hpp"
+#include "runtime/validation/fix_commands.hpp"
 
 namespace astraeus::validation {
 
@@ -248,7 +249,7 @@ std::vector<int> judge_pairs(v1::Validation& v, const thresholds& t) {
                   + std::to_string(static_cast<int>(std::lround(p.of_best() * 100))) + "% "
                   + of_best_marker + " (" + one_decimal(p.gbps()) + " of "
                   + one_decimal(bests[p.device()].gbps) + " Gb/s)");
-      f->set_fix("Compare both machines' " + p.device() + " in `astra astraeus topology`; "
+      f->set_fix("Compare both machines' " + p.device() + " in `" + fix_command::topology() + "`; "
                  "`mlxlink -d " + p.device() + " -m` on " + s.machine() + " and " + s.peer()
                  + " shows each link's speed and errors.");
       added = true;

@@ -9,6 +9,7 @@
 #include "actors/validation/pair_plan.hpp"
 #include "actors/validation/validation_plan.hpp"
 #include "messages/error.hpp"
+#include "runtime/validation/fix_commands.hpp"
 #include "store/store.hpp"
 
 namespace astraeus::validation_detail {
@@ -202,8 +203,8 @@ void size_gpus(self_ptr self, int index) {
         if (st.v.steps(index).check() == "disk") {
           folder = validation::disk_folder(st.v, resp.machine());
           if (folder.empty()) {
-            skip_step(self, index, "no data location chosen: astra machine data-location "
-                                     + machine + " PATH");
+            skip_step(self, index,
+                      "no data location chosen: " + fix_command::data_location(machine));
             return;
           }
         }
@@ -331,9 +332,9 @@ void combine_quick(v1::ValidationStep& step, const v1::GpuList& gpus) {
       why += (why.empty() ? "" : "; ") + r;
     f->set_what(step.machine() + " GPU " + g.gpu().id() + " has a latched fault"
                 + (why.empty() ? "" : ": " + why));
-    f->set_fix("Find the cause in `astra gpus " + step.machine()
-               + "`; once it is repaired, `astra clear-fault " + step.machine() + " "
-               + g.gpu().id() + "`.");
+    f->set_fix("Find the cause in `" + fix_command::gpus(step.machine())
+               + "`; once it is repaired, `"
+               + fix_command::clear_fault(step.machine(), g.gpu().id()) + "`.");
     f->set_machine(step.machine());
     f->set_check(step.check());
     result->set_verdict("fail");

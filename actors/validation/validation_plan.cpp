@@ -13,6 +13,8 @@
 #include <google/protobuf/util/json_util.h>
 
 #include "messages/error.hpp"
+#include "actors/controller/machine_actor.hpp"
+#include "runtime/process/duration_limits.hpp"
 #include "runtime/process/duration_text.hpp"
 
 namespace astraeus::validation {
@@ -59,6 +61,15 @@ std::pair<std::string, std::string> latest_key(const v1::ValidationStep& step) {
     return {step.machine(),
             std::string{all_reduce_check} + "/" + std::to_string(step.group_machines_size())};
   return {step.machine(), step.check()};
+}
+
+caf::error check_settings(uint64_t burn_in_seconds, const std::string& data_dir) {
+  if (auto err = check_seconds_bound(burn_in_seconds, "burn_in_seconds", max_burn_in_seconds))
+    return err;
+  if (!data_dir.empty())
+    if (auto why = data_location_problem(data_dir))
+      return caf::make_error(ec::invalid_request, "data_dir '" + data_dir + "' " + *why);
+  return caf::none;
 }
 
 std::string make_id(int64_t unix_ms, uint64_t random) {
@@ -349,6 +360,7 @@ std::vector<int> end_removed(v1::Validation& v, const std::string& machine,
 
 std::string machine_verdict(const v1::Validation& v, const std::string& machine) {
   int worst = 0;
+  bool any = false, measured = false;
   std::vector<std::string> pairs;
   for (const auto& s : v.steps()) {
     if (s.machine() != machine && s.peer() != machine)
@@ -356,11 +368,15 @@ std::string machine_verdict(const v1::Validation& v, const std::string& machine)
     if (s.state() != done && s.state() != failed)
       return "";
     auto verdict = s.state() == failed ? std::string{"fail"} : s.verdict();
+    any = true;
+    measured = measured || verdict != "skipped";
     if (is_pair(s))
       pairs.push_back(verdict);
     else
       worst = std::max(worst, s.state() == failed ? 2 : rank_of(verdict));
   }
+  if (any && !measured)
+    return "skipped";
   if (!pairs.empty())
     worst = std::max(worst, rank_of(machine_pairs_verdict(pairs)));
   return worst == 2 ? "fail" : worst == 1 ? "warn" : "pass";
@@ -377,15 +393,34 @@ bool conclude(v1::Validation& v, int64_t now_unix_ms) {
     return false;
   uint32_t pass = 0;
   bool any_fail = false;
+  bool all_skipped = v.machines_size() > 0;
   for (const auto& m : v.machines()) {
     auto verdict = machine_verdict(v, m);
     pass += verdict == "pass" ? 1 : 0;
     any_fail = any_fail || verdict == "fail";
+    all_skipped = all_skipped && verdict == "skipped";
   }
   v.set_machines_passed(pass);
-  v.set_state(any_fail ? "Failed" : "Passed");
+  // Nothing measured is no pass: the network suite with no Active RDMA
+  // port on a shared rail skips its every pair.
+  v.set_state(any_fail ? "Failed" : all_skipped ? "Skipped" : "Passed");
   v.set_finished_unix_ms(now_unix_ms);
   return true;
+}
+
+std::string skip_reasons(const v1::Validation& v) {
+  std::vector<std::string> seen;
+  for (const auto& s : v.steps()) {
+    if (s.verdict() != "skipped")
+      continue;
+    auto why = s.result().summary().empty() ? s.reason() : s.result().summary();
+    if (!why.empty() && std::find(seen.begin(), seen.end(), why) == seen.end())
+      seen.push_back(why);
+  }
+  std::string out;
+  for (const auto& why : seen)
+    out += (out.empty() ? "" : "; ") + why;
+  return out;
 }
 
 std::string outcome_line(const v1::Validation& v) {

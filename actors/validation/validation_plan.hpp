@@ -40,6 +40,14 @@ std::string suite_names();
 /// pairs ("network": the pairs alone, issue 12).
 bool known_suite(const std::string& suite);
 
+/// Checks what a validation or a pool's policy is given, before anything
+/// is stored: a burn-in of at most 7 days (`burn_in_seconds`, 0: the
+/// default), a data folder (`data_dir`, empty: the machine's own) that is
+/// an absolute path as `astra machine data-location` wants it. Errors:
+/// ec::invalid_request naming the field and what is wrong
+/// ("data_dir 'relative' is not an absolute path (it must start with /)").
+caf::error check_settings(uint64_t burn_in_seconds, const std::string& data_dir);
+
 /// The key a step's latest result is kept under: (machine, check); a pair
 /// step's (its machine, "pair/<peer>"), so every pair keeps its own; an
 /// all-reduce step's (its first machine, "allreduce/<group size>").
@@ -168,17 +176,23 @@ std::vector<int> end_removed(v1::Validation& v, const std::string& machine,
 
 /// The verdict of `machine` in `v` (its steps and the pairs it is in):
 /// "fail" when a step failed or its check
-/// says fail, "warn" when one warns, "pass" when all are done, "" while any
-/// is not done.
+/// says fail, "warn" when one warns, "skipped" when every one was skipped
+/// (nothing was measured: no pass, and no acceptance), "pass" when all are
+/// done, "" while any is not done.
 std::string machine_verdict(const v1::Validation& v, const std::string& machine);
 
 /// Whether every step is Done or Failed.
 bool finished(const v1::Validation& v);
 
-/// Sets the validation's end once finished: Passed (no machine fails) or
-/// Failed, `machines_passed` (machines whose verdict is pass) and the
+/// Sets the validation's end once finished: Failed (a machine fails),
+/// Skipped (every machine's every step was skipped: nothing was measured),
+/// else Passed; `machines_passed` (machines whose verdict is pass) and the
 /// finishing time. Returns whether it finished now.
 bool conclude(v1::Validation& v, int64_t now_unix_ms);
+
+/// Why `v`'s skipped steps were skipped, each reason once, joined by "; "
+/// ("no RDMA port is Active on the same rail …"); empty when none was.
+std::string skip_reasons(const v1::Validation& v);
 
 /// "val-… acceptance Passed (on-demand)".
 std::string outcome_line(const v1::Validation& v);

@@ -46,6 +46,10 @@ void start_validation(self_ptr self, v1::StartValidation start, std::string trig
                                                 + "': one of " + validation::suite_names()));
     return;
   }
+  if (auto err = validation::check_settings(start.burn_in_seconds(), start.data_dir())) {
+    done(err);
+    return;
+  }
   if (batch.empty() && start.pool().empty() == start.machine().empty()) {
     done(caf::make_error(ec::invalid_request,
                          "name the machines to check: --pool POOL or --machine NAME (one of them)"));

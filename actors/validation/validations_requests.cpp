@@ -14,6 +14,7 @@
 #include "actors/validation/ib_port_exclusions.hpp"
 #include "actors/validation/validations_internal.hpp"
 #include "messages/error.hpp"
+#include "messages/labels.hpp"
 #include "store/store.hpp"
 
 namespace astraeus::validation_detail {
@@ -184,6 +185,11 @@ caf::result<v1::Response> set_policy(self_ptr self, const v1::Request& req) {
   auto p = req.set_validation_policy().policy();
   if (p.pool().empty())
     return failure(req.id(), caf::make_error(ec::invalid_request, "policy: no pool named"));
+  // A pool is a label's value: a policy for a pool no machine can be in is refused.
+  if (auto err = check_label("pool", p.pool()))
+    return failure(req.id(), err);
+  if (auto err = validation::check_settings(p.burn_in_seconds(), {}))
+    return failure(req.id(), err);
   if (p.dcgm_level() > 4)
     return failure(req.id(), caf::make_error(ec::invalid_request,
                                              "policy: --dcgm-level "
@@ -205,6 +211,27 @@ caf::result<v1::Response> set_policy(self_ptr self, const v1::Request& req) {
                            rp.deliver(store_policy(self, id, std::move(p), by));
                        });
   return rp;
+}
+
+/// `astra astraeus policy delete POOL`: the pool's policy goes (stored
+/// with sync); its machines no longer wait for acceptance. Answers the
+/// policy as it was; ec::invalid_request when the pool has none.
+v1::Response delete_policy(self_ptr self, const v1::Request& req) {
+  auto& st = self->state;
+  const auto& pool = req.delete_validation_policy().pool();
+  auto it = st.policies.find(pool);
+  if (it == st.policies.end())
+    return failure(req.id(), caf::make_error(ec::invalid_request,
+                                             "no validation policy for pool '" + pool
+                                               + "' (see `astra astraeus policy list`)"));
+  if (auto err = st.config.store->erase(family::validations, "policy/" + pool, true))
+    return failure(req.id(), err);
+  auto out = with_id(req.id());
+  *out.mutable_validation_policy() = std::move(it->second);
+  st.policies.erase(it);
+  spdlog::info("validations: pool {} policy deleted", pool);
+  look_at_machines(self);
+  return out;
 }
 
 caf::result<v1::Response> accept(self_ptr self, const v1::Request& req) {
@@ -295,6 +322,7 @@ caf::result<v1::Response> answer(self_ptr self, const v1::Request& req) {
   case R::kSetValidationPolicy: return set_policy(self, req);
   case R::kAcceptMachine: return accept(self, req);
   case R::kListValidationPolicies: return policies(self, req);
+  case R::kDeleteValidationPolicy: return delete_policy(self, req);
   default:
     return failure(req.id(), caf::make_error(ec::invalid_request, "not a validation request"));
   }

@@ -11,11 +11,14 @@
 #include <unistd.h>
 
 #include "bin/astra/commands.hpp"
+#include "bin/astra/usage.hpp"
 #include "bin/cli_format.hpp"
 #include "messages/error.hpp"
+#include "messages/labels.hpp"
 #include "runtime/gate/frame_codec.hpp"
 #include "runtime/gate/secure_channel.hpp"
 #include "runtime/process/config.hpp"
+#include "runtime/process/duration_limits.hpp"
 #include "runtime/process/private_file.hpp"
 #include "runtime/workers/run_spec.hpp"
 
@@ -40,15 +43,16 @@ void add_join_tokens(CLI::App& app, invocation& inv) {
   auto& f = inv.keep<join_token_flags>();
   create->add_option("--pool", f.pool, "the machine's pool (label pool=NAME)");
   create->add_option("--ttl", f.ttl, "how long the unused token stays valid: 1h "
-                                     "(default), 30m, 24h, 7d")
+                                     "(default), 30m, 24h, 7d (at most 30d)")
     ->capture_default_str();
   create->add_option("--label", f.labels, "KEY=VALUE, a label the machine gets; "
                                           "repeatable");
   create->callback([&inv, &f] {
-    auto ttl = parse_seconds(f.ttl);
+    auto ttl = parse_bounded_seconds(f.ttl, "--ttl", max_join_ttl_seconds);
     if (!ttl || *ttl == 0) {
-      std::fprintf(stderr, "astra: --ttl: '%s' is not a duration (use 1h, 30m, "
-                           "24h, 7d)\n", f.ttl.c_str());
+      std::fprintf(stderr, "astra: %s\n",
+                   ttl ? "--ttl: '0' is not a duration (use 1h, 30m, 24h, 7d)"
+                       : render_error(ttl.error()).c_str());
       inv.rc = 2;
       return;
     }
@@ -90,21 +94,26 @@ void add_api_tokens(CLI::App& app, invocation& inv) {
     "create", "mint an API token for NAME with a role (owners and admins; an "
               "owner token only by an owner)");
   auto& f = inv.keep<api_token_flags>();
-  create->add_option("--name", f.name, "who holds it, e.g. alice")->required();
+  create->add_option("--name", f.name, "who holds it, e.g. alice")
+    ->required()
+    ->check(value_check(check_api_token_name));
   create->add_option("--role", f.role, "owner, admin or member")
     ->check(CLI::IsMember({"owner", "admin", "member"}))
     ->capture_default_str();
-  create->add_option("--ttl", f.ttl, "how long it is valid (e.g. 30d); "
-                                     "default: until revoked");
+  create->add_option("--ttl", f.ttl, "how long it is valid (e.g. 30d, at most "
+                                     "3650d); default: until revoked");
   create->callback([&inv, &f] {
     v1::Request req;
     auto* body = req.mutable_create_api_token();
     body->set_name(f.name);
     body->set_role(f.role);
     if (!f.ttl.empty()) {
-      auto ttl = parse_seconds(f.ttl);
-      if (!ttl) {
-        std::fprintf(stderr, "astra: --ttl: '%s' is not a duration\n", f.ttl.c_str());
+      auto ttl = parse_bounded_seconds(f.ttl, "--ttl", max_api_token_ttl_seconds);
+      if (!ttl || *ttl == 0) {
+        std::fprintf(stderr, "astra: %s\n",
+                     ttl ? "--ttl: '0' is not a duration (leave --ttl out for a token valid "
+                           "until revoked)"
+                         : render_error(ttl.error()).c_str());
         inv.rc = 2;
         return;
       }

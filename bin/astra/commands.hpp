@@ -31,7 +31,7 @@ void add_workspace_commands(CLI::App& app, invocation& inv);
 /// `tokens create`, `api-tokens create|revoke`, `whoami`, `audit`, `login`, `logout`
 /// (bin/astra/access_commands.cpp).
 void add_access_commands(CLI::App& app, invocation& inv);
-/// `validate`, `validations`, `validation ID`, `report`, `policy set|list`,
+/// `validate`, `validations`, `validation ID`, `report`, `policy set|list|delete`,
 /// `accept` (bin/astra/validation_commands.cpp; issue 21).
 void add_validation_commands(CLI::App& app, invocation& inv);
 /// `version` (bin/astra/access_commands.cpp).

@@ -8,7 +8,10 @@
 #include <sstream>
 
 #include "bin/astra/commands.hpp"
+#include "bin/astra/usage.hpp"
 #include "bin/cli_format.hpp"
+#include "messages/labels.hpp"
+#include "runtime/process/duration_limits.hpp"
 #include "runtime/process/duration_text.hpp"
 #include "runtime/process/wall_clock.hpp"
 #include "runtime/workers/run_spec.hpp"
@@ -28,7 +31,7 @@ void add_machine_remove(CLI::App& app, invocation& inv) {
     "remove", "remove a Down or drained machine: its GPUs, records and identity go "
               "(its agent must enrol again with a new join token; owners and admins)");
   auto& name = inv.keep<std::string>();
-  remove->add_option("NAME", name, "machine name")->required();
+  remove->add_option("NAME", name, "machine name")->required()->check(machine_name_check());
   remove->callback([&inv, &name] {
     v1::Request req;
     req.mutable_remove_machine()->set_name(name);
@@ -46,15 +49,15 @@ void add_drain(CLI::App& app, invocation& inv) {
              "(astra drain NAME --deadline 1h; owners and admins)");
   auto& name = inv.keep<std::string>();
   auto& deadline = inv.keep<std::string>("0");
-  drain->add_option("NAME", name, "machine name")->required();
+  drain->add_option("NAME", name, "machine name")->required()->check(machine_name_check());
   drain->add_option("--deadline", deadline,
-                    "how long its workers may go on: 1h, 30m, 2d; 0 (default): stop them now")
+                    "how long its workers may go on: 1h, 30m, 2d (at most 30d); 0 (default): stop them "
+                    "now")
     ->capture_default_str();
   drain->callback([&inv, &name, &deadline] {
-    auto secs = deadline == "0" ? std::optional<uint64_t>{0} : parse_seconds(deadline);
+    auto secs = parse_bounded_seconds(deadline, "--deadline", max_drain_deadline_seconds);
     if (!secs) {
-      std::fprintf(stderr, "astra: --deadline: '%s' is not a duration (use 0, 30m, 1h, 2d)\n",
-                   deadline.c_str());
+      std::fprintf(stderr, "astra: %s\n", render_error(secs.error()).c_str());
       inv.rc = 2;
       return;
     }
@@ -143,7 +146,9 @@ void add_workspace_delete(CLI::App& app, invocation& inv) {
   auto* del = ws->add_subcommand("delete", "delete a workspace that has no live runs "
                                            "(owners and admins)");
   auto& name = inv.keep<std::string>();
-  del->add_option("NAME", name, "workspace name")->required();
+  del->add_option("NAME", name, "workspace name")
+    ->required()
+    ->check(value_check(check_workspace_name));
   del->callback([&inv, &name] {
     v1::Request req;
     req.mutable_delete_workspace()->set_name(name);
@@ -170,7 +175,7 @@ void add_gpu_show(CLI::App& app, invocation& inv) {
                                            "clock, errors)");
   auto& machine = inv.keep<std::string>();
   auto& id = inv.keep<std::string>();
-  show->add_option("MACHINE", machine, "machine name")->required();
+  show->add_option("MACHINE", machine, "machine name")->required()->check(machine_name_check());
   show->add_option("GPU", id, "GPU id (UUID, AMD id), PCI address or index")->required();
   show->callback([&inv, &machine, &id] {
     v1::Request req;

@@ -2,6 +2,7 @@
 // policy.
 
 #include "bin/astra/commands.hpp"
+#include "bin/astra/usage.hpp"
 #include "bin/cli_format.hpp"
 
 namespace astraeus::cli {
@@ -25,7 +26,7 @@ void add_gpu_commands(CLI::App& app, invocation& inv) {
     "machine must be connected");
   auto& machine = inv.keep<std::string>();
   auto& gpu = inv.keep<std::string>();
-  clear->add_option("MACHINE", machine, "machine name")->required();
+  clear->add_option("MACHINE", machine, "machine name")->required()->check(machine_name_check());
   clear->add_option("GPU-ID", gpu, "GPU id (UUID, or the AMD id)")->required();
   clear->callback([&inv, &machine, &gpu] {
     v1::Request req;

@@ -6,7 +6,9 @@
 #include <functional>
 
 #include "bin/astra/commands.hpp"
+#include "bin/astra/usage.hpp"
 #include "bin/cli_format.hpp"
+#include "messages/labels.hpp"
 
 namespace astraeus::cli {
 
@@ -18,7 +20,7 @@ void add_machine_flag(CLI::App& app, invocation& inv, const char* cmd, const cha
                       std::function<std::string(const v1::MachineView&)> said) {
   auto* sub = app.add_subcommand(cmd, help);
   auto& target = inv.keep<std::string>();
-  sub->add_option("NAME", target, "machine name")->required();
+  sub->add_option("NAME", target, "machine name")->required()->check(machine_name_check());
   sub->callback([&inv, &target, fill, said] {
     v1::Request req;
     fill(req, target);
@@ -35,7 +37,7 @@ void add_label(CLI::App& app, invocation& inv) {
                                             "machine, e.g. astra label gpu-01 pool=h100");
   auto& machine = inv.keep<std::string>();
   auto& args = inv.keep<std::vector<std::string>>();
-  label->add_option("NAME", machine, "machine name")->required();
+  label->add_option("NAME", machine, "machine name")->required()->check(machine_name_check());
   label->add_option("LABELS", args, "KEY=VALUE to set, KEY- to remove")->required();
   label->callback([&inv, &machine, &args] {
     v1::Request req;
@@ -43,9 +45,15 @@ void add_label(CLI::App& app, invocation& inv) {
     sl->set_name(machine);
     for (const auto& a : args) {
       auto eq = a.find('=');
-      if (eq != std::string::npos && eq > 0)
+      if (eq != std::string::npos && eq > 0) {
+        // The controller's rule, here too: a bad label is the command line's fault.
+        if (auto err = check_label(a.substr(0, eq), a.substr(eq + 1))) {
+          std::fprintf(stderr, "astra: %s\n", render_error(err).c_str());
+          inv.rc = exit_usage;
+          return;
+        }
         (*sl->mutable_set())[a.substr(0, eq)] = a.substr(eq + 1);
-      else if (a.size() > 1 && a.back() == '-' && eq == std::string::npos)
+      } else if (a.size() > 1 && a.back() == '-' && eq == std::string::npos)
         sl->add_remove(a.substr(0, a.size() - 1));
       else {
         std::fprintf(stderr, "astra: label %s: give KEY=VALUE to set or KEY- to remove\n",
@@ -73,7 +81,7 @@ void add_maintenance(CLI::App& app, invocation& inv) {
     "maintenance", "take a machine out of service (on) or return it (off)");
   auto& name = inv.keep<std::string>();
   auto& mode = inv.keep<std::string>();
-  maint->add_option("NAME", name, "machine name")->required();
+  maint->add_option("NAME", name, "machine name")->required()->check(machine_name_check());
   maint->add_option("MODE", mode, "on or off")
     ->required()
     ->check(CLI::IsMember({"on", "off"}));
@@ -96,7 +104,7 @@ void add_data_location(CLI::App& machine, invocation& inv) {
                      "/mnt/nvme0/astraeus; wins over the installer's --data-dir; admins)");
   auto& name = inv.keep<std::string>();
   auto& path = inv.keep<std::string>();
-  sub->add_option("NAME", name, "machine name")->required();
+  sub->add_option("NAME", name, "machine name")->required()->check(machine_name_check());
   sub->add_option("PATH", path, "the folder, an absolute path")->required();
   sub->callback([&inv, &name, &path] {
     v1::Request req;
@@ -123,7 +131,7 @@ void add_machine_views(CLI::App& app, invocation& inv) {
   auto* machine = app.add_subcommand("machine", "show one machine in full");
   auto& name = inv.keep<std::string>();
   // Not required: `astra machine remove NAME` is a subcommand of it.
-  machine->add_option("NAME", name, "machine name");
+  machine->add_option("NAME", name, "machine name")->check(machine_name_check());
   add_data_location(*machine, inv);
   machine->callback([&inv, &name, machine] {
     if (!machine->get_subcommands().empty())

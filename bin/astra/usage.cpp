@@ -6,9 +6,31 @@
 #include <cstring>
 #include <set>
 
+#include "actors/controller/cluster_actor.hpp"
+#include "messages/error.hpp"
 #include "runtime/host/sysfs_text.hpp"
 
 namespace astraeus::cli {
+
+CLI::Validator machine_name_check() {
+  return CLI::Validator(
+    [](std::string& name) -> std::string {
+      if (valid_machine_name(name))
+        return {};
+      return "machine name '" + name + "' is not valid: 1-63 letters, digits, '-', '_' "
+             "or '.', starting with a letter or digit";
+    },
+    "NAME");
+}
+
+CLI::Validator value_check(caf::error (*rule)(const std::string&)) {
+  return CLI::Validator(
+    [rule](std::string& value) -> std::string {
+      auto err = rule(value);
+      return err ? render_error(err) : std::string{};
+    },
+    "");
+}
 
 std::string nearest(const std::string& word, const std::vector<std::string>& known) {
   std::string best;

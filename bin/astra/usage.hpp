@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <caf/error.hpp>
 
 namespace astraeus::cli {
 
@@ -25,6 +26,16 @@ enum exit_code : int {
   /// The controller could not be reached or did not answer in time.
   exit_unreachable = 3,
 };
+
+/// A check for a machine NAME argument by the controller's rule
+/// (valid_machine_name): a bad name ("", "bad name!") is a usage error,
+/// exit 2, before anything is sent.
+CLI::Validator machine_name_check();
+
+/// A check for a value by a rule of messages/labels.hpp (`rule` answers
+/// none or the error naming what is wrong): a usage error, exit 2, before
+/// anything is sent (the API token's --name).
+CLI::Validator value_check(caf::error (*rule)(const std::string&));
 
 /// The entry of `known` nearest to `word`, when it is near enough to be
 /// what was meant (at most 2 edits, or a third of the word's length for

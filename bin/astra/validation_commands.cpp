@@ -1,5 +1,5 @@
 // astra's validation commands (issue 21; shared/seeds/bring-up-a-gpu-cluster.md):
-// validate, validations, validation ID, report, policy set|list, accept.
+// validate, validations, validation ID, report, policy set|list|delete, accept.
 
 #include <unistd.h>
 
@@ -12,35 +12,32 @@
 #include <optional>
 #include <thread>
 
+#include "actors/controller/machine_actor.hpp"
 #include "bin/astra/commands.hpp"
+#include "bin/astra/usage.hpp"
 #include "bin/cli_format.hpp"
 #include "bin/validation_format.hpp"
 #include "messages/json.hpp"
+#include "messages/labels.hpp"
 #include "runtime/gate/gate_client.hpp"
+#include "runtime/process/duration_limits.hpp"
 
 namespace astraeus::cli {
 
 namespace {
 
-/// "10m", "90s", "1h", "600" (seconds) -> seconds; nullopt when malformed.
-std::optional<uint64_t> parse_seconds(const std::string& text) {
-  if (text.empty())
-    return std::nullopt;
-  size_t used = 0;
-  unsigned long long n = 0;
-  try {
-    n = std::stoull(text, &used);
-  } catch (...) {
+/// A --burn-in value in seconds (at most 7 days, not 0); nullopt after
+/// saying why on stderr.
+std::optional<uint64_t> burn_in_seconds(const std::string& text) {
+  auto secs = parse_bounded_seconds(text, "--burn-in", max_burn_in_seconds);
+  if (secs && *secs == 0) {
+    std::fprintf(stderr, "astra: --burn-in: '%s' is not a duration: give one such as 10m\n",
+                 text.c_str());
     return std::nullopt;
   }
-  auto unit = text.substr(used);
-  if (unit.empty() || unit == "s")
-    return n;
-  if (unit == "m")
-    return n * 60;
-  if (unit == "h")
-    return n * 3600;
-  return std::nullopt;
+  if (!secs)
+    std::fprintf(stderr, "astra: %s\n", render_error(secs.error()).c_str());
+  return secs ? std::optional<uint64_t>{*secs} : std::nullopt;
 }
 
 struct validate_flags {
@@ -56,7 +53,8 @@ struct validate_flags {
 };
 
 /// `validate --wait`: polls the validation until it ends, printing a line
-/// of progress whenever it changes. Exit code 0 Passed, 1 Failed, 3 gone.
+/// of progress whenever it changes. Exit code 0 Passed, 1 Failed or Skipped
+/// (nothing was measured), 3 gone.
 int wait_for_validation(const options& opts, gate_client& client, const std::string& id) {
   auto timeout = std::chrono::milliseconds{static_cast<int64_t>(opts.timeout_s * 1000)};
   std::string last;
@@ -112,6 +110,12 @@ int explain(const options& opts) {
 int run_validate(const options& opts, const validate_flags& f) {
   if (f.explain)
     return explain(opts);
+  // The rule `astra machine data-location` follows.
+  if (!f.data_dir.empty())
+    if (auto why = data_location_problem(f.data_dir)) {
+      std::fprintf(stderr, "astra: --data-dir '%s' %s\n", f.data_dir.c_str(), why->c_str());
+      return exit_usage;
+    }
   v1::Request req;
   auto* s = req.mutable_start_validation();
   s->set_suite(f.suite);
@@ -121,12 +125,9 @@ int run_validate(const options& opts, const validate_flags& f) {
   s->set_dcgm_level(f.dcgm_level);
   s->set_data_dir(f.data_dir);
   if (!f.burn_in.empty()) {
-    auto secs = parse_seconds(f.burn_in);
-    if (!secs || *secs == 0) {
-      std::fprintf(stderr, "astra: --burn-in %s: give a duration such as 10m or 90s\n",
-                   f.burn_in.c_str());
+    auto secs = burn_in_seconds(f.burn_in);
+    if (!secs)
       return 2;
-    }
     s->set_burn_in_seconds(*secs);
   }
   int rc = 0;
@@ -166,11 +167,12 @@ void add_validate(CLI::App& app, invocation& inv) {
   cmd->add_option("--pool", f.pool, "every machine of this pool");
   cmd->add_option("--machine", f.machine, "one machine");
   cmd->add_option("--note", f.note, "a note kept with the validation");
-  cmd->add_option("--burn-in", f.burn_in, "burn-in duration (default 10m)");
+  cmd->add_option("--burn-in", f.burn_in, "burn-in duration (default 10m, at most 7d)");
   cmd->add_option("--dcgm-level", f.dcgm_level, "dcgmi diag level 1-4 (default 2)")
     ->check(CLI::Range(1, 4));
   cmd->add_option("--data-dir", f.data_dir, "the data location the disk check measures");
-  cmd->add_flag("--wait", f.wait, "wait for the verdict, showing progress; exit 1 if it fails");
+  cmd->add_flag("--wait", f.wait, "wait for the verdict, showing progress; exit 1 if it fails or "
+                                        "was skipped (nothing measured)");
   cmd->add_flag("--explain", f.explain, "print every threshold and verdict rule");
   cmd->callback([&inv, &f] {
     if (!f.explain && f.pool.empty() == f.machine.empty()) {
@@ -190,6 +192,21 @@ void add_report(CLI::App& app, invocation& inv) {
   cmd->add_option("--pool", pool, "only the machines of this pool");
   cmd->add_option("--html", html, "also save the report as a printable page to FILE");
   cmd->callback([&inv, &pool, &html] {
+    // The page's folder is checked first: a report printed and then lost
+    // to a path typo is a wasted call.
+    if (!html.empty()) {
+      auto folder = std::filesystem::path{html}.parent_path();
+      if (folder.empty())
+        folder = ".";
+      std::error_code err;
+      if (!std::filesystem::is_directory(folder, err) || ::access(folder.c_str(), W_OK) != 0) {
+        std::fprintf(stderr, "astra: report --html %s: cannot write there (%s is not a folder "
+                             "you can write to)\n",
+                     html.c_str(), folder.c_str());
+        inv.rc = exit_usage;
+        return;
+      }
+    }
     v1::Request req;
     req.mutable_get_report()->set_pool(pool);
     inv.rc = call(inv.opts, req, [&html](const v1::Response& r) {
@@ -251,7 +268,7 @@ void add_policy(CLI::App& app, invocation& inv) {
   auto* require_flag =
     set->add_flag("--require-acceptance,!--no-require-acceptance", require,
                   "machines joining the pool wait as Accepting until they pass acceptance");
-  set->add_option("--burn-in", burn, "burn-in duration of its acceptance (default 10m)");
+  set->add_option("--burn-in", burn, "burn-in duration of its acceptance (default 10m, at most 7d)");
   auto* level_option = set->add_option("--dcgm-level", level, "dcgmi diag level 1-4 (default 2)")
                          ->check(CLI::Range(1, 4));
   auto& exclude = inv.keep<bool>(true);
@@ -260,11 +277,16 @@ void add_policy(CLI::App& app, invocation& inv) {
     "leave RDMA ports the topology or the pairs mark degraded out of NCCL_IB_HCA (the default)");
   set->callback([&inv, &pool, &require, &burn, &level, &exclude, require_flag, level_option,
                  exclude_flag] {
+    // A pool is a label's value (`astra label NAME pool=…` refuses the same).
+    if (auto err = check_label("pool", pool)) {
+      std::fprintf(stderr, "astra: %s\n", render_error(err).c_str());
+      inv.rc = exit_usage;
+      return;
+    }
     uint64_t burn_seconds = 0;
     if (!burn.empty()) {
-      auto secs = parse_seconds(burn);
-      if (!secs || *secs == 0) {
-        std::fprintf(stderr, "astra: --burn-in %s: give a duration such as 10m\n", burn.c_str());
+      auto secs = burn_in_seconds(burn);
+      if (!secs) {
         inv.rc = 2;
         return;
       }
@@ -294,6 +316,17 @@ void add_policy(CLI::App& app, invocation& inv) {
     inv.rc = call(inv.opts, req,
                   [](const v1::Response& r) { return format_policy(r.validation_policy()); });
   });
+  auto* del = policy->add_subcommand("delete", "delete a pool's policy: its machines no longer "
+                                                "wait for acceptance (admins)");
+  auto& gone = inv.keep<std::string>();
+  del->add_option("POOL", gone, "the pool")->required();
+  del->callback([&inv, &gone] {
+    v1::Request req;
+    req.mutable_delete_validation_policy()->set_pool(gone);
+    inv.rc = call(inv.opts, req, [](const v1::Response& r) {
+      return "pool " + r.validation_policy().pool() + ": policy deleted\n";
+    });
+  });
   auto* list = policy->add_subcommand("list", "every pool's policy");
   list->callback([&inv] {
     v1::Request req;
@@ -312,7 +345,7 @@ void add_accept(CLI::App& app, invocation& inv) {
                                            "acceptance (audited)");
   auto& name = inv.keep<std::string>();
   auto& reason = inv.keep<std::string>();
-  cmd->add_option("NAME", name, "machine name")->required();
+  cmd->add_option("NAME", name, "machine name")->required()->check(machine_name_check());
   cmd->add_option("--reason", reason, "why (kept in the audit log)")->required();
   cmd->callback([&inv, &name, &reason] {
     v1::Request req;

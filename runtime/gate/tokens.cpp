@@ -9,6 +9,7 @@
 
 #include "messages/error.hpp"
 #include "messages/labels.hpp"
+#include "runtime/process/duration_limits.hpp"
 #include "runtime/process/wall_clock.hpp"
 #include "runtime/process/private_file.hpp"
 #include "runtime/gate/secure_channel.hpp"
@@ -58,14 +59,6 @@ caf::expected<std::optional<Record>> find_hashed(Store& store,
   if (!*found || !same_hash(rec.hash(), h))
     return std::optional<Record>{};
   return std::optional<Record>{std::move(rec)};
-}
-
-bool valid_label_part(const std::string& s) {
-  return !s.empty() && s.size() <= 63
-         && std::all_of(s.begin(), s.end(), [](char c) {
-              return std::isalnum(static_cast<unsigned char>(c)) || c == '-'
-                     || c == '_' || c == '.';
-            });
 }
 
 } // namespace
@@ -226,10 +219,10 @@ token_registry::redeem_join(const std::string& token, const std::string& machine
 caf::expected<std::pair<std::string, v1::ApiTokenRecord>>
 token_registry::mint_api(const std::string& name, role r, uint64_t ttl_seconds,
                          const std::string& created_by, int64_t now_ms) {
-  if (!valid_label_part(name))
-    return caf::make_error(ec::invalid_request,
-                           "API token name '" + name
-                             + "': 1-63 letters, digits, '-', '_' or '.'");
+  if (auto err = check_api_token_name(name))
+    return err;
+  if (auto err = check_seconds_bound(ttl_seconds, "ttl_seconds", max_api_token_ttl_seconds))
+    return err;
   auto token = random_token(api_prefix);
   auto h = hash(token);
   v1::ApiTokenRecord rec;
@@ -278,7 +271,32 @@ caf::expected<v1::Principal> token_registry::authenticate(const std::string& tok
   return out;
 }
 
-caf::expected<v1::ApiTokenRecord> token_registry::revoke_api(const std::string& id) {
+namespace {
+
+/// Whether API token `rec` still authenticates at `now_ms`.
+bool works_at(const v1::ApiTokenRecord& rec, int64_t now_ms) {
+  return !rec.revoked() && (rec.expires_unix_ms() == 0 || now_ms < rec.expires_unix_ms());
+}
+
+} // namespace
+
+caf::expected<size_t> token_registry::count_working_owners(int64_t now_ms) {
+  size_t n = 0;
+  auto err = store_->for_each(family::tokens, [&](std::string_view k, std::string_view bytes) {
+    v1::ApiTokenRecord rec;
+    if (k.substr(0, 4) == "api/"
+        && rec.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))
+        && rec.role() == to_string(role::owner) && works_at(rec, now_ms))
+      ++n;
+    return true;
+  });
+  if (err)
+    return err;
+  return n;
+}
+
+caf::expected<v1::ApiTokenRecord> token_registry::revoke_api(const std::string& id,
+                                                             int64_t now_ms) {
   std::string key;
   v1::ApiTokenRecord found;
   auto err = store_->for_each(family::tokens, [&](std::string_view k,
@@ -298,6 +316,15 @@ caf::expected<v1::ApiTokenRecord> token_registry::revoke_api(const std::string& 
     return err;
   if (key.empty())
     return caf::make_error(ec::invalid_request, "no API token has id '" + id + "'");
+  if (found.role() == to_string(role::owner) && works_at(found, now_ms)) {
+    auto owners = count_working_owners(now_ms);
+    if (!owners)
+      return owners.error();
+    if (*owners <= 1)
+      return caf::make_error(ec::failed_precondition,
+                             "refused: " + id + " is the cluster's last owner token; create "
+                             "another owner token first (astra api-tokens create --role owner)");
+  }
   found.set_revoked(true);
   if (auto e = store_->put(family::tokens, key, found, true))
     return e;

@@ -104,7 +104,7 @@ public:
 
   /// A new API token for `name` with `r`, stored (hash only, sync).
   /// `ttl_seconds` 0: it never expires. Errors: ec::invalid_request for an
-  /// empty name; ec::store_failure.
+  /// empty name or a TTL over 10 years (max_api_token_ttl_seconds); ec::store_failure.
   caf::expected<std::pair<std::string, v1::ApiTokenRecord>>
   mint_api(const std::string& name, role r, uint64_t ttl_seconds,
            const std::string& created_by, int64_t now_ms);
@@ -116,8 +116,15 @@ public:
                                             int64_t now_ms);
 
   /// Revokes the API token with id `id` (stored with sync); returns its
-  /// record. Errors: ec::invalid_request when no API token has that id.
-  caf::expected<v1::ApiTokenRecord> revoke_api(const std::string& id);
+  /// record. Errors: ec::invalid_request when no API token has that id;
+  /// ec::failed_precondition when it is the last owner token that still
+  /// works at `now_ms` (revoking it would lock every admin out for good:
+  /// create another owner token first); ec::store_failure.
+  caf::expected<v1::ApiTokenRecord> revoke_api(const std::string& id, int64_t now_ms);
+
+  /// How many owner API tokens still work at `now_ms` (neither revoked nor
+  /// expired). Errors: ec::store_failure.
+  caf::expected<size_t> count_working_owners(int64_t now_ms);
 
   /// Every join token, oldest first, without its hash (`astra tokens
   /// list`). Errors: ec::store_failure.

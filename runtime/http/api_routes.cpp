@@ -478,6 +478,8 @@ const std::vector<api_route>& api_routes() {
     {"PUT", "/validation-policies/{pool}", true, set_validation_policy,
      "set a pool's validation policy (admins): require_acceptance, burn_in_seconds, "
      "dcgm_level, exclude_degraded_ports", "ValidationPolicy", "ValidationPolicy"},
+    {"DELETE", "/validation-policies/{pool}", true, delete_validation_policy,
+     "delete a pool's validation policy (admins)", "", "ValidationPolicy"},
   };
   return rows;
 }

@@ -125,6 +125,8 @@ void get_cluster_report(api_context& ctx);
 void get_topology(api_context& ctx);
 void list_validation_policies(api_context& ctx);
 void set_validation_policy(api_context& ctx);
+/// DELETE /validation-policies/{pool}: the pool's policy goes (admins).
+void delete_validation_policy(api_context& ctx);
 // issue 20 (installer): an admin chooses a machine's data location.
 void set_node_data_location(api_context& ctx);
 // issue 13 (cli): day-two routes (runtime/http/api_day2_routes.cpp).

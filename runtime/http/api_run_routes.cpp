@@ -382,6 +382,16 @@ void set_validation_policy(api_context& ctx) {
              });
 }
 
+// A pool's policy goes (`astra astraeus policy delete POOL`).
+void delete_validation_policy(api_context& ctx) {
+  v1::Request req;
+  req.mutable_delete_validation_policy()->set_pool(ctx.param("pool"));
+  reply_with(ctx, std::move(req), 200,
+             [](const v1::Response& r) -> const v1::ValidationPolicy& {
+               return r.validation_policy();
+             });
+}
+
 // -- OpenAPI ------------------------------------------------------------------
 
 namespace {

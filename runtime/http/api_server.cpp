@@ -111,7 +111,8 @@ int http_status_of(const v1::Error& err) {
     return 403;
   if (c == "no_such_machine")
     return 404;
-  if (c == "not_connected" || c == "enrollment_used" || c == "identity_mismatch")
+  if (c == "not_connected" || c == "enrollment_used" || c == "identity_mismatch"
+      || c == "failed_precondition")
     return 409;
   if (c == "enrollment_expired")
     return 410;
@@ -124,7 +125,8 @@ int http_status_of(const v1::Error& err) {
         || m.rfind("no validation named", 0) == 0
         || m.find("has no worker") != std::string::npos
         || m.find(" has no GPU ") != std::string::npos
-        || m.rfind("no API token has", 0) == 0)
+        || m.rfind("no API token has", 0) == 0
+        || m.rfind("no validation policy for", 0) == 0)
       return 404;
     if (m.find("already exists") != std::string::npos
         || m.find("exists already") != std::string::npos

@@ -14,7 +14,8 @@
 /// ENROLLMENT_USED, NO_SUCH_MACHINE) and the status it means: 400 a bad
 /// body or parameter (naming it), 401 no or a bad token, 403 a role that may
 /// not, 404 an unknown thing (NO_ROUTE: an unknown route), 405 a known path with another method,
-/// 409 a conflict (name in use, machine not connected), 413 a body over
+/// 409 a conflict (name in use, machine not connected; FAILED_PRECONDITION: the
+/// cluster's state refuses it, e.g. revoking the last owner token), 413 a body over
 /// api.body_cap, 429 too many requests waiting, 501 not built yet, 504 the
 /// cluster did not answer in time. Creates answer 201 with Location. Lists
 /// page with `?limit=N&cursor=C` (the next cursor in X-Next-Cursor) and

@@ -5,6 +5,7 @@
 
 #include "runtime/faults/xid_policy.hpp"
 #include "runtime/host/sysfs_text.hpp"
+#include "runtime/validation/fix_commands.hpp"
 
 namespace astraeus::validation {
 
@@ -90,7 +91,7 @@ void judge_burn(const std::vector<burn_figures>& gpus, const std::string& watch_
       out.add_finding(verdict::fail, g.gpu,
                       "Xid " + std::to_string(xid) + " on " + g.gpu + " during the burn-in"
                         + (meaning.empty() ? "" : " (" + meaning + ")"),
-                      "see `astra xids` for what Xid " + std::to_string(xid)
+                      "see `" + fix_command::xids() + "` for what Xid " + std::to_string(xid)
                         + " means; reset the GPU or reboot, and replace it if the Xid returns");
     }
     if (g.wrong_results)

@@ -12,6 +12,7 @@
 #include "runtime/validation/burn_check.hpp"
 #include "runtime/validation/burn_kernel.hpp"
 #include "runtime/validation/cuda_driver.hpp"
+#include "runtime/validation/fix_commands.hpp"
 #include "runtime/validation/nvml_watch.hpp"
 
 namespace astraeus::validation {
@@ -195,7 +196,7 @@ check_result run_burn(const check_options& o) {
   if (auto i = sums.find(""); i != sums.end())
     for (auto xid : i->second.xids)
       out.add_finding(verdict::fail, "", "Xid " + std::to_string(xid) + " during the burn-in",
-                      "see `astra xids`; reset the GPU or reboot");
+                      "see `" + fix_command::xids() + "`; reset the GPU or reboot");
   judge_burn(figs, watch_problem, t, out);
   return finish_result(std::move(out), start, pass);
 }

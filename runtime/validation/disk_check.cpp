@@ -17,6 +17,7 @@
 #include "runtime/host/sysfs_text.hpp"
 #include "runtime/process/program_run.hpp"
 #include "runtime/validation/disk_direct_io.hpp"
+#include "runtime/validation/fix_commands.hpp"
 
 namespace astraeus::validation {
 
@@ -248,7 +249,7 @@ check_result run_disk(const check_options& o) {
   if (::stat(o.data_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     out.add_finding(verdict::fail, "", "the data directory " + o.data_dir + " does not exist",
                     "create it on the machine (mkdir -p " + o.data_dir + ") or choose another "
-                    "with `astra machine data-location MACHINE PATH`, then run the disk check "
+                    "with `" + fix_command::data_location("MACHINE") + "`, then run the disk check "
                     "again");
     return finish_result(std::move(out), start, "");
   }

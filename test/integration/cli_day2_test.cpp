@@ -55,12 +55,12 @@ protected:
     return keys_dir_of((dir_ / "controller").string()) / "owner-token";
   }
 
-  /// Starts the controller, then the agent once the controller answers;
-  /// true once gpu-09 is Up.
-  bool start_cluster() {
-    auto* ctl = spawn("controller", {program("astraeus-controller"), "--port",
-                                     std::to_string(port_), "--data-dir",
-                                     (dir_ / "controller").string()});
+  /// Starts the controller (kept in `controller_`); true once it answers
+  /// its owner token.
+  bool start_controller() {
+    controller_ = spawn("controller", {program("astraeus-controller"), "--port",
+                                       std::to_string(port_), "--data-dir",
+                                       (dir_ / "controller").string()});
     auto keys = keys_dir_of((dir_ / "controller").string());
     auto ready = [&] {
       return use_owner_credentials(port_, keys)
@@ -68,9 +68,15 @@ protected:
                gate_client::connect_cli(loopback(port_), 300ms, owner_credentials(port_)));
     };
     if (!wait_until(ready, 10s)) {
-      ADD_FAILURE() << "controller not ready: " << ctl->err();
+      ADD_FAILURE() << "controller not ready: " << controller_->err();
       return false;
     }
+    return true;
+  }
+
+  /// Starts the agent gpu-09 (kept in `agent_`) with a fresh join token;
+  /// true once gpu-09 is Up.
+  bool start_agent() {
     std::vector<std::string> argv{
       program("astraeus-agent"), "--controller", "127.0.0.1:" + std::to_string(port_),
       "--data-dir", agent_dir().string(), "--name", "gpu-09", "--report-interval", "200ms",
@@ -79,15 +85,26 @@ protected:
       "stop.grace=2s"};
     auto join = enrol_flags(port_, dir_.path(), "gpu-09");
     argv.insert(argv.end(), join.begin(), join.end());
-    spawn("agent", std::move(argv),
-          {"ASTRAEUS_NVML_FIXTURE=" ASTRAEUS_SOURCE_DIR "/test/fixtures/nvml/h100x8.json"});
+    agent_ = spawn("agent", std::move(argv),
+                   {"ASTRAEUS_NVML_FIXTURE=" ASTRAEUS_SOURCE_DIR "/test/fixtures/nvml/h100x8.json"});
     return wait_until([&] { return machine_in_state(port_, "gpu-09", v1::Machine::Up); }, 10s);
   }
 
+  /// Starts the controller, then the agent once the controller answers;
+  /// true once gpu-09 is Up.
+  bool start_cluster() {
+    return start_controller() && start_agent();
+  }
+
   command_result astra(std::vector<std::string> args) {
+    return astra_as(owner_token(), std::move(args));
+  }
+
+  /// astra with the API token in `token_file`.
+  command_result astra_as(const fs::path& token_file, std::vector<std::string> args) {
     std::vector<std::string> argv{program("astra"), "--addr",
                                   "127.0.0.1:" + std::to_string(port_), "--token-file",
-                                  owner_token().string()};
+                                  token_file.string()};
     argv.insert(argv.end(), args.begin(), args.end());
     return run_command(argv, dir_.path());
   }
@@ -124,6 +141,8 @@ protected:
   temp_dir dir_{"astraeus-cli-day2"};
   uint16_t port_ = 0;
   std::vector<std::unique_ptr<process>> procs_;
+  process* controller_ = nullptr;  ///< the latest controller started
+  process* agent_ = nullptr;       ///< the latest agent started
 };
 
 bool has(const std::string& text, const std::string& part) {
@@ -222,8 +241,8 @@ TEST_F(CliDay2, DrainStopsTheWorkersThenRemoveForgetsTheMachineAndRefusesItsAgen
   auto gone = astra({"machine", "gpu-09"});
   EXPECT_EQ(gone.rc, 1);
   EXPECT_TRUE(has(gone.err, "no machine named gpu-09")) << gone.err;
-  EXPECT_TRUE(wait_until([&] { return has(procs_[1]->err(), "removed from the cluster"); }, 10s))
-    << procs_[1]->err();
+  EXPECT_TRUE(wait_until([&] { return has(agent_->err(), "removed from the cluster"); }, 10s))
+    << agent_->err();
   // Its agent keeps trying and is refused: the machine stays gone.
   std::this_thread::sleep_for(1s);
   EXPECT_EQ(astra({"machine", "gpu-09"}).rc, 1);
@@ -232,6 +251,12 @@ TEST_F(CliDay2, DrainStopsTheWorkersThenRemoveForgetsTheMachineAndRefusesItsAgen
   auto audit = astra({"audit"});
   EXPECT_TRUE(has(audit.out, "remove machine")) << audit.out;
   EXPECT_TRUE(has(audit.out, "drain")) << audit.out;
+  // Trial: as the removal says, it enrols again with a new join token, with
+  // the same data folder (its identity) and no wiping.
+  agent_->kill_now();
+  ASSERT_TRUE(start_agent()) << agent_->err();
+  EXPECT_TRUE(has(controller_->err(), "machine gpu-09 enrolled with join token"))
+    << controller_->err();
 }
 
 TEST_F(CliDay2, TokensAndWorkspacesAreListedRevokedAndDeleted) {
@@ -326,4 +351,46 @@ TEST_F(CliDay2, RunNamesArePerWorkspaceAndADeletedRunsWorkerShowsStoppingThenHow
   // The other workspace's t runs on.
   EXPECT_EQ(worker("wb", "state"), "Running");
   EXPECT_EQ(astra({"delete", "t", "--workspace", "wb"}).rc, 0);
+}
+
+// Trial: revoking the only owner token locked the cluster for good, and a
+// restart did not help (the owner-token file kept the revoked token).
+TEST_F(CliDay2, TheLastOwnerTokenIsKeptAndALockedOutOperatorGetsBackIn) {
+  ASSERT_TRUE(start_controller());
+  auto me = astra({"whoami", "-o", "json"});
+  ASSERT_EQ(me.rc, 0) << me.err;
+  auto first = nlohmann::json::parse(me.out).value("token_id", "");
+  ASSERT_FALSE(first.empty()) << me.out;
+  auto refused = astra({"api-tokens", "revoke", first});
+  EXPECT_EQ(refused.rc, 1);
+  EXPECT_EQ(refused.err, "astra: refused: " + first
+                           + " is the cluster's last owner token; create another owner token "
+                             "first (astra api-tokens create --role owner)\n");
+  EXPECT_EQ(astra({"whoami"}).rc, 0) << "still works";
+  // With a second owner the first may go: the owner-token file now holds
+  // a revoked token, as after the trial's revoke.
+  auto made = astra({"api-tokens", "create", "--name", "ops", "--role", "owner", "-o", "json"});
+  ASSERT_EQ(made.rc, 0) << made.err;
+  auto ops = dir_ / "ops-token";
+  write_text(ops, nlohmann::json::parse(made.out).value("token", "") + "\n");
+  auto revoked = astra_as(ops, {"api-tokens", "revoke", first});
+  ASSERT_EQ(revoked.rc, 0) << revoked.err;
+  auto locked = astra({"whoami"});
+  EXPECT_EQ(locked.rc, 1);
+  EXPECT_TRUE(has(locked.err, "was revoked")) << locked.err;
+  // The operator on the controller's host restarts it: it writes a fresh
+  // owner token into the same file and says so.
+  controller_->kill_now();
+  ASSERT_TRUE(start_controller());
+  auto back = astra({"whoami", "-o", "json"});
+  ASSERT_EQ(back.rc, 0) << back.err;
+  auto fresh = nlohmann::json::parse(back.out).value("token_id", "");
+  EXPECT_NE(fresh, first);
+  EXPECT_TRUE(has(controller_->err(), "wrote a fresh owner API token (id " + fresh + ")"))
+    << controller_->err();
+  // A file whose token works is left alone on the next start.
+  controller_->kill_now();
+  ASSERT_TRUE(start_controller());
+  EXPECT_EQ(nlohmann::json::parse(astra({"whoami", "-o", "json"}).out).value("token_id", ""),
+            fresh);
 }

@@ -151,4 +151,50 @@ TEST_F(Cli, DayTwoCommandsCheckTheirWordsFirst) {
   EXPECT_EQ(astra({"slurm", "squeue"}).rc, 3);
 }
 
+// Trial: negative durations wrapped to 18446744073709551316 s, absurd ones
+// were taken, and values astra can check itself exited 1 after a round
+// trip. Each is refused here, exit 2, naming the value, nothing sent.
+TEST_F(Cli, BadValuesAreRefusedBeforeAnythingIsSent) {
+  struct refused {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  for (const auto& r : std::vector<refused>{
+         {{"validate", "--suite", "burn", "--pool", "h100", "--burn-in", "-5m"},
+          "astra: --burn-in: '-5m' is not a duration: it is negative\n"},
+         {{"policy", "set", "h100", "--burn-in", "99999999h"},
+          "astra: --burn-in: '99999999h' is too long: at most 7d\n"},
+         {{"api-tokens", "create", "--name", "ci", "--ttl", "99999999d"},
+          "astra: --ttl: '99999999d' is too long: at most 3650d\n"},
+         {{"api-tokens", "create", "--name", "ci", "--ttl", "0"},
+          "astra: --ttl: '0' is not a duration (leave --ttl out for a token valid until "
+          "revoked)\n"},
+         {{"drain", "gpu-01", "--deadline", "99999999d"},
+          "astra: --deadline: '99999999d' is too long: at most 30d\n"},
+         {{"validate", "--suite", "disk", "--machine", "gpu-01", "--data-dir", "relative"},
+          "astra: --data-dir 'relative' is not an absolute path (it must start with /)\n"},
+         {{"astraeus", "policy", "set", "bad pool!"},
+          "astra: label pool='bad pool!': use 1-63 letters, digits, '-', '_' and '.'\n"},
+         {{"label", "gpu-01", "pool=bad pool!"},
+          "astra: label pool='bad pool!': use 1-63 letters, digits, '-', '_' and '.'\n"},
+         {{"report", "--html", "/nonexistent/x.html"},
+          "astra: report --html /nonexistent/x.html: cannot write there (/nonexistent is not "
+          "a folder you can write to)\n"},
+       }) {
+    auto res = astra(r.args);
+    EXPECT_EQ(res.rc, 2) << r.args[0] << " " << r.args[1] << ": " << res.err;
+    EXPECT_EQ(res.err, r.says);
+    EXPECT_EQ(res.out, "");
+  }
+  // Names checked by the controller's rules, as the parse: exit 2.
+  auto cordon = astra({"cordon", ""});
+  EXPECT_EQ(cordon.rc, 2);
+  EXPECT_TRUE(contains(cordon.err, "machine name '' is not valid")) << cordon.err;
+  auto token = astra({"api-tokens", "create", "--name", ""});
+  EXPECT_EQ(token.rc, 2);
+  EXPECT_TRUE(contains(token.err, "API token name '': 1-63 letters")) << token.err;
+  // A good policy delete is parsed, and reaches for the controller.
+  EXPECT_EQ(astra({"astraeus", "policy", "delete", "h100"}).rc, 3);
+}
+
 } // namespace

@@ -250,6 +250,9 @@ TEST(CliFormat, MachineSaysWhetherItIsAccepted) {
   auto waiting = cli::format_machine(m, 0);
   EXPECT_TRUE(contains(waiting, "Acceptance:")) << waiting;
   EXPECT_TRUE(contains(waiting, "`astra astraeus accept gpu-03 --reason …`")) << waiting;
+  EXPECT_TRUE(contains(waiting, "New work:    no (Accepting: only its acceptance checks run "
+                                "until it passes)\n"))
+    << waiting;
   m.set_state(v1::Machine::Up);
   m.set_accepted(true);
   auto accepted = cli::format_machine(m, 0);

@@ -404,6 +404,24 @@ TEST_F(SecureCluster, ANewMachineNeedsAJoinTokenAndGetsItsLabels) {
   EXPECT_EQ(err, ec::identity_mismatch);
 }
 
+// An enrolled agent given a join token presents it at every start (so that
+// it can enrol again after `astra machine remove`): while its identity is
+// bound the token is left unused, for another machine.
+TEST_F(SecureCluster, AnEnrolledMachineThatPresentsATokenLeavesItUnused) {
+  auto c = spawn_secure();
+  auto join = tokens->mint_join({}, 0, "test", unix_ms_now());
+  ASSERT_TRUE(join);
+  ASSERT_TRUE(ask<machine_actor>(c, atom::enrol_v,
+                                 keyed_hello("gpu-01", "id1", 'a', join->first), uint64_t{1}));
+  auto spare = tokens->mint_join({}, 0, "test", unix_ms_now());
+  ASSERT_TRUE(spare);
+  EXPECT_TRUE(ask<machine_actor>(c, atom::enrol_v,
+                                 keyed_hello("gpu-01", "id1", 'a', spare->first), uint64_t{2}));
+  EXPECT_TRUE(ask<machine_actor>(c, atom::enrol_v,
+                                 keyed_hello("gpu-02", "id2", 'b', spare->first), uint64_t{3}))
+    << "the spare token was not used up by gpu-01";
+}
+
 // A write that fails while a machine enrols (a kill, a full disk) leaves
 // neither the token used nor the machine half-registered: the same token
 // enrols it on the next try (issue 23 item 2: the token, the identity and

@@ -78,6 +78,18 @@ TEST_F(MachineActor, IsIdleUntilItsFirstReport) {
   EXPECT_EQ(view.last_report_unix_ms(), 0);
 }
 
+// Trial: `astra machine` said "Acceptance: not yet" and "New work: yes".
+TEST_F(MachineActor, AnAcceptingMachineTakesNoNewWorkUntilAccepted) {
+  auto m = spawn_machine();
+  report(m);
+  auto view = ask<v1::MachineView>(m, atom::accept_v, true, false, std::string{});
+  EXPECT_EQ(view.state(), v1::Machine::Accepting);
+  EXPECT_FALSE(view.schedulable());
+  view = ask<v1::MachineView>(m, atom::accept_v, true, true, std::string{"burned in by hand"});
+  EXPECT_EQ(view.state(), v1::Machine::Up);
+  EXPECT_TRUE(view.schedulable());
+}
+
 TEST_F(MachineActor, IsUpOnAReport) {
   auto m = spawn_machine();
   report(m);

@@ -173,6 +173,52 @@ TEST(ValidationPlan, TheVerdictIsTheWorstOfEachMachine) {
             "val-20261006-7f3a2c acceptance Failed (on-demand)\n1/2 machines pass.\n");
 }
 
+// Trial: `validate --suite network --wait` said "Passed … 2/2 machines pass"
+// when its only step was skipped (no Active RDMA port on a shared rail).
+TEST(ValidationPlan, AValidationThatMeasuredNothingIsSkippedWithTheReason) {
+  v1::StartValidation start;
+  start.set_suite("network");
+  start.set_pool("h100");
+  auto v = val::make_validation("val-20261006-7f3a2c", start, {"gpu-01", "gpu-02"},
+                                "on-demand", 0);
+  ASSERT_EQ(v.steps_size(), 1);
+  auto* pair = v.mutable_steps(0);
+  pair->set_state(val::done);
+  pair->set_verdict("skipped");
+  pair->set_reason("no RDMA port is Active on the same rail (device and port) of gpu-01 and "
+                   "gpu-02");
+  pair->mutable_result()->set_verdict("skipped");
+  pair->mutable_result()->set_summary(pair->reason());
+  ASSERT_TRUE(val::conclude(v, 10));
+  EXPECT_EQ(v.state(), "Skipped");
+  EXPECT_EQ(v.machines_passed(), 0u);
+  EXPECT_EQ(val::machine_verdict(v, "gpu-01"), "skipped") << "no acceptance on nothing";
+  EXPECT_EQ(cli::format_validation_outcome(v),
+            "val-20261006-7f3a2c network Skipped (on-demand)\nNothing was measured: every "
+            "step was skipped (no RDMA port is Active on the same rail (device and port) of "
+            "gpu-01 and gpu-02).\n");
+  // One step measured something: the validation passes, the rest counted as
+  // measured only where they were.
+  auto a = acceptance_of({"gpu-01"});
+  for (auto& s : *a.mutable_steps())
+    ASSERT_TRUE(val::apply_run(s, ended_run(result_json(s.check(), s.check() == "quick"
+                                                                    ? "pass" : "skipped")), 9));
+  ASSERT_TRUE(val::conclude(a, 10));
+  EXPECT_EQ(a.state(), "Passed");
+  EXPECT_EQ(a.machines_passed(), 1u);
+}
+
+// Trial: `validate --data-dir relative` was accepted, and a burn-in of
+// 2^64-1 seconds too; refused up front, naming the field.
+TEST(ValidationPlan, SettingsAreCheckedBeforeAnythingIsStored) {
+  EXPECT_FALSE(val::check_settings(0, ""));
+  EXPECT_FALSE(val::check_settings(7 * 86400, "/mnt/nvme0/astraeus"));
+  EXPECT_EQ(render_error(val::check_settings(0, "relative")),
+            "data_dir 'relative' is not an absolute path (it must start with /)");
+  EXPECT_EQ(render_error(val::check_settings(18446744073709551615ull, "")),
+            "burn_in_seconds: 18446744073709551615 is too long: at most 604800 (7d)");
+}
+
 TEST(ClusterReport, NamesTheSlowGpuWithItsFixAndCountsPassOnly) {
   v1::MachineList machines;
   for (auto n : {"gpu-02", "gpu-01", "gpu-03"})

@@ -111,12 +111,42 @@ TEST_F(Tokens, ApiTokensNameTheirPrincipalUntilExpiredOrRevoked) {
   auto member = registry->mint_api("bob", role::member, 0, "owner", now);
   ASSERT_TRUE(member);
   ASSERT_TRUE(registry->authenticate(member->first, now + 1));
-  auto revoked = registry->revoke_api(member->second.id());
+  auto revoked = registry->revoke_api(member->second.id(), now + 1);
   ASSERT_TRUE(revoked) << render_error(revoked.error());
   auto after = registry->authenticate(member->first, now + 2);
   ASSERT_FALSE(after);
   EXPECT_NE(render_error(after.error()).find("revoked"), std::string::npos);
-  EXPECT_EQ(registry->revoke_api("nope").error(), ec::invalid_request);
+  EXPECT_EQ(registry->revoke_api("nope", now).error(), ec::invalid_request);
+}
+
+// Trial: revoking the only owner token locked every admin out for good.
+TEST_F(Tokens, TheLastWorkingOwnerTokenCannotBeRevoked) {
+  auto first = registry->mint_api("owner", role::owner, 0, "controller", now);
+  ASSERT_TRUE(first);
+  auto admin = registry->mint_api("alice", role::admin, 0, "owner", now);
+  ASSERT_TRUE(admin);
+  auto refused = registry->revoke_api(first->second.id(), now + 1);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error(), ec::failed_precondition);
+  EXPECT_EQ(render_error(refused.error()),
+            "refused: " + first->second.id()
+              + " is the cluster's last owner token; create another owner token first "
+                "(astra api-tokens create --role owner)");
+  ASSERT_TRUE(registry->authenticate(first->first, now + 2)) << "still works";
+  // An owner token that has expired is no way in: it does not count.
+  auto brief = registry->mint_api("brief", role::owner, 10, "owner", now);
+  ASSERT_TRUE(brief);
+  EXPECT_EQ(*registry->count_working_owners(now + 1), 2u);
+  EXPECT_EQ(*registry->count_working_owners(now + 10'000), 1u);
+  EXPECT_FALSE(registry->revoke_api(first->second.id(), now + 10'000));
+  EXPECT_TRUE(registry->revoke_api(brief->second.id(), now + 10'000)) << "expired: no way in";
+  // With a second owner the first may go; then the second is the last.
+  auto second = registry->mint_api("owner2", role::owner, 0, "owner", now);
+  ASSERT_TRUE(second);
+  ASSERT_TRUE(registry->revoke_api(first->second.id(), now + 3));
+  EXPECT_EQ(registry->revoke_api(second->second.id(), now + 4).error(),
+            ec::failed_precondition);
+  EXPECT_TRUE(registry->revoke_api(admin->second.id(), now + 5)) << "admins are not owners";
 }
 
 TEST_F(Tokens, TheStoreHoldsOnlyKeyedHashes) {
