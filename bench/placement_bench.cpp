@@ -2,6 +2,7 @@
 // bench/RESULTS.md).
 //
 //   placement_bench [--machines N[,N...]] [--ops N] [--gangs N] [--seed S]
+//                   [--cores CPUS:PER_GPU]
 //
 // For each cluster size (default 5,000 and 100,000 machines of 8 GPUs):
 //   - builds the index: 2 NUMA nodes per machine (GPUs 0-3, 4-7), NVSwitch on
@@ -23,6 +24,11 @@
 //     computed), then 1,000 small runs; at 60 % with a head of 70 % of one
 //     site's h100 machines, and at 95 % with a head of 3 % of the machines;
 //   - memory: VmRSS / VmHWM from /proc/self/status.
+// `--cores CPUS:PER_GPU` (issue 22): every machine has CPUS logical CPUs
+// (and 16 GiB of memory per CPU) and every worker asks for PER_GPU cores
+// (and 8 GiB) per GPU, so GPUs, cores and memory are fitted together:
+// 128:16 never runs short of cores before GPUs (the cost of the check);
+// 96:16 does (machines with free GPUs but not the cores are passed over).
 
 #include <cinttypes>
 #include <cstdio>
@@ -39,9 +45,33 @@ using namespace astraeus::bench;
 
 namespace {
 
+/// `--cores CPUS:PER_GPU`: 0 = machines and workers without cores.
+uint32_t machine_cpus = 0;
+double cores_per_gpu = 0;
+
+/// `r` asking for cores and memory per GPU (with `--cores`).
+placement_request sized(placement_request r) {
+  if (machine_cpus && !r.groups.empty()) {
+    r.cpus_per_worker = cores_per_gpu * r.groups[0].gpus_per_worker;
+    r.memory_bytes_per_worker = (uint64_t{8} << 30) * r.groups[0].gpus_per_worker;
+  }
+  return r;
+}
+
+placement_request single_request(std::mt19937_64& rng, uint64_t n) {
+  return sized(bench::single_request(rng, n));
+}
+
+placement_request gang_request(std::mt19937_64& rng, uint64_t n) {
+  return sized(bench::gang_request(rng, n));
+}
+
 void build(placement_index& idx, size_t machines, std::mt19937_64& rng) {
   for (size_t i = 0; i < machines; ++i) {
-    if (!idx.add_machine(sim_machine(i, machines, rng))) {
+    auto spec = sim_machine(i, machines, rng);
+    spec.cpus = machine_cpus;
+    spec.memory_bytes = (uint64_t{16} << 30) * machine_cpus;
+    if (!idx.add_machine(spec)) {
       std::fprintf(stderr, "add_machine failed\n");
       std::exit(1);
     }
@@ -80,6 +110,9 @@ void check(const placement_index& idx) {
 void run_size(size_t machines, size_t ops, size_t gangs, uint64_t seed) {
   std::mt19937_64 rng{seed};
   std::printf("== %zu machines x 8 GPUs ==\n", machines);
+  if (machine_cpus)
+    std::printf("  with cores: %u CPUs and %u GiB a machine, %.1f cores and 8 GiB a GPU asked\n",
+                machine_cpus, machine_cpus * 16, cores_per_gpu);
   auto m0 = memory_mib();
   auto t0 = clock_type::now();
   placement_index idx;
@@ -237,7 +270,7 @@ void run_size(size_t machines, size_t ops, size_t gangs, uint64_t seed) {
     head.groups = {worker_group{"default", head_machines, 8}};
     head.required_labels = {{"pool", "h100"}};
     head.time_limit_seconds = 3600;
-    q.submit(head, now);
+    q.submit(sized(head), now);
     for (int i = 0; i < 1000; ++i) {
       auto r = single_request(rng, n++);
       r.time_limit_seconds = 300 + static_cast<int64_t>(rng() % 7200);
@@ -297,8 +330,15 @@ int main(int argc, char** argv) {
       gangs = std::strtoull(argv[++i], nullptr, 10);
     } else if (arg == "--seed" && has_value) {
       seed = std::strtoull(argv[++i], nullptr, 10);
+    } else if (arg == "--cores" && has_value) {
+      std::string v = argv[++i];
+      auto colon = v.find(':');
+      machine_cpus = static_cast<uint32_t>(std::strtoul(v.c_str(), nullptr, 10));
+      cores_per_gpu = colon == std::string::npos ? 0 : std::strtod(v.c_str() + colon + 1, nullptr);
     } else {
-      std::fprintf(stderr, "usage: %s [--machines N[,N...]] [--ops N] [--gangs N] [--seed S]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--machines N[,N...]] [--ops N] [--gangs N] [--seed S] "
+                   "[--cores CPUS:PER_GPU]\n",
                    argv[0]);
       return 2;
     }

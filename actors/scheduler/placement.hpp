@@ -21,6 +21,13 @@
 ///   one rack.
 /// - Across machines: best fit (the machine or group with the fewest free
 ///   GPUs that still fits), so whole machines stay free for large runs.
+/// - A worker's CPU cores and memory (`--cpus`, `--mem`) must be free on its
+///   machine too (issue 22): the cores and memory of the index's
+///   allocations plus those its owner says are used outside them
+///   (`set_outside_use`: CPU-only workers) count against the machine's. A
+///   machine whose cores or memory are unknown (0) is not checked for them.
+///   A machine short of them is passed over in its bucket, so a placement
+///   costs what it did plus the machines passed over.
 ///
 /// Sizes: a machine has at most 64 GPU slots (`gpu_mask` is one bit per
 /// slot). 100,000 machines with 8 GPUs each take ~0.3 GiB (bench/RESULTS.md).
@@ -95,6 +102,28 @@ struct machine_spec {
   /// ("is cordoned", "is Down", "is under memory pressure"); empty when it
   /// does, or unknown ("is not taking new work" is said then).
   std::string not_schedulable;
+  /// Its logical CPUs (`SchedulerMachine.logical_cpus`); 0 = unknown: the
+  /// cores of workers are not checked there.
+  uint32_t cpus = 0;
+  /// Its memory, bytes (`SchedulerMachine.memory_bytes`); 0 = unknown: the
+  /// memory of workers is not checked there.
+  uint64_t memory_bytes = 0;
+};
+
+/// CPU cores, in thousandths of a core, for `cpus` cores (rounded up).
+inline uint64_t cpu_millis_of(double cpus) {
+  if (!(cpus > 0))
+    return 0;
+  double m = cpus * 1000.0;
+  auto whole = static_cast<uint64_t>(m);
+  return static_cast<double>(whole) + 1e-6 < m ? whole + 1 : whole;
+}
+
+/// CPU cores (thousandths) and memory (bytes) held or used on one machine.
+struct machine_use {
+  machine_id machine = 0;    ///< the machine
+  uint64_t cpu_millis = 0;   ///< cores x 1000
+  uint64_t memory_bytes = 0; ///< bytes
 };
 
 /// One GPU: its machine and its slot there (slots are stable for the GPU's
@@ -130,6 +159,8 @@ struct placement_request {
   bool healthy_only = false;        ///< never AtRisk GPUs (`gpu_requests.healthy_only`)
   int64_t time_limit_seconds = 0;   ///< the run's time limit, s; 0 = none
   int32_t priority = 0;             ///< queue order: higher first, then submission order
+  double cpus_per_worker = 0;       ///< CPU cores each worker asks for (`--cpus`); 0 = none
+  uint64_t memory_bytes_per_worker = 0; ///< memory each worker asks for (`--mem`); 0 = none
 };
 
 /// How tightly a placement's machines are joined, tightest first.
@@ -163,6 +194,8 @@ struct placement {
   bool uses_at_risk = false;          ///< some GPU is AtRisk (none was healthy enough)
   bool healthy_only = false;          ///< the request's `healthy_only`, checked again at commit
   uint32_t selector = 0;              ///< the label set it was placed for, checked at commit
+  uint64_t cpu_millis_per_worker = 0; ///< cores each worker holds (x 1000), checked at commit
+  uint64_t memory_bytes_per_worker = 0; ///< memory each worker holds, checked at commit
 };
 
 /// Why a run cannot be placed now.
@@ -173,6 +206,9 @@ enum class waiting_code : uint8_t {
   never_fits,      ///< larger than the machines (or the largest site) even when empty:
                    ///< "cannot fit anywhere now: ..." (also for no machine with the labels)
   not_enough_gpus, ///< not enough free GPUs now
+  not_enough_cores_or_memory, ///< the GPUs are free somewhere, but not with the cores or
+                   ///< memory its workers ask for: "waiting: no machine has 2 free GPUs with
+                   ///< 64 free cores; gpu-01 has the GPUs but only 16 free cores"
   reserved,        ///< it would fit, but only on GPUs reserved for an earlier run
 };
 
@@ -270,6 +306,17 @@ public:
   /// Sets the health of GPU `gpu`.
   caf::error set_gpu_health(gpu_ref gpu, gpu_health health);
 
+  /// Sets the logical CPUs and memory of `m` (`machine_spec::cpus`,
+  /// `memory_bytes`; 0 = unknown, not checked). What is held stays held,
+  /// also beyond a smaller size.
+  caf::error set_size(machine_id m, uint32_t cpus, uint64_t memory_bytes);
+
+  /// The cores (thousandths) and memory of `m` used outside the index's
+  /// allocations (the scheduler's CPU-only workers, and the workers of runs
+  /// still re-adopting their GPUs after a restart): they count against its
+  /// free cores and memory like held ones. Replaces the previous figures.
+  caf::error set_outside_use(machine_id m, uint64_t cpu_millis, uint64_t memory_bytes);
+
   // -- look-ups --------------------------------------------------------------
 
   /// The machine named `name`, if any (removed machines are not found).
@@ -308,6 +355,14 @@ public:
   std::vector<gpu_set> allocation_gpus(allocation_id a) const;
   /// The owner an allocation was made for (empty for an unknown one).
   std::string allocation_owner(allocation_id a) const;
+  /// The cores and memory an allocation holds, by machine (empty for an
+  /// unknown one or one holding none).
+  std::vector<machine_use> allocation_use(allocation_id a) const;
+  /// Free cores of `m`, thousandths: its logical CPUs less those held and
+  /// used outside; UINT64_MAX when its CPUs are unknown.
+  uint64_t free_cpu_millis(machine_id m) const;
+  /// Free memory of `m`, bytes, likewise; UINT64_MAX when unknown.
+  uint64_t free_memory_bytes(machine_id m) const;
   /// Totals over the whole index (O(machines)).
   placement_totals totals() const;
 
@@ -322,27 +377,32 @@ public:
   /// best site and the largest free block on one machine), O(sites + 64).
   bool may_fit(const placement_request& request);
 
-  /// Holds every GPU of `where` for `where.run`, all or nothing. Fails
-  /// (changing nothing) if any GPU is no longer free and assignable under
-  /// the request's rules, or a machine no longer takes new work or carries
-  /// the labels: then `place` again.
+  /// Holds every GPU of `where` for `where.run`, and its workers' cores and
+  /// memory on their machines, all or nothing. Fails (changing nothing) if
+  /// any GPU is no longer free and assignable under the request's rules, a
+  /// machine no longer has the free cores or memory, no longer takes new
+  /// work or carries the labels: then `place` again.
   caf::expected<allocation_id> commit(const placement& where);
 
-  /// Holds `gpus` for `owner`, all or nothing, whatever their health or
-  /// machine state (for reservations and for restoring holds after a
-  /// restart). Fails if a slot is empty or already held.
-  caf::expected<allocation_id> hold(std::string owner, const std::vector<gpu_set>& gpus);
+  /// Holds `gpus` (and the cores and memory of `use`) for `owner`, all or
+  /// nothing, whatever their health, machine state or free cores (for
+  /// reservations and for restoring holds after a restart). Fails if a slot
+  /// is empty or already held, or `use` names an unknown machine.
+  caf::expected<allocation_id> hold(std::string owner, const std::vector<gpu_set>& gpus,
+                                    const std::vector<machine_use>& use = {});
 
   /// Holds the GPUs with ids `gpu_ids` for `owner`, as `hold` does: how the
   /// scheduler re-adopts running workers after a restart.
   caf::expected<allocation_id> restore(std::string owner,
                                        const std::vector<std::string>& gpu_ids);
 
-  /// Holds the GPUs named by (machine name, GPU id) for `owner`, as `hold`
-  /// does: ids are unique only within a machine (PCI addresses repeat on
-  /// identical machines), so the scheduler restores by both.
+  /// Holds the GPUs named by (machine name, GPU id) for `owner`, and the
+  /// cores and memory of `use`, as `hold` does: ids are unique only within
+  /// a machine (PCI addresses repeat on identical machines), so the
+  /// scheduler restores by both.
   caf::expected<allocation_id>
-  restore(std::string owner, const std::vector<std::pair<std::string, std::string>>& gpus);
+  restore(std::string owner, const std::vector<std::pair<std::string, std::string>>& gpus,
+          const std::vector<machine_use>& use = {});
 
   /// Frees every GPU of allocation `a` (the only way GPUs become free).
   caf::error release(allocation_id a);
@@ -388,6 +448,7 @@ struct queue_reservation {
   std::string run;          ///< the blocked run
   int64_t start = 0;        ///< the earliest time it can start, s
   std::vector<gpu_set> gpus;///< the GPUs it would get then
+  std::vector<machine_use> use; ///< the cores and memory its workers would take there
 };
 
 /// The queue of runs waiting for GPUs, with reservation and backfill like
@@ -444,9 +505,10 @@ private:
   struct plan {
     int64_t start = 0;
     std::vector<gpu_set> gpus;
+    std::vector<machine_use> use;
   };
   std::optional<plan> earliest_start(const placement_request& request, int64_t now);
-  allocation_id hold_free_part(const std::vector<gpu_set>& gpus, const std::string& run);
+  allocation_id hold_free_part(const queue_reservation& r);
   std::optional<queue_decision> start(const placement_request& request, placement where,
                                       int64_t now, bool backfilled);
 

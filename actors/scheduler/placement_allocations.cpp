@@ -1,6 +1,7 @@
-// Holding and freeing GPUs: the allocation slot map, `commit` (a placement
-// checked again and held), `hold` and `restore` (holds whatever the GPUs'
-// health), `release`, and the queue's what-if `suspend` and `resume`.
+// Holding and freeing GPUs (and the cores and memory that go with them):
+// the allocation slot map, `commit` (a placement checked again and held),
+// `hold` and `restore` (holds whatever the GPUs' health), `release`, and
+// the queue's what-if `suspend` and `resume`.
 
 #include "actors/scheduler/placement.hpp"
 
@@ -13,6 +14,42 @@ namespace astraeus {
 
 using namespace placement_detail;
 
+namespace {
+
+/// Sorts `use` by machine, adds up entries of one machine and drops empty
+/// ones.
+void merge_use(std::vector<machine_use>& use) {
+  std::sort(use.begin(), use.end(),
+            [](const machine_use& a, const machine_use& b) { return a.machine < b.machine; });
+  size_t out = 0;
+  for (size_t i = 0; i < use.size(); ++i) {
+    if (use[i].cpu_millis == 0 && use[i].memory_bytes == 0)
+      continue;
+    if (out > 0 && use[out - 1].machine == use[i].machine) {
+      use[out - 1].cpu_millis += use[i].cpu_millis;
+      use[out - 1].memory_bytes += use[i].memory_bytes;
+    } else {
+      use[out++] = use[i];
+    }
+  }
+  use.resize(out);
+}
+
+} // namespace
+
+void placement_index::state::use_add(const std::vector<machine_use>& use, int sign) {
+  for (const auto& u : use) {
+    machine_rec& m = machines[u.machine];
+    if (sign > 0) {
+      m.cpu_held += u.cpu_millis;
+      m.mem_held += u.memory_bytes;
+    } else {
+      m.cpu_held -= std::min(m.cpu_held, u.cpu_millis);
+      m.mem_held -= std::min(m.mem_held, u.memory_bytes);
+    }
+  }
+}
+
 alloc_rec* placement_index::state::find_alloc(allocation_id a) {
   uint64_t low = a & 0xffffffffu;
   if (low == 0 || low > alloc_slots.size())
@@ -23,7 +60,9 @@ alloc_rec* placement_index::state::find_alloc(allocation_id a) {
   return &slot.rec;
 }
 
-allocation_id placement_index::state::hold_checked(const std::string& owner, const std::vector<gpu_set>& sets) {
+allocation_id placement_index::state::hold_checked(const std::string& owner,
+                                                  const std::vector<gpu_set>& sets,
+                                                  const std::vector<machine_use>& use) {
   uint32_t slot;
   if (!alloc_free.empty()) {
     slot = alloc_free.back();
@@ -36,7 +75,9 @@ allocation_id placement_index::state::hold_checked(const std::string& owner, con
   as.live = true;
   as.rec.owner.assign(owner);
   as.rec.gpus.assign(sets.begin(), sets.end());
+  as.rec.use.assign(use.begin(), use.end());
   as.rec.suspended = false;
+  use_add(use, +1);
   ++alloc_live;
   allocation_id a = (static_cast<uint64_t>(as.generation) << 32) | (uint64_t{slot} + 1);
   for (const auto& set : sets) {
@@ -56,6 +97,7 @@ void placement_index::state::drop_alloc(allocation_id a) {
   ++as.generation;
   as.rec.owner.clear();
   as.rec.gpus.clear();
+  as.rec.use.clear();
   as.rec.suspended = false;
   alloc_free.push_back(static_cast<uint32_t>((a & 0xffffffffu) - 1));
   --alloc_live;
@@ -136,12 +178,34 @@ caf::expected<allocation_id> placement_index::commit(const placement& where) {
   }
   if (!state::merge_sets(sets))
     return invalid("placement of " + where.run + " gives a GPU to two workers");
-  return S.hold_checked(where.run, sets);
+  // The cores and memory of its workers, machine by machine (issue 22).
+  std::vector<machine_use>& use = S.use_scratch;
+  use.clear();
+  if (where.cpu_millis_per_worker || where.memory_bytes_per_worker) {
+    for (const auto& w : where.workers)
+      use.push_back({w.machine, where.cpu_millis_per_worker, where.memory_bytes_per_worker});
+    merge_use(use);
+    for (const auto& u : use) {
+      const machine_rec& m = S.machines[u.machine];
+      if (m.cpu_cap && u.cpu_millis > m.free_cpu())
+        return invalid("machine " + m.name + " no longer has the free CPU cores for " +
+                       where.run);
+      if (m.mem_cap && u.memory_bytes > m.free_mem())
+        return invalid("machine " + m.name + " no longer has the free memory for " + where.run);
+    }
+  }
+  return S.hold_checked(where.run, sets, use);
 }
 
 caf::expected<allocation_id> placement_index::hold(std::string owner,
-                                                   const std::vector<gpu_set>& gpus) {
+                                                   const std::vector<gpu_set>& gpus,
+                                                   const std::vector<machine_use>& use) {
   auto& S = *st_;
+  std::vector<machine_use> uses = use;
+  for (const auto& u : uses)
+    if (u.machine >= S.machines.size() || S.machines[u.machine].removed)
+      return unknown_machine(u.machine);
+  merge_use(uses);
   std::vector<gpu_set> sets = gpus;
   if (!state::merge_sets(sets))
     return invalid("a GPU is listed twice for " + owner);
@@ -161,7 +225,7 @@ caf::expected<allocation_id> placement_index::hold(std::string owner,
   }
   sets.erase(std::remove_if(sets.begin(), sets.end(), [](const gpu_set& s) { return !s.gpus; }),
              sets.end());
-  return S.hold_checked(owner, sets);
+  return S.hold_checked(owner, sets, uses);
 }
 
 caf::expected<allocation_id> placement_index::restore(std::string owner,
@@ -178,7 +242,8 @@ caf::expected<allocation_id> placement_index::restore(std::string owner,
 
 caf::expected<allocation_id>
 placement_index::restore(std::string owner,
-                         const std::vector<std::pair<std::string, std::string>>& gpus) {
+                         const std::vector<std::pair<std::string, std::string>>& gpus,
+                         const std::vector<machine_use>& use) {
   std::vector<gpu_set> sets;
   for (const auto& [machine, id] : gpus) {
     auto m = find_machine(machine);
@@ -187,7 +252,7 @@ placement_index::restore(std::string owner,
       return caf::make_error(ec::no_such_machine, "no GPU " + id + " on machine " + machine);
     sets.push_back({ref->machine, bit(ref->slot)});
   }
-  return hold(std::move(owner), sets);
+  return hold(std::move(owner), sets, use);
 }
 
 caf::error placement_index::release(allocation_id a) {
@@ -196,6 +261,8 @@ caf::error placement_index::release(allocation_id a) {
   if (!rec)
     return invalid("no allocation " + std::to_string(a));
   S.free_sets(rec->gpus, rec->suspended ? 0 : a, true); // also forgets GPUs that left
+  if (!rec->suspended)
+    S.use_add(rec->use, -1);
   S.drop_alloc(a);
   return {};
 }
@@ -207,6 +274,7 @@ caf::error placement_index::suspend(allocation_id a) {
     return invalid("no held allocation " + std::to_string(a));
   rec->suspended = true;
   S.free_sets(rec->gpus, a, false);
+  S.use_add(rec->use, -1);
   return {};
 }
 
@@ -231,6 +299,7 @@ caf::error placement_index::resume(allocation_id a) {
     m.held |= set.gpus;
     S.changed(set.machine, before);
   }
+  S.use_add(rec->use, +1);
   rec->suspended = false;
   return {};
 }

@@ -98,11 +98,24 @@ void placement_index::state::stats_add(selector_rec& s, const machine_rec& m, un
   s.matching += sign;
 }
 
+void placement_index::state::caps_add(selector_rec& s, const machine_rec& m, int sign) {
+  for (auto [caps, cap] : {std::pair{&s.cpu_caps, m.cpu_cap}, std::pair{&s.mem_caps, m.mem_cap}}) {
+    if (sign > 0) {
+      ++(*caps)[cap];
+      continue;
+    }
+    auto it = caps->find(cap);
+    if (it != caps->end() && --it->second == 0)
+      caps->erase(it);
+  }
+}
+
 void placement_index::state::attach(uint32_t sid, machine_id id) {
   machine_rec& m = machines[id];
   selector_rec& s = selectors[sid];
   m.selectors.push_back(sid);
   stats_add(s, m, popcount(m.present), +1);
+  caps_add(s, m, +1);
   if (m.in_views())
     view_insert(s, id);
 }
@@ -115,6 +128,7 @@ void placement_index::state::detach_all(machine_id id) {
     if (m.in_views())
       view_remove(s, id, c);
     stats_add(s, m, c.present, -1);
+    caps_add(s, m, -1);
   }
   m.selectors.clear();
 }

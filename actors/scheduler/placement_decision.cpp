@@ -25,6 +25,36 @@ std::string gpus_text(uint64_t n, bool healthy) {
   return std::to_string(n) + (healthy ? " healthy" : "") + (n == 1 ? " GPU" : " GPUs");
 }
 
+} // namespace
+
+namespace placement_detail {
+
+std::string cores_text(uint64_t millis) {
+  std::string out = std::to_string(millis / 1000);
+  if (uint64_t frac = millis % 1000) {
+    std::string f = std::to_string(1000 + frac).substr(1);
+    while (!f.empty() && f.back() == '0')
+      f.pop_back();
+    out += "." + f;
+  }
+  return out;
+}
+
+std::string memory_text(uint64_t bytes) {
+  constexpr uint64_t mib = uint64_t{1} << 20, gib = uint64_t{1} << 30;
+  if (bytes >= gib && bytes % gib == 0)
+    return std::to_string(bytes / gib) + " GiB";
+  if (bytes >= gib) {
+    uint64_t tenths = bytes * 10 / gib; // rounded down: never more than there is
+    return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10) + " GiB";
+  }
+  return std::to_string(bytes / mib) + " MiB";
+}
+
+} // namespace placement_detail
+
+namespace {
+
 shape shape_of(const placement_request& r) {
   shape s;
   for (const auto& g : r.groups) {
@@ -71,7 +101,8 @@ waiting_reason waiting_for(waiting_code code, std::string message) {
 // `blockers(k, need)` and `pools()` are `placement_index::state`'s.
 template <class Blockers, class Pools>
 std::optional<waiting_reason> never_placed(const selector_rec& sel, const shape& sh,
-                                           bool gang, unsigned k, const Blockers& blockers,
+                                           bool gang, unsigned k, uint64_t ask_cpu,
+                                           uint64_t ask_mem, const Blockers& blockers,
                                            const Pools& pools) {
   const std::string& where = sel.where;
   const std::string now = "cannot fit anywhere now: ";
@@ -127,6 +158,21 @@ std::optional<waiting_reason> never_placed(const selector_rec& sel, const shape&
                            " within one site; the largest site" + where + " has " +
                            std::to_string(best_site));
   }
+  // More cores or memory than the largest machine has (issue 22; a machine
+  // whose size is unknown, 0, may have any).
+  auto largest = [](const std::map<uint64_t, uint32_t>& caps) -> uint64_t {
+    return caps.empty() || caps.count(0) ? UINT64_MAX : caps.rbegin()->first;
+  };
+  if (ask_cpu && ask_cpu > largest(sel.cpu_caps))
+    return waiting_for(waiting_code::never_fits,
+                       now + "a worker asks for " + cores_text(ask_cpu) +
+                         " CPU cores; the largest machine" + where + " has " +
+                         cores_text(largest(sel.cpu_caps)));
+  if (ask_mem && ask_mem > largest(sel.mem_caps))
+    return waiting_for(waiting_code::never_fits,
+                       now + "a worker asks for " + memory_text(ask_mem) +
+                         " of memory; the largest machine" + where + " has " +
+                         memory_text(largest(sel.mem_caps)));
   if (sel.schedulable == 0) {
     std::string named = blockers(k, sh.gmax);
     if (!named.empty())
@@ -202,6 +248,54 @@ waiting_reason why_waiting(const selector_rec& sel, const placement_request& req
   return waiting_for(waiting_code::not_enough_gpus, std::move(msg));
 }
 
+// " with 64 free cores and 512 GiB free memory": what each worker asks
+// for besides GPUs.
+std::string with_text(uint64_t cpu, uint64_t mem) {
+  std::string out;
+  if (cpu)
+    out += " with " + cores_text(cpu) + " free " + (cpu == 1000 ? "core" : "cores");
+  if (mem)
+    out += (out.empty() ? " with " : " and ") + memory_text(mem) + " free memory";
+  return out;
+}
+
+// Why a request waits whose GPUs are free somewhere, but not with the cores
+// or memory its workers ask for (issue 22): "waiting: no machine in pool
+// h100 has 2 free GPUs with 64 free cores and 512 GiB free memory; gpu-01
+// has the GPUs but only 16 free cores".
+template <class Blockers>
+waiting_reason why_short(const selector_rec& sel, const placement_request& request,
+                         const shape& sh, bool gang, uint64_t cpu, uint64_t mem,
+                         const std::string& shorts, const Blockers& blockers) {
+  const std::string& where = sel.where;
+  unsigned k = request.healthy_only ? kind_healthy : kind_usable;
+  std::string msg;
+  if (!gang) {
+    msg = "waiting: no machine" + where + " has " + std::to_string(sh.gpus) + " free" +
+          (request.healthy_only ? " healthy" : "") + (sh.gpus == 1 ? " GPU" : " GPUs") +
+          with_text(cpu, mem);
+  } else {
+    std::string each;
+    if (sh.uniform) {
+      each = std::to_string(sh.gmax) + " free" + (request.healthy_only ? " healthy" : "") +
+             (sh.gmax == 1 ? " GPU" : " GPUs");
+    } else {
+      std::map<uint32_t, uint64_t, std::greater<>> by_size;
+      for (const auto& g : request.groups)
+        by_size[g.gpus_per_worker] += g.workers;
+      for (const auto& [g, n] : by_size)
+        each += (each.empty() ? "" : " or ") + gpus_text(g, request.healthy_only);
+      each = "(" + each + ") free";
+    }
+    msg = "waiting: no machines" + where + " have room for " +
+          plural(sh.workers, "worker", "workers") + " of " + each + with_text(cpu, mem) +
+          " each within one site";
+  }
+  msg += shorts;
+  msg += blockers(k, sh.gmax);
+  return waiting_for(waiting_code::not_enough_cores_or_memory, std::move(msg));
+}
+
 } // namespace
 
 const char* to_string(placement_tier x) {
@@ -246,12 +340,18 @@ placement_result placement_index::place(const placement_request& request) {
   unsigned kind = request.healthy_only ? kind_healthy : kind_usable;
   auto blockers = [&S, &sel](unsigned k, unsigned need) { return S.blockers(sel, k, need); };
   auto pools = [&S] { return S.pools_text(); };
-  if (auto never = never_placed(sel, sh, gang, kind, blockers, pools))
+  S.ask_cpu = cpu_millis_of(request.cpus_per_worker);
+  S.ask_mem = request.memory_bytes_per_worker;
+  S.short_named.clear();
+  S.short_more = false;
+  if (auto never = never_placed(sel, sh, gang, kind, S.ask_cpu, S.ask_mem, blockers, pools))
     return std::move(*never);
   placement out;
   out.run = request.run;
   out.healthy_only = request.healthy_only;
   out.selector = sid;
+  out.cpu_millis_per_worker = S.ask_cpu;
+  out.memory_bytes_per_worker = S.ask_mem;
   out.workers.resize(sh.workers);
   lay_out_ranks(request, out);
   for (unsigned k : {kind_healthy, kind_usable}) {
@@ -262,6 +362,8 @@ placement_result placement_index::place(const placement_request& request) {
     if (gang && S.place_gang(sel, k, request, sh, out))
       return out;
   }
+  if (!S.short_named.empty())
+    return why_short(sel, request, sh, gang, S.ask_cpu, S.ask_mem, S.shorts_text(), blockers);
   return why_waiting(sel, request, sh, gang, blockers);
 }
 

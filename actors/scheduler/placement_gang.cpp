@@ -1,8 +1,9 @@
 // A gang over several machines: the tightest tier (one NVLink domain, one
 // InfiniBand fabric, one rack, one site) with a group that fits, best fit
 // among that tier's groups; within the group the largest free machines
-// first and the last one best fit; then each worker's GPUs on its machine
-// (placement_gpu_pick.cpp).
+// first and the last one best fit, passing over machines without the free
+// cores or memory for one more worker (issue 22); then each worker's GPUs on
+// its machine (placement_gpu_pick.cpp).
 
 #include "actors/scheduler/placement.hpp"
 
@@ -42,20 +43,40 @@ size_t placement_index::state::gang_classes(const placement_request& request, co
 bool placement_index::state::pack_gang(const bucket_list& bl, size_t nclasses) {
   cursor.assign(bl.by_free.size(), 0);
   chosen.clear();
+  const bool sized = ask_cpu || ask_mem;
   auto take = [&](size_t f) -> bool {
-    if (f >= bl.by_free.size() || cursor[f] >= bl.by_free[f].size())
+    if (f >= bl.by_free.size())
       return false;
-    chosen.push_back({bl.by_free[f][cursor[f]++], static_cast<unsigned>(f)});
-    return true;
+    const auto& b = bl.by_free[f];
+    while (cursor[f] < b.size()) {
+      machine_id id = b[cursor[f]++];
+      uint32_t r = sized ? room(machines[id]) : UINT32_MAX;
+      if (r == 0) {
+        note_short(id);
+        continue;
+      }
+      chosen.push_back({id, static_cast<unsigned>(f), r});
+      return true;
+    }
+    return false;
   };
   for (size_t c = 0; c < nclasses; ++c) {
     const demand& d = classes[c];
     size_t next = 0, need = d.ranks.size();
-    for (size_t ci = 0; ci < chosen.size() && next < need; ++ci)
-      while (chosen[ci].left >= d.g && next < need) {
+    // A machine whose cores or memory run out before its GPUs is named
+    // should the gang not fit.
+    auto short_of_room = [&](size_t ci) {
+      if (sized && chosen[ci].room == 0 && chosen[ci].left >= d.g && next < need)
+        note_short(chosen[ci].machine);
+    };
+    for (size_t ci = 0; ci < chosen.size() && next < need; ++ci) {
+      while (chosen[ci].left >= d.g && chosen[ci].room > 0 && next < need) {
         rank_machine[d.ranks[next++]] = static_cast<uint32_t>(ci);
         chosen[ci].left -= d.g;
+        --chosen[ci].room;
       }
+      short_of_room(ci);
+    }
     while (next < need) {
       uint64_t rest = need - next;
       bool got = false;
@@ -66,10 +87,12 @@ bool placement_index::state::pack_gang(const bucket_list& bl, size_t nclasses) {
       if (!got)
         return false;
       size_t ci = chosen.size() - 1;
-      while (chosen[ci].left >= d.g && next < need) {
+      while (chosen[ci].left >= d.g && chosen[ci].room > 0 && next < need) {
         rank_machine[d.ranks[next++]] = static_cast<uint32_t>(ci);
         chosen[ci].left -= d.g;
+        --chosen[ci].room;
       }
+      short_of_room(ci);
     }
   }
   return true;

@@ -145,11 +145,40 @@ bool placement_index::state::place_on_one_machine(const selector_rec& sel, unsig
   };
   const bucket_list& cluster = sel.groups[t_cluster][0].kind[k];
   auto need = static_cast<unsigned>(sh.gpus);
-  unsigned f = need;
-  while (f < cluster.by_free.size() && cluster.by_free[f].empty())
-    ++f;
-  if (f >= cluster.by_free.size())
+  // Cores and memory (issue 22): a machine without room for every worker
+  // is passed over (and named in the waiting reason of a single worker).
+  const bool sized = ask_cpu || ask_mem;
+  auto has_room = [&](machine_id id) {
+    if (!sized || room(machines[id]) >= sh.workers)
+      return true;
+    if (sh.workers == 1)
+      note_short(id);
     return false;
+  };
+  const std::vector<machine_id>* best_count = nullptr;
+  unsigned f = need;
+  if (!sized) {
+    while (f < cluster.by_free.size() && cluster.by_free[f].empty())
+      ++f;
+    if (f >= cluster.by_free.size())
+      return false;
+    best_count = &cluster.by_free[f];
+  } else {
+    // The best-fitting count with a machine that has the room: up to
+    // `quality_lookahead` such machines of that count are compared.
+    size_t want = need > 1 ? options.quality_lookahead : 1;
+    fitting.clear();
+    for (; f < cluster.by_free.size() && fitting.empty(); ++f)
+      for (machine_id id : cluster.by_free[f])
+        if (has_room(id)) {
+          fitting.push_back(id);
+          if (fitting.size() >= want)
+            break;
+        }
+    if (fitting.empty())
+      return false;
+    best_count = &fitting;
+  }
   // With AtRisk GPUs: the machine that needs the fewest of them (the
   // most free healthy GPUs), looking at a bounded number per count.
   const std::vector<machine_id>* fewest_at_risk = nullptr;
@@ -158,14 +187,14 @@ bool placement_index::state::place_on_one_machine(const selector_rec& sel, unsig
     for (size_t h = std::min<size_t>(need, healthy.by_free.size()); h-- > 0 && !fewest_at_risk;) {
       const auto& b = healthy.by_free[h];
       for (size_t i = 0; i < b.size() && i < 64; ++i)
-        if (popcount(machines[b[i]].free_usable()) >= need) {
+        if (popcount(machines[b[i]].free_usable()) >= need && has_room(b[i])) {
           fewest_at_risk = &one_machine;
           one_machine.assign(1, b[i]);
           break;
         }
     }
   }
-  const auto& bucket = fewest_at_risk ? *fewest_at_risk : cluster.by_free[f];
+  const auto& bucket = fewest_at_risk ? *fewest_at_risk : *best_count;
   size_t look = (need > 1) ? std::min<size_t>(bucket.size(), options.quality_lookahead) : 1;
   machine_id best = bucket[0];
   uint64_t best_penalty = UINT64_MAX;

@@ -221,6 +221,8 @@ caf::expected<machine_id> placement_index::add_machine(const machine_spec& spec)
   m.schedulable = spec.schedulable;
   // Kept while schedulable too: an Accepting machine's (issue 21).
   m.why_not = spec.not_schedulable;
+  m.cpu_cap = uint64_t{spec.cpus} * 1000;
+  m.mem_cap = spec.memory_bytes;
   S.set_machine_labels(m, spec.labels);
   S.machine_by_name.emplace(spec.name, id);
   S.attach_matching(id);
@@ -240,7 +242,35 @@ caf::error placement_index::update_machine(machine_id m, const machine_spec& spe
   if (spec.labels != S.machines[m].label_text)
     set_labels(m, spec.labels);
   set_schedulable(m, spec.schedulable, spec.not_schedulable);
+  set_size(m, spec.cpus, spec.memory_bytes);
   S.apply_gpu_list(m, spec.gpus);
+  return {};
+}
+
+caf::error placement_index::set_size(machine_id id, uint32_t cpus, uint64_t memory_bytes) {
+  auto& S = *st_;
+  if (id >= S.machines.size() || S.machines[id].removed)
+    return unknown_machine(id);
+  machine_rec& m = S.machines[id];
+  uint64_t cpu_cap = uint64_t{cpus} * 1000;
+  if (m.cpu_cap == cpu_cap && m.mem_cap == memory_bytes)
+    return {};
+  for (uint32_t sid : m.selectors)
+    state::caps_add(S.selectors[sid], m, -1);
+  m.cpu_cap = cpu_cap;
+  m.mem_cap = memory_bytes;
+  for (uint32_t sid : m.selectors)
+    state::caps_add(S.selectors[sid], m, +1);
+  return {};
+}
+
+caf::error placement_index::set_outside_use(machine_id id, uint64_t cpu_millis,
+                                            uint64_t memory_bytes) {
+  auto& S = *st_;
+  if (id >= S.machines.size() || S.machines[id].removed)
+    return unknown_machine(id);
+  S.machines[id].cpu_outside = cpu_millis;
+  S.machines[id].mem_outside = memory_bytes;
   return {};
 }
 
@@ -293,7 +323,7 @@ caf::error placement_index::remove_machine(machine_id id) {
   if (id >= S.machines.size() || S.machines[id].removed)
     return unknown_machine(id);
   machine_rec& m = S.machines[id];
-  if (m.held)
+  if (m.held || m.cpu_held || m.mem_held)
     return invalid("machine " + m.name + " still has held GPUs; release them first");
   S.detach_all(id);
   S.count_pool(m.label_text, -1);
@@ -304,6 +334,7 @@ caf::error placement_index::remove_machine(machine_id id) {
   m.gpus.clear();
   m.numa.clear();
   m.present = m.healthy = m.at_risk = m.held = 0;
+  m.cpu_outside = m.mem_outside = 0;
   m.removed = true;
   m.schedulable = false;
   return {};
@@ -440,6 +471,25 @@ std::vector<gpu_set> placement_index::allocation_gpus(allocation_id a) const {
 std::string placement_index::allocation_owner(allocation_id a) const {
   const alloc_rec* rec = st_->find_alloc(a);
   return rec ? rec->owner : std::string{};
+}
+
+std::vector<machine_use> placement_index::allocation_use(allocation_id a) const {
+  const alloc_rec* rec = st_->find_alloc(a);
+  return rec ? rec->use : std::vector<machine_use>{};
+}
+
+uint64_t placement_index::free_cpu_millis(machine_id m) const {
+  if (m >= st_->machines.size())
+    return 0;
+  const auto& rec = st_->machines[m];
+  return rec.cpu_cap ? rec.free_cpu() : UINT64_MAX;
+}
+
+uint64_t placement_index::free_memory_bytes(machine_id m) const {
+  if (m >= st_->machines.size())
+    return 0;
+  const auto& rec = st_->machines[m];
+  return rec.mem_cap ? rec.free_mem() : UINT64_MAX;
 }
 
 placement_totals placement_index::totals() const {

@@ -104,6 +104,32 @@ struct machine_rec {
   std::vector<gpu_rec> gpus;                    ///< by slot
   std::vector<std::pair<int, gpu_mask>> numa;   ///< node -> present GPUs, by node
   std::vector<uint32_t> selectors;              ///< matching selectors
+  /// Its cores (x 1000) and memory; 0 = unknown, not checked (issue 22).
+  uint64_t cpu_cap = 0, mem_cap = 0;
+  /// Cores and memory held by allocations (not suspended), and used
+  /// outside them (`set_outside_use`).
+  uint64_t cpu_held = 0, mem_held = 0, cpu_outside = 0, mem_outside = 0;
+
+  /// Free cores (x 1000); meaningful when `cpu_cap` is known.
+  uint64_t free_cpu() const {
+    uint64_t used = cpu_held + cpu_outside;
+    return cpu_cap > used ? cpu_cap - used : 0;
+  }
+  /// Free memory; meaningful when `mem_cap` is known.
+  uint64_t free_mem() const {
+    uint64_t used = mem_held + mem_outside;
+    return mem_cap > used ? mem_cap - used : 0;
+  }
+  /// How many more workers of `cpu` cores (x 1000) and `mem` bytes each
+  /// fit its free cores and memory; UINT32_MAX when neither is checked.
+  uint32_t room(uint64_t cpu, uint64_t mem) const {
+    uint64_t n = UINT32_MAX;
+    if (cpu && cpu_cap)
+      n = std::min(n, free_cpu() / cpu);
+    if (mem && mem_cap)
+      n = std::min(n, free_mem() / mem);
+    return static_cast<uint32_t>(n);
+  }
 
   gpu_mask free_healthy() const { return healthy & ~held; }
   gpu_mask free_at_risk() const { return at_risk & ~held; }
@@ -161,12 +187,16 @@ struct selector_rec {
   std::vector<uint64_t> site_present; ///< present GPUs of matching machines by site group
   uint32_t matching = 0;              ///< matching machines (not removed)
   uint32_t schedulable = 0;           ///< of those, in the buckets
+  /// Matching machines by their cores (x 1000) and memory (0: unknown), for
+  /// "cannot fit anywhere now" (issue 22); changed only with labels or sizes.
+  std::map<uint64_t, uint32_t> cpu_caps, mem_caps;
 };
 
 /// What an allocation holds.
 struct alloc_rec {
   std::string owner;
   std::vector<gpu_set> gpus; ///< one entry per machine, sorted by machine
+  std::vector<machine_use> use; ///< cores and memory, one entry per machine
   bool suspended = false;
 };
 
@@ -189,6 +219,7 @@ struct demand {
 struct chosen_machine {
   machine_id machine = 0;
   unsigned left = 0; ///< GPUs not yet promised
+  uint32_t room = UINT32_MAX; ///< workers its free cores and memory still take
 };
 
 /// The shape of a request without allocating: totals and the largest worker.
@@ -203,6 +234,11 @@ struct shape {
 
 /// An `ec::invalid_request` error.
 caf::error invalid(std::string what);
+
+/// "16", "0.5": cores given in thousandths.
+std::string cores_text(uint64_t millis);
+/// "512 GiB", "15.5 GiB", "512 MiB".
+std::string memory_text(uint64_t bytes);
 
 /// An `ec::no_such_machine` error for machine id `m`.
 caf::error unknown_machine(machine_id m);
@@ -268,8 +304,33 @@ struct placement_index::state {
   std::vector<placement_detail::demand> classes;
   std::vector<uint32_t> label_scratch;
   std::vector<gpu_set> sets_scratch;
+  std::vector<machine_use> use_scratch;
   std::vector<machine_id> one_machine;
+  std::vector<machine_id> fitting;
   std::string key_scratch;
+
+  // The request being placed: each worker's cores (x 1000) and memory, and
+  // the machines passed over for them (the first few, and whether more).
+  uint64_t ask_cpu = 0, ask_mem = 0;
+  std::vector<machine_id> short_named;
+  bool short_more = false;
+  /// How many workers of the request being placed fit `m`'s free cores
+  /// and memory (UINT32_MAX when it asks for none, or `m`'s are unknown).
+  uint32_t room(const machine_rec& m) const { return m.room(ask_cpu, ask_mem); }
+  /// Notes machine `id` passed over for its cores or memory.
+  void note_short(machine_id id) {
+    if (std::find(short_named.begin(), short_named.end(), id) != short_named.end())
+      return;
+    if (short_named.size() < 3)
+      short_named.push_back(id);
+    else
+      short_more = true;
+  }
+  /// Adds (`sign` 1) or takes away (-1) `use` on its machines.
+  void use_add(const std::vector<machine_use>& use, int sign);
+  /// Counts the cores and memory of `m` in the selector's `cpu_caps` and
+  /// `mem_caps` (`sign` 1 or -1).
+  static void caps_add(selector_rec& s, const machine_rec& m, int sign);
 
   // -- labels and groups (placement_index.cpp) -------------------------------
 
@@ -291,6 +352,9 @@ struct placement_index::state {
   std::string blockers(const selector_rec& sel, unsigned k, unsigned need) const;
   /// " (machines are in pools a100, l4)": at most four pools; empty without.
   std::string pools_text() const;
+  /// "; gpu-01 has the GPUs but only 16 free cores": the machines passed
+  /// over for their cores or memory in this placement (`short_named`).
+  std::string shorts_text() const;
 
   // -- GPUs of a machine (placement_index.cpp) -------------------------------
 
@@ -323,7 +387,8 @@ struct placement_index::state {
   const alloc_rec* find_alloc(allocation_id a) const {
     return const_cast<state*>(this)->find_alloc(a);
   }
-  allocation_id hold_checked(const std::string& owner, const std::vector<gpu_set>& sets);
+  allocation_id hold_checked(const std::string& owner, const std::vector<gpu_set>& sets,
+                             const std::vector<machine_use>& use);
   void drop_alloc(allocation_id a);
   /// Sorts by machine and merges; false if two sets overlap.
   static bool merge_sets(std::vector<gpu_set>& sets);

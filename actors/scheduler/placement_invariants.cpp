@@ -5,6 +5,7 @@
 #include "actors/scheduler/placement.hpp"
 
 #include <algorithm>
+#include <map>
 #include <unordered_map>
 
 #include "actors/scheduler/placement_internal.hpp"
@@ -161,6 +162,31 @@ std::string placement_index::check_invariants() const {
         if (s >= m.gpus.size() || m.gpus[s].holder != a)
           return fail("allocation " + std::to_string(a) + " lost a GPU");
       }
+  }
+  // Cores and memory held: exactly what the allocations not suspended hold.
+  std::vector<std::pair<uint64_t, uint64_t>> use(S.machines.size());
+  for (const auto& as : S.alloc_slots)
+    if (as.live && !as.rec.suspended)
+      for (const auto& u : as.rec.use) {
+        if (u.machine >= use.size())
+          return fail("an allocation holds cores on an unknown machine");
+        use[u.machine].first += u.cpu_millis;
+        use[u.machine].second += u.memory_bytes;
+      }
+  for (machine_id id = 0; id < S.machines.size(); ++id)
+    if (use[id].first != S.machines[id].cpu_held || use[id].second != S.machines[id].mem_held)
+      return fail("cores or memory held on " + S.machines[id].name +
+                  " disagree with the allocations");
+  // Each selector's machine sizes.
+  for (const auto& sel : S.selectors) {
+    std::map<uint64_t, uint32_t> cpu, mem;
+    for (const auto& m : S.machines)
+      if (!m.removed && state::matches(m, sel)) {
+        ++cpu[m.cpu_cap];
+        ++mem[m.mem_cap];
+      }
+    if (cpu != sel.cpu_caps || mem != sel.mem_caps)
+      return fail("selector machine sizes disagree");
   }
   if (live != S.alloc_live || S.alloc_free.size() + live != S.alloc_slots.size())
     return fail("allocation slot counts disagree");

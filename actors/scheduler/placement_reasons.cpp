@@ -135,6 +135,31 @@ std::string placement_index::state::blockers(const selector_rec& sel, unsigned k
   return "; " + named;
 }
 
+std::string placement_index::state::shorts_text() const {
+  std::string out;
+  for (machine_id id : short_named) {
+    const machine_rec& m = machines[id];
+    // What limits it: the cores, the memory or both (for a gang, what ran
+    // out before its GPUs did).
+    uint32_t r = room(m);
+    bool cpu = ask_cpu && m.cpu_cap && m.free_cpu() / ask_cpu == r;
+    bool mem = ask_mem && m.mem_cap && m.free_mem() / ask_mem == r;
+    std::string what;
+    if (cpu)
+      what = cores_text(m.free_cpu()) + " free " + (m.free_cpu() == 1000 ? "core" : "cores");
+    if (mem)
+      what += (what.empty() ? "" : " and ") + memory_text(m.free_mem()) + " free memory";
+    if (what.empty())
+      what = "not the free cores and memory for every worker";
+    else
+      what = "only " + what;
+    out += (out.empty() ? "; " : ", ") + m.name + " has the GPUs but " + what;
+  }
+  if (short_more)
+    out += " and more";
+  return out;
+}
+
 std::string placement_index::state::pools_text() const {
   if (pools.empty())
     return {};

@@ -72,6 +72,9 @@ placement_request placement_request_of(const v1::RunSpec& spec,
   out.healthy_only = spec.healthy_only();
   out.time_limit_seconds = static_cast<int64_t>(spec.time_limit_seconds());
   out.priority = spec.priority();
+  // issue 22: a GPU worker's cores and memory are placed with its GPUs.
+  out.cpus_per_worker = spec.cpus_per_worker();
+  out.memory_bytes_per_worker = spec.memory_bytes_per_worker();
   // issue 21: only a validation's checks go to an Accepting machine.
   if (spec.validation().empty())
     out.required_labels[std::string(accepting_label)] = "false";
@@ -85,6 +88,8 @@ caf::expected<machine_spec> machine_spec_of(const v1::SchedulerMachine& m) {
   machine_spec out;
   out.name = m.name();
   out.schedulable = m.schedulable();
+  out.cpus = m.logical_cpus();
+  out.memory_bytes = m.memory_bytes();
   if (!out.schedulable)
     out.not_schedulable = m.down() ? std::string{"is Down"} : m.not_schedulable();
   // An Accepting machine takes checks only (issue 21): why it takes no

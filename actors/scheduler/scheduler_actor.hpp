@@ -184,6 +184,12 @@ struct scheduler_state {
     /// CPU cores and memory the workers of live runs asked for here.
     double cpus_used = 0;
     uint64_t memory_used = 0;
+    /// Of those, what the placement index's allocations do not hold (issue
+    /// 22): CPU-only workers, and workers of copies still re-adopting their
+    /// GPUs; the index is told (`placement_index::set_outside_use`). Cores
+    /// in thousandths.
+    uint64_t cpu_millis_outside = 0;
+    uint64_t memory_outside = 0;
     /// CPU-only workers placed here (they spread out).
     uint32_t cpu_workers = 0;
   };

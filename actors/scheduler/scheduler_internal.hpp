@@ -69,8 +69,22 @@ std::set<int32_t> ended_copies(const v1::Run& run);
 void drop_restore(scheduler_state& st, const std::string& qname);
 
 /// Adds (`sign` 1) or removes (-1) the CPU cores and memory the workers of
-/// copy `copy` (-2: all but ended copies) ask for to their machines' use.
+/// copy `copy` (-2: all but ended copies) ask for to their machines' use;
+/// what the index's allocations do not hold (CPU-only workers, copies still
+/// re-adopting their GPUs) also to the index's outside use.
 void account(scheduler_state& st, const v1::Run& run, int sign, int32_t copy = -2);
+
+/// Tells the placement index what machine `machine` uses outside its
+/// allocations (`machine_facts::cpu_millis_outside`, `memory_outside`).
+void push_outside_use(scheduler_state& st, const std::string& machine);
+
+/// The cores and memory the workers of copy `copy` of `run` hold, by
+/// machine in the index (for re-adopting them with the copy's GPUs).
+std::vector<machine_use> copy_use(const scheduler_state& st, const v1::Run& run, int32_t copy);
+
+/// Takes the use of copy `copy` of `run` out of its machines' outside use
+/// (it was re-adopted: the index's allocation holds it now).
+void outside_adopted(scheduler_state& st, const v1::Run& run, int32_t copy);
 
 /// Releases whatever each copy of a run holds or takes it out of the queue.
 void release_run(scheduler_state& st, const v1::Run& run);

@@ -86,6 +86,9 @@ admitted_snapshot admit_snapshot(const v1::SchedulerMachine& m, const gpu_claims
   admitted_snapshot out;
   out.spec.name = m.name();
   out.spec.schedulable = m.schedulable();
+  // Its size: a GPU worker's cores and memory are fitted too (issue 22).
+  out.spec.cpus = m.logical_cpus();
+  out.spec.memory_bytes = m.memory_bytes();
   // Why not, in the words a waiting reason names it with (issue 13).
   if (!out.spec.schedulable)
     out.spec.not_schedulable = m.down() ? std::string{"is Down"} : m.not_schedulable();

@@ -122,6 +122,9 @@ void index_snapshot(self_ptr self, const std::string& name) {
     if (auto again = put(bare))
       spdlog::error("scheduler: machine {} not indexed: {}", name, render_error(again));
   }
+  // What its CPU-only workers (and those of copies still re-adopting their
+  // GPUs) use: the index's new machine is told (issue 22).
+  push_outside_use(st, name);
   for (const auto& a : admitted.set_aside)
     spdlog::warn("scheduler: machine {}: GPU {} set aside: {}", name, a.id(), a.reason());
   v1::SchedulerNotes notes;

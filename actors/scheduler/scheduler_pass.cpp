@@ -167,7 +167,8 @@ bool preempt_for_waiting(self_ptr self) {
     if (it == st.runs.end() || it->second.spec().priority() < 0 || cpu_only(it->second.spec()))
       continue;
     const auto* why = st.queue->waiting(qname);
-    if (!why || (why->code != waiting_code::not_enough_gpus && why->code != waiting_code::reserved))
+    if (!why || (why->code != waiting_code::not_enough_gpus && why->code != waiting_code::reserved
+                 && why->code != waiting_code::not_enough_cores_or_memory))
       continue;
     // Its required labels keep accepting=false: a check on an Accepting
     // machine never gives way to work that may not go there anyway.

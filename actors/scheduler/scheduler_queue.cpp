@@ -90,8 +90,11 @@ scheduler_queue::earliest_start(const placement_request& request, int64_t now) {
     if (auto* p = std::get_if<placement>(&r)) {
       plan pl;
       pl.start = std::max(end, now);
-      for (const auto& w : p->workers)
+      for (const auto& w : p->workers) {
         pl.gpus.push_back({w.machine, w.gpus});
+        if (p->cpu_millis_per_worker || p->memory_bytes_per_worker)
+          pl.use.push_back({w.machine, p->cpu_millis_per_worker, p->memory_bytes_per_worker});
+      }
       out = std::move(pl);
       break;
     }
@@ -101,17 +104,35 @@ scheduler_queue::earliest_start(const placement_request& request, int64_t now) {
   return out;
 }
 
-allocation_id scheduler_queue::hold_free_part(const std::vector<gpu_set>& gpus,
-                                              const std::string& run) {
+allocation_id scheduler_queue::hold_free_part(const queue_reservation& r) {
   std::vector<gpu_set> free_part;
-  for (const auto& set : gpus) {
+  for (const auto& set : r.gpus) {
     gpu_mask f = set.gpus & index_.free_gpus(set.machine, true);
     if (f)
       free_part.push_back({set.machine, f});
   }
-  if (free_part.empty())
+  // The cores and memory its workers would take, as far as they are free
+  // now (issue 22).
+  std::vector<machine_use> use = r.use;
+  std::sort(use.begin(), use.end(),
+            [](const machine_use& a, const machine_use& b) { return a.machine < b.machine; });
+  size_t out = 0;
+  for (size_t i = 0; i < use.size(); ++i) {
+    if (out > 0 && use[out - 1].machine == use[i].machine) {
+      use[out - 1].cpu_millis += use[i].cpu_millis;
+      use[out - 1].memory_bytes += use[i].memory_bytes;
+    } else {
+      use[out++] = use[i];
+    }
+  }
+  use.resize(out);
+  for (auto& u : use) {
+    u.cpu_millis = std::min(u.cpu_millis, index_.free_cpu_millis(u.machine));
+    u.memory_bytes = std::min(u.memory_bytes, index_.free_memory_bytes(u.machine));
+  }
+  if (free_part.empty() && use.empty())
     return 0;
-  auto a = index_.hold("reservation for " + run, free_part);
+  auto a = index_.hold("reservation for " + r.run, free_part, use);
   return a ? *a : 0;
 }
 
@@ -159,13 +180,15 @@ std::vector<queue_decision> scheduler_queue::schedule(int64_t now) {
       continue;
     }
     waiting_reason why = std::get<waiting_reason>(std::move(r));
-    if (why.code == waiting_code::not_enough_gpus) {
+    if (why.code == waiting_code::not_enough_gpus ||
+        why.code == waiting_code::not_enough_cores_or_memory) {
       if (!reservation_) {
         if (attempts < options_.reservation_attempts) {
           ++attempts;
           if (auto pl = earliest_start(req, now)) {
-            reservation_ = queue_reservation{req.run, pl->start, std::move(pl->gpus)};
-            held = hold_free_part(reservation_->gpus, req.run);
+            reservation_ = queue_reservation{req.run, pl->start, std::move(pl->gpus),
+                                             std::move(pl->use)};
+            held = hold_free_part(*reservation_);
             why.message += "; GPUs are reserved for it, due to start in " +
                            format_duration(reservation_->start - now);
           }
@@ -181,7 +204,7 @@ std::vector<queue_decision> scheduler_queue::schedule(int64_t now) {
         if (auto* p = std::get_if<placement>(&r2)) {
           if (end <= reservation_->start) {
             auto d = start(req, std::move(*p), now, true);
-            held = hold_free_part(reservation_->gpus, reservation_->run);
+            held = hold_free_part(*reservation_);
             if (d) {
               out.push_back(std::move(*d));
               pending_.erase(req.run);
@@ -195,7 +218,7 @@ std::vector<queue_decision> scheduler_queue::schedule(int64_t now) {
                                  format_duration(reservation_->start - now) +
                                  ", before this run's time limit would end it"};
         }
-        held = hold_free_part(reservation_->gpus, reservation_->run);
+        held = hold_free_part(*reservation_);
       }
     }
     waiting_[req.run] = std::move(why);

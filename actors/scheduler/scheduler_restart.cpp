@@ -168,7 +168,9 @@ void restore_pass(self_ptr self) {
       st.index->release(a);
     r.pieces.clear();
     auto ids = held_gpu_ids(run, copy);
-    auto all = st.index->restore(qname, ids);
+    // Its workers' cores and memory, held with its GPUs from now on (issue
+    // 22): until now they counted as used outside the index's allocations.
+    auto all = st.index->restore(qname, ids, copy_use(st, run, copy));
     if (!all) {
       spdlog::error("scheduler: run {}: cannot re-adopt its GPUs: {}", qname,
                     render_error(all.error()));
@@ -184,6 +186,7 @@ void restore_pass(self_ptr self) {
       ++it;
       continue;
     }
+    outside_adopted(st, run, copy);
     spdlog::info("scheduler: run {} re-adopted its {} GPU(s)", qname, ids.size());
     it = st.restoring.erase(it);
   }

@@ -136,19 +136,86 @@ void drop_restore(scheduler_state& st, const std::string& qname) {
 void account(scheduler_state& st, const v1::Run& run, int sign, int32_t copy) {
   const auto& spec = run.spec();
   const auto ended = copy == -2 ? ended_copies(run) : std::set<int32_t>{};
+  const auto cpu = cpu_millis_of(spec.cpus_per_worker());
+  const auto mem = spec.memory_bytes_per_worker();
+  // Outside the index's allocations: CPU-only workers, and those of a copy
+  // still re-adopting its GPUs (issue 22).
+  auto outside = [&](const v1::WorkerAssignment& w) {
+    if (cpu_only(spec))
+      return true;
+    if (st.restoring.empty())
+      return false;
+    return st.restoring.count(w.array_index() < 0
+                                ? spec.name()
+                                : spec.name() + "[" + std::to_string(w.array_index()) + "]")
+           > 0;
+  };
+  std::set<std::string> pushed;
   for (const auto& w : run.workers()) {
     if ((copy != -2 && w.array_index() != copy) || ended.count(w.array_index())
         || (sign < 0 && state_of(w) == worker_state::stopped))
       continue;
     auto& f = st.machine_facts_by_name[w.machine()];
     f.cpus_used = std::max(0.0, f.cpus_used + sign * spec.cpus_per_worker());
-    auto mem = spec.memory_bytes_per_worker();
     f.memory_used = sign > 0 ? f.memory_used + mem
                              : f.memory_used - std::min(f.memory_used, mem);
     if (cpu_only(spec))
       f.cpu_workers = sign > 0 ? f.cpu_workers + 1
                                : f.cpu_workers - std::min<uint32_t>(f.cpu_workers, 1);
+    if ((cpu || mem) && outside(w)) {
+      f.cpu_millis_outside = sign > 0 ? f.cpu_millis_outside + cpu
+                                      : f.cpu_millis_outside - std::min(f.cpu_millis_outside, cpu);
+      f.memory_outside = sign > 0 ? f.memory_outside + mem
+                                  : f.memory_outside - std::min(f.memory_outside, mem);
+      pushed.insert(w.machine());
+    }
   }
+  for (const auto& m : pushed)
+    push_outside_use(st, m);
+}
+
+void push_outside_use(scheduler_state& st, const std::string& machine) {
+  auto f = st.machine_facts_by_name.find(machine);
+  auto id = st.index->find_machine(machine);
+  if (!id)
+    return;  // told when its snapshot adds it (index_snapshot)
+  uint64_t cpu = f == st.machine_facts_by_name.end() ? 0 : f->second.cpu_millis_outside;
+  uint64_t mem = f == st.machine_facts_by_name.end() ? 0 : f->second.memory_outside;
+  if (auto err = st.index->set_outside_use(*id, cpu, mem))
+    spdlog::error("scheduler: machine {}: cannot set its cores in use: {}", machine,
+                  render_error(err));
+}
+
+std::vector<machine_use> copy_use(const scheduler_state& st, const v1::Run& run,
+                                  int32_t copy) {
+  std::vector<machine_use> out;
+  const auto cpu = cpu_millis_of(run.spec().cpus_per_worker());
+  const auto mem = run.spec().memory_bytes_per_worker();
+  if (!cpu && !mem)
+    return out;
+  for (const auto& w : run.workers())
+    if (w.array_index() == copy)
+      if (auto id = st.index->find_machine(w.machine()))
+        out.push_back({*id, cpu, mem});
+  return out;
+}
+
+void outside_adopted(scheduler_state& st, const v1::Run& run, int32_t copy) {
+  const auto cpu = cpu_millis_of(run.spec().cpus_per_worker());
+  const auto mem = run.spec().memory_bytes_per_worker();
+  if (!cpu && !mem)
+    return;
+  std::set<std::string> pushed;
+  for (const auto& w : run.workers()) {
+    if (w.array_index() != copy)
+      continue;
+    auto& f = st.machine_facts_by_name[w.machine()];
+    f.cpu_millis_outside -= std::min(f.cpu_millis_outside, cpu);
+    f.memory_outside -= std::min(f.memory_outside, mem);
+    pushed.insert(w.machine());
+  }
+  for (const auto& m : pushed)
+    push_outside_use(st, m);
 }
 
 /// Releases whatever each copy of a run holds (running, restoring) or takes

@@ -195,3 +195,50 @@ TEST(Placement, WaitingReasonsSayWhyInPlainWords) {
   res = idx.place(none);
   EXPECT_EQ(std::get<waiting_reason>(res).code, waiting_code::invalid_request);
 }
+
+// Issue 22: GPUs, cores and memory are fitted together. Best fit by GPUs
+// would put the second run beside the first; its cores are not there.
+TEST(Placement, TwoGpuRunsWhoseCoresExceedAMachineGoToTwoMachines) {
+  placement_index idx;
+  auto a = add(idx, sized(dgx("gpu-a"), 64, 512));
+  auto b = add(idx, sized(dgx("gpu-b"), 64, 512));
+  auto first = place_commit(idx, asking(single("one", 2), 48, 128));
+  ASSERT_TRUE(first);
+  machine_id m1 = first->workers[0].machine;
+  auto second = place_commit(idx, asking(single("two", 2), 48, 128));
+  ASSERT_TRUE(second);
+  EXPECT_NE(second->workers[0].machine, m1);
+  EXPECT_EQ(idx.free_cpu_millis(a), 16000u);
+  EXPECT_EQ(idx.free_cpu_millis(b), 16000u);
+  // What still fits the 16 cores left goes beside them (best fit by GPUs).
+  auto third = placed(idx.place(asking(single("three", 1), 16)));
+  ASSERT_TRUE(third);
+  EXPECT_EQ(idx.check_invariants(), "");
+}
+
+TEST(Placement, TheSecondOfTwoGpuRunsWhoseCoresExceedTheMachineWaitsNamingThem) {
+  placement_index idx;
+  auto m = add(idx, sized(dgx("gpu-a"), 64, 512));
+  ASSERT_TRUE(place_commit(idx, asking(single("one", 2), 48, 128)));
+  auto r = asking(single("two", 2), 48, 128);
+  auto res = idx.place(r);
+  EXPECT_EQ(std::get<waiting_reason>(res).code, waiting_code::not_enough_cores_or_memory);
+  EXPECT_EQ(why(res), "waiting: no machine in pool h100 has 2 free GPUs with 48 free cores and "
+                      "128 GiB free memory; gpu-a has the GPUs but only 16 free cores");
+  // A placement made before the cores were taken is refused at commit.
+  auto small = asking(single("small", 1), 16);
+  auto p = placed(idx.place(small));
+  ASSERT_TRUE(p);
+  ASSERT_FALSE(idx.set_outside_use(m, 1000, 0));
+  auto before = fingerprint(idx);
+  auto stale = idx.commit(*p);
+  ASSERT_FALSE(stale);
+  EXPECT_EQ(fingerprint(idx), before);
+  EXPECT_EQ(idx.free_cpu_millis(m), 15000u);
+  // Fractional cores count as asked: 15 cores left take 30 half cores.
+  EXPECT_TRUE(placed(idx.place(asking(gang("halves", 6, 1), 2.5))));
+  EXPECT_EQ(why(idx.place(asking(gang("halves", 6, 1), 2.6))),
+            "waiting: no machines in pool h100 have room for 6 workers of 1 free GPU with 2.6 "
+            "free cores each within one site; gpu-a has the GPUs but only 15 free cores");
+  EXPECT_EQ(idx.check_invariants(), "");
+}

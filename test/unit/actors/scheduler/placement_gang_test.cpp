@@ -118,3 +118,46 @@ TEST(Placement, GangPrefersOneNvlinkDomainThenFabricThenRack) {
   EXPECT_EQ(p->tier, placement_tier::one_machine);
   EXPECT_EQ(machines_of(*p).size(), 1u);
 }
+
+// Issue 22: each worker of a gang needs its cores and memory on its machine
+// too; a machine without them for one more worker is passed over.
+TEST(Placement, GangWorkersNeedTheirCoresAndMemoryToo) {
+  placement_index idx;
+  auto a = add(idx, sized(dgx("gpu-a"), 64, 512));
+  auto b = add(idx, sized(dgx("gpu-b"), 64, 512));
+  // Four workers of 1 GPU and 32 cores: one machine has the GPUs for all,
+  // but the cores for two.
+  auto p = placed(idx.place(asking(gang("g", 4, 1), 32, 100)));
+  ASSERT_TRUE(p);
+  std::map<machine_id, int> per;
+  for (const auto& w : p->workers)
+    ++per[w.machine];
+  EXPECT_EQ(per, (std::map<machine_id, int>{{a, 2}, {b, 2}}));
+  EXPECT_EQ(p->tier, placement_tier::site);
+  auto held = idx.commit(*p);
+  ASSERT_TRUE(held);
+  EXPECT_EQ(idx.free_cpu_millis(a), 0u);
+  EXPECT_EQ(idx.free_cpu_millis(b), 0u);
+  EXPECT_EQ(idx.free_memory_bytes(a), 312ull << 30);
+  // Six GPUs are free on each, no cores: a gang asking for cores waits and
+  // says so; one asking for none places.
+  auto r = idx.place(asking(gang("h", 2, 1), 1));
+  ASSERT_TRUE(std::holds_alternative<waiting_reason>(r));
+  EXPECT_EQ(std::get<waiting_reason>(r).code, waiting_code::not_enough_cores_or_memory);
+  EXPECT_NE(why(r).find("waiting: no machines in pool h100 have room for 2 workers of 1 free "
+                        "GPU with 1 free core each within one site; gpu-"),
+            std::string::npos)
+    << why(r);
+  EXPECT_NE(why(r).find(" has the GPUs but only 0 free cores"), std::string::npos) << why(r);
+  EXPECT_TRUE(placed(idx.place(gang("h", 2, 1))));
+  // Memory alone: 312 GiB free on each, 200 GiB a worker: one per machine.
+  p = placed(idx.place(asking(gang("m", 2, 1), 0, 200)));
+  ASSERT_TRUE(p);
+  EXPECT_NE(p->workers[0].machine, p->workers[1].machine);
+  // Releasing the first gang gives its cores and memory back.
+  EXPECT_EQ(idx.check_invariants(), "");
+  ASSERT_FALSE(idx.release(*held));
+  EXPECT_EQ(idx.free_cpu_millis(a), 64000u);
+  EXPECT_EQ(idx.free_memory_bytes(b), 512ull << 30);
+  EXPECT_EQ(idx.check_invariants(), "");
+}

@@ -249,3 +249,119 @@ TEST(Placement, PropertyRandomInterleavingsNeverDoubleAssignOrUseFencedGpus) {
   EXPECT_GT(seen.reservations, 100);
   EXPECT_GT(seen.reserved_waits, 20);
 }
+
+// Issue 22: seeded random GPU runs and gangs asking for cores and memory,
+// beside CPU-only use that comes and goes (`set_outside_use`), on machines
+// of two sizes: no machine ever has more cores or memory promised than it
+// has, the index's free figures are exactly what the model leaves, and a
+// run that waits for cores or memory names a machine that is short of them.
+TEST(Placement, PropertyCoresAndMemoryAreNeverOverPromised) {
+  int placed_n = 0, short_waits = 0, across = 0;
+  for (uint32_t seed : {7u, 8u, 9u}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng{seed};
+    auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
+    placement_index idx;
+    scheduler_queue q{idx};
+    const int machines = 8;
+    std::vector<machine_id> ids(machines);
+    std::vector<uint64_t> cpu_cap(machines), mem_cap(machines), outside_cpu(machines, 0),
+      outside_mem(machines, 0);
+    for (int i = 0; i < machines; ++i) {
+      uint32_t cpus = i % 2 ? 64 : 128;
+      uint64_t mem = i % 2 ? 512 : 1024;
+      ids[i] = add(idx, sized(dgx("m" + std::to_string(i),
+                                  {{"pool", "h100"}, {topology_label::rack, i < 4 ? "r0" : "r1"}}),
+                              cpus, mem));
+      cpu_cap[i] = uint64_t{cpus} * 1000;
+      mem_cap[i] = mem << 30;
+    }
+    // What each running run holds per machine (cores x 1000, bytes).
+    std::map<std::string, std::map<int, std::pair<uint64_t, uint64_t>>> running;
+    int64_t now = 0;
+    for (int step = 0; step < 600; ++step) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      switch (pick(6)) {
+        case 0: case 1: { // a GPU run or gang asking for cores and memory
+          static const uint32_t gpus[] = {1, 2, 4, 8};
+          static const double cpus[] = {0, 4, 16, 24.5, 48, 96};
+          static const uint64_t mem[] = {0, 32, 128, 300, 600};
+          auto r = asking(gang("r" + std::to_string(step), 1 + static_cast<uint32_t>(pick(3)),
+                               gpus[pick(4)]),
+                          cpus[pick(6)], mem[pick(5)]);
+          r.time_limit_seconds = 10 + static_cast<int64_t>(pick(200));
+          ASSERT_FALSE(q.submit(r, now));
+          break;
+        }
+        case 2: { // CPU-only use changes on a machine
+          int m = static_cast<int>(pick(machines));
+          outside_cpu[m] = pick(3) ? 0 : 1000 * pick(64);
+          outside_mem[m] = pick(3) ? 0 : (uint64_t{32} << 30) * pick(8);
+          ASSERT_FALSE(idx.set_outside_use(ids[m], outside_cpu[m], outside_mem[m]));
+          break;
+        }
+        case 3: { // a run ends
+          if (running.empty())
+            break;
+          auto it = std::next(running.begin(), static_cast<long>(pick(running.size())));
+          ASSERT_FALSE(q.complete(it->first));
+          running.erase(it);
+          break;
+        }
+        default:
+          now += static_cast<int64_t>(pick(60));
+      }
+      // What this pass places on a machine fits what was free before it.
+      std::vector<uint64_t> free_cpu(machines), free_mem(machines), new_cpu(machines, 0),
+        new_mem(machines, 0);
+      for (int m = 0; m < machines; ++m) {
+        free_cpu[m] = idx.free_cpu_millis(ids[m]);
+        free_mem[m] = idx.free_memory_bytes(ids[m]);
+      }
+      for (const auto& d : q.schedule(now)) {
+        ++placed_n;
+        across += d.where.tier != placement_tier::one_machine;
+        auto& use = running[d.run];
+        for (const auto& w : d.where.workers) {
+          auto m = static_cast<int>(w.machine);
+          use[m].first += d.where.cpu_millis_per_worker;
+          use[m].second += d.where.memory_bytes_per_worker;
+          new_cpu[m] += d.where.cpu_millis_per_worker;
+          new_mem[m] += d.where.memory_bytes_per_worker;
+        }
+      }
+      for (int m = 0; m < machines; ++m) {
+        ASSERT_LE(new_cpu[m], free_cpu[m]) << "a worker placed on m" << m << " short of cores";
+        ASSERT_LE(new_mem[m], free_mem[m]) << "a worker placed on m" << m << " short of memory";
+      }
+      for (int m = 0; m < machines; ++m) {
+        uint64_t cpu = 0, mem = 0;
+        for (const auto& [name, use] : running)
+          if (auto u = use.find(m); u != use.end()) {
+            cpu += u->second.first;
+            mem += u->second.second;
+          }
+        // What was placed never exceeds what was free (the outside use may
+        // grow past it afterwards: it is the CPU-only runs' own business).
+        uint64_t used_cpu = cpu + outside_cpu[m], used_mem = mem + outside_mem[m];
+        ASSERT_EQ(idx.free_cpu_millis(ids[m]), used_cpu < cpu_cap[m] ? cpu_cap[m] - used_cpu : 0);
+        ASSERT_EQ(idx.free_memory_bytes(ids[m]),
+                  used_mem < mem_cap[m] ? mem_cap[m] - used_mem : 0);
+        ASSERT_LE(cpu, cpu_cap[m]) << "more cores promised than m" << m << " has";
+        ASSERT_LE(mem, mem_cap[m]) << "more memory promised than m" << m << " has";
+      }
+      ASSERT_EQ(idx.check_invariants(), "");
+    }
+    // Count the waits for cores or memory of the last pass.
+    for (int step = 0; step < 600; ++step)
+      if (const auto* w = q.waiting("r" + std::to_string(step));
+          w && w->code == waiting_code::not_enough_cores_or_memory) {
+        ++short_waits;
+        EXPECT_NE(w->message.find(" has the GPUs but "), std::string::npos) << w->message;
+      }
+  }
+  std::printf("placed %d (across machines %d); waits for cores or memory at the end %d\n",
+              placed_n, across, short_waits);
+  EXPECT_GT(placed_n, 100);
+  EXPECT_GT(across, 5);
+}

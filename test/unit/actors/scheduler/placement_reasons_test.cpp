@@ -188,3 +188,62 @@ TEST(PlacementReasons, MachinesThatTakeNoUserWorkAreNamedNotAnEmptyCluster) {
                       "(acceptance val-20261203-000b19 runs there)");
   EXPECT_EQ(std::get<waiting_reason>(res).code, waiting_code::none_schedulable);
 }
+
+// Issue 22: a GPU worker's cores and memory are placed with its GPUs. One
+// asking for more than the largest machine has cannot fit anywhere now; one
+// whose GPUs are free only where its cores or memory are not waits, naming
+// the machine that has the GPUs and what it is short of.
+TEST(PlacementReasons, AGpuWorkerAskingMoreMemoryOrCoresThanAnyMachineCannotFitAnywhere) {
+  placement_index idx;
+  add(idx, sized(dgx("gpu-01"), 64, 512));
+  add(idx, sized(dgx("gpu-02"), 128, 256));
+  auto res = idx.place(asking(single("mem", 1), 8, 1024));
+  EXPECT_EQ(std::get<waiting_reason>(res).code, waiting_code::never_fits);
+  EXPECT_EQ(why(res), "cannot fit anywhere now: a worker asks for 1024 GiB of memory; the "
+                      "largest machine in pool h100 has 512 GiB");
+  res = idx.place(asking(gang("cores", 2, 1), 130));
+  EXPECT_EQ(std::get<waiting_reason>(res).code, waiting_code::never_fits);
+  EXPECT_EQ(why(res), "cannot fit anywhere now: a worker asks for 130 CPU cores; the largest "
+                      "machine in pool h100 has 128");
+  // A machine whose size is unknown may have any: it is not ruled out.
+  add(idx, dgx("gpu-03"));
+  EXPECT_TRUE(placed(idx.place(asking(single("mem", 1), 8, 1024))));
+  EXPECT_EQ(idx.check_invariants(), "");
+}
+
+TEST(PlacementReasons, AGpuWorkerWaitsNamingTheMachineShortOfCoresOrMemory) {
+  placement_index idx;
+  auto m = add(idx, sized(dgx("gpu-01", none), 64, 1024));
+  // CPU-only workers use 48 cores and 600 GiB there.
+  ASSERT_FALSE(idx.set_outside_use(m, 48000, 600ull << 30));
+  auto r = asking(single("train", 2, none), 64, 512);
+  auto res = idx.place(r);
+  EXPECT_EQ(std::get<waiting_reason>(res).code, waiting_code::not_enough_cores_or_memory);
+  EXPECT_EQ(why(res), "waiting: no machine has 2 free GPUs with 64 free cores and 512 GiB free "
+                      "memory; gpu-01 has the GPUs but only 16 free cores and 424 GiB free "
+                      "memory");
+  // Only the cores short.
+  EXPECT_EQ(why(idx.place(asking(single("train", 2, none), 32))),
+            "waiting: no machine has 2 free GPUs with 32 free cores; gpu-01 has the GPUs but "
+            "only 16 free cores");
+  // Only the memory short (cores fit).
+  EXPECT_EQ(why(idx.place(asking(single("train", 1, none), 1, 500))),
+            "waiting: no machine has 1 free GPU with 1 free core and 500 GiB free memory; "
+            "gpu-01 has the GPUs but only 424 GiB free memory");
+  // A gang: each worker needs the cores.
+  EXPECT_EQ(why(idx.place(asking(gang("pair", 2, 1, none), 32))),
+            "waiting: no machines have room for 2 workers of 1 free GPU with 32 free cores each "
+            "within one site; gpu-01 has the GPUs but only 16 free cores");
+  // What fits the 16 cores left places, and holds them.
+  auto p = placed(idx.place(asking(single("small", 2, none), 16, 100)));
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->cpu_millis_per_worker, 16000u);
+  ASSERT_TRUE(idx.commit(*p));
+  EXPECT_EQ(idx.free_cpu_millis(m), 0u);
+  EXPECT_EQ(idx.free_memory_bytes(m), 324ull << 30);
+  // The CPU-only workers end: the cores are free again, but for those held.
+  ASSERT_FALSE(idx.set_outside_use(m, 0, 0));
+  EXPECT_EQ(idx.free_cpu_millis(m), 48000u);
+  EXPECT_TRUE(placed(idx.place(asking(single("train", 2, none), 48, 512))));
+  EXPECT_EQ(idx.check_invariants(), "");
+}

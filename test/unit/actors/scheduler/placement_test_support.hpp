@@ -32,6 +32,20 @@ inline machine_spec dgx(const std::string& name, label_map labels = h100, unsign
   return m;
 }
 
+// `m` with `cpus` logical CPUs and `mem_gib` GiB of memory (issue 22).
+inline machine_spec sized(machine_spec m, uint32_t cpus, uint64_t mem_gib) {
+  m.cpus = cpus;
+  m.memory_bytes = mem_gib << 30;
+  return m;
+}
+
+// `r` whose workers each ask for `cpus` cores and `mem_gib` GiB too.
+inline placement_request asking(placement_request r, double cpus, uint64_t mem_gib = 0) {
+  r.cpus_per_worker = cpus;
+  r.memory_bytes_per_worker = mem_gib << 30;
+  return r;
+}
+
 inline placement_request single(const std::string& run, uint32_t gpus, label_map labels = h100) {
   placement_request r;
   r.run = run;

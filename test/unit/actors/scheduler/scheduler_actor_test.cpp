@@ -1364,3 +1364,58 @@ TEST_F(SchedulerActor, ACpuOnlyRunWaitingForAnAcceptingMachineNamesIt) {
             "waiting: no machine takes new work; cpu-01 is Accepting (acceptance "
             "val-20261203-000b19 runs there), cpu-02 is cordoned");
 }
+
+// Issue 22: a GPU worker's cores and memory are placed with its GPUs, and
+// one machine's cores count both kinds of worker: GPU and CPU-only, also
+// after a restart (the GPU run's cores held again with its GPUs, the
+// CPU-only run's counted as before) and until each run ends.
+TEST_F(SchedulerActor, GpuAndCpuOnlyWorkersShareAMachinesCoresAcrossARestart) {
+  const std::string short_of_cores =
+    "waiting: no machine has 4 free GPUs with 16 free cores; gpu-01 has the GPUs but only 8 "
+    "free cores";
+  {
+    auto s = spawn_scheduler();
+    snapshot(s, cpu_machine("gpu-01", 64, 512, 8));
+    auto train = spec_of("train", 4);
+    train.set_cpus_per_worker(40);
+    train.set_memory_bytes_per_worker(256ull << 30);
+    ASSERT_EQ(submit(s, train).state(), "Placed");
+    // A CPU-only run counts the GPU run's cores: 24 are left.
+    EXPECT_EQ(submit(s, cpu_spec("batch", 32, 64)).state(), "Waiting");
+    ASSERT_EQ(submit(s, cpu_spec("tool", 16, 64)).state(), "Placed");
+    // A GPU run counts the CPU-only run's: 4 GPUs are free, 8 cores.
+    auto more = spec_of("more", 4);
+    more.set_cpus_per_worker(16);
+    auto waits = submit(s, more);
+    EXPECT_EQ(waits.state(), "Waiting");
+    EXPECT_EQ(waits.waiting_reason(), short_of_cores);
+    // More memory than the machine has: it cannot fit anywhere now.
+    auto huge = spec_of("huge", 1);
+    huge.set_memory_bytes_per_worker(1024ull << 30);
+    EXPECT_EQ(submit(s, huge).waiting_reason(),
+              "cannot fit anywhere now: a worker asks for 1024 GiB of memory; the largest "
+              "machine has 512 GiB");
+    ask<v1::Run>(s, atom::remove_v, std::string{"huge"});
+    caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+    run();
+  }
+  auto s = spawn_scheduler();
+  snapshot(s, cpu_machine("gpu-01", 64, 512, 8));
+  EXPECT_EQ(get(s, "train").state(), "Placed");
+  EXPECT_EQ(get(s, "tool").state(), "Placed");
+  // Rebuilt, neither lost nor counted twice: still 8 cores free.
+  EXPECT_EQ(get(s, "more").waiting_reason(), short_of_cores);
+  auto eight = spec_of("eight", 1);
+  eight.set_cpus_per_worker(8);
+  auto e = submit(s, eight);
+  ASSERT_EQ(e.state(), "Placed") << e.waiting_reason();
+  ask<v1::Run>(s, atom::remove_v, std::string{"eight"});
+  // The CPU-only run is deleted: its cores go to the GPU run.
+  ask<v1::Run>(s, atom::remove_v, std::string{"tool"});
+  EXPECT_EQ(get(s, "more").state(), "Placed");
+  EXPECT_EQ(get(s, "batch").state(), "Waiting");
+  // The GPU run ends: its cores go to the CPU-only run.
+  (*self)->send(s, atom::complete_v, std::string{"train"});
+  run();
+  EXPECT_EQ(get(s, "batch").state(), "Placed");
+}

@@ -127,3 +127,39 @@ TEST(Placement, QueueOrderIsPriorityThenSubmission) {
   ASSERT_FALSE(q.cancel("low"));
   EXPECT_EQ(q.waiting_count(), 0u);
 }
+
+// Issue 22: a run short of cores gets the reservation like one short of
+// GPUs: the reservation keeps the cores free now, and a run that would take
+// them without ending first waits.
+TEST(Placement, ARunShortOfCoresIsReservedAndStartsWhenTheyAreFree) {
+  placement_index idx;
+  auto m = add(idx, sized(dgx("m1"), 64, 512));
+  scheduler_queue q{idx};
+  auto a = asking(single("a", 2), 48);
+  a.time_limit_seconds = 1000;
+  ASSERT_FALSE(q.submit(a, 0));
+  ASSERT_EQ(q.schedule(0).size(), 1u);
+  ASSERT_FALSE(q.submit(asking(single("b", 2), 32), 1));
+  ASSERT_FALSE(q.submit(asking(single("c", 1), 16), 2)); // no time limit
+  EXPECT_TRUE(q.schedule(10).empty());
+  ASSERT_TRUE(q.reservation());
+  EXPECT_EQ(q.reservation()->run, "b");
+  EXPECT_EQ(q.reservation()->start, 1000);
+  ASSERT_EQ(q.reservation()->use.size(), 1u);
+  EXPECT_EQ(q.reservation()->use[0].cpu_millis, 32000u);
+  ASSERT_NE(q.waiting("b"), nullptr);
+  EXPECT_EQ(q.waiting("b")->code, waiting_code::not_enough_cores_or_memory);
+  EXPECT_EQ(q.waiting("b")->message,
+            "waiting: no machine in pool h100 has 2 free GPUs with 32 free cores; m1 has the GPUs "
+            "but only 16 free cores; GPUs are reserved for it, due to start in 16m");
+  ASSERT_NE(q.waiting("c"), nullptr);
+  EXPECT_EQ(q.waiting("c")->code, waiting_code::reserved);
+  EXPECT_EQ(idx.free_cpu_millis(m), 16000u) << "the reservation is not left held";
+  ASSERT_FALSE(q.complete("a"));
+  auto started = q.schedule(20);
+  ASSERT_EQ(started.size(), 2u);
+  EXPECT_EQ(started[0].run, "b");
+  EXPECT_EQ(started[1].run, "c");
+  EXPECT_EQ(idx.free_cpu_millis(m), 16000u);
+  EXPECT_EQ(idx.check_invariants(), "");
+}
