@@ -561,3 +561,64 @@ TEST_F(Api, HttpsWithACertificateMadeInTheKeysFolderAndNoPlainHttpOffLoopback) {
   EXPECT_NE(res.rc, 0);
   EXPECT_NE(res.err.find("loopback"), std::string::npos) << res.err;
 }
+
+// Trial (issue 13's day two, found by a new user): the last owner token could
+// be revoked (409 now), out-of-range numbers and absurd durations were taken
+// or answered in protobuf's words, a pool policy took any pool name and
+// could not be deleted.
+TEST_F(Api, RefusalsNameTheFieldAndPoliciesCanBeDeleted) {
+  ASSERT_TRUE(start_controller());
+  auto owner = client(owner_);
+  auto me = body_of(owner->Get(base + "/whoami"));
+  auto id = me.value("token_id", "");
+  ASSERT_FALSE(id.empty()) << me.dump();
+  auto r = owner->Delete(base + "/api-tokens/" + id);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 409);
+  EXPECT_EQ(body_of(r)["code"], "FAILED_PRECONDITION");
+  EXPECT_EQ(body_of(r)["message"],
+            "refused: " + id + " is the cluster's last owner token; create another owner "
+            "token first (astra api-tokens create --role owner)");
+  // Numbers: a negative one in an unsigned field, one past its bound.
+  r = owner->Put(base + "/validation-policies/h100", R"({"burn_in_seconds": -5})",
+                 "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(body_of(r)["message"],
+            "body: burn_in_seconds: -5 is negative: give a whole number from 0 to "
+            "18446744073709551615");
+  r = owner->Put(base + "/validation-policies/h100",
+                 R"({"burn_in_seconds": 18446744073709551615})", "application/json");
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(body_of(r)["message"],
+            "burn_in_seconds: 18446744073709551615 is too long: at most 604800 (7d)");
+  r = owner->Post(base + "/validations",
+                  R"({"suite": "burn", "pool": "h100", "burn_in_seconds": 99999999})",
+                  "application/json");
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(body_of(r)["message"],
+            "burn_in_seconds: 99999999 is too long: at most 604800 (7d)");
+  r = owner->Post(base + "/api-tokens", R"({"name": "ci", "ttl_seconds": 8640000000000})",
+                  "application/json");
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(body_of(r)["message"],
+            "ttl_seconds: 8640000000000 is too long: at most 315360000 (3650d)");
+  // A pool is a label's value.
+  r = owner->Put(base + "/validation-policies/%20%F0%9F%9A%80", R"({"require_acceptance": true})",
+                 "application/json");
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(body_of(r)["code"], "INVALID_REQUEST");
+  // Set, delete, and a second delete finds nothing.
+  r = owner->Put(base + "/validation-policies/h100", R"({"burn_in_seconds": 120})",
+                 "application/json");
+  ASSERT_EQ(r->status, 200) << r->body;
+  r = owner->Delete(base + "/validation-policies/h100");
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(body_of(r)["pool"], "h100");
+  EXPECT_FALSE(body_of(owner->Get(base + "/validation-policies")).dump().find("h100")
+               != std::string::npos);
+  r = owner->Delete(base + "/validation-policies/h100");
+  EXPECT_EQ(r->status, 404);
+  EXPECT_EQ(body_of(r)["message"],
+            "no validation policy for pool 'h100' (see `astra astraeus policy list`)");
+}
