@@ -508,8 +508,13 @@ int main(int argc, char** argv) {
         auto resp = gc2->call(std::move(req), 5s);
         if (!resp || resp->has_error())
           fail("ListGpus failed while polling");
+        // Faulty by this event's latch, not by anything else (a discovery
+        // pass overdue on a loaded machine shows the GPUs unresponsive).
+        const auto reason = "Xid " + std::to_string(xid) + " fault";
         for (const auto& g : resp->gpus().gpus())
-          if (g.gpu().id() == t.id && health_of(g) == gpu_health::faulty)
+          if (g.gpu().id() == t.id && health_of(g) == gpu_health::faulty
+              && std::find(g.health_reasons().begin(), g.health_reasons().end(), reason)
+                   != g.health_reasons().end())
             seen = true;
       }
       if (!seen)
