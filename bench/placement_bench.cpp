@@ -128,6 +128,24 @@ void run_size(size_t machines, size_t ops, size_t gangs, uint64_t seed) {
   live_set live;
   const uint64_t target = tot.gpus * 60 / 100;
   uint64_t n = 0, refused = 0;
+  // With `--cores`, the cores may run out before the GPUs: a fill stops
+  // after 10,000 refusals in a row.
+  auto fill_to = [&](uint64_t level) {
+    uint64_t n_refused = 0;
+    while (live.held < level && n_refused < 10000) {
+      auto r = idx.place(single_request(rng, n++));
+      allocation_id got = 0;
+      if (auto* p = std::get_if<placement>(&r))
+        if (auto a = idx.commit(*p)) {
+          live.add(*a, *p);
+          got = *a;
+        }
+      n_refused = got ? 0 : n_refused + 1;
+    }
+    if (live.held < level)
+      std::printf("  (filled to %.1f %% only: the cores ran out first)\n",
+                  100.0 * static_cast<double>(live.held) / static_cast<double>(tot.gpus));
+  };
   t0 = clock_type::now();
   while (live.held < target) {
     auto r = idx.place(single_request(rng, n++));
@@ -242,12 +260,7 @@ void run_size(size_t machines, size_t ops, size_t gangs, uint64_t seed) {
   // Gangs at 95 %: many wait, so the waiting path and every tier are timed.
   {
     uint64_t high = tot.gpus * 95 / 100;
-    while (live.held < high) {
-      auto r = idx.place(single_request(rng, n++));
-      if (auto* p = std::get_if<placement>(&r))
-        if (auto a = idx.commit(*p))
-          live.add(*a, *p);
-    }
+    fill_to(high);
     gang_phase("gangs at 95 % (each released at once)", gangs, 0.0, false, high);
     while (live.held > target)
       live.release_random(idx, rng);
@@ -301,12 +314,7 @@ void run_size(size_t machines, size_t ops, size_t gangs, uint64_t seed) {
   queue_pass("at 60 %", static_cast<uint32_t>(machines / 2 * 4 / 5 * 7 / 10));
   {
     uint64_t high = tot.gpus * 95 / 100;
-    while (live.held < high) {
-      auto r = idx.place(single_request(rng, n++));
-      if (auto* p = std::get_if<placement>(&r))
-        if (auto a = idx.commit(*p))
-          live.add(*a, *p);
-    }
+    fill_to(high);
     queue_pass("at 95 %", static_cast<uint32_t>(machines * 3 / 100));
   }
   auto m3 = memory_mib();

@@ -26,8 +26,8 @@
 ///   allocations plus those its owner says are used outside them
 ///   (`set_outside_use`: CPU-only workers) count against the machine's. A
 ///   machine whose cores or memory are unknown (0) is not checked for them.
-///   A machine short of them is passed over in its bucket, so a placement
-///   costs what it did plus the machines passed over.
+///   One machine is found through classes of free cores; a gang passes
+///   over the machines short of them (its cost grows by those).
 ///
 /// Sizes: a machine has at most 64 GPU slots (`gpu_mask` is one bit per
 /// slot). 100,000 machines with 8 GPUs each take ~0.3 GiB (bench/RESULTS.md).

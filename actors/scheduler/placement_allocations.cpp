@@ -47,6 +47,7 @@ void placement_index::state::use_add(const std::vector<machine_use>& use, int si
       m.cpu_held -= std::min(m.cpu_held, u.cpu_millis);
       m.mem_held -= std::min(m.mem_held, u.memory_bytes);
     }
+    cores_changed(u.machine);
   }
 }
 

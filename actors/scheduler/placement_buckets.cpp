@@ -35,12 +35,59 @@ std::string where_of(const label_map& labels) {
 
 } // namespace
 
+void placement_index::state::cores_push(selector_rec& s, unsigned k, machine_id id,
+                                        unsigned f) {
+  auto& lists = s.cores[k].by_free;
+  if (lists.size() <= f)
+    lists.resize(f + 1);
+  auto& v = lists[f][machines[id].core_class];
+  size_t need = (static_cast<size_t>(id) + 1) * 2;
+  if (s.core_pos.size() < need)
+    s.core_pos.resize(std::max(need, machines.size() * 2), not_member);
+  s.core_pos[static_cast<size_t>(id) * 2 + k] = static_cast<uint32_t>(v.size());
+  v.push_back(id);
+}
+
+void placement_index::state::cores_remove(selector_rec& s, unsigned k, machine_id id,
+                                          unsigned f) {
+  auto& v = s.cores[k].by_free[f][machines[id].core_class];
+  uint32_t p = s.core_pos[static_cast<size_t>(id) * 2 + k];
+  machine_id last = v.back();
+  v[p] = last;
+  s.core_pos[static_cast<size_t>(last) * 2 + k] = p;
+  v.pop_back();
+  s.core_pos[static_cast<size_t>(id) * 2 + k] = not_member;
+}
+
+void placement_index::state::cores_changed(machine_id id) {
+  machine_rec& m = machines[id];
+  uint8_t now = m.core_class_now();
+  if (now == m.core_class)
+    return;
+  if (!m.in_views()) {
+    m.core_class = now;
+    return;
+  }
+  counts c = count_of(m);
+  for (uint32_t sid : m.selectors) {
+    cores_remove(selectors[sid], kind_healthy, id, c.healthy);
+    cores_remove(selectors[sid], kind_usable, id, c.usable);
+  }
+  m.core_class = now;
+  for (uint32_t sid : m.selectors) {
+    cores_push(selectors[sid], kind_healthy, id, c.healthy);
+    cores_push(selectors[sid], kind_usable, id, c.usable);
+  }
+}
+
 void placement_index::state::view_insert(selector_rec& s, machine_id id) {
   const machine_rec& m = machines[id];
   size_t need = (static_cast<size_t>(id) + 1) * slots_per_machine;
   if (s.pos.size() < need)
     s.pos.resize(std::max(need, machines.size() * slots_per_machine), not_member);
   counts c = count_of(m);
+  cores_push(s, kind_healthy, id, c.healthy);
+  cores_push(s, kind_usable, id, c.usable);
   for (unsigned t = 0; t < tier_count; ++t) {
     uint32_t g = m.group[t];
     if (g == no_group)
@@ -57,6 +104,8 @@ void placement_index::state::view_insert(selector_rec& s, machine_id id) {
 
 void placement_index::state::view_remove(selector_rec& s, machine_id id, counts c) {
   const machine_rec& m = machines[id];
+  cores_remove(s, kind_healthy, id, c.healthy);
+  cores_remove(s, kind_usable, id, c.usable);
   for (unsigned t = 0; t < tier_count; ++t) {
     uint32_t g = m.group[t];
     if (g == no_group)
@@ -70,6 +119,14 @@ void placement_index::state::view_remove(selector_rec& s, machine_id id, counts 
 
 void placement_index::state::view_move(selector_rec& s, machine_id id, counts from, counts to) {
   const machine_rec& m = machines[id];
+  if (from.healthy != to.healthy) {
+    cores_remove(s, kind_healthy, id, from.healthy);
+    cores_push(s, kind_healthy, id, to.healthy);
+  }
+  if (from.usable != to.usable) {
+    cores_remove(s, kind_usable, id, from.usable);
+    cores_push(s, kind_usable, id, to.usable);
+  }
   for (unsigned t = 0; t < tier_count; ++t) {
     uint32_t g = m.group[t];
     if (g == no_group)

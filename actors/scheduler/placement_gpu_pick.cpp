@@ -165,18 +165,35 @@ bool placement_index::state::place_on_one_machine(const selector_rec& sel, unsig
     best_count = &cluster.by_free[f];
   } else {
     // The best-fitting count with a machine that has the room: up to
-    // `quality_lookahead` such machines of that count are compared.
+    // `quality_lookahead` such machines of that count are compared. Within
+    // a count, only classes of free cores that may hold every worker's are
+    // looked at, the tightest first (the lower classes have too few for
+    // sure); memory is checked machine by machine.
     size_t want = need > 1 ? options.quality_lookahead : 1;
+    const auto& lists = sel.cores[k].by_free;
+    unsigned c0 = ask_cpu ? core_class_of(ask_cpu * sh.workers) : 0;
     fitting.clear();
-    for (; f < cluster.by_free.size() && fitting.empty(); ++f)
-      for (machine_id id : cluster.by_free[f])
-        if (has_room(id)) {
-          fitting.push_back(id);
-          if (fitting.size() >= want)
-            break;
-        }
-    if (fitting.empty())
+    for (; f < lists.size() && fitting.empty(); ++f)
+      for (unsigned c = c0; c < core_classes && fitting.size() < want; ++c)
+        for (machine_id id : lists[f][c])
+          if (has_room(id)) {
+            fitting.push_back(id);
+            if (fitting.size() >= want)
+              break;
+          }
+    if (fitting.empty()) {
+      // For the waiting reason: a few machines with the GPUs whose cores
+      // are too few (the classes skipped above).
+      if (sh.workers == 1)
+        for (size_t g = need; g < lists.size() && !short_more; ++g)
+          for (unsigned c = 0; c < c0 && !short_more; ++c)
+            for (machine_id id : lists[g][c]) {
+              note_short(id);
+              if (short_more)
+                break;
+            }
       return false;
+    }
     best_count = &fitting;
   }
   // With AtRisk GPUs: the machine that needs the fewest of them (the

@@ -223,6 +223,7 @@ caf::expected<machine_id> placement_index::add_machine(const machine_spec& spec)
   m.why_not = spec.not_schedulable;
   m.cpu_cap = uint64_t{spec.cpus} * 1000;
   m.mem_cap = spec.memory_bytes;
+  m.core_class = m.core_class_now();
   S.set_machine_labels(m, spec.labels);
   S.machine_by_name.emplace(spec.name, id);
   S.attach_matching(id);
@@ -261,6 +262,7 @@ caf::error placement_index::set_size(machine_id id, uint32_t cpus, uint64_t memo
   m.mem_cap = memory_bytes;
   for (uint32_t sid : m.selectors)
     state::caps_add(S.selectors[sid], m, +1);
+  S.cores_changed(id);
   return {};
 }
 
@@ -271,6 +273,7 @@ caf::error placement_index::set_outside_use(machine_id id, uint64_t cpu_millis,
     return unknown_machine(id);
   S.machines[id].cpu_outside = cpu_millis;
   S.machines[id].mem_outside = memory_bytes;
+  S.cores_changed(id);
   return {};
 }
 

@@ -50,6 +50,22 @@ inline gpu_mask bit(unsigned i) {
   return gpu_mask{1} << i;
 }
 
+/// Classes of free cores (issue 22): a machine is in class c when its
+/// free cores are at least `core_bounds[c]` (x 1000) and below the next
+/// bound; a machine whose cores are unknown is in the top class.
+inline constexpr unsigned core_classes = 16;
+inline constexpr uint64_t core_bounds[core_classes] = {
+  0, 1000, 2000, 3000, 4000, 6000, 8000, 12000, 16000, 24000, 32000, 48000, 64000, 96000,
+  128000, 192000};
+
+/// The class of `millis` free cores.
+inline uint8_t core_class_of(uint64_t millis) {
+  unsigned c = core_classes - 1;
+  while (c > 0 && core_bounds[c] > millis)
+    --c;
+  return static_cast<uint8_t>(c);
+}
+
 /// Topology tiers of the buckets, tightest first; the cluster tier has one
 /// group holding every machine.
 enum tier : unsigned { t_nvlink = 0, t_fabric, t_rack, t_site, t_cluster };
@@ -109,6 +125,12 @@ struct machine_rec {
   /// Cores and memory held by allocations (not suspended), and used
   /// outside them (`set_outside_use`).
   uint64_t cpu_held = 0, mem_held = 0, cpu_outside = 0, mem_outside = 0;
+  /// Its class of free cores in the selectors' `cores` lists.
+  uint8_t core_class = core_classes - 1;
+  /// The class its free cores put it in now.
+  uint8_t core_class_now() const {
+    return cpu_cap ? core_class_of(free_cpu()) : static_cast<uint8_t>(core_classes - 1);
+  }
 
   /// Free cores (x 1000); meaningful when `cpu_cap` is known.
   uint64_t free_cpu() const {
@@ -176,6 +198,13 @@ struct group_view {
   bucket_list kind[2];
 };
 
+/// The whole cluster's schedulable machines of a selector by free GPUs and
+/// then by class of free cores (issue 22): a one-machine placement that asks
+/// for cores looks only at machines in classes that may have them.
+struct core_lists {
+  std::vector<std::array<std::vector<machine_id>, core_classes>> by_free;
+};
+
 /// A label set that requests have used, with its buckets per tier and group.
 struct selector_rec {
   std::vector<uint32_t> labels; ///< sorted label ids
@@ -190,6 +219,10 @@ struct selector_rec {
   /// Matching machines by their cores (x 1000) and memory (0: unknown), for
   /// "cannot fit anywhere now" (issue 22); changed only with labels or sizes.
   std::map<uint64_t, uint32_t> cpu_caps, mem_caps;
+  /// The cluster's machines by free GPUs and class of free cores, by kind;
+  /// positions in them [machine * 2 + kind].
+  std::array<core_lists, 2> cores;
+  std::vector<uint32_t> core_pos;
 };
 
 /// What an allocation holds.
@@ -372,6 +405,12 @@ struct placement_index::state {
   void view_insert(selector_rec& s, machine_id id);
   void view_remove(selector_rec& s, machine_id id, counts c);
   void view_move(selector_rec& s, machine_id id, counts from, counts to);
+  /// Puts `id` in the `cores` lists of `s` (kind k, f free GPUs, its
+  /// `core_class`), or takes it out.
+  void cores_push(selector_rec& s, unsigned k, machine_id id, unsigned f);
+  void cores_remove(selector_rec& s, unsigned k, machine_id id, unsigned f);
+  /// After the free cores of `id` changed: moves it to its new class.
+  void cores_changed(machine_id id);
   void stats_add(selector_rec& s, const machine_rec& m, unsigned present, int sign);
   void attach(uint32_t sid, machine_id id);
   void detach_all(machine_id id);

@@ -96,6 +96,15 @@ std::string placement_index::check_invariants() const {
             continue;
           }
           unsigned f = k == kind_healthy ? c.healthy : c.usable;
+          if (t == t_cluster) {
+            // The cores lists (issue 22): the same machines, by class too.
+            size_t cslot = static_cast<size_t>(id) * 2 + k;
+            uint32_t cp = cslot < sel.core_pos.size() ? sel.core_pos[cslot] : not_member;
+            const auto& lists = sel.cores[k].by_free;
+            if (m.core_class != m.core_class_now() || f >= lists.size() ||
+                cp >= lists[f][m.core_class].size() || lists[f][m.core_class][cp] != id)
+              return fail("machine " + m.name + " is not where its free cores say");
+          }
           if (g >= sel.groups[t].size() || f >= sel.groups[t][g].kind[k].by_free.size() ||
               pos >= sel.groups[t][g].kind[k].by_free[f].size() ||
               sel.groups[t][g].kind[k].by_free[f][pos] != id)
@@ -130,6 +139,14 @@ std::string placement_index::check_invariants() const {
           if (members != gv.kind[k].members || sum != gv.kind[k].free_sum)
             return fail("bucket totals disagree");
         }
+    for (unsigned k = 0; k < 2; ++k) {
+      uint64_t listed = 0;
+      for (const auto& by_class : sel.cores[k].by_free)
+        for (const auto& v : by_class)
+          listed += v.size();
+      if (listed != in_views)
+        return fail("cores lists do not hold every schedulable machine once");
+    }
     uint64_t cluster_members =
       sel.groups[t_cluster].empty() ? 0 : sel.groups[t_cluster][0].kind[0].members;
     if (cluster_members != in_views)
