@@ -321,9 +321,9 @@ TEST_F(Validation, TheNetworkSuiteMeasuresEveryPairAndTheReportShowsTheMatrix) {
   EXPECT_TRUE(contains(shown.out, "Degraded RDMA ports (NCCL_IB_HCA)")) << shown.out;
   EXPECT_TRUE(contains(shown.out, "gpu-03   mlx5_5:1  left out     gpu-03 mlx5_5 trained at 200"))
     << shown.out;
-  auto j = json_of(astra({"run", "show", "hca", "-o", "json"}));
-  ASSERT_EQ(j["workers"].size(), 3u) << j.dump();
-  for (const auto& w : j["workers"]) {
+  auto hca_run = json_of(astra({"run", "show", "hca", "-o", "json"}));
+  ASSERT_EQ(hca_run["workers"].size(), 3u) << hca_run.dump();
+  for (const auto& w : hca_run["workers"]) {
     auto hca = w["outputs"].value("hca", std::string{});
     EXPECT_TRUE(contains(hca, "mlx5_4:1")) << w.dump();
     EXPECT_EQ(contains(hca, "mlx5_5:1"), w["machine"] != "gpu-03") << w.dump();

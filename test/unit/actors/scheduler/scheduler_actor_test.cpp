@@ -1222,6 +1222,50 @@ protected:
 
 TEST_F(DeletedRun, ItsWorkersAreNotWaitedForOnADownMachine) {
   auto s = with_d_deleted();
+  auto down = machine_of("gpu-01", 8);
+  down.set_down(true);
+  down.set_schedulable(false);
+  snapshot(s, down);
+  auto d = get(s, "d");
+  EXPECT_EQ(d.workers(0).state(), "Stopped");
+  EXPECT_EQ(d.workers(0).detail(), "machine gpu-01 is Down or removed: not waited for");
+  // Its name is free again at once: the new run replaces it.
+  auto again = submit(s, spec_of("d", 1));
+  EXPECT_EQ(again.state(), "Waiting");
+  EXPECT_FALSE(again.deleted());
+}
+
+TEST_F(DeletedRun, AWorkerItsAgentNoLongerHoldsHasEnded) {
+  auto s = with_d_deleted();
+  tell(s, in_states("gpu-01", {}));
+  auto d = get(s, "d");
+  EXPECT_EQ(d.workers(0).state(), "Stopped");
+  EXPECT_EQ(d.workers(0).detail(), "its agent no longer holds it");
+}
+
+TEST_F(DeletedRun, StillStoppingAfterARestartItIsSettledByItsAgent) {
+  {
+    auto s = with_d_deleted();
+    caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+    run();
+  }
+  auto s = spawn_scheduler();
+  log = attach(s, "gpu-01");
+  snapshot(s, machine_of("gpu-01", 8));
+  EXPECT_EQ(get(s, "d").workers(0).state(), "Stopping");
+  EXPECT_EQ(log->last().workers_size(), 0);
+  auto ended = in_states("gpu-01", {{"d-0", "Failed", "exited with code 3"}});
+  ended.mutable_workers(0)->set_exit_code(3);
+  tell(s, ended);
+  EXPECT_EQ(get(s, "d").workers(0).state(), "Failed");
+  EXPECT_EQ(get(s, "d").workers(0).exit_code(), 3);
+  // A deleted run whose workers had all ended is not loaded again.
+  caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+  run();
+  auto s2 = spawn_scheduler();
+  EXPECT_EQ(render_error(ask_error<v1::Run>(s2, atom::get_v, std::string{"d"})),
+            "no run named d");
+}
 
 // --- Workers told to stop are Stopping until their agent reports them ended -
 
@@ -1277,27 +1321,6 @@ TEST_F(SchedulerAssignments, NoWorkerStaysStoppingOnADownOrRemovedMachine) {
   down.set_down(true);
   down.set_schedulable(false);
   snapshot(s, down);
-  auto d = get(s, "d");
-  EXPECT_EQ(d.workers(0).state(), "Stopped");
-  EXPECT_EQ(d.workers(0).detail(), "machine gpu-01 is Down or removed: not waited for");
-  // Its name is free again at once: the new run replaces it.
-  auto again = submit(s, spec_of("d", 1));
-  EXPECT_EQ(again.state(), "Waiting");
-  EXPECT_FALSE(again.deleted());
-}
-
-TEST_F(DeletedRun, AWorkerItsAgentNoLongerHoldsHasEnded) {
-  auto s = with_d_deleted();
-  tell(s, in_states("gpu-01", {}));
-  auto d = get(s, "d");
-  EXPECT_EQ(d.workers(0).state(), "Stopped");
-  EXPECT_EQ(d.workers(0).detail(), "its agent no longer holds it");
-}
-
-TEST_F(DeletedRun, StillStoppingAfterARestartItIsSettledByItsAgent) {
-  {
-    auto s = with_d_deleted();
-
   EXPECT_EQ(get(s, "b").workers(0).state(), "Down");
   EXPECT_EQ(ask<v1::Run>(s, atom::stop_v, std::string{"b"}, std::string{"stopped"})
               .workers(0).state(),
@@ -1323,22 +1346,6 @@ TEST_F(SchedulerAssignments, AWorkerStoppingAcrossARestartTakesItsAgentsEnd) {
     run();
   }
   auto s = spawn_scheduler();
-  log = attach(s, "gpu-01");
-  snapshot(s, machine_of("gpu-01", 8));
-  EXPECT_EQ(get(s, "d").workers(0).state(), "Stopping");
-  EXPECT_EQ(log->last().workers_size(), 0);
-  auto ended = in_states("gpu-01", {{"d-0", "Failed", "exited with code 3"}});
-  ended.mutable_workers(0)->set_exit_code(3);
-  tell(s, ended);
-  EXPECT_EQ(get(s, "d").workers(0).state(), "Failed");
-  EXPECT_EQ(get(s, "d").workers(0).exit_code(), 3);
-  // A deleted run whose workers had all ended is not loaded again.
-  caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
-  run();
-  auto s2 = spawn_scheduler();
-  EXPECT_EQ(render_error(ask_error<v1::Run>(s2, atom::get_v, std::string{"d"})),
-            "no run named d");
-
   attach(s, "gpu-01");
   snapshot(s, machine_of("gpu-01", 8));
   EXPECT_EQ(get(s, "long").workers(0).state(), "Stopping");
