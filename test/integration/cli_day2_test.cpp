@@ -168,7 +168,7 @@ TEST_F(CliDay2, SbatchRunsTheScriptWithItsDirectivesMountedReadOnly) {
              "#SBATCH --partition=ignored-after-the-first-command\n");
   auto res = astra({"slurm", "sbatch", "--image", "busybox", (dir_ / "hello.sbatch").string()});
   ASSERT_EQ(res.rc, 0) << res.err;
-  EXPECT_EQ(res.out.rfind("hello submitted to default\n", 0), 0u) << res.out;
+  EXPECT_EQ(res.out.rfind("hello submitted to default: http", 0), 0u) << res.out;
   ASSERT_TRUE(ended("hello", "Stopped"));
   EXPECT_EQ(run_field("hello", "state"), "Stopped");
   auto logs = astra({"logs", "hello"});

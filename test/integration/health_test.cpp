@@ -1000,7 +1000,7 @@ TEST_F(Health, AWorkspaceRunsOnlyOnTheLabelsItWasGranted) {
   auto open = astra({"run", "--name", "r4", "--gpus", "1", "--image", "img", "--", "true"});
   ASSERT_EQ(open.rc, 0) << open.err;
   // Placed at once: the submission line says no more (the seed's line).
-  EXPECT_EQ(open.out, "r4 submitted to default\n");
+  EXPECT_EQ(open.out.rfind("r4 submitted to default: http", 0), 0u) << open.out;
   // Labelling the machine into pool a100 lets the workspace's run in.
   auto labelled = astra({"label", machine_name, "pool=a100"});
   ASSERT_EQ(labelled.rc, 0) << labelled.err;
