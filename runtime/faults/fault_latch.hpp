@@ -111,9 +111,9 @@ public:
   /// without sync, so its report can leave at once; the caller then makes
   /// the store's log durable (Store::sync_wal, on a wal_syncer) and tells
   /// `synced`. The kernel-log position is written after the latch in the
-  /// same log, so it is never durable without it (a crash before the sync
-  /// reads the event again). Off (the default): every latch is written with
-  /// sync before its call returns.
+  /// same log, so it is never durable without it (a killed agent keeps
+  /// both; a power loss before the sync loses both). Off (the default):
+  /// every latch is written with sync before its call returns.
   void defer_sync(bool on) {
     defer_sync_ = on;
   }
