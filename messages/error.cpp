@@ -29,6 +29,8 @@ const char* to_string(ec x) {
     case ec::enrollment_expired: return "enrollment_expired";
     case ec::unauthenticated: return "unauthenticated";
     case ec::permission_denied: return "permission_denied";
+    case ec::not_leader: return "not_leader";
+    case ec::no_leader: return "no_leader";
   }
   return "unknown";
 }

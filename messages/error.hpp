@@ -64,6 +64,11 @@ enum class ec : uint8_t {
   unauthenticated,
   /// The caller's role may not do this (e.g. a member cordoning).
   permission_denied,
+  /// HA mode: this controller is a standby; another leads (its gate is
+  /// named: v1::Refusal.leader).
+  not_leader,
+  /// HA mode: no controller leads yet (an election is under way); retry.
+  no_leader,
 };
 
 /// The stable name of `x`, e.g. "no_such_machine".

@@ -131,5 +131,9 @@ CAF_BEGIN_TYPE_ID_BLOCK(astraeus, caf::first_custom_type_id)
   /// Scheduler: stops a run and keeps it listed, Stopped with a reason (a
   /// drain's deadline: "machine gpu-01 was drained").
   CAF_ADD_ATOM(astraeus, astraeus::atom, stop, "stop")
+  // HA (issue 15): who leads, told to a standby's gate.
+  /// The leader's gate changed, HOST:PORT or "" for none (HA controller ->
+  /// standby gate).
+  CAF_ADD_ATOM(astraeus, astraeus::atom, leader, "leader")
 
 CAF_END_TYPE_ID_BLOCK(astraeus)

@@ -515,18 +515,24 @@ spawn_gate(caf::actor_system& sys, gate_config config) {
   if (auto err = config.validate())
     return err;
   auto& mm = sys.middleman();
-  auto where = config.listen_address + ":" + std::to_string(config.port);
-  auto dm = mm.backend().new_tcp_doorman(config.port,
-                                         config.listen_address.c_str(), true);
-  if (!dm)
-    return caf::make_error(ec::invalid_config,
-                           "cannot listen on " + where
-                             + ": the port is in use (another controller or "
-                               "`astraeus dev`?) or the address is not this "
-                               "machine's");
-  auto port = (*dm)->port();
+  caf::io::doorman_ptr dm;
+  if (config.listen_socket >= 0) {
+    dm = mm.backend().new_doorman(config.listen_socket);
+  } else {
+    auto where = config.listen_address + ":" + std::to_string(config.port);
+    auto bound = mm.backend().new_tcp_doorman(config.port,
+                                              config.listen_address.c_str(), true);
+    if (!bound)
+      return caf::make_error(ec::invalid_config,
+                             "cannot listen on " + where
+                               + ": the port is in use (another controller or "
+                                 "`astraeus dev`?) or the address is not this "
+                                 "machine's");
+    dm = std::move(*bound);
+  }
+  auto port = dm->port();
   config.port = port;
-  auto hdl = mm.spawn_broker(gate, std::move(config), std::move(*dm));
+  auto hdl = mm.spawn_broker(gate, std::move(config), std::move(dm));
   return std::make_pair(std::move(hdl), port);
 }
 

@@ -41,6 +41,10 @@ struct gate_config {
   std::string listen_address = "0.0.0.0";
   /// TCP port; 0 picks a free one (tests).
   uint16_t port = 7450;
+  /// A listening socket to accept on instead of binding
+  /// `listen_address:port` (HA mode binds it beside its standby gate's,
+  /// runtime/gate/gate_listener.hpp), owned by the gate from then on; -1: bind.
+  int listen_socket = -1;
   /// Largest frame accepted, in bytes (1 KiB .. 64 MiB).
   uint64_t frame_cap_bytes = 1u << 20;
   /// A peer that has not sent its hello by then is disconnected.
@@ -112,7 +116,8 @@ struct gate_state {
 gate_actor::behavior_type gate(gate_actor::stateful_broker_pointer<gate_state> self,
                                gate_config config, caf::io::doorman_ptr doorman);
 
-/// Binds `config.listen_address:config.port` and spawns the gate on it.
+/// Binds `config.listen_address:config.port` (or takes
+/// `config.listen_socket`) and spawns the gate on it.
 /// Returns the gate and the port it listens on. Errors: ec::invalid_config
 /// for a bad config; the bind failure ("cannot listen on 127.0.0.1:7450:
 /// address in use") otherwise.
