@@ -9,6 +9,7 @@
 #include <caf/io/system_messages.hpp>
 #include <spdlog/spdlog.h>
 
+#include "actors/controller/gate.hpp"
 #include "messages/error.hpp"
 #include "messages/type_ids.hpp"
 #include "runtime/gate/frame_codec.hpp"
@@ -48,11 +49,19 @@ namespace {
 
 using standby_ptr = standby_gate_actor::stateful_broker_pointer<standby_gate_state>;
 
-/// Writes `refusal` in the clear, then forgets and closes the connection.
-void answer(standby_ptr self, connection_handle hdl, const v1::Refusal& refusal) {
+/// Forgets a connection (it no longer counts against its address).
+void forget(standby_ptr self, connection_handle hdl) {
   auto& st = self->state;
   auto i = st.peers.find(hdl);
   if (i == st.peers.end())
+    return;
+  st.open_by_address.remove(i->second.address);
+  st.peers.erase(i);
+}
+
+/// Writes `refusal` in the clear, then forgets and closes the connection.
+void answer(standby_ptr self, connection_handle hdl, const v1::Refusal& refusal) {
+  if (self->state.peers.count(hdl) == 0)
     return;
   v1::Frame frame;
   *frame.mutable_refusal() = refusal;
@@ -60,11 +69,8 @@ void answer(standby_ptr self, connection_handle hdl, const v1::Refusal& refusal)
   auto& buf = self->wr_buf(hdl);
   buf.insert(buf.end(), bytes.begin(), bytes.end());
   self->flush(hdl);
-  if (auto a = st.open_by_address.find(i->second.address);
-      a != st.open_by_address.end() && --a->second == 0)
-    st.open_by_address.erase(a);
-  st.peers.erase(i);
-  ++st.answered;
+  forget(self, hdl);
+  ++self->state.answered;
   self->close(hdl);
 }
 
@@ -79,17 +85,6 @@ void refuse(standby_ptr self, connection_handle hdl, ec code, const std::string&
   refusal.set_code(to_string(code));
   refusal.set_reason(reason);
   answer(self, hdl, refusal);
-}
-
-void forget(standby_ptr self, connection_handle hdl) {
-  auto& st = self->state;
-  auto i = st.peers.find(hdl);
-  if (i == st.peers.end())
-    return;
-  if (auto a = st.open_by_address.find(i->second.address);
-      a != st.open_by_address.end() && --a->second == 0)
-    st.open_by_address.erase(a);
-  st.peers.erase(i);
 }
 
 /// The peer asked (its first record arrived): the leader's gate now, or,
@@ -137,15 +132,14 @@ standby_gate(standby_gate_actor::stateful_broker_pointer<standby_gate_state> sel
     [self](const caf::io::new_connection_msg& msg) {
       auto& st = self->state;
       auto address = self->remote_addr(msg.handle);
-      auto& open = st.open_by_address[address];
-      if (open >= st.config.max_open_per_address) {
+      if (!st.open_by_address.try_add(address, st.config.max_open_per_address)) {
         spdlog::warn("gate (standby): closing {}:{}: {} connections from {} are open "
                      "(gate.max_unauthenticated_per_address)",
-                     address, self->remote_port(msg.handle), open, address);
+                     address, self->remote_port(msg.handle),
+                     st.open_by_address.count(address), address);
         self->close(msg.handle);
         return;
       }
-      ++open;
       auto& peer = st.peers[msg.handle];
       peer.address = address;
       peer.peer = address + ":" + std::to_string(self->remote_port(msg.handle));
@@ -208,23 +202,11 @@ caf::expected<std::pair<standby_gate_actor, uint16_t>>
 spawn_standby_gate(caf::actor_system& sys, standby_gate_config config) {
   if (auto err = config.validate())
     return err;
-  auto& mm = sys.middleman();
-  caf::io::doorman_ptr dm;
-  if (config.listen_socket >= 0) {
-    dm = mm.backend().new_doorman(config.listen_socket);
-  } else {
-    auto bound = mm.backend().new_tcp_doorman(config.port,
-                                              config.listen_address.c_str(), true);
-    if (!bound)
-      return caf::make_error(ec::invalid_config,
-                             "cannot listen on " + config.listen_address + ":"
-                               + std::to_string(config.port)
-                               + ": the port is in use or the address is not this "
-                                 "machine's");
-    dm = std::move(*bound);
-  }
-  auto port = dm->port();
-  auto hdl = mm.spawn_broker(standby_gate, std::move(config), std::move(dm));
+  auto dm = gate_doorman(sys, config.listen_address, config.port, config.listen_socket);
+  if (!dm)
+    return dm.error();
+  auto port = (*dm)->port();
+  auto hdl = sys.middleman().spawn_broker(standby_gate, std::move(config), std::move(*dm));
   return std::make_pair(std::move(hdl), port);
 }
 

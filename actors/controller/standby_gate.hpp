@@ -23,7 +23,6 @@
 #include <cstdint>
 #include <map>
 #include <string>
-#include <unordered_map>
 #include <utility>
 
 #include <caf/expected.hpp>
@@ -33,6 +32,7 @@
 #include <caf/io/typed_broker.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include "actors/controller/gate.hpp"
 #include "actors/interfaces.hpp"
 
 namespace astraeus {
@@ -79,7 +79,7 @@ struct standby_gate_state {
   std::string leader;
   std::map<caf::io::connection_handle, standby_peer> peers;
   /// Open connections by source address (`max_open_per_address`).
-  std::unordered_map<std::string, uint32_t> open_by_address;
+  address_counts open_by_address;
   uint64_t next_session = 1;
   /// Answers sent (leader named, none leads, refusals).
   uint64_t answered = 0;

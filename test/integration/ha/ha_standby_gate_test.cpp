@@ -9,27 +9,23 @@
 
 #include <gtest/gtest.h>
 
-#include "integration/ha/ha_group.hpp"
+#include "integration/ha/ha_fixture.hpp"
 
 namespace astraeus::itest {
 namespace {
 
-class HaStandbyGate : public ::testing::Test {
+class HaStandbyGate : public ha_test {
 protected:
+  HaStandbyGate() : ha_test("astraeus-ha-standby") {
+  }
+
   void SetUp() override {
-    group_ = std::make_unique<ha_group>(dir_.path());
-    ASSERT_TRUE(group_->ready_etcd()) << "etcd did not start";
-    for (size_t i = 0; i < group_->size(); ++i)
-      group_->start(i);
-    leader_ = group_->wait_leader(20s);
-    ASSERT_TRUE(leader_) << "no controller leads after 20 s";
+    ha_test::SetUp();
+    if (HasFatalFailure())
+      return;
     // The owner's credentials for every gate (they share the keys folder).
     for (size_t i = 0; i < group_->size(); ++i)
       ASSERT_TRUE(use_owner_credentials(group_->gate_port(i), group_->keys()));
-  }
-
-  void TearDown() override {
-    group_->end(HasFailure());
   }
 
   /// "127.0.0.1:PORT" of controller `i`'s gate.
@@ -45,10 +41,6 @@ protected:
     argv.insert(argv.end(), args.begin(), args.end());
     return run_command(argv, dir_.path(), 20s);
   }
-
-  temp_dir dir_{"astraeus-ha-standby"};
-  std::unique_ptr<ha_group> group_;
-  std::optional<size_t> leader_;
 };
 
 TEST_F(HaStandbyGate, AnAgentGivenOnlyAStandbyIsUpOnTheLeaderAndFollowsTheNext) {

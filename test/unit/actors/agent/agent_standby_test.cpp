@@ -5,31 +5,23 @@
 // actors/agent/agent.hpp, actors/agent/gate_targets.hpp,
 // actors/controller/standby_gate.hpp.
 
-#include <algorithm>
+#include <chrono>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
 
-#include <caf/actor_system.hpp>
-#include <caf/actor_system_config.hpp>
-#include <caf/exit_reason.hpp>
-#include <caf/io/middleman.hpp>
-#include <caf/io/network/test_multiplexer.hpp>
-#include <caf/scheduler/test_coordinator.hpp>
-#include <caf/send.hpp>
 #include <caf/actor_registry.hpp>
-#include <spdlog/sinks/ostream_sink.h>
-#include <spdlog/spdlog.h>
+#include <caf/exit_reason.hpp>
+#include <caf/send.hpp>
 
 #include "actors/agent/agent.hpp"
 #include "actors/controller/standby_gate.hpp"
+#include "io_fixture.hpp"
 #include "messages/error.hpp"
 #include "runtime/gate/frame_codec.hpp"
 #include "runtime/gate/secure_channel.hpp"
-#include "runtime/process/system_setup.hpp"
 
 using namespace astraeus;
 using namespace std::chrono_literals;
@@ -37,19 +29,9 @@ using caf::io::connection_handle;
 
 namespace {
 
-class AgentAndStandby : public ::testing::Test {
+class AgentAndStandby : public test::io_test {
 protected:
-  AgentAndStandby()
-    : sys(init(cfg)),
-      sched(dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler())),
-      mpx(dynamic_cast<caf::io::network::test_multiplexer&>(sys.middleman().backend())) {
-    sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log);
-    spdlog::default_logger()->sinks().push_back(sink);
-  }
-
   ~AgentAndStandby() override {
-    auto& sinks = spdlog::default_logger()->sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink), sinks.end());
     // The probe (GPU discovery) runs on a thread of its own: its first pass
     // is answered before the agent stops (an answer that reaches the agent
     // after it stopped keeps the probe alive on CAF 0.17's test multiplexer,
@@ -61,29 +43,18 @@ protected:
     if (agent)
       caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);
     agent = agent_actor{};
-    // The probe runs on a thread of its own (detached): its last messages
-    // may land after a pass. Timers still pending in the virtual clock hold
-    // the agent; let them fire into the void.
+    // Timers still pending in the virtual clock hold the agent; let them
+    // fire into the void, while the probe's last messages land.
     auto deadline = std::chrono::steady_clock::now() + 5s;
     int quiet = 0;
     do {
-      exec_all();
-      sched.clock().advance_time(std::chrono::hours{2});
-      exec_all();
+      advance(std::chrono::hours{2});
       quiet = sys.registry().running() == 0 ? quiet + 1 : 0;
       std::this_thread::sleep_for(5ms);
     } while (quiet < 20 && std::chrono::steady_clock::now() < deadline);
   }
 
-  static caf::actor_system_config& init(caf::actor_system_config& c) {
-    configure_actor_system(c);
-    c.set("scheduler.policy", caf::atom("testing"));
-    c.set("middleman.network-backend", caf::atom("testing"));
-    c.set("logger.file-verbosity", caf::atom("quiet"));
-    return c;
-  }
-
-  /// Spawns the agent given only `host:port`; it connects at once.
+  /// Spawns the agent given only `127.0.0.1:port`; it connects at once.
   void start(uint16_t port) {
     agent_config c;
     c.controller_host = "127.0.0.1";
@@ -104,32 +75,6 @@ protected:
     exec_all();
   }
 
-  void exec_all() {
-    while (sched.try_run_once() || mpx.try_exec_runnable() || mpx.read_data()) {
-    }
-  }
-
-  void advance(caf::timespan d) {
-    sched.clock().advance_time(d);
-    exec_all();
-  }
-
-  /// The records the agent wrote on `conn` (bytes after each length prefix).
-  std::vector<std::string> records(connection_handle conn) {
-    auto& out = mpx.output_buffer(conn);
-    std::vector<std::string> recs;
-    size_t pos = 0;
-    while (out.size() - pos >= frame_header_size) {
-      auto len = decode_frame_length(out.data() + pos, 1u << 20);
-      if (!len || out.size() - pos - frame_header_size < *len)
-        break;
-      recs.emplace_back(out.data() + pos + frame_header_size, *len);
-      pos += frame_header_size + *len;
-    }
-    out.erase(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(pos));
-    return recs;
-  }
-
   /// Whether the agent opened the secure channel on `conn` (its
   /// ChannelHello, in the clear).
   bool said_hello(connection_handle conn) {
@@ -144,19 +89,10 @@ protected:
   void standby_answers(connection_handle conn, const std::string& leader) {
     v1::Frame frame;
     *frame.mutable_refusal() = standby_refusal(leader);
-    auto bytes = encode_frame(frame);
-    caf::io::network::test_multiplexer::buffer_type buf(bytes.begin(), bytes.end());
-    mpx.virtual_send(conn, buf);
-    exec_all();
+    send(conn, encode_frame(frame));
   }
 
   std::string dir = ::testing::TempDir();
-  std::ostringstream log;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink;
-  caf::actor_system_config cfg;
-  caf::actor_system sys;
-  caf::scheduler::test_coordinator& sched;
-  caf::io::network::test_multiplexer& mpx;
   agent_actor agent;
   std::shared_ptr<const identity_keypair> gate_key =
     std::make_shared<const identity_keypair>(identity_keypair::generate());
@@ -175,14 +111,11 @@ TEST_F(AgentAndStandby, AnAgentGivenOnlyAStandbyGoesToTheLeaderItNamesAtOnce) {
   // No timer in between: the leader's gate is asked at once, and the
   // agent completes the handshake with it (the key it pins) and says hello.
   auto recs = records(leader);
-  ASSERT_EQ(recs.size(), 1u) << log.str();
+  ASSERT_EQ(recs.size(), 1u) << log_text();
   channel_server server{gate_key};
   auto accept = server.on_record(recs[0].data(), recs[0].size());
   ASSERT_TRUE(accept) << render_error(accept.error());
-  caf::io::network::test_multiplexer::buffer_type buf(accept->reply.begin(),
-                                                      accept->reply.end());
-  mpx.virtual_send(leader, buf);
-  exec_all();
+  send(leader, accept->reply);
   recs = records(leader);
   ASSERT_EQ(recs.size(), 2u) << "its ChannelAuth and its hello";
   auto auth = server.on_record(recs[0].data(), recs[0].size());
@@ -190,10 +123,10 @@ TEST_F(AgentAndStandby, AnAgentGivenOnlyAStandbyGoesToTheLeaderItNamesAtOnce) {
   auto hello = server.on_record(recs[1].data(), recs[1].size());
   ASSERT_TRUE(hello && hello->frame && hello->frame->has_hello());
   EXPECT_EQ(hello->frame->hello().machine_name(), "gpu-01");
-  EXPECT_NE(log.str().find("the controller at 127.0.0.1:7451 is a standby; following the "
+  EXPECT_NE(log_text().find("the controller at 127.0.0.1:7451 is a standby; following the "
                            "leader at 127.0.0.1:7450"),
             std::string::npos)
-    << log.str();
+    << log_text();
 }
 
 TEST_F(AgentAndStandby, WhileNoneLeadsTheAgentAsksTheStandbyAgainAfterAShortPause) {
@@ -208,7 +141,7 @@ TEST_F(AgentAndStandby, WhileNoneLeadsTheAgentAsksTheStandbyAgainAfterAShortPaus
   advance(190ms);
   EXPECT_FALSE(said_hello(second)) << "too early";
   advance(120ms);
-  EXPECT_TRUE(said_hello(second)) << log.str();
+  EXPECT_TRUE(said_hello(second)) << log_text();
 }
 
 TEST_F(AgentAndStandby, AStandbyNamingALeaderThatIsGoneMakesAPauseNotALoop) {
@@ -221,17 +154,17 @@ TEST_F(AgentAndStandby, AStandbyNamingALeaderThatIsGoneMakesAPauseNotALoop) {
   auto again = connection_handle::from_int(6);
   mpx.provide_scribe("127.0.0.1", 7451, again);
   standby_answers(standby, "127.0.0.1:7450");
-  ASSERT_TRUE(said_hello(again)) << log.str();
+  ASSERT_TRUE(said_hello(again)) << log_text();
   // It names the dead leader again: now a pause, not a tight loop.
   auto later = connection_handle::from_int(7);
   mpx.provide_scribe("127.0.0.1", 7451, later);
   standby_answers(again, "127.0.0.1:7450");
   EXPECT_FALSE(said_hello(later)) << "no attempt before the pause";
   advance(310ms);
-  EXPECT_TRUE(said_hello(later)) << log.str();
+  EXPECT_TRUE(said_hello(later)) << log_text();
   // Meanwhile another controller was elected: followed at once.
   auto next = connection_handle::from_int(8);
   mpx.provide_scribe("127.0.0.1", 7452, next);
   standby_answers(later, "127.0.0.1:7452");
-  EXPECT_TRUE(said_hello(next)) << log.str();
+  EXPECT_TRUE(said_hello(next)) << log_text();
 }

@@ -4,29 +4,20 @@
 // sleep. Sources: actors/controller/standby_gate.hpp, README "High
 // availability".
 
-#include <algorithm>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
-#include <caf/actor_system.hpp>
-#include <caf/actor_system_config.hpp>
 #include <caf/exit_reason.hpp>
-#include <caf/io/middleman.hpp>
-#include <caf/io/network/test_multiplexer.hpp>
-#include <caf/scheduler/test_coordinator.hpp>
 #include <caf/send.hpp>
-#include <spdlog/sinks/ostream_sink.h>
-#include <spdlog/spdlog.h>
 
 #include "actors/controller/standby_gate.hpp"
+#include "io_fixture.hpp"
 #include "messages/error.hpp"
 #include "runtime/gate/frame_codec.hpp"
 #include "runtime/gate/secure_channel.hpp"
-#include "runtime/process/system_setup.hpp"
 
 using namespace astraeus;
 using namespace std::chrono_literals;
@@ -35,19 +26,9 @@ using caf::io::connection_handle;
 
 namespace {
 
-class StandbyGate : public ::testing::Test {
+class StandbyGate : public test::io_test {
 protected:
-  StandbyGate()
-    : sys(init(cfg)),
-      sched(dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler())),
-      mpx(dynamic_cast<caf::io::network::test_multiplexer&>(sys.middleman().backend())) {
-    sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log);
-    spdlog::default_logger()->sinks().push_back(sink);
-  }
-
   ~StandbyGate() override {
-    auto& sinks = spdlog::default_logger()->sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink), sinks.end());
     if (gate)
       caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
     exec_all();
@@ -69,31 +50,8 @@ protected:
     exec_all();
   }
 
-  static caf::actor_system_config& init(caf::actor_system_config& c) {
-    configure_actor_system(c);
-    c.set("scheduler.policy", caf::atom("testing"));
-    c.set("middleman.network-backend", caf::atom("testing"));
-    c.set("logger.file-verbosity", caf::atom("quiet"));
-    return c;
-  }
-
-  void exec_all() {
-    while (sched.try_run_once() || mpx.try_exec_runnable() || mpx.read_data()) {
-    }
-  }
-
   connection_handle connect(int64_t id) {
-    auto conn = connection_handle::from_int(id);
-    mpx.add_pending_connect(acceptor, conn);
-    mpx.accept_connection(acceptor);
-    exec_all();
-    return conn;
-  }
-
-  void send(connection_handle conn, const std::string& bytes) {
-    caf::io::network::test_multiplexer::buffer_type buf(bytes.begin(), bytes.end());
-    mpx.virtual_send(conn, buf);
-    exec_all();
+    return io_test::connect(acceptor, id);
   }
 
   /// The peer on `conn` starts the secure channel as every client does.
@@ -106,29 +64,16 @@ protected:
 
   /// The clear frames the gate wrote to `conn` since the last call.
   std::vector<v1::Frame> frames(connection_handle conn) {
-    auto& out = mpx.output_buffer(conn);
     std::vector<v1::Frame> got;
-    size_t pos = 0;
-    while (out.size() - pos >= frame_header_size) {
-      auto len = decode_frame_length(out.data() + pos, 1u << 20);
-      if (!len || out.size() - pos - frame_header_size < *len)
-        break;
-      auto frame = decode_frame_body(out.data() + pos + frame_header_size, *len);
+    for (const auto& rec : records(conn)) {
+      auto frame = decode_frame_body(rec.data(), rec.size());
       EXPECT_TRUE(frame) << render_error(frame.error());
       if (frame)
         got.push_back(std::move(*frame));
-      pos += frame_header_size + *len;
     }
-    out.erase(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(pos));
     return got;
   }
 
-  std::ostringstream log;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink;
-  caf::actor_system_config cfg;
-  caf::actor_system sys;
-  caf::scheduler::test_coordinator& sched;
-  caf::io::network::test_multiplexer& mpx;
   standby_gate_actor gate;
   const uint16_t port = 7451;
   const accept_handle acceptor = accept_handle::from_int(1);
@@ -158,11 +103,9 @@ TEST_F(StandbyGate, TheClientsOwnChannelTakesTheAnswerAsAClearRefusal) {
   channel_client client{std::make_shared<const identity_keypair>(identity_keypair::generate()),
                         std::nullopt};
   send(conn, client.start());
-  auto& out = mpx.output_buffer(conn);
-  ASSERT_GE(out.size(), frame_header_size);
-  auto len = decode_frame_length(out.data(), 1u << 20);
-  ASSERT_TRUE(len);
-  auto step = client.on_record(out.data() + frame_header_size, *len);
+  auto recs = records(conn);
+  ASSERT_EQ(recs.size(), 1u);
+  auto step = client.on_record(recs[0].data(), recs[0].size());
   ASSERT_TRUE(step) << render_error(step.error());
   ASSERT_TRUE(step->frame);
   EXPECT_EQ(step->frame->refusal().code(), "not_leader");
@@ -219,7 +162,7 @@ TEST_F(StandbyGate, ALeaderThatGoesAwayIsNoLongerNamed) {
   auto got = frames(conn);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].refusal().leader(), "10.0.0.2:7450");
-  auto text = log.str();
+  auto text = log_text();
   EXPECT_NE(text.find("sent to the leader's gate 10.0.0.2:7450"), std::string::npos) << text;
 }
 
@@ -237,7 +180,7 @@ TEST_F(StandbyGate, AGarbageOrOversizedFirstRecordIsRefusedWithItsReason) {
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].refusal().code(), "frame_too_large");
   EXPECT_TRUE(mpx.stopped_reading(big));
-  EXPECT_NE(log.str().find("gate (standby): closing"), std::string::npos) << log.str();
+  EXPECT_NE(log_text().find("gate (standby): closing"), std::string::npos) << log_text();
 }
 
 TEST_F(StandbyGate, APeerThatSaysNothingIsClosedAtTheHelloTimeout) {
