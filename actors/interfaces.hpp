@@ -159,9 +159,14 @@ using agent_actor = caf::typed_actor<
   // finished; its result is applied on the agent.
   caf::reacts_to<atom::job_done, uint64_t>,
   // From its scribe: a frame's header or body from the gate; a bad one
-  // drops the connection (reconnect with back-off).
+  // drops the connection (reconnect with back-off). A standby's refusal
+  // (HA mode: not_leader naming the leader's gate, or no_leader) makes it
+  // connect to that leader at once, or ask again shortly
+  // (actors/agent/gate_targets.hpp).
   caf::reacts_to<caf::io::new_data_msg>,
-  // From its scribe: the gate closed the connection; reconnect with back-off.
+  // From its scribe: the gate closed the connection; after a welcomed
+  // session the same gate is tried again at once, then the others, then
+  // back-off.
   caf::reacts_to<caf::io::connection_closed_msg>>;
 
 /// One machine on the controller (the "node actor"): the state machine
