@@ -95,14 +95,46 @@ using gate_actor = gate_command_actor::extend<
   // gets ec::timeout.
   caf::reacts_to<atom::expire, uint64_t>>;
 
+/// A standby controller's gate in HA mode (actors/controller/standby_gate.hpp),
+/// a typed CAF broker: it tells every peer who leads and closes. Reached by
+/// the HA controller (bin/controller_ha.cpp) and the socket events CAF's
+/// middleman delivers.
+using standby_gate_actor = caf::typed_actor<
+  // From the HA controller whenever the leader key changes: the leader's
+  // gate, HOST:PORT, or "" when none leads. Peers held for a leader are
+  // answered `not_leader` with it at once.
+  caf::reacts_to<atom::leader, std::string>,
+  // From the doorman: a peer connected. Closed at once when its source
+  // address holds max_open_per_address connections already; else its
+  // hello_due timer is armed.
+  caf::reacts_to<caf::io::new_connection_msg>,
+  // From the peer's scribe: its first record (any frame that parses, a
+  // ChannelHello from every client of this build). Answered in the clear,
+  // then closed: `not_leader` naming the leader's gate, or, while none
+  // leads, held until one does (`no_leader` at the hold's end). A garbage,
+  // oversized or empty record is refused with its reason and closed.
+  caf::reacts_to<caf::io::new_data_msg>,
+  // From the peer's scribe: the connection ended; it is forgotten.
+  caf::reacts_to<caf::io::connection_closed_msg>,
+  // From the doorman: the listening socket closed (logged).
+  caf::reacts_to<caf::io::acceptor_closed_msg>,
+  // Internal timer (hello_timeout after a connection; no_leader_hold after
+  // a held peer asked): a peer that sent nothing is closed with ec::timeout;
+  // a held one is told `no_leader`.
+  caf::reacts_to<atom::hello_due, caf::io::connection_handle, uint64_t>>;
+
 /// The agent (actors/agent/agent.hpp), a typed CAF broker on every
 /// machine: its connection to the gate, its timers, and what its own
 /// helpers (the probe, the kernel-log thread, the supervisor's job actors)
 /// send it. Nothing outside the agent's process reaches it; commands from
 /// the controller arrive as frames on its connection.
 using agent_actor = caf::typed_actor<
-  // Internal timer: (re)connect to the gate now; a failed attempt retries
-  // with exponential back-off (reconnect.min_backoff .. max_backoff).
+  // Internal timer: (re)connect to the gate now, to the gate
+  // actors/agent/gate_targets.hpp picks (the given ones in turn, or the
+  // leader a standby named); a failed attempt moves on at once, pauses
+  // 250 ms while an HA group is between leaders, or backs off
+  // exponentially (reconnect.min_backoff .. max_backoff) when no
+  // controller answers.
   caf::reacts_to<atom::reconnect>,
   // Internal timer, every report interval: a heartbeat report with fresh
   // host facts, and a discovery pass.
@@ -131,9 +163,14 @@ using agent_actor = caf::typed_actor<
   // finished; its result is applied on the agent.
   caf::reacts_to<atom::job_done, uint64_t>,
   // From its scribe: a frame's header or body from the gate; a bad one
-  // drops the connection (reconnect with back-off).
+  // drops the connection (reconnect with back-off). A standby's refusal
+  // (HA mode: not_leader naming the leader's gate, or no_leader) makes it
+  // connect to that leader at once, or ask again shortly
+  // (actors/agent/gate_targets.hpp).
   caf::reacts_to<caf::io::new_data_msg>,
-  // From its scribe: the gate closed the connection; reconnect with back-off.
+  // From its scribe: the gate closed the connection; after a welcomed
+  // session the same gate is tried again at once, then the others, then
+  // back-off.
   caf::reacts_to<caf::io::connection_closed_msg>>;
 
 /// One machine on the controller (the "node actor"): the state machine

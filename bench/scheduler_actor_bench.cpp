@@ -6,6 +6,7 @@
 //                         [--seconds S] [--threads N] [--seed S] [--dir DIR]
 //                         [--slurm-shape JOBS] [--fenced PCT] [--at-risk PCT]
 //                         [--background-sync 0|1] [--etcd HOST:PORT[,...]]
+//                         [--etcd-connections N]
 //
 // For each cluster size (default 5,000 then 100,000 machines of 8 GPUs; the
 // cluster of bench/sim_cluster.hpp: 2 NUMA nodes, racks, fabrics, NVLink
@@ -39,6 +40,8 @@
 // `--etcd ENDPOINTS`: HA mode's store instead of RocksDB (issue 15): the
 // scheduler's group commit goes to etcd (store/etcd_store.hpp), split into
 // transactions of at most 128 operations, under a fresh key prefix.
+// `--etcd-connections N` (default 4, the controller's): the gateway's pool;
+// 1 runs every etcd call one after the other, as before the pool.
 //
 // `--slurm-shape JOBS`: the Slurm side-by-side instead (bench/
 // slurm_side_by_side.sh): an empty, healthy cluster (no fill, no fenced
@@ -94,6 +97,7 @@ struct options {
   std::string dir;
   size_t slurm_jobs = 0; // > 0: the Slurm side-by-side shape only
   std::string etcd;      // non-empty: etcd endpoints (HA mode's store)
+  size_t etcd_connections = etcd_gateway::default_connections;
   health_mix health;
   bool health_given = false;
   bool background_sync = true; // scheduler_config::background_sync (the controller's)
@@ -390,12 +394,14 @@ void run_size(caf::actor_system& sys, size_t machines, const options& opt) {
       }
       eo.prefix = "/astraeus/bench-" + std::to_string(::getpid()) + "-"
                   + std::to_string(machines) + "/";
+      eo.connections = opt.etcd_connections;
       auto opened = etcd_store::open(eo);
       if (!opened) {
         std::fprintf(stderr, "store: %s\n", render_error(opened.error()).c_str());
         std::exit(1);
       }
-      std::printf("store: etcd %s (prefix %s)\n", opt.etcd.c_str(), eo.prefix.c_str());
+      std::printf("store: etcd %s (prefix %s, %zu connection(s))\n", opt.etcd.c_str(),
+                  eo.prefix.c_str(), eo.connections);
       store = std::move(*opened);
     }
     scheduler_config sc;
@@ -476,7 +482,7 @@ void run_size(caf::actor_system& sys, size_t machines, const options& opt) {
                "usage: %s [--machines N[,N...]] [--fill PCT] [--ops N] [--serial-ops N] "
                "[--gang-ops N] [--window N] [--seconds S] [--threads N] [--seed S] [--dir DIR] "
                "[--slurm-shape JOBS] [--fenced PCT] [--at-risk PCT] [--background-sync 0|1] "
-               "[--etcd HOST:PORT[,...]]\n",
+               "[--etcd HOST:PORT[,...]] [--etcd-connections N]\n",
                argv0);
   std::exit(2);
 }
@@ -513,6 +519,8 @@ options parse(int argc, char** argv) {
       o.dir = val;
     else if (arg == "--etcd")
       o.etcd = val;
+    else if (arg == "--etcd-connections")
+      o.etcd_connections = std::max<size_t>(1, num());
     else if (arg == "--slurm-shape")
       o.slurm_jobs = num();
     else if (arg == "--fenced")

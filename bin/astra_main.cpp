@@ -30,8 +30,9 @@ void add_global_options(CLI::App& app, cli::options& opts) {
       opts.addr = v;
       opts.addr_given = true;
     },
-    "controller gate HOST:PORT (env ASTRAEUS_ADDR; default "
-    "127.0.0.1:7450, or the one `astra login` kept)");
+    "controller gate HOST:PORT, or an HA group's gates comma-separated in any "
+    "order (the leader is found) (env ASTRAEUS_ADDR; default 127.0.0.1:7450, or "
+    "the one `astra login` kept)");
   app.add_option("--token-file", opts.token_file,
                  "file holding the API token (else ASTRAEUS_TOKEN, `astra "
                  "login`'s, or a local controller's first owner token)");

@@ -12,16 +12,21 @@
 #include <unistd.h>
 
 #include <caf/actor_system.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "actors/controller/api_bridge.hpp"
 #include "actors/controller/controller.hpp"
+#include "actors/controller/standby_gate.hpp"
 #include "bin/process.hpp"
 #include "messages/error.hpp"
 #include "runtime/http/api_server.hpp"
 #include "runtime/http/tls_certificate.hpp"
+#include "runtime/gate/gate_listener.hpp"
 #include "runtime/gate/secure_channel.hpp"
 #include "store/etcd_store.hpp"
 #include "store/leader_election.hpp"
@@ -256,6 +261,36 @@ int run_ha_controller(caf::actor_system& sys, const ControllerConfig& cfg,
   std::unique_ptr<follower_api> standby;
   if (api_at)
     standby = std::make_unique<follower_api>(cfg, api_at->first, api_at->second);
+  // While standing by, a standby gate on the gate's port tells agents and
+  // astra who leads. Once elected, the leader's gate binds the port beside
+  // it (SO_REUSEPORT) before it closes, so the port never refuses a
+  // connection during the takeover (runtime/gate/gate_listener.hpp).
+  auto standby_socket = listen_tcp(cfg.listen_address, cfg.listen_port, true);
+  if (!standby_socket) {
+    spdlog::error("controller: cannot start: {}", render_error(standby_socket.error()));
+    return 1;
+  }
+  standby_gate_config sg_cfg;
+  sg_cfg.listen_socket = *standby_socket;
+  sg_cfg.hello_timeout = cfg.hello_timeout;
+  sg_cfg.max_open_per_address = cfg.max_unauthenticated_per_address;
+  auto standby_gate = spawn_standby_gate(sys, sg_cfg);
+  if (!standby_gate) {
+    spdlog::error("controller: cannot start the standby gate: {}",
+                  render_error(standby_gate.error()));
+    return 1;
+  }
+  standby_gate_actor standby_gate_handle = standby_gate->first;
+  // Stops the standby gate and waits until it is gone (its copy of the
+  // socket closed), on every way out of standing by.
+  auto stop_standby_gate = [&] {
+    if (!standby_gate_handle)
+      return;
+    caf::scoped_actor waiter{sys};
+    waiter->send_exit(standby_gate_handle, caf::exit_reason::user_shutdown);
+    waiter->wait_for(standby_gate_handle);
+    standby_gate_handle = standby_gate_actor{};
+  };
   spdlog::info("controller: HA mode on {} as {}: standing for leadership", store->path(),
                ec_cfg.id);
   // Stop signals are polled while campaigning (they stay blocked).
@@ -270,16 +305,35 @@ int run_ha_controller(caf::actor_system& sys, const ControllerConfig& cfg,
   auto won = election.campaign(stop, [&](const std::optional<leader_info>& l) {
     if (standby)
       standby->set_leader(l);
+    // A key that names this controller's gate is a term of an earlier run
+    // of it (restarted before its lease ran out): nobody leads there now.
+    auto gate = l && l->gate != ec_cfg.gate ? l->gate : std::string{};
+    caf::anon_send(standby_gate_handle, atom::leader_v, std::move(gate));
   });
   if (!won) {
     spdlog::error("controller: cannot stand for leadership: {}", render_error(won.error()));
+    stop_standby_gate();
     return 1;
   }
   if (!*won) {
     spdlog::info("controller: signal {} while standing by, stopping", stop_signal);
+    stop_standby_gate();
     return 0;
   }
   auto elected_at = std::chrono::steady_clock::now();
+  auto gate_socket = listen_tcp(cfg.listen_address, cfg.listen_port, true);
+  if (!gate_socket) {
+    spdlog::error("controller: cannot start the gate: {}",
+                  render_error(gate_socket.error()));
+    stop_standby_gate();
+    (void) election.resign();
+    return 1;
+  }
+  // Peers the standby gate holds (they asked while no one led) are sent
+  // here: they connect again and wait in the new socket's backlog for the
+  // gate.
+  caf::anon_send(standby_gate_handle, atom::leader_v, ec_cfg.gate);
+  stop_standby_gate();
   standby.reset();
   // Deposed (the lease ended while this process was stopped or cut off):
   // every write is already refused by the fence; stop at once, and let the
@@ -290,7 +344,8 @@ int run_ha_controller(caf::actor_system& sys, const ControllerConfig& cfg,
     std::fflush(nullptr);
     ::_exit(3);
   });
-  auto ctl = start_controller(sys, cfg, real_wall_clock(), store, history_store);
+  auto ctl = start_controller(sys, cfg, real_wall_clock(), store, history_store,
+                              *gate_socket);
   if (!ctl) {
     spdlog::error("controller: cannot start: {}", render_error(ctl.error()));
     (void) election.resign();

@@ -30,6 +30,8 @@ const char* to_string(ec x) {
     case ec::unauthenticated: return "unauthenticated";
     case ec::permission_denied: return "permission_denied";
     case ec::failed_precondition: return "failed_precondition";
+    case ec::not_leader: return "not_leader";
+    case ec::no_leader: return "no_leader";
   }
   return "unknown";
 }

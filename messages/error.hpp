@@ -68,6 +68,11 @@ enum class ec : uint8_t {
   /// refuses it (e.g. revoking the cluster's last owner API token). The API
   /// answers 409 FAILED_PRECONDITION.
   failed_precondition,
+  /// HA mode: this controller is a standby; another leads (its gate is
+  /// named: v1::Refusal.leader).
+  not_leader,
+  /// HA mode: no controller leads yet (an election is under way); retry.
+  no_leader,
 };
 
 /// The stable name of `x`, e.g. "no_such_machine".

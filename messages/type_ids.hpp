@@ -133,5 +133,9 @@ CAF_BEGIN_TYPE_ID_BLOCK(astraeus, caf::first_custom_type_id)
   CAF_ADD_ATOM(astraeus, astraeus::atom, stop, "stop")
   // fabric (issue 12): the ports NCCL_IB_HCA leaves out (validations -> scheduler).
   CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::DegradedIbPortList))
+  // HA (issue 15): who leads, told to a standby's gate.
+  /// The leader's gate changed, HOST:PORT or "" for none (HA controller ->
+  /// standby gate).
+  CAF_ADD_ATOM(astraeus, astraeus::atom, leader, "leader")
 
 CAF_END_TYPE_ID_BLOCK(astraeus)

@@ -1,6 +1,9 @@
 #include "store/etcd_gateway.hpp"
 
+#include <algorithm>
 #include <array>
+#include <atomic>
+#include <mutex>
 
 #include <httplib.h>
 
@@ -110,28 +113,50 @@ std::string prefix_range_end(std::string_view prefix) {
 struct etcd_gateway::impl {
   std::vector<std::string> endpoints;
   std::chrono::milliseconds timeout;
-  /// One client per endpoint (keep-alive connections).
-  std::vector<std::unique_ptr<httplib::Client>> clients;
-  /// Serializes calls (and guards `current`).
-  mutable std::mutex mu;
+  /// One connection per endpoint, used by one call at a time.
+  struct lane {
+    std::mutex mu;
+    std::vector<std::unique_ptr<httplib::Client>> clients;
+  };
+  /// The pool: a call takes a free lane, or waits for the one it was dealt.
+  std::vector<std::unique_ptr<lane>> lanes;
+  std::atomic<size_t> next_lane{0};
   /// The endpoint that answered last.
-  size_t current = 0;
+  std::atomic<size_t> current{0};
 
-  httplib::Client& client(size_t i) {
-    if (!clients[i]) {
-      clients[i] = std::make_unique<httplib::Client>(with_scheme(endpoints[i]));
+  /// A lane for one call, locked: the first free one from a rotating start,
+  /// else (all busy) the start's, once it is free.
+  std::unique_lock<std::mutex> take_lane(lane*& out) {
+    auto n = lanes.size();
+    auto start = next_lane.fetch_add(1, std::memory_order_relaxed) % n;
+    for (size_t k = 0; k < n; ++k) {
+      auto* l = lanes[(start + k) % n].get();
+      std::unique_lock<std::mutex> lock{l->mu, std::try_to_lock};
+      if (lock.owns_lock()) {
+        out = l;
+        return lock;
+      }
+    }
+    out = lanes[start].get();
+    return std::unique_lock<std::mutex>{out->mu};
+  }
+
+  httplib::Client& client(lane& l, size_t i) {
+    auto& c = l.clients[i];
+    if (!c) {
+      c = std::make_unique<httplib::Client>(with_scheme(endpoints[i]));
       auto secs = timeout.count() / 1000;
       auto usecs = (timeout.count() % 1000) * 1000;
-      clients[i]->set_connection_timeout(secs, usecs);
-      clients[i]->set_read_timeout(secs, usecs);
-      clients[i]->set_write_timeout(secs, usecs);
-      clients[i]->set_keep_alive(true);
+      c->set_connection_timeout(secs, usecs);
+      c->set_read_timeout(secs, usecs);
+      c->set_write_timeout(secs, usecs);
+      c->set_keep_alive(true);
       // cpp-httplib writes a request's headers and body separately: with
       // Nagle's algorithm the body waits for the server's delayed ACK
       // (~40 ms per call, measured), so every etcd call would take 40 ms.
-      clients[i]->set_tcp_nodelay(true);
+      c->set_tcp_nodelay(true);
     }
-    return *clients[i];
+    return *c;
   }
 
   /// etcd's error answer as our error.
@@ -153,25 +178,34 @@ struct etcd_gateway::impl {
 };
 
 etcd_gateway::etcd_gateway(std::vector<std::string> endpoints,
-                           std::chrono::milliseconds timeout)
+                           std::chrono::milliseconds timeout, size_t connections)
   : impl_(std::make_unique<impl>()) {
   impl_->endpoints = std::move(endpoints);
   impl_->timeout = timeout;
-  impl_->clients.resize(impl_->endpoints.size());
+  for (size_t k = 0; k < std::max<size_t>(1, connections); ++k) {
+    impl_->lanes.push_back(std::make_unique<impl::lane>());
+    impl_->lanes.back()->clients.resize(impl_->endpoints.size());
+  }
 }
 
 etcd_gateway::~etcd_gateway() = default;
 
+size_t etcd_gateway::connections() const {
+  return impl_->lanes.size();
+}
+
 caf::expected<nlohmann::json> etcd_gateway::call(const std::string& path,
                                                  const nlohmann::json& body) {
-  std::lock_guard<std::mutex> lock{impl_->mu};
   if (impl_->endpoints.empty())
     return caf::make_error(ec::invalid_config, "etcd: no endpoint configured");
+  impl::lane* lane = nullptr;
+  auto lock = impl_->take_lane(lane);
   auto text = body.dump();
   std::string failures;
   auto n = impl_->endpoints.size();
+  auto first = impl_->current.load();
   for (size_t k = 0; k < n; ++k) {
-    auto i = (impl_->current + k) % n;
+    auto i = (first + k) % n;
     // The body is collected as it arrives: etcd's error answers end with
     // an HTTP trailer (Grpc-Trailer-Content-Type) that cpp-httplib 0.11
     // cannot parse, so such a call "fails" after its whole body was read.
@@ -184,10 +218,10 @@ caf::expected<nlohmann::json> etcd_gateway::call(const std::string& path,
     };
     httplib::Response res;
     httplib::Error err = httplib::Error::Success;
-    auto ok = impl_->client(i).send(req, res, err);
+    auto ok = impl_->client(*lane, i).send(req, res, err);
     if (!ok) {
       // A broken keep-alive connection is rebuilt on the next call.
-      impl_->clients[i].reset();
+      lane->clients[i].reset();
       if (status == 0 || answer.empty()) {
         if (!failures.empty())
           failures += "; ";
@@ -211,11 +245,7 @@ caf::expected<nlohmann::json> etcd_gateway::call(const std::string& path,
 caf::error etcd_gateway::stream(const std::string& path, const nlohmann::json& body,
                                 const std::function<bool(const nlohmann::json&)>& on_result,
                                 std::chrono::milliseconds idle) {
-  size_t first;
-  {
-    std::lock_guard<std::mutex> lock{impl_->mu};
-    first = impl_->current;
-  }
+  auto first = impl_->current.load();
   auto n = impl_->endpoints.size();
   std::string failures;
   auto text = body.dump();
@@ -281,8 +311,7 @@ caf::error etcd_gateway::stream(const std::string& path, const nlohmann::json& b
 }
 
 std::string etcd_gateway::endpoint() const {
-  std::lock_guard<std::mutex> lock{impl_->mu};
-  return impl_->endpoints.empty() ? std::string{} : impl_->endpoints[impl_->current];
+  return impl_->endpoints.empty() ? std::string{} : impl_->endpoints[impl_->current.load()];
 }
 
 std::string etcd_gateway::endpoints() const {

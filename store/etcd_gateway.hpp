@@ -33,15 +33,26 @@ std::optional<std::string> base64_decode(std::string_view text);
 /// `range_end`). "\0" (every key) for an empty or all-0xff prefix.
 std::string prefix_range_end(std::string_view prefix);
 
-/// A client of one etcd cluster's JSON gateway. Thread-safe: calls are
-/// serialized on one connection per endpoint. On a connection failure a
-/// call moves on to the next endpoint (every member of the cluster answers
-/// every call), and keeps the one that answered for the next call.
+/// A client of one etcd cluster's JSON gateway. Thread-safe: a pool of
+/// `connections` keep-alive connections per endpoint, so calls from several
+/// threads (the lease's renewal, a group commit's transactions, the API's
+/// reads) run side by side instead of waiting for each other; a call waits
+/// only when every connection is busy. On a connection failure a call moves
+/// on to the next endpoint (every member of the cluster answers every
+/// call), and keeps the one that answered for the next call.
 class etcd_gateway {
 public:
+  /// Connections per endpoint by default.
+  static constexpr size_t default_connections = 4;
+
   /// `endpoints`: "HOST:PORT" or "http://HOST:PORT" (at least one);
-  /// `timeout`: how long one call may take, connecting included.
-  etcd_gateway(std::vector<std::string> endpoints, std::chrono::milliseconds timeout);
+  /// `timeout`: how long one call may take, connecting included;
+  /// `connections`: calls in flight at once (at least 1).
+  etcd_gateway(std::vector<std::string> endpoints, std::chrono::milliseconds timeout,
+               size_t connections = default_connections);
+
+  /// How many calls may be in flight at once.
+  size_t connections() const;
   ~etcd_gateway();
 
   etcd_gateway(const etcd_gateway&) = delete;

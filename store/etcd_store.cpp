@@ -1,6 +1,9 @@
 #include "store/etcd_store.hpp"
 
+#include <algorithm>
+#include <future>
 #include <mutex>
+#include <unordered_set>
 
 #include <spdlog/spdlog.h>
 
@@ -53,6 +56,9 @@ caf::error etcd_options::validate() const {
                                                  + "' must start and end with '/'");
   if (timeout < std::chrono::milliseconds{10})
     return caf::make_error(ec::invalid_config, "store.etcd timeout: under 10 ms");
+  if (connections == 0 || connections > 64)
+    return caf::make_error(ec::invalid_config,
+                           "store.etcd connections: must be from 1 to 64");
   return caf::none;
 }
 
@@ -187,7 +193,7 @@ caf::expected<std::unique_ptr<etcd_store>> etcd_store::open(etcd_options opts) {
   if (auto err = opts.validate())
     return err;
   auto st = std::make_unique<impl>();
-  st->gw = std::make_unique<etcd_gateway>(opts.endpoints, opts.timeout);
+  st->gw = std::make_unique<etcd_gateway>(opts.endpoints, opts.timeout, opts.connections);
   st->name = "etcd " + st->gw->endpoints() + " " + opts.prefix;
   st->opts = std::move(opts);
   auto r = st->gw->call("/v3/kv/range", {{"key", base64_encode(st->opts.prefix)},
@@ -275,6 +281,49 @@ caf::error etcd_store::write(const std::vector<change>& changes, bool) {
   auto r = impl_->txn(json::array(), std::move(ops), what);
   if (!r)
     return r.error();
+  return caf::none;
+}
+
+caf::error etcd_store::write_chunked(const std::vector<change>& changes, bool sync) {
+  // The same split as Store::write_chunked.
+  auto lim = limits();
+  std::vector<std::vector<change>> chunks;
+  size_t bytes = 0;
+  for (const auto& c : changes) {
+    auto size = c.key.size() + (c.value ? c.value->size() : 0);
+    if (chunks.empty() || chunks.back().size() + 1 > lim.max_batch_changes
+        || bytes + size > lim.max_batch_bytes) {
+      chunks.emplace_back();
+      bytes = 0;
+    }
+    chunks.back().push_back(c);
+    bytes += size;
+  }
+  auto width = impl_->gw->connections();
+  if (chunks.size() < 2 || width < 2)
+    return Store::write_chunked(changes, sync);
+  // Side by side only when their order cannot matter: no key twice.
+  std::unordered_set<std::string> keys;
+  keys.reserve(changes.size());
+  for (const auto& c : changes)
+    if (!keys.insert(impl_->full_key(c.f, c.key)).second)
+      return Store::write_chunked(changes, sync);
+  std::vector<caf::error> errs(chunks.size());
+  for (size_t start = 0; start < chunks.size(); start += width) {
+    auto end = std::min(start + width, chunks.size());
+    std::vector<std::future<void>> others;
+    for (size_t k = start + 1; k < end; ++k)
+      others.push_back(std::async(std::launch::async,
+                                  [this, &chunks, &errs, k, sync] {
+                                    errs[k] = write(chunks[k], sync);
+                                  }));
+    errs[start] = write(chunks[start], sync);
+    for (auto& f : others)
+      f.get();
+  }
+  for (auto& err : errs)
+    if (err)
+      return std::move(err);
   return caf::none;
 }
 

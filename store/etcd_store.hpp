@@ -28,6 +28,10 @@ struct etcd_options {
   std::string prefix = "/astraeus/default/";
   /// How long one call to etcd may take, connecting included.
   std::chrono::milliseconds timeout{2000};
+  /// Connections to etcd per endpoint: calls in flight at once (the lease's
+  /// renewal, the group commit's transactions, the API's reads); 1 runs
+  /// every call one after the other.
+  size_t connections = etcd_gateway::default_connections;
 
   /// Errors: `ec::invalid_config` naming what is wrong (no endpoint, a
   /// prefix that does not start and end with '/', a timeout under 10 ms).
@@ -65,6 +69,11 @@ public:
   caf::error erase(family f, std::string_view key, bool sync = true) override;
   /// `Store::write` on etcd (store/store.hpp).
   caf::error write(const std::vector<change>& changes, bool sync = true) override;
+  /// `Store::write_chunked` on etcd (store/store.hpp): when no key is in two
+  /// of its transactions they go out side by side, up to one per
+  /// connection, so a group commit of 512 runs costs about one round trip to
+  /// the quorum instead of four; otherwise one after the other.
+  caf::error write_chunked(const std::vector<change>& changes, bool sync = true) override;
   /// `Store::limits` on etcd (store/store.hpp).
   store_limits limits() const override;
   /// `Store::for_each` on etcd (store/store.hpp).

@@ -203,10 +203,12 @@ public:
     = 0;
 
   /// As `write`, split into consecutive batches within `limits()`: each
-  /// batch is atomic, the whole is not (a failure leaves the earlier
-  /// batches applied). For group commits of independent records (the
-  /// scheduler's runs). Errors: the first failed batch's.
-  caf::error write_chunked(const std::vector<change>& changes, bool sync = true);
+  /// batch is atomic, the whole is not (a failure leaves other batches
+  /// applied). For group commits of independent records (the scheduler's
+  /// runs). A backend may write the batches at once, side by side, when no
+  /// key is in two of them (etcd: one transaction per connection of its
+  /// pool); else in order. Errors: the first failed batch's.
+  virtual caf::error write_chunked(const std::vector<change>& changes, bool sync = true);
 
   /// The most one `write` batch may hold in this backend.
   virtual store_limits limits() const;

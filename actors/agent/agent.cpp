@@ -28,6 +28,7 @@
 #include "messages/type_ids.hpp"
 #include "messages/worker_state.hpp"
 #include "runtime/gate/frame_codec.hpp"
+#include "runtime/gate/gate_client.hpp"
 #include "runtime/process/private_file.hpp"
 #include "store/store.hpp"
 
@@ -331,46 +332,101 @@ void schedule_reconnect(agent_ptr self) {
   st.backoff = std::min(st.backoff * 2, std::max(cap, st.config.reconnect_min));
 }
 
-/// HA mode: moves on to the next controller's gate and, until every one
-/// was tried once since the last success, asks to reconnect at once
-/// (true); false when back-off is due.
-bool next_controller(agent_ptr self) {
+/// Connects next when `when` says: now, after a short pause (an HA group
+/// between leaders), or after the exponential back-off.
+void reconnect_when(agent_ptr self, retry_when when) {
   auto& st = self->state;
-  const auto& all = st.config.controllers;
-  if (all.size() < 2)
-    return false;
-  st.controller_index = (st.controller_index + 1) % all.size();
-  st.config.controller_host = all[st.controller_index].first;
-  st.config.controller_port = all[st.controller_index].second;
-  if (++st.failed_in_round >= all.size()) {
-    st.failed_in_round = 0;
-    return false;
+  switch (when) {
+    case retry_when::at_once:
+      self->send(self, atom::reconnect_v);
+      return;
+    case retry_when::soon: {
+      static thread_local std::minstd_rand rng{std::random_device{}()};
+      std::uniform_real_distribution<double> jitter{0.8, 1.2};
+      auto cap = st.backoff_cap.count() > 0 ? st.backoff_cap : st.config.reconnect_max;
+      auto delay = st.targets->soon_delay(
+        std::chrono::duration_cast<std::chrono::milliseconds>(cap));
+      self->delayed_send(self,
+                         std::chrono::duration_cast<caf::timespan>(delay * jitter(rng)),
+                         atom::reconnect_v);
+      return;
+    }
+    case retry_when::back_off:
+      schedule_reconnect(self);
+      return;
   }
-  self->send(self, atom::reconnect_v);
-  return true;
 }
 
-void drop_connection(agent_ptr self, const std::string& why) {
+/// The connection ended without a refusal: after a welcomed session of
+/// some length the same gate is tried again at once (the leader may be
+/// back, or a standby names the next); otherwise it counts as a failed
+/// attempt.
+retry_when session_ended(agent_ptr self, bool was_welcomed) {
+  auto& st = self->state;
+  if (was_welcomed && self->clock().now() - st.welcomed_at >= st.config.reconnect_min)
+    return st.targets->lost();
+  return st.targets->failed();
+}
+
+/// Closes the connection (logged with `why`); the caller says when to
+/// connect next. Returns whether the session had been welcomed.
+bool close_connection(agent_ptr self, const std::string& why) {
   auto& st = self->state;
   if (!st.connected)
-    return;
-  spdlog::warn("agent {}: disconnected from {}:{}: {}", st.config.identity.name,
-               st.config.controller_host, st.config.controller_port, why);
+    return false;
+  if (!why.empty())
+    spdlog::warn("agent {}: disconnected from {}:{}: {}", st.config.identity.name,
+                 st.config.controller_host, st.config.controller_port, why);
   self->close(st.connection);
   auto was_welcomed = st.welcomed;
   st.connected = false;
   st.welcomed = false;
   st.pending_body = 0;
   st.channel.reset();
-  // HA mode, after a working session (the leader went away, not a
-  // refusal): its gate again at once, then the others, so the agent is with
-  // the new leader within a second of its election.
-  if (was_welcomed && st.config.controllers.size() > 1) {
-    st.failed_in_round = 0;
-    self->send(self, atom::reconnect_v);
+  return was_welcomed;
+}
+
+/// Closes the connection after an error on it and connects again as
+/// `session_ended` says.
+void drop_connection(agent_ptr self, const std::string& why) {
+  if (!self->state.connected)
+    return;
+  auto was_welcomed = close_connection(self, why);
+  reconnect_when(self, session_ended(self, was_welcomed));
+}
+
+/// A standby's answer (HA mode): follows the leader it names, or, while
+/// none leads, asks again shortly.
+void on_standby_answer(agent_ptr self, const v1::Refusal& refusal) {
+  auto& st = self->state;
+  const auto& name = st.config.identity.name;
+  auto standby = st.config.controller_host + ":" + std::to_string(st.config.controller_port);
+  close_connection(self, "");
+  std::optional<gate_address> leader;
+  if (refusal.code() == to_string(ec::not_leader)) {
+    auto parsed = parse_gate_address(refusal.leader());
+    if (parsed)
+      leader = *parsed;
+    else
+      spdlog::warn("agent {}: the standby at {} names a leader '{}' that is no "
+                   "address: {}",
+                   name, standby, refusal.leader(), render_error(parsed.error()));
+  }
+  if (!leader) {
+    if (!st.named_leader.empty() || st.targets->following())
+      spdlog::info("agent {}: the controller at {} is a standby and no controller "
+                   "leads yet; asking again shortly",
+                   name, standby);
+    st.named_leader.clear();
+    reconnect_when(self, st.targets->no_leader());
     return;
   }
-  schedule_reconnect(self);
+  if (refusal.leader() != st.named_leader)
+    spdlog::info("agent {}: the controller at {} is a standby; following the leader "
+                 "at {}",
+                 name, standby, refusal.leader());
+  st.named_leader = refusal.leader();
+  reconnect_when(self, st.targets->not_leader(gate_target{leader->host, leader->port}));
 }
 
 /// New latches are written without sync and reported at once; their sync
@@ -802,7 +858,8 @@ void on_frame(agent_ptr self, v1::Frame& frame) {
       }
       st.backoff = st.config.reconnect_min;
       st.failed_attempts = 0;
-      st.failed_in_round = 0;
+      st.targets->welcomed();
+      st.welcomed_at = self->clock().now();
       spdlog::info("agent {}: connected to cluster '{}' at {}:{} (controller "
                    "{})",
                    name, frame.welcome().cluster(), st.config.controller_host,
@@ -811,13 +868,19 @@ void on_frame(agent_ptr self, v1::Frame& frame) {
       send_report(self, true);
       return;
     case v1::Frame::kRefusal:
+      if (frame.refusal().code() == to_string(ec::not_leader)
+          || frame.refusal().code() == to_string(ec::no_leader)) {
+        on_standby_answer(self, frame.refusal());
+        return;
+      }
       spdlog::error("agent {}: the controller refused this agent: {}", name,
                     frame.refusal().reason());
       if (refusal_is_final(frame.refusal().code()))
         retire(self, frame.refusal().reason());
       // Keep trying slowly: an admin may fix the cause on the controller.
       st.backoff = st.config.reconnect_max;
-      drop_connection(self, "refused");
+      close_connection(self, "refused");
+      schedule_reconnect(self);
       return;
     default:
       spdlog::warn("agent {}: ignoring an unexpected {} frame", name,
@@ -896,6 +959,15 @@ agent_actor::behavior_type agent(agent_actor::stateful_broker_pointer<agent_stat
                                  agent_config config) {
   self->state.config = std::move(config);
   self->state.backoff = self->state.config.reconnect_min;
+  {
+    std::vector<gate_target> given;
+    for (const auto& [host, port] : self->state.config.controllers)
+      given.push_back(gate_target{host, port});
+    if (given.empty())
+      given.push_back(gate_target{self->state.config.controller_host,
+                                  self->state.config.controller_port});
+    self->state.targets.emplace(std::move(given));
+  }
   // The last known GPUs are kept in the agent's store across restarts.
   if (!self->state.config.gpu.store)
     self->state.config.gpu.store = self->state.config.store;
@@ -987,6 +1059,9 @@ agent_actor::behavior_type agent(agent_actor::stateful_broker_pointer<agent_stat
       auto& st = self->state;
       if (st.connected)
         return;
+      const auto& target = st.targets->target();
+      st.config.controller_host = target.host;
+      st.config.controller_port = target.port;
       auto hdl = self->add_tcp_scribe(st.config.controller_host,
                                       st.config.controller_port);
       if (!hdl) {
@@ -998,8 +1073,7 @@ agent_actor::behavior_type agent(agent_actor::stateful_broker_pointer<agent_stat
                        std::chrono::duration_cast<std::chrono::seconds>(
                          st.config.reconnect_max)
                          .count());
-        if (!next_controller(self))
-          schedule_reconnect(self);
+        reconnect_when(self, st.targets->failed());
         return;
       }
       st.connection = *hdl;
@@ -1067,6 +1141,9 @@ agent_actor::behavior_type agent(agent_actor::stateful_broker_pointer<agent_stat
                         st.config.identity.name, st.config.controller_host,
                         st.config.controller_port, render_error(step.error()));
           st.backoff = st.config.reconnect_max;
+          close_connection(self, render_error(step.error()));
+          schedule_reconnect(self);
+          return;
         }
         drop_connection(self, render_error(step.error()));
         return;
@@ -1089,13 +1166,16 @@ agent_actor::behavior_type agent(agent_actor::stateful_broker_pointer<agent_stat
       auto& st = self->state;
       if (!st.connected || msg.handle != st.connection)
         return;
+      auto was_welcomed = st.welcomed;
       st.connected = false;
       st.welcomed = false;
+      st.pending_body = 0;
       st.channel.reset();
-      spdlog::warn("agent {}: the controller closed the connection; "
+      spdlog::warn("agent {}: the controller at {}:{} closed the connection; "
                    "reconnecting",
-                   st.config.identity.name);
-      schedule_reconnect(self);
+                   st.config.identity.name, st.config.controller_host,
+                   st.config.controller_port);
+      reconnect_when(self, session_ended(self, was_welcomed));
     },
   };
 }

@@ -24,6 +24,7 @@
 #include <caf/io/typed_broker.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include "actors/agent/gate_targets.hpp"
 #include "actors/interfaces.hpp"
 #include "runtime/gpu/gpu_discovery.hpp"
 #include "runtime/gate/secure_channel.hpp"
@@ -67,9 +68,10 @@ struct agent_config {
   std::string controller_host = "127.0.0.1";  ///< the gate's host (the one tried now)
   uint16_t controller_port = 7450;            ///< the gate's port (the one tried now)
   /// Every controller's gate, HOST and port, for HA mode (several
-  /// controllers, one leads; only the leader's gate listens): a connection
-  /// that fails moves on to the next one at once, and back-off starts only
-  /// after all failed. Empty or one entry: `controller_host`/`port` only.
+  /// controllers, one leads; a standby's gate names the leader's): a
+  /// connection that fails moves on to the next one at once, and back-off
+  /// starts only after all failed (actors/agent/gate_targets.hpp). Empty:
+  /// `controller_host`/`port` only (which may be a standby's too).
   std::vector<std::pair<std::string, uint16_t>> controllers;
   agent_identity identity;                    ///< name and machine id
   /// The machine's Ed25519 key pair (identity.key in the data folder); required.
@@ -161,10 +163,14 @@ struct agent_state {
   /// restart (issue 23 item 5).
   caf::timespan backoff_cap{};
   uint32_t failed_attempts = 0;           ///< connection attempts since last success
-  /// Which of `config.controllers` is tried now; failures in a row on
-  /// different controllers (a whole round fails before back-off).
-  size_t controller_index = 0;
-  size_t failed_in_round = 0;
+  /// Which gate is tried now: the given ones (`config.controllers`, or
+  /// `controller_host`/`port`) and the leader a standby named.
+  std::optional<gate_targets> targets;
+  /// When the current session was welcomed (actor clock): a session that
+  /// ends sooner than reconnect.min_backoff counts as a failed attempt.
+  caf::actor_clock::time_point welcomed_at{};
+  /// The leader a standby named last (logged when it changes).
+  std::string named_leader;
   probe_actor probe;                      ///< GPU discovery, on its own thread
   bool discovering = false;               ///< a discovery pass is in flight
   uint64_t pass = 0;                      ///< number of the latest pass

@@ -120,7 +120,7 @@ caf::error provide_owner_token(token_registry& tokens, const std::string& keys_d
 caf::expected<controller_handles>
 start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
                  std::shared_ptr<const wall_clock> clock, std::shared_ptr<Store> given,
-                 std::shared_ptr<Store> history_store) {
+                 std::shared_ptr<Store> history_store, int gate_socket) {
   if (!clock)
     return caf::make_error(ec::invalid_config, "controller: no wall clock");
   // The fault policy first: a bad xid.* or amd.* setting is refused before
@@ -232,6 +232,7 @@ start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
   gate_config gc;
   gc.listen_address = cfg.listen_address;
   gc.port = cfg.listen_port;
+  gc.listen_socket = gate_socket;
   gc.frame_cap_bytes = cfg.frame_cap_bytes;
   gc.hello_timeout = cfg.hello_timeout;
   gc.request_timeout = cfg.request_timeout;

@@ -60,11 +60,15 @@ struct controller_handles {
 /// `cfg.data_dir` (HA mode passes the leader's fenced etcd store);
 /// `history_store`: where GPU telemetry history goes when it must not go to
 /// `store` (HA mode: a local RocksDB, history stays out of etcd); null: `store`.
+/// `gate_socket`: a listening socket for the gate to take over instead of
+/// binding `listen.address:port` (HA mode binds it beside its standby
+/// gate's: runtime/gate/gate_listener.hpp); -1: bind.
 caf::expected<controller_handles>
 start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
                  std::shared_ptr<const wall_clock> clock = real_wall_clock(),
                  std::shared_ptr<Store> store = nullptr,
-                 std::shared_ptr<Store> history_store = nullptr);
+                 std::shared_ptr<Store> history_store = nullptr,
+                 int gate_socket = -1);
 
 /// Stops the controller's actors (gate first, so no new work arrives).
 void stop_controller(caf::actor_system& sys, const controller_handles& h);

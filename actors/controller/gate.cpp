@@ -36,6 +36,24 @@ caf::error gate_config::validate() const {
   return caf::none;
 }
 
+bool address_counts::try_add(const std::string& address, uint32_t limit) {
+  auto& n = counts_[address];
+  if (n >= limit)
+    return false;
+  ++n;
+  return true;
+}
+
+void address_counts::remove(const std::string& address) {
+  if (auto i = counts_.find(address); i != counts_.end() && --i->second == 0)
+    counts_.erase(i);
+}
+
+uint32_t address_counts::count(const std::string& address) const {
+  auto i = counts_.find(address);
+  return i == counts_.end() ? 0 : i->second;
+}
+
 namespace {
 
 using gate_ptr = gate_actor::stateful_broker_pointer<gate_state>;
@@ -63,9 +81,7 @@ void mark_welcomed(gate_ptr self, gate_connection& conn) {
   if (conn.welcomed)
     return;
   conn.welcomed = true;
-  auto& by_address = self->state.unwelcomed_by_address;
-  if (auto i = by_address.find(conn.address); i != by_address.end() && --i->second == 0)
-    by_address.erase(i);
+  self->state.unwelcomed_by_address.remove(conn.address);
 }
 
 /// Fails every command of `conn`'s session still waiting in `pending`.
@@ -389,17 +405,17 @@ gate_actor::behavior_type gate(gate_actor::stateful_broker_pointer<gate_state> s
     [self](const caf::io::new_connection_msg& msg) {
       auto& st = self->state;
       auto address = self->remote_addr(msg.handle);
-      auto& pending = st.unwelcomed_by_address[address];
-      if (pending >= st.config.max_unauthenticated_per_address) {
+      if (!st.unwelcomed_by_address.try_add(address,
+                                            st.config.max_unauthenticated_per_address)) {
         // Refused before anything is read or allocated for it.
         spdlog::warn("gate: closing {}:{}: {} connections from {} have not "
                      "finished their handshake (gate.max_unauthenticated_per_"
                      "address)",
-                     address, self->remote_port(msg.handle), pending, address);
+                     address, self->remote_port(msg.handle),
+                     st.unwelcomed_by_address.count(address), address);
         self->close(msg.handle);
         return;
       }
-      ++pending;
       auto& conn = st.connections[msg.handle];
       conn.address = address;
       conn.peer = address + ":" + std::to_string(self->remote_port(msg.handle));
@@ -510,23 +526,32 @@ gate_actor::behavior_type gate(gate_actor::stateful_broker_pointer<gate_state> s
   };
 }
 
+caf::expected<caf::io::doorman_ptr> gate_doorman(caf::actor_system& sys,
+                                                 const std::string& address,
+                                                 uint16_t port, int listen_socket) {
+  auto& backend = sys.middleman().backend();
+  if (listen_socket >= 0)
+    return backend.new_doorman(listen_socket);
+  auto bound = backend.new_tcp_doorman(port, address.c_str(), true);
+  if (!bound)
+    return caf::make_error(ec::invalid_config,
+                           "cannot listen on " + address + ":" + std::to_string(port)
+                             + ": the port is in use (another controller or "
+                               "`astraeus dev`?) or the address is not this "
+                               "machine's");
+  return std::move(*bound);
+}
+
 caf::expected<std::pair<gate_actor, uint16_t>>
 spawn_gate(caf::actor_system& sys, gate_config config) {
   if (auto err = config.validate())
     return err;
-  auto& mm = sys.middleman();
-  auto where = config.listen_address + ":" + std::to_string(config.port);
-  auto dm = mm.backend().new_tcp_doorman(config.port,
-                                         config.listen_address.c_str(), true);
+  auto dm = gate_doorman(sys, config.listen_address, config.port, config.listen_socket);
   if (!dm)
-    return caf::make_error(ec::invalid_config,
-                           "cannot listen on " + where
-                             + ": the port is in use (another controller or "
-                               "`astraeus dev`?) or the address is not this "
-                               "machine's");
+    return dm.error();
   auto port = (*dm)->port();
   config.port = port;
-  auto hdl = mm.spawn_broker(gate, std::move(config), std::move(*dm));
+  auto hdl = sys.middleman().spawn_broker(gate, std::move(config), std::move(*dm));
   return std::make_pair(std::move(hdl), port);
 }
 

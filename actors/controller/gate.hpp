@@ -41,6 +41,10 @@ struct gate_config {
   std::string listen_address = "0.0.0.0";
   /// TCP port; 0 picks a free one (tests).
   uint16_t port = 7450;
+  /// A listening socket to accept on instead of binding
+  /// `listen_address:port` (HA mode binds it beside its standby gate's,
+  /// runtime/gate/gate_listener.hpp), owned by the gate from then on; -1: bind.
+  int listen_socket = -1;
   /// Largest frame accepted, in bytes (1 KiB .. 64 MiB).
   uint64_t frame_cap_bytes = 1u << 20;
   /// A peer that has not sent its hello by then is disconnected.
@@ -69,6 +73,24 @@ struct gate_config {
   caf::error validate() const;
 };
 
+/// Connections counted per source address against a limit: the gate's
+/// connections not yet welcomed, a standby gate's open ones
+/// (gate.max_unauthenticated_per_address), so one address cannot hold
+/// every socket.
+class address_counts {
+public:
+  /// Counts one more from `address`, unless it holds `limit` already
+  /// (then false, nothing counted).
+  bool try_add(const std::string& address, uint32_t limit);
+  /// Counts one less from `address` (forgotten at zero).
+  void remove(const std::string& address);
+  /// How many from `address` are counted.
+  uint32_t count(const std::string& address) const;
+
+private:
+  std::unordered_map<std::string, uint32_t> counts_;
+};
+
 /// One peer connection as the gate tracks it.
 struct gate_connection {
   std::string peer;                 ///< "127.0.0.1:53422"
@@ -92,7 +114,7 @@ struct gate_state {
   std::map<caf::io::connection_handle, gate_connection> connections;
   /// Connections not yet welcomed, by source address (the limit of
   /// `gate_config::max_unauthenticated_per_address`).
-  std::unordered_map<std::string, uint32_t> unwelcomed_by_address;
+  address_counts unwelcomed_by_address;
   uint64_t next_session = 1;
   /// A command to an agent waiting for its answer.
   template <class Reply>
@@ -112,7 +134,17 @@ struct gate_state {
 gate_actor::behavior_type gate(gate_actor::stateful_broker_pointer<gate_state> self,
                                gate_config config, caf::io::doorman_ptr doorman);
 
-/// Binds `config.listen_address:config.port` and spawns the gate on it.
+/// The listening end of a gate: `listen_socket` when it is >= 0 (a socket
+/// made by runtime/gate/gate_listener.hpp, owned by the doorman from then
+/// on), else `address:port` bound here. Errors: ec::invalid_config "cannot
+/// listen on ADDRESS:PORT: the port is in use ... or the address is not
+/// this machine's".
+caf::expected<caf::io::doorman_ptr> gate_doorman(caf::actor_system& sys,
+                                                 const std::string& address,
+                                                 uint16_t port, int listen_socket);
+
+/// Binds `config.listen_address:config.port` (or takes
+/// `config.listen_socket`) and spawns the gate on it.
 /// Returns the gate and the port it listens on. Errors: ec::invalid_config
 /// for a bad config; the bind failure ("cannot listen on 127.0.0.1:7450:
 /// address in use") otherwise.

@@ -189,9 +189,9 @@ int login(const options& opts, const std::string& file) {
   std::string token;
   if (!read_login_token(file, token))
     return 2;
-  auto addr = parse_gate_address(opts.addr);
-  if (!addr) {
-    std::fprintf(stderr, "astra: %s\n", render_error(addr.error()).c_str());
+  auto addrs = parse_gate_addresses(opts.addr);
+  if (!addrs) {
+    std::fprintf(stderr, "astra: %s\n", render_error(addrs.error()).c_str());
     return 2;
   }
   gate_credentials creds;
@@ -205,7 +205,7 @@ int login(const options& opts, const std::string& file) {
     creds.pinned = *key;
   }
   auto timeout = std::chrono::milliseconds{static_cast<int64_t>(opts.timeout_s * 1000)};
-  auto client = gate_client::connect_cli(*addr, timeout, creds);
+  auto client = gate_client::connect_cli_leader(*addrs, timeout, creds);
   if (!client) {
     std::fprintf(stderr, "astra: %s\n", render_error(client.error()).c_str());
     // 3 only when unreachable; a refused token is the controller's answer.

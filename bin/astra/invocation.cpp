@@ -123,14 +123,15 @@ std::optional<gate_client> connect_gate(options opts, int& rc) {
     rc = 2;
     return std::nullopt;
   }
-  auto addr = parse_gate_address(opts.addr);
-  if (!addr) {
-    std::fprintf(stderr, "astra: %s\n", render_error(addr.error()).c_str());
+  // One gate, or an HA group's ("A,B,C", any order): the leader answers.
+  auto addrs = parse_gate_addresses(opts.addr);
+  if (!addrs) {
+    std::fprintf(stderr, "astra: %s\n", render_error(addrs.error()).c_str());
     rc = 2;
     return std::nullopt;
   }
   auto timeout = std::chrono::milliseconds{static_cast<int64_t>(opts.timeout_s * 1000)};
-  auto client = gate_client::connect_cli(*addr, timeout, *creds);
+  auto client = gate_client::connect_cli_leader(*addrs, timeout, *creds);
   if (!client) {
     std::fprintf(stderr, "astra: %s\n", render_error(client.error()).c_str());
     if (client.error() == ec::unreachable)

@@ -19,7 +19,8 @@ namespace astraeus::cli {
 
 /// astra's global options (`astra --addr ... --output json COMMAND`).
 struct options {
-  /// The controller's gate, HOST:PORT.
+  /// The controller's gate, HOST:PORT; in HA mode several, comma-separated
+  /// (any order: astra finds the leader).
   std::string addr;
   /// Whether --addr or ASTRAEUS_ADDR gave `addr` (else `astra login`'s wins).
   bool addr_given = false;

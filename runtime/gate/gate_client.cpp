@@ -1,7 +1,11 @@
 #include "runtime/gate/gate_client.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <deque>
+#include <set>
+#include <thread>
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -24,7 +28,52 @@ int remaining_ms(clock_type::time_point deadline) {
   return left.count() < 0 ? 0 : static_cast<int>(left.count());
 }
 
+/// The error for a gate's refusal: a standby's answer keeps its own code
+/// (HA mode); every other refusal is ec::protocol_violation with its reason.
+caf::error refusal_error(const std::string& peer, const v1::Refusal& refusal) {
+  if (refusal.code() == to_string(ec::not_leader))
+    return caf::make_error(ec::not_leader, "the controller at " + peer
+                                             + " is a standby; the leader's gate is "
+                                             + refusal.leader());
+  if (refusal.code() == to_string(ec::no_leader))
+    return caf::make_error(ec::no_leader,
+                           "the controller at " + peer
+                             + " is a standby and no controller leads yet (an "
+                               "election is under way)");
+  return caf::make_error(ec::protocol_violation,
+                         "the controller at " + peer + " refused: " + refusal.reason());
+}
+
 } // namespace
+
+std::string to_string(const gate_address& addr) {
+  auto host = addr.host.find(':') != std::string::npos ? "[" + addr.host + "]" : addr.host;
+  return host + ":" + std::to_string(addr.port);
+}
+
+caf::expected<std::vector<gate_address>> parse_gate_addresses(const std::string& text) {
+  std::vector<gate_address> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    auto end = text.find(',', start);
+    if (end == std::string::npos)
+      end = text.size();
+    auto entry = text.substr(start, end - start);
+    start = end + 1;
+    auto b = entry.find_first_not_of(" \t");
+    if (b == std::string::npos)
+      continue;
+    entry = entry.substr(b, entry.find_last_not_of(" \t") - b + 1);
+    auto addr = parse_gate_address(entry);
+    if (!addr)
+      return addr.error();
+    out.push_back(std::move(*addr));
+  }
+  if (out.empty())
+    return caf::make_error(ec::invalid_request,
+                           "address list '" + text + "' holds no address");
+  return out;
+}
 
 caf::expected<gate_address> parse_gate_address(const std::string& text) {
   gate_address out;
@@ -73,7 +122,8 @@ gate_client::gate_client(gate_client&& other) noexcept
     next_id_(other.next_id_),
     reader_(std::move(other.reader_)),
     channel_(std::move(other.channel_)),
-    welcome_(std::move(other.welcome_)) {
+    welcome_(std::move(other.welcome_)),
+    last_refusal_(std::move(other.last_refusal_)) {
   other.fd_ = -1;
 }
 
@@ -88,6 +138,7 @@ gate_client& gate_client::operator=(gate_client&& other) noexcept {
     reader_ = std::move(other.reader_);
     channel_ = std::move(other.channel_);
     welcome_ = std::move(other.welcome_);
+    last_refusal_ = std::move(other.last_refusal_);
   }
   return *this;
 }
@@ -99,7 +150,8 @@ gate_client::~gate_client() {
 
 caf::expected<gate_client> gate_client::open(const gate_address& addr,
                                              const gate_credentials& creds,
-                                             milliseconds timeout) {
+                                             milliseconds timeout,
+                                             v1::Refusal* refused) {
   auto deadline = clock_type::now() + timeout;
   auto peer = addr.host + ":" + std::to_string(addr.port);
   auto unreachable = [&](const std::string& why) {
@@ -165,10 +217,11 @@ caf::expected<gate_client> gate_client::open(const gate_address& addr,
     return caf::make_error(static_cast<ec>(step.error().code()),
                            "the controller at " + peer + ": "
                              + render_error(step.error()));
-  if (step->frame && step->frame->has_refusal())
-    return caf::make_error(ec::protocol_violation,
-                           "the controller at " + peer + " refused: "
-                             + step->frame->refusal().reason());
+  if (step->frame && step->frame->has_refusal()) {
+    if (refused != nullptr)
+      *refused = step->frame->refusal();
+    return refusal_error(peer, step->frame->refusal());
+  }
   // Answers from the controller may be large (`astra runs` of a busy
   // cluster): up to 64 MiB, the gate's own largest cap.
   client.reader_.set_cap((64u << 20) + sealed_channel::overhead);
@@ -185,10 +238,10 @@ caf::error gate_client::hello(const v1::Hello& hello, milliseconds timeout) {
   auto reply = receive(timeout);
   if (!reply)
     return reply.error();
-  if (reply->has_refusal())
-    return caf::make_error(ec::protocol_violation,
-                           "the controller at " + peer_ + " refused: "
-                             + reply->refusal().reason());
+  if (reply->has_refusal()) {
+    last_refusal_ = reply->refusal();
+    return refusal_error(peer_, reply->refusal());
+  }
   if (!reply->has_welcome())
     return caf::make_error(ec::protocol_violation,
                            "the controller at " + peer_
@@ -201,26 +254,98 @@ caf::error gate_client::hello(const v1::Hello& hello, milliseconds timeout) {
 caf::expected<gate_client> gate_client::connect(const gate_address& addr,
                                                 const v1::Hello& hello,
                                                 milliseconds timeout,
-                                                const gate_credentials& creds) {
+                                                const gate_credentials& creds,
+                                                v1::Refusal* refused) {
   auto deadline = clock_type::now() + timeout;
-  auto client = open(addr, creds, timeout);
+  auto client = open(addr, creds, timeout, refused);
   if (!client)
     return client.error();
   if (auto err = client->hello(
-        hello, std::chrono::duration_cast<milliseconds>(deadline - clock_type::now())))
+        hello, std::chrono::duration_cast<milliseconds>(deadline - clock_type::now()))) {
+    if (refused != nullptr)
+      *refused = client->last_refusal_;
     return err;
+  }
   return client;
 }
 
 caf::expected<gate_client> gate_client::connect_cli(const gate_address& addr,
                                                     milliseconds timeout,
-                                                    const gate_credentials& creds) {
+                                                    const gate_credentials& creds,
+                                                    v1::Refusal* refused) {
   v1::Hello hello;
   hello.set_protocol_version(protocol_version);
   hello.set_role(v1::CLI);
   hello.set_software_version(ASTRAEUS_VERSION);
   hello.set_api_token(creds.api_token);
-  return connect(addr, hello, timeout, creds);
+  return connect(addr, hello, timeout, creds, refused);
+}
+
+caf::expected<gate_client>
+gate_client::connect_cli_leader(const std::vector<gate_address>& addrs,
+                                milliseconds timeout, const gate_credentials& creds) {
+  if (addrs.empty())
+    return caf::make_error(ec::invalid_request, "no controller address given");
+  auto deadline = clock_type::now() + timeout;
+  auto each = std::max(milliseconds{1000},
+                       timeout / static_cast<milliseconds::rep>(addrs.size()));
+  // The last thing each address answered, in the order first tried.
+  std::vector<std::pair<std::string, caf::error>> outcomes;
+  auto record = [&](const std::string& where, caf::error err) {
+    for (auto& [addr, last] : outcomes)
+      if (addr == where) {
+        last = std::move(err);
+        return;
+      }
+    outcomes.emplace_back(where, std::move(err));
+  };
+  size_t attempts = 0;
+  for (;;) {
+    std::deque<gate_address> queue{addrs.begin(), addrs.end()};
+    std::set<std::string> tried;
+    // A standby answered: a leader exists or is being elected, so another
+    // round may find it; when nothing answered, another round will not.
+    bool standby_answered = false;
+    while (!queue.empty() && clock_type::now() < deadline) {
+      auto addr = queue.front();
+      queue.pop_front();
+      auto where = to_string(addr);
+      if (!tried.insert(where).second)
+        continue;
+      v1::Refusal refusal;
+      auto left = std::chrono::duration_cast<milliseconds>(deadline - clock_type::now());
+      auto client = connect_cli(addr, std::min(each, left), creds, &refusal);
+      ++attempts;
+      if (client)
+        return client;
+      auto code = client.error();
+      if (code == ec::not_leader) {
+        standby_answered = true;
+        if (auto leader = parse_gate_address(refusal.leader()))
+          queue.push_front(*leader);
+      } else if (code == ec::no_leader) {
+        standby_answered = true;
+      } else if (code != ec::unreachable && code != ec::timeout) {
+        return client.error();  // the leader's own answer
+      }
+      if (addrs.size() == 1 && attempts == 1 && code != ec::not_leader
+          && code != ec::no_leader)
+        return client.error();  // one controller, not in HA mode: as it was
+      record(where, client.error());
+    }
+    if (!standby_answered || clock_type::now() + milliseconds{250} >= deadline)
+      break;
+    std::this_thread::sleep_for(milliseconds{250});
+  }
+  std::string names;
+  std::string lines;
+  for (const auto& [where, err] : outcomes) {
+    names += (names.empty() ? "" : ", ") + where;
+    lines += "\n  " + render_error(err);
+  }
+  return caf::make_error(ec::unreachable,
+                         "no leading controller answered at " + names + ":"
+                           + lines);
 }
 
 caf::error gate_client::send(const v1::Frame& frame) {

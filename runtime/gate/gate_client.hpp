@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <caf/expected.hpp>
 
@@ -32,6 +33,15 @@ struct gate_address {
 /// Parses "HOST:PORT", "HOST" (default port 7450) or "[V6]:PORT".
 /// Errors: `ec::invalid_request` naming the text when the port is not 1-65535.
 caf::expected<gate_address> parse_gate_address(const std::string& text);
+
+/// "HOST:PORT" (brackets around an IPv6 literal).
+std::string to_string(const gate_address& addr);
+
+/// Parses a comma-separated list of gate addresses, "A,B,C" (blanks around
+/// each ignored), as `parse_gate_address` each: HA mode's controllers.
+/// Errors: `ec::invalid_request` naming the bad entry, or saying the list
+/// holds no address.
+caf::expected<std::vector<gate_address>> parse_gate_addresses(const std::string& text);
 
 /// Who the client is and whom it trusts.
 struct gate_credentials {
@@ -59,10 +69,15 @@ public:
   /// `ec::unreachable` ("cannot reach the controller at HOST:PORT:
   /// connection refused") when the TCP connection fails or `timeout` passes;
   /// `ec::handshake_failed` (e.g. the gate's key is not the pinned one);
-  /// the refusal's code and reason when the gate refuses.
+  /// when the gate refuses, `ec::protocol_violation` with its reason, except
+  /// a standby's answer in HA mode (actors/controller/standby_gate.hpp):
+  /// `ec::not_leader` ("the controller at HOST:PORT is a standby; the
+  /// leader's gate is L"), `ec::no_leader` (an election is under way).
+  /// `refused`, when given, receives the gate's refusal (its `leader`).
   static caf::expected<gate_client> open(const gate_address& addr,
                                          const gate_credentials& creds,
-                                         std::chrono::milliseconds timeout);
+                                         std::chrono::milliseconds timeout,
+                                         v1::Refusal* refused = nullptr);
 
   /// Sends `hello` on an open channel and waits for the welcome. Errors:
   /// the refusal's code and reason; `ec::timeout`; `ec::unreachable`.
@@ -72,13 +87,36 @@ public:
   static caf::expected<gate_client> connect(const gate_address& addr,
                                             const v1::Hello& hello,
                                             std::chrono::milliseconds timeout,
-                                            const gate_credentials& creds = {});
+                                            const gate_credentials& creds = {},
+                                            v1::Refusal* refused = nullptr);
 
   /// Connects as the CLI (role `CLI`, this build's protocol version, the
   /// API token of `creds`).
   static caf::expected<gate_client> connect_cli(const gate_address& addr,
                                                 std::chrono::milliseconds timeout,
-                                                const gate_credentials& creds = {});
+                                                const gate_credentials& creds = {},
+                                                v1::Refusal* refused = nullptr);
+
+  /// Connects as the CLI to the controller that leads, given any of an HA
+  /// group's gates in any order (one is enough: a standby names the
+  /// leader), or a single controller's. Tries `addrs` in order, each for at
+  /// most max(timeout / addrs, 1 s); a standby's `not_leader` answer sends
+  /// it to the gate that answer names next. While a standby says none leads
+  /// yet, or names a leader that does not answer yet (its lease has not run
+  /// out), it tries again every 250 ms until `timeout`. Errors: one that is
+  /// the leader's answer (a refused token, a key that is not the pinned
+  /// one) at once, as `connect_cli` returns it; with one address tried
+  /// once, that attempt's error as it is; otherwise `ec::unreachable`
+  /// naming every address tried and the last thing each answered, one per
+  /// line.
+  static caf::expected<gate_client>
+  connect_cli_leader(const std::vector<gate_address>& addrs,
+                     std::chrono::milliseconds timeout, const gate_credentials& creds = {});
+
+  /// The address this client is connected to, "HOST:PORT".
+  const std::string& peer() const {
+    return peer_;
+  }
 
   /// The gate's Ed25519 key, as the handshake proved it.
   const public_key& server_key() const {
@@ -118,6 +156,8 @@ private:
   frame_reader reader_;
   std::unique_ptr<channel_client> channel_;
   v1::Welcome welcome_;
+  /// The refusal that answered the last `hello`, if one did.
+  v1::Refusal last_refusal_;
 };
 
 } // namespace astraeus

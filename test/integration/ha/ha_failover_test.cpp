@@ -9,29 +9,15 @@
 
 #include <gtest/gtest.h>
 
-#include "integration/ha/ha_group.hpp"
+#include "integration/ha/ha_fixture.hpp"
 
 namespace astraeus::itest {
 namespace {
 
-class HaFailover : public ::testing::Test {
+class HaFailover : public ha_test {
 protected:
-  void SetUp() override {
-    group_ = std::make_unique<ha_group>(dir_.path());
-    ASSERT_TRUE(group_->ready_etcd()) << "etcd did not start";
-    for (size_t i = 0; i < group_->size(); ++i)
-      group_->start(i);
-    leader_ = group_->wait_leader(20s);
-    ASSERT_TRUE(leader_) << "no controller leads after 20 s";
+  HaFailover() : ha_test("astraeus-ha") {
   }
-
-  void TearDown() override {
-    group_->end(HasFailure());
-  }
-
-  temp_dir dir_{"astraeus-ha"};
-  std::unique_ptr<ha_group> group_;
-  std::optional<size_t> leader_;
 };
 
 TEST_F(HaFailover, KilledLeaderIsReplacedAndAgentsFollow) {

@@ -182,6 +182,36 @@ TEST_P(StoreConformance, BatchIsAtomic) {
   EXPECT_EQ(dump(*store_, family::audit).size(), 200u);
 }
 
+TEST_P(StoreConformance, ChunkedWritesKeepTheOrderOfAKeyWrittenTwice) {
+  // 300 changes: three transactions on etcd, which may go out side by side
+  // only when no key is in two of them. Here "k" is, so its last value wins.
+  std::vector<Store::change> changes;
+  changes.push_back({family::runs, "k", std::string{"first"}});
+  for (int i = 0; i < 298; ++i)
+    changes.push_back({family::runs, "r" + std::to_string(i), std::string{"v"}});
+  changes.push_back({family::runs, "k", std::string{"last"}});
+  ASSERT_FALSE(store_->write_chunked(changes));
+  EXPECT_EQ(**store_->get_raw(family::runs, "k"), "last");
+  EXPECT_EQ(dump(*store_, family::runs).size(), 299u);
+}
+
+TEST_P(StoreConformance, CallsFromSeveralThreadsAllLand) {
+  // etcd's client keeps a pool of connections: calls run side by side.
+  std::vector<std::thread> writers;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 8; ++t)
+    writers.emplace_back([&, t] {
+      for (int i = 0; i < 25; ++i)
+        if (store_->put_raw(family::workers, std::to_string(t) + "-" + std::to_string(i),
+                            std::to_string(i)))
+          ++failures;
+    });
+  for (auto& w : writers)
+    w.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(dump(*store_, family::workers).size(), 200u);
+}
+
 TEST_P(StoreConformance, CompareAndSwap) {
   auto f = family::validations;
   auto r = store_->compare_and_swap(f, "k", std::nullopt, std::string{"v1"});

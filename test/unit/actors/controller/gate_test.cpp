@@ -25,6 +25,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/controller/gate.hpp"
+#include "io_fixture.hpp"
 #include "messages/error.hpp"
 #include "runtime/gate/frame_codec.hpp"
 #include "runtime/process/system_setup.hpp"
@@ -76,14 +77,9 @@ cluster_actor::behavior_type stand_in_cluster(cluster_actor::pointer,
   };
 }
 
-class Gate : public ::testing::Test {
+class Gate : public test::io_test {
 protected:
-  Gate()
-    : sys(init(cfg)),
-      sched(dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler())),
-      mpx(dynamic_cast<caf::io::network::test_multiplexer&>(sys.middleman().backend())) {
-    sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log);
-    spdlog::default_logger()->sinks().push_back(sink);
+  Gate() {
     box = std::make_shared<cluster_inbox>();
     cluster = sys.spawn(stand_in_cluster, box);
     gate_config gc;
@@ -102,58 +98,14 @@ protected:
   }
 
   ~Gate() override {
-    auto& sinks = spdlog::default_logger()->sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink), sinks.end());
     caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(cluster, caf::exit_reason::user_shutdown);
     exec_all();
   }
 
-  static caf::actor_system_config& init(caf::actor_system_config& c) {
-    configure_actor_system(c);
-    c.set("scheduler.policy", caf::atom("testing"));
-    c.set("middleman.network-backend", caf::atom("testing"));
-    c.set("logger.file-verbosity", caf::atom("quiet"));
-    return c;
-  }
-
-  /// Runs actors, the gate's runnables and pending reads until nothing moves.
-  void exec_all() {
-    while (sched.try_run_once() || mpx.try_exec_runnable() || mpx.read_data()) {
-    }
-  }
-
   /// A peer connects as connection `id`.
   connection_handle connect(int64_t id) {
-    auto conn = connection_handle::from_int(id);
-    mpx.add_pending_connect(acceptor, conn);
-    mpx.accept_connection(acceptor);
-    exec_all();
-    return conn;
-  }
-
-  /// The peer on `conn` sends `bytes`.
-  void send(connection_handle conn, const std::string& bytes) {
-    caf::io::network::test_multiplexer::buffer_type buf(bytes.begin(), bytes.end());
-    mpx.virtual_send(conn, buf);
-    exec_all();
-  }
-
-  /// The whole records the gate wrote to `conn` since the last call (each
-  /// record's bytes after its length prefix).
-  std::vector<std::string> records(connection_handle conn) {
-    auto& out = mpx.output_buffer(conn);
-    std::vector<std::string> recs;
-    size_t pos = 0;
-    while (out.size() - pos >= frame_header_size) {
-      auto len = decode_frame_length(out.data() + pos, 1u << 20);
-      if (!len || out.size() - pos - frame_header_size < *len)
-        break;
-      recs.emplace_back(out.data() + pos + frame_header_size, *len);
-      pos += frame_header_size + *len;
-    }
-    out.erase(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(pos));
-    return recs;
+    return io_test::connect(acceptor, id);
   }
 
   /// The client's side of the secure channel's handshake on `conn`.
@@ -194,16 +146,6 @@ protected:
     return f;
   }
 
-  std::string log_text() const {
-    return log.str();
-  }
-
-  std::ostringstream log;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink;
-  caf::actor_system_config cfg;
-  caf::actor_system sys;
-  caf::scheduler::test_coordinator& sched;
-  caf::io::network::test_multiplexer& mpx;
   std::shared_ptr<cluster_inbox> box;
   cluster_actor cluster;
   gate_actor gate;
