@@ -15,8 +15,11 @@ namespace {
 
 constexpr const char* none = "\xE2\x80\x94";  // "—"
 
+/// A verdict's weight in a machine's VERDICT: fail 4, warn 3, pass 2,
+/// skipped 1 (nothing measured: a machine whose every check was skipped is
+/// "skipped", not counted as passing), never run 0.
 int rank_of(const std::string& v) {
-  return v == "fail" ? 3 : v == "warn" ? 2 : v == "pass" || v == "skipped" ? 1 : 0;
+  return v == "fail" ? 4 : v == "warn" ? 3 : v == "pass" ? 2 : v == "skipped" ? 1 : 0;
 }
 
 /// A cell: the latest verdict of `check` on `machine`, "—" never run.
@@ -167,7 +170,7 @@ v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map
       const auto& s = it->second;
       for (const auto& f : s.result().findings()) {
         (f.severity() == "fail" ? fails : warns).push_back(named(f, m->name()));
-        worst = std::max(worst, f.severity() == "fail" ? 3 : 2);
+        worst = std::max(worst, f.severity() == "fail" ? 4 : 3);
       }
       if (s.state() == "Failed") {
         v1::CheckFinding f;
@@ -212,11 +215,15 @@ v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map
       if (f.machine() == m->name()) {
         warns.push_back(f);
         if (worst >= 1)
-          worst = std::max(worst, 2);
+          worst = std::max(worst, 3);
       }
-    const char* verdict = worst == 3 ? "fail" : worst == 2 ? "warn" : worst == 1 ? "pass" : none;
+    const char* verdict = worst == 4   ? "fail"
+                          : worst == 3 ? "warn"
+                          : worst == 2 ? "pass"
+                          : worst == 1 ? "skipped"
+                                       : none;
     row->set_verdict(verdict);
-    passing += worst == 1 ? 1 : 0;
+    passing += worst == 2 ? 1 : 0;
   }
   for (auto& f : fails)
     *out.add_findings() = std::move(f);

@@ -5,6 +5,7 @@
 #include "actors/validation/validations_actor.hpp"
 
 #include <algorithm>
+#include <map>
 
 #include <spdlog/spdlog.h>
 
@@ -207,6 +208,38 @@ void on_validation(self_ptr self, v1::Validation& v) {
   st.validations[v.id()] = std::move(v);
 }
 
+/// After a restart, the acceptances stored: a machine that had one is not
+/// given another by its pool's policy (as before the restart: an admin
+/// re-runs it with `astra astraeus validate --suite acceptance`), and a
+/// machine whose latest acceptance ended without passing it is told again,
+/// so its waiting reasons still say which one failed and how to accept it
+/// anyway (what on_validation told it when it ended).
+void restore_acceptances(self_ptr self) {
+  auto& st = self->state;
+  std::map<std::string, const v1::Validation*> latest;
+  for (const auto& [id, v] : st.validations) {
+    if (v.suite() != "acceptance")
+      continue;
+    for (const auto& m : v.machines()) {
+      st.acceptance_started.insert(m);
+      auto& at = latest[m];
+      if (at == nullptr || v.created_unix_ms() > at->created_unix_ms()
+          || (v.created_unix_ms() == at->created_unix_ms() && v.id() > at->id()))
+        at = &v;
+    }
+  }
+  for (const auto& [m, v] : latest) {
+    if (v->state() == "Running")
+      continue;
+    auto verdict = validation::machine_verdict(*v, m);
+    if (verdict == "pass" || verdict == "warn")
+      continue;
+    self->request(st.cluster, std::chrono::seconds{10}, atom::get_v, m)
+      .then([self, copy = *v](machine_actor& h) { self->send(h, atom::accept_v, copy); },
+            [](caf::error&) {});
+  }
+}
+
 void load(self_ptr self) {
   auto& st = self->state;
   auto err = st.config.store->for_each(
@@ -287,6 +320,7 @@ validations(validations_actor::stateful_pointer<validations_state> self,
       for (const auto& [id, v] : st.validations)
         if (v.state() == "Running")
           spawn_validation(self, v, true);
+      restore_acceptances(self);
       self->send(self, atom::poll_v);
     },
     [self](atom::slot, std::string& machine, std::string& id, bool want) {

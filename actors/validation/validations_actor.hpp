@@ -80,7 +80,8 @@ struct validations_state {
   std::map<std::string, v1::ValidationPolicy> policies;
   /// Machines seen Up (or Accepting) at the last look.
   std::set<std::string> up;
-  /// Machines whose policy acceptance was started (by this run).
+  /// Machines whose policy acceptance was started: by this run, or stored
+  /// (a restart starts none again; restore_acceptances).
   std::set<std::string> acceptance_started;
   /// Machine -> whether it was last told its pool requires acceptance.
   std::map<std::string, bool> told_required;

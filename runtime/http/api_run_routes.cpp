@@ -102,9 +102,23 @@ void submit_run(api_context& ctx) {
              ctx.prefix + "/runs/" + name);
 }
 
+/// A run's place in GET /runs: its name, then its workspace ("" for the
+/// default one), so two workspaces' runs of one name are two entries.
+std::pair<std::string, std::string> run_list_position(const v1::RunSpec& spec) {
+  auto ws = spec.workspace() == default_workspace ? std::string{} : spec.workspace();
+  return {spec.name(), std::move(ws)};
+}
+
+/// The cursor of the entry at `at`: "NAME" in the default workspace,
+/// "NAME,WORKSPACE" in another (',' is in no name).
+std::string run_list_cursor(const std::pair<std::string, std::string>& at) {
+  return at.second.empty() ? at.first : at.first + "," + at.second;
+}
+
 void list_runs(api_context& ctx) {
   // Pages as /nodes and /gpus do: ?limit=N (1-100000; none: all) and
-  // ?cursor=<the X-Next-Cursor of the page before>, by run name.
+  // ?cursor=<the X-Next-Cursor of the page before>, by run name and then
+  // workspace: the page starts at the first run not before the cursor.
   auto limit = query_number(ctx, "limit", 1, 100000, 0);
   if (!limit)
     return;
@@ -115,17 +129,23 @@ void list_runs(api_context& ctx) {
     return;
   auto* runs = resp.mutable_runs()->mutable_runs();
   std::sort(runs->begin(), runs->end(), [](const v1::Run& a, const v1::Run& b) {
-    return a.spec().name() < b.spec().name();
+    return run_list_position(a.spec()) < run_list_position(b.spec());
   });
-  const auto cursor =
-    ctx.req.has_param("cursor") ? ctx.req.get_param_value("cursor") : std::string{};
+  std::pair<std::string, std::string> from;
+  if (ctx.req.has_param("cursor")) {
+    auto cursor = ctx.req.get_param_value("cursor");
+    auto comma = cursor.find(',');
+    from = {cursor.substr(0, comma),
+            comma == std::string::npos ? std::string{} : cursor.substr(comma + 1)};
+  }
   v1::RunList page;
   std::string next;
   for (const auto& r : *runs) {
-    if (!cursor.empty() && r.spec().name() < cursor)
+    auto at = run_list_position(r.spec());
+    if (at < from)
       continue;
     if (*limit != 0 && static_cast<size_t>(page.runs_size()) == *limit) {
-      next = r.spec().name();
+      next = run_list_cursor(at);
       break;
     }
     *page.add_runs() = r;

@@ -238,6 +238,21 @@ TEST_F(Api, TwoWorkspacesEachHaveARunOfOneNameAndWorkspaceNamesWhich) {
   r = owner->Get(base + "/runs?workspace=wa");
   ASSERT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(body_of(r)["runs"].size(), 1u) << r->body;
+  // Paging every workspace one run a page walks both runs named t, once each.
+  std::vector<std::string> walked;
+  std::string cursor, bodies;
+  for (int page = 0; page < 4; ++page) {
+    r = owner->Get(base + "/runs?limit=1" + (cursor.empty() ? "" : "&cursor=" + cursor));
+    ASSERT_EQ(r->status, 200) << r->body;
+    bodies += r->body + "\n";
+    auto body = body_of(r);
+    for (const auto& run : body["runs"])
+      walked.push_back(run["spec"].value("workspace", "") + "/" + run["spec"].value("name", ""));
+    cursor = r->get_header_value("X-Next-Cursor");
+    if (cursor.empty())
+      break;
+  }
+  EXPECT_EQ(walked, (std::vector<std::string>{"wa/t", "wb/t"})) << bodies;
   // Deleting one leaves the other.
   EXPECT_EQ(owner->Delete(base + "/runs/t?workspace=wa")->status, 200);
   EXPECT_EQ(owner->Get(base + "/runs/t?workspace=wa")->status, 404);

@@ -374,6 +374,33 @@ TEST_F(Validation, ANewMachineInAPolicyPoolIsAcceptingUntilItPasses) {
     },
     20s, 200ms))
     << "the run did not start on the accepted machine: " << show.dump();
+  // A run that only gpu-05 could take says its acceptance failed and how to
+  // accept it anyway, and still does after a controller restart.
+  auto big = astra({"run", "--name", "big", "--pool", "h100", "--gpus", "8", "--runtime",
+                    "process", "--", "sleep", "600"});
+  ASSERT_EQ(big.rc, 0) << big.err;
+  std::string why;
+  auto says_failed = [&] {
+    auto j = json_of(astra({"run", "show", "big", "-o", "json"}));
+    why = j.value("waiting_reason", j.value("waitingReason", std::string{}));
+    return contains(why, "gpu-05 is Accepting (acceptance val-")
+           && contains(why, " failed: see astra astraeus validation val-")
+           && contains(why, "astra astraeus accept gpu-05 --reason R accepts it anyway");
+  };
+  EXPECT_TRUE(wait_until(says_failed, 60s, 200ms)) << why;
+  std::smatch failed_id;
+  ASSERT_TRUE(std::regex_search(why, failed_id, std::regex{R"(gpu-05 is Accepting \(acceptance (val-[0-9a-f-]+) failed)"}))
+    << why;
+  const std::string failed = failed_id[1];
+  procs_.front()->kill_now();  // the controller
+  ASSERT_TRUE(start_controller());
+  // The same acceptance, not a second one started by the restart.
+  EXPECT_TRUE(wait_until([&] { return says_failed() && contains(why, failed + " failed"); },
+                         30s, 200ms))
+    << "after a restart: " << why;
+  auto listed = astra({"astraeus", "validations"});
+  EXPECT_FALSE(contains(listed.out, "Running")) << listed.out;
+  ASSERT_EQ(astra({"delete", "big"}).rc, 0);
   // An admin accepts gpu-05 anyway, audited.
   auto acc = astra({"astraeus", "accept", "gpu-05", "--reason", "ship as-is; GPU 3 RMA'd"});
   ASSERT_EQ(acc.rc, 0) << acc.err;

@@ -16,13 +16,21 @@ function runLink(run) {
          + encodeURIComponent(run.spec.name);
 }
 
+// A run's key (issue 13: names are per workspace): its name in the default
+// workspace, "<workspace>/<name>" in any other, so two workspaces' runs of
+// one name get rows of their own.
+function runKey(run) {
+  const ws = run.spec.workspace || "default";
+  return ws === "default" ? run.spec.name : ws + "/" + run.spec.name;
+}
+
 async function runsPage() {
   const runs = (await api("GET", "/runs")).runs || [];
   const head = ["Run", "Workspace", "State", "Workers", "Submitted", "Why it waits"];
   show(el("h1", { text: "Runs" }),
        runs.length === 0 ? el("p", { class: "muted", id: "runs", text: "No runs yet." })
          : el("table", { id: "runs" }, el("tr", {}, head.map((h) => el("th", { text: h }))),
-              runs.map((r) => el("tr", { id: "run-" + r.spec.name },
+              runs.map((r) => el("tr", { id: "run-" + runKey(r) },
                 el("td", {}, el("a", { href: runLink(r), text: r.spec.name })),
                 el("td", { text: r.spec.workspace || "default" }),
                 el("td", { class: "state-" + String(r.state || "").toLowerCase(), text: r.state }),

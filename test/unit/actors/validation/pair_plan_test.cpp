@@ -241,6 +241,33 @@ What to fix (1)
   EXPECT_NE(html.find("background:hsl(120,70%,80%)"), std::string::npos) << "the best pair";
 }
 
+// A machine whose pairs were all skipped (no perftest on either end) was
+// measured by nothing: its VERDICT is "skipped" and it does not count as
+// passing (a user trial found it counted as a pass).
+TEST(PairReport, AMachineWhosePairsWereAllSkippedIsNotCountedAsPassing) {
+  std::vector<v1::MachineView> ms{machine("gpu-03"), machine("gpu-04")};
+  v1::MachineList list;
+  for (const auto& m : ms)
+    *list.add_machines() = m;
+  auto v = network_of({"gpu-03", "gpu-04"});
+  ASSERT_EQ(v.steps_size(), 1);
+  auto& s = *v.mutable_steps(0);
+  s.set_state(done);
+  s.set_verdict("skipped");
+  s.mutable_result()->set_check("pair");
+  s.mutable_result()->set_verdict("skipped");
+  s.mutable_result()->set_summary("ib_write_bw is not installed");
+  latest_map latest;
+  latest[latest_key(s)] = s;
+  auto report = build_report(list, latest, "h100", 0);
+  ASSERT_EQ(report.rows_size(), 2);
+  EXPECT_EQ(report.rows(0).pairs(), "skipped");
+  EXPECT_EQ(report.rows(0).verdict(), "skipped");
+  EXPECT_EQ(report.passing(), 0u);
+  EXPECT_EQ(cli::format_report(report).rfind("0/2 machines pass", 0), 0u)
+    << cli::format_report(report);
+}
+
 // Issue 12: the seed's gpu-06 mlx5_5 at 200 Gb/s and a port down while its
 // peers are up are left out of their machine's NCCL_IB_HCA; a machine every
 // port of which is degraded keeps them; a pool whose policy says no keeps
