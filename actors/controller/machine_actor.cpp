@@ -494,6 +494,7 @@ caf::error persist(machine_ptr self, bool sync) {
     return err;
   }
   st.facts_stored_unix_ms = st.config.clock->now_unix_ms();
+  st.gpu_copy_unstored = false;
   return caf::none;
 }
 
@@ -586,13 +587,21 @@ void on_report(machine_ptr self, v1::MachineReport& report) {
   // The controller keeps a copy of the GPUs and their faults, so they
   // show while the machine is Down and after a controller restart.
   auto gpu_print = gpu_fingerprint(st.facts.gpus());
-  if (gpu_print != st.stored_gpu_fingerprint) {
+  const bool gpus_changed = gpu_print != st.stored_gpu_fingerprint;
+  if (gpus_changed)
     st.stored_gpu_fingerprint = gpu_print;
-    came_up = true;
-  }
-  if (came_up
+  // A changed GPU picture alone (a new fault latch) is written after its GPU
+  // actors have judged it (the health handler below), at the next report or
+  // at the lapse: the ~0.1 ms write of the whole record no longer comes
+  // between the report and the fence (issue 17's latency). It is written
+  // without sync either way; the agent keeps the latch durably and reports
+  // it again.
+  if (came_up || st.gpu_copy_unstored
       || st.last_report_unix_ms - st.facts_stored_unix_ms > facts_store_interval_ms)
     persist(self, false);
+  else if (gpus_changed)
+    st.gpu_copy_unstored = true;
+  came_up = came_up || gpus_changed;
   if (!st.lapse_timer_pending) {
     st.lapse_timer_pending = true;
     self->delayed_send(self, st.config.heartbeat_lapse, atom::lapse_v);
@@ -923,6 +932,8 @@ void drain_due(machine_ptr self, int64_t deadline) {
 void on_lapse(machine_ptr self) {
   auto& st = self->state;
   st.lapse_timer_pending = false;
+  if (st.gpu_copy_unstored)
+    persist(self, false);
   auto now = self->clock().now();
   auto deadline = st.last_report + st.config.heartbeat_lapse;
   if (now >= deadline) {
@@ -998,6 +1009,8 @@ machine(machine_actor::stateful_pointer<machine_state> self,
         return;
       st.gpu_verdicts[id] = {health, std::move(reasons)};
       tell_scheduler(self);
+      if (st.gpu_copy_unstored)
+        persist(self, false);
     },
     [self](atom::clear, std::string& gpu_id) -> caf::result<v1::ClearFaultResult> {
       return clear_fault(self, gpu_id);

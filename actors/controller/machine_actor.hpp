@@ -92,6 +92,11 @@ struct machine_state {
   int64_t facts_stored_unix_ms = 0;
   /// The GPU picture last stored (read_as, ids, statuses, latches).
   std::string stored_gpu_fingerprint;
+  /// The GPU picture changed (a new fault latch) and the record holding it
+  /// is not written yet: it is written once a GPU actor has judged the
+  /// change (atom::health), at the next report or at the lapse, whichever
+  /// comes first, so the fence does not wait for the write (issue 17).
+  bool gpu_copy_unstored = false;
   /// The last snapshot sent to the scheduler (to send only changes).
   std::string scheduler_snapshot;
   /// The workers the scheduler placed here (whole set) and whether any set
