@@ -36,11 +36,16 @@ protected:
       mpx(dynamic_cast<caf::io::network::test_multiplexer&>(sys.middleman().backend())) {
     sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log);
     spdlog::default_logger()->sinks().push_back(sink);
+    // Info lines are part of what tests read, whatever level a test before
+    // this one left the logger at.
+    level = spdlog::default_logger()->level();
+    spdlog::default_logger()->set_level(spdlog::level::info);
   }
 
   ~io_test() override {
     auto& sinks = spdlog::default_logger()->sinks();
     sinks.erase(std::remove(sinks.begin(), sinks.end(), sink), sinks.end());
+    spdlog::default_logger()->set_level(level);
   }
 
   static caf::actor_system_config& init(caf::actor_system_config& c) {
@@ -103,6 +108,7 @@ protected:
 
   std::ostringstream log;
   std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink;
+  spdlog::level::level_enum level = spdlog::level::info;
   caf::actor_system_config cfg;
   caf::actor_system sys;
   caf::scheduler::test_coordinator& sched;

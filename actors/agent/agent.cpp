@@ -492,6 +492,31 @@ void on_kernel_event(agent_ptr self, const v1::KernelEvent& ke) {
   request_latch_sync(self);
 }
 
+/// Why the fault of GPU `id` (a UUID, or the PCI address a fault was
+/// latched against) may not be cleared now: the GPU is gone (NVML does not
+/// list it, or says it is lost). Clearing would drop it from the inventory
+/// and say work may land on it while it is still gone (a user trial);
+/// "" when it may.
+std::string clear_refused_why(const agent_state& st, const std::string& id) {
+  if (!st.latches || !st.gpus_known)
+    return {};
+  auto held = st.latches->latches().find(id);
+  // Held against an address where no GPU was ever named: an admin may clear it.
+  if (held == st.latches->latches().end() || held->second.empty()
+      || held->second.front().gpu_id().empty())
+    return {};
+  for (const auto& g : st.gpus.gpus())
+    if (g.id() == id || (id == g.pci_address() && g.id().empty()))
+      return read_status(g) != gpu_read_status::lost
+               ? std::string{}
+               : "GPU " + id + " is lost (" + g.status_detail()
+                   + "): its fault stays latched until it answers again; reseat or "
+                     "replace it (a new GPU at its address drops the old latch)";
+  return "GPU " + id + " is not listed by the driver (NVML) now: its fault stays latched "
+         "until it is back; reseat or replace it (a new GPU at its address drops the old "
+         "latch)";
+}
+
 void on_clear_fault(agent_ptr self, const v1::ClearFaultCommand& cmd) {
   auto& st = self->state;
   v1::Frame frame;
@@ -500,6 +525,8 @@ void on_clear_fault(agent_ptr self, const v1::ClearFaultCommand& cmd) {
   reply->set_uuid(cmd.gpu());
   if (!st.latches) {
     reply->set_error("this agent keeps no fault latches");
+  } else if (auto why = clear_refused_why(st, cmd.gpu()); !why.empty()) {
+    reply->set_error(why);
   } else if (auto cleared = st.latches->clear(cmd.gpu()); !cleared) {
     reply->set_error(render_error(cleared.error()));
   } else {

@@ -283,9 +283,13 @@ std::string fault_latches::holder_for(const std::string& pci, const v1::Gpu* gpu
   // every GPU (not yet, NVML hangs) or where the PCI bus shows a GPU the
   // driver does not list. After a complete read, an address with nothing on
   // the bus (an NVSwitch, a bridge) is no GPU: the event stays an incident.
+  // The bus says "nothing there" only when its scan saw GPUs at all: with no
+  // PCI tree to read (a container without /sys/bus/pci, a host root without
+  // one) it says nothing, and the fault is held against the address.
   bool bus_has = std::any_of(known.bus().begin(), known.bus().end(),
                              [&](const v1::BusGpu& b) { return b.pci_address() == pci; });
-  if (!is_complete_read(read_as(known)) || bus_has)
+  bool bus_scanned = known.bus_size() > 0;
+  if (!is_complete_read(read_as(known)) || bus_has || !bus_scanned)
     return pci;
   return {};
 }

@@ -328,6 +328,20 @@ TEST_F(HealthOrder, AGpuThatVanishesBetweenPassesStaysListedAndFaulty) {
       EXPECT_EQ(v.value("health", ""), "Faulty");
     }
   EXPECT_TRUE(found);
+  // Its fault is not cleared while it is gone (a user trial: the clear said
+  // "new work may land on it again" and the GPU vanished from the list).
+  auto clear = run_command(
+    {program("astra"), "--addr", "127.0.0.1:" + std::to_string(port_), "--token-file",
+     (keys_dir_of((dir_ / "controller").string()) / "owner-token").string(), "gpu",
+     "clear-fault", node, uuid_3a},
+    dir_.path());
+  EXPECT_EQ(clear.rc, 1) << clear.out << clear.err;
+  EXPECT_NE(clear.err.find("is not listed by the driver (NVML) now: its fault stays latched"),
+            std::string::npos)
+    << clear.err;
+  auto after = at(gpus(), pci_3a);
+  ASSERT_TRUE(after) << "the gone GPU left the list";
+  EXPECT_EQ(after->health(), "Faulty");
 }
 
 namespace {

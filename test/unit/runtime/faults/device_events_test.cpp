@@ -41,6 +41,10 @@ v1::GpuSection hgx() {
         link->set_remote_kind("switch");
       }
   }
+  // The PCI scan saw the three GPUs: an address it does not list (the
+  // NVSwitch, a bridge) holds no GPU.
+  for (const auto& g : s.gpus())
+    s.add_bus()->set_pci_address(g.pci_address());
   return s;
 }
 

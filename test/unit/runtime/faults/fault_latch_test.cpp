@@ -24,6 +24,9 @@ v1::GpuSection two_gpus(const std::string& second_id = "GPU-B") {
   b->set_id(second_id);
   b->set_pci_address("0002:c1:00.0");
   b->set_status("ok");
+  // The PCI scan saw both: an address it does not list holds no GPU.
+  for (const auto& g : s.gpus())
+    s.add_bus()->set_pci_address(g.pci_address());
   return s;
 }
 
@@ -93,6 +96,32 @@ TEST_F(FaultLatches, AFaultAtAnAddressTheBusShowsButTheDriverDroppedIsHeldThere)
   EXPECT_EQ(out.gpus(2).id(), "0000:c1:00.0");
   EXPECT_EQ(out.gpus(2).status(), "lost");
   EXPECT_EQ(out.gpus(1).latches_size(), 0) << "0002:c1:00.0 is another GPU";
+}
+
+// A user trial: an agent whose host shows no PCI tree (the scan saw no GPU)
+// must not take "not on the bus" for "no GPU there": a fatal Xid at an
+// address NVML does not list is held against the address and fences the
+// GPU that appears there.
+TEST_F(FaultLatches, WithNoPciScanAFaultAtAnUnlistedAddressFencesTheGpuFoundThere) {
+  auto l = open();
+  auto s = two_gpus();
+  s.clear_bus();
+  EXPECT_TRUE(*l.on_event(xid(79, "0000:c1:00.0"), s, 1000));
+  EXPECT_EQ(l.latches().count("0000:c1:00.0"), 1u);
+  v1::GpuSection out = s;
+  l.annotate(out);
+  ASSERT_EQ(out.gpus_size(), 3);
+  EXPECT_EQ(out.gpus(2).status(), "lost");
+  EXPECT_EQ(out.unmapped_incidents_size(), 0);
+  // NVML lists a GPU there now: it carries the latch (Faulty).
+  auto later = s;
+  auto* g = later.add_gpus();
+  g->set_id("GPU-C");
+  g->set_pci_address("0000:c1:00.0");
+  g->set_status("ok");
+  ASSERT_TRUE(*l.on_readings(later, 2000));
+  ASSERT_EQ(l.latches().count("GPU-C"), 1u);
+  EXPECT_EQ(l.latches().at("GPU-C")[0].reason(), "Xid 79 fault");
 }
 
 TEST_F(FaultLatches, RepeatsFoldIntoOneLatch) {
