@@ -240,6 +240,23 @@ void restore_acceptances(self_ptr self) {
   }
 }
 
+/// After a restart (or an HA takeover), the quick checks stored: each
+/// machine's QUICK badge is told again, and a machine with one that is seen
+/// Up within quick_restore_grace is taken for one that was Up already (its
+/// agent reconnecting), so a restart does not run a quick check on every
+/// machine again (a user trial); one that comes Up later gets one, as before.
+void restore_quick_checks(self_ptr self) {
+  auto& st = self->state;
+  for (const auto& [key, step] : st.latest) {
+    if (key.second != "quick")
+      continue;
+    st.quick_restored[key.first] = self->clock().now();
+    self->request(st.cluster, std::chrono::seconds{10}, atom::get_v, key.first)
+      .then([self, step = step](machine_actor& m) { self->send(m, atom::validate_v, step); },
+            [](caf::error&) {});
+  }
+}
+
 void load(self_ptr self) {
   auto& st = self->state;
   auto err = st.config.store->for_each(
@@ -321,6 +338,7 @@ validations(validations_actor::stateful_pointer<validations_state> self,
         if (v.state() == "Running")
           spawn_validation(self, v, true);
       restore_acceptances(self);
+      restore_quick_checks(self);
       self->send(self, atom::poll_v);
     },
     [self](atom::slot, std::string& machine, std::string& id, bool want) {

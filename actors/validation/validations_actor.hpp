@@ -17,6 +17,7 @@
 #include <set>
 #include <string>
 
+#include <caf/actor_clock.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
@@ -61,6 +62,10 @@ struct validations_config {
   std::chrono::milliseconds installer_delay = std::chrono::minutes{2};
 };
 
+/// After a restart, how long a machine with a stored quick check may take to
+/// be seen Up again and still count as reconnecting (no quick check).
+inline constexpr auto quick_restore_grace = std::chrono::minutes{2};
+
 /// The state of the validations actor.
 struct validations_state {
   /// Actor name for CAF.
@@ -80,6 +85,11 @@ struct validations_state {
   std::map<std::string, v1::ValidationPolicy> policies;
   /// Machines seen Up (or Accepting) at the last look.
   std::set<std::string> up;
+  /// After a restart: machines with a stored quick check -> when it was
+  /// restored (actor clock). Such a machine seen Up within
+  /// `quick_restore_grace` of it is taking up its session again, not coming
+  /// Up: no quick check runs (restore_quick_checks).
+  std::map<std::string, caf::actor_clock::time_point> quick_restored;
   /// Machines whose policy acceptance was started: by this run, or stored
   /// (a restart starts none again; restore_acceptances).
   std::set<std::string> acceptance_started;

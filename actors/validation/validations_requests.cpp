@@ -328,6 +328,23 @@ caf::result<v1::Response> answer(self_ptr self, const v1::Request& req) {
   }
 }
 
+namespace {
+
+/// Whether `machine`, seen Up now and not at the last look, is one whose
+/// quick check was restored at a restart within quick_restore_grace: its
+/// agent reconnecting, not a machine coming Up (no quick check then).
+bool reconnected_after_restart(self_ptr self, const std::string& machine) {
+  auto& st = self->state;
+  auto it = st.quick_restored.find(machine);
+  if (it == st.quick_restored.end())
+    return false;
+  bool within = self->clock().now() - it->second <= quick_restore_grace;
+  st.quick_restored.erase(it);
+  return within;
+}
+
+} // namespace
+
 void look_at_machines(self_ptr self) {
   auto& st = self->state;
   if (!st.cluster)
@@ -368,7 +385,8 @@ void look_at_machines(self_ptr self) {
             st.acceptance_started.insert(m.name());
             start_for(self, m.name(), "acceptance", policy, "policy");
           } else if (!st.up.count(m.name()) && st.config.quick_on_up
-                     && !pending(self, m.name(), "quick")) {
+                     && !pending(self, m.name(), "quick")
+                     && !reconnected_after_restart(self, m.name())) {
             start_for(self, m.name(), "quick", nullptr, "automatic");
           }
         }
