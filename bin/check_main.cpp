@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "messages/error.hpp"
+#include "runtime/host/sysfs_text.hpp"
 #include "runtime/process/config.hpp"
+#include "runtime/validation/all_reduce_check.hpp"
 #include "runtime/validation/burn_check.hpp"
 #include "runtime/validation/check_options.hpp"
 #include "runtime/validation/check_result.hpp"
@@ -41,6 +43,12 @@ constexpr const char* usage_text =
   "       [--ib-write-bw PROGRAM] [--duration 5s]\n"
   "                           RDMA write bandwidth to another machine per rail\n"
   "                           (perftest's ib_write_bw; the client names the server)\n"
+  "  allreduce --rank R --ranks N --root HOST:PORT [--gpus K]\n"
+  "       [--min-bytes 8] [--max-bytes 1073741824] [--connect-timeout 120s]\n"
+  "       [--nccl-lib libnccl.so.2]\n"
+  "                           NCCL all-reduce over N machines, one rank each driving\n"
+  "                           its GPUs (rank 0 listens at --root; its table is\n"
+  "                           all_reduce_perf's); skipped where NCCL is not installed\n"
   "  explain [--json]         every threshold and verdict rule, with its source\n"
   "\n"
   "Common options:\n"
@@ -75,6 +83,7 @@ std::string check_options::* text_option(const std::string& name) {
     {"--dcgmi", &check_options::dcgmi},         {"--role", &check_options::pair_role},
     {"--peer", &check_options::pair_peer},      {"--rails", &check_options::pair_rails},
     {"--ib-write-bw", &check_options::ib_write_bw},
+    {"--root", &check_options::allreduce_root}, {"--nccl-lib", &check_options::nccl_lib},
     {"--cdi-static-dir", &check_options::cdi_static_dir},
     {"--cdi-dynamic-dir", &check_options::cdi_dynamic_dir},
   };
@@ -137,6 +146,30 @@ std::string parse_args(int argc, char** argv, parsed& p) {
           return "--level '" + v + "' is not a DCGM level (1 to 4)";
         o.dcgm_level = v[0] - '0';
       }
+    } else if (a == "--rank" || a == "--ranks" || a == "--gpus" || a == "--min-bytes"
+               || a == "--max-bytes") {
+      if (!value(v) || v.empty())
+        return a + " needs a value";
+      auto n = astraeus::parse_u64(v);
+      if (!n || (a != "--rank" && *n == 0) || *n > (uint64_t{1} << 40))
+        return a + " '" + v + "' is not a " + (a == "--rank" ? "" : "positive ") + "number";
+      if (a == "--rank")
+        o.allreduce_rank = static_cast<int>(*n);
+      else if (a == "--ranks")
+        o.allreduce_ranks = static_cast<int>(*n);
+      else if (a == "--gpus")
+        o.allreduce_gpus = static_cast<int>(*n);
+      else if (a == "--min-bytes")
+        o.allreduce_min_bytes = *n;
+      else
+        o.allreduce_max_bytes = *n;
+    } else if (a == "--connect-timeout") {
+      if (!value(v) || v.empty())
+        return a + " needs a value";
+      auto d = astraeus::parse_duration_text(v);
+      if (!d || d->count() <= 0)
+        return "--connect-timeout '" + v + "' is not a duration (e.g. 120s, 2m)";
+      o.allreduce_connect_timeout = *d;
     } else if (a == "-h" || a == "--help") {
       return "help";
     } else {
@@ -152,6 +185,18 @@ std::string parse_args(int argc, char** argv, parsed& p) {
       return "pair --role client needs --peer ADDR (the server's address)";
     if (auto rails = parse_pair_rails(o.pair_rails); !rails)
       return astraeus::render_error(rails.error());
+  }
+  if (p.check == "allreduce") {
+    if (o.allreduce_ranks < 1 || o.allreduce_rank < 0 || o.allreduce_rank >= o.allreduce_ranks)
+      return "allreduce needs --rank R --ranks N with 0 <= R < N";
+    auto root = parse_root(o.allreduce_root);
+    if (!root)
+      return astraeus::render_error(root.error());
+    if (o.allreduce_rank > 0 && root->first.empty())
+      return "allreduce --rank " + std::to_string(o.allreduce_rank)
+             + " needs --root HOST:PORT naming rank 0's machine";
+    if (o.allreduce_min_bytes > o.allreduce_max_bytes)
+      return "allreduce --min-bytes is above --max-bytes";
   }
   return {};
 }
@@ -192,6 +237,8 @@ int main(int argc, char** argv) {
     r = run_dcgm(p.options);
   } else if (p.check == "pair") {
     r = run_pair(p.options);
+  } else if (p.check == "allreduce") {
+    r = run_all_reduce(p.options);
   } else {
     return bad_usage("unknown check '" + p.check + "'");
   }

@@ -9,6 +9,7 @@
 #include <map>
 #include <tuple>
 
+#include "actors/validation/validation_plan.hpp"
 #include "messages/error.hpp"
 #include "runtime/host/sysfs_text.hpp"
 
@@ -91,7 +92,88 @@ std::string list_of(const std::vector<std::string>& names) {
   return out;
 }
 
+/// Sets `out.truncated` when its last size is below its maxBytes, or it has
+/// no "# Avg bus bandwidth" (it did not finish).
+void mark_truncated(all_reduce_output& out) {
+  auto last = out.rows.back().bytes;
+  if (out.max_bytes > 0 && last < out.max_bytes)
+    out.truncated = "stopped at " + size_text(last) + " of " + size_text(out.max_bytes)
+                    + ": the output ends there";
+  else if (!out.avg_busbw_gbs)
+    out.truncated = "no '# Avg bus bandwidth' line: all_reduce_perf did not finish";
+}
+
+bool finished_step(const v1::ValidationStep& s) {
+  return s.state() == done || s.state() == failed;
+}
+
 } // namespace
+
+bool is_all_reduce(const v1::ValidationStep& step) {
+  return step.check() == all_reduce_check;
+}
+
+void add_all_reduce_steps(v1::Validation& v) {
+  for (int k : all_reduce_group_sizes(v.machines_size())) {
+    auto* s = v.add_steps();
+    s->set_machine(v.machines(0));
+    s->set_check(all_reduce_check);
+    s->set_state(queued);
+    s->set_validation(v.id());
+    for (int i = 0; i < k; ++i)
+      s->add_group_machines(v.machines(i));
+  }
+}
+
+std::optional<int> startable_all_reduce(const v1::Validation& v) {
+  for (const auto& s : v.steps())
+    if (!is_all_reduce(s) && !finished_step(s))
+      return std::nullopt;
+  for (int i = 0; i < v.steps_size(); ++i) {
+    const auto& s = v.steps(i);
+    if (!is_all_reduce(s) || finished_step(s))
+      continue;
+    if (s.state() == queued || s.state() == yielded)
+      return i;
+    return std::nullopt;  // one runs: the next waits
+  }
+  return std::nullopt;
+}
+
+std::string all_reduce_run_name(const v1::Validation& v, int index, uint32_t attempt, int rank) {
+  return clean_run_name(v.id() + "-allreduce-"
+                        + std::to_string(v.steps(index).group_machines_size()) + "-"
+                        + std::to_string(attempt) + "-r" + std::to_string(rank));
+}
+
+v1::RunSpec all_reduce_spec(const v1::Validation& v, int index, int rank, uint32_t gpus,
+                            const std::string& root, const std::string& program) {
+  const auto& s = v.steps(index);
+  std::vector<std::string> command{program,     "allreduce",
+                                   "--json",    "--rank",
+                                   std::to_string(rank), "--ranks",
+                                   std::to_string(s.group_machines_size()), "--root",
+                                   root,        "--gpus",
+                                   std::to_string(gpus)};
+  return check_spec(v, all_reduce_run_name(v, index, s.attempts(), rank), s.group_machines(rank),
+                    command, gpus);
+}
+
+std::vector<std::string> all_reduce_joined(const v1::Validation& v, int index) {
+  const auto& s = v.steps(index);
+  const v1::ValidationStep* before = nullptr;
+  for (int i = 0; i < index; ++i)
+    if (is_all_reduce(v.steps(i)))
+      before = &v.steps(i);
+  if (!before || before->state() != done || before->verdict() != "pass")
+    return {};
+  std::vector<std::string> out;
+  for (const auto& m : s.group_machines())
+    if (std::find(before->group_machines().begin(), before->group_machines().end(), m)
+        == before->group_machines().end())
+      out.push_back(m);
+  return out;
+}
 
 std::vector<int> all_reduce_group_sizes(int n) {
   std::vector<int> out;
@@ -158,12 +240,42 @@ caf::expected<all_reduce_output> parse_all_reduce_perf(std::string_view text) {
     return caf::make_error(ec::invalid_request,
                            "no all_reduce_perf table in the output (a row of size, count, type, "
                            "..., busbw under its header)");
-  auto last = out.rows.back().bytes;
-  if (out.max_bytes > 0 && last < out.max_bytes)
-    out.truncated = "stopped at " + size_text(last) + " of " + size_text(out.max_bytes)
-                    + ": the output ends there";
-  else if (!out.avg_busbw_gbs)
-    out.truncated = "no '# Avg bus bandwidth' line: all_reduce_perf did not finish";
+  mark_truncated(out);
+  return out;
+}
+
+caf::expected<all_reduce_output> all_reduce_output_of(const v1::CheckResult& measured) {
+  all_reduce_output out;
+  std::map<uint64_t, all_reduce_row> rows;
+  for (const auto& m : measured.measurements()) {
+    if (m.name() == "max_bytes") {
+      out.max_bytes = static_cast<uint64_t>(m.value());
+      continue;
+    }
+    if (m.gpu().empty() || !all_digits(m.gpu()))
+      continue;
+    auto& row = rows[std::strtoull(m.gpu().c_str(), nullptr, 10)];
+    if (m.name() == "busbw")
+      row.busbw_gbs = m.value();
+    else if (m.name() == "busbw_in_place")
+      row.in_place_busbw_gbs = m.value();
+    else if (m.name() == "algbw")
+      row.algbw_gbs = m.value();
+    else if (m.name() == "wrong")
+      row.wrong = static_cast<int64_t>(std::llround(m.value()));
+    else if (m.name() == "wrong_in_place")
+      row.in_place_wrong = static_cast<int64_t>(std::llround(m.value()));
+  }
+  for (auto& [bytes, row] : rows) {
+    row.bytes = bytes;
+    out.rows.push_back(row);
+  }
+  if (out.rows.empty())
+    return caf::make_error(ec::invalid_request,
+                           "rank 0's result holds no all-reduce size (" + measured.summary()
+                             + ")");
+  out.avg_busbw_gbs = 0.0;  // the check finished: its result line is its last
+  mark_truncated(out);
   return out;
 }
 
@@ -194,6 +306,13 @@ v1::CheckResult judge_all_reduce(std::string_view text, const std::vector<std::s
                                  double expected_gbs, const thresholds& t,
                                  const std::vector<std::string>& joined,
                                  const std::vector<std::string>& suspects) {
+  return judge_all_reduce(parse_all_reduce_perf(text), group, expected_gbs, t, joined, suspects);
+}
+
+v1::CheckResult judge_all_reduce(const caf::expected<all_reduce_output>& out,
+                                 const std::vector<std::string>& group, double expected_gbs,
+                                 const thresholds& t, const std::vector<std::string>& joined,
+                                 const std::vector<std::string>& suspects) {
   v1::CheckResult r;
   r.set_check(all_reduce_check);
   const std::string over = "all-reduce over " + std::to_string(group.size()) + " machines";
@@ -205,11 +324,10 @@ v1::CheckResult judge_all_reduce(std::string_view text, const std::vector<std::s
     f->set_what(over + " (" + list_of(group) + "): " + what);
     f->set_fix(fix);
   };
-  auto out = parse_all_reduce_perf(text);
   if (!out) {
     fail(render_error(out.error()),
-         "Check that validation.allreduce.image carries nccl-tests built with MPI "
-         "(all_reduce_perf) and read the run's log (`astra logs RUN`).");
+         "Read rank 0's log (`astra logs RUN`): `astraeus-check allreduce` prints its "
+         "all_reduce_perf table there, or why it stopped.");
     return r;
   }
   for (const auto& row : out->rows) {

@@ -24,6 +24,38 @@ namespace astraeus::validation {
 /// `group_machines` the group in rank order, `machine` its first).
 inline constexpr const char* all_reduce_check = "allreduce";
 
+/// Whether `step` is an all-reduce step.
+bool is_all_reduce(const v1::ValidationStep& step);
+
+/// Appends one Queued all-reduce step per group size of `v`'s machines
+/// (all_reduce_group_sizes; the group of size k is its first k machines, in
+/// rank order; `machine` the first), after its other steps.
+void add_all_reduce_steps(v1::Validation& v);
+
+/// The all-reduce step that may start now: once every other step is Done or
+/// Failed (the machines' own checks, then the pairs), the first all-reduce
+/// step not yet finished, when it is Queued or Yielded (the groups overlap:
+/// one at a time, smallest first); nullopt otherwise.
+std::optional<int> startable_all_reduce(const v1::Validation& v);
+
+/// The run of rank `rank` of all-reduce step `index` at `attempt`:
+/// "<id>-allreduce-<group size>-<attempt>-r<rank>".
+std::string all_reduce_run_name(const v1::Validation& v, int index, uint32_t attempt, int rank);
+
+/// The run of rank `rank` of all-reduce step `index`: `program allreduce
+/// --json --rank R --ranks N --root ROOT --gpus K` as a host process
+/// holding `gpus` GPUs (K) of group machine `rank`, at the lowest priority.
+/// ROOT is ":PORT" for rank 0 (it listens; its own address is MASTER_ADDR)
+/// and "ADDR:PORT" for the others (ADDR: the address rank 0's machine
+/// reports, as its placed run's MASTER_ADDR).
+v1::RunSpec all_reduce_spec(const v1::Validation& v, int index, int rank, uint32_t gpus,
+                            const std::string& root, const std::string& program);
+
+/// The machines of all-reduce step `index`'s group that joined since the
+/// previous (smaller) group, when that one passed; empty otherwise (the
+/// first group, or one after a group that did not pass).
+std::vector<std::string> all_reduce_joined(const v1::Validation& v, int index);
+
 /// The group sizes over `n` machines: 2, 4, 8, ... up to n, and n itself
 /// when it is not a power of two (n = 6: 2, 4, 6). Empty for n < 2.
 std::vector<int> all_reduce_group_sizes(int n);
@@ -69,6 +101,13 @@ caf::expected<all_reduce_output> parse_all_reduce_perf(std::string_view text);
 double expected_all_reduce_gbs(const std::vector<const v1::MachineView*>& group,
                                const thresholds& t);
 
+/// What rank 0 of `astraeus-check allreduce` measured, read back from its
+/// result's measurements (runtime/validation/all_reduce_check.hpp: per size
+/// busbw, busbw_in_place, algbw, wrong, wrong_in_place; max_bytes), as
+/// parse_all_reduce_perf reads its table (cut short when the last size is
+/// below max_bytes). Errors: ec::invalid_request when it holds no size.
+caf::expected<all_reduce_output> all_reduce_output_of(const v1::CheckResult& measured);
+
 /// Judges the output of one group (`text`, rank 0's log) against
 /// `expected_gbs` as a check result (check "allreduce"): fail when it cannot
 /// be read, is truncated or counts a wrong value (#wrong != 0, naming the
@@ -83,6 +122,12 @@ double expected_all_reduce_gbs(const std::vector<const v1::MachineView*>& group,
 v1::CheckResult judge_all_reduce(std::string_view text, const std::vector<std::string>& group,
                                  double expected_gbs, const thresholds& t,
                                  const std::vector<std::string>& joined = {},
+                                 const std::vector<std::string>& suspects = {});
+
+/// As above, for an output already read (or the error reading it).
+v1::CheckResult judge_all_reduce(const caf::expected<all_reduce_output>& out,
+                                 const std::vector<std::string>& group, double expected_gbs,
+                                 const thresholds& t, const std::vector<std::string>& joined = {},
                                  const std::vector<std::string>& suspects = {});
 
 /// The report's point of a Done all-reduce step: its group, figure,

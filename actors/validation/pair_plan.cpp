@@ -8,6 +8,7 @@
 #include <map>
 #include <tuple>
 
+#include "actors/validation/all_reduce_plan.hpp"
 #include "actors/validation/validation_plan.hpp"
 #include "runtime/host/sysfs_text.hpp"
 #include "runtime/validation/fix_commands.hpp"
@@ -81,7 +82,9 @@ bool is_pair(const v1::ValidationStep& step) {
 
 bool machine_steps_finished(const v1::Validation& v) {
   return std::all_of(v.steps().begin(), v.steps().end(),
-                     [](const auto& s) { return is_pair(s) || finished_step(s); });
+                     [](const auto& s) {
+                       return is_pair(s) || is_all_reduce(s) || finished_step(s);
+                     });
 }
 
 std::vector<int> startable_pairs(const v1::Validation& v) {

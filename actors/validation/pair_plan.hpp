@@ -42,8 +42,8 @@ void add_pair_steps(v1::Validation& v);
 /// Whether `step` is a pair step.
 bool is_pair(const v1::ValidationStep& step);
 
-/// Whether every step of `v` that is not a pair step is Done or Failed (the
-/// pairs run after the machines' own checks).
+/// Whether every step of `v` that is not a pair or all-reduce step is Done or
+/// Failed (the pairs run after the machines' own checks).
 bool machine_steps_finished(const v1::Validation& v);
 
 /// The pair steps that may start now: the Queued or Yielded ones of the

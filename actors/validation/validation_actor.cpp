@@ -6,6 +6,7 @@
 #include <caf/send.hpp>
 #include <spdlog/spdlog.h>
 
+#include "actors/validation/all_reduce_plan.hpp"
 #include "actors/validation/pair_plan.hpp"
 #include "actors/validation/validation_plan.hpp"
 #include "messages/error.hpp"
@@ -163,16 +164,8 @@ void fail_unstarted(self_ptr self, int index, const std::string& why) {
 
 /// Ends step `index` without running it: Done, verdict skipped, `why`.
 void skip_step(self_ptr self, int index, const std::string& why) {
-  auto& st = self->state;
-  auto& step = *st.v.mutable_steps(index);
-  step.set_state(validation::done);
-  step.set_verdict("skipped");
-  step.set_reason(why);
-  auto* r = step.mutable_result();
-  r->set_check(step.check());
-  r->set_verdict("skipped");
-  r->set_summary(why);
-  step.set_finished_unix_ms(st.config.clock->now_unix_ms());
+  validation::end_skipped(*self->state.v.mutable_steps(index), why,
+                          self->state.config.clock->now_unix_ms());
   step_ended(self, index);
 }
 
@@ -257,14 +250,12 @@ void try_start(self_ptr self, int index) {
 /// would wait forever), the slots they held are given back.
 void end_removed_machine(self_ptr self, const std::string& machine) {
   auto& st = self->state;
-  // A Running pair step holds its peer's slot too.
+  // A Running pair or all-reduce step holds its other machines' slots too.
   std::set<std::string> slots{machine};
   for (const auto& s : st.v.steps())
-    if (validation::is_pair(s) && s.state() == validation::running
-        && (s.machine() == machine || s.peer() == machine)) {
-      slots.insert(s.machine());
-      slots.insert(s.peer());
-    }
+    if (s.state() == validation::running && validation::involves(s, machine))
+      for (const auto& m : validation::step_machines(s))
+        slots.insert(m);
   std::vector<std::string> runs;
   auto ended = validation::end_removed(st.v, machine, st.config.clock->now_unix_ms(), runs);
   if (ended.empty())
@@ -291,7 +282,7 @@ void poll(self_ptr self) {
       continue;
     for (int i = 0; i < st.v.steps_size(); ++i)
       if (st.v.steps(i).machine() == machine && st.v.steps(i).state() == validation::running
-          && !validation::is_pair(st.v.steps(i))) {
+          && !validation::is_pair(st.v.steps(i)) && !validation::is_all_reduce(st.v.steps(i))) {
         look_at_run(self, i);
         break;
       }
@@ -301,6 +292,7 @@ void poll(self_ptr self) {
       try_start(self, *next);
   }
   validation_detail::poll_pairs(self);
+  validation_detail::poll_all_reduce(self);
   if (st.busy.empty() && validation::conclude(st.v, st.config.clock->now_unix_ms())) {
     spdlog::info("validation {}: {}", st.v.id(), validation::outcome_line(st.v));
     save(self);

@@ -8,9 +8,11 @@
 /// actors/interfaces.hpp (validation_actor). Logic: validation_plan.hpp.
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
@@ -59,6 +61,11 @@ struct validation_state {
   /// Machines of the validation the cluster no longer has (removed): their
   /// steps end at the next poll that finds them not busy.
   std::set<std::string> removed;
+  /// A Running all-reduce step's expected bus bandwidth (GB/s) and each
+  /// rank's GPUs, by step index, from its machines' views when it started
+  /// (a restarted controller runs the step again, so they are not stored).
+  std::map<int, double> all_reduce_expected;
+  std::map<int, std::vector<uint32_t>> all_reduce_gpus;
 };
 
 /// The behaviour of a validation actor: it polls at once, then every

@@ -11,21 +11,11 @@
 
 namespace astraeus::validation_detail {
 
-namespace {
-
 namespace val = astraeus::validation;
-
-const std::string& machine_a(validation_self self, int index) {
-  return self->state.v.steps(index).machine();
-}
-
-const std::string& machine_b(validation_self self, int index) {
-  return self->state.v.steps(index).peer();
-}
 
 void mark_busy(validation_self self, int index, bool busy) {
   auto& st = self->state;
-  for (const auto& m : {machine_a(self, index), machine_b(self, index)})
+  for (const auto& m : val::step_machines(st.v.steps(index)))
     if (busy)
       st.busy.insert(m);
     else
@@ -36,38 +26,144 @@ void give_back_slot(validation_self self, const std::string& machine) {
   caf::anon_send(self->state.config.owner, atom::slot_v, machine, self->state.v.id(), false);
 }
 
-/// Removes the run named `name` (the other end of a pair that ended).
 void remove_run(validation_self self, const std::string& name) {
   self->request(self->state.config.scheduler, std::chrono::seconds{10}, atom::remove_v, name)
     .then([](v1::Run&) {}, [](caf::error&) {});
 }
 
-/// The pair step ended (Done, Failed or Yielded): its findings name the
-/// pair, the owner hears of it, both slots are given back.
-void pair_ended(validation_self self, int index) {
+void group_step_ended(validation_self self, int index, const std::string& label) {
   auto& st = self->state;
   auto& step = *st.v.mutable_steps(index);
-  auto label = val::pair_label(step);
-  for (auto& f : *step.mutable_result()->mutable_findings())
-    if (f.what().rfind(label, 0) != 0)
-      f.set_what(label + " " + f.what());
-  spdlog::info("validation {}: pair {}: {}{}{}", st.v.id(), label, step.state(),
+  spdlog::info("validation {}: {} {}: {}{}{}", st.v.id(), step.check(), label, step.state(),
                step.verdict().empty() ? "" : " " + step.verdict(),
                step.reason().empty() ? "" : ": " + step.reason());
   if (step.state() != val::yielded)
     self->send(st.config.owner, atom::validate_v, step);
-  give_back_slot(self, step.machine());
-  give_back_slot(self, step.peer());
+  for (const auto& m : val::step_machines(step))
+    give_back_slot(self, m);
   mark_busy(self, index, false);
   save(self);
 }
 
-void fail_pair(validation_self self, int index, const std::string& why) {
+void group_step_went_away(validation_self self, int index, const std::string& why) {
   auto& step = *self->state.v.mutable_steps(index);
-  step.set_state(val::failed);
-  step.set_verdict("fail");
-  step.set_reason(why);
-  step.set_finished_unix_ms(self->state.config.clock->now_unix_ms());
+  for (const auto& run : val::step_runs(self->state.v, index))
+    if (run != step.run())
+      remove_run(self, run);
+  step.set_state(val::queued);
+  step.set_reason("its run " + step.run() + " went away (" + why + "); queued again");
+  for (const auto& m : val::step_machines(step))
+    give_back_slot(self, m);
+  mark_busy(self, index, false);
+  save(self);
+}
+
+void mark_submitted(validation_self self, int index, const v1::Run& run) {
+  auto& st = self->state;
+  auto& step = *st.v.mutable_steps(index);
+  step.set_state(val::running);
+  step.set_run(run.spec().name());
+  step.set_reason("");
+  step.set_started_unix_ms(st.config.clock->now_unix_ms());
+  mark_busy(self, index, false);
+  save(self);
+}
+
+void get_step_run(validation_self self, int index, const std::string& name,
+                  std::function<void(v1::Run&)> then) {
+  self->request(self->state.config.scheduler, std::chrono::seconds{10}, atom::get_v, name)
+    .then(
+      [self, index, then](v1::Run& run) {
+        if (self->state.v.steps(index).state() != val::running) {
+          mark_busy(self, index, false);
+          return;
+        }
+        // Deleted (issue 23 item 6: shown while its workers stop): gone.
+        if (run.deleted()) {
+          group_step_went_away(self, index, "deleted");
+          return;
+        }
+        then(run);
+      },
+      [self, index](caf::error& err) { group_step_went_away(self, index, render_error(err)); });
+}
+
+void watch_first_run(validation_self self, int index, const std::string& name,
+                     const std::string& what, const std::string& before,
+                     std::function<void(const v1::Run&)> placed,
+                     std::function<void(const std::string&)> ended_early,
+                     std::function<void()> gave_way) {
+  get_step_run(self, index, name, [=](v1::Run& run) {
+    auto& step = *self->state.v.mutable_steps(index);
+    bool ended = run.state() == "Stopped" || run.state() == "Failed";
+    if (!ended && !run.master_addr().empty())
+      placed(run);
+    else if (ended && run.preempted()
+             && val::apply_run(step, run, self->state.config.clock->now_unix_ms()))
+      gave_way();  // gave way to real work: queued again
+    else if (ended)
+      ended_early(what + " ended (" + run.state() + ") before " + before
+                  + (run.waiting_reason().empty() ? std::string{} : ": " + run.waiting_reason()));
+    else
+      mark_busy(self, index, false);
+  });
+}
+
+void with_slots(validation_self self, int index, std::vector<std::string> machines,
+                std::function<void()> then, size_t next) {
+  if (next == machines.size()) {
+    then();
+    return;
+  }
+  auto& st = self->state;
+  auto machine = machines[next];
+  // Gives back the slots granted so far (a refusal or a lost answer).
+  auto release = [self, index, machines, next] {
+    for (size_t i = 0; i < next; ++i)
+      give_back_slot(self, machines[i]);
+    mark_busy(self, index, false);
+  };
+  self->request(st.config.owner, std::chrono::seconds{10}, atom::slot_v, machine, st.v.id(), true)
+    .then(
+      [self, index, machines, then, next, release](std::string& why) {
+        if (why.empty()) {
+          with_slots(self, index, machines, then, next + 1);
+          return;
+        }
+        release();
+        auto& step = *self->state.v.mutable_steps(index);
+        if (step.reason() != why) {
+          step.set_reason(why);
+          save(self);
+        }
+      },
+      [release](caf::error&) { release(); });
+}
+
+namespace {
+
+const std::string& machine_a(validation_self self, int index) {
+  return self->state.v.steps(index).machine();
+}
+
+const std::string& machine_b(validation_self self, int index) {
+  return self->state.v.steps(index).peer();
+}
+
+/// The pair step ended (Done, Failed or Yielded): its findings name the
+/// pair, the owner hears of it, both slots are given back.
+void pair_ended(validation_self self, int index) {
+  auto& step = *self->state.v.mutable_steps(index);
+  auto label = val::pair_label(step);
+  for (auto& f : *step.mutable_result()->mutable_findings())
+    if (f.what().rfind(label, 0) != 0)
+      f.set_what(label + " " + f.what());
+  group_step_ended(self, index, label);
+}
+
+void fail_pair(validation_self self, int index, const std::string& why) {
+  val::end_failed(*self->state.v.mutable_steps(index), why,
+                  self->state.config.clock->now_unix_ms());
   pair_ended(self, index);
 }
 
@@ -94,20 +190,6 @@ void submit_client(validation_self self, int index, const v1::Run& server) {
       });
 }
 
-/// The run of pair step `index` is gone (deleted by hand, `why`): the
-/// step is queued again, its server's run removed, both slots given back.
-void pair_run_went_away(validation_self self, int index, const std::string& server_name,
-                        const std::string& why) {
-  auto& step = *self->state.v.mutable_steps(index);
-  remove_run(self, server_name);
-  step.set_state(val::queued);
-  step.set_reason("its run " + step.run() + " went away (" + why + "); queued again");
-  give_back_slot(self, step.machine());
-  give_back_slot(self, step.peer());
-  mark_busy(self, index, false);
-  save(self);
-}
-
 /// Looks at a Running pair step: while only its server's run is submitted,
 /// whether that is placed (then the client's is submitted); then the
 /// client's run, which carries the result.
@@ -115,49 +197,23 @@ void look_at_pair(validation_self self, int index) {
   auto& st = self->state;
   mark_busy(self, index, true);
   auto server_name = val::pair_run_name(st.v, index, st.v.steps(index).attempts(), true);
-  bool waiting_for_server = st.v.steps(index).run() == server_name;
-  self->request(st.config.scheduler, std::chrono::seconds{10}, atom::get_v,
-                st.v.steps(index).run())
-    .then(
-      [self, index, server_name, waiting_for_server](v1::Run& run) {
-        auto& st = self->state;
-        auto& step = *st.v.mutable_steps(index);
-        if (step.state() != val::running) {
-          mark_busy(self, index, false);
-          return;
-        }
-        // Deleted (issue 23 item 6: shown while its workers stop): gone.
-        if (run.deleted()) {
-          pair_run_went_away(self, index, server_name, "deleted");
-          return;
-        }
-        if (waiting_for_server) {
-          bool ended = run.state() == "Stopped" || run.state() == "Failed";
-          if (!run.master_addr().empty() && !ended)
-            submit_client(self, index, run);
-          else if (ended && run.preempted()
-                   && val::apply_run(step, run, st.config.clock->now_unix_ms()))
-            pair_ended(self, index);  // gave way to real work: queued again
-          else if (ended)
-            fail_pair(self, index, "the pair's server ended (" + run.state()
-                                     + ") before its client started"
-                                     + (run.waiting_reason().empty()
-                                          ? std::string{}
-                                          : ": " + run.waiting_reason()));
-          else
-            mark_busy(self, index, false);
-          return;
-        }
-        if (!val::apply_run(step, run, st.config.clock->now_unix_ms())) {
-          mark_busy(self, index, false);
-          return;
-        }
-        remove_run(self, server_name);
-        pair_ended(self, index);
-      },
-      [self, index, server_name](caf::error& err) {
-        pair_run_went_away(self, index, server_name, render_error(err));
-      });
+  if (st.v.steps(index).run() == server_name) {
+    watch_first_run(
+      self, index, server_name, "the pair's server", "its client started",
+      [self, index](const v1::Run& run) { submit_client(self, index, run); },
+      [self, index](const std::string& why) { fail_pair(self, index, why); },
+      [self, index] { pair_ended(self, index); });
+    return;
+  }
+  get_step_run(self, index, st.v.steps(index).run(), [self, index, server_name](v1::Run& run) {
+    auto& step = *self->state.v.mutable_steps(index);
+    if (!val::apply_run(step, run, self->state.config.clock->now_unix_ms())) {
+      mark_busy(self, index, false);
+      return;
+    }
+    remove_run(self, server_name);
+    pair_ended(self, index);
+  });
 }
 
 /// Submits the server's run; the client's follows once it is placed
@@ -168,17 +224,7 @@ void submit_pair(validation_self self, int index, std::vector<val::pair_rail> ra
   step.set_attempts(step.attempts() + 1);
   auto server = val::pair_spec(st.v, index, true, rails, "", st.config.check_program);
   self->request(st.config.scheduler, std::chrono::seconds{10}, atom::submit_v, server)
-    .then(
-      [self, index](v1::Run& run) {
-        auto& st = self->state;
-        auto& step = *st.v.mutable_steps(index);
-        step.set_state(val::running);
-        step.set_run(run.spec().name());
-        step.set_reason("");
-        step.set_started_unix_ms(st.config.clock->now_unix_ms());
-        mark_busy(self, index, false);
-        save(self);
-      },
+    .then([self, index](v1::Run& run) { mark_submitted(self, index, run); },
       [self, index](caf::error& err) {
         fail_pair(self, index, "the pair's server could not be submitted: " + render_error(err));
       });
@@ -212,15 +258,10 @@ void prepare_pair(validation_self self, int index) {
               }
               auto& st = self->state;
               auto& step = *st.v.mutable_steps(index);
-              std::string why = "no RDMA port is Active on the same rail (device and port) of "
-                                + step.machine() + " and " + step.peer();
-              step.set_state(val::done);
-              step.set_verdict("skipped");
-              step.set_reason(why);
-              step.mutable_result()->set_check(val::pair_check);
-              step.mutable_result()->set_verdict("skipped");
-              step.mutable_result()->set_summary(why);
-              step.set_finished_unix_ms(st.config.clock->now_unix_ms());
+              val::end_skipped(step,
+                               "no RDMA port is Active on the same rail (device and port) of "
+                                 + step.machine() + " and " + step.peer(),
+                               st.config.clock->now_unix_ms());
               pair_ended(self, index);
             },
             [self, index](caf::error& err) { fail_pair(self, index, render_error(err)); });
@@ -228,47 +269,11 @@ void prepare_pair(validation_self self, int index) {
       [self, index](caf::error& err) { fail_pair(self, index, render_error(err)); });
 }
 
-/// Asks for the slot of `machine` for pair step `index`; `then` runs once it
-/// is granted; a refusal becomes the step's reason (it waits).
-template <class F>
-void with_slot(validation_self self, int index, const std::string& machine, F then,
-               std::vector<std::string> held) {
-  auto& st = self->state;
-  self->request(st.config.owner, std::chrono::seconds{10}, atom::slot_v, machine, st.v.id(), true)
-    .then(
-      [self, index, then, held](std::string& why) mutable {
-        if (why.empty()) {
-          then();
-          return;
-        }
-        for (const auto& m : held)
-          give_back_slot(self, m);
-        mark_busy(self, index, false);
-        auto& step = *self->state.v.mutable_steps(index);
-        if (step.reason() != why) {
-          step.set_reason(why);
-          save(self);
-        }
-      },
-      [self, index, held](caf::error&) {
-        for (const auto& m : held)
-          give_back_slot(self, m);
-        mark_busy(self, index, false);
-      });
-}
-
 /// Starts pair step `index` once both machines' slots are granted.
 void start_pair(validation_self self, int index) {
   mark_busy(self, index, true);
-  auto a = machine_a(self, index);
-  auto b = machine_b(self, index);
-  with_slot(
-    self, index, a,
-    [self, index, a, b] {
-      with_slot(self, index, b, [self, index] { prepare_pair(self, index); },
-                std::vector<std::string>{a});
-    },
-    {});
+  with_slots(self, index, {machine_a(self, index), machine_b(self, index)},
+             [self, index] { prepare_pair(self, index); });
 }
 
 } // namespace

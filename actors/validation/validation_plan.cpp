@@ -106,8 +106,10 @@ v1::Validation make_validation(const std::string& id, const v1::StartValidation&
       s->set_validation(id);
     }
   }
-  if (suite_has_pairs(start.suite()))
+  if (suite_has_pairs(start.suite())) {
     add_pair_steps(v);
+    add_all_reduce_steps(v);
+  }
   return v;
 }
 
@@ -116,10 +118,8 @@ std::vector<std::string> resume(v1::Validation& v) {
   for (int i = 0; i < v.steps_size(); ++i) {
     auto& s = *v.mutable_steps(i);
     if (s.state() == running) {
-      if (!s.run().empty())
-        stale.push_back(s.run());
-      if (is_pair(s) && s.run() != pair_run_name(v, i, s.attempts(), true))
-        stale.push_back(pair_run_name(v, i, s.attempts(), true));  // its server's too
+      for (auto& run : step_runs(v, i))
+        stale.push_back(std::move(run));
       s.set_state(queued);
       s.set_reason("the controller restarted while it ran: it runs again");
     }
@@ -127,9 +127,44 @@ std::vector<std::string> resume(v1::Validation& v) {
   return stale;
 }
 
+std::vector<std::string> step_machines(const v1::ValidationStep& step) {
+  std::vector<std::string> out{step.machine()};
+  auto add = [&](const std::string& m) {
+    if (!m.empty() && std::find(out.begin(), out.end(), m) == out.end())
+      out.push_back(m);
+  };
+  add(step.peer());
+  for (const auto& m : step.group_machines())
+    add(m);
+  return out;
+}
+
+bool involves(const v1::ValidationStep& step, const std::string& machine) {
+  auto ms = step_machines(step);
+  return std::find(ms.begin(), ms.end(), machine) != ms.end();
+}
+
+std::vector<std::string> step_runs(const v1::Validation& v, int index) {
+  const auto& s = v.steps(index);
+  std::vector<std::string> out;
+  if (is_all_reduce(s)) {
+    // Every rank's run (those not submitted yet are not found: harmless).
+    for (int r = 0; r < s.group_machines_size(); ++r)
+      out.push_back(all_reduce_run_name(v, index, s.attempts(), r));
+    return out;
+  }
+  if (!s.run().empty())
+    out.push_back(s.run());
+  // A pair's server runs beside its client (the step names the client once
+  // it is submitted).
+  if (is_pair(s) && s.run() != pair_run_name(v, index, s.attempts(), true))
+    out.push_back(pair_run_name(v, index, s.attempts(), true));
+  return out;
+}
+
 bool has_running(const v1::Validation& v, const std::string& machine) {
   return std::any_of(v.steps().begin(), v.steps().end(), [&](const auto& s) {
-    return (s.machine() == machine || s.peer() == machine) && s.state() == running;
+    return s.state() == running && involves(s, machine);
   });
 }
 
@@ -138,7 +173,8 @@ std::optional<int> next_step(const v1::Validation& v, const std::string& machine
     return std::nullopt;
   for (int i = 0; i < v.steps_size(); ++i) {
     const auto& s = v.steps(i);
-    if (s.machine() == machine && !is_pair(s) && (s.state() == queued || s.state() == yielded))
+    if (s.machine() == machine && !is_pair(s) && !is_all_reduce(s)
+        && (s.state() == queued || s.state() == yielded))
       return i;
   }
   return std::nullopt;
@@ -326,6 +362,24 @@ bool apply_run(v1::ValidationStep& step, const v1::Run& run, int64_t now_unix_ms
   return true;
 }
 
+void end_failed(v1::ValidationStep& step, const std::string& why, int64_t now_unix_ms) {
+  step.set_state(failed);
+  step.set_verdict("fail");
+  step.set_reason(why);
+  step.set_finished_unix_ms(now_unix_ms);
+}
+
+void end_skipped(v1::ValidationStep& step, const std::string& why, int64_t now_unix_ms) {
+  step.set_state(done);
+  step.set_verdict("skipped");
+  step.set_reason(why);
+  auto* r = step.mutable_result();
+  r->set_check(step.check());
+  r->set_verdict("skipped");
+  r->set_summary(why);
+  step.set_finished_unix_ms(now_unix_ms);
+}
+
 std::string removed_reason(const std::string& machine) {
   return "machine " + machine + " was removed before the check finished";
 }
@@ -335,20 +389,11 @@ std::vector<int> end_removed(v1::Validation& v, const std::string& machine,
   std::vector<int> ended;
   for (int i = 0; i < v.steps_size(); ++i) {
     auto& s = *v.mutable_steps(i);
-    if ((s.machine() != machine && s.peer() != machine) || s.state() == done
-        || s.state() == failed)
+    if (!involves(s, machine) || s.state() == done || s.state() == failed)
       continue;
-    if (s.state() == running) {
-      if (!s.run().empty())
-        runs.push_back(s.run());
-      // A pair's server runs beside its client (the step names the client
-      // once it is submitted).
-      if (is_pair(s)) {
-        auto server = pair_run_name(v, i, s.attempts(), true);
-        if (server != s.run())
-          runs.push_back(server);
-      }
-    }
+    if (s.state() == running)
+      for (auto& run : step_runs(v, i))
+        runs.push_back(std::move(run));
     s.set_state(failed);
     s.set_verdict("fail");
     s.set_reason(removed_reason(machine));
@@ -363,7 +408,7 @@ std::string machine_verdict(const v1::Validation& v, const std::string& machine)
   bool any = false, measured = false;
   std::vector<std::string> pairs;
   for (const auto& s : v.steps()) {
-    if (s.machine() != machine && s.peer() != machine)
+    if (!involves(s, machine))
       continue;
     if (s.state() != done && s.state() != failed)
       return "";

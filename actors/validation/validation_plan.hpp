@@ -70,12 +70,25 @@ v1::Validation make_validation(const std::string& id, const v1::StartValidation&
 /// Returns the runs to remove.
 std::vector<std::string> resume(v1::Validation& v);
 
-/// Whether `machine` has a Running step in `v` (a pair's peer included).
+/// The machines a step holds while it runs: its machine, a pair's peer, an
+/// all-reduce's group (each once, in that order).
+std::vector<std::string> step_machines(const v1::ValidationStep& step);
+
+/// Whether `step` runs on `machine` (step_machines).
+bool involves(const v1::ValidationStep& step, const std::string& machine);
+
+/// The runs a Running step may have submitted at its attempt: its run, a
+/// pair's server, an all-reduce's every rank.
+std::vector<std::string> step_runs(const v1::Validation& v, int index);
+
+/// Whether `machine` has a Running step in `v` (a pair's peer and an
+/// all-reduce's group included).
 bool has_running(const v1::Validation& v, const std::string& machine);
 
 /// The index of the next step to start on `machine`: its first Queued or
 /// Yielded step that is not a pair step (those start by round:
-/// startable_pairs); nullopt when none (or one runs there already).
+/// startable_pairs; nor an all-reduce step: startable_all_reduce); nullopt
+/// when none (or one runs there already).
 std::optional<int> next_step(const v1::Validation& v, const std::string& machine);
 
 /// The run name of attempt `attempt` of step `index`:
@@ -161,6 +174,15 @@ caf::expected<v1::CheckResult> parse_result(const std::string& line, const std::
 /// Returns false when the run has not ended yet.
 bool apply_run(v1::ValidationStep& step, const v1::Run& run, int64_t now_unix_ms);
 
+/// Ends `step` without a result: Failed, verdict fail, reason `why`,
+/// finished at `now_unix_ms`.
+void end_failed(v1::ValidationStep& step, const std::string& why, int64_t now_unix_ms);
+
+/// Ends `step` without running it: Done, verdict skipped (its result's too,
+/// the result's check the step's, its summary `why`), reason `why`, finished
+/// at `now_unix_ms`.
+void end_skipped(v1::ValidationStep& step, const std::string& why, int64_t now_unix_ms);
+
 /// "machine X was removed before the check finished": why a step of a
 /// machine that left the cluster ended.
 std::string removed_reason(const std::string& machine);
@@ -174,7 +196,8 @@ std::string removed_reason(const std::string& machine);
 std::vector<int> end_removed(v1::Validation& v, const std::string& machine,
                              int64_t now_unix_ms, std::vector<std::string>& runs);
 
-/// The verdict of `machine` in `v` (its steps and the pairs it is in):
+/// The verdict of `machine` in `v` (its steps, the pairs it is in, and the
+/// all-reduce groups it is in, each counted as its own step):
 /// "fail" when a step failed or its check
 /// says fail, "warn" when one warns, "skipped" when every one was skipped
 /// (nothing was measured: no pass, and no acceptance), "pass" when all are

@@ -46,6 +46,21 @@ struct check_options {
   std::string pair_rails;
   /// pair: perftest's ib_write_bw (--ib-write-bw).
   std::string ib_write_bw = "ib_write_bw";
+  /// allreduce: this machine's rank (--rank) and the group's size (--ranks).
+  int allreduce_rank = -1;
+  int allreduce_ranks = 0;
+  /// allreduce: where rank 0 listens, "HOST:PORT" (--root; rank 0 may give
+  /// ":PORT": its own address, MASTER_ADDR).
+  std::string allreduce_root;
+  /// allreduce: GPUs to drive (--gpus); 0: every GPU CUDA lists.
+  int allreduce_gpus = 0;
+  /// allreduce: the sweep, bytes (--min-bytes, --max-bytes).
+  uint64_t allreduce_min_bytes = 8;
+  uint64_t allreduce_max_bytes = uint64_t{1} << 30;
+  /// allreduce: how long the ranks may take to meet (--connect-timeout).
+  std::chrono::milliseconds allreduce_connect_timeout{std::chrono::seconds{120}};
+  /// allreduce: the NCCL library dlopen()ed (--nccl-lib).
+  std::string nccl_lib = "libnccl.so.2";
 };
 
 /// The environment through which the agent hands a check it runs (a

@@ -151,8 +151,8 @@ const row_spec table[] = {
    "busbw at the largest message below {} x expected, a wrong value (#wrong > 0) at any size, "
    "or output cut short: fail", "[R] as pairs.fail_fraction; NVIDIA CRE PR #6 (fail closed)"},
   {"allreduce", "", nullptr, range::any, "",
-   "all_reduce_perf (nccl-tests) over one gang of 2, 4, 8, ... machines and then all of them, "
-   "in validation.allreduce.image", "seed bring-up-a-gpu-cluster.md, step 3"},
+   "NCCL all-reduce (astraeus-check allreduce, all_reduce_perf's table) over one gang of 2, "
+   "4, 8, ... machines and then all of them", "seed bring-up-a-gpu-cluster.md, step 3"},
 };
 
 std::string value_text(double v) {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <sys/stat.h>
@@ -177,6 +178,74 @@ TEST_F(CheckProgram, PairMeasuresEveryRailFromBothEnds) {
     << server.result.findings[1].what;
   EXPECT_EQ(run_check({"pair", "--role", "client", "--rails", "mlx5_0:1:400"}).exit_code, 2);
   EXPECT_EQ(run_check({"pair", "--role", "server", "--rails", "mlx5_0"}).exit_code, 2);
+}
+
+// Issue 12: two ranks of `allreduce` in stand-in mode (ASTRAEUS_CUDA_FIXTURE)
+// meet over TCP at rank 0's port; rank 0 prints all_reduce_perf's table at
+// the fixture's bus bandwidth and carries its rows in its result.
+TEST_F(CheckProgram, AllReduceRanksMeetAtTheRootAndRankZeroPrintsTheTable) {
+  auto fixture = dir.path() + "/allreduce.json";
+  astraeus::test::write_text(fixture, R"({"gpus": [{}, {}], "allreduce_busbw_gbs": 333})");
+  astraeus::test::use_fixtures(root + "/nvml.json", fixture);
+  auto port = std::to_string(20000 + ::getpid() % 20000);
+  program_run rank1;
+  std::thread peer([&] {
+    rank1 = run_check({"allreduce", "--json", "--rank", "1", "--ranks", "2", "--root",
+                       "127.0.0.1:" + port, "--max-bytes", "1073741824"});
+  });
+  auto rank0 = run_check({"allreduce", "--json", "--rank", "0", "--ranks", "2", "--root",
+                          ":" + port, "--max-bytes", "1073741824"});
+  peer.join();
+  EXPECT_EQ(rank0.exit_code, 0) << rank0.err << rank0.out;
+  EXPECT_EQ(rank0.result.check, "allreduce");
+  EXPECT_EQ(rank0.result.result, verdict::pass);
+  EXPECT_EQ(rank0.result.summary,
+            "all-reduce rank 0 of 2 (2 of 4 GPUs): 333.0 GB/s bus bandwidth at 1073741824 B "
+            "(stand-in)");
+  EXPECT_NE(rank0.out.find("#       size         count      type   redop    root     time   "
+                           "algbw   busbw #wrong     time   algbw   busbw #wrong\n"),
+            std::string::npos)
+    << rank0.out;
+  EXPECT_NE(rank0.out.find("  1073741824     268435456     float     sum      -1"),
+            std::string::npos)
+    << rank0.out;
+  EXPECT_NE(rank0.out.find("# Avg bus bandwidth    : "), std::string::npos);
+  int sizes = 0;
+  for (const auto& m : rank0.result.measurements)
+    sizes += m.name == "busbw";
+  EXPECT_EQ(sizes, 28) << "8 B to 1 GiB";
+  EXPECT_EQ(rank1.exit_code, 0) << rank1.err;
+  EXPECT_EQ(rank1.result.summary,
+            "all-reduce rank 1 of 2 (2 of 4 GPUs): 333.0 GB/s bus bandwidth at 1073741824 B "
+            "(stand-in)");
+  EXPECT_EQ(rank1.out.find("# Avg bus bandwidth"), std::string::npos) << "rank 0's table only";
+}
+
+// A rank that cannot reach the root fails naming the address; a rank other
+// than 0 without the root's host is bad usage.
+TEST_F(CheckProgram, AllReduceRankThatCannotReachTheRootFailsNamingIt) {
+  auto fixture = dir.path() + "/allreduce.json";
+  astraeus::test::write_text(fixture, R"({"gpus": [{}]})");
+  astraeus::test::use_fixtures(root + "/nvml.json", fixture);
+  auto port = std::to_string(40000 + ::getpid() % 20000);
+  auto r = run_check({"allreduce", "--json", "--rank", "1", "--ranks", "2", "--root",
+                      "127.0.0.1:" + port, "--connect-timeout", "1s"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  ASSERT_EQ(r.result.findings.size(), 1u) << r.out;
+  EXPECT_NE(r.result.findings[0].what.find("rank 1 could not reach the all-reduce root at "
+                                           "127.0.0.1:" + port + " within 1 s"),
+            std::string::npos)
+    << r.result.findings[0].what;
+  auto lonely = run_check({"allreduce", "--json", "--rank", "0", "--ranks", "2", "--root",
+                           ":" + port, "--connect-timeout", "1s"});
+  EXPECT_EQ(lonely.exit_code, 1);
+  ASSERT_EQ(lonely.result.findings.size(), 1u) << lonely.out;
+  EXPECT_EQ(lonely.result.findings[0].what,
+            "rank 0 heard from 1 of 2 ranks within 1 s on TCP port " + port
+              + " (missing: rank 1)");
+  EXPECT_EQ(run_check({"allreduce", "--rank", "1", "--ranks", "2", "--root", ":18600"}).exit_code,
+            2);
+  EXPECT_EQ(run_check({"allreduce", "--rank", "2", "--ranks", "2", "--root", "h:1"}).exit_code, 2);
 }
 
 TEST_F(CheckProgram, ExplainPrintsTheTableAndBadUsageExitsTwo) {

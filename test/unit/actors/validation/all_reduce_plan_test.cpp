@@ -15,6 +15,7 @@
 #include "bin/validation_format.hpp"
 #include "messages/error.hpp"
 #include "runtime/host/sysfs_text.hpp"
+#include "runtime/validation/all_reduce_check.hpp"
 #include "unit/actors/validation/fabric_fixtures.hpp"
 
 using namespace astraeus;
@@ -135,7 +136,7 @@ TEST(AllReducePerf, OutputCutShortOrAWrongValueFails) {
             "value(s) at 64 MiB (out-of-place): data was corrupted");
   auto garbage = judge_all_reduce("Segmentation fault\n", {"gpu-01", "gpu-02"}, 360, t);
   EXPECT_EQ(garbage.verdict(), "fail");
-  EXPECT_NE(garbage.findings(0).fix().find("validation.allreduce.image"), std::string::npos);
+  EXPECT_NE(garbage.findings(0).fix().find("astraeus-check allreduce"), std::string::npos);
 }
 
 // Two machines, then four with gpu-03 slow (its mlx5_5 at 200 Gb/s): the
@@ -207,4 +208,156 @@ TEST(AllReducePlan, AGroupWithASlowMachineIsBelowItsExpectedFigureAndNamesIt) {
   auto html = cli::format_report_html(report, "Cluster Report");
   EXPECT_NE(html.find("<table class=\"allreduce\">"), std::string::npos);
   EXPECT_NE(html.find("title=\"gpu-01, gpu-02, gpu-03, gpu-04\""), std::string::npos);
+}
+
+// The steps (issue 12): acceptance and network add one all-reduce step per
+// group after the pairs (the first k machines, in rank order); they start
+// one at a time, smallest first, once every other step is finished.
+TEST(AllReducePlan, TheGroupsRunAfterThePairsOneAtATimeSmallestFirst) {
+  v1::StartValidation start;
+  start.set_suite("network");
+  auto v = make_validation("val-20261203-00ab12", start, {"gpu-01", "gpu-02", "gpu-03"},
+                           "on-demand", 0);
+  std::vector<int> groups;
+  for (int i = 0; i < v.steps_size(); ++i)
+    if (is_all_reduce(v.steps(i)))
+      groups.push_back(i);
+  ASSERT_EQ(groups.size(), 2u) << "groups of 2 and of all 3";
+  EXPECT_EQ(groups.front(), 3) << "after the 3 pairs";
+  EXPECT_EQ(v.steps(3).group_machines_size(), 2);
+  EXPECT_EQ(v.steps(4).group_machines(2), "gpu-03");
+  EXPECT_EQ(latest_key(v.steps(4)), (std::pair<std::string, std::string>{"gpu-01", "allreduce/3"}));
+  EXPECT_FALSE(startable_all_reduce(v)) << "the pairs are not finished";
+  EXPECT_FALSE(next_step(v, "gpu-01")) << "an all-reduce is no machine step";
+  for (int i = 0; i < 3; ++i)
+    v.mutable_steps(i)->set_state(done);
+  ASSERT_EQ(startable_all_reduce(v), std::optional<int>{3});
+  v.mutable_steps(3)->set_state(running);
+  EXPECT_FALSE(startable_all_reduce(v)) << "the groups overlap: one at a time";
+  EXPECT_TRUE(has_running(v, "gpu-02")) << "a group holds every machine of it";
+  EXPECT_FALSE(has_running(v, "gpu-03"));
+  EXPECT_EQ(machine_verdict(v, "gpu-01"), "") << "gpu-01's all-reduce is not finished";
+  v.mutable_steps(3)->set_state(done);
+  v.mutable_steps(3)->set_verdict("pass");
+  EXPECT_EQ(startable_all_reduce(v), std::optional<int>{4});
+  EXPECT_EQ(all_reduce_joined(v, 4), std::vector<std::string>{"gpu-03"})
+    << "the group of 2 passed: gpu-03 joined since";
+  v.mutable_steps(3)->set_verdict("warn");
+  EXPECT_TRUE(all_reduce_joined(v, 4).empty());
+
+  v1::StartValidation quick;
+  quick.set_suite("quick");
+  auto q = make_validation("val-20261203-00ab13", quick, {"gpu-01", "gpu-02"}, "on-demand", 0);
+  for (const auto& s : q.steps())
+    EXPECT_FALSE(is_all_reduce(s)) << "the quick suite has no fabric steps";
+}
+
+// Each rank is a run pinned to its machine holding its GPUs: rank 0 listens
+// on the root port (its own address), the others name rank 0's address. A
+// machine removed ends the group's step and every rank's run.
+TEST(AllReducePlan, EachRankRunsOnItsMachineAndTheOthersNameRankZerosAddress) {
+  v1::StartValidation start;
+  start.set_suite("network");
+  auto v = make_validation("val-20261203-00ab12", start, {"gpu-01", "gpu-02"}, "on-demand", 0);
+  ASSERT_EQ(v.steps_size(), 2);
+  v.mutable_steps(1)->set_attempts(1);
+  auto r0 = all_reduce_spec(v, 1, 0, 8, ":18600", "astraeus-check");
+  EXPECT_EQ(r0.name(), "val-20261203-00ab12-allreduce-2-1-r0");
+  EXPECT_EQ(r0.labels().at("astraeus.io/machine"), "gpu-01");
+  EXPECT_EQ(r0.gpus_per_worker(), 8u);
+  std::vector<std::string> cmd(r0.command().begin(), r0.command().end());
+  EXPECT_EQ(cmd, (std::vector<std::string>{"astraeus-check", "allreduce", "--json", "--rank", "0",
+                                           "--ranks", "2", "--root", ":18600", "--gpus", "8"}));
+  auto r1 = all_reduce_spec(v, 1, 1, 4, "10.0.0.1:18600", "astraeus-check");
+  EXPECT_EQ(r1.labels().at("astraeus.io/machine"), "gpu-02");
+  EXPECT_EQ(r1.command(8), "10.0.0.1:18600");
+  EXPECT_EQ(r1.priority(), -1000) << "a check gives way to real work";
+
+  v.mutable_steps(0)->set_state(done);
+  v.mutable_steps(1)->set_state(running);
+  v.mutable_steps(1)->set_run(r1.name());
+  std::vector<std::string> runs;
+  auto ended = end_removed(v, "gpu-02", 5, runs);
+  EXPECT_EQ(ended, std::vector<int>{1});
+  EXPECT_EQ(runs, (std::vector<std::string>{r0.name(), r1.name()})) << "every rank's run";
+  EXPECT_EQ(v.steps(1).reason(), "machine gpu-02 was removed before the check finished");
+}
+
+// astraeus-check allreduce's table is all_reduce_perf's: the reader here
+// takes it as it is, and the rows it carries in its result give the same
+// judgement (a wrong value fails naming the size; a sweep cut short fails).
+TEST(AllReducePlan, TheChecksTableAndItsResultReadAsAllReducePerfs) {
+  std::vector<all_reduce_timing> rows;
+  for (uint64_t bytes : all_reduce_sizes(8, uint64_t{1} << 30)) {
+    all_reduce_timing r;
+    r.bytes = bytes;
+    r.time_us = 20 + bytes / 1e3 / 180;
+    r.algbw_gbs = bytes / 1e3 / r.time_us;
+    r.busbw_gbs = all_reduce_busbw(r.algbw_gbs, 16);
+    r.in_place_time_us = r.time_us;
+    r.in_place_algbw_gbs = r.algbw_gbs;
+    r.in_place_busbw_gbs = r.busbw_gbs;
+    rows.push_back(r);
+  }
+  ASSERT_EQ(rows.size(), 28u) << "8 B to 1 GiB, doubling";
+  EXPECT_NEAR(all_reduce_busbw(180, 16), 337.5, 1e-9) << "algbw x 2(n-1)/n";
+  auto text = format_all_reduce_table(rows, 16, 8, uint64_t{1} << 30);
+  auto parsed = parse_all_reduce_perf(text);
+  ASSERT_TRUE(parsed) << render_error(parsed.error()) << text;
+  ASSERT_EQ(parsed->rows.size(), 28u);
+  EXPECT_EQ(parsed->max_bytes, uint64_t{1} << 30);
+  EXPECT_EQ(parsed->truncated, "");
+  EXPECT_EQ(parsed->rows.back().wrong, 0);
+  EXPECT_NEAR(parsed->rows.back().busbw_gbs, rows.back().busbw_gbs, 0.01);
+  thresholds t;
+  auto from_text = judge_all_reduce(text, {"gpu-01", "gpu-02"}, 360, t);
+  EXPECT_EQ(from_text.verdict(), "pass");
+  EXPECT_EQ(from_text.summary(), "all-reduce over 2 machines at 93% of expected (336 of 360 GB/s)")
+    << "20 us of latency over 1 GiB at 180 GB/s algbw";
+
+  check_result r;
+  r.check = "allreduce";
+  add_all_reduce_rows(r, rows, uint64_t{1} << 30);
+  auto result = parse_result(to_json_line(r), "allreduce");
+  ASSERT_TRUE(result) << render_error(result.error());
+  auto from_result = judge_all_reduce(all_reduce_output_of(*result), {"gpu-01", "gpu-02"}, 360, t);
+  EXPECT_EQ(from_result.summary(), from_text.summary());
+  EXPECT_EQ(from_result.measurements_size(), from_text.measurements_size());
+
+  // Rank 0's result as the validation reads it, judged over two machines.
+  auto judge_rows = [&](const std::vector<all_reduce_timing>& measured) {
+    check_result c;
+    c.check = "allreduce";
+    add_all_reduce_rows(c, measured, uint64_t{1} << 30);
+    auto line = parse_result(to_json_line(c), "allreduce");
+    EXPECT_TRUE(line);
+    return judge_all_reduce(all_reduce_output_of(*line), {"gpu-01", "gpu-02"}, 360, t);
+  };
+  rows[20].in_place_wrong = 3;
+  auto judged = judge_rows(rows);
+  EXPECT_EQ(judged.verdict(), "fail");
+  EXPECT_NE(judged.summary().find("3 wrong value(s) at 8 MiB (in-place)"), std::string::npos)
+    << judged.summary();
+
+  rows.resize(10);
+  auto short_sweep = judge_rows(rows);
+  EXPECT_EQ(short_sweep.verdict(), "fail");
+  EXPECT_NE(short_sweep.summary().find("stopped at 4 KiB of 1 GiB"), std::string::npos)
+    << short_sweep.summary();
+  EXPECT_FALSE(all_reduce_output_of(v1::CheckResult{})) << "no size: nothing to judge";
+}
+
+// --root as the validation gives it: rank 0 ":PORT", the others "ADDR:PORT".
+TEST(AllReducePlan, TheRootIsHostAndPort) {
+  auto r0 = parse_root(":18600");
+  ASSERT_TRUE(r0);
+  EXPECT_EQ(r0->first, "");
+  EXPECT_EQ(r0->second, 18600);
+  auto v6 = parse_root("[fd00::1]:18600");
+  ASSERT_TRUE(v6);
+  EXPECT_EQ(v6->first, "fd00::1");
+  EXPECT_FALSE(parse_root("10.0.0.1"));
+  EXPECT_NE(render_error(parse_root("10.0.0.1:0").error())
+              .find("--root '10.0.0.1:0' has no port from 1 to 65534 (HOST:PORT)"),
+            std::string::npos);
 }

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "actors/validation/all_reduce_plan.hpp"
 #include "actors/validation/cluster_report.hpp"
 #include "actors/validation/ib_port_exclusions.hpp"
 #include "actors/validation/pair_matrix.hpp"
@@ -28,11 +29,16 @@ v1::MachineView machine(const std::string& name, const std::string& slow = {}) {
   return test::ib_machine(name, slow);
 }
 
+/// The network suite over `machines`, its pair steps alone (the all-reduce
+/// steps that follow them are all_reduce_plan_test.cpp's).
 v1::Validation network_of(std::vector<std::string> machines) {
   v1::StartValidation start;
   start.set_suite("network");
   start.set_pool("h100");
-  return make_validation("val-20261006-7f3a2c", start, machines, "on-demand", 0);
+  auto v = make_validation("val-20261006-7f3a2c", start, machines, "on-demand", 0);
+  while (v.steps_size() > 0 && is_all_reduce(v.steps(v.steps_size() - 1)))
+    v.mutable_steps()->RemoveLast();
+  return v;
 }
 
 /// A pair step Done as `astraeus-check pair` would leave it: every shared
@@ -90,6 +96,11 @@ TEST(PairPlan, NetworkSuiteIsThePairsAloneAcceptanceEndsWithThem) {
   EXPECT_FALSE(known_suite("pairs"));
   auto v = network_of({"gpu-01", "gpu-02", "gpu-03", "gpu-04"});
   ASSERT_EQ(v.steps_size(), 6);
+  v1::StartValidation network;
+  network.set_suite("network");
+  EXPECT_EQ(make_validation("val-x", network, {"a", "b", "c", "d"}, "on-demand", 0).steps_size(),
+            8)
+    << "6 pairs, then the all-reduce over 2 and over 4";
   EXPECT_EQ(v.steps(0).check(), "pair");
   EXPECT_EQ(v.steps(0).round(), 0u);
   EXPECT_EQ(v.steps(5).round(), 2u);
@@ -99,7 +110,7 @@ TEST(PairPlan, NetworkSuiteIsThePairsAloneAcceptanceEndsWithThem) {
   v1::StartValidation start;
   start.set_suite("acceptance");
   auto a = make_validation("val-x", start, {"gpu-01", "gpu-02"}, "on-demand", 0);
-  ASSERT_EQ(a.steps_size(), 11);
+  ASSERT_EQ(a.steps_size(), 12) << "10 checks, the pair, the all-reduce";
   EXPECT_EQ(a.steps(10).machine(), "gpu-01");
   EXPECT_EQ(a.steps(10).peer(), "gpu-02");
   EXPECT_TRUE(startable_pairs(a).empty()) << "the machines' own checks come first";

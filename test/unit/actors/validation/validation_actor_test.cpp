@@ -13,8 +13,10 @@
 
 #include <caf/event_based_actor.hpp>
 
+#include "actors/validation/all_reduce_plan.hpp"
 #include "actors/validation/validation_actor.hpp"
 #include "actors/validation/validation_plan.hpp"
+#include "runtime/validation/all_reduce_check.hpp"
 #include "store/store.hpp"
 
 using namespace astraeus;
@@ -36,7 +38,25 @@ struct world {
   std::vector<v1::RunSpec> specs;          // what was submitted, in order
   bool rdma = false;                       // machines report 2 Active IB ports
   std::set<std::string> gone;              // machines removed from the cluster
+  double allreduce_busbw = 85;             // rank 0's figure, GB/s, at every size
 };
+
+/// Rank 0's result of `astraeus-check allreduce`: 8 B to 1 GiB at `busbw`.
+std::string all_reduce_result(double busbw) {
+  val::check_result r;
+  r.check = "allreduce";
+  std::vector<val::all_reduce_timing> rows;
+  for (auto bytes : val::all_reduce_sizes(8, uint64_t{1} << 30)) {
+    val::all_reduce_timing t;
+    t.bytes = bytes;
+    t.busbw_gbs = t.in_place_busbw_gbs = busbw;
+    t.algbw_gbs = t.in_place_algbw_gbs = busbw / 2;
+    rows.push_back(t);
+  }
+  val::add_all_reduce_rows(r, rows, uint64_t{1} << 30);
+  r.summary = "fine";
+  return val::to_json_line(r);
+}
 
 std::string machine_of(const v1::RunSpec& s) {
   auto it = s.labels().find("astraeus.io/machine");
@@ -169,7 +189,9 @@ protected:
       r.set_preempted(preempted);
       auto check = r.spec().command(1);
       (*r.add_workers()->mutable_outputs())["astraeus.result"] =
-        R"({"check":")" + check + R"(","verdict":")" + verdict + R"(","summary":"fine"})";
+        check == "allreduce" && r.spec().command(4) == "0" && verdict == "pass"
+          ? all_reduce_result(w->allreduce_busbw)
+          : R"({"check":")" + check + R"(","verdict":")" + verdict + R"(","summary":"fine"})";
     }
   }
 
@@ -207,8 +229,13 @@ TEST_F(ValidationActor, RunsOneCheckAtATimePerMachineUntilEveryMachinePasses) {
   EXPECT_EQ(w->overlaps, 0) << "two checks ran at once on one machine";
   EXPECT_EQ(w->last.state(), "Passed");
   EXPECT_EQ(w->last.machines_passed(), 2u);
-  EXPECT_EQ(w->ended.size(), 11u) << "the pair too (skipped: no RDMA port)";
+  EXPECT_EQ(w->ended.size(), 12u) << "the pair and the all-reduce too (skipped: no RDMA port)";
   EXPECT_EQ(w->last.steps(10).verdict(), "skipped");
+  EXPECT_EQ(w->last.steps(11).check(), "allreduce");
+  EXPECT_EQ(w->last.steps(11).verdict(), "skipped");
+  EXPECT_NE(w->last.steps(11).reason().find("no RDMA port is Active on the same rail"),
+            std::string::npos)
+    << w->last.steps(11).reason();
   v1::Validation stored;
   auto found = db->get(family::validations, "val/val-20261006-7f3a2c", stored);
   ASSERT_TRUE(found && *found);
@@ -245,14 +272,101 @@ TEST_F(ValidationActor, NetworkRunsEachRoundsPairsAsServerAndClient) {
     for (int i = 0; i < 4; ++i)
       advance(std::chrono::seconds{1});
   }
-  EXPECT_EQ(w->submitted.size(), 12u);
   EXPECT_EQ(w->overlaps, 0) << "two checks ran at once on one machine";
-  EXPECT_EQ(w->removed.size(), 6u) << "every server's run";
   EXPECT_EQ(w->removed[0].substr(w->removed[0].size() - 2), "-s");
-  EXPECT_EQ(w->ended.size(), 6u);
+  EXPECT_EQ(std::count_if(w->removed.begin(), w->removed.end(),
+                          [](const auto& n) { return n.substr(n.size() - 2) == "-s"; }),
+            6)
+    << "every server's run";
+
+  // Then the all-reduce (issue 12): over gpu-01 and gpu-02, then over all
+  // four, each a gang of one rank per machine holding its 8 GPUs; rank 0
+  // first, the others once it is placed, naming its address.
+  for (int group : {2, 4}) {
+    for (int i = 0; i < 4; ++i)
+      advance(std::chrono::seconds{1});
+    std::vector<v1::RunSpec> ranks;
+    for (const auto& spec : w->specs)
+      if (spec.command(1) == "allreduce" && spec.command(6) == std::to_string(group))
+        ranks.push_back(spec);
+    ASSERT_EQ(ranks.size(), static_cast<size_t>(group)) << "every rank of the group of " << group;
+    EXPECT_EQ(machine_of(ranks[0]), "gpu-01");
+    EXPECT_EQ(ranks[0].command(4), "0");
+    EXPECT_EQ(ranks[0].command(8), ":18600") << "rank 0 listens";
+    EXPECT_EQ(ranks[0].gpus_per_worker(), 8u);
+    for (int r = 1; r < group; ++r) {
+      EXPECT_EQ(machine_of(ranks[r]), "gpu-0" + std::to_string(r + 1));
+      EXPECT_EQ(ranks[r].command(8), "10.0.0.1:18600") << "rank 0's machine's address";
+    }
+    EXPECT_EQ(w->slots.size(), static_cast<size_t>(group)) << "every machine of the group";
+    end_live_runs();
+  }
+  for (int i = 0; i < 4; ++i)
+    advance(std::chrono::seconds{1});
+  EXPECT_EQ(w->submitted.size(), 18u) << "12 pair runs, then 2 + 4 ranks";
+  EXPECT_EQ(w->ended.size(), 8u);
+  ASSERT_EQ(w->last.steps_size(), 8);
+  const auto& two = w->last.steps(6);
+  EXPECT_EQ(two.check(), "allreduce");
+  EXPECT_EQ(two.verdict(), "pass") << two.reason() << two.result().summary();
+  EXPECT_EQ(two.result().summary(),
+            "all-reduce over 2 machines at 94% of expected (85 of 90 GB/s)")
+    << "2 Active 400 Gb/s ports / 8 x 0.9";
+  EXPECT_EQ(val::all_reduce_point(two).curve_size(), 28);
   EXPECT_EQ(w->last.state(), "Passed");
   EXPECT_EQ(w->last.machines_passed(), 4u);
   EXPECT_TRUE(w->slots.empty()) << "every slot is given back";
+}
+
+// A group below its expected bus bandwidth fails, naming the figure; a
+// rank whose run fails fails the group naming the rank and its machine, the
+// other ranks' runs are removed and every slot is given back.
+TEST_F(ValidationActor, AllReduceBelowItsFigureOrWithAFailedRankFails) {
+  w->rdma = true;
+  w->allreduce_busbw = 40;
+  v1::StartValidation s;
+  s.set_suite("network");
+  s.set_pool("h100");
+  start(val::make_validation("val-20261006-00000a", s, {"gpu-01", "gpu-02"}, "on-demand", 0));
+  for (int i = 0; i < 2; ++i) {  // the pair, then the all-reduce
+    advance(std::chrono::seconds{1});
+    end_live_runs();
+    for (int k = 0; k < 4; ++k)
+      advance(std::chrono::seconds{1});
+  }
+  ASSERT_EQ(w->last.steps_size(), 2);
+  EXPECT_EQ(w->last.steps(1).verdict(), "fail");
+  EXPECT_EQ(w->last.steps(1).result().summary(),
+            "all-reduce over 2 machines at 44% of expected (40 of 90 GB/s)");
+  ASSERT_EQ(w->last.steps(1).result().findings_size(), 1);
+  EXPECT_EQ(w->last.steps(1).result().findings(0).machine(), "gpu-01");
+  EXPECT_EQ(w->last.state(), "Failed");
+  EXPECT_TRUE(w->slots.empty());
+
+  // Again, with gpu-02's rank failing to start.
+  w->allreduce_busbw = 85;
+  start(val::make_validation("val-20261006-00000b", s, {"gpu-01", "gpu-02"}, "on-demand", 0));
+  advance(std::chrono::seconds{1});
+  end_live_runs();
+  for (int k = 0; k < 6; ++k)
+    advance(std::chrono::seconds{1});
+  std::string rank0, rank1;
+  for (const auto& spec : w->specs)
+    if (spec.command(1) == "allreduce" && spec.name().find("00000b") != std::string::npos)
+      (spec.command(4) == "0" ? rank0 : rank1) = spec.name();
+  ASSERT_FALSE(rank1.empty()) << "both ranks submitted";
+  w->runs[rank1].set_state("Failed");
+  w->runs[rank1].set_waiting_reason("cannot start astraeus-check: no such file");
+  for (int k = 0; k < 2; ++k)
+    advance(std::chrono::seconds{1});
+  const auto& step = w->last.steps(1);
+  EXPECT_EQ(step.state(), "Failed");
+  EXPECT_EQ(step.reason(), "rank 1 on gpu-02: the check ended without a result: cannot start "
+                           "astraeus-check: no such file");
+  EXPECT_NE(std::find(w->removed.begin(), w->removed.end(), rank0), w->removed.end())
+    << "rank 0 is waiting for a rank that will never come";
+  EXPECT_TRUE(w->slots.empty());
+  EXPECT_EQ(w->last.state(), "Failed");
 }
 
 // A pair needs both machines' slots: with one held elsewhere it waits,

@@ -52,7 +52,7 @@ TEST(ValidationPlan, AcceptanceRunsEveryCheckInOrderOnEachMachine) {
   EXPECT_EQ(val::checks_of("copies"), (std::vector<std::string>{"copies"}));
   EXPECT_TRUE(val::checks_of("pairs").empty());
   auto v = acceptance_of({"gpu-01", "gpu-02"});
-  ASSERT_EQ(v.steps_size(), 11) << "10 checks, then the pair";
+  ASSERT_EQ(v.steps_size(), 12) << "10 checks, then the pair, then the all-reduce";
   EXPECT_EQ(v.steps(0).machine(), "gpu-01");
   EXPECT_EQ(v.steps(0).check(), "quick");
   EXPECT_EQ(v.steps(5).machine(), "gpu-02");
@@ -181,14 +181,15 @@ TEST(ValidationPlan, AValidationThatMeasuredNothingIsSkippedWithTheReason) {
   start.set_pool("h100");
   auto v = val::make_validation("val-20261006-7f3a2c", start, {"gpu-01", "gpu-02"},
                                 "on-demand", 0);
-  ASSERT_EQ(v.steps_size(), 1);
-  auto* pair = v.mutable_steps(0);
-  pair->set_state(val::done);
-  pair->set_verdict("skipped");
-  pair->set_reason("no RDMA port is Active on the same rail (device and port) of gpu-01 and "
-                   "gpu-02");
-  pair->mutable_result()->set_verdict("skipped");
-  pair->mutable_result()->set_summary(pair->reason());
+  ASSERT_EQ(v.steps_size(), 2) << "the pair, the all-reduce";
+  val::end_skipped(*v.mutable_steps(0),
+                   "no RDMA port is Active on the same rail (device and port) of gpu-01 and "
+                   "gpu-02",
+                   9);
+  val::end_skipped(*v.mutable_steps(1),
+                   "no RDMA port is Active on the same rail (device and port) of every machine "
+                   "of the group (gpu-01, gpu-02)",
+                   9);
   ASSERT_TRUE(val::conclude(v, 10));
   EXPECT_EQ(v.state(), "Skipped");
   EXPECT_EQ(v.machines_passed(), 0u);
@@ -196,7 +197,8 @@ TEST(ValidationPlan, AValidationThatMeasuredNothingIsSkippedWithTheReason) {
   EXPECT_EQ(cli::format_validation_outcome(v),
             "val-20261006-7f3a2c network Skipped (on-demand)\nNothing was measured: every "
             "step was skipped (no RDMA port is Active on the same rail (device and port) of "
-            "gpu-01 and gpu-02).\n");
+            "gpu-01 and gpu-02; no RDMA port is Active on the same rail (device and port) of "
+            "every machine of the group (gpu-01, gpu-02)).\n");
   // One step measured something: the validation passes, the rest counted as
   // measured only where they were.
   auto a = acceptance_of({"gpu-01"});
