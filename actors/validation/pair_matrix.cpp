@@ -189,11 +189,34 @@ std::string group_heading(const v1::AllReducePoint& p) {
   return std::to_string(p.machines()) + " machines";
 }
 
+/// Whether any group has a figure: with none (every group skipped, no
+/// shared rail) there is no curve, only why.
+bool any_measured(const std::vector<v1::AllReducePoint>& points) {
+  return std::any_of(points.begin(), points.end(),
+                     [](const v1::AllReducePoint& p) { return p.curve_size() > 0; });
+}
+
+/// "All-reduce: not measured (2, 3 machines: skipped: <why>)".
+std::string not_measured_line(const std::vector<v1::AllReducePoint>& points) {
+  std::string sizes, why;
+  for (const auto& p : points) {
+    sizes += (sizes.empty() ? "" : ", ") + std::to_string(p.machines());
+    if (why.empty())
+      why = p.note();
+  }
+  const auto& verdict = points.front().verdict();
+  return "All-reduce: not measured (" + sizes + " machines: "
+         + (verdict.empty() ? std::string{"not run"} : verdict) + (why.empty() ? "" : ": " + why)
+         + ")";
+}
+
 } // namespace
 
 std::string all_reduce_curve_text(const std::vector<v1::AllReducePoint>& points) {
   if (points.empty())
     return {};
+  if (!any_measured(points))
+    return not_measured_line(points) + "\n";
   std::string out = "All-reduce: bus bandwidth (GB/s) by message size\n";
   size_t w = 10;
   for (const auto& p : points)
@@ -222,6 +245,8 @@ std::string all_reduce_curve_text(const std::vector<v1::AllReducePoint>& points)
 std::string all_reduce_curve_html(const std::vector<v1::AllReducePoint>& points) {
   if (points.empty())
     return {};
+  if (!any_measured(points))
+    return "<p>" + escape(not_measured_line(points)) + "</p>\n";
   std::string out = "<h2>All-reduce: bus bandwidth (GB/s) by message size</h2>\n"
                     "<table class=\"allreduce\"><tr><th>size</th>";
   for (const auto& p : points)

@@ -247,6 +247,11 @@ void restore_acceptances(self_ptr self) {
 /// machine again (a user trial); one that comes Up later gets one, as before.
 void restore_quick_checks(self_ptr self) {
   auto& st = self->state;
+  // One that a restart interrupted is resumed (it gives the badge).
+  for (const auto& [id, v] : st.validations)
+    if (v.suite() == "quick" && v.state() == "Running")
+      for (const auto& m : v.machines())
+        st.quick_restored[m] = self->clock().now();
   for (const auto& [key, step] : st.latest) {
     if (key.second != "quick")
       continue;

@@ -279,6 +279,20 @@ TEST(PairReport, AMachineWhosePairsWereAllSkippedIsNotCountedAsPassing) {
     << cli::format_report(report);
 }
 
+// Every all-reduce group skipped: no curve of empty columns, one line why.
+TEST(AllReduceCurve, NoGroupMeasuredIsOneLineNotAnEmptyCurve) {
+  std::vector<v1::AllReducePoint> points(2);
+  points[0].set_machines(2);
+  points[0].set_verdict("skipped");
+  points[0].set_note("the group shares no Active rail");
+  points[1].set_machines(3);
+  points[1].set_verdict("skipped");
+  EXPECT_EQ(all_reduce_curve_text(points),
+            "All-reduce: not measured (2, 3 machines: skipped: the group shares no Active "
+            "rail)\n");
+  EXPECT_EQ(all_reduce_curve_html(points).rfind("<p>All-reduce: not measured", 0), 0u);
+}
+
 // Issue 12: the seed's gpu-06 mlx5_5 at 200 Gb/s and a port down while its
 // peers are up are left out of their machine's NCCL_IB_HCA; a machine every
 // port of which is degraded keeps them; a pool whose policy says no keeps
