@@ -34,12 +34,14 @@
 // Options: --fill 60, --ops 20000, --serial-ops 2000, --gang-ops 2000,
 // --window 64, --threads 2 (CAF workers), --seed 7, --dir $TMPDIR or /tmp
 // (where the store's temporary folder goes: /dev/shm takes the disk out),
-// --background-sync 1 (the group commit's fsync on a thread of its own, as
-// the controller runs it; 0: inline on the actor's thread, as before issue 14).
+// --background-sync 1 (the group commit's write and fsync on a thread of their
+// own, as the controller runs it: with etcd the actor no longer waits for the
+// round trip; 0: inline on the actor's thread, as before issue 14).
 //
 // `--etcd ENDPOINTS`: HA mode's store instead of RocksDB (issue 15): the
 // scheduler's group commit goes to etcd (store/etcd_store.hpp), split into
-// transactions of at most 128 operations, under a fresh key prefix.
+// transactions of at most 128 operations, under a fresh key prefix; each
+// phase also prints how many transactions it took (etcd's revision).
 // `--etcd-connections N` (default 4, the controller's): the gateway's pool;
 // 1 runs every etcd call one after the other, as before the pool.
 //
@@ -430,9 +432,26 @@ void run_size(caf::actor_system& sys, size_t machines, const options& opt) {
       p.seconds = opt.seconds;
       p.remove_waiting = !slurm;
       p.next = std::move(next);
+      // With etcd: its revision grows by one per transaction (nothing else
+      // writes meanwhile), so the phase's transactions are counted.
+      auto revision = [&]() -> int64_t {
+        if (opt.etcd.empty())
+          return 0;
+        auto rev = store->revision();
+        return rev ? *rev : 0;
+      };
+      auto rev0 = revision();
       auto r = run_phase(sys, sched, live, std::move(p), rng);
       std::printf("  %s, window %zu:\n", title.c_str(), window);
       print_phase(r, live.held, gpus);
+      if (!opt.etcd.empty()) {
+        auto txns = revision() - rev0;
+        std::printf("  etcd: %" PRId64 " transactions for %zu requests (%.1f each)\n", txns,
+                    r.submitted + r.removals,
+                    txns > 0 ? static_cast<double>(r.submitted + r.removals)
+                                 / static_cast<double>(txns)
+                             : 0.0);
+      }
       return r;
     };
     if (slurm) {

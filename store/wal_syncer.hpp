@@ -1,38 +1,48 @@
 #pragma once
 /// @file
-/// A store's fsync on a thread of its own. The scheduler's group commit
-/// (issue 14) writes each burst's runs without sync on the actor's thread,
-/// then asks this thread to make the write-ahead log durable while the actor
-/// goes on with the next burst; the answers of a burst go out once its sync
-/// is done. The agent (issue 17) writes a new fault latch without sync,
-/// reports it to the controller at once and has it synced here meanwhile.
-/// One sync at a time; a request made while one runs is served by the next.
+/// A store's writes and fsync on a thread of their own. The scheduler's
+/// group commit (issue 14, issue 15) hands each burst's runs to this thread
+/// (`write_and_sync`): it writes them without sync and makes the write-ahead
+/// log durable while the actor goes on gathering the next burst; the
+/// answers of a burst go out once its write and sync are done. With etcd
+/// the write itself is the round trip to the quorum (a few ms), which the
+/// actor no longer waits for. The agent (issue 17) writes a new fault latch
+/// without sync, reports it to the controller at once and has it synced
+/// here meanwhile (`request`). One sync at a time; a request made while one
+/// runs is served by the next.
 
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <caf/error.hpp>
 
+#include "store/store.hpp"
+
 namespace astraeus {
 
-class Store;
-
-/// Runs `Store::sync_wal` on its own thread and reports each result.
+/// Runs `Store::write_chunked` and `Store::sync_wal` on its own thread and
+/// reports each result.
 class wal_syncer {
 public:
   /// Called on the syncer's thread after each sync: every write made
-  /// before `request(seq)` is durable when `err` is empty.
+  /// before `request(seq)`, and every batch handed to `write_and_sync` with
+  /// a number up to `seq`, is durable when `err` is empty. With `err` set,
+  /// the batches up to `seq` not reported before may be written in part or
+  /// not at all (the caller writes them again).
   using done_fn = std::function<void(uint64_t seq, caf::error err)>;
 
   /// Starts the thread. `store` and `done` are required.
   wal_syncer(std::shared_ptr<Store> store, done_fn done);
 
-  /// Waits for a sync in progress, then stops the thread; a request not
-  /// started yet is dropped (its writes are simply not acknowledged).
+  /// Waits for a write or sync in progress, then stops the thread; a request
+  /// not started yet is dropped (its writes are simply not acknowledged).
   ~wal_syncer();
 
   wal_syncer(const wal_syncer&) = delete;
@@ -42,6 +52,16 @@ public:
   /// made while a sync runs is served after it (the latest `seq` wins).
   void request(uint64_t seq);
 
+  /// Writes `changes` (`Store::write_chunked` without sync: each batch
+  /// within the store's limits is atomic), then syncs, then calls
+  /// `done(seq, err)`. Batches are written in the order handed over, each
+  /// after the one before has been written, so a key's later value is never
+  /// overwritten by an earlier one; once one fails the later ones pending
+  /// are not written and are reported failed with it (`err` names the
+  /// store's failure, e.g. etcd's "not the leader: ..." for a deposed
+  /// leader). `seq` must grow from call to call.
+  void write_and_sync(uint64_t seq, std::vector<Store::change> changes);
+
 private:
   void loop();
 
@@ -50,6 +70,8 @@ private:
   std::mutex mu_;
   std::condition_variable cv_;
   uint64_t wanted_ = 0;  ///< the latest requested seq not started; 0: none
+  /// Batches handed to `write_and_sync`, not started yet, oldest first.
+  std::deque<std::pair<uint64_t, std::vector<Store::change>>> writes_;
   bool stop_ = false;
   std::thread thread_;
 };

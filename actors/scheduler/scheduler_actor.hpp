@@ -10,11 +10,14 @@
 /// - A schedule pass runs after every submit, snapshot, completion and
 ///   delete, with `now` from the actor clock (virtual in tests).
 /// - Group commit: every run changed while the mailbox is busy is written
-///   in one RocksDB batch with sync (an `atom::tick` the actor sends itself
+///   in one store batch with sync (an `atom::tick` the actor sends itself
 ///   after the first change, so it runs after the messages already queued);
 ///   only then are the waiting requests answered and the machines sent
 ///   their new worker sets. A user is never told of a run that is not on
-///   disk, and one fsync serves a whole burst of submissions.
+///   disk (etcd: committed by its quorum), and one fsync (one etcd round
+///   trip) serves a whole burst of submissions. With `background_sync` the
+///   write runs on a thread of its own while the actor gathers the next
+///   burst.
 /// - Waiting runs carry the engine's waiting reason.
 /// - Every machine actor attaches itself; after each change the scheduler
 ///   sends it the whole set of workers placed on it (`v1::WorkerOrders`),
@@ -97,12 +100,15 @@ struct scheduler_config {
   /// The wall clock of submitted and placed times, and of a placed run's
   /// elapsed time after a restart (its time limit counts from its placing).
   std::shared_ptr<const wall_clock> clock = real_wall_clock();
-  /// Issue 14: the group commit's fsync runs on a thread of its own
-  /// (`wal_syncer`): a burst is written without sync, the actor goes on
-  /// with the next one, and the burst's answers and worker sets go out once
-  /// its sync is done (still: nobody is told of a run not on disk). The
+  /// Issue 14: the group commit's write and fsync run on a thread of their
+  /// own (`wal_syncer::write_and_sync`; issue 15: with etcd the write is the
+  /// round trip to the quorum): the actor hands a burst over and goes on
+  /// gathering the next one, and the burst's answers and worker sets go out
+  /// once it is durable (still: nobody is told of a run not on disk; a
+  /// failed commit fails the burst's requests and its runs are written
+  /// again with the next change). One burst is committed at a time. The
   /// controller sets it; tests on the deterministic coordinator leave it
-  /// off (the sync then runs inline, as one synced batch).
+  /// off (the write then runs inline, as one synced batch).
   bool background_sync = false;
   /// Issue 23 item 6: how long a deleted run whose workers have all ended
   /// stays shown (how they ended) before it is forgotten (actor clock). A
@@ -122,9 +128,9 @@ struct run_restore {
   std::vector<allocation_id> pieces;
 };
 
-/// One burst of the group commit written without sync, waiting for its
-/// fsync (`scheduler_config::background_sync`): what goes out once it is
-/// durable.
+/// One burst of the group commit handed to the syncer's thread, waiting
+/// for its write and fsync (`scheduler_config::background_sync`): what goes
+/// out once it is durable.
 struct commit_batch {
   /// The batch's number (`scheduler_state::written_seq` when written).
   uint64_t seq = 0;
@@ -132,7 +138,7 @@ struct commit_batch {
   std::vector<std::pair<caf::typed_response_promise<v1::Run>, caf::expected<v1::Run>>> answers;
   /// The worker sets of the machines changed, as written.
   std::vector<v1::WorkerOrders> orders;
-  /// The runs written, marked again should the sync fail.
+  /// The runs written, marked again should the write or sync fail.
   std::vector<std::string> runs;
 };
 
@@ -215,9 +221,9 @@ struct scheduler_state {
     run_replies;
   std::unordered_set<std::string> dirty_machines;
   bool flush_pending = false;
-  /// With `background_sync`: bursts written, not yet durable, oldest first;
-  /// the number of the last one written; whether a sync is under way; the
-  /// thread that syncs (declared last: stopped first).
+  /// With `background_sync`: bursts handed over, not yet durable, oldest
+  /// first; the number of the last one; whether a commit is under way; the
+  /// thread that writes and syncs (declared last: stopped first).
   std::deque<commit_batch> unsynced;
   uint64_t written_seq = 0;
   bool sync_in_flight = false;

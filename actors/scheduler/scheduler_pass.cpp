@@ -363,15 +363,18 @@ v1::WorkerOrders orders_for(scheduler_state& st, const std::string& machine) {
 
 /// The group commit: one batch with sync for every run changed since the
 /// last flush, then the answers, then the machines' new worker sets. With
-/// `background_sync` the batch is written without sync and what goes out
-/// waits in `unsynced` for the syncer (`synced`).
+/// `background_sync` the batch is handed to the syncer's thread, which
+/// writes and syncs it (etcd: the round trip to the quorum) while the actor
+/// goes on; what goes out waits in `unsynced` until it is durable (`synced`).
 void flush(self_ptr self) {
   auto& st = self->state;
   st.flush_pending = false;
   const bool background = st.syncer != nullptr;
-  // One burst is synced at a time; what changes meanwhile gathers into the
-  // next one, written as soon as the sync is done (`synced`): one write and
-  // one fsync per burst, however fast the requests come.
+  // One burst is committed at a time (so a run's later state is never
+  // overwritten by an earlier one); what changes meanwhile gathers into the
+  // next one, handed over as soon as this one is durable (`synced`): one
+  // write and one fsync (etcd: one round trip) per burst, however fast the
+  // requests come.
   if (background && st.sync_in_flight)
     return;
   std::vector<Store::change> changes;
@@ -383,21 +386,9 @@ void flush(self_ptr self) {
     else
       changes.push_back({family::runs, name, it->second.SerializeAsString()});
   }
-  // Within the store's limits per batch (etcd: 128 operations per txn);
-  // each run is a record of its own, so batches need not be one.
-  auto err = st.config.store->write_chunked(changes, !background);
-  if (err) {
-    // Kept dirty: the next change tries again. Nobody is told of a run that
-    // is not on disk.
-    spdlog::error("scheduler: cannot store {} run(s): {}", changes.size(),
-                  render_error(err));
-    for (auto& [rp, run] : st.replies)
-      rp.deliver(err);
-    for (auto& [rp, name] : st.run_replies)
-      rp.deliver(err);
-  } else if (background && !changes.empty()) {
-    // Written, not yet durable: everything this burst would say waits for
-    // its sync, as it is now (later bursts may change the runs meanwhile).
+  if (background && !changes.empty()) {
+    // Not yet written: everything this burst would say waits for its
+    // commit, as it is now (later bursts may change the runs meanwhile).
     commit_batch b;
     b.seq = ++st.written_seq;
     b.answers.reserve(st.replies.size() + st.run_replies.size());
@@ -418,7 +409,26 @@ void flush(self_ptr self) {
     st.dirty_runs.clear();
     st.unsynced.push_back(std::move(b));
     st.sync_in_flight = true;
-    st.syncer->request(st.written_seq);
+    // Within the store's limits per batch (etcd: 128 operations per txn);
+    // each run is a record of its own, so batches need not be one.
+    st.syncer->write_and_sync(st.written_seq, std::move(changes));
+    st.replies.clear();
+    st.run_replies.clear();
+    return;
+  }
+  // Inline (or nothing to write): one synced write, then what it says.
+  caf::error err;
+  if (!changes.empty())
+    err = st.config.store->write_chunked(changes, true);
+  if (err) {
+    // Kept dirty: the next change tries again. Nobody is told of a run that
+    // is not on disk.
+    spdlog::error("scheduler: cannot store {} run(s): {}", changes.size(),
+                  render_error(err));
+    for (auto& [rp, run] : st.replies)
+      rp.deliver(err);
+    for (auto& [rp, name] : st.run_replies)
+      rp.deliver(err);
   } else {
     st.dirty_runs.clear();
     for (auto& [rp, run] : st.replies)
@@ -444,8 +454,11 @@ void flush(self_ptr self) {
 void synced(self_ptr self, uint64_t seq, const caf::error& err) {
   auto& st = self->state;
   st.sync_in_flight = false;
-  if (err)
-    spdlog::error("scheduler: cannot sync the store: {}", render_error(err));
+  // What gathered while the burst was committed (before a failed burst's
+  // runs are marked again below).
+  const bool gathered = !st.dirty_runs.empty() || !st.dirty_machines.empty()
+                        || !st.replies.empty() || !st.run_replies.empty();
+  size_t failed_runs = 0;
   while (!st.unsynced.empty() && st.unsynced.front().seq <= seq) {
     auto b = std::move(st.unsynced.front());
     st.unsynced.pop_front();
@@ -454,6 +467,7 @@ void synced(self_ptr self, uint64_t seq, const caf::error& err) {
       // with the next change, and the machines get their sets then.
       for (auto& [rp, answer] : b.answers)
         rp.deliver(err);
+      failed_runs += b.runs.size();
       for (const auto& name : b.runs)
         st.dirty_runs.insert(name);
       for (const auto& o : b.orders)
@@ -469,9 +483,12 @@ void synced(self_ptr self, uint64_t seq, const caf::error& err) {
       if (auto h = st.machines.find(o.machine()); h != st.machines.end())
         self->send(h->second, atom::assign_v, std::move(o));
   }
-  // The next burst: whatever gathered while this one synced.
-  if (!st.dirty_runs.empty() || !st.dirty_machines.empty() || !st.replies.empty()
-      || !st.run_replies.empty())
+  if (err)
+    spdlog::error("scheduler: cannot store {} run(s): {}", failed_runs, render_error(err));
+  // The next burst: whatever gathered meanwhile. After a failure, only
+  // when something new did (the failed runs go with it): a store that
+  // keeps failing is not retried in a loop, as for a failed inline write.
+  if (gathered)
     flush(self);
 }
 
