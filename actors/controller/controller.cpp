@@ -188,7 +188,6 @@ start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
   sc.store = out.store;
   sc.clock = clock;
   sc.background_sync = true;  // issue 14: the group commit's fsync off the actor's thread
-  sc.stop_grace = cfg.stop_grace;  // issue 23: how soon a stopping worker ends
   if (auto err = sc.validate())
     return err;
   out.scheduler = sys.spawn(scheduler, std::move(sc));

@@ -116,9 +116,11 @@ struct scheduler_config {
   /// stays shown (how they ended) before it is forgotten (actor clock). A
   /// new run of its name replaces it sooner.
   caf::timespan deleted_run_retention = std::chrono::minutes{10};
-  /// The agents' stop grace (`stop.grace`: SIGTERM, then SIGKILL after
-  /// it): how soon a worker told to stop is expected to end, named in the
-  /// waiting reason of a run that waits for the GPUs it still holds.
+  /// The agents' stop grace (their `stop.grace`, 30 s by default: SIGTERM,
+  /// then SIGKILL after it): how soon a worker told to stop is expected to
+  /// end, named in the waiting reason of a run that waits for the GPUs it
+  /// still holds. Each agent keeps its own; the controller does not read
+  /// theirs, so this is the default.
   std::chrono::milliseconds stop_grace{30000};
 
   /// Errors: ec::invalid_config when the store or the clock is missing.
