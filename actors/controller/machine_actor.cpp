@@ -27,14 +27,55 @@ namespace astraeus {
 
 namespace {
 
-/// The worker of `orders` placed on GPU `gpu_id`; empty when none is.
-std::string gpu_holder(const v1::WorkerOrders& orders, const std::string& gpu_id) {
+/// The worker of `orders` placed on GPU `gpu_id`, else the worker still
+/// stopping there (`stopping`: machine_state::stopping_gpus) as
+/// "train-0 (Stopping)"; empty when none is.
+std::string gpu_holder(const v1::WorkerOrders& orders,
+                       const std::map<std::string, std::string>& stopping,
+                       const std::string& gpu_id) {
   for (const auto& w : orders.workers())
     for (const auto& id : w.gpu_ids())
       if (id == gpu_id)
         return w.spec().validation().empty() ? w.worker()
                                              : "validation " + w.spec().validation();
+  if (auto s = stopping.find(gpu_id); s != stopping.end())
+    return s->second + " (Stopping)";
   return {};
+}
+
+/// Issue 23: the GPUs of the workers of `before` that `after` no longer has
+/// are held by them until their agent reports them ended (`stopping`).
+void note_stopping_gpus(const v1::WorkerOrders& before, const v1::WorkerOrders& after,
+                        std::map<std::string, std::string>& stopping) {
+  std::set<std::string> kept;
+  for (const auto& w : after.workers()) {
+    kept.insert(w.worker());
+    for (const auto& id : w.gpu_ids())
+      stopping.erase(id);
+  }
+  for (const auto& w : before.workers())
+    if (!kept.count(w.worker()))
+      for (const auto& id : w.gpu_ids())
+        stopping[id] = w.worker();
+}
+
+/// Forgets the stopping workers of `stopping` that `statuses` no longer has
+/// going on (ended, or not held). True when one was forgotten.
+bool settle_stopping_gpus(const v1::WorkerStatuses& statuses,
+                          std::map<std::string, std::string>& stopping) {
+  std::set<std::string> going;
+  for (const auto& w : statuses.workers())
+    if (!worker_ended(state_of(w)))
+      going.insert(w.worker());
+  bool changed = false;
+  for (auto it = stopping.begin(); it != stopping.end();)
+    if (going.count(it->second)) {
+      ++it;
+    } else {
+      it = stopping.erase(it);
+      changed = true;
+    }
+  return changed;
 }
 
 /// How often an Up machine's facts are written to the store at most (they
@@ -391,7 +432,7 @@ void sync_gpus(machine_ptr self, bool up) {
     if (i == st.gpus.end()) {
       auto handle = self->spawn<caf::linked>(gpu, st.config.record.name(), g, up,
                                              machine_actor{self}, st.config.clock);
-      if (auto holder = gpu_holder(st.orders, g.id()); !holder.empty())
+      if (auto holder = gpu_holder(st.orders, st.stopping_gpus, g.id()); !holder.empty())
         self->send(handle, atom::assign_v, std::move(holder));
       st.gpus.emplace(g.id(), std::move(handle));
     } else
@@ -422,7 +463,7 @@ void sync_gpus(machine_ptr self, bool up) {
 void tell_holders(machine_ptr self) {
   auto& st = self->state;
   for (auto& [id, g] : st.gpus)
-    self->send(g, atom::assign_v, gpu_holder(st.orders, id));
+    self->send(g, atom::assign_v, gpu_holder(st.orders, st.stopping_gpus, id));
 }
 
 /// Hands the agent the worker set, when connected and not yet applied.
@@ -441,6 +482,9 @@ void on_statuses(machine_ptr self, v1::WorkerStatuses& statuses) {
   statuses.set_machine(st.config.record.name());
   st.acked_generation = statuses.generation();
   st.reported_workers = statuses;
+  // Issue 23: a GPU whose stopping worker ended is free now.
+  if (settle_stopping_gpus(statuses, st.stopping_gpus))
+    tell_holders(self);
   finish_drain_if_done(self);
   auto bytes = statuses.SerializeAsString();
   if (bytes != st.last_statuses) {
@@ -991,6 +1035,7 @@ machine(machine_actor::stateful_pointer<machine_state> self,
     },
     [self](atom::assign, v1::WorkerOrders& orders) {
       auto& st = self->state;
+      note_stopping_gpus(st.orders, orders, st.stopping_gpus);
       st.orders = std::move(orders);
       st.orders_known = true;
       tell_holders(self);

@@ -111,6 +111,11 @@ struct machine_state {
   std::string last_statuses;
   /// The agent's last worker list as it reported it (kept while Down too).
   v1::WorkerStatuses reported_workers;
+  /// Issue 23: GPU id -> the worker that held it and left the set (its run
+  /// deleted, stopped or failed) that its agent has not reported ended yet:
+  /// its process may still use the GPU (through the stop grace), so the GPU
+  /// shows it as its holder ("train-0 (Stopping)"), never free.
+  std::map<std::string, std::string> stopping_gpus;
   /// A drain's deadline passed and its runs were asked to stop: the drain
   /// is done once the agent reports none of its workers live (issue 13).
   bool drain_stopping = false;

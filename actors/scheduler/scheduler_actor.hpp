@@ -57,6 +57,14 @@
 ///   `deleted_run_retention`. A second delete is refused, naming the
 ///   workers still stopping; a new run of its name replaces it at once
 ///   (its worker starts once its agent has let the old one go).
+/// - Issue 23: a worker told to stop (its run deleted, stopped, drained or
+///   failed) keeps its GPUs, cores and memory held (`stopping_hold`) until
+///   its agent reports it ended, so no other run is placed onto a GPU its
+///   process may still use through the stop grace; a run waiting for them
+///   says so ("gpu-01: 8 GPUs held by stopping workers of run train (ending
+///   within 30 s)"). A deleted run whose name a new run takes keeps its
+///   holds under a key of its own (`displaced`); holds are restored after a
+///   restart as placed runs' GPUs are.
 
 #include <chrono>
 #include <cstdint>
@@ -114,6 +122,12 @@ struct scheduler_config {
   /// stays shown (how they ended) before it is forgotten (actor clock). A
   /// new run of its name replaces it sooner.
   caf::timespan deleted_run_retention = std::chrono::minutes{10};
+  /// The agents' stop grace (their `stop.grace`, 30 s by default: SIGTERM,
+  /// then SIGKILL after it): how soon a worker told to stop is expected to
+  /// end, named in the waiting reason of a run that waits for the GPUs it
+  /// still holds. Each agent keeps its own; the controller does not read
+  /// theirs, so this is the default.
+  std::chrono::milliseconds stop_grace{30000};
 
   /// Errors: ec::invalid_config when the store or the clock is missing.
   caf::error validate() const;
@@ -126,6 +140,38 @@ struct run_restore {
   std::set<std::pair<std::string, std::string>> missing;
   /// Holds on the GPUs that appeared so far.
   std::vector<allocation_id> pieces;
+};
+
+/// What a worker told to stop (`Stopping`: its run deleted, stopped,
+/// drained or failed) still holds until its agent reports it ended: its
+/// GPUs, and its cores and memory, stay held in the placement index (an
+/// allocation of its own, never the run's: a new run of the same name may
+/// be submitted meanwhile) and count as used on its machine. Released when
+/// its agent reports it ended or no longer holds it, or when its machine
+/// goes Down or is removed (it is not waited for then).
+struct stopping_hold {
+  /// The worker's machine.
+  std::string machine;
+  /// Its GPUs (machine, id) not held yet: after a restart, until its
+  /// machine's snapshot lists them.
+  std::set<std::pair<std::string, std::string>> missing;
+  /// The index's allocations holding what it has (owner "stopping worker
+  /// <name>"): one normally, a piece per GPU that appeared later.
+  std::vector<allocation_id> pieces;
+  /// Whether its cores and memory are held in one of `pieces` yet.
+  bool use_held = false;
+  /// Its cores (as asked, and thousandths) and memory, bytes.
+  double cpus = 0;
+  uint64_t cpu_millis = 0;
+  uint64_t memory_bytes = 0;
+  /// When it was told to stop (wall clock, ms; the load time after a
+  /// restart): its stop grace counts from then.
+  int64_t stop_unix_ms = 0;
+  /// The generation of the first worker set its machine gets without it:
+  /// once its agent has applied that one, a worker of its name that the
+  /// agent reports going on (not Stopping) is a new one (a run deleted and
+  /// submitted again): this one has ended.
+  uint64_t stop_generation = 0;
 };
 
 /// One burst of the group commit handed to the syncer's thread, waiting
@@ -206,6 +252,17 @@ struct scheduler_state {
   /// stop (deleted, drained, stopped, failed), not yet reported ended by its
   /// agent (settle_stopping).
   std::unordered_map<std::string, std::unordered_set<std::string>> stopping_on;
+  /// What each `Stopping` worker still holds, by (key of its run's record,
+  /// worker name): the record is in `runs`, or in `displaced`.
+  std::map<std::pair<std::string, std::string>, stopping_hold> stopping_holds;
+  /// Deleted runs whose name a new run took while their workers still
+  /// stop, by a key of their own ("<run key>~<n>", no run's key: '~' is in
+  /// no name), stored under it (family `runs`) until those workers have
+  /// ended; not listed or shown.
+  std::unordered_map<std::string, v1::Run> displaced;
+  /// Queue names of GPU runs and copies that wait for what stopping
+  /// workers hold, with the words of their waiting reason (each pass).
+  std::unordered_map<std::string, std::string> stopping_waits;
   /// Generation of the worker set last sent to each machine.
   std::map<std::string, uint64_t> generation;
   /// First generation of this actor's life: later than any of a previous

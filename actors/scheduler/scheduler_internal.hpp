@@ -140,7 +140,8 @@ void forget_run(self_ptr self, const std::string& key);
 /// them or when `statuses` is null (the machine is Down or removed: they are
 /// not waited for). A deleted run with no worker Stopping any more is
 /// forgotten `scheduler_config::deleted_run_retention` later (`arm_forget`).
-void settle_stopping(self_ptr self, const std::string& machine,
+/// Returns whether a worker ended (its holds were given back: a pass is due).
+bool settle_stopping(self_ptr self, const std::string& machine,
                      const v1::WorkerStatuses* statuses);
 
 /// Forgets deleted run `key` after `deleted_run_retention` (an
@@ -149,15 +150,17 @@ void arm_forget(self_ptr self, const std::string& key);
 
 /// `atom::submit`: queues every copy of a new run, then a pass; answered
 /// after the group commit. A deleted run of the same key is replaced (its
-/// workers still stopping are no longer shown); any other run of that key
-/// refuses it (ec::invalid_request).
+/// workers still stopping are no longer shown, but keep what they hold:
+/// `displace_run`); any other run of that key refuses it
+/// (ec::invalid_request).
 caf::result<v1::Run> submit_run(self_ptr self, v1::RunSpec& spec);
 
-/// `atom::remove` of the run reference `ref`: releases what the run holds,
-/// then a pass; answered with its last state after the group commit. A run
-/// with workers still going on (on machines attached and not Down) is kept
-/// as `deleted`, those workers Stopping (`settle_stopping`); any other is
-/// forgotten at once. Errors: `find_run`'s; ec::invalid_request "run X is
+/// `atom::remove` of the run reference `ref`: releases what the run holds
+/// but what its workers still going on hold, then a pass; answered with its
+/// last state after the group commit. A run with workers still going on (on
+/// machines attached and not Down) or still Stopping is kept as `deleted`,
+/// those workers Stopping (`settle_stopping`) and holding their GPUs, cores
+/// and memory (`hold_stopping`); any other is forgotten at once. Errors: `find_run`'s; ec::invalid_request "run X is
 /// already stopping: ..." for a run deleted before.
 caf::result<v1::Run> remove_run(self_ptr self, const std::string& ref);
 
@@ -167,16 +170,65 @@ void complete_run(self_ptr self, const std::string& name);
 // -- workers told to stop (scheduler_stopping.cpp) ---------------------------
 
 /// Ends `run` with `end` (set_run_state) and makes each of its workers that
-/// was still going `Stopping` until its agent reports it ended (a worker of
-/// a Down machine, which no agent can stop now, is `Stopped` at once).
+/// was still going `Stopping` until its agent reports it ended, holding
+/// what it holds meanwhile (`hold_stopping`); a worker whose agent cannot
+/// report (its machine Down or detached) takes the run's end at once.
 void end_run_workers(self_ptr self, v1::Run& run, run_state end);
 
-/// Indexes a loaded ended run whose workers were still `Stopping`.
-void index_stopping(scheduler_state& st, const v1::Run& run);
+/// Whether the agent of `machine` will say how its workers end: its
+/// machine actor is attached and it is not Down.
+bool agent_reports(const scheduler_state& st, const std::string& machine);
 
-/// "worker long-0 of run long (Stopping)", at most five, for a refusal to
+/// Worker `w` of `run` (recorded under `key`: its key, or a displaced
+/// one) is Stopping since `since_unix_ms`: its GPUs, cores and memory stay
+/// held (`stopping_hold`) until `release_stopping`. Held at once where its
+/// machine is in the index, else as its snapshot lists them (restart).
+void hold_stopping(scheduler_state& st, const std::string& key, const v1::Run& run,
+                   const v1::WorkerAssignment& w, int64_t since_unix_ms);
+
+/// Whether `status`, in a worker list its agent sent after applying worker
+/// set `generation`, is of a new worker of the name of stopping worker
+/// `status.worker()` of record `key`: it goes on (not Stopping, not ended)
+/// though the agent applied a set without the stopping one, so that one has
+/// ended (a run deleted and submitted again under its name).
+bool replaced_by_new_worker(const scheduler_state& st, const std::string& key,
+                            const v1::WorkerStatus& status, uint64_t generation);
+
+/// Holds, for every stopping worker, the GPUs (and cores and memory) its
+/// machine now lists that it does not hold yet (after a restart).
+void take_stopping_holds(scheduler_state& st);
+
+/// Worker `worker` of record `key` is no longer Stopping: gives back what it
+/// held. False when it held nothing.
+bool release_stopping(scheduler_state& st, const std::string& key, const std::string& worker);
+
+/// Gives back what every stopping worker of record `key` held.
+void release_record_holds(scheduler_state& st, const std::string& key);
+
+/// The record of a run with workers stopping under `key`: in `runs`, else
+/// in `displaced`; nullptr when neither has it.
+const v1::Run* stopping_record(const scheduler_state& st, const std::string& key);
+v1::Run* stopping_record(scheduler_state& st, const std::string& key);
+
+/// Issue 23: deleted run `key`, with workers still Stopping, gives its name
+/// to a new run: its record, stopping index and holds move to a key of its
+/// own ("<key>~<n>", `scheduler_state::displaced`), stored under it.
+void displace_run(self_ptr self, const std::string& key);
+
+/// Indexes (and holds for) the `Stopping` workers of loaded run `run`,
+/// stored under `key`.
+void index_stopping(scheduler_state& st, const std::string& key, const v1::Run& run);
+
+/// "long-0 of run long", at most five, then "and N more", for a refusal to
 /// remove `machine`; empty when none is stopping there.
 std::string stopping_workers_text(const scheduler_state& st, const std::string& machine);
+
+/// Fills `scheduler_state::stopping_waits` after a queue pass: each GPU run
+/// or copy waiting for GPUs (at most 32 a pass) that would be placed were
+/// the stopping workers ended is named with what they hold in its way:
+/// "waiting: gpu-01: 8 GPUs held by stopping workers of run train (ending
+/// within 30 s)" (the stop grace left, from `scheduler_config::stop_grace`).
+void note_stopping_waits(scheduler_state& st);
 
 // -- schedule pass and group commit (scheduler_pass.cpp) ---------------------
 
@@ -261,7 +313,8 @@ void time_limit_reached(self_ptr self, const std::string& qname, uint64_t token)
 /// Errors: the store's, when the runs cannot be loaded.
 caf::error load_runs(self_ptr self);
 
-/// Holds, for each copy still re-adopting, the GPUs its machines now list;
+/// Holds, for each stopping worker (issue 23) and then each copy still
+/// re-adopting, the GPUs its machines now list;
 /// once all are there, holds them as one allocation and adopts the copy.
 void restore_pass(self_ptr self);
 

@@ -195,7 +195,8 @@ void apply_snapshot(self_ptr self, v1::SchedulerMachine& m) {
   facts.logical_cpus = m.logical_cpus();
   facts.memory_bytes = m.memory_bytes();
   if (m.down() && !facts.down) {
-    // Stopping workers there are not waited for (issue 23 item 6).
+    // Stopping workers there are not waited for (issue 23 item 6); what
+    // they held goes with them (the machine takes no work while Down).
     settle_stopping(self, m.name(), nullptr);
     // Its workers are Down and keep their GPUs until it is back.
     if (auto on = st.runs_on.find(m.name()); on != st.runs_on.end())
@@ -218,8 +219,9 @@ void apply_worker_statuses(self_ptr self, v1::WorkerStatuses& statuses) {
   auto& st = self->state;
   const auto& machine = statuses.machine();
   // Workers of ended or deleted runs that its agent was stopping: how they
-  // ended (issue 23 item 6; a drain is done only once none is left).
-  settle_stopping(self, machine, &statuses);
+  // ended (issue 23 item 6; a drain is done only once none is left). What
+  // they held is free now: a pass places the runs that waited for it.
+  const bool released = settle_stopping(self, machine, &statuses);
   // Outputs of a worker stopped with its run or its copy (a time limit,
   // a failed gang) come after that ended: kept on the worker all the same.
   for (const auto& w : statuses.workers()) {
@@ -242,8 +244,11 @@ void apply_worker_statuses(self_ptr self, v1::WorkerStatuses& statuses) {
   for (const auto& w : statuses.workers())
     held[w.worker()] = &w;
   auto on = st.runs_on.find(machine);
-  if (on == st.runs_on.end())
+  if (on == st.runs_on.end()) {
+    if (released)
+      schedule_pass(self);
     return;
+  }
   std::vector<std::pair<std::string, std::string>> lost;
   std::vector<std::string> touched;
   std::vector<std::pair<std::string, int32_t>> newly_ended;
@@ -346,7 +351,7 @@ void apply_worker_statuses(self_ptr self, v1::WorkerStatuses& statuses) {
   // A run whose workers all exited 0 is complete; one whose worker
   // failed fails, and its other workers are stopped (their machines get
   // worker sets without them).
-  bool ended = !failed.empty() || !newly_ended.empty();
+  bool ended = released || !failed.empty() || !newly_ended.empty();
   for (const auto& run_name : touched) {
     if (failed.count(run_name))
       continue;
@@ -387,6 +392,9 @@ caf::error forget_machine(self_ptr self, const std::string& name) {
                            "machine " + name + " still has workers its agent is stopping ("
                              + stopping + "); it can be removed once its agent reports "
                              "them ended (at most the stop grace, then SIGKILL)");
+  // Not waited for any more: what they held is given back first (the index
+  // removes no machine with GPUs held).
+  settle_stopping(self, name, nullptr);
   if (auto id = st.index->find_machine(name))
     if (auto err = st.index->remove_machine(*id))
       return err;
@@ -394,7 +402,6 @@ caf::error forget_machine(self_ptr self, const std::string& name) {
     st.removed_senders.insert(caf::actor_cast<caf::actor_addr>(h->second));
     st.machines.erase(h);
   }
-  settle_stopping(self, name, nullptr);
   auto touched = st.claims.update(name, {});
   st.snapshots.erase(name);
   st.machine_facts_by_name.erase(name);

@@ -260,6 +260,8 @@ void schedule_pass_once(self_ptr self) {
                  d.where.workers.size(), to_string(d.where.tier));
   }
   place_cpu_runs(st, touched, started);
+  // Issue 23: which waiting runs wait for what stopping workers hold.
+  note_stopping_waits(st);
   for (const auto& qname : started) {
     const auto& spec = st.runs[parse_queue_name(qname).first].spec();
     if (spec.time_limit_seconds() > 0)
@@ -380,11 +382,13 @@ void flush(self_ptr self) {
   std::vector<Store::change> changes;
   changes.reserve(st.dirty_runs.size());
   for (const auto& name : st.dirty_runs) {
-    auto it = st.runs.find(name);
-    if (it == st.runs.end())
+    // A displaced run (issue 23) is stored under its own key until its
+    // workers have ended.
+    const auto* run = stopping_record(st, name);
+    if (!run)
       changes.push_back({family::runs, name, std::nullopt});
     else
-      changes.push_back({family::runs, name, it->second.SerializeAsString()});
+      changes.push_back({family::runs, name, run->SerializeAsString()});
   }
   if (background && !changes.empty()) {
     // Not yet written: everything this burst would say waits for its

@@ -40,6 +40,17 @@ caf::error load_runs(self_ptr self) {
   std::vector<Store::change> moved;
   for (auto& [stored_key, run] : *loaded) {
     const auto key = run_key(run.spec());
+    if (stored_key.find('~') != std::string::npos) {
+      // Issue 23: a deleted run whose name a new run took while its workers
+      // stopped: they hold their GPUs until their agents report them ended.
+      if (stopping_workers(run).empty()) {
+        moved.push_back({family::runs, stored_key, std::nullopt});
+        continue;
+      }
+      index_stopping(st, stored_key, run);
+      st.displaced.emplace(stored_key, std::move(run));
+      continue;
+    }
     if (stored_key != key) {
       if (stored_key != run.spec().name() || st.runs.count(key)) {
         spdlog::error("scheduler: stored run '{}' is run {}; left alone", stored_key,
@@ -58,22 +69,16 @@ caf::error load_runs(self_ptr self) {
       if (w.name().empty())
         w.set_name(worker_name(run.spec().name(), w.array_index(), w.rank()));
     }
-    if (run.deleted()) {
-      // Issue 23 item 6: still stopping: its agents say how they ended;
-      // else shown no longer.
-      bool stopping = false;
-      for (const auto& w : run.workers())
-        if (state_of(w) == worker_state::stopping) {
-          st.stopping_on[w.machine()].insert(key);
-          stopping = true;
-        }
-      if (!stopping) {
-        moved.push_back({family::runs, key, std::nullopt});
-        continue;
-      }
+    if (run.deleted() && stopping_workers(run).empty()) {
+      // Issue 23 item 6: its workers have ended: shown no longer (one still
+      // stopping is indexed below: its agent says how it ended).
+      moved.push_back({family::runs, key, std::nullopt});
+      continue;
     }
     if (has_ended(state_of(run))) {
-      index_stopping(st, run);
+      // Issue 23: its workers still stopping hold their GPUs again as
+      // their machines report them.
+      index_stopping(st, key, run);
       st.runs.emplace(key, std::move(run));
       continue;
     }
@@ -132,6 +137,8 @@ caf::error load_runs(self_ptr self) {
 /// once all are there, holds them as one allocation and adopts the copy.
 void restore_pass(self_ptr self) {
   auto& st = self->state;
+  // Workers still stopping first (issue 23): their GPUs are theirs.
+  take_stopping_holds(st);
   for (auto it = st.restoring.begin(); it != st.restoring.end();) {
     const auto& qname = it->first;
     auto& r = it->second;

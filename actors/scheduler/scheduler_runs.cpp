@@ -275,15 +275,21 @@ std::string waiting_reason_of(const scheduler_state& st, const v1::Run& run) {
   auto names = queue_names_of(run.spec());
   size_t waiting = 0;
   const waiting_reason* first = nullptr;
+  const std::string* first_name = nullptr;
   for (const auto& qname : names)
     if (st.waiting.count(qname)) {
       ++waiting;
-      if (!first)
+      if (!first_name) {
+        first_name = &qname;
         first = st.queue->waiting(qname);
+      }
     }
   if (waiting == 0)
     return {};
   std::string why = first ? first->message : "waiting: not scheduled yet";
+  // Issue 23: what workers still stopping hold is what it waits for.
+  if (auto sw = st.stopping_waits.find(*first_name); sw != st.stopping_waits.end())
+    why = sw->second;
   if (cpu_only(run.spec()))
     for (const auto& qname : names)
       if (auto r = st.cpu_waiting_reason.find(qname); r != st.cpu_waiting_reason.end()) {
@@ -417,8 +423,12 @@ caf::result<v1::Run> submit_run(self_ptr self, v1::RunSpec& spec) {
                              "a run named " + describe_run(name) + " already exists");
     // Issue 23 item 6: a deleted run, its workers stopping or ended, gives
     // its name to the new run (which starts on each machine once the agent
-    // has let the old worker of its name go: apply_worker_statuses).
-    forget_run(self, name);
+    // has let the old worker of its name go: apply_worker_statuses). Its
+    // workers still stopping keep what they hold, under a key of their own.
+    if (stopping_workers(old->second).empty())
+      forget_run(self, name);
+    else
+      displace_run(self, name);
   }
   v1::Run run;
   *run.mutable_spec() = std::move(spec);
@@ -455,6 +465,7 @@ caf::result<v1::Run> submit_run(self_ptr self, v1::RunSpec& spec) {
 void forget_run(self_ptr self, const std::string& key) {
   auto& st = self->state;
   st.runs.erase(key);
+  release_record_holds(st, key);
   for (auto on = st.stopping_on.begin(); on != st.stopping_on.end();) {
     on->second.erase(key);
     on = on->second.empty() ? st.stopping_on.erase(on) : std::next(on);
@@ -485,27 +496,32 @@ caf::result<v1::Run> remove_run(self_ptr self, const std::string& ref) {
     for (int i = 0; i < run.workers_size(); ++i) {
       const auto& w = run.workers(i);
       const auto s = state_of(w);
-      auto f = st.machine_facts_by_name.find(w.machine());
-      if (!worker_ended(s) && s != worker_state::down && st.machines.count(w.machine())
-          && f != st.machine_facts_by_name.end() && !f->second.down)
+      if (!worker_ended(s) && s != worker_state::down && agent_reports(st, w.machine()))
         going_on.push_back(i);
     }
   release_run(st, run);
-  if (state_of(run) != run_state::failed)
+  // A run that has ended keeps its end, and its workers still Stopping stay
+  // so (issue 23: they hold their GPUs until their agent reports them).
+  if (!has_ended(state_of(run)))
     set_run_state(run, run_state::stopped);
   index_run(self, run);
   spdlog::info("scheduler: run {} deleted", key);
   auto rp = self->make_response_promise<v1::Run>();
-  if (going_on.empty()) {
+  // A run ended before (drained, stopped) may have workers Stopping still:
+  // kept too, so that what they hold is given back when they end.
+  if (going_on.empty() && stopping_workers(run).empty()) {
     v1::Run out = std::move(run);
     st.runs.erase(key);
     mark(self, key);
     st.replies.emplace_back(rp, std::move(out));
   } else {
+    // Issue 23: each keeps its GPUs, cores and memory until it has ended.
+    const auto now = st.config.clock->now_unix_ms();
     for (int i : going_on) {
       auto& w = *run.mutable_workers(i);
       set_state(w, worker_state::stopping);
       st.stopping_on[w.machine()].insert(key);
+      hold_stopping(st, key, run, w, now);
     }
     run.set_deleted(true);
     run.set_waiting_reason("deleted: its workers are stopping");
@@ -524,12 +540,13 @@ void arm_forget(self_ptr self, const std::string& key) {
                      static_cast<int64_t>(r->second.submitted_unix_ms()));
 }
 
-void settle_stopping(self_ptr self, const std::string& machine,
+bool settle_stopping(self_ptr self, const std::string& machine,
                      const v1::WorkerStatuses* statuses) {
   auto& st = self->state;
   auto on = st.stopping_on.find(machine);
   if (on == st.stopping_on.end())
-    return;
+    return false;
+  bool released = false;
   std::map<std::string, const v1::WorkerStatus*> held;
   if (statuses)
     for (const auto& w : statuses->workers())
@@ -537,19 +554,24 @@ void settle_stopping(self_ptr self, const std::string& machine,
   const std::vector<std::string> keys(on->second.begin(), on->second.end());
   st.stopping_on.erase(on);
   for (const auto& key : keys) {
-    auto r = st.runs.find(key);
-    if (r == st.runs.end())
+    auto* record = stopping_record(st, key);
+    if (!record)
       continue;
-    auto& run = r->second;
+    auto& run = *record;
     bool changed = false;
     for (auto& w : *run.mutable_workers()) {
       if (w.machine() != machine || state_of(w) != worker_state::stopping)
         continue;
       auto h = held.find(w.name());
+      // A new worker of its name that its agent runs: this one has ended.
+      if (h != held.end() && replaced_by_new_worker(st, key, *h->second, statuses->generation()))
+        h = held.end();
       if (h != held.end() && !worker_ended(state_of(*h->second))) {
         st.stopping_on[machine].insert(key);
         continue;
       }
+      // Its GPUs, cores and memory are free now (issue 23).
+      released |= release_stopping(st, key, w.name());
       if (h != held.end()) {
         // How it ended, in its agent's words.
         set_state(w, state_of(*h->second));
@@ -568,12 +590,17 @@ void settle_stopping(self_ptr self, const std::string& machine,
       continue;
     spdlog::info("scheduler: {}run {}: its workers on {} have ended",
                  run.deleted() ? "deleted " : "", key, machine);
-    if (run.deleted() && stopping_workers(run).empty()) {
+    if (st.displaced.count(key)) {
+      // A new run has its name: not shown, forgotten once none stops.
+      if (stopping_workers(run).empty())
+        st.displaced.erase(key);
+    } else if (run.deleted() && stopping_workers(run).empty()) {
       run.set_waiting_reason("deleted");
       arm_forget(self, key);
     }
     mark(self, key);
   }
+  return released;
 }
 
 void complete_run(self_ptr self, const std::string& name) {

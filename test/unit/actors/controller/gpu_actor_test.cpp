@@ -139,11 +139,27 @@ TEST_F(GpuActors, AGpuHeldByAPlacedWorkerShowsItsHolderAndIsNotForeign) {
   // GPU-1 is the worker's: held, and its memory in use is the worker's.
   EXPECT_EQ(list[1].holder(), "train-0");
   EXPECT_EQ(list[1].health(), "Healthy");
-  // The run ends (empty set): GPU-1 is free, and memory still in use there
-  // is now foreign.
+  // The run ends (empty set): its worker is Stopping until its agent says
+  // it ended (issue 23): GPU-1 is still its, never shown free meanwhile.
   orders.clear_workers();
   orders.set_generation(2);
   (*self)->send(m, atom::assign_v, orders);
+  run();
+  list = gpus(m);
+  EXPECT_EQ(list[1].holder(), "train-0 (Stopping)");
+  EXPECT_EQ(list[1].health(), "Healthy");
+  v1::WorkerStatuses statuses;
+  statuses.set_generation(2);
+  auto* stopping = statuses.add_workers();
+  stopping->set_worker("train-0");
+  stopping->set_state("Stopping");
+  (*self)->send(m, statuses);
+  run();
+  EXPECT_EQ(gpus(m)[1].holder(), "train-0 (Stopping)");
+  // Its agent reports it ended: GPU-1 is free, and memory still in use
+  // there is now foreign.
+  stopping->set_state("Cancelled");
+  (*self)->send(m, statuses);
   run();
   list = gpus(m);
   EXPECT_EQ(list[1].holder(), "");

@@ -60,9 +60,11 @@ protected:
       db = std::shared_ptr<Store>{std::move(*s)};
   }
 
-  scheduler_actor spawn_scheduler() {
+  /// A scheduler on `db`, with `clock` as its wall clock.
+  scheduler_actor spawn_scheduler(std::shared_ptr<const wall_clock> clock = real_wall_clock()) {
     scheduler_config sc;
     sc.store = db;
+    sc.clock = std::move(clock);
     auto s = spawn(scheduler, std::move(sc));
     run();
     return s;
@@ -1425,4 +1427,239 @@ TEST_F(SchedulerActor, GpuAndCpuOnlyWorkersShareAMachinesCoresAcrossARestart) {
   (*self)->send(s, atom::complete_v, std::string{"train"});
   run();
   EXPECT_EQ(get(s, "batch").state(), "Placed");
+}
+
+// --- Issue 23: a stopping worker keeps its GPUs until its agent says it ended
+
+namespace {
+
+/// Runs on gpu-01 (8 GPUs, 64 cores, 512 GiB; its agent attached) with a
+/// wall clock the test moves: the stop grace counts on it.
+class StoppingHolds : public SchedulerAssignments {
+protected:
+  scheduler_actor start() {
+    auto s = spawn_scheduler(clock);
+    log = attach(s, "gpu-01");
+    snapshot(s, cpu_machine("gpu-01", 64, 512, 8));
+    return s;
+  }
+
+  void restart(scheduler_actor& s) {
+    caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+    run();
+    s = start();
+  }
+
+  /// Whether the worker set last sent to gpu-01 has worker `name`.
+  bool ordered(const std::string& name) {
+    for (const auto& w : log->last().workers())
+      if (w.worker() == name)
+        return true;
+    return false;
+  }
+
+  std::shared_ptr<test_wall_clock> clock = std::make_shared<test_wall_clock>();
+  std::shared_ptr<orders_log> log;
+};
+
+} // namespace
+
+// The trial: `astra run delete train`, and the next run in the queue was
+// placed on train's GPUs while train's process still ran through its grace.
+TEST_F(StoppingHolds, ARunWaitingForADeletedRunsGpusIsPlacedOnlyOnceItsAgentReportsItEnded) {
+  auto s = start();
+  submit(s, spec_of("train", 8));
+  tell(s, in_states("gpu-01", {{"train-0", "Running", ""}}));
+  EXPECT_EQ(submit(s, spec_of("next", 8)).state(), "Waiting");
+  auto d = ask<v1::Run>(s, atom::remove_v, std::string{"train"});
+  EXPECT_EQ(d.workers(0).state(), "Stopping");
+  auto next = get(s, "next");
+  EXPECT_EQ(next.state(), "Waiting");
+  EXPECT_EQ(next.waiting_reason(),
+            "waiting: gpu-01: 8 GPUs held by stopping workers of run train (ending within "
+            "30 s)");
+  // Through the grace, and past it (its agent late): still held; the next
+  // pass (here: a submission) says how long is left.
+  clock->advance(std::chrono::seconds{12});
+  tell(s, in_states("gpu-01", {{"train-0", "Stopping", ""}}));
+  EXPECT_EQ(submit(s, spec_of("one", 1)).state(), "Waiting");
+  EXPECT_EQ(get(s, "next").waiting_reason(),
+            "waiting: gpu-01: 8 GPUs held by stopping workers of run train (ending within "
+            "18 s)");
+  clock->advance(std::chrono::seconds{20});
+  EXPECT_EQ(submit(s, spec_of("two", 1)).state(), "Waiting");
+  EXPECT_EQ(get(s, "next").waiting_reason(),
+            "waiting: gpu-01: 8 GPUs held by stopping workers of run train (past their 30 s "
+            "stop grace; waiting for their agent's report)");
+  EXPECT_FALSE(ordered("next-0"));
+  tell(s, in_states("gpu-01", {{"train-0", "Cancelled", "stopped: killed after the stop grace"}}));
+  next = get(s, "next");
+  EXPECT_EQ(next.state(), "Placed") << next.waiting_reason();
+  EXPECT_EQ(gpus_of(next), gpus_of(d));
+  EXPECT_TRUE(ordered("next-0"));
+}
+
+// `astra run stop` and a drain hold the same way; so does a failed gang:
+// the failed worker's GPUs are free at once, its stopping peer's are not.
+TEST_F(StoppingHolds, AFailedGangsStoppingWorkerKeepsItsGpusItsFailedWorkerFreesThem) {
+  auto s = start();
+  submit(s, spec_of("gang", 4, 2));
+  tell(s, in_states("gpu-01", {{"gang-0", "Running", ""}, {"gang-1", "Running", ""}}));
+  EXPECT_EQ(submit(s, spec_of("wide", 8)).state(), "Waiting");
+  tell(s, in_states("gpu-01",
+                    {{"gang-0", "Running", ""}, {"gang-1", "Failed", "exited with code 3"}}));
+  auto failed = get(s, "gang");
+  EXPECT_EQ(failed.state(), "Failed");
+  ASSERT_EQ(failed.workers(0).state(), "Stopping");
+  EXPECT_EQ(get(s, "wide").waiting_reason(),
+            "waiting: gpu-01: 4 GPUs held by stopping workers of run gang (ending within 30 s)");
+  auto small = submit(s, spec_of("small", 4));
+  ASSERT_EQ(small.state(), "Placed") << small.waiting_reason();
+  std::set<std::string> freed(failed.workers(1).gpu_ids().begin(),
+                              failed.workers(1).gpu_ids().end());
+  EXPECT_EQ(gpus_of(small), freed) << "the failed worker's GPUs, never the stopping one's";
+  tell(s, in_states("gpu-01", {{"gang-0", "Cancelled", ""}, {"small-0", "Running", ""}}));
+  EXPECT_EQ(get(s, "wide").state(), "Waiting");
+  tell(s, in_states("gpu-01", {{"small-0", "Exited", ""}}));
+  EXPECT_EQ(get(s, "wide").state(), "Placed");
+}
+
+// Delete `train` and submit a new `train` at once (allowed): the old
+// worker's GPUs stay held under a key of their own, also over a restart.
+TEST_F(StoppingHolds, ADeletedRunResubmittedAtOnceWaitsForItsOldWorkersGpusAlsoOverARestart) {
+  auto s = start();
+  submit(s, spec_of("train", 8));
+  tell(s, in_states("gpu-01", {{"train-0", "Running", ""}}));
+  ask<v1::Run>(s, atom::remove_v, std::string{"train"});
+  auto again = submit(s, spec_of("train", 8));
+  EXPECT_EQ(again.state(), "Waiting");
+  EXPECT_FALSE(again.deleted());
+  EXPECT_EQ(again.waiting_reason(),
+            "waiting: gpu-01: 8 GPUs held by stopping workers of run train (ending within "
+            "30 s)");
+  EXPECT_FALSE(stored("train").deleted()) << "the new run has its key";
+  EXPECT_TRUE(stored("train~1").deleted()) << "the old one is kept under its own";
+  EXPECT_EQ(ask<v1::RunList>(s, atom::runs_v).runs_size(), 1) << "and not listed";
+  restart(s);
+  EXPECT_EQ(get(s, "train").state(), "Waiting");
+  EXPECT_EQ(get(s, "train").waiting_reason(),
+            "waiting: gpu-01: 8 GPUs held by stopping workers of run train (ending within "
+            "30 s)");
+  // The agent still stops the old train-0; then reports it ended.
+  tell(s, in_states("gpu-01", {{"train-0", "Stopping", ""}}));
+  EXPECT_EQ(get(s, "train").state(), "Waiting");
+  tell(s, in_states("gpu-01", {{"train-0", "Cancelled", "stopped"}}));
+  auto placed = get(s, "train");
+  EXPECT_EQ(placed.state(), "Placed") << placed.waiting_reason();
+  EXPECT_FALSE(in_store("train~1"));
+  restart(s);
+  EXPECT_EQ(get(s, "train").state(), "Placed");
+}
+
+// The agent reports the worker ended (it exited by itself) before the
+// delete is even answered: its GPUs are free at once.
+TEST_F(StoppingHolds, TheAgentsReportBeforeTheDeleteIsAnsweredFreesTheGpus) {
+  auto s = start();
+  submit(s, spec_of("train", 8));
+  tell(s, in_states("gpu-01", {{"train-0", "Running", ""}}));
+  EXPECT_EQ(submit(s, spec_of("next", 8)).state(), "Waiting");
+  auto rh = (*self)->request(s, caf::infinite, atom::remove_v, std::string{"train"});
+  (*self)->send(s, in_states("gpu-01", {{"train-0", "Exited", ""}}));
+  run();
+  v1::Run answer;
+  rh.receive([&](v1::Run& x) { answer = std::move(x); },
+             [&](caf::error& err) { ADD_FAILURE() << render_error(err); });
+  EXPECT_TRUE(answer.deleted());
+  EXPECT_EQ(get(s, "next").state(), "Placed");
+  EXPECT_EQ(get(s, "train").workers(0).state(), "Exited");
+}
+
+// A machine that goes Down while its workers stop: they are not waited for
+// (Stopped, as before), and what they held goes with them: the machine
+// takes work again once it is back, at once.
+TEST_F(StoppingHolds, AStoppingWorkersGpusAreNotWaitedForOnceItsMachineIsDown) {
+  auto s = start();
+  submit(s, spec_of("train", 8));
+  tell(s, in_states("gpu-01", {{"train-0", "Running", ""}}));
+  submit(s, spec_of("next", 8));
+  ask<v1::Run>(s, atom::remove_v, std::string{"train"});
+  auto down = cpu_machine("gpu-01", 64, 512, 8);
+  down.set_down(true);
+  down.set_schedulable(false);
+  snapshot(s, down);
+  EXPECT_EQ(get(s, "train").workers(0).state(), "Stopped");
+  EXPECT_EQ(get(s, "next").state(), "Waiting");
+  snapshot(s, cpu_machine("gpu-01", 64, 512, 8));
+  EXPECT_EQ(get(s, "next").state(), "Placed");
+}
+
+// Stopped (not deleted) across a restart: held again as its machine reports,
+// cores and memory too.
+TEST_F(StoppingHolds, AStoppingWorkersGpusCoresAndMemoryStayHeldOverARestart) {
+  auto s = start();
+  auto train = spec_of("train", 4);
+  train.set_cpus_per_worker(48);
+  submit(s, train);
+  tell(s, in_states("gpu-01", {{"train-0", "Running", ""}}));
+  ask<v1::Run>(s, atom::stop_v, std::string{"train"}, std::string{"stopped by alice"});
+  // Its 4 GPUs may or may not be those the what-if picks; its cores are.
+  const std::string in_way = " held by stopping workers of run train (ending within 30 s)";
+  auto more = spec_of("more", 4);
+  more.set_cpus_per_worker(32);
+  auto why = submit(s, more).waiting_reason();
+  EXPECT_EQ(why.rfind("waiting: gpu-01: ", 0), 0u) << why;
+  EXPECT_NE(why.find(in_way), std::string::npos) << why;
+  EXPECT_EQ(submit(s, cpu_spec("batch", 32, 64)).state(), "Waiting");
+  restart(s);
+  EXPECT_EQ(get(s, "train").workers(0).state(), "Stopping");
+  EXPECT_EQ(get(s, "more").state(), "Waiting");
+  EXPECT_EQ(get(s, "batch").state(), "Waiting");
+  EXPECT_EQ(get(s, "more").waiting_reason(), why);
+  tell(s, in_states("gpu-01", {{"train-0", "Cancelled", ""}}));
+  EXPECT_EQ(get(s, "more").state(), "Placed");
+  EXPECT_EQ(get(s, "batch").state(), "Placed");
+}
+
+// A drained machine: removal is refused while its agent still stops the
+// run's worker, and succeeds (nothing left held) once it reported it ended.
+TEST_F(StoppingHolds, ADrainedMachineIsRemovedOnceItsStoppingWorkerEnded) {
+  auto s = start();
+  submit(s, spec_of("long", 8));
+  tell(s, in_states("gpu-01", {{"long-0", "Running", ""}}));
+  auto cordoned = cpu_machine("gpu-01", 64, 512, 8);
+  cordoned.set_schedulable(false);
+  cordoned.set_not_schedulable("is draining");
+  snapshot(s, cordoned);
+  ask<v1::Run>(s, atom::stop_v, std::string{"long"}, std::string{"machine gpu-01 was drained"});
+  v1::RemoveMachine remove;
+  remove.set_name("gpu-01");
+  EXPECT_NE(render_error(ask_error<bool>(s, remove)).find("its agent is stopping"),
+            std::string::npos);
+  tell(s, in_states("gpu-01", {{"long-0", "Cancelled", ""}}));
+  EXPECT_TRUE(ask<bool>(s, remove));
+}
+
+// Deleted and submitted again, the new run fits beside the old worker: the
+// agent may let the old worker go and run the new one of its name without
+// ever reporting the old one ended. Once it has applied the set without the
+// old one, a worker of that name going on is the new one: the old one's
+// GPUs are free.
+TEST_F(StoppingHolds, ANewWorkerOfItsNameThatItsAgentRunsEndsTheOldOnesHold) {
+  auto s = start();
+  submit(s, spec_of("train", 4));
+  tell(s, in_states("gpu-01", {{"train-0", "Running", ""}}));
+  ask<v1::Run>(s, atom::remove_v, std::string{"train"});
+  auto again = submit(s, spec_of("train", 4));
+  ASSERT_EQ(again.state(), "Placed") << again.waiting_reason();
+  EXPECT_EQ(submit(s, spec_of("four", 4)).state(), "Waiting");
+  // The agent stops the old one: still held.
+  auto stopping = in_states("gpu-01", {{"train-0", "Stopping", ""}});
+  stopping.set_generation(log->last().generation());
+  tell(s, stopping);
+  EXPECT_EQ(get(s, "four").state(), "Waiting");
+  auto applied = in_states("gpu-01", {{"train-0", "Assigned", ""}});
+  applied.set_generation(log->last().generation());
+  tell(s, applied);
+  EXPECT_EQ(get(s, "four").state(), "Placed");
+  EXPECT_EQ(get(s, "train").workers(0).state(), "Assigned");
 }

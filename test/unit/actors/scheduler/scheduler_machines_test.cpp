@@ -162,6 +162,11 @@ TEST_F(SchedulerMachines, ARunAskingForRdmaWaitsForAnRdmaPortUp) {
   // A run without the ask is placed on the same machine meanwhile.
   EXPECT_EQ(submit(one_gpu("plain")).state(), "Placed");
   ask<v1::Run>(sched_actor, atom::remove_v, std::string{"plain"});
+  // Its GPU is free once its agent no longer holds its worker (issue 23).
+  v1::WorkerStatuses none;
+  none.set_machine("gpu-a");
+  (*self)->send(sched_actor, none);
+  run();
   auto up = fixture_machine("gpu-a", {"GPU-aaaa"});
   up.set_rdma_up(true);
   snapshot(up);
