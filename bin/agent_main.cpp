@@ -105,8 +105,11 @@ int main(int argc, char** argv) {
     spdlog::error("agent: cannot start: {}", render_error(agent.error()));
     return 1;
   }
-  spdlog::info("agent: reporting to {}:{} every {} ms, data in {}",
-               cfg->controller_address, cfg->controller_port,
+  // HA mode names several gates ("A:P,B:P"): printed as given, no port added.
+  const bool gate_list = cfg->controller_address.find(',') != std::string::npos;
+  spdlog::info("agent: reporting to {} every {} ms, data in {}",
+               gate_list ? cfg->controller_address
+                         : cfg->controller_address + ":" + std::to_string(cfg->controller_port),
                cfg->report_interval.count(), cfg->data_dir);
   auto sig = bin::wait_for_stop_signal(signals);
   int code = refused ? 1 : 0;

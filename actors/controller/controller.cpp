@@ -317,6 +317,11 @@ start_agent(caf::actor_system& sys, const AgentConfig& cfg, const std::string& j
     ac.join_token = join_token;
   } else if (!cfg.token_file.empty()) {
     auto token = read_trimmed_file(cfg.token_file);
+    if (token && token->empty() && !ac.enrolled)
+      return caf::make_error(ec::invalid_config,
+                             "enrol.token_file: " + cfg.token_file
+                               + " is empty: put the join token `astra tokens create` "
+                                 "printed in it");
     if (token)
       ac.join_token = std::move(*token);
     else if (!ac.enrolled)
