@@ -492,9 +492,9 @@ void on_kernel_event(agent_ptr self, const v1::KernelEvent& ke) {
   request_latch_sync(self);
 }
 
-/// Why the fault of GPU `id` (a UUID, or the PCI address a fault was
-/// latched against) may not be cleared now: the GPU is gone (NVML does not
-/// list it, or says it is lost). Clearing would drop it from the inventory
+/// Why the fault of GPU `id` may not be cleared now: the GPU is gone (NVML
+/// does not list it, or says it is lost). A latch held against a PCI address
+/// no GPU was ever named at may always be cleared. Clearing would drop it from the inventory
 /// and say work may land on it while it is still gone (a user trial);
 /// "" when it may.
 std::string clear_refused_why(const agent_state& st, const std::string& id) {
@@ -506,11 +506,12 @@ std::string clear_refused_why(const agent_state& st, const std::string& id) {
       || held->second.front().gpu_id().empty())
     return {};
   for (const auto& g : st.gpus.gpus())
-    if (g.id() == id || (id == g.pci_address() && g.id().empty()))
+    if (g.id() == id)
       return read_status(g) != gpu_read_status::lost
                ? std::string{}
-               : "GPU " + id + " is lost (" + g.status_detail()
-                   + "): its fault stays latched until it answers again; reseat or "
+               : "GPU " + id + " is lost"
+                   + (g.status_detail().empty() ? "" : " (" + g.status_detail() + ")")
+                   + ": its fault stays latched until it answers again; reseat or "
                      "replace it (a new GPU at its address drops the old latch)";
   return "GPU " + id + " is not listed by the driver (NVML) now: its fault stays latched "
          "until it is back; reseat or replace it (a new GPU at its address drops the old "

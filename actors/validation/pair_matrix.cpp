@@ -196,18 +196,15 @@ bool any_measured(const std::vector<v1::AllReducePoint>& points) {
                      [](const v1::AllReducePoint& p) { return p.curve_size() > 0; });
 }
 
-/// "All-reduce: not measured (2, 3 machines: skipped: <why>)".
+/// "All-reduce: not measured (2 machines: skipped: <why>; 3 machines:
+/// fail: <why>)": each group's verdict ("not run" when it has none) and why.
 std::string not_measured_line(const std::vector<v1::AllReducePoint>& points) {
-  std::string sizes, why;
-  for (const auto& p : points) {
-    sizes += (sizes.empty() ? "" : ", ") + std::to_string(p.machines());
-    if (why.empty())
-      why = p.note();
-  }
-  const auto& verdict = points.front().verdict();
-  return "All-reduce: not measured (" + sizes + " machines: "
-         + (verdict.empty() ? std::string{"not run"} : verdict) + (why.empty() ? "" : ": " + why)
-         + ")";
+  std::string groups;
+  for (const auto& p : points)
+    groups += (groups.empty() ? "" : "; ") + group_heading(p) + ": "
+              + (p.verdict().empty() ? std::string{"not run"} : p.verdict())
+              + (p.note().empty() ? "" : ": " + p.note());
+  return "All-reduce: not measured (" + groups + ")";
 }
 
 } // namespace

@@ -34,7 +34,8 @@ std::string pairs_matrix_html(const google::protobuf::RepeatedPtrField<v1::PairR
 /// two above it, and the largest size), each cell the bus bandwidth in GB/s
 /// ("—" not measured), then the rows "expected" and "verdict". "" when
 /// `points` is empty; when no group has a figure (every one skipped), one
-/// line instead: "All-reduce: not measured (2, 3 machines: skipped: why)".
+/// line instead: "All-reduce: not measured (2 machines: skipped: why; 3
+/// machines: skipped)".
 std::string all_reduce_curve_text(const std::vector<v1::AllReducePoint>& points);
 
 /// The same as an HTML fragment: a heading and a table whose cells are bars

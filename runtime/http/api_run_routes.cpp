@@ -102,6 +102,8 @@ void submit_run(api_context& ctx) {
              ctx.prefix + "/runs/" + name);
 }
 
+namespace {
+
 /// A run's place in GET /runs: its name, then its workspace ("" for the
 /// default one), so two workspaces' runs of one name are two entries.
 std::pair<std::string, std::string> run_list_position(const v1::RunSpec& spec) {
@@ -114,6 +116,8 @@ std::pair<std::string, std::string> run_list_position(const v1::RunSpec& spec) {
 std::string run_list_cursor(const std::pair<std::string, std::string>& at) {
   return at.second.empty() ? at.first : at.first + "," + at.second;
 }
+
+} // namespace
 
 void list_runs(api_context& ctx) {
   // Pages as /nodes and /gpus do: ?limit=N (1-100000; none: all) and

@@ -288,8 +288,8 @@ TEST(AllReduceCurve, NoGroupMeasuredIsOneLineNotAnEmptyCurve) {
   points[1].set_machines(3);
   points[1].set_verdict("skipped");
   EXPECT_EQ(all_reduce_curve_text(points),
-            "All-reduce: not measured (2, 3 machines: skipped: the group shares no Active "
-            "rail)\n");
+            "All-reduce: not measured (2 machines: skipped: the group shares no Active "
+            "rail; 3 machines: skipped)\n");
   EXPECT_EQ(all_reduce_curve_html(points).rfind("<p>All-reduce: not measured", 0), 0u);
 }
 
