@@ -40,16 +40,10 @@ void add_global_options(CLI::App& app, cli::options& opts) {
                  "the controller's public key to insist on (64 hex digits)");
   app.add_option("-o,--output", opts.output, "table or json")
     ->check(CLI::IsMember({"table", "json"}));
-  app.add_option("--timeout", opts.timeout_s, "seconds to wait for the controller (0.1 to 3600)")
-    ->check(CLI::Validator(
-      [](std::string& v) -> std::string {
-        char* end = nullptr;
-        double x = std::strtod(v.c_str(), &end);
-        if (end == v.c_str() || *end != '\0' || !(x >= 0.1 && x <= 3600))
-          return "seconds from 0.1 to 3600, not '" + v + "'";
-        return {};
-      },
-      "SECONDS"));
+  app.add_option("--timeout", opts.timeout_s,
+                 "how long to wait for the controller: seconds (0.1 to 3600), or with a "
+                 "unit: 500ms, 5s, 2m")
+    ->transform(cli::wait_time_check());
 }
 
 } // namespace

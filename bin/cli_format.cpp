@@ -525,7 +525,11 @@ std::string format_gpu_section(const v1::GpuSection& s) {
         out << "  " << g.id() << ": FAULT " << f.reason() << " (" << f.source()
             << ", " << f.count() << "x, last " << format_time(f.last_seen_unix_ms())
             << (f.not_durable() ? ", not durable yet: the agent's store is full" : "")
-            << "): " << f.evidence() << "\n";
+            << ")"
+            << (f.evidence().empty() || f.reason().find(f.evidence()) != std::string::npos
+                  ? std::string{}
+                  : ": " + f.evidence())
+            << "\n";
       for (const auto& inc : g.incidents())
         out << "  " << g.id() << ": " << inc.action() << " "
             << (inc.has_xid() ? "Xid " + std::to_string(inc.xid()) : inc.kind())

@@ -103,11 +103,23 @@ caf::error provide_owner_token(token_registry& tokens, const std::string& keys_d
                  render_error(err));
     return {};
   }
-  if (first)
+  if (first) {
+    // astra looks for an owner token only in the two default key folders
+    // (bin/astra/invocation.cpp); anywhere else it must be told the file.
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    bool found_by_astra = false;
+    for (const auto& dir : {default_data_dir("dev") + "/controller-keys",
+                            default_data_dir("controller") + "-keys"})
+      found_by_astra = found_by_astra || fs::equivalent(dir, keys_dir, ec);
     spdlog::info("controller: created the first owner API token (id {}) in {} "
-                 "(mode 0600): the local astra finds it there; elsewhere, "
-                 "`astra login` with it",
-                 minted->second.id(), path);
+                 "(mode 0600): {}",
+                 minted->second.id(), path,
+                 found_by_astra
+                   ? "the local astra finds it there; elsewhere, `astra login` with it"
+                   : "give it to astra with `--token-file " + path
+                       + "` (this keys folder is not one astra looks in), or `astra login` with it");
+  }
   else
     spdlog::warn("controller: {}: wrote a fresh owner API token (id {}) to {} (mode 0600); "
                  "revoke the old ones you no longer need",

@@ -3,6 +3,7 @@
 #include "bin/astra/usage.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 
@@ -30,6 +31,24 @@ CLI::Validator value_check(caf::error (*rule)(const std::string&)) {
       return err ? render_error(err) : std::string{};
     },
     "");
+}
+
+CLI::Validator wait_time_check() {
+  return CLI::Validator(
+    [](std::string& v) -> std::string {
+      char* end = nullptr;
+      double x = std::strtod(v.c_str(), &end);
+      std::string unit = end == nullptr ? std::string{} : std::string{end};
+      double scale = unit.empty() || unit == "s" ? 1.0
+                     : unit == "ms"              ? 0.001
+                     : unit == "m"               ? 60.0
+                                                 : -1.0;
+      if (end == v.c_str() || scale < 0 || !(x * scale >= 0.1 && x * scale <= 3600))
+        return "a time from 0.1 s to 3600 s (e.g. 5, 5s, 500ms, 2m), not '" + v + "'";
+      v = std::to_string(x * scale);
+      return {};
+    },
+    "SECONDS");
 }
 
 std::string nearest(const std::string& word, const std::vector<std::string>& known) {

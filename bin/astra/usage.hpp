@@ -37,6 +37,12 @@ CLI::Validator machine_name_check();
 /// anything is sent (the API token's --name).
 CLI::Validator value_check(caf::error (*rule)(const std::string&));
 
+/// A check for astra's `--timeout`: seconds from 0.1 to 3600, bare (`5`,
+/// `0.5`) or with a unit, as kubectl's `--request-timeout` takes them
+/// (`500ms`, `5s`, `2m`); the value is rewritten to plain seconds. Anything
+/// else ("5h", "soon", "0") is a usage error, exit 2, naming the value.
+CLI::Validator wait_time_check();
+
 /// The entry of `known` nearest to `word`, when it is near enough to be
 /// what was meant (at most 2 edits, or a third of the word's length for
 /// long words, by Levenshtein distance), or `word` is a prefix of exactly one entry); empty otherwise.

@@ -54,6 +54,15 @@ std::string kind_name(gpu_event_kind k) {
   return out;
 }
 
+/// " [evidence]" for a latch's log line, or nothing when its reason
+/// already says it ("lost: missing from NVML …" with that same detail as
+/// evidence: a user trial read it doubled).
+std::string evidence_note(const v1::FaultLatch& f) {
+  if (f.evidence().empty() || f.reason().find(f.evidence()) != std::string::npos)
+    return {};
+  return " [" + f.evidence() + "]";
+}
+
 } // namespace
 
 std::string recovery_action_name(uint32_t action) {
@@ -209,8 +218,8 @@ caf::expected<bool> fault_latches::latch(const std::string& rule,
     slot->set_not_durable(true);
     not_durable_.insert({gpu, rule});
     if (is_new)
-      spdlog::warn("latch: GPU {} ({}) is Faulty: {} [{}] (not durable yet: {})", gpu,
-                   slot->pci_address(), slot->reason(), slot->evidence(),
+      spdlog::warn("latch: GPU {} ({}) is Faulty: {}{} (not durable yet: {})", gpu,
+                   slot->pci_address(), slot->reason(), evidence_note(*slot),
                    render_error(err));
     return is_new;
   }
@@ -218,8 +227,8 @@ caf::expected<bool> fault_latches::latch(const std::string& rule,
   if (defer_sync_)
     unsynced_[{gpu, rule}] = ++write_generation_;
   if (is_new)
-    spdlog::warn("latch: GPU {} ({}) is Faulty: {} [{}]", gpu,
-                 slot->pci_address(), slot->reason(), slot->evidence());
+    spdlog::warn("latch: GPU {} ({}) is Faulty: {}{}", gpu,
+                 slot->pci_address(), slot->reason(), evidence_note(*slot));
   return is_new;
 }
 
@@ -397,12 +406,17 @@ caf::expected<bool> fault_latches::on_event(const gpu_event& ev,
   bool fences = false;
   std::string rule, reason;
   xid_action action = xid_action::record;
+  // The distinct processes behind this GPU's application Xids in 24 h.
+  std::vector<std::string> app_processes;
   switch (ev.kind) {
     case gpu_event_kind::xid:
       if (ev.xid) {
         action = policy_.action(*ev.xid);
-        if (policy_.application(*ev.xid) && many_processes(ev, holder, now_unix_ms))
-          action = xid_action::at_risk;
+        if (policy_.application(*ev.xid)) {
+          app_processes = application_processes(ev, holder, now_unix_ms);
+          if (app_processes.size() >= policy_.application_processes())
+            action = xid_action::at_risk;
+        }
         // The NVLink family (rule 5): a fault only when the line says Fatal
         // (the recovery action is read with the GPU, confirmed_by_driver);
         // else an NVLink error toward the seed's sign.
@@ -496,6 +510,18 @@ caf::expected<bool> fault_latches::on_event(const gpu_event& ev,
     if (ev.kind == gpu_event_kind::xid && ev.xid && policy_.fence_when_confirmed(*ev.xid))
       inc.set_action("nvlink-errors");
     inc.set_text(ev.text);
+    if (action == xid_action::at_risk && !app_processes.empty()) {
+      // Say why one job's crash made the GPU at risk: the processes, not
+      // only the last line (a user trial read it as one crash).
+      std::string who;
+      for (size_t k = 0; k < app_processes.size() && k < 5; ++k)
+        who += (k == 0 ? "" : ", ") + app_processes[k];
+      if (app_processes.size() > 5)
+        who += ", …";
+      inc.set_text("application Xids from " + std::to_string(app_processes.size())
+                   + " processes in 24 h (" + who + "; at risk from "
+                   + std::to_string(policy_.application_processes()) + "); the last: " + ev.text);
+    }
     auto [pid, pname] = process_of(ev.text);  // shown, never blamed (rule 9)
     inc.set_pid(pid);
     inc.set_process_name(pname);
@@ -562,10 +588,11 @@ caf::expected<bool> fault_latches::adopt(const v1::GpuSection& section) {
   return changed;
 }
 
-bool fault_latches::many_processes(const gpu_event& ev, const std::string& holder,
-                                   int64_t now_unix_ms) {
+std::vector<std::string> fault_latches::application_processes(const gpu_event& ev,
+                                                              const std::string& holder,
+                                                              int64_t now_unix_ms) {
   if (holder.empty())
-    return false;
+    return {};
   // "pid=1234, name=python3": the pid names the process; without one
   // ("pid='<unknown>'"), its name does.
   auto field = [&](const char* key) -> std::string {
@@ -581,13 +608,26 @@ bool fault_latches::many_processes(const gpu_event& ev, const std::string& holde
   if (process.empty())
     process = field("name=");
   if (process.empty())
-    return false;
+    return {};
   constexpr int64_t day_ms = 24 * 60 * 60 * 1000;
   auto& seen = app_processes_[holder];
   seen[process] = now_unix_ms;
-  for (auto i = seen.begin(); i != seen.end();)
-    i = now_unix_ms - i->second > day_ms ? seen.erase(i) : std::next(i);
-  return seen.size() >= policy_.application_processes();
+  std::vector<std::pair<int64_t, std::string>> recent;
+  for (auto i = seen.begin(); i != seen.end();) {
+    if (now_unix_ms - i->second > day_ms) {
+      i = seen.erase(i);
+      continue;
+    }
+    recent.emplace_back(i->second, i->first);
+    ++i;
+  }
+  // The oldest first, as a user reads a story.
+  std::sort(recent.begin(), recent.end());
+  std::vector<std::string> out;
+  for (auto& [when, name] : recent)
+    out.push_back((name.find_first_not_of("0123456789") == std::string::npos ? "pid " : "")
+                  + name);
+  return out;
 }
 
 caf::expected<bool> fault_latches::latch_unfinished_resets(int64_t now_unix_ms) {

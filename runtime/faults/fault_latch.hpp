@@ -170,9 +170,12 @@ private:
   caf::expected<bool> fold_fallen(const gpu_event& ev, const std::string& holder,
                                   std::string& rule, std::string& reason,
                                   int64_t now_unix_ms);
-  // Counts an application Xid's process for `holder`; whether the GPU has
-  // now reported such Xids from enough distinct processes in 24 h.
-  bool many_processes(const gpu_event& ev, const std::string& holder, int64_t now_unix_ms);
+  // Counts an application Xid's process for `holder`; the distinct
+  // processes (oldest first: "pid 100", or a name where the line gives no
+  // pid) behind the GPU's application Xids in the last 24 h, empty when
+  // the line names no process.
+  std::vector<std::string> application_processes(const gpu_event& ev, const std::string& holder,
+                                                 int64_t now_unix_ms);
   // Latches the AMD resets that began and logged no success in time.
   caf::expected<bool> latch_unfinished_resets(int64_t now_unix_ms);
   // Latches what a GPU's read status calls for (lost, a long hang).

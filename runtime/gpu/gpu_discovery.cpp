@@ -319,7 +319,6 @@ std::vector<v1::Gpu> gpu_discovery::vanished_since_last(const std::vector<v1::Gp
                           ? "missing from NVML: on PCI at " + known.pci_address()
                           : "missing from NVML and from the PCI bus (was at "
                               + known.pci_address() + ")");
-    spdlog::warn("discovery: GPU {}: {}", g.id(), g.status_detail());
     out.push_back(std::move(g));
   }
   return out;
@@ -396,9 +395,19 @@ v1::GpuSection gpu_discovery::discover(bool rdma_up) {
       nvml_count = nv.gpus.size();
       // A GPU of the last pass NVML no longer lists is lost, not gone: it is
       // listed (and latched) with where it still is.
-      for (auto& g : vanished_since_last(nv.gpus, bus))
-        gpus.push_back(std::move(g));
-      keep_nvidia(nv.gpus);
+      // It stays among the known GPUs (its identity: model, index, serial)
+      // for as long as it is gone, so later passes list it with its facts,
+      // not as a bare UUID and address (a user trial saw its /metrics
+      // labels empty from the second pass on).
+      {
+        auto kept = nv.gpus;
+        for (auto& g : vanished_since_last(nv.gpus, bus)) {
+          warn_once("discovery: GPU " + g.id() + ": " + g.status_detail());
+          kept.push_back(g);
+          gpus.push_back(std::move(g));
+        }
+        keep_nvidia(kept);
+      }
       break;
     case nvml_result::driver_status::unresponsive:
       tried.push_back("NVML " + lib + ": unresponsive (" + nv.detail + ")");

@@ -336,7 +336,9 @@ TEST_F(HealthOrder, AGpuThatVanishesBetweenPassesStaysListedAndFaulty) {
      "clear-fault", node, uuid_3a},
     dir_.path());
   EXPECT_EQ(clear.rc, 1) << clear.out << clear.err;
-  EXPECT_NE(clear.err.find("is not listed by the driver (NVML) now: its fault stays latched"),
+  // It stays listed with what it was, lost, every pass after.
+  EXPECT_NE(clear.err.find("is lost (missing from NVML: on PCI at " + pci_3a
+                           + "): its fault stays latched until it answers again"),
             std::string::npos)
     << clear.err;
   auto after = at(gpus(), pci_3a);

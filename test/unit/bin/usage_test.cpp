@@ -108,5 +108,30 @@ TEST(AstraUsage, NearestAllowsAFewEditsOrAUniquePrefix) {
   EXPECT_EQ(nearest("x", {"machines"}), "");
 }
 
+TEST(AstraUsage, TimeoutTakesSecondsOrAUnit) {
+  auto parse = [](std::string value) -> std::pair<double, std::string> {
+    CLI::App app{"astra"};
+    double seconds = 0;
+    app.add_option("--timeout", seconds)->transform(wait_time_check());
+    std::vector<const char*> argv{"astra", "--timeout", value.c_str()};
+    try {
+      app.parse(3, argv.data());
+    } catch (const CLI::ParseError& e) {
+      return {0, e.what()};
+    }
+    return {seconds, ""};
+  };
+  EXPECT_DOUBLE_EQ(parse("5").first, 5);
+  EXPECT_DOUBLE_EQ(parse("5s").first, 5);
+  EXPECT_DOUBLE_EQ(parse("500ms").first, 0.5);
+  EXPECT_DOUBLE_EQ(parse("2m").first, 120);
+  EXPECT_DOUBLE_EQ(parse("0.25").first, 0.25);
+  for (const char* bad : {"5h", "soon", "0", "50ms", "2h", "61m"}) {
+    auto [s, why] = parse(bad);
+    EXPECT_NE(why.find("a time from 0.1 s to 3600 s"), std::string::npos) << bad << ": " << why;
+    EXPECT_NE(why.find(std::string{"not '"} + bad + "'"), std::string::npos) << why;
+  }
+}
+
 } // namespace
 } // namespace astraeus::cli

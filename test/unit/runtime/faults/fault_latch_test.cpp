@@ -658,6 +658,20 @@ TEST_F(FaultLatches, ApplicationXidsFromThreeProcessesMarkAtRiskOneJobCrashingDo
   EXPECT_EQ(action_of_13(), "record");
   EXPECT_FALSE(*l.on_event(app(13, "300", 21), two_gpus(), 3000));
   EXPECT_EQ(action_of_13(), "at-risk");
+  {
+    // The reason names the processes, not only the last crash.
+    v1::GpuSection out = two_gpus();
+    l.annotate(out);
+    std::string text;
+    for (const auto& inc : out.gpus(0).incidents())
+      if (inc.xid() == 13u)
+        text = inc.text();
+    EXPECT_EQ(text.rfind("application Xids from 3 processes in 24 h (pid 100, pid 200, pid 300; "
+                         "at risk from 3); the last: NVRM: Xid (PCI:0000:3b:00): 13, pid=300",
+                         0),
+              0u)
+      << text;
+  }
   EXPECT_TRUE(l.latches().empty());
   // A day later the old processes no longer count.
   int64_t later = 3000 + 25LL * 3600 * 1000;

@@ -585,6 +585,24 @@ TEST(GpuDiscovery, AGpuThatVanishesFromNvmlStaysListedAsLostAndTheCountsDisagree
                                "the nvidia driver, missing from NVML");
   EXPECT_EQ(log.count("missing from NVML: on PCI at 0000:3a:00.0"), 1u);
 
+  // The passes after still list it with what it was (model, index, serial:
+  // the labels of its /metrics series), and say so once.
+  const auto* was = gpu_at(before, "0000:3a:00.0");
+  ASSERT_NE(was, nullptr);
+  for (int pass = 0; pass < 2; ++pass) {
+    auto later = discovery.discover(false);
+    ASSERT_EQ(later.gpus_size(), 8) << "pass " << pass;
+    g = gpu_at(later, "0000:3a:00.0");
+    ASSERT_NE(g, nullptr);
+    EXPECT_EQ(g->id(), uuid);
+    EXPECT_EQ(g->status(), "lost");
+    EXPECT_EQ(g->model(), was->model());
+    EXPECT_EQ(g->serial(), was->serial());
+    ASSERT_TRUE(g->has_index());
+    EXPECT_EQ(g->index(), was->index());
+  }
+  EXPECT_EQ(log.count("missing from NVML: on PCI at 0000:3a:00.0"), 1u);
+
   // Gone from the bus too (the driver dropped it, hot-unplug): said so.
   doc = h100x8_json();
   replace_fixture(path, doc);
