@@ -93,7 +93,12 @@ using gate_actor = gate_command_actor::extend<
   // Internal timer (to itself, gate.request_timeout after a command): the
   // clear-fault or logs command `id` is still unanswered; its requester
   // gets ec::timeout.
-  caf::reacts_to<atom::expire, uint64_t>>;
+  caf::reacts_to<atom::expire, uint64_t>,
+  // Internal timer (HA mode: every gate.keepalive_interval when it is not
+  // zero): each welcomed agent that was sent nothing since the last tick
+  // gets a Keepalive frame, so an agent can tell a frozen leader from a
+  // quiet one.
+  caf::reacts_to<atom::tick>>;
 
 /// A standby controller's gate in HA mode (actors/controller/standby_gate.hpp),
 /// a typed CAF broker: it tells every peer who leads and closes. Reached by
@@ -162,6 +167,13 @@ using agent_actor = caf::typed_actor<
   // From a supervisor job's detached actor: job `job` (a start, a CDI sync)
   // finished; its result is applied on the agent.
   caf::reacts_to<atom::job_done, uint64_t>,
+  // Internal timer (HA mode, a gate that announced keepalives): checks
+  // whether connection number `connection` has heard nothing from its gate
+  // for three keepalive intervals (a frozen leader: SIGSTOP, a paused VM);
+  // then it leaves that gate, avoids it a while and tries the next one.
+  // Also armed at each connect: a gate that has not welcomed the agent by
+  // its bound is left the same way.
+  caf::reacts_to<atom::lapse, uint64_t>,
   // From its scribe: a frame's header or body from the gate; a bad one
   // drops the connection (reconnect with back-off). A standby's refusal
   // (HA mode: not_leader naming the leader's gate, or no_leader) makes it

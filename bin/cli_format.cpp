@@ -146,6 +146,15 @@ std::string loopback_warning(const std::string& command) {
          "HTTP on loopback only).\n";
 }
 
+v1::JoinToken join_token_for(v1::JoinToken token, const std::string& addr) {
+  auto gates = token.controller_address().empty() ? addr : token.controller_address();
+  if (token.install().empty())
+    token.set_install(install_command(token, gates));
+  else if (token.controller_address().empty() && addr.find(',') != std::string::npos)
+    token.set_install(install_command_naming(token.install(), addr));
+  return token;
+}
+
 std::string format_join_token(const v1::JoinToken& token,
                               const std::string& address, int64_t now_unix_ms) {
   std::string labels;

@@ -74,6 +74,15 @@ std::string loopback_warning(const std::string& command);
 
 using astraeus::install_command;
 
+/// `token` as `astra tokens create` shows it to a user who reached the
+/// cluster at `addr` (astra's --addr: one gate, or every controller's in HA
+/// mode): its install command filled in when the controller sent none
+/// (`install_command` naming the controller's advertised gate, else
+/// `addr`); when the controller advertises no gate (gate.advertise_address
+/// unset) and `addr` names several, the command names all of them, not
+/// only the leader's gate that answered (`install_command_naming`).
+v1::JoinToken join_token_for(v1::JoinToken token, const std::string& addr);
+
 /// What `astra tokens create` prints: the token, its id, expiry and
 /// labels, and the install command.
 std::string format_join_token(const v1::JoinToken& token,

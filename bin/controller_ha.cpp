@@ -95,17 +95,18 @@ public:
         res.status = 307;
         res.set_header("Location", leader->api_url + target);
         res.set_header("X-Astraeus-Leader", leader->id);
-        body = {{"error",
-                 {{"code", "not_leader"},
-                  {"message", "this controller is a standby; " + leader->id
-                                + " leads: use " + leader->api_url}}},
+        // The API's error shape ({"code","message"}, README "HTTP API"),
+        // with who leads beside it.
+        body = {{"code", "NOT_LEADER"},
+                {"message", "this controller is a standby; " + leader->id
+                              + " leads: use " + leader->api_url},
                 {"leader", {{"id", leader->id}, {"api", leader->api_url},
                             {"gate", leader->gate}}}};
       } else {
         res.status = 503;
         res.set_header("Retry-After", "1");
-        body = {{"error", {{"code", "no_leader"},
-                           {"message", "no controller leads yet (an election is under way)"}}}};
+        body = {{"code", "NO_LEADER"},
+                {"message", "no controller leads yet (an election is under way)"}};
       }
       res.set_content(body.dump() + "\n", "application/json");
     };

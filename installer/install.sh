@@ -11,7 +11,10 @@
 # cut short executes nothing.
 #
 # Options (machines.md "Create one", bring-up-a-gpu-cluster.md step 1):
-#   --apiserver, --control-plane HOST[:PORT]  the controller's gate (7450)
+#   --apiserver, --control-plane HOST[:PORT]  the controller's gate (7450);
+#                          in HA mode every controller's, comma-separated
+#                          (HOST[:PORT],HOST[:PORT],...): the agent follows
+#                          whichever leads
 #   --token-file FILE      a join token (astra tokens create); kept, mode 0600,
 #                          in /etc/astraeus/token, which the agent reads once
 #   --releases URL         where the agent's releases are (default: the
@@ -53,8 +56,23 @@ served() {
   case "$1" in @@*@@) printf '' ;; *) printf '%s' "$1" ;; esac
 }
 
+# gate_with_port GATE: GATE (an address, HOST, HOST:PORT, [V6]:PORT or a URL)
+# as HOST:PORT, with the gate's port 7450 where none is given.
+gate_with_port() {
+  g=${1#*://}
+  g=${g%%/*}
+  case "$g" in
+    \[*\]:*) ;;
+    \[*\]) g="$g:7450" ;;
+    *:*:*) g="[$g]:7450" ;;
+    *:*) ;;
+    *) g="$g:7450" ;;
+  esac
+  printf '%s' "$g"
+}
+
 usage() {
-  sed -n '2,34p' "$0" 2>/dev/null | sed 's/^# \{0,1\}//'
+  sed -n '2,37p' "$0" 2>/dev/null | sed 's/^# \{0,1\}//'
 }
 
 parse_args() {
@@ -396,19 +414,23 @@ check_controller() {
   [ -n "$RELEASES" ] || RELEASES=$(served "$SERVED_RELEASES")
   [ -n "$RELEASES" ] || fail "--releases URL is missing (this copy was not served by a controller)"
   RELEASES=${RELEASES%/}
-  gate=${APISERVER#*://}
-  gate=${gate%%/*}
-  case "$gate" in
-    \[*\]:*) ;;
-    \[*\]) gate="$gate:7450" ;;
-    *:*:*) gate="[$gate]:7450" ;;
-    *:*) ;;
-    *) gate="$gate:7450" ;;
+  case "$APISERVER" in
+    *,*)
+      # HA mode: every controller's gate, each HOST:PORT, in the order given.
+      GATE_HOST=""
+      for g in $(printf '%s' "$APISERVER" | tr ',' ' '); do
+        GATE_HOST="${GATE_HOST:+$GATE_HOST,}$(gate_with_port "$g")"
+      done
+      GATE_PORT=7450
+      GATES=$GATE_HOST ;;
+    *)
+      gate=$(gate_with_port "$APISERVER")
+      GATE_HOST=${gate%:*}
+      GATE_HOST=${GATE_HOST#[}
+      GATE_HOST=${GATE_HOST%]}
+      GATE_PORT=${gate##*:}
+      GATES="$GATE_HOST:$GATE_PORT" ;;
   esac
-  GATE_HOST=${gate%:*}
-  GATE_HOST=${GATE_HOST#[}
-  GATE_HOST=${GATE_HOST%]}
-  GATE_PORT=${gate##*:}
   sorg=$(served "$SERVED_ORG")
   if [ -n "$ORG" ] && [ -n "$sorg" ] && [ "$ORG" != "$sorg" ]; then
     fail "--org '$ORG': this controller serves the organisation '$sorg'"
@@ -546,7 +568,7 @@ write_files() {
   put "$CONFIG" 0600
   {
     echo "# The Astraeus installer's choices, read by the next run."
-    echo "apiserver=$GATE_HOST:$GATE_PORT"
+    echo "apiserver=$GATES"
     echo "releases=$RELEASES"
     echo "org=$ORG"
     echo "org_id=$ORG_ID"

@@ -831,6 +831,56 @@ void on_logs(agent_ptr self, const v1::LogsCommand& cmd) {
   send_frame(self, frame);
 }
 
+/// How long a gate may say nothing before the agent takes it for frozen:
+/// three keepalive intervals (zero: the gate sends none; never).
+caf::timespan silence_limit(const agent_state& st) {
+  return st.keepalive_interval * 3;
+}
+
+/// Arms the silence check for the current connection, unless one is
+/// pending for it or the gate sends no keepalives.
+void arm_silence_check(agent_ptr self, caf::timespan after) {
+  auto& st = self->state;
+  if (st.keepalive_interval.count() <= 0 || st.lapse_armed_for == st.connection_no)
+    return;
+  st.lapse_armed_for = st.connection_no;
+  self->delayed_send(self, after, atom::lapse_v, st.connection_no);
+}
+
+/// The silence check of connection `number` (HA mode): a gate that sent
+/// nothing for three keepalive intervals, welcomed or not, is taken for a
+/// frozen leader (SIGSTOP, a paused VM: its kernel keeps the socket open,
+/// so nothing closes); the agent leaves it, avoids it a while and tries
+/// the next gate (actors/agent/gate_targets.hpp).
+void on_silence_check(agent_ptr self, uint64_t number) {
+  auto& st = self->state;
+  if (number != st.lapse_armed_for)
+    return;  // an earlier connection's
+  st.lapse_armed_for = 0;
+  if (!st.connected || number != st.connection_no)
+    return;
+  auto limit = silence_limit(st);
+  if (limit.count() <= 0)
+    return;
+  auto quiet = self->clock().now() - st.last_heard;
+  if (quiet < limit) {
+    arm_silence_check(self, limit - quiet);
+    return;
+  }
+  using std::chrono::duration_cast;
+  using std::chrono::milliseconds;
+  spdlog::warn("agent {}: the controller at {}:{} has sent nothing for {} ms ({}; "
+               "it sends a keepalive every {} ms): taking it for frozen and "
+               "trying another gate",
+               st.config.identity.name, st.config.controller_host,
+               st.config.controller_port, duration_cast<milliseconds>(quiet).count(),
+               st.welcomed ? "since its last frame" : "since the connection opened",
+               duration_cast<milliseconds>(st.keepalive_interval).count());
+  close_connection(self, "");
+  st.named_leader.clear();
+  reconnect_when(self, st.targets->silent());
+}
+
 void on_frame(agent_ptr self, v1::Frame& frame) {
   auto& st = self->state;
   const auto& name = st.config.identity.name;
@@ -844,6 +894,8 @@ void on_frame(agent_ptr self, v1::Frame& frame) {
     case v1::Frame::kLogs:
       on_logs(self, frame.logs());
       return;
+    case v1::Frame::kKeepalive:
+      return;  // heard: last_heard is set for every record
     case v1::Frame::kWelcome:
       // Welcomed: the token is spent (or was not needed: already enrolled).
       st.config.join_token.clear();
@@ -868,6 +920,9 @@ void on_frame(agent_ptr self, v1::Frame& frame) {
                         render_error(err));
       st.welcomed = true;
       adopt_report_interval(self, frame.welcome());
+      st.keepalive_interval = std::chrono::duration_cast<caf::timespan>(
+        std::chrono::milliseconds{frame.welcome().keepalive_interval_ms()});
+      arm_silence_check(self, silence_limit(st));
       if (frame.welcome().heartbeat_lapse_ms() > 0) {
         auto quarter = std::chrono::duration_cast<caf::timespan>(
           std::chrono::milliseconds{frame.welcome().heartbeat_lapse_ms() / 4});
@@ -1107,6 +1162,12 @@ agent_actor::behavior_type agent(agent_actor::stateful_broker_pointer<agent_stat
       st.connection = *hdl;
       st.connected = true;
       st.pending_body = 0;
+      ++st.connection_no;
+      st.last_heard = self->clock().now();
+      // A gate known to send keepalives (the last welcome said so) must
+      // also welcome within three of them: a frozen one accepts the TCP
+      // connection (its kernel does) and answers nothing.
+      arm_silence_check(self, silence_limit(st));
       st.channel = std::make_unique<channel_client>(st.config.key,
                                                     st.config.pinned);
       self->configure_read(st.connection,
@@ -1142,10 +1203,12 @@ agent_actor::behavior_type agent(agent_actor::stateful_broker_pointer<agent_stat
                          st.report_due > after ? st.report_due - after : caf::timespan{0},
                          atom::tick_v);
     },
+    [self](atom::lapse, uint64_t number) { on_silence_check(self, number); },
     [self](caf::io::new_data_msg& msg) {
       auto& st = self->state;
       if (!st.connected || msg.handle != st.connection)
         return;
+      st.last_heard = self->clock().now();
       const char* data = reinterpret_cast<const char*>(msg.buf.data());
       if (st.pending_body == 0) {
         auto len = decode_frame_length(

@@ -171,6 +171,16 @@ struct agent_state {
   caf::actor_clock::time_point welcomed_at{};
   /// The leader a standby named last (logged when it changes).
   std::string named_leader;
+  /// Connections made by this agent run: numbers the silence checks
+  /// (atom::lapse), so a check armed for an earlier connection does nothing.
+  uint64_t connection_no = 0;
+  /// When the current connection last delivered anything (actor clock).
+  caf::actor_clock::time_point last_heard{};
+  /// HA mode: the keepalive interval the last welcome announced; zero: the
+  /// gate sends none, and neither silence nor a slow welcome is acted on.
+  caf::timespan keepalive_interval{0};
+  /// The connection number a silence check is pending for (0: none).
+  uint64_t lapse_armed_for = 0;
   probe_actor probe;                      ///< GPU discovery, on its own thread
   bool discovering = false;               ///< a discovery pass is in flight
   uint64_t pass = 0;                      ///< number of the latest pass

@@ -20,8 +20,17 @@ void gate_targets::new_round() {
   hops_ = 0;
 }
 
-retry_when gate_targets::pause() {
+size_t gate_targets::advance() {
   index_ = (index_ + 1) % given_.size();
+  if (given_.size() > 1 && avoided(given_[index_])) {
+    index_ = (index_ + 1) % given_.size();
+    return 2;
+  }
+  return 1;
+}
+
+retry_when gate_targets::pause() {
+  advance();
   following_.reset();
   new_round();
   ++soons_;
@@ -29,14 +38,16 @@ retry_when gate_targets::pause() {
 }
 
 retry_when gate_targets::next_given() {
-  index_ = (index_ + 1) % given_.size();
-  if (++failed_in_round_ < given_.size())
+  auto before = index_;
+  // A skipped (avoided) gate counts as tried in this round.
+  failed_in_round_ += advance();
+  if (failed_in_round_ < given_.size())
     return retry_when::at_once;
   if (standby_answered_) {
     // An HA group between leaders: the standbys will know one shortly.
     // `pause` moves on to the next given gate; undo that so the round
     // starts where it started before.
-    index_ = (index_ + given_.size() - 1) % given_.size();
+    index_ = before;
     return pause();
   }
   new_round();
@@ -57,6 +68,7 @@ retry_when gate_targets::failed() {
 void gate_targets::welcomed() {
   new_round();
   soons_ = 0;
+  silent_.reset();
 }
 
 retry_when gate_targets::lost() {
@@ -64,10 +76,26 @@ retry_when gate_targets::lost() {
   return retry_when::at_once;
 }
 
+retry_when gate_targets::silent() {
+  silent_ = target();
+  silent_named_ = 0;
+  failed_.push_back(target());
+  if (following_) {
+    following_.reset();
+    if (!avoided(given_[index_]))
+      return retry_when::at_once;  // back to the given gate that named it
+  }
+  return next_given();
+}
+
 retry_when gate_targets::not_leader(const gate_target& leader) {
   standby_answered_ = true;
+  if (silent_ && *silent_ != leader)
+    silent_.reset();  // another leader: the silent one was deposed
+  else if (silent_ && ++silent_named_ > silent_answers)
+    silent_.reset();  // still named: it leads again (a short freeze)
   auto failed_before = std::find(failed_.begin(), failed_.end(), leader) != failed_.end();
-  if (failed_before || hops_ >= max_hops)
+  if (avoided(leader) || failed_before || hops_ >= max_hops)
     return pause();
   ++hops_;
   following_ = leader;

@@ -19,6 +19,16 @@
 /// - A followed leader that fails sends the agent back to the given gate
 ///   that named it, at once.
 /// - A session that ends after a welcome tries the same gate again at once.
+/// - A gate that goes silent (HA mode: a welcomed session heard nothing for
+///   three keepalive intervals, or a connection got no welcome within that
+///   bound: a frozen leader, SIGSTOP or a paused VM, whose kernel still
+///   holds its sockets) is left for the next given gate at once, and
+///   avoided: skipped among the given gates, and not followed when a
+///   standby names it (a pause instead, as for a failed leader), until the
+///   agent is welcomed anywhere, a standby names another leader, or
+///   standbys named it `silent_answers` times (about 2 s of pauses: a
+///   leader that was frozen for less than its lease still leads, and is
+///   followed again).
 /// - `soon` waits `soon_delay()`: 250 ms for the first 12 in a row (an
 ///   election is over within a lease TTL and etcd's sweep, ~2.5 s), then
 ///   doubling up to the agent's back-off cap, so a group that stays
@@ -65,6 +75,9 @@ public:
   static constexpr uint32_t soon_flat = 12;
   /// How many redirects are followed in a row before a pause.
   static constexpr uint32_t max_hops = 3;
+  /// How many standby answers naming a silent gate as the leader it stays
+  /// avoided for.
+  static constexpr uint32_t silent_answers = 8;
 
   /// `given`: the gates the agent was configured with (at least one).
   explicit gate_targets(std::vector<gate_target> given);
@@ -86,6 +99,15 @@ public:
   /// A welcomed session ended (the leader went away).
   retry_when lost();
 
+  /// The target went silent (see the file comment): it is avoided, and the
+  /// next given gate that is not avoided is tried at once.
+  retry_when silent();
+
+  /// Whether `gate` is the silent gate being avoided.
+  bool avoided(const gate_target& gate) const {
+    return silent_ && *silent_ == gate;
+  }
+
   /// The target is a standby; `leader` leads.
   retry_when not_leader(const gate_target& leader);
 
@@ -103,6 +125,9 @@ private:
   retry_when next_given();
   /// Forgets the round (after a welcome, a pause or a back-off).
   void new_round();
+  /// Moves `index_` to the next given gate, past an avoided one unless it
+  /// is the only one. Returns how many gates it moved by (1 or 2).
+  size_t advance();
 
   std::vector<gate_target> given_;
   size_t index_ = 0;                      ///< the given gate tried now
@@ -112,6 +137,8 @@ private:
   std::vector<gate_target> failed_;       ///< gates that failed since the last pause
   uint32_t hops_ = 0;                     ///< redirects followed since the last pause
   uint32_t soons_ = 0;                    ///< pauses since the last welcome
+  std::optional<gate_target> silent_;     ///< the silent gate avoided now
+  uint32_t silent_named_ = 0;             ///< standby answers naming it since
 };
 
 } // namespace astraeus

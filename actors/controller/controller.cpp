@@ -251,6 +251,9 @@ start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
   gc.cluster_name = cfg.cluster_name;
   gc.heartbeat_lapse = cfg.heartbeat_lapse;
   gc.report_interval = cfg.heartbeat_report_interval;
+  // Keepalives only where an agent has another controller to go to.
+  if (cfg.store_backend == "etcd")
+    gc.keepalive_interval = cfg.keepalive_interval;
   gc.report_interval_seconds = static_cast<uint32_t>(
     std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::seconds>(
                            cfg.heartbeat_report_interval).count()));

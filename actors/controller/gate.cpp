@@ -27,6 +27,9 @@ caf::error gate_config::validate() const {
   if (hello_timeout.count() <= 0 || request_timeout.count() <= 0)
     return caf::make_error(ec::invalid_config,
                            "gate: timeouts must be positive");
+  if (keepalive_interval.count() < 0)
+    return caf::make_error(ec::invalid_config,
+                           "gate.keepalive_interval: must not be negative");
   if (!identity)
     return caf::make_error(ec::invalid_config, "gate: no identity key");
   if (max_unauthenticated_per_address == 0)
@@ -72,6 +75,7 @@ void write_frame(gate_ptr self, connection_handle hdl, const v1::Frame& frame) {
   auto i = self->state.connections.find(hdl);
   if (i == self->state.connections.end() || !i->second.channel)
     return;
+  i->second.sent_since_tick = true;
   write_bytes(self, hdl, i->second.channel->encode(frame));
 }
 
@@ -161,6 +165,8 @@ void welcome(gate_ptr self, connection_handle hdl) {
     static_cast<uint64_t>(duration_cast<milliseconds>(cfg.heartbeat_lapse).count()));
   w->set_report_interval_ms(
     static_cast<uint64_t>(duration_cast<milliseconds>(cfg.report_interval).count()));
+  w->set_keepalive_interval_ms(
+    static_cast<uint64_t>(duration_cast<milliseconds>(cfg.keepalive_interval).count()));
   *w->mutable_xid_policy() = cfg.xid_policy;
   auto i = self->state.connections.find(hdl);
   if (i != self->state.connections.end() && i->second.role == v1::CLI)
@@ -401,7 +407,21 @@ gate_actor::behavior_type gate(gate_actor::stateful_broker_pointer<gate_state> s
              "new join token (astra tokens create)");
     }
   });
+  if (self->state.config.keepalive_interval.count() > 0)
+    self->delayed_send(self, self->state.config.keepalive_interval, atom::tick_v);
   return {
+    [self](atom::tick) {
+      // Each welcomed agent sent nothing since the last tick hears "alive".
+      auto& st = self->state;
+      v1::Frame keepalive;
+      keepalive.mutable_keepalive();
+      for (auto& [hdl, conn] : st.connections) {
+        if (conn.welcomed && conn.role == v1::AGENT && !conn.sent_since_tick)
+          write_frame(self, hdl, keepalive);
+        conn.sent_since_tick = false;
+      }
+      self->delayed_send(self, st.config.keepalive_interval, atom::tick_v);
+    },
     [self](const caf::io::new_connection_msg& msg) {
       auto& st = self->state;
       auto address = self->remote_addr(msg.handle);

@@ -57,6 +57,11 @@ struct gate_config {
   /// told in the welcome (issue 18, rule 10); zero: not told.
   caf::timespan heartbeat_lapse{0};
   caf::timespan report_interval{0};
+  /// HA mode (issue 15): how often each welcomed agent that was sent
+  /// nothing else gets a Keepalive frame, announced in the welcome; agents
+  /// leave a gate silent for three of these (a frozen leader). Zero (one
+  /// controller): none.
+  caf::timespan keepalive_interval{0};
   /// Cluster name sent in the welcome.
   std::string cluster_name = "default";
   /// The fleet's Xid policy, sent to agents in the welcome.
@@ -104,6 +109,7 @@ struct gate_connection {
   machine_actor machine_handle;     ///< agents: the only actor it may address
   std::shared_ptr<channel_server> channel;  ///< the secure channel
   v1::Principal principal;          ///< the CLI: who its API token names
+  bool sent_since_tick = false;     ///< a frame went out since the keepalive tick
 };
 
 /// The gate's state.

@@ -71,10 +71,8 @@ void add_join_tokens(CLI::App& app, invocation& inv) {
       (*body->mutable_labels())[kv.substr(0, eq)] = kv.substr(eq + 1);
     }
     inv.rc = call(inv.opts, req, [&inv](const v1::Response& r) {
-      const auto& t = r.join_token();
-      return format_join_token(
-        t, t.controller_address().empty() ? inv.opts.addr : t.controller_address(),
-        now_ms());
+      return format_join_token(join_token_for(r.join_token(), inv.opts.addr), inv.opts.addr,
+                               now_ms());
     });
   });
 }

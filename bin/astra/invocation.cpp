@@ -207,11 +207,7 @@ int call(options opts, v1::Request req,
       std::fputs((to_json(resp->workspaces()) + "\n").c_str(), stdout);
     else if (resp->has_join_token()) {
       // The seed's API answer carries the install command too.
-      auto token = resp->join_token();
-      if (token.install().empty())
-        token.set_install(install_command(
-          token, token.controller_address().empty() ? opts.addr
-                                                    : token.controller_address()));
+      auto token = join_token_for(resp->join_token(), opts.addr);
       if (token.expires().empty())
         token.set_expires(rfc3339_utc(token.expires_unix_ms()));
       auto doc = to_json_compact(token);

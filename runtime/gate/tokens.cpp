@@ -471,4 +471,18 @@ std::string install_script_command(const v1::JoinToken& token, const install_sit
          + install_org_id(token.controller_key()) + " && rm -f ./astraeus-token";
 }
 
+std::string install_command_naming(const std::string& command, const std::string& gates) {
+  for (const char* flag : {" --apiserver ", " --controller "}) {
+    auto at = command.find(flag);
+    if (at == std::string::npos)
+      continue;
+    auto start = at + std::char_traits<char>::length(flag);
+    auto end = command.find(' ', start);
+    if (end == std::string::npos)
+      end = command.size();
+    return command.substr(0, start) + gates + command.substr(end);
+  }
+  return command;
+}
+
 } // namespace astraeus

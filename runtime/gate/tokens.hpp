@@ -207,4 +207,12 @@ std::string install_org_id(const std::string& controller_key_hex);
 /// `--insecure --pinnedpubkey PIN` (a self-signed certificate, pinned).
 std::string install_script_command(const v1::JoinToken& token, const install_site_info& site);
 
+/// `command` (an install command: `install_script_command`'s, or
+/// `install_command`'s) naming `gates` (HA mode: "HOST:PORT,HOST:PORT,...",
+/// every controller's gate) in place of the one gate it names, so the agent
+/// follows whichever controller leads. `astra --addr A,B,C tokens create`
+/// uses it when gate.advertise_address is unset (the controller only knows
+/// its own gate). `command` unchanged when it names no gate.
+std::string install_command_naming(const std::string& command, const std::string& gates);
+
 } // namespace astraeus

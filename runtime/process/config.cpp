@@ -363,6 +363,10 @@ const std::vector<key_def<ControllerConfig>>& controller_keys() {
               "connection"),
     duration_key("gate.hello_timeout", &C::hello_timeout, 100ms, 1h,
                  "how long a new connection may take to say hello"),
+    duration_key("gate.keepalive_interval", &C::keepalive_interval, 100ms, 1min,
+                 "HA mode: how often the leader's gate tells each quiet agent "
+                 "it is alive; an agent leaves a gate silent for three of "
+                 "these (a frozen leader)"),
     duration_key("gate.request_timeout", &C::request_timeout, 100ms, 1h,
                  "how long a request through the gate may wait for its "
                  "answer"),

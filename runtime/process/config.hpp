@@ -80,6 +80,10 @@ struct ControllerConfig {
   /// gate.hello_timeout: how long a new connection may take to say hello
   /// (100ms-1h).
   std::chrono::milliseconds hello_timeout{10000};
+  /// gate.keepalive_interval (HA mode only, store.backend etcd): how often
+  /// the leader's gate sends each quiet agent a keepalive; an agent leaves a
+  /// gate silent for three of these (a frozen leader) (100ms-1min).
+  std::chrono::milliseconds keepalive_interval{1000};
   /// gate.request_timeout: how long a request may wait for its answer
   /// (100ms-1h).
   std::chrono::milliseconds request_timeout{10000};

@@ -536,6 +536,19 @@ case_served() {
   says "· this machine is x86_64 (amd64); the controller has agent releases for arm64 only"
 }
 
+case_ha_gates() {
+  # HA mode: every controller's gate; the agent's config names them all.
+  fresh ha-gates debian-12
+  install -- --token-file "$TOKEN" --name gpu-02 --no-move \
+    --apiserver 10.0.0.1:7450,10.0.0.2,[fd00::3]:7460
+  rc_is 0
+  if grep -qx '  address: "10.0.0.1:7450,10.0.0.2:7450,\[fd00::3\]:7460"' \
+       "$ROOT/etc/astraeus/agent.yaml"; then ok; else fail "agent.yaml's gates: $(grep address "$ROOT/etc/astraeus/agent.yaml")"; fi
+  if grep -qx 'apiserver=10.0.0.1:7450,10.0.0.2:7450,\[fd00::3\]:7460' \
+       "$ROOT/etc/astraeus/install.conf"; then ok
+  else fail "the installer's state does not keep the gates"; fi
+}
+
 case_truncated() {
   fresh truncated debian-12
   local n
@@ -549,7 +562,7 @@ case_truncated() {
 }
 
 make_release
-cases=${*:-"ubuntu_nvidia debian_nvidia fedora_rhel_nvidia nvidia_skips amd files_and_service tarball refusals served truncated"}
+cases=${*:-"ubuntu_nvidia debian_nvidia fedora_rhel_nvidia nvidia_skips amd files_and_service ha_gates tarball refusals served truncated"}
 for c in $cases; do "case_$c"; done
 if command -v shellcheck >/dev/null 2>&1; then
   CURRENT=shellcheck

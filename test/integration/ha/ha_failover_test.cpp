@@ -3,7 +3,8 @@
 // accept writes (none acknowledged before is lost); a standby redirects the
 // HTTP API to the leader; an agent given every gate follows the leader and
 // is Up there, never Down; a leader stopped (SIGSTOP) until deposed writes
-// nothing when it resumes (SIGCONT) and exits.
+// nothing when it resumes (SIGCONT) and exits, and its agents leave it for
+// the new leader while it is frozen (its keepalives stop).
 
 #include <csignal>
 
@@ -14,9 +15,32 @@
 namespace astraeus::itest {
 namespace {
 
+/// How many times `needle` occurs in `text`.
+size_t count_of(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1))
+    ++n;
+  return n;
+}
+
 class HaFailover : public ha_test {
 protected:
   HaFailover() : ha_test("astraeus-ha") {
+  }
+
+  /// Starts an agent named `name` that knows every gate (enrolled through
+  /// the gate of controller `leader`); its process.
+  process* start_agent(size_t leader, const std::string& name) {
+    auto& g = *group_;
+    auto flags = enrol_flags(g.gate_port(leader), dir_.path(), name);
+    if (flags.empty())
+      return nullptr;
+    std::vector<std::string> argv{program("astraeus-agent"), "--controller", g.gate_list(),
+                                  "--data-dir", (dir_ / name).string(), "--name", name,
+                                  "--report-interval", "200ms", "--set",
+                                  "reconnect.max_backoff=1s"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    return spawn_kept(g.kept(), dir_.path(), name, argv);
   }
 };
 
@@ -39,15 +63,12 @@ TEST_F(HaFailover, KilledLeaderIsReplacedAndAgentsFollow) {
               + "/api/v1/orgs/default/clusters/default/machines");
   EXPECT_EQ(res->get_header_value("X-Astraeus-Leader"),
             "127.0.0.1:" + std::to_string(g.gate_port(first)));
+  // In the API's error shape, saying who leads.
+  EXPECT_TRUE(contains(res->body, R"("code":"NOT_LEADER")")) << res->body;
+  EXPECT_TRUE(contains(res->body, R"("gate":"127.0.0.1:)" + std::to_string(g.gate_port(first))))
+    << res->body;
   // An agent that knows every gate.
-  auto flags = enrol_flags(g.gate_port(first), dir_.path(), "gpu-ha");
-  ASSERT_FALSE(flags.empty());
-  std::vector<std::string> argv{program("astraeus-agent"), "--controller", g.gate_list(),
-                                "--data-dir", (dir_ / "agent").string(), "--name", "gpu-ha",
-                                "--report-interval", "200ms", "--set",
-                                "reconnect.max_backoff=1s"};
-  argv.insert(argv.end(), flags.begin(), flags.end());
-  spawn_kept(g.kept(), dir_.path(), "agent", argv);
+  ASSERT_TRUE(start_agent(first, "gpu-ha"));
   ASSERT_TRUE(wait_until([&] { return machine_in_state(g.gate_port(first), "gpu-ha",
                                                        v1::Machine::Up); },
                          15s))
@@ -113,6 +134,48 @@ TEST_F(HaFailover, StoppedLeaderIsFencedOutWhenItResumes) {
   auto after = g.join_tokens(*next);
   ASSERT_TRUE(after);
   EXPECT_EQ(after->size(), before->size());
+}
+
+TEST_F(HaFailover, AFrozenLeadersAgentsLeaveItForTheNewLeader) {
+  auto& g = *group_;
+  auto first = *leader_;
+  auto* agent = start_agent(first, "gpu-frozen");
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(wait_until([&] { return machine_in_state(g.gate_port(first), "gpu-frozen",
+                                                       v1::Machine::Up); },
+                         15s))
+    << "the agent is not Up on the first leader";
+  // Frozen, not dead: its sockets stay open, but its keepalives stop.
+  auto t0 = steady::now();
+  auto* old = g.controller(first);
+  old->signal(SIGSTOP);
+  auto next = g.wait_new_leader(first, 10s);
+  ASSERT_TRUE(next) << "no new leader while the old one was stopped";
+  bool down = false;
+  bool up = wait_until(
+    [&] {
+      auto m = get_machine(g.gate_port(*next), "gpu-frozen");
+      if (m && m->state() == v1::Machine::Down)
+        down = true;
+      return m && m->state() == v1::Machine::Up
+             && count_of(agent->err(), "connected to cluster") >= 2;
+    },
+    15s, 50ms);
+  EXPECT_TRUE(up) << "the agent did not reach the new leader: " << agent->err();
+  std::printf("frozen leader: SIGSTOP -> its agent welcomed by the new leader: %.2f s\n",
+              seconds_since(t0));
+  EXPECT_TRUE(contains(agent->err(), "has sent nothing for")) << agent->err();
+  // Still frozen, for longer than a heartbeat lapse (3 s) since the
+  // takeover: the machine stays Up on the new leader.
+  std::this_thread::sleep_for(3500ms);
+  auto m = get_machine(g.gate_port(*next), "gpu-frozen");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->state(), v1::Machine::Up);
+  EXPECT_FALSE(down) << "the machine went Down while its old leader was frozen";
+  old->signal(SIGCONT);
+  auto code = old->wait_exit(5s);
+  ASSERT_TRUE(code) << "the deposed leader kept running";
+  EXPECT_EQ(*code, 3);
 }
 
 } // namespace

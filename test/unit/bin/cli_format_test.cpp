@@ -258,3 +258,34 @@ TEST(CliFormat, MachineSaysWhetherItIsAccepted) {
   auto accepted = cli::format_machine(m, 0);
   EXPECT_TRUE(contains(accepted, "accepted (its pool requires acceptance)")) << accepted;
 }
+
+// HA mode (issue 15): `astra --addr A,B,C tokens create` against a controller
+// that advertises no gate prints an install command naming every gate the
+// user gave, not only the leader's that answered; one address, or an
+// advertised gate, leaves the controller's command as it was.
+TEST(JoinTokenForAddr, AnInstallCommandNamesEveryGateAstraWasGiven) {
+  v1::JoinToken token;
+  token.set_token("astj_x");
+  token.set_controller_key("ab12");
+  install_site_info site;
+  site.api_url = "https://10.0.0.1:7451";
+  site.gate_address = "10.0.0.1:7450";
+  site.organization = "Acme";
+  token.set_install(install_script_command(token, site));
+  auto list = "10.0.0.1:7450,10.0.0.2:7450,10.0.0.3:7450";
+  auto ha = cli::join_token_for(token, list);
+  EXPECT_TRUE(contains(ha.install(), std::string{" --apiserver "} + list + " --token-file"))
+    << ha.install();
+  EXPECT_TRUE(contains(ha.install(), "https://10.0.0.1:7451/api/v1/install.sh")) << ha.install();
+  EXPECT_EQ(cli::join_token_for(token, "10.0.0.1:7450").install(), token.install());
+  auto advertised = token;
+  advertised.set_controller_address("gate.example:7450");
+  EXPECT_EQ(cli::join_token_for(advertised, list).install(), token.install());
+  // No install site (an older controller): the agent's own command, with
+  // the list.
+  v1::JoinToken bare = token;
+  bare.clear_install();
+  EXPECT_TRUE(contains(cli::join_token_for(bare, list).install(),
+                       std::string{"astraeus-agent --controller "} + list + " --controller-key ab12"))
+    << cli::join_token_for(bare, list).install();
+}

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -54,11 +55,17 @@ protected:
     } while (quiet < 20 && std::chrono::steady_clock::now() < deadline);
   }
 
-  /// Spawns the agent given only `127.0.0.1:port`; it connects at once.
-  void start(uint16_t port) {
+  /// Spawns the agent given only `127.0.0.1:port` (and, with `more`, the
+  /// gates at those ports after it); it connects at once.
+  void start(uint16_t port, std::vector<uint16_t> more = {}) {
     agent_config c;
     c.controller_host = "127.0.0.1";
     c.controller_port = port;
+    if (!more.empty()) {
+      c.controllers.emplace_back("127.0.0.1", port);
+      for (auto p : more)
+        c.controllers.emplace_back("127.0.0.1", p);
+    }
     c.identity = agent_identity{"gpu-01", std::string(32, 'a')};
     c.key = std::make_shared<const identity_keypair>(identity_keypair::generate());
     c.pinned = gate_key->public_bytes;
@@ -92,6 +99,28 @@ protected:
     send(conn, encode_frame(frame));
   }
 
+  /// The leader's gate on `conn` completes the handshake and welcomes the
+  /// agent, announcing keepalives every `keepalive`; the gate's end of the
+  /// channel is kept in `server` (sealed frames: `server->encode`).
+  void leader_welcomes(connection_handle conn, std::chrono::milliseconds keepalive) {
+    server = std::make_unique<channel_server>(gate_key);
+    auto recs = records(conn);
+    ASSERT_EQ(recs.size(), 1u) << log_text();
+    auto accept = server->on_record(recs[0].data(), recs[0].size());
+    ASSERT_TRUE(accept) << render_error(accept.error());
+    send(conn, accept->reply);
+    recs = records(conn);
+    ASSERT_EQ(recs.size(), 2u) << "its ChannelAuth and its hello";
+    for (auto& r : recs)
+      ASSERT_TRUE(server->on_record(r.data(), r.size()));
+    v1::Frame welcome;
+    welcome.mutable_welcome()->set_cluster("ha");
+    welcome.mutable_welcome()->set_keepalive_interval_ms(
+      static_cast<uint64_t>(keepalive.count()));
+    send(conn, server->encode(welcome));
+  }
+
+  std::unique_ptr<channel_server> server;
   std::string dir = ::testing::TempDir();
   agent_actor agent;
   std::shared_ptr<const identity_keypair> gate_key =
@@ -167,4 +196,58 @@ TEST_F(AgentAndStandby, AStandbyNamingALeaderThatIsGoneMakesAPauseNotALoop) {
   mpx.provide_scribe("127.0.0.1", 7452, next);
   standby_answers(later, "127.0.0.1:7452");
   EXPECT_TRUE(said_hello(next)) << log_text();
+}
+
+TEST_F(AgentAndStandby, AnAgentLeavesALeaderThatFallsSilentForThreeKeepalives) {
+  // Gates at 7460 (the leader) and 7461 (a standby). The leader announces a
+  // keepalive every second, sends them for a while, then freezes (SIGSTOP:
+  // its kernel keeps the socket open, so nothing closes).
+  auto leader = connection_handle::from_int(11);
+  auto standby = connection_handle::from_int(12);
+  mpx.provide_scribe("127.0.0.1", 7460, leader);
+  start(7460, {7461});
+  leader_welcomes(leader, 1000ms);
+  ASSERT_NE(log_text().find("connected to cluster 'ha'"), std::string::npos) << log_text();
+  mpx.provide_scribe("127.0.0.1", 7461, standby);
+  v1::Frame keepalive;
+  keepalive.mutable_keepalive();
+  for (int i = 0; i < 5; ++i) {
+    advance(1000ms);
+    send(leader, server->encode(keepalive));
+  }
+  records(leader);
+  EXPECT_TRUE(records(standby).empty()) << "an alive leader is not left";
+  // Frozen: two intervals of silence are not enough...
+  advance(2500ms);
+  EXPECT_TRUE(records(standby).empty()) << "left too early";
+  // ...three are: the agent goes to the next gate at once.
+  advance(600ms);
+  EXPECT_TRUE(said_hello(standby)) << log_text();
+  EXPECT_NE(log_text().find("the controller at 127.0.0.1:7460 has sent nothing for"),
+            std::string::npos)
+    << log_text();
+  // The standby still names the frozen leader (its lease has not run
+  // out): not followed back; a pause, then the standby is asked again.
+  auto again = connection_handle::from_int(13);
+  mpx.provide_scribe("127.0.0.1", 7461, again);
+  standby_answers(standby, "127.0.0.1:7460");
+  advance(310ms);
+  // The silent leader is skipped: the standby is asked again, and, elected
+  // meanwhile, it is the leader now: it welcomes.
+  leader_welcomes(again, 1000ms);
+  auto text = log_text();
+  auto first = text.find("connected to cluster 'ha'");
+  EXPECT_NE(text.find("connected to cluster 'ha'", first + 1), std::string::npos) << text;
+}
+
+TEST_F(AgentAndStandby, AGateWithoutKeepalivesIsNeverTakenForFrozen) {
+  // One controller (not HA): its welcome announces no keepalives, and a
+  // quiet hour means nothing.
+  auto only = connection_handle::from_int(14);
+  mpx.provide_scribe("127.0.0.1", 7462, only);
+  start(7462);
+  leader_welcomes(only, 0ms);
+  records(only);
+  advance(std::chrono::minutes{10});
+  EXPECT_EQ(log_text().find("has sent nothing"), std::string::npos) << log_text();
 }

@@ -122,3 +122,45 @@ TEST(GateTargets, PausesStayShortForAnElectionThenDouble) {
   EXPECT_EQ(t.no_leader(), retry_when::soon);
   EXPECT_EQ(t.soon_delay(15000ms), 250ms);
 }
+
+TEST(GateTargets, ASilentLeaderIsSkippedAndNotFollowedUntilAnotherLeads) {
+  gate_targets t{{s1, s2, s3}};
+  t.welcomed();  // on s1, which then freezes (SIGSTOP): silent
+  EXPECT_EQ(t.silent(), retry_when::at_once);
+  EXPECT_TRUE(t.avoided(s1));
+  EXPECT_EQ(t.target(), s2);
+  // Its lease has not run out: s2 still names it. Not followed: a pause,
+  // and the next given gate after it.
+  EXPECT_EQ(t.not_leader(s1), retry_when::soon);
+  EXPECT_EQ(t.target(), s3);
+  // s3 names it too; the round wraps past s1 to s2.
+  EXPECT_EQ(t.not_leader(s1), retry_when::soon);
+  EXPECT_EQ(t.target(), s2) << "the silent s1 is skipped";
+  // s2 was elected: its answer names s2 itself... as a leader it welcomes.
+  t.welcomed();
+  EXPECT_FALSE(t.avoided(s1));
+}
+
+TEST(GateTargets, ASilentGateThatStillLeadsIsFollowedAgainAfterAWhile) {
+  gate_targets t{{s2}};
+  EXPECT_EQ(t.not_leader(s1), retry_when::at_once);  // following s1
+  t.welcomed();
+  // s1 froze for less than its lease: it still leads when it resumes.
+  EXPECT_EQ(t.silent(), retry_when::at_once) << "back to s2, which named it";
+  EXPECT_FALSE(t.following());
+  EXPECT_EQ(t.target(), s2);
+  for (uint32_t i = 0; i < gate_targets::silent_answers; ++i)
+    EXPECT_EQ(t.not_leader(s1), retry_when::soon) << i;
+  EXPECT_EQ(t.not_leader(s1), retry_when::at_once) << "named long enough: it leads";
+  EXPECT_EQ(t.target(), s1);
+}
+
+TEST(GateTargets, ANewLeaderNamedEndsTheAvoidance) {
+  gate_targets t{{s1, s2, s3}};
+  t.welcomed();
+  EXPECT_EQ(t.silent(), retry_when::at_once);
+  EXPECT_EQ(t.target(), s2);
+  EXPECT_EQ(t.not_leader(s3), retry_when::at_once);
+  EXPECT_FALSE(t.avoided(s1));
+  EXPECT_EQ(t.target(), s3);
+}
