@@ -6,7 +6,7 @@
 //                         [--seconds S] [--threads N] [--seed S] [--dir DIR]
 //                         [--slurm-shape JOBS] [--fenced PCT] [--at-risk PCT]
 //                         [--background-sync 0|1] [--etcd HOST:PORT[,...]]
-//                         [--etcd-connections N]
+//                         [--etcd-connections N] [--commits-in-flight N]
 //
 // For each cluster size (default 5,000 then 100,000 machines of 8 GPUs; the
 // cluster of bench/sim_cluster.hpp: 2 NUMA nodes, racks, fabrics, NVLink
@@ -44,6 +44,10 @@
 // phase also prints how many transactions it took (etcd's revision).
 // `--etcd-connections N` (default 4, the controller's): the gateway's pool;
 // 1 runs every etcd call one after the other, as before the pool.
+// `--commits-in-flight N` (default 0: the store's, RocksDB 1, etcd one less
+// than its connections): bursts of the group commit written at once
+// (scheduler_config::commits_in_flight); 1 is one burst at a time, as
+// before several were committed side by side.
 //
 // `--slurm-shape JOBS`: the Slurm side-by-side instead (bench/
 // slurm_side_by_side.sh): an empty, healthy cluster (no fill, no fenced
@@ -103,6 +107,7 @@ struct options {
   health_mix health;
   bool health_given = false;
   bool background_sync = true; // scheduler_config::background_sync (the controller's)
+  size_t commits_in_flight = 0; // scheduler_config::commits_in_flight (0: the store's)
 };
 
 /// The snapshot a machine actor would send for `m`.
@@ -409,6 +414,11 @@ void run_size(caf::actor_system& sys, size_t machines, const options& opt) {
     scheduler_config sc;
     sc.store = store;
     sc.background_sync = opt.background_sync;  // as the controller spawns it
+    sc.commits_in_flight = opt.commits_in_flight;
+    if (opt.background_sync)
+      std::printf("group commit: up to %zu burst(s) in flight\n",
+                  opt.commits_in_flight != 0 ? opt.commits_in_flight
+                                             : store->limits().writes_in_flight);
     auto sched = sys.spawn(scheduler, std::move(sc));
 
     uint64_t gpus = 0, fenced = 0;
@@ -501,7 +511,7 @@ void run_size(caf::actor_system& sys, size_t machines, const options& opt) {
                "usage: %s [--machines N[,N...]] [--fill PCT] [--ops N] [--serial-ops N] "
                "[--gang-ops N] [--window N] [--seconds S] [--threads N] [--seed S] [--dir DIR] "
                "[--slurm-shape JOBS] [--fenced PCT] [--at-risk PCT] [--background-sync 0|1] "
-               "[--etcd HOST:PORT[,...]] [--etcd-connections N]\n",
+               "[--etcd HOST:PORT[,...]] [--etcd-connections N] [--commits-in-flight N]\n",
                argv0);
   std::exit(2);
 }
@@ -544,6 +554,8 @@ options parse(int argc, char** argv) {
       o.slurm_jobs = num();
     else if (arg == "--fenced")
       o.health.faulty_percent = static_cast<unsigned>(num()), o.health_given = true;
+    else if (arg == "--commits-in-flight")
+      o.commits_in_flight = num();
     else if (arg == "--background-sync")
       o.background_sync = num() != 0;
     else if (arg == "--at-risk")
@@ -562,6 +574,10 @@ int main(int argc, char** argv) {
   caf::actor_system_config cfg;
   register_astraeus_types(cfg);
   cfg.set("scheduler.max-threads", static_cast<int64_t>(opt.threads));
+  // As the controller runs its actor system (configure_actor_system): an
+  // idle worker waits on its condition variable at once, instead of polling
+  // for ~50 ms with a sleep between polls (runtime/process/system_setup.cpp).
+  cfg.set("work-stealing.moderate-poll-attempts", size_t{0});
   caf::actor_system sys{cfg};
   auto t0 = clock_type::now();
   for (size_t m : opt.sizes)

@@ -248,7 +248,9 @@ caf::error etcd_store::erase(family f, std::string_view key, bool) {
 }
 
 store_limits etcd_store::limits() const {
-  return {max_txn_ops, max_request_bytes - 64 * 1024};
+  auto connections = impl_->gw->connections();
+  return {max_txn_ops, max_request_bytes - 64 * 1024,
+          connections > 1 ? connections - 1 : size_t{1}};
 }
 
 caf::error etcd_store::write(const std::vector<change>& changes, bool) {

@@ -110,6 +110,12 @@ struct store_limits {
   /// Most key and value bytes in one batch (etcd: 1.5 MiB per request,
   /// less room for the request's framing).
   size_t max_batch_bytes = static_cast<size_t>(-1);
+  /// How many batches with no key in common are worth writing at once from
+  /// several threads (`wal_syncer`): etcd answers each transaction after a
+  /// round trip to its quorum, so several in flight multiply the rate
+  /// (its gateway client's connections, less one for the leader lease's
+  /// renewal); RocksDB writes through one log: 1.
+  size_t writes_in_flight = 1;
 };
 
 /// The store interface: records by family with Protobuf values, and the

@@ -5,9 +5,12 @@
 
 namespace astraeus {
 
-wal_syncer::wal_syncer(std::shared_ptr<Store> store, done_fn done)
-  : store_(std::move(store)), done_(std::move(done)) {
-  thread_ = std::thread{[this] { loop(); }};
+wal_syncer::wal_syncer(std::shared_ptr<Store> store, done_fn done, size_t writes_in_flight)
+  : store_(std::move(store)), done_(std::move(done)),
+    writes_in_flight_(std::max<size_t>(writes_in_flight, 1)) {
+  threads_.reserve(writes_in_flight_);
+  for (size_t i = 0; i < writes_in_flight_; ++i)
+    threads_.emplace_back([this] { loop(); });
 }
 
 wal_syncer::~wal_syncer() {
@@ -15,8 +18,9 @@ wal_syncer::~wal_syncer() {
     std::lock_guard<std::mutex> lock{mu_};
     stop_ = true;
   }
-  cv_.notify_one();
-  thread_.join();
+  cv_.notify_all();
+  for (auto& t : threads_)
+    t.join();
 }
 
 void wal_syncer::request(uint64_t seq) {
@@ -36,27 +40,34 @@ void wal_syncer::write_and_sync(uint64_t seq, std::vector<Store::change> changes
 }
 
 void wal_syncer::loop() {
+  const bool one_thread = writes_in_flight_ == 1;
   for (;;) {
-    uint64_t seq = 0;
+    uint64_t requested = 0;
     std::deque<std::pair<uint64_t, std::vector<Store::change>>> writes;
     {
       std::unique_lock<std::mutex> lock{mu_};
       cv_.wait(lock, [this] { return stop_ || wanted_ != 0 || !writes_.empty(); });
       if (stop_)
         return;
-      seq = std::exchange(wanted_, 0);
-      writes.swap(writes_);
+      requested = std::exchange(wanted_, 0);
+      if (one_thread) {
+        writes.swap(writes_);
+      } else if (!writes_.empty()) {
+        writes.push_back(std::move(writes_.front()));
+        writes_.pop_front();
+      }
     }
     // Every batch in order; the first failure fails the rest (not written).
     caf::error err;
-    for (auto& [n, changes] : writes) {
-      seq = std::max(seq, n);
+    for (auto& [n, changes] : writes)
       if (!err)
         err = store_->write_chunked(changes, false);
-    }
     if (!err)
       err = store_->sync_wal();
-    done_(seq, std::move(err));
+    for (auto& [n, changes] : writes)
+      done_(n, err);
+    if (requested != 0)
+      done_(requested, std::move(err));
   }
 }
 

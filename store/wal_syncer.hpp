@@ -10,6 +10,14 @@
 /// without sync, reports it to the controller at once and has it synced
 /// here meanwhile (`request`). One sync at a time; a request made while one
 /// runs is served by the next.
+///
+/// Several batches in flight (issue 15): with `writes_in_flight` above 1
+/// (the store's `store_limits::writes_in_flight`, etcd: 3) that many
+/// threads each write one batch at a time, so a burst is committed while
+/// the bursts before it still wait for their quorum; the caller hands over
+/// at once only batches with no key in common (the scheduler holds a burst
+/// back while one of its runs is in flight) and puts the reports back in
+/// order itself.
 
 #include <condition_variable>
 #include <cstdint>
@@ -31,15 +39,18 @@ namespace astraeus {
 /// reports each result.
 class wal_syncer {
 public:
-  /// Called on the syncer's thread after each sync: every write made
-  /// before `request(seq)`, and every batch handed to `write_and_sync` with
-  /// a number up to `seq`, is durable when `err` is empty. With `err` set,
-  /// the batches up to `seq` not reported before may be written in part or
-  /// not at all (the caller writes them again).
+  /// Called on a syncer's thread: once per batch handed to
+  /// `write_and_sync` (its number), and after the sync that serves a
+  /// `request` (the latest number requested). The batch, or every write
+  /// made before `request(seq)`, is durable when `err` is empty. With `err`
+  /// set, the batch may be written in part or not at all (the caller writes
+  /// it again). With one thread batches are reported in the order handed
+  /// over; with several, in the order they finish.
   using done_fn = std::function<void(uint64_t seq, caf::error err)>;
 
-  /// Starts the thread. `store` and `done` are required.
-  wal_syncer(std::shared_ptr<Store> store, done_fn done);
+  /// Starts `writes_in_flight` threads (at least 1). `store` and `done` are
+  /// required.
+  wal_syncer(std::shared_ptr<Store> store, done_fn done, size_t writes_in_flight = 1);
 
   /// Waits for a write or sync in progress, then stops the thread; a request
   /// not started yet is dropped (its writes are simply not acknowledged).
@@ -48,18 +59,24 @@ public:
   wal_syncer(const wal_syncer&) = delete;
   wal_syncer& operator=(const wal_syncer&) = delete;
 
+  /// How many batches may be written at once (the threads started).
+  size_t writes_in_flight() const { return writes_in_flight_; }
+
   /// Syncs every write made so far, then calls `done(seq, err)`. A request
   /// made while a sync runs is served after it (the latest `seq` wins).
   void request(uint64_t seq);
 
   /// Writes `changes` (`Store::write_chunked` without sync: each batch
   /// within the store's limits is atomic), then syncs, then calls
-  /// `done(seq, err)`. Batches are written in the order handed over, each
-  /// after the one before has been written, so a key's later value is never
-  /// overwritten by an earlier one; once one fails the later ones pending
-  /// are not written and are reported failed with it (`err` names the
-  /// store's failure, e.g. etcd's "not the leader: ..." for a deposed
-  /// leader). `seq` must grow from call to call.
+  /// `done(seq, err)`. With one thread, batches are written in the order
+  /// handed over, each after the one before has been written, so a key's
+  /// later value is never overwritten by an earlier one; once one fails the
+  /// later ones pending are not written and are reported failed with it
+  /// (`err` names the store's failure, e.g. etcd's "not the leader: ..."
+  /// for a deposed leader). With several threads, batches start in the
+  /// order handed over and run side by side: the caller must not hand over
+  /// a batch with a key of one not yet reported. `seq` must grow from call
+  /// to call.
   void write_and_sync(uint64_t seq, std::vector<Store::change> changes);
 
 private:
@@ -67,13 +84,16 @@ private:
 
   std::shared_ptr<Store> store_;
   done_fn done_;
+  const size_t writes_in_flight_;  ///< threads, each writing one batch at a time
   std::mutex mu_;
   std::condition_variable cv_;
   uint64_t wanted_ = 0;  ///< the latest requested seq not started; 0: none
   /// Batches handed to `write_and_sync`, not started yet, oldest first.
   std::deque<std::pair<uint64_t, std::vector<Store::change>>> writes_;
   bool stop_ = false;
-  std::thread thread_;
+  /// With one thread it takes every pending batch at once (one sync for
+  /// them all); with several each takes one.
+  std::vector<std::thread> threads_;
 };
 
 } // namespace astraeus

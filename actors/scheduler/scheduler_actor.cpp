@@ -144,7 +144,9 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
         if (auto strong = weak.lock())
           caf::anon_send(caf::actor_cast<scheduler_actor>(strong), atom::tick_v, seq,
                          std::move(err));
-      });
+      },
+      st.config.commits_in_flight != 0 ? st.config.commits_in_flight
+                                       : st.config.store->limits().writes_in_flight);
   }
   if (auto err = load_runs(self)) {
     self->quit(err);

@@ -17,7 +17,8 @@
 ///   disk (etcd: committed by its quorum), and one fsync (one etcd round
 ///   trip) serves a whole burst of submissions. With `background_sync` the
 ///   write runs on a thread of its own while the actor gathers the next
-///   burst.
+///   burst; with etcd up to three bursts are committed at once (no run in
+///   two of them) and answered in burst order.
 /// - Waiting runs carry the engine's waiting reason.
 /// - Every machine actor attaches itself; after each change the scheduler
 ///   sends it the whole set of workers placed on it (`v1::WorkerOrders`),
@@ -114,10 +115,16 @@ struct scheduler_config {
   /// gathering the next one, and the burst's answers and worker sets go out
   /// once it is durable (still: nobody is told of a run not on disk; a
   /// failed commit fails the burst's requests and its runs are written
-  /// again with the next change). One burst is committed at a time. The
+  /// again with the next change). Issue 15: up to `commits_in_flight`
+  /// bursts are committed at once when no run is in two of them (a burst
+  /// with a run still in flight waits for it), and what they say goes out
+  /// in burst order (a worker set names runs of earlier bursts). The
   /// controller sets it; tests on the deterministic coordinator leave it
   /// off (the write then runs inline, as one synced batch).
   bool background_sync = false;
+  /// With `background_sync`: how many bursts may be committed at once; 0
+  /// takes the store's `store_limits::writes_in_flight` (RocksDB 1, etcd 3).
+  size_t commits_in_flight = 0;
   /// Issue 23 item 6: how long a deleted run whose workers have all ended
   /// stays shown (how they ended) before it is forgotten (actor clock). A
   /// new run of its name replaces it sooner.
@@ -186,6 +193,10 @@ struct commit_batch {
   std::vector<v1::WorkerOrders> orders;
   /// The runs written, marked again should the write or sync fail.
   std::vector<std::string> runs;
+  /// Whether the syncer reported it, and with what error. A burst with
+  /// nothing to write (answers only) is done when made.
+  bool done = false;
+  caf::error err;
 };
 
 /// The state of the scheduler actor.
@@ -278,12 +289,13 @@ struct scheduler_state {
     run_replies;
   std::unordered_set<std::string> dirty_machines;
   bool flush_pending = false;
-  /// With `background_sync`: bursts handed over, not yet durable, oldest
-  /// first; the number of the last one; whether a commit is under way; the
-  /// thread that writes and syncs (declared last: stopped first).
+  /// With `background_sync`: bursts made, not yet delivered, oldest first
+  /// (what they say goes out in this order); the number of the last one;
+  /// how many the syncer has not reported yet, and their runs.
   std::deque<commit_batch> unsynced;
   uint64_t written_seq = 0;
-  bool sync_in_flight = false;
+  size_t commits_in_flight = 0;
+  std::unordered_set<std::string> runs_in_flight;
   /// The armed time limit of each placed run or copy (queue name -> token;
   /// a timer whose token no longer matches is stale).
   std::unordered_map<std::string, uint64_t> limit_token;

@@ -263,10 +263,11 @@ void give_degraded_ports(const scheduler_state& st, const v1::RunSpec& spec,
 /// last flush, then the answers, then the machines' new worker sets.
 void flush(self_ptr self);
 
-/// With `background_sync`: the bursts handed over up to number `seq` are
-/// durable (`err` empty): their answers and worker sets go out; else their
-/// requests fail with `err` and their runs and machines are marked again
-/// (written with the next change). Then the next burst, if any gathered.
+/// With `background_sync`: burst number `seq` is durable (`err` empty) or
+/// failed. The bursts at the front that are done go out in order: answers
+/// and worker sets; a failed one's requests fail with `err`, its runs and
+/// machines are marked again (written with the next change), and so do the
+/// bursts after it. Then the next burst, if any gathered.
 void synced(self_ptr self, uint64_t seq, const caf::error& err);
 
 // -- what machines say (scheduler_machines.cpp) ------------------------------

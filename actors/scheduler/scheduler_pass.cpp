@@ -2,7 +2,9 @@
 // queue, CPU-only ones by cores and memory (place_cpu_runs); then the group
 // commit (flush): the changed runs stored in one batch with sync, the
 // waiting requests answered, and each changed machine sent its worker set
-// (orders_for).
+// (orders_for). With background sync: bursts handed to the syncer's
+// threads, several at once when their runs are disjoint (etcd), delivered
+// in burst order.
 
 #include "actors/scheduler/scheduler_actor.hpp"
 
@@ -363,22 +365,18 @@ v1::WorkerOrders orders_for(scheduler_state& st, const std::string& machine) {
   return out;
 }
 
-/// The group commit: one batch with sync for every run changed since the
-/// last flush, then the answers, then the machines' new worker sets. With
-/// `background_sync` the batch is handed to the syncer's thread, which
-/// writes and syncs it (etcd: the round trip to the quorum) while the actor
-/// goes on; what goes out waits in `unsynced` until it is durable (`synced`).
-void flush(self_ptr self) {
-  auto& st = self->state;
-  st.flush_pending = false;
-  const bool background = st.syncer != nullptr;
-  // One burst is committed at a time (so a run's later state is never
-  // overwritten by an earlier one); what changes meanwhile gathers into the
-  // next one, handed over as soon as this one is durable (`synced`): one
-  // write and one fsync (etcd: one round trip) per burst, however fast the
-  // requests come.
-  if (background && st.sync_in_flight)
-    return;
+namespace {
+
+/// Whether anything waits for the next burst: changed runs or machines, or
+/// requests to answer.
+bool gathered(const scheduler_state& st) {
+  return !st.dirty_runs.empty() || !st.dirty_machines.empty() || !st.replies.empty()
+         || !st.run_replies.empty();
+}
+
+/// The runs changed since the last burst, as store changes (an erased run,
+/// no longer kept, is deleted).
+std::vector<Store::change> dirty_run_changes(const scheduler_state& st) {
   std::vector<Store::change> changes;
   changes.reserve(st.dirty_runs.size());
   for (const auto& name : st.dirty_runs) {
@@ -390,37 +388,120 @@ void flush(self_ptr self) {
     else
       changes.push_back({family::runs, name, run->SerializeAsString()});
   }
-  if (background && !changes.empty()) {
-    // Not yet written: everything this burst would say waits for its
-    // commit, as it is now (later bursts may change the runs meanwhile).
-    commit_batch b;
-    b.seq = ++st.written_seq;
-    b.answers.reserve(st.replies.size() + st.run_replies.size());
-    for (auto& [rp, run] : st.replies)
-      b.answers.emplace_back(std::move(rp), std::move(run));
-    for (auto& [rp, name] : st.run_replies) {
-      auto it = st.runs.find(name);
-      if (it != st.runs.end())
-        b.answers.emplace_back(std::move(rp), it->second);
-      else
-        b.answers.emplace_back(std::move(rp), no_such_run(name));
+  return changes;
+}
+
+/// Sends what the bursts at the front of `unsynced` say, in burst order,
+/// for as long as they are done: answers and worker sets when the burst is
+/// durable; else its requests fail, its runs and machines are marked again
+/// (written with the next change), and so does every burst after it (their
+/// worker sets may name its runs), whatever their own commit says.
+void deliver_done_bursts(self_ptr self) {
+  auto& st = self->state;
+  size_t failed_runs = 0;
+  caf::error failure;
+  while (!st.unsynced.empty() && st.unsynced.front().done) {
+    auto b = std::move(st.unsynced.front());
+    st.unsynced.pop_front();
+    if (b.err) {
+      // As a failed synced write: nobody is told, the runs are written again
+      // with the next change, and the machines get their sets then.
+      for (auto& [rp, answer] : b.answers)
+        rp.deliver(b.err);
+      failed_runs += b.runs.size();
+      for (const auto& name : b.runs)
+        st.dirty_runs.insert(name);
+      for (const auto& o : b.orders)
+        st.dirty_machines.insert(o.machine());
+      for (auto& later : st.unsynced)
+        if (!later.err)
+          later.err = b.err;
+      failure = b.err;
+      continue;
     }
-    for (const auto& m : st.dirty_machines)
-      if (st.machines.count(m))
-        b.orders.push_back(orders_for(st, m));
-    st.dirty_machines.clear();
-    b.runs.assign(st.dirty_runs.begin(), st.dirty_runs.end());
-    st.dirty_runs.clear();
-    st.unsynced.push_back(std::move(b));
-    st.sync_in_flight = true;
-    // Within the store's limits per batch (etcd: 128 operations per txn);
-    // each run is a record of its own, so batches need not be one.
-    st.syncer->write_and_sync(st.written_seq, std::move(changes));
-    st.replies.clear();
-    st.run_replies.clear();
+    for (auto& [rp, answer] : b.answers)
+      if (answer)
+        rp.deliver(std::move(*answer));
+      else
+        rp.deliver(answer.error());
+    for (auto& o : b.orders)
+      if (auto h = st.machines.find(o.machine()); h != st.machines.end())
+        self->send(h->second, atom::assign_v, std::move(o));
+  }
+  if (failure)
+    spdlog::error("scheduler: cannot store {} run(s): {}", failed_runs, render_error(failure));
+}
+
+/// `flush` with `background_sync`: what gathered becomes a burst handed to
+/// the syncer's threads, unless they are all busy or one of its runs is in
+/// a burst not yet durable (a run's later state must not race its earlier
+/// one): then it waits for the next report (`synced`).
+void flush_in_background(self_ptr self) {
+  auto& st = self->state;
+  if (!gathered(st))
+    return;
+  if (!st.dirty_runs.empty()) {
+    if (st.commits_in_flight >= st.syncer->writes_in_flight())
+      return;
+    for (const auto& name : st.dirty_runs)
+      if (st.runs_in_flight.count(name))
+        return;
+  }
+  auto changes = dirty_run_changes(st);
+  // Everything this burst says, as it is now (later bursts may change the
+  // runs meanwhile), waits for its commit and for the bursts before it.
+  commit_batch b;
+  b.seq = ++st.written_seq;
+  b.answers.reserve(st.replies.size() + st.run_replies.size());
+  for (auto& [rp, run] : st.replies)
+    b.answers.emplace_back(std::move(rp), std::move(run));
+  for (auto& [rp, name] : st.run_replies) {
+    auto it = st.runs.find(name);
+    if (it != st.runs.end())
+      b.answers.emplace_back(std::move(rp), it->second);
+    else
+      b.answers.emplace_back(std::move(rp), no_such_run(name));
+  }
+  st.replies.clear();
+  st.run_replies.clear();
+  for (const auto& m : st.dirty_machines)
+    if (st.machines.count(m))
+      b.orders.push_back(orders_for(st, m));
+  st.dirty_machines.clear();
+  b.runs.assign(st.dirty_runs.begin(), st.dirty_runs.end());
+  st.dirty_runs.clear();
+  b.done = changes.empty();
+  if (!b.done) {
+    ++st.commits_in_flight;
+    st.runs_in_flight.insert(b.runs.begin(), b.runs.end());
+  }
+  auto seq = b.seq;
+  st.unsynced.push_back(std::move(b));
+  if (changes.empty()) {
+    deliver_done_bursts(self);
     return;
   }
-  // Inline (or nothing to write): one synced write, then what it says.
+  // Within the store's limits per batch (etcd: 128 operations per txn);
+  // each run is a record of its own, so batches need not be one.
+  st.syncer->write_and_sync(seq, std::move(changes));
+}
+
+} // namespace
+
+/// The group commit: one batch with sync for every run changed since the
+/// last flush, then the answers, then the machines' new worker sets. With
+/// `background_sync` the batch is handed to the syncer's threads, which
+/// write and sync it (etcd: the round trip to the quorum) while the actor
+/// goes on; what goes out waits in `unsynced` until it is durable (`synced`).
+void flush(self_ptr self) {
+  auto& st = self->state;
+  st.flush_pending = false;
+  if (st.syncer) {
+    flush_in_background(self);
+    return;
+  }
+  // Inline: one synced write, then what it says.
+  auto changes = dirty_run_changes(st);
   caf::error err;
   if (!changes.empty())
     err = st.config.store->write_chunked(changes, true);
@@ -454,45 +535,26 @@ void flush(self_ptr self) {
   st.run_replies.clear();
 }
 
-/// The syncer's answer: bursts up to `seq` are durable (or `err`).
+/// The syncer's report on burst `seq`: durable, or `err`.
 void synced(self_ptr self, uint64_t seq, const caf::error& err) {
   auto& st = self->state;
-  st.sync_in_flight = false;
-  // What gathered while the burst was committed (before a failed burst's
-  // runs are marked again below).
-  const bool gathered = !st.dirty_runs.empty() || !st.dirty_machines.empty()
-                        || !st.replies.empty() || !st.run_replies.empty();
-  size_t failed_runs = 0;
-  while (!st.unsynced.empty() && st.unsynced.front().seq <= seq) {
-    auto b = std::move(st.unsynced.front());
-    st.unsynced.pop_front();
-    if (err) {
-      // As a failed synced write: nobody is told, the runs are written again
-      // with the next change, and the machines get their sets then.
-      for (auto& [rp, answer] : b.answers)
-        rp.deliver(err);
-      failed_runs += b.runs.size();
-      for (const auto& name : b.runs)
-        st.dirty_runs.insert(name);
-      for (const auto& o : b.orders)
-        st.dirty_machines.insert(o.machine());
+  for (auto& b : st.unsynced) {
+    if (b.seq != seq || b.done)
       continue;
-    }
-    for (auto& [rp, answer] : b.answers)
-      if (answer)
-        rp.deliver(std::move(*answer));
-      else
-        rp.deliver(answer.error());
-    for (auto& o : b.orders)
-      if (auto h = st.machines.find(o.machine()); h != st.machines.end())
-        self->send(h->second, atom::assign_v, std::move(o));
+    b.done = true;
+    if (!b.err)  // a burst failed before it keeps that failure
+      b.err = err;
+    --st.commits_in_flight;
+    for (const auto& name : b.runs)
+      st.runs_in_flight.erase(name);
+    break;
   }
-  if (err)
-    spdlog::error("scheduler: cannot store {} run(s): {}", failed_runs, render_error(err));
-  // The next burst: whatever gathered meanwhile. After a failure, only
-  // when something new did (the failed runs go with it): a store that
-  // keeps failing is not retried in a loop, as for a failed inline write.
-  if (gathered)
+  // What gathered meanwhile (before a failed burst's runs are marked again
+  // below): a store that keeps failing is not retried in a loop, as for a
+  // failed inline write; the failed runs go with the next change.
+  const bool next = gathered(st);
+  deliver_done_bursts(self);
+  if (next)
     flush(self);
 }
 

@@ -39,6 +39,7 @@ protected:
                      p->err().substr(p->err().size() > 4000 ? p->err().size() - 4000 : 0).c_str());
       p->kill_now();
     }
+    delete_runc_containers(agent_dir() / "runc");
   }
 
   process* spawn(const std::string& label, std::vector<std::string> argv,

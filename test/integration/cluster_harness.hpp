@@ -381,6 +381,24 @@ inline command_result run_command(const std::vector<std::string>& argv,
   return res;
 }
 
+/// Force-deletes every runc container under `root` (an agent's
+/// `<data-dir>/runc`): a test that ends by SIGKILLing its agent leaves the
+/// agent's workers running by design (they outlive an agent crash), and
+/// they must not outlive the test (a worker that ignores SIGTERM would go
+/// on for the rest of the suite).
+inline void delete_runc_containers(const fs::path& root) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec))
+    return;
+  std::string runc = fs::exists("/usr/sbin/runc") ? "/usr/sbin/runc" : "/usr/bin/runc";
+  std::vector<std::string> ids;
+  for (const auto& e : fs::directory_iterator(root, ec))
+    if (e.is_directory(ec))
+      ids.push_back(e.path().filename().string());
+  for (const auto& id : ids)
+    run_command({runc, "--root", root.string(), "delete", "--force", id}, root.parent_path());
+}
+
 /// Polls `pred` every `every` until it holds or `timeout` passes.
 inline bool wait_until(const std::function<bool()>& pred, milliseconds timeout,
                        milliseconds every = 50ms) {

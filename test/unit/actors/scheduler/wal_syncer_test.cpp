@@ -3,12 +3,16 @@
 // syncer alone, then a scheduler with it in a real threaded actor system
 // (the deterministic coordinator cannot drive a thread of its own), whose
 // answers come only once their runs are stored and whose failed writes tell
-// nobody. A store whose writes wait at a gate the test opens (as a write to
-// etcd waits for its quorum) shows the order of events without timing.
+// nobody; then several bursts committed at once (etcd: three), answered in
+// burst order, never two writes of one run under way together, and a failed
+// burst failing those after it. A store whose writes wait at a gate the test
+// opens (as a write to etcd waits for its quorum) shows the order of events
+// without timing.
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -75,12 +79,42 @@ public:
     return cv_.wait_for(lock, std::chrono::seconds{30}, [&] { return entered_ >= n; });
   }
 
-  /// Lets the oldest write waiting at the gate go on: to the store, or
-  /// failed with an I/O error when `fail`.
+  /// Lets the oldest write not let through yet go on (or the next to come):
+  /// to the store, or failed with an I/O error when `fail`.
   void release(bool fail = false) {
     std::lock_guard<std::mutex> lock{mu_};
-    verdicts_.push_back(fail);
+    while (verdicts_.count(next_release_))
+      ++next_release_;
+    verdicts_[next_release_++] = fail;
     cv_.notify_all();
+  }
+
+  /// Lets write number `n` (0: the first to reach the gate) go on.
+  void release_write(size_t n, bool fail = false) {
+    std::lock_guard<std::mutex> lock{mu_};
+    verdicts_[n] = fail;
+    cv_.notify_all();
+  }
+
+  /// The number of the write (0: the first to reach the gate) that holds
+  /// `key`, once it reached the gate (at most 30 s; else entered()).
+  size_t write_of(const std::string& key) {
+    std::unique_lock<std::mutex> lock{mu_};
+    cv_.wait_for(lock, std::chrono::seconds{30}, [&] { return entry_of_.count(key) != 0; });
+    return entry_of_.count(key) ? entry_of_[key] : entered_;
+  }
+
+  /// Whether a write reached the gate while another one with a key in
+  /// common was under way (a later state racing an earlier one).
+  bool overlap_seen() {
+    std::lock_guard<std::mutex> lock{mu_};
+    return overlap_;
+  }
+
+  /// Writes finished (through the gate and the store underneath, or failed).
+  bool wait_finished(size_t n) {
+    std::unique_lock<std::mutex> lock{mu_};
+    return cv_.wait_for(lock, std::chrono::seconds{30}, [&] { return finished_ >= n; });
   }
 
   /// Lets every write through from now on.
@@ -100,18 +134,32 @@ public:
     if (changes.empty())  // writes nothing (the scheduler's start): not gated
       return inner_->write_chunked(changes, sync);
     bool fail = false;
+    std::set<std::string> keys;
+    for (const auto& c : changes)
+      keys.insert(c.key);
     {
       std::unique_lock<std::mutex> lock{mu_};
       auto mine = entered_++;
+      for (const auto& k : keys) {
+        overlap_ = overlap_ || in_flight_.count(k) != 0;
+        entry_of_[k] = mine;
+      }
+      in_flight_.insert(keys.begin(), keys.end());
       cv_.notify_all();
-      cv_.wait(lock, [&] { return open_ || verdicts_.size() > mine; });
-      fail = mine < verdicts_.size() && verdicts_[mine];
+      cv_.wait(lock, [&] { return open_ || verdicts_.count(mine); });
+      fail = verdicts_.count(mine) && verdicts_[mine];
     }
-    if (fail)
-      return caf::make_error(ec::store_failure, "store gated: cannot write a batch of "
-                                                  + std::to_string(changes.size())
-                                                  + " change(s): failed by the test");
-    return inner_->write_chunked(changes, sync);
+    auto err = fail ? caf::make_error(ec::store_failure,
+                                      "store gated: cannot write a batch of "
+                                        + std::to_string(changes.size())
+                                        + " change(s): failed by the test")
+                    : inner_->write_chunked(changes, sync);
+    std::lock_guard<std::mutex> lock{mu_};
+    for (const auto& k : keys)
+      in_flight_.erase(k);
+    ++finished_;
+    cv_.notify_all();
+    return err;
   }
   caf::error put_raw(family f, std::string_view key, std::string_view bytes,
                      bool sync) override {
@@ -159,7 +207,12 @@ private:
   std::mutex mu_;
   std::condition_variable cv_;
   size_t entered_ = 0;
-  std::vector<bool> verdicts_;  ///< per write, in order: fail it?
+  size_t finished_ = 0;
+  std::map<size_t, bool> verdicts_;  ///< per write let through: fail it?
+  size_t next_release_ = 0;
+  std::set<std::string> in_flight_;  ///< keys of the writes under way
+  std::map<std::string, size_t> entry_of_;  ///< key -> its latest write's number
+  bool overlap_ = false;
   bool open_ = false;
 };
 
@@ -170,13 +223,15 @@ struct gate_opener {
   ~gate_opener() { gate->open(); }
 };
 
-/// A threaded actor system with the scheduler on `db`, background sync on.
+/// A threaded actor system with the scheduler on `db`, background sync on,
+/// `commits_in_flight` bursts at once (0: the store's).
 struct threaded_scheduler {
-  explicit threaded_scheduler(std::shared_ptr<Store> db)
+  explicit threaded_scheduler(std::shared_ptr<Store> db, size_t commits_in_flight = 0)
     : sys{(register_astraeus_types(cfg), cfg.set("scheduler.max-threads", 2), cfg)} {
     scheduler_config sc;
     sc.store = std::move(db);
     sc.background_sync = true;
+    sc.commits_in_flight = commits_in_flight;
     sched = sys.spawn(scheduler, std::move(sc));
   }
   ~threaded_scheduler() {
@@ -199,6 +254,47 @@ protected:
   std::shared_ptr<Store> rocks = open_store(dir.path() + "/controller");
   std::shared_ptr<gated_store> gate = std::make_shared<gated_store>(rocks);
   threaded_scheduler t{gate};
+  gate_opener opener{gate};
+  caf::scoped_actor self{t.sys};
+};
+
+/// As SchedulerBackgroundCommit, with up to three bursts committed at once
+/// (as with etcd: `store_limits::writes_in_flight`).
+class SchedulerPipelinedCommit : public ::testing::Test {
+protected:
+  SchedulerPipelinedCommit() { self->send(t.sched, machine_of("gpu-01")); }
+
+  /// Sends a one-GPU run `name` (its answer comes to `self`'s mailbox).
+  void submit(const std::string& name) {
+    self->send(t.sched, atom::submit_v, test::fixture_run(name, 1));
+  }
+
+  /// Submits "a" and, while its commit waits at the gate (its quorum),
+  /// "b", committed side by side with it; lets "b"'s write through first.
+  /// False if a write did not reach the gate or finish.
+  bool commit_a_and_b_then_finish_b() {
+    submit("a");
+    if (!gate->wait_entered(1))
+      return false;
+    submit("b");
+    if (!gate->wait_entered(2))
+      return false;
+    gate->release_write(1);
+    return gate->wait_finished(1);
+  }
+
+  /// The name of the next run answered to `self` (or the error's text).
+  std::string next_answer() {
+    std::string out;
+    self->receive([&](v1::Run& run) { out = run.spec().name(); },
+                  [&](caf::error& err) { out = "error: " + render_error(err); });
+    return out;
+  }
+
+  test::temp_dir dir;
+  std::shared_ptr<Store> rocks = open_store(dir.path() + "/controller");
+  std::shared_ptr<gated_store> gate = std::make_shared<gated_store>(rocks);
+  threaded_scheduler t{gate, 3};
   gate_opener opener{gate};
   caf::scoped_actor self{t.sys};
 };
@@ -377,6 +473,106 @@ TEST_F(SchedulerBackgroundCommit, AFailedCommitIsAnsweredWithItsErrorAndWrittenA
     .receive([](v1::Run& run) { EXPECT_EQ(run.state(), "Placed"); },
              [](caf::error& err) { FAIL() << render_error(err); });
   for (const char* name : {"first", "second"}) {
+    auto run = stored(*rocks, name);
+    ASSERT_TRUE(run) << name << " is not stored";
+    EXPECT_EQ(run->state(), "Placed") << name;
+  }
+}
+
+TEST(WalSyncer, SeveralThreadsWriteBatchesSideBySideAndReportEachAsItEnds) {
+  test::temp_dir dir;
+  auto rocks = open_store(dir.path() + "/s");
+  ASSERT_TRUE(rocks);
+  auto gate = std::make_shared<gated_store>(rocks);
+  gate_opener opener{gate};
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::pair<uint64_t, caf::error>> done;
+  wal_syncer syncer{gate,
+                    [&](uint64_t seq, caf::error err) {
+                      std::lock_guard<std::mutex> lock{mu};
+                      done.emplace_back(seq, std::move(err));
+                      cv.notify_all();
+                    },
+                    3};
+  EXPECT_EQ(syncer.writes_in_flight(), 3u);
+  auto wait_for = [&](size_t n) {
+    std::unique_lock<std::mutex> lock{mu};
+    return cv.wait_for(lock, std::chrono::seconds{30}, [&] { return done.size() >= n; });
+  };
+  syncer.write_and_sync(1, {{family::runs, "a", std::string{"1"}}});
+  syncer.write_and_sync(2, {{family::runs, "b", std::string{"2"}}});
+  syncer.write_and_sync(3, {{family::runs, "c", std::string{"3"}}});
+  // All three under way at once, none finished: one round trip for three.
+  ASSERT_TRUE(gate->wait_entered(3));
+  EXPECT_TRUE(done.empty());
+  // The third finishes first and is reported first; the second fails.
+  // (The threads may reach the gate in any order: a write is named by its key.)
+  gate->release_write(gate->write_of("c"));
+  ASSERT_TRUE(wait_for(1));
+  gate->release_write(gate->write_of("b"), true);
+  ASSERT_TRUE(wait_for(2));
+  gate->release_write(gate->write_of("a"));
+  ASSERT_TRUE(wait_for(3));
+  std::lock_guard<std::mutex> lock{mu};
+  ASSERT_EQ(done.size(), 3u);
+  EXPECT_EQ(done[0].first, 3u);
+  EXPECT_FALSE(done[0].second);
+  EXPECT_EQ(done[1].first, 2u);
+  EXPECT_EQ(done[1].second.code(), static_cast<uint8_t>(ec::store_failure));
+  EXPECT_EQ(done[2].first, 1u);
+  EXPECT_FALSE(done[2].second);
+  EXPECT_EQ(rocks->get_raw(family::runs, "a")->value_or(""), "1");
+  EXPECT_FALSE(rocks->get_raw(family::runs, "b")->has_value());
+  EXPECT_EQ(rocks->get_raw(family::runs, "c")->value_or(""), "3");
+}
+
+TEST_F(SchedulerPipelinedCommit, ALaterBurstIsCommittedMeanwhileButAnsweredInOrder) {
+  ASSERT_TRUE(commit_a_and_b_then_finish_b());
+  // "b" is durable first, but its submitter hears only after "a"'s.
+  gate->release_write(0);
+  EXPECT_EQ(next_answer(), "a");
+  EXPECT_EQ(next_answer(), "b");
+  for (const char* name : {"a", "b"}) {
+    auto run = stored(*rocks, name);
+    ASSERT_TRUE(run) << name << " answered but not stored";
+    EXPECT_EQ(run->state(), "Placed") << name;
+  }
+  EXPECT_FALSE(gate->overlap_seen());
+}
+
+TEST_F(SchedulerPipelinedCommit, ARunInFlightIsNotWrittenAgainUntilItsCommitEnds) {
+  submit("a");
+  ASSERT_TRUE(gate->wait_entered(1));
+  // Deleted while its placing is still being committed: the deletion must
+  // not race the placing (an earlier state landing last would bring the
+  // run back), so it waits for it.
+  self->send(t.sched, atom::remove_v, std::string{"a"});
+  submit("b");
+  gate->open();
+  EXPECT_EQ(next_answer(), "a");  // placed
+  EXPECT_EQ(next_answer(), "a");  // stopped
+  EXPECT_EQ(next_answer(), "b");
+  EXPECT_FALSE(gate->overlap_seen()) << "two writes of one run under way at once";
+  EXPECT_FALSE(stored(*rocks, "a")) << "the deletion was overwritten by the placing";
+  EXPECT_TRUE(stored(*rocks, "b"));
+}
+
+TEST_F(SchedulerPipelinedCommit, AFailedBurstFailsTheBurstsAfterItAndAllAreWrittenAgain) {
+  ASSERT_TRUE(commit_a_and_b_then_finish_b());
+  // "b" is stored, but "a" before it fails: "b"'s worker set names "a", so
+  // nobody is told of either.
+  gate->release_write(0, true);
+  for (int i = 0; i < 2; ++i) {
+    auto answer = next_answer();
+    EXPECT_NE(answer.find("failed by the test"), std::string::npos) << answer;
+  }
+  EXPECT_FALSE(stored(*rocks, "a"));
+  // The next change takes both along.
+  gate->open();
+  submit("c");
+  EXPECT_EQ(next_answer(), "c");
+  for (const char* name : {"a", "b", "c"}) {
     auto run = stored(*rocks, name);
     ASSERT_TRUE(run) << name << " is not stored";
     EXPECT_EQ(run->state(), "Placed") << name;
