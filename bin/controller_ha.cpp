@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -202,6 +203,52 @@ private:
   std::thread thread_;
 };
 
+/// The gate key every controller of the group must share (agents and astra
+/// pin it): recorded in etcd (control key "gate_key") by the first
+/// controller to start, and compared by every later one, so a controller
+/// started without the first one's keys folder refuses to stand instead of
+/// leading under a key nobody trusts (found by a user trial).
+/// Errors: ec::invalid_config naming both keys and what to copy; the
+/// store's error when etcd cannot be asked; the keys folder's when the key
+/// cannot be read or made.
+caf::error check_cluster_gate_key(etcd_store& store, const ControllerConfig& cfg) {
+  namespace fs = std::filesystem;
+  auto keys_dir = cfg.keys_dir.empty() ? cfg.data_dir + "-keys" : cfg.keys_dir;
+  auto identity = load_or_create_keypair((fs::path{keys_dir} / "gate.key").string());
+  if (!identity)
+    return identity.error();
+  auto mine = identity->public_hex();
+  auto key = store.control_key("gate_key");
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto recorded = store.get_key(key);
+    if (!recorded)
+      return recorded.error();
+    if (*recorded) {
+      const auto& theirs = (*recorded)->first;
+      if (theirs == mine)
+        return caf::none;
+      return caf::make_error(
+        ec::invalid_config,
+        "this controller's gate key " + mine.substr(0, 16) + "... (in " + keys_dir
+          + ") is not the cluster's " + theirs.substr(0, 16)
+          + "..., recorded in etcd by its first controller: agents and astra pin that key "
+            "and would refuse this one; copy the first controller's keys folder (gate.key, "
+            "token.key, owner-token) to "
+          + keys_dir + " before starting this one (README, High availability)");
+    }
+    auto created = store.create_key(key, mine, 0);  // no lease: kept for good
+    if (!created)
+      return created.error();
+    if (*created) {
+      spdlog::info("controller: the cluster's gate key {}... recorded in etcd",
+                   mine.substr(0, 16));
+      return caf::none;
+    }
+    // Another controller recorded one meanwhile: compare with it.
+  }
+  return caf::make_error(ec::store_failure, "cannot record the cluster's gate key in etcd");
+}
+
 } // namespace
 
 int run_ha_controller(caf::actor_system& sys, const ControllerConfig& cfg,
@@ -215,6 +262,10 @@ int run_ha_controller(caf::actor_system& sys, const ControllerConfig& cfg,
     return 1;
   }
   std::shared_ptr<etcd_store> store{std::move(*opened)};
+  if (auto err = check_cluster_gate_key(*store, cfg)) {
+    spdlog::error("controller: cannot stand for leadership: {}", render_error(err));
+    return 1;
+  }
   // Who this controller is, for the leader key: its gate and API as others
   // reach them.
   auto host = cfg.listen_address == "0.0.0.0" || cfg.listen_address == "::"

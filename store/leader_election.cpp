@@ -62,6 +62,7 @@ leader_election::campaign(const std::function<bool()>& stop,
   std::optional<std::string> last_id;
   bool first = true;
   std::string last_problem;
+  auto last_read = std::chrono::steady_clock::now();
   while (!(stop && stop())) {
     auto now = st.get_key(key);
     if (!now) {
@@ -69,9 +70,26 @@ leader_election::campaign(const std::function<bool()>& stop,
       if (text != last_problem)
         spdlog::warn("election: cannot read {}: {} (retrying)", key, text);
       last_problem = text;
+      // Unanswered for longer than a lease: the leader seen last cannot
+      // have renewed its lease either (etcd without a quorum, or cut off
+      // from us): nobody is known to lead until etcd answers again.
+      auto silent = std::chrono::steady_clock::now() - last_read;
+      if (last_id && silent > config_.ttl) {
+        spdlog::warn("election: etcd has not answered for {} ms, longer than the leader "
+                     "lease: no leader is known until it does",
+                     std::chrono::duration_cast<std::chrono::milliseconds>(silent).count());
+        last_id.reset();
+        {
+          std::lock_guard<std::mutex> lock{mu_};
+          seen_.reset();
+        }
+        if (on_leader)
+          on_leader(std::nullopt);
+      }
       std::this_thread::sleep_for(config_.poll);
       continue;
     }
+    last_read = std::chrono::steady_clock::now();
     last_problem.clear();
     std::optional<leader_info> seen;
     if (*now) {

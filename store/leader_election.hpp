@@ -69,7 +69,10 @@ public:
   /// the leader key every `poll` and calling `on_leader` whenever the
   /// leader it sees changes (nullopt: none). On success the store is fenced
   /// on the leader key (`etcd_store::fence_on`). etcd being unreachable is
-  /// retried, not an error. Errors: the config's.
+  /// retried, not an error; once it has not answered for longer than the
+  /// lease TTL, `on_leader(nullopt)` says no leader is known (the one seen
+  /// last cannot have renewed its lease either), until it answers again.
+  /// Errors: the config's.
   caf::expected<bool>
   campaign(const std::function<bool()>& stop,
            const std::function<void(const std::optional<leader_info>&)>& on_leader = {});

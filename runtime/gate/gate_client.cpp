@@ -95,6 +95,12 @@ caf::expected<gate_address> parse_gate_address(const std::string& text) {
       port_text = text.substr(colon + 1);
     }
   }
+  if (!text.empty() && text.front() != '[' && out.host.find_first_of(":;, \t/") != std::string::npos)
+    return caf::make_error(ec::invalid_request,
+                           "address '" + text + "': host '" + out.host
+                             + "' is not a host name or an IPv4 address (separate several "
+                               "addresses with commas; an IPv6 address goes in brackets, "
+                               "[::1]:7450)");
   if (out.host.empty())
     out.host = "127.0.0.1";
   if (port_text.empty()) {

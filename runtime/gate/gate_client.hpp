@@ -31,7 +31,9 @@ struct gate_address {
 };
 
 /// Parses "HOST:PORT", "HOST" (default port 7450) or "[V6]:PORT".
-/// Errors: `ec::invalid_request` naming the text when the port is not 1-65535.
+/// Errors: `ec::invalid_request` naming the text when the port is not
+/// 1-65535, or when an unbracketed host holds ':', ';', ',', '/' or a blank
+/// (two addresses run together: "A:1;B:2").
 caf::expected<gate_address> parse_gate_address(const std::string& text);
 
 /// "HOST:PORT" (brackets around an IPv6 literal).

@@ -821,6 +821,30 @@ caf::error check_heartbeat(std::chrono::milliseconds lapse, const std::string& l
                         "machine flap Down and Up");
 }
 
+/// Checks `store.etcd.endpoints`: HOST:PORT items, comma-separated, each
+/// with a host and a port from 1 to 65535. Returns why not, or "".
+static std::string etcd_endpoints_problem(const std::string& list) {
+  size_t n = 0;
+  size_t from = 0;
+  for (;;) {
+    auto comma = list.find(',', from);
+    auto item = list.substr(from, comma == std::string::npos ? std::string::npos : comma - from);
+    ++n;
+    auto colon = item.rfind(':');
+    auto port = colon == std::string::npos ? std::string{} : item.substr(colon + 1);
+    bool digits = !port.empty() && port.size() <= 5
+                  && port.find_first_not_of("0123456789") == std::string::npos;
+    if (item.empty())
+      return "item " + std::to_string(n) + " is empty (a comma too many?)";
+    if (colon == 0 || !digits || std::stoul(port) == 0 || std::stoul(port) > 65535)
+      return "item " + std::to_string(n) + " '" + item
+             + "' is not HOST:PORT with a port from 1 to 65535";
+    if (comma == std::string::npos)
+      return {};
+    from = comma + 1;
+  }
+}
+
 caf::expected<ControllerConfig>
 load_controller_config(const std::optional<std::string>& file,
                        const std::map<std::string, std::string>& env,
@@ -833,6 +857,13 @@ load_controller_config(const std::optional<std::string>& file,
                   return config_error("config: store.backend is etcd but "
                                       "store.etcd.endpoints is empty (give the etcd "
                                       "members' HOST:PORT, comma-separated)");
+                if (cfg.store_backend == "etcd") {
+                  auto problem = etcd_endpoints_problem(cfg.etcd_endpoints);
+                  if (!problem.empty())
+                    return config_error("config: store.etcd.endpoints '" + cfg.etcd_endpoints
+                                        + "' (from " + l.origin("store.etcd.endpoints")
+                                        + "): " + problem);
+                }
                 return check_heartbeat(cfg.heartbeat_lapse, l.origin("heartbeat.lapse"),
                                        cfg.heartbeat_report_interval,
                                        "heartbeat.report_interval",

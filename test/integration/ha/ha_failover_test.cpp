@@ -178,5 +178,66 @@ TEST_F(HaFailover, AFrozenLeadersAgentsLeaveItForTheNewLeader) {
   EXPECT_EQ(*code, 3);
 }
 
+// A user trial: with etcd's quorum lost, the leader cannot renew its lease
+// (it exits), and the standbys must stop naming it: their API answers 503
+// NO_LEADER until etcd is back, and then a new leader takes writes.
+TEST_F(HaFailover, StandbysNameNoLeaderWhileEtcdHasNoQuorum) {
+  auto& g = *group_;
+  auto first = *leader_;
+  ASSERT_TRUE(g.write_through(first));
+  auto standby = (first + 1) % g.size();
+  httplib::Client api{"127.0.0.1", g.api_port(standby)};
+  api.set_read_timeout(3, 0);
+  auto status = [&] {
+    auto res = api.Get("/api/v1/orgs/default/clusters/default/machines");
+    return res ? res->status : 0;
+  };
+  EXPECT_EQ(status(), 307);
+  // Two of three members stopped: no quorum, no read, no lease renewal.
+  g.etcd().member(1).signal(SIGSTOP);
+  g.etcd().member(2).signal(SIGSTOP);
+  auto t0 = steady::now();
+  bool no_leader = wait_until([&] { return status() == 503; }, 15s, 100ms);
+  std::printf("quorum lost: the standby answers 503 after %.2f s\n", seconds_since(t0));
+  g.etcd().member(1).signal(SIGCONT);
+  g.etcd().member(2).signal(SIGCONT);
+  ASSERT_TRUE(no_leader) << "the standby still names the leader without a quorum";
+  auto res = api.Get("/api/v1/orgs/default/clusters/default/machines");
+  ASSERT_TRUE(res);
+  EXPECT_TRUE(contains(res->body, "\"NO_LEADER\"")) << res->body;
+  EXPECT_EQ(res->get_header_value("Retry-After"), "1");
+  // etcd back: some controller leads again and takes a write.
+  auto next = g.wait_leader(30s);
+  ASSERT_TRUE(next) << "no leader after etcd came back";
+  EXPECT_TRUE(g.write_through(*next)) << "the new leader refused a write";
+}
+
+// A user trial: a controller started without the first one's keys folder
+// made a gate key of its own and could lead under it, and every agent and
+// astra then refused it as an impostor. It now refuses to stand, naming
+// both keys and what to copy; the group leads on undisturbed.
+TEST_F(HaFailover, AControllerWithoutTheClustersKeysRefusesToStand) {
+  auto& g = *group_;
+  auto first = *leader_;
+  std::vector<std::string> argv{program("astraeus-controller"),
+                                "--listen", "127.0.0.1",
+                                "--port", std::to_string(free_port()),
+                                "--data-dir", (dir_ / "stranger").string(),
+                                "--set", "store.backend=etcd",
+                                "--set", "store.etcd.endpoints=" + g.etcd().endpoint_list(),
+                                "--set", "keys.path=" + (dir_ / "stranger-keys").string(),
+                                "--set", "api.listen=127.0.0.1:" + std::to_string(free_port()),
+                                "--set", "api.plain_http=true"};
+  auto* stranger = spawn_kept(g.kept(), dir_.path(), "stranger", argv);
+  auto code = stranger->wait_exit(15s);
+  ASSERT_TRUE(code) << "a controller with a gate key of its own stood for leadership";
+  EXPECT_EQ(*code, 1);
+  EXPECT_TRUE(contains(stranger->err(), "is not the cluster's")) << stranger->err();
+  EXPECT_TRUE(contains(stranger->err(), "copy the first controller's keys folder"))
+    << stranger->err();
+  EXPECT_EQ(g.leader(), first);
+  EXPECT_TRUE(g.write_through(first));
+}
+
 } // namespace
 } // namespace astraeus::itest

@@ -356,3 +356,30 @@ TEST(Config, AHeartbeatLapseUnderThreeReportIntervalsIsRefusedNamingBothKeys) {
   ASSERT_TRUE(dev);
   expect_error(dev, {"heartbeat.lapse", "report.interval"});
 }
+
+// A user trial: `store.etcd.endpoints=127.0.0.1:abc` or `A,,B` reached etcd
+// and failed there as "no endpoint answered (…: Connection)"; the list is
+// now checked when read, naming the item.
+TEST(Config, AnEtcdEndpointThatIsNotHostPortIsNamed) {
+  auto with = [](const std::string& list) {
+    return load_controller_config(
+      std::nullopt, {}, flags_t{{"store.backend", "etcd"}, {"store.etcd.endpoints", list}});
+  };
+  auto good = with("10.0.0.1:2379,etcd-2:2379,[::1]:2379");
+  ASSERT_TRUE(good) << render_error(good.error());
+  struct bad_case {
+    const char* list;
+    const char* says;
+  };
+  for (auto c : {bad_case{"127.0.0.1:abc", "item 1 '127.0.0.1:abc' is not HOST:PORT"},
+                 bad_case{"10.0.0.1:2379,,10.0.0.2:2379", "item 2 is empty"},
+                 bad_case{"foo", "item 1 'foo' is not HOST:PORT"},
+                 bad_case{"10.0.0.1:2379,10.0.0.2:70000", "item 2 '10.0.0.2:70000'"},
+                 bad_case{":2379", "item 1 ':2379'"}}) {
+    auto cfg = with(c.list);
+    ASSERT_FALSE(cfg) << c.list;
+    auto text = render_error(cfg.error());
+    EXPECT_NE(text.find(c.says), std::string::npos) << text;
+    EXPECT_NE(text.find("store.etcd.endpoints"), std::string::npos) << text;
+  }
+}
