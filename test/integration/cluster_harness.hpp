@@ -77,7 +77,47 @@ inline double seconds_since(steady::time_point t0) {
   return std::chrono::duration<double>(steady::now() - t0).count();
 }
 
-/// A fresh folder under $TMPDIR (or /tmp), removed with everything in it.
+/// SIGKILLs every process whose command line names `dir` (other than this
+/// one), and each one's children first: what a test leaves running under
+/// its folder once it has killed its agents, above all a worker's shim
+/// (the agent's fork that keeps a worker's output and outlives an agent
+/// killed with SIGKILL, by design) and the worker under it.
+inline void kill_processes_naming(const fs::path& dir) {
+  const auto needle = dir.string();
+  std::vector<pid_t> named;
+  std::vector<std::pair<pid_t, pid_t>> parent_of;  // (pid, ppid)
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc", ec)) {
+    auto name = e.path().filename().string();
+    if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit))
+      continue;
+    auto pid = static_cast<pid_t>(std::stol(name));
+    std::ifstream cmd{e.path() / "cmdline", std::ios::binary};
+    std::string line{std::istreambuf_iterator<char>{cmd}, {}};
+    std::replace(line.begin(), line.end(), '\0', ' ');
+    if (pid != ::getpid() && line.find(needle) != std::string::npos)
+      named.push_back(pid);
+    std::ifstream stat{e.path() / "stat"};
+    std::string text{std::istreambuf_iterator<char>{stat}, {}};
+    auto close = text.rfind(')');
+    if (close != std::string::npos) {
+      std::istringstream rest{text.substr(close + 1)};
+      char state = 0;
+      long ppid = 0;
+      if (rest >> state >> ppid)
+        parent_of.emplace_back(pid, static_cast<pid_t>(ppid));
+    }
+  }
+  for (auto pid : named) {
+    for (const auto& [child, parent] : parent_of)
+      if (parent == pid)
+        ::kill(child, SIGKILL);
+    ::kill(pid, SIGKILL);
+  }
+}
+
+/// A fresh folder under $TMPDIR (or /tmp), removed with everything in it
+/// (and every process still naming it killed first).
 class temp_dir {
 public:
   explicit temp_dir(const std::string& tag = "astraeus-itest") {
@@ -91,6 +131,7 @@ public:
     path_ = fs::path{buf.data()};
   }
   ~temp_dir() {
+    kill_processes_naming(path_);
     std::error_code err;
     fs::remove_all(path_, err);
   }

@@ -170,12 +170,13 @@ TEST_F(HaFailover, AFrozenLeadersAgentsLeaveItForTheNewLeader) {
   std::this_thread::sleep_for(3500ms);
   auto m = get_machine(g.gate_port(*next), "gpu-frozen");
   ASSERT_TRUE(m);
-  EXPECT_EQ(m->state(), v1::Machine::Up);
-  EXPECT_FALSE(down) << "the machine went Down while its old leader was frozen";
+  EXPECT_EQ(m->state(), v1::Machine::Up) << agent->err();
+  EXPECT_FALSE(down) << "the machine went Down while its old leader was frozen: "
+                     << agent->err();
   old->signal(SIGCONT);
   auto code = old->wait_exit(5s);
-  ASSERT_TRUE(code) << "the deposed leader kept running";
-  EXPECT_EQ(*code, 3);
+  ASSERT_TRUE(code) << "the deposed leader kept running: " << old->err();
+  EXPECT_EQ(*code, 3) << old->err();
 }
 
 // A user trial: with etcd's quorum lost, the leader cannot renew its lease

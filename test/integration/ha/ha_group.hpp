@@ -50,7 +50,7 @@ public:
                                   "--heartbeat-lapse", "3s",
                                   "--set", "heartbeat.report_interval=600ms",
                                   "--set", "gate.hello_timeout=1s",
-                                  "--set", "gate.keepalive_interval=250ms",
+                                  "--set", "gate.keepalive_interval=500ms",
                                   "--set", "store.backend=etcd",
                                   "--set", "store.etcd.endpoints=" + etcd_.endpoint_list(),
                                   "--set", "keys.path=" + keys().string(),
