@@ -273,8 +273,10 @@ int run_ha_controller(caf::actor_system& sys, const ControllerConfig& cfg,
                 : cfg.listen_address;
   election_config ec_cfg;
   ec_cfg.store = store;
+  // An IPv6 literal goes in brackets, as every gate address parser wants it.
+  auto bracketed = host.find(':') != std::string::npos ? "[" + host + "]" : host;
   ec_cfg.gate = cfg.advertise_address.empty()
-                  ? host + ":" + std::to_string(cfg.listen_port)
+                  ? bracketed + ":" + std::to_string(cfg.listen_port)
                   : cfg.advertise_address;
   ec_cfg.id = ec_cfg.gate;
   ec_cfg.ttl = std::chrono::duration_cast<std::chrono::seconds>(cfg.etcd_lease_ttl);
@@ -294,7 +296,9 @@ int run_ha_controller(caf::actor_system& sys, const ControllerConfig& cfg,
     auto api_host = hp->first == "0.0.0.0" || hp->first == "::" ? host : hp->first;
     ec_cfg.api_url = cfg.api_advertise_url.empty()
                        ? std::string{cfg.api_plain_http ? "http" : "https"} + "://"
-                           + api_host + ":" + std::to_string(hp->second)
+                           + (api_host.find(':') != std::string::npos ? "[" + api_host + "]"
+                                                                       : api_host)
+                           + ":" + std::to_string(hp->second)
                        : cfg.api_advertise_url;
   }
   // Telemetry history stays out of etcd: each controller keeps its own,

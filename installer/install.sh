@@ -429,7 +429,7 @@ check_controller() {
       GATE_HOST=${GATE_HOST#[}
       GATE_HOST=${GATE_HOST%]}
       GATE_PORT=${gate##*:}
-      GATES="$GATE_HOST:$GATE_PORT" ;;
+      GATES=$gate ;;
   esac
   sorg=$(served "$SERVED_ORG")
   if [ -n "$ORG" ] && [ -n "$sorg" ] && [ "$ORG" != "$sorg" ]; then
