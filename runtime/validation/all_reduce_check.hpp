@@ -51,7 +51,8 @@ struct all_reduce_timing {
 };
 
 /// The bus bandwidth of an all-reduce over `ranks` GPUs at `algbw_gbs`:
-/// algbw x 2(n-1)/n (nccl-tests' PERFORMANCE.md).
+/// algbw x 2(n-1)/n (nccl-tests' PERFORMANCE.md): 0 for one GPU, which
+/// crosses no link (all_reduce_perf prints 0.00 there too).
 double all_reduce_busbw(double algbw_gbs, int ranks);
 
 /// `--root`: "HOST:PORT" (HOST may be empty for rank 0: its own address).

@@ -3,7 +3,9 @@
 // host copies run.
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "runtime/gpu/nvml.hpp"
@@ -163,8 +165,15 @@ check_result run_copies(const check_options& o) {
                       "look for an Xid for " + e.gpu + " in `dmesg`; reset the GPU when idle "
                       "(`nvidia-smi -r`) or reboot; an error that recurs means a faulty GPU");
     }
-    std::fprintf(stderr, "copies: %s h2d %.1f d2h %.1f d2d %.1f peer %.1f GB/s\n", f.gpu.c_str(),
-                 f.h2d.value_or(0), f.d2h.value_or(0), f.d2d.value_or(0), f.peer.value_or(0));
+    // A figure that was not measured (no peer on a one-GPU machine, a copy
+    // that failed) prints as "-", not as a zero that reads like a dead link.
+    auto gbs = [](const std::optional<double>& v) {
+      char text[32] = "-";
+      if (v) std::snprintf(text, sizeof text, "%.1f", *v);
+      return std::string(text);
+    };
+    std::fprintf(stderr, "copies: %s h2d %s d2h %s d2d %s peer %s GB/s\n", f.gpu.c_str(),
+                 gbs(f.h2d).c_str(), gbs(f.d2h).c_str(), gbs(f.d2d).c_str(), gbs(f.peer).c_str());
     figures.push_back(std::move(f));
   }
   judge_copies(figures, t, out);

@@ -43,6 +43,7 @@ const char* to_string(disk_class c) {
     case disk_class::nvme: return "NVMe";
     case disk_class::ssd: return "SSD";
     case disk_class::hdd: return "HDD";
+    case disk_class::virtual_disk: return "virtual";
     case disk_class::unknown: return "unknown";
   }
   return "unknown";
@@ -81,6 +82,8 @@ disk_device classify_block_device(const std::string& root, unsigned major, unsig
     auto rot = read_trimmed(path + "/queue/rotational");
     if (starts_with(out.name, "nvme"))
       out.kind = disk_class::nvme;
+    else if (starts_with(out.name, "vd") || starts_with(out.name, "xvd"))
+      out.kind = disk_class::virtual_disk;
     else if (rot == "1")
       out.kind = disk_class::hdd;
     else if (rot == "0")
@@ -277,10 +280,26 @@ check_result run_disk(const check_options& o) {
   } else {
     judge_disk(*figs, dev, peers, t, out);
   }
+  std::string disk = std::string{to_string(dev.kind)} + " " + (dev.name.empty() ? "disk" : dev.name);
+  std::string pass_summary;
+  if (dev.kind == disk_class::virtual_disk || dev.kind == disk_class::unknown) {
+    // No class floor to meet: say what was measured, and what it was held to.
+    pass_summary = disk + (dev.kind == disk_class::virtual_disk ? " (virtual: no class floor)"
+                                                                 : " (no class floor)");
+    if (figs) {
+      std::vector<std::string> parts;
+      if (figs->seq_read_mbs) parts.push_back("reads " + fmt(*figs->seq_read_mbs) + " MB/s");
+      if (figs->seq_write_mbs) parts.push_back("writes " + fmt(*figs->seq_write_mbs) + " MB/s");
+      if (figs->rand_read_iops) parts.push_back(fmt(*figs->rand_read_iops) + " random-read IOPS");
+      for (size_t i = 0; i < parts.size(); ++i)
+        pass_summary += (i == 0 ? " " : ", ") + parts[i];
+    }
+    pass_summary += peers.empty() ? "" : ", within its peers";
+  } else {
+    pass_summary = disk + " meets its class" + (peers.empty() ? "" : " and its peers");
+  }
   return finish_result(std::move(out), start,
-                       std::string{to_string(dev.kind)} + " " + (dev.name.empty() ? "disk" : dev.name)
-                         + " meets its class" + (peers.empty() ? "" : " and its peers") + " ("
-                         + (figs ? figs->tool : "") + ")");
+                       pass_summary + " (" + (figs ? figs->tool : "") + ")");
 }
 
 }  // namespace astraeus::validation

@@ -17,10 +17,13 @@
 
 namespace astraeus::validation {
 
-/// The kind of block device under a directory.
-enum class disk_class { nvme, ssd, hdd, unknown };
+/// The kind of block device under a directory. `virtual_disk` is a
+/// paravirtual disk (virtio `vd*`, Xen `xvd*`) whose speed says nothing about
+/// the storage behind it (virtio reports queue/rotational 1 whatever backs
+/// it), so it has no class floor: it is judged against its peers only.
+enum class disk_class { nvme, ssd, hdd, virtual_disk, unknown };
 
-/// "NVMe", "SSD", "HDD", "unknown".
+/// "NVMe", "SSD", "HDD", "virtual", "unknown".
 const char* to_string(disk_class c);
 
 /// The device under the data directory, as sysfs tells it.
@@ -31,8 +34,9 @@ struct disk_device {
 
 /// The whole disk of block device `major:minor` under `root`: follows
 /// <root>/sys/dev/block/M:m to the disk (a partition's parent, a
-/// device-mapper device's first slave); NVMe by name, HDD when
-/// queue/rotational is 1, else SSD. Unknown when sysfs does not say.
+/// device-mapper device's first slave); NVMe by name, virtual by name (vd*,
+/// xvd*, as the host facts name them), HDD when queue/rotational is 1, else
+/// SSD. Unknown when sysfs does not say.
 disk_device classify_block_device(const std::string& root, unsigned major, unsigned minor);
 
 /// The three figures (MB/s = 10^6 bytes per second).

@@ -262,7 +262,12 @@ STAND_IN_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
 
 STAND_IN_EXPORT CUresult cuMemFree_v2(CUdeviceptr) { return kSuccess; }
 
+// Pinned host memory belongs to a context: the real driver answers
+// CUDA_ERROR_INVALID_CONTEXT (201) with none current on the calling thread
+// (seen on an H200, driver 580.159.04, before the all-reduce made one current).
 STAND_IN_EXPORT CUresult cuMemAllocHost_v2(void** p, size_t bytes) {
+  if (!current_ctx)
+    return kInvalidContext;
   *p = std::calloc(1, bytes ? bytes : 1);
   return *p ? kSuccess : 2;
 }

@@ -221,6 +221,29 @@ TEST_F(CheckProgram, AllReduceRanksMeetAtTheRootAndRankZeroPrintsTheTable) {
   EXPECT_EQ(rank1.out.find("# Avg bus bandwidth"), std::string::npos) << "rank 0's table only";
 }
 
+// One GPU in all (recorded on an H200 through the real NCCL: its in-place
+// no-op "ran" at 943,824 GB/s): the sums are checked, the bus bandwidth is
+// 0 as all_reduce_perf prints it, and the summary says why.
+TEST_F(CheckProgram, AllReduceOfOneGpuChecksTheSumsButClaimsNoBusBandwidth) {
+  auto fixture = dir.path() + "/allreduce.json";
+  astraeus::test::write_text(fixture, R"({"gpus": [{}], "allreduce_busbw_gbs": 333})");
+  astraeus::test::use_fixtures(root + "/nvml.json", fixture);
+  auto port = std::to_string(20000 + (::getpid() + 7) % 20000);
+  auto r = run_check({"allreduce", "--json", "--rank", "0", "--ranks", "1", "--root", ":" + port,
+                      "--max-bytes", "1048576"});
+  EXPECT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_EQ(r.result.result, verdict::pass);
+  EXPECT_EQ(r.result.summary,
+            "all-reduce rank 0 of 1 (1 of 1 GPUs): its sums are right, but one GPU crosses no "
+            "link, so there is no bus bandwidth to measure (run it over 2 or more GPUs) "
+            "(stand-in)");
+  for (const auto& m : r.result.measurements) {
+    if (m.name == "busbw" || m.name == "busbw_in_place") {
+      EXPECT_EQ(m.value, 0) << m.name << " at " << m.gpu;
+    }
+  }
+}
+
 // A rank that cannot reach the root fails naming the address; a rank other
 // than 0 without the root's host is bad usage.
 TEST_F(CheckProgram, AllReduceRankThatCannotReachTheRootFailsNamingIt) {

@@ -57,6 +57,26 @@ TEST(DiskRules, TheClassSetsTheFloor) {
   EXPECT_EQ(hdd.result, verdict::pass) << to_json_line(hdd);
 }
 
+// A virtio disk reports queue/rotational 1 whatever backs it (recorded on an
+// H200 VM: "HDD vda meets its class" at 1,361 MB/s): it has no class floor, so
+// a slow one is not passed as a fine HDD; only its peers judge it.
+TEST(DiskRules, AVirtualDiskHasNoClassFloorOnlyItsPeers) {
+  auto f = *parse_fio_json(recorded_fio());
+  check_result alone;
+  judge_disk(f, {"vda", disk_class::virtual_disk}, {}, thresholds{}, alone);
+  EXPECT_EQ(alone.result, verdict::pass) << to_json_line(alone);
+  for (const auto& m : alone.measurements)
+    EXPECT_EQ(m.expected, "") << m.name << " is held to a class floor: " << m.expected;
+  check_result peer;
+  peer.check = "disk";
+  peer.add_measurement({"seq_read", "vda", "", 1000, "MB/s", "", verdict::pass});
+  check_result slow;
+  judge_disk(f, {"vda", disk_class::virtual_disk}, {peer}, thresholds{}, slow);
+  EXPECT_EQ(slow.result, verdict::warn);
+  ASSERT_EQ(slow.findings.size(), 1u);
+  EXPECT_EQ(slow.findings[0].what, "vda sequential read 323 MB/s, 32 % of the best peer's 1000");
+}
+
 TEST(DiskRules, SlowerThanTheBestPeerWarns) {
   auto f = *parse_fio_json(recorded_fio());
   check_result peer;
@@ -88,11 +108,13 @@ TEST(DiskClass, SysfsTellsNvmeSsdAndHddApartThroughPartitions) {
   disk("nvme0n1", "259:1", "0\n", true);
   disk("sda", "8:0", "1\n", false);
   disk("sdb", "8:16", "0\n", false);
+  disk("vda", "254:0", "1\n", false);  // virtio says rotational, whatever backs it
   auto nvme = classify_block_device(root, 259, 1);
   EXPECT_EQ(nvme.name, "nvme0n1");
   EXPECT_EQ(nvme.kind, disk_class::nvme);
   EXPECT_EQ(classify_block_device(root, 8, 0).kind, disk_class::hdd);
   EXPECT_EQ(classify_block_device(root, 8, 16).kind, disk_class::ssd);
+  EXPECT_EQ(classify_block_device(root, 254, 0).kind, disk_class::virtual_disk);
   EXPECT_EQ(classify_block_device(root, 9, 9).kind, disk_class::unknown);
 }
 

@@ -301,6 +301,7 @@ TEST(AllReducePlan, TheChecksTableAndItsResultReadAsAllReducePerfs) {
   }
   ASSERT_EQ(rows.size(), 28u) << "8 B to 1 GiB, doubling";
   EXPECT_NEAR(all_reduce_busbw(180, 16), 337.5, 1e-9) << "algbw x 2(n-1)/n";
+  EXPECT_EQ(all_reduce_busbw(2118, 1), 0) << "one GPU crosses no link (nccl-tests prints 0.00)";
   auto text = format_all_reduce_table(rows, 16, 8, uint64_t{1} << 30);
   auto parsed = parse_all_reduce_perf(text);
   ASSERT_TRUE(parsed) << render_error(parsed.error()) << text;
