@@ -20,6 +20,7 @@
 #include <filesystem>
 
 #include "actors/agent/probe_actor.hpp"
+#include "runtime/host/numa_facts.hpp"
 #include "runtime/host/rdma_fabric.hpp"
 #include "runtime/process/program_run.hpp"
 #include "messages/error.hpp"
@@ -168,6 +169,7 @@ v1::MachineReport make_report(const agent_config& config, uint64_t sequence,
   *report.mutable_facts() = read_host_facts(config.host);
   if (gpus != nullptr)
     *report.mutable_facts()->mutable_gpus() = *gpus;
+  place_gpus_on_the_only_numa_node(*report.mutable_facts());
   return report;
 }
 

@@ -266,4 +266,13 @@ void cpu_use_meter::sample(const std::string& root, v1::HostFacts& facts) {
   last_ = now;
 }
 
+void place_gpus_on_the_only_numa_node(v1::HostFacts& facts) {
+  if (facts.cpu().nodes_size() != 1)
+    return;
+  const int32_t only = static_cast<int32_t>(facts.cpu().nodes(0).id());
+  for (auto& gpu : *facts.mutable_gpus()->mutable_gpus())
+    if (!gpu.has_numa_node())
+      gpu.set_numa_node(only);
+}
+
 } // namespace astraeus

@@ -46,6 +46,14 @@ std::string format_cpu_list(std::vector<uint32_t> cpus);
 /// without NUMA) leaves nodes empty without a warning.
 void read_numa_nodes(const std::string& root, v1::HostFacts& facts);
 
+/// On a machine with exactly one NUMA node (facts.cpu().nodes() lists one),
+/// gives every GPU without a node that node: there its memory and every CPU
+/// are local. A single-node VM's kernel often says -1 for a PCI device (no
+/// ACPI proximity domain; recorded on an H200 VM, where `nvidia-smi topo -m`
+/// says "NUMA Affinity 0" and NVML's nvmlDeviceGetNumaNodeId is not
+/// supported). With several nodes, or none listed, nothing changes.
+void place_gpus_on_the_only_numa_node(v1::HostFacts& facts);
+
 /// Sets the issue-22 fields of `port` (of HCA `device`): `uverbs` (the one
 /// entry of <root>/sys/class/infiniband/<device>/device/infiniband_verbs/),
 /// `numa_node` (device/numa_node; -1 unknown, the kernel's own -1 included)

@@ -9,6 +9,7 @@
 
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 
 #include <filesystem>
 
@@ -518,6 +519,14 @@ caf::expected<bool> sync_nvidia_spec(const cdi_options& o,
   fs::create_directories(o.dynamic_dir, err);
   auto [status, out] = run_tool({o.nvidia_ctk, "cdi", "generate", "--output=" + spec.string(),
                                  "--device-name-strategy=uuid"});
+  // 127: the shell found no such program (recorded on an H200 machine
+  // without the container toolkit: "sh: 1: nvidia-ctk: not found").
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+    return caf::make_error(ec::store_failure,
+                           "no NVIDIA CDI spec: " + o.nvidia_ctk
+                             + " is not installed, so GPU containers cannot be handed their GPUs"
+                               " (host-process workers can); install nvidia-container-toolkit"
+                               " or set cdi.nvidia_ctk to its nvidia-ctk");
   if (status != 0 || !fs::exists(spec, err))
     return caf::make_error(ec::store_failure,
                            o.nvidia_ctk + " cdi generate failed: " + out);

@@ -195,3 +195,33 @@ TEST(NumaFacts, CpuListsRoundTrip) {
   EXPECT_EQ(format_cpu_list({}), "");
   EXPECT_FALSE(cpu_list_members("3-1").has_value());
 }
+
+// Recorded on an H200 VM: one NUMA node, the GPU's sysfs numa_node -1 and
+// NVML's node id not supported, while `nvidia-smi topo -m` says "NUMA
+// Affinity 0". With one node everything is local to it; with two the GPU
+// stays unknown (a guess there would bind workers to the wrong cores).
+TEST(NumaFacts, AGpuWithoutANodeOnAOneNodeMachineIsOnThatNode) {
+  v1::HostFacts one;
+  auto* node = one.mutable_cpu()->add_nodes();
+  node->set_id(0);
+  node->set_cpulist("0-15");
+  auto* known = one.mutable_gpus()->add_gpus();
+  known->set_id("GPU-a");
+  known->set_numa_node(0);
+  one.mutable_gpus()->add_gpus()->set_id("GPU-f07d9499");
+  place_gpus_on_the_only_numa_node(one);
+  ASSERT_TRUE(one.gpus().gpus(1).has_numa_node());
+  EXPECT_EQ(one.gpus().gpus(1).numa_node(), 0);
+  EXPECT_EQ(one.gpus().gpus(0).numa_node(), 0);
+
+  v1::HostFacts two = one;
+  two.mutable_cpu()->add_nodes()->set_id(1);
+  two.mutable_gpus()->mutable_gpus(1)->clear_numa_node();
+  place_gpus_on_the_only_numa_node(two);
+  EXPECT_FALSE(two.gpus().gpus(1).has_numa_node());
+
+  v1::HostFacts none;  // a kernel without NUMA: no node listed
+  none.mutable_gpus()->add_gpus()->set_id("GPU-b");
+  place_gpus_on_the_only_numa_node(none);
+  EXPECT_FALSE(none.gpus().gpus(0).has_numa_node());
+}

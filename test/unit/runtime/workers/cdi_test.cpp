@@ -100,6 +100,21 @@ TEST(Cdi, NvidiaCtkFailureSaysWhy) {
   EXPECT_NE(render_error(r.error()).find("cdi generate failed"), std::string::npos);
 }
 
+// Recorded on an H200 machine without the container toolkit: the agent
+// said only "sh: 1: nvidia-ctk: not found".
+TEST(Cdi, AMissingNvidiaCtkIsNamedWithWhatItCostsAndTheFix) {
+  test::temp_dir dir;
+  cdi_options o;
+  o.dynamic_dir = dir.path() + "/run";
+  o.nvidia_ctk = dir.path() + "/no-such/nvidia-ctk";
+  auto r = sync_nvidia_spec(o, "580.159.04", {"GPU-1"});
+  ASSERT_FALSE(r);
+  auto text = render_error(r.error());
+  EXPECT_NE(text.find(o.nvidia_ctk + " is not installed, so GPU containers cannot be handed"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("install nvidia-container-toolkit"), std::string::npos) << text;
+}
+
 TEST(Cdi, AmdSpecComesFromSysfsMatchedByPciAddress) {
   test::temp_dir dir;
   auto sys = dir.path() + "/host";
