@@ -118,9 +118,9 @@ for i in $(seq 1 30); do astra runs 2>/dev/null | grep -E '^smi ' | grep -qE 'Su
 keep run-show.txt 20 astra run show smi
 keep run-logs.txt 20 astra logs smi
 
-step "acceptance of this machine (burn-in 45s), and its Cluster Report"
+step "acceptance of this machine (burn-in ${BURN:-45s}), and its Cluster Report"
 mkdir -p /var/tmp/astraeus-disk
-keep validate.txt 330 astra validate --suite acceptance --machine "$name" --burn-in 45s --data-dir /var/tmp/astraeus-disk --wait
+keep validate.txt 330 astra validate --suite acceptance --machine "$name" --burn-in "${BURN:-45s}" --data-dir /var/tmp/astraeus-disk --wait
 vid=$(awk '/^validation val-/ { sub(":", "", $2); print $2; exit }' "$rec/validate.txt")
 keep validation.txt 20 astra validation "$vid"
 keep validation.json 20 astra validation "$vid" -o json >/dev/null

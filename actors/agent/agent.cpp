@@ -306,6 +306,7 @@ void send_report(agent_ptr self, bool fresh = false) {
     set_read_as(*gpus, gpu_read_as::pending);
     gpus->set_detail("GPU discovery has not finished yet");
   }
+  place_gpus_on_the_only_numa_node(*facts);
   if (st.latches)
     st.latches->annotate(*gpus);
   // Events at devices with no GPU (an NVSwitch, a bridge) in the machine's
