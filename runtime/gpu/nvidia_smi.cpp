@@ -697,14 +697,19 @@ nvidia_smi_result read_nvidia_smi(const std::string& program, std::chrono::milli
   }
 
   // NVLink link state; without it the links are unknown, never "down".
+  // A clean answer with nothing in it is what a driver gives when no GPU
+  // has NVLink (recorded: 580.159.04 on an H200 VM): no links, nothing
+  // unknown.
   {
     auto links = run_program(program, {"nvlink", "-s"}, until);
     bool answered = links.started && !links.timed_out && !links.overflow;
     bool clean = answered && links.exited && links.exit_code == 0;
-    apply_nvidia_smi_nvlink_status(
-        answered ? std::string_view{links.out} : std::string_view{}, result.gpus,
-        clean ? "not listed by nvidia-smi nvlink -s"
-              : describe_failure(program + " nvlink -s", links, deadline));
+    bool no_nvlink = clean && nonblank_lines(links.out).empty();
+    if (!no_nvlink)
+      apply_nvidia_smi_nvlink_status(
+          answered ? std::string_view{links.out} : std::string_view{}, result.gpus,
+          clean ? "not listed by nvidia-smi nvlink -s"
+                : describe_failure(program + " nvlink -s", links, deadline));
   }
   return result;
 }

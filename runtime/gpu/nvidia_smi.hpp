@@ -70,7 +70,9 @@ const std::vector<std::string>& nvidia_smi_gpu_fields();
 /// `program -q -d COMPUTE` (the CUDA version) and `program nvlink -s`
 /// (NVLink link state, apply_nvidia_smi_nvlink_status()). When the NVLink
 /// query fails, every GPU gets "nvlinks: <what failed>" in unknown_fields
-/// and no link.
+/// and no link; when it succeeds and prints nothing (no GPU has NVLink, as
+/// driver 580 answers on an H200 without it), no GPU has a link and nothing
+/// is unknown.
 ///
 /// `program` is a path, or a bare name looked up in $PATH. It runs with
 /// fork/exec, no shell, stdin /dev/null, in a process group of its own.

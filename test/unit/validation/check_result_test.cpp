@@ -1,6 +1,10 @@
 // The JSON line astraeus-check prints, as the validation actor reads it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <fstream>
+#include <string>
+
 #include "runtime/validation/check_result.hpp"
 
 namespace astraeus::validation {
@@ -60,6 +64,35 @@ TEST(CheckResult, TheWorstVerdictWinsAndOnlyFailExitsOne) {
   EXPECT_EQ(exit_status(verdict::warn), 0);
   EXPECT_EQ(exit_status(verdict::skipped), 0);
   EXPECT_EQ(exit_status(verdict::fail), 1);
+}
+
+TEST(CheckResult, ReadsTheResultLinesARealH200Printed) {
+  // test/fixtures/checks/h200/: what quick, copies and burn printed on
+  // stdout on a VM with one H200 (driver 580.159.04).
+  struct recorded {
+    const char* check;
+    verdict result;
+    const char* figure;  // one measurement, and its value
+    double value;
+    size_t findings;
+  };
+  for (const auto& want : {recorded{"quick", verdict::fail, "cdi_spec", 0.0, 1},
+                           recorded{"copies", verdict::pass, "h2d", 55.351, 0},
+                           recorded{"burn", verdict::pass, "fp32", 55.247, 0}}) {
+    SCOPED_TRACE(want.check);
+    std::ifstream in(std::string{ASTRAEUS_FIXTURES} + "/checks/h200/" + want.check + ".txt");
+    std::string line;
+    ASSERT_TRUE(std::getline(in, line));
+    auto r = parse_check_result(line);
+    ASSERT_TRUE(r) << to_string(r.error());
+    EXPECT_EQ(r->check, want.check);
+    EXPECT_EQ(r->result, want.result);
+    EXPECT_EQ(r->findings.size(), want.findings);
+    auto m = std::find_if(r->measurements.begin(), r->measurements.end(),
+                          [&](const measurement& m) { return m.name == want.figure; });
+    ASSERT_NE(m, r->measurements.end());
+    EXPECT_DOUBLE_EQ(m->value, want.value);
+  }
 }
 
 }  // namespace

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <string>
+
 #include "actors/validation/cluster_report.hpp"
 #include "actors/validation/validation_plan.hpp"
 #include "bin/validation_format.hpp"
@@ -354,4 +357,67 @@ TEST(ValidationPlan, TheDiskCheckTestsTheMachinesDataLocation) {
   EXPECT_EQ(val::disk_folder(v, m), "/mnt/nvme0/astraeus");
   v.set_data_dir("/scratch");
   EXPECT_EQ(val::disk_folder(v, m), "/scratch");
+}
+
+namespace {
+
+/// The last line that check `check` printed on stdout on a real H200 VM
+/// (test/fixtures/checks/h200/<check>.txt), as the agent keeps it for the
+/// validation: its JSON result line, without the line end.
+std::string h200_result_line(const std::string& check) {
+  std::ifstream in(std::string{ASTRAEUS_FIXTURES} + "/checks/h200/" + check + ".txt");
+  std::string last;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty())
+      last = line;
+  return last;
+}
+
+/// A step of `check` on the H200 VM, ended with its recorded result.
+v1::ValidationStep h200_step(const std::string& check) {
+  v1::ValidationStep step;
+  step.set_machine("vm");
+  step.set_check(check);
+  step.set_state(val::running);
+  EXPECT_TRUE(val::apply_run(step, ended_run(h200_result_line(check)), 7)) << check;
+  return step;
+}
+
+} // namespace
+
+TEST(ValidationPlan, TheRealH200ChecksEndWithTheirRecordedVerdicts) {
+  // quick failed for the one thing that VM lacked: a CDI spec.
+  auto quick = h200_step("quick");
+  EXPECT_EQ(quick.state(), val::done) << quick.reason();
+  EXPECT_EQ(quick.verdict(), "fail");
+  EXPECT_EQ(quick.reason(), "");
+  ASSERT_EQ(quick.result().findings_size(), 1);
+  const auto& cdi = quick.result().findings(0);
+  EXPECT_EQ(cdi.severity(), "fail");
+  EXPECT_EQ(cdi.what(), "there is no NVIDIA CDI spec in /etc/cdi or /var/run/cdi");
+  EXPECT_EQ(cdi.machine(), "vm");
+  EXPECT_EQ(cdi.check(), "quick");
+  EXPECT_EQ(quick.result().measurements_size(), 5);
+
+  auto copies = h200_step("copies");
+  EXPECT_EQ(copies.state(), val::done) << copies.reason();
+  EXPECT_EQ(copies.verdict(), "pass");
+  EXPECT_EQ(copies.result().findings_size(), 0);
+  ASSERT_GE(copies.result().measurements_size(), 1);
+  const auto& h2d = copies.result().measurements(0);
+  EXPECT_EQ(h2d.name(), "h2d");
+  EXPECT_EQ(h2d.gpu(), "GPU-f07d9499-5517-58bb-0785-0fb1950fb678");
+  EXPECT_DOUBLE_EQ(h2d.value(), 55.351);
+  EXPECT_EQ(h2d.unit(), "GB/s");
+
+  auto burn = h200_step("burn");
+  EXPECT_EQ(burn.state(), val::done) << burn.reason();
+  EXPECT_EQ(burn.verdict(), "pass");
+  EXPECT_EQ(burn.result().findings_size(), 0);
+  ASSERT_EQ(burn.result().measurements_size(), 4);
+  const auto& fp32 = burn.result().measurements(3);
+  EXPECT_EQ(fp32.name(), "fp32");
+  EXPECT_DOUBLE_EQ(fp32.value(), 55.247);
+  EXPECT_EQ(fp32.unit(), "TFLOP/s");
+  EXPECT_DOUBLE_EQ(burn.result().duration_s(), 45.2);
 }

@@ -1,15 +1,18 @@
 // From kernel-log records to GPU events (runtime/faults/kmsg_assembler.cpp):
 // the fallen-off-the-bus notice in every shape the driver logs it, the parts
 // of one sequence number, and a backward jump within one read (issue 17,
-// rules 3 and 10). Records are fed directly; nothing here reads a file.
+// rules 3 and 10). Records are fed directly; the one file read is a real
+// H200 VM's kernel log (test/fixtures/kmsg/h200-vm.txt).
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "runtime/faults/kmsg.hpp"
 #include "runtime/faults/kmsg_assembler.hpp"
+#include "runtime/faults/xid_policy.hpp"
 
 using namespace astraeus;
 
@@ -157,4 +160,60 @@ TEST(KmsgAssembler, SplitsAtEscapedAndRealNewlines) {
             (std::vector<std::string>{"a", "b", "c", "d"}));
   EXPECT_EQ(split_kmsg_lines(""), std::vector<std::string>{});
   EXPECT_EQ(split_kmsg_lines("\\x0"), std::vector<std::string>{"\\x0"});
+}
+
+// kmsg/h200-vm.txt: the whole /dev/kmsg of a real H200 VM (driver
+// 580.159.04, bench/real_gpu_check.sh), 442 lines: the boot, the driver's
+// own NVRM records (two flagged 'c'), dictionary lines, and one Xid 48 for
+// 0000:00:06 that the run wrote into the log as root.
+TEST(KmsgAssembler, TheRealH200VmLogHoldsOneXidAndNoOtherFault) {
+  std::ifstream in(std::string{ASTRAEUS_FIXTURES} + "/kmsg/h200-vm.txt");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);)
+    lines.push_back(line);
+  ASSERT_EQ(lines.size(), 442u);
+
+  // The parser refuses no line: each is a record or a record's indented
+  // dictionary line.
+  size_t records = 0;
+  for (const auto& line : lines) {
+    if (parse_kmsg_line(line))
+      ++records;
+    else
+      EXPECT_EQ(line.rfind(" ", 0), 0u) << "refused: " << line;
+  }
+  EXPECT_EQ(records, 358u);
+
+  // NVRM's lines that are no Xid: records with their header read, no event.
+  struct nvrm_line {
+    size_t index;
+    int priority;
+    uint64_t sequence;
+    uint64_t timestamp_us;
+    std::string starts;
+  };
+  for (const auto& want : std::vector<nvrm_line>{
+           {438, 3, 354, 553294, "NVRM: loading NVIDIA UNIX Open Kernel Module"},
+           {439, 4, 355, 1106589, "NVRM: gpuClearFbhubPoisonIntrForBug2924523_GA100"},  // 'c'
+           {440, 4, 356, 3527060, "NVRM: Persistence mode is deprecated"}}) {       // 'c'
+    SCOPED_TRACE(lines[want.index]);
+    auto record = parse_kmsg_line(lines[want.index]);
+    ASSERT_TRUE(record);
+    EXPECT_EQ(record->priority, want.priority);
+    EXPECT_EQ(record->sequence, want.sequence);
+    EXPECT_EQ(record->timestamp_us, want.timestamp_us);
+    EXPECT_EQ(record->message.rfind(want.starts, 0), 0u) << record->message;
+    EXPECT_FALSE(parse_gpu_event(*record));
+  }
+
+  auto got = feed(lines);
+  EXPECT_TRUE(got.warnings.empty()) << got.warnings.front();
+  ASSERT_EQ(got.events.size(), 1u);
+  const auto& xid = got.events[0];
+  EXPECT_EQ(xid.kind, gpu_event_kind::xid);
+  EXPECT_EQ(xid.xid, 48u);
+  EXPECT_EQ(xid.pci_address, "0000:00:06.0");
+  EXPECT_EQ(xid.sequence, 357u);
+  // A double-bit ECC error fences the GPU under the built-in policy.
+  EXPECT_EQ(xid_policy{}.action(48), xid_action::fence);
 }

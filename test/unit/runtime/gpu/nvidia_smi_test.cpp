@@ -78,6 +78,43 @@ TEST(NvidiaSmi, ReadsEveryFieldOfAnEightGpuMachine) {
   EXPECT_EQ(r.gpus[7].pci_address(), "0000:db:00.0");
 }
 
+TEST(NvidiaSmi, TheRealH200On580ReadsWithNothingUnknown) {
+  // h200_580.sh replays what nvidia-smi 580.159.04 answered on an H200 VM
+  // to the agent's exact arguments: remapped rows' pending and failure as
+  // "No, No" (535 printed 0), and `nvlink -s` with nothing at all (exit 0),
+  // as this GPU has no NVLink.
+  auto r = read_nvidia_smi(fixture("h200_580.sh"), 10s);
+  ASSERT_TRUE(r.ok) << r.detail;
+  EXPECT_EQ(r.detail, "");
+  EXPECT_TRUE(r.warnings.empty()) << r.warnings.front();
+  EXPECT_EQ(r.driver_version, "580.159.04");
+  EXPECT_EQ(r.cuda_version, "13.0");
+  ASSERT_EQ(r.gpus.size(), 1u);
+
+  const auto& g = r.gpus[0];
+  EXPECT_EQ(g.status(), "ok");
+  EXPECT_EQ(g.id(), "GPU-f07d9499-5517-58bb-0785-0fb1950fb678");
+  EXPECT_EQ(g.model(), "NVIDIA H200");
+  EXPECT_EQ(g.pci_address(), "0000:00:06.0");
+  EXPECT_EQ(g.memory_total_bytes(), 150'754'820'096u);  // 143771 MiB, as NVML says
+  EXPECT_EQ(g.architecture(), "hopper");
+  EXPECT_EQ(g.compute_capability(), "9.0");
+  EXPECT_TRUE(g.data_centre());
+  EXPECT_EQ(g.serial(), "1653724067311");
+  EXPECT_EQ(g.vbios_version(), "96.00.A5.00.1A");
+  ASSERT_TRUE(g.has_row_remapping());
+  EXPECT_TRUE(g.row_remapping().has_pending());
+  EXPECT_FALSE(g.row_remapping().pending());
+  EXPECT_TRUE(g.row_remapping().has_failed());
+  EXPECT_FALSE(g.row_remapping().failed());
+  EXPECT_EQ(g.row_remapping().uncorrectable_rows(), 0u);
+  EXPECT_EQ(g.ecc().volatile_uncorrectable(), 0u);
+  ASSERT_TRUE(g.has_recovery_action());  // "GPU Recovery Action : None"
+  EXPECT_EQ(g.recovery_action(), 0u);
+  EXPECT_EQ(g.nvlinks_size(), 0);
+  EXPECT_EQ(g.unknown_fields_size(), 0) << g.unknown_fields(0);
+}
+
 TEST(NvidiaSmi, UnknownMarkersAreAbsentNeverZero) {
   auto r = read_nvidia_smi(fixture("a100_na.sh"), 10s);
   ASSERT_TRUE(r.ok) << r.detail;

@@ -505,6 +505,68 @@ TEST(Nvml, ReadsTheGb200Fabric) {
   }
 }
 
+// h200_vm.json is a real NVML recording (record_nvml.py, nvidia-ml-py) of an
+// H200 passed through to a VM, driver 580.159.04; host h200-vm is the same
+// VM's sysfs. The expected values are what the real agent reported for the
+// GPU on that VM (its `astra machine` JSON), except the UUID and serial: the
+// NVML recording was made on another run's GPU.
+TEST(Nvml, TheRealH200RecordingReadsAsTheRealAgentSawIt) {
+  use_fixture(fixture("h200_vm.json"));
+  nvml_options opts = stand_in();
+  opts.sysfs_root = std::string{ASTRAEUS_FIXTURES} + "/hosts/h200-vm";
+  nvml_prober prober(opts);
+  nvml_result r = prober.probe();
+
+  ASSERT_EQ(r.status, status::ok) << r.detail;
+  EXPECT_EQ(r.detail, "");
+  EXPECT_EQ(r.driver_version, "580.159.04");
+  EXPECT_EQ(r.cuda_version, "13.0");
+  ASSERT_EQ(r.gpus.size(), 1u);
+  const v1::Gpu& g = r.gpus[0];
+  EXPECT_EQ(g.status(), "ok");
+  EXPECT_EQ(g.status_detail(), "");
+  EXPECT_EQ(g.id(), "GPU-cc7773bb-e770-89a5-96b9-c7ce1d6e054a");
+  EXPECT_EQ(g.serial(), "1653724060311");
+  EXPECT_EQ(g.vendor(), "nvidia");
+  EXPECT_EQ(g.model(), "NVIDIA H200");
+  EXPECT_EQ(g.index(), 0u);
+  EXPECT_EQ(g.pci_address(), "0000:00:06.0");
+  EXPECT_EQ(g.architecture(), "hopper");
+  EXPECT_EQ(g.compute_capability(), "9.0");
+  EXPECT_TRUE(g.data_centre());
+  EXPECT_EQ(g.driver_version(), "580.159.04");
+  EXPECT_EQ(g.vbios_version(), "96.00.A5.00.1A");
+  EXPECT_EQ(g.memory_total_bytes(), 150754820096ull);
+  EXPECT_EQ(g.memory_used_bytes(), 644939776ull);
+  EXPECT_DOUBLE_EQ(g.power_limit_watts(), 700.0);
+  EXPECT_EQ(g.memory_clock_mhz(), 3201u);
+  // NVML answered NOT_SUPPORTED for the NUMA node and sysfs says -1: no
+  // node, and nothing unknown about it.
+  EXPECT_FALSE(g.has_numa_node());
+  EXPECT_FALSE(g.has_fan_percent());
+  EXPECT_FALSE(g.has_retired_pages());
+  EXPECT_EQ(g.nvlinks_size(), 0);
+  ASSERT_TRUE(g.has_fabric());
+  EXPECT_EQ(g.fabric().state(), "not-supported");
+  EXPECT_EQ(g.fabric().cluster_uuid(), "");
+  EXPECT_EQ(g.fabric().health(), "unknown");
+  EXPECT_EQ(g.ecc().volatile_correctable(), 0u);
+  EXPECT_EQ(g.ecc().volatile_uncorrectable(), 0u);
+  EXPECT_EQ(g.ecc().aggregate_correctable(), 0u);
+  EXPECT_EQ(g.ecc().aggregate_uncorrectable(), 0u);
+  ASSERT_TRUE(g.has_row_remapping());
+  EXPECT_EQ(g.row_remapping().correctable_rows(), 0u);
+  EXPECT_EQ(g.row_remapping().uncorrectable_rows(), 0u);
+  EXPECT_FALSE(g.row_remapping().pending());
+  EXPECT_FALSE(g.row_remapping().failed());
+  EXPECT_EQ(g.pcie_replays(), 0u);
+  ASSERT_TRUE(g.has_thermal_slowdown());
+  EXPECT_FALSE(g.thermal_slowdown());  // clocks_event_reasons 1: idle
+  ASSERT_TRUE(g.has_recovery_action());
+  EXPECT_EQ(g.recovery_action(), 0u);
+  EXPECT_EQ(g.unknown_fields_size(), 0) << lines(g);
+}
+
 TEST(Nvml, InitHangMakesTheDriverUnresponsive) {
   scratch_dir tmp;
   std::string release = tmp.path + "/release";

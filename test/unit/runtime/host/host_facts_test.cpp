@@ -470,6 +470,75 @@ TEST(HostFacts, DebianVmFixture) {
   EXPECT_EQ(facts.rdma_ports_size(), 0);
 }
 
+// hosts/h200-vm is a real capture (capture-host.sh) of a Firecracker VM with
+// one H200 passed through; the expected values are what the real agent
+// reported for that VM (its `astra machine` JSON "facts").
+TEST(HostFacts, TheRealH200VmReadsAsTheRealAgentSawIt) {
+  FakeStatfs statfs;
+  statfs.root = fixture("h200-vm");
+  statfs.usage = {{"/", {270'553'174'016, 68'479'451'136}}};
+  HostReaderOptions opts;
+  opts.root = statfs.root;
+  opts.statfs = statfs.fn();
+  opts.architecture = "x86_64";
+  auto facts = read_host_facts(opts);
+  EXPECT_EQ(facts.warnings_size(), 0) << all_warnings(facts);
+  EXPECT_EQ(facts.hostname(), "vm");
+  EXPECT_EQ(facts.kernel(), "6.18.44-fc-v1252-gpu");
+  EXPECT_EQ(facts.os(), "Ubuntu 24.04.3 LTS");
+
+  EXPECT_EQ(facts.cpu().model(), "Intel(R) Xeon(R) Processor");
+  EXPECT_EQ(facts.cpu().logical_cpus(), 16u);
+  EXPECT_EQ(facts.cpu().physical_cores(), 16u);
+  EXPECT_EQ(facts.cpu().sockets(), 1u);
+  EXPECT_EQ(facts.cpu().numa_nodes(), 1u);
+  ASSERT_EQ(facts.cpu().nodes_size(), 1);
+  EXPECT_EQ(facts.cpu().nodes(0).id(), 0u);
+  EXPECT_EQ(facts.cpu().nodes(0).cpulist(), "0-15");
+  EXPECT_EQ(facts.cpu().nodes(0).cpus(), 16u);
+  EXPECT_EQ(facts.cpu().nodes(0).memory_total_bytes(), 135'129'063'424u);
+
+  EXPECT_EQ(facts.memory().total_bytes(), 135'129'063'424u);
+  EXPECT_EQ(facts.memory().swap_total_bytes(), 0u);
+  EXPECT_TRUE(facts.memory().pressure().present());
+  EXPECT_TRUE(facts.io_pressure().present());
+  EXPECT_TRUE(facts.cpu_pressure().present());
+
+  // loop* and zram0 are skipped; both virtio disks are "virtual" (no class
+  // floor), though virtio says they are rotational.
+  ASSERT_EQ(facts.disks_size(), 2);
+  auto vda = disk(facts, "vda");
+  ASSERT_NE(vda, nullptr);
+  EXPECT_EQ(vda->kind(), "virtual");
+  EXPECT_EQ(vda->size_bytes(), 274'877'906'944u);
+  auto vdb = disk(facts, "vdb");
+  ASSERT_NE(vdb, nullptr);
+  EXPECT_EQ(vdb->kind(), "virtual");
+  EXPECT_EQ(vdb->size_bytes(), 331'612'160u);
+
+  // The driver's squashfs and the tmpfs mounts are not listed.
+  ASSERT_EQ(facts.filesystems_size(), 1);
+  EXPECT_EQ(facts.filesystems(0).mount_point(), "/");
+  EXPECT_EQ(facts.filesystems(0).device(), "/dev/vda");
+  EXPECT_EQ(facts.filesystems(0).type(), "ext4");
+  EXPECT_EQ(facts.filesystems(0).free_bytes(), 68'479'451'136u);
+
+  auto eth0 = interface(facts, "eth0");
+  ASSERT_NE(eth0, nullptr);
+  EXPECT_EQ(eth0->operstate(), "up");
+  EXPECT_EQ(eth0->mtu(), 1400u);
+  EXPECT_EQ(eth0->mac_address(), "02:fc:00:00:00:01");
+  EXPECT_EQ(eth0->speed_mbps(), -1);
+  EXPECT_FALSE(eth0->virtual_());
+  for (const char* name : {"ifb0", "ifb1", "lo"}) {
+    auto i = interface(facts, name);
+    ASSERT_NE(i, nullptr) << name;
+    EXPECT_TRUE(i->virtual_()) << name;
+  }
+  EXPECT_EQ(facts.interfaces_size(), 4);
+  EXPECT_EQ(facts.rdma_ports_size(), 0);
+}
+
 // --- sysfs symlinks, as on a real machine ---------------------------------
 
 TEST(HostFacts, FollowsSysfsSymlinks) {

@@ -91,6 +91,23 @@ TEST(PciBus, ReadsVendorDriverAndNumaNode) {
   EXPECT_EQ(bmc->missing(), "");
 }
 
+TEST(PciBus, TheRealH200VmHasItsGpuAtItsAddressWithNoNumaNode) {
+  // hosts/h200-vm: a real capture (capture-host.sh) of a VM with one H200
+  // passed through; its other PCI devices are virtio. sysfs says numa_node
+  // -1 for the GPU, as VMs do: no node, and no warning.
+  auto scan = scan_pci_gpus(std::string{ASTRAEUS_FIXTURES} + "/hosts/h200-vm");
+  EXPECT_TRUE(scan.warnings.empty()) << scan.warnings.front();
+  ASSERT_EQ(scan.gpus.size(), 1u);
+  const auto& h200 = scan.gpus[0];
+  EXPECT_EQ(h200.pci_address(), "0000:00:06.0");
+  EXPECT_EQ(h200.vendor(), "nvidia");
+  EXPECT_EQ(h200.vendor_id(), "0x10de");
+  EXPECT_EQ(h200.device_id(), "0x2335");
+  EXPECT_EQ(h200.driver(), "nvidia");
+  EXPECT_EQ(h200.missing(), "");
+  EXPECT_FALSE(h200.has_numa_node());
+}
+
 TEST(PciBus, SaysWhatIsMissing) {
   auto scan = scan_pci_gpus(fixture());
   auto* unbound = at(scan, "0000:2a:00.0");
