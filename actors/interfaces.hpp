@@ -21,6 +21,9 @@ namespace astraeus {
 using gpu_actor = caf::typed_actor<
   // Fresh facts from its machine's report.
   caf::reacts_to<v1::Gpu>,
+  // Fresh readings alone from a readings report (issue 14): use,
+  // temperature, power, memory used, clocks (messages/report_readings.hpp).
+  caf::reacts_to<atom::readings, v1::Gpu>,
   // Its machine went Up (true) or stopped being Up (false).
   caf::reacts_to<atom::machine_up, bool>,
   // The worker the scheduler placed on it (`train-0`, `sweep[3]-0`); empty =

@@ -2,7 +2,7 @@
 // bench/RESULTS.md):
 //
 //   gate_ingestion_bench [--machines N] [--rounds R] [--threads T] [--dir DIR]
-//                        [--chunk K]
+//                        [--chunk K] [--readings 1|0]
 //
 // - The controller's side as it is wired (actors/controller/controller.cpp):
 //   a RocksDB store in a fresh folder under DIR ($TMPDIR or /tmp), the
@@ -26,6 +26,14 @@
 //   the machine and its GPU actors.
 // - What it leaves out of the gate: the broker's socket reads (two
 //   new_data_msg per frame from CAF's multiplexer).
+//
+// - Readings (issue 14; --readings 1, the default): each machine's reports
+//   are what its agent sends a controller that takes readings reports: a
+//   full report, then readings reports (MachineReport.readings_of: the GPUs'
+//   use, temperature, power and memory used, the host's memory, pressure and
+//   free space), a full one again every 30th report (the agent's
+//   readings_between_full_reports). --readings 0: every report full, as
+//   before issue 14 and as an older agent sends them.
 //
 // Prints reports/s, the CPU per report (the whole process: all actors,
 // RocksDB, CAF's idle polling), and the first round (GPU actors spawned)
@@ -55,6 +63,7 @@
 #include "bench/sim_cluster.hpp"
 #include "messages/error.hpp"
 #include "messages/gpu_read.hpp"
+#include "messages/report_readings.hpp"
 #include "runtime/gate/frame_codec.hpp"
 #include "runtime/gate/secure_channel.hpp"
 #include "runtime/host/host_facts.hpp"
@@ -72,6 +81,7 @@ struct options {
   size_t rounds = 20;
   size_t chunk = 64;
   int threads = 2;
+  bool readings = true;
   std::string dir;
 };
 
@@ -146,9 +156,11 @@ int main(int argc, char** argv) {
       opt.dir = val;
     else if (arg == "--chunk")
       opt.chunk = std::max<size_t>(1, num());
+    else if (arg == "--readings")
+      opt.readings = num() != 0;
     else {
       std::fprintf(stderr, "usage: %s [--machines N] [--rounds R] [--threads T] [--dir DIR] "
-                           "[--chunk K]\n", argv[0]);
+                           "[--chunk K] [--readings 1|0]\n", argv[0]);
       return 2;
     }
   }
@@ -220,19 +232,33 @@ int main(int argc, char** argv) {
     // The agents' side: every frame sealed in advance, round-robin order.
     std::vector<std::string> frames;
     frames.reserve(opt.machines * opt.rounds);
-    size_t bytes = 0;
+    size_t bytes = 0, readings_bytes = 0;
     for (size_t r = 0; r < opt.rounds; ++r)
       for (size_t i = 0; i < opt.machines; ++i) {
         v1::Frame f;
         *f.mutable_report() = report_of(host, gpus[i], sessions[i].name, r, rng);
+        // As the agent's shrink_to_readings: full at 0, 30, 60, ...
+        const uint64_t full = r / 30 * 30;
+        if (opt.readings && r != full) {
+          auto* report = f.mutable_report();
+          auto readings = readings_only(report->facts());
+          report->mutable_facts()->Swap(&readings);
+          report->set_readings_of(full + 1);
+        }
         if (r == 0 && i == 0)
           bytes = f.ByteSizeLong();
+        if (r == 1 && i == 0)
+          readings_bytes = f.ByteSizeLong();
         frames.push_back(sessions[i].client->encode(f));
       }
     std::printf("%zu machines x 8 GPUs, %zu rounds: %zu sealed frames of %zu bytes (report "
                 "%zu B) ready in %.1f s\n",
                 opt.machines, opt.rounds, frames.size(), frames.front().size(), bytes,
                 seconds_since(t_setup));
+    std::printf("%s\n", opt.readings ? ("readings reports after the first (one full report in "
+                                        "30): " + std::to_string(readings_bytes) + " B each")
+                                         .c_str()
+                                      : "every report full (--readings 0)");
 
     // The gate-like actor: rounds [first, last) in one go, then the barrier
     // through every machine's GPU views.

@@ -137,5 +137,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(astraeus, caf::first_custom_type_id)
   /// The leader's gate changed, HOST:PORT or "" for none (HA controller ->
   /// standby gate).
   CAF_ADD_ATOM(astraeus, astraeus::atom, leader, "leader")
+  /// A GPU's readings from a readings report (issue 14; machine -> GPU).
+  CAF_ADD_ATOM(astraeus, astraeus::atom, readings, "readings")
 
 CAF_END_TYPE_ID_BLOCK(astraeus)

@@ -25,6 +25,7 @@
 #include "runtime/process/program_run.hpp"
 #include "messages/error.hpp"
 #include "messages/gpu_read.hpp"
+#include "messages/report_readings.hpp"
 #include "runtime/process/wall_clock.hpp"
 #include "messages/type_ids.hpp"
 #include "messages/worker_state.hpp"
@@ -173,6 +174,21 @@ v1::MachineReport make_report(const agent_config& config, uint64_t sequence,
   return report;
 }
 
+void shrink_to_readings(agent_state& st, v1::MachineReport& report) {
+  auto statics = without_readings(report.facts()).SerializeAsString();
+  if (st.full_sequence != 0 && statics == st.full_static
+      && st.readings_since_full < readings_between_full_reports) {
+    auto readings = readings_only(report.facts());
+    report.mutable_facts()->Swap(&readings);
+    report.set_readings_of(st.full_sequence);
+    ++st.readings_since_full;
+    return;
+  }
+  st.full_sequence = report.sequence();
+  st.full_static = std::move(statics);
+  st.readings_since_full = 0;
+}
+
 bool gpu_section_changed(const v1::GpuSection& before,
                          const v1::GpuSection& after) {
   if (read_as(before) != read_as(after)
@@ -319,6 +335,8 @@ void send_report(agent_ptr self, bool fresh = false) {
   report->set_address(st.address);
   if (st.workers)
     *report->mutable_workers() = st.workers->statuses(st.config.identity.name);
+  if (st.controller_takes_readings)
+    shrink_to_readings(st, *report);
   send_frame(self, frame);
 }
 
@@ -922,6 +940,9 @@ void on_frame(agent_ptr self, v1::Frame& frame) {
           spdlog::error("agent {}: cannot keep the Xid policy: {}", name,
                         render_error(err));
       st.welcomed = true;
+      // A new session starts with a full report (issue 14).
+      st.controller_takes_readings = frame.welcome().takes_readings();
+      st.full_sequence = 0;
       adopt_report_interval(self, frame.welcome());
       st.keepalive_interval = std::chrono::duration_cast<caf::timespan>(
         std::chrono::milliseconds{frame.welcome().keepalive_interval_ms()});

@@ -151,6 +151,16 @@ struct agent_state {
   bool welcomed = false;                  ///< the gate accepted the hello
   uint32_t pending_body = 0;              ///< body bytes being read; 0 = header
   uint64_t sequence = 0;                  ///< reports sent by this agent run
+  /// Readings reports (issue 14): the last welcome said the controller
+  /// takes them (Welcome.takes_readings).
+  bool controller_takes_readings = false;
+  /// The sequence of this session's last full report (0: none yet).
+  uint64_t full_sequence = 0;
+  /// That report's facts without their readings, serialized: a report whose
+  /// static part serializes the same is sent as readings.
+  std::string full_static;
+  /// Readings reports sent since that full report.
+  uint32_t readings_since_full = 0;
   /// The interval reports are sent at: report.interval, or the controller's
   /// longest when that is shorter (actors/agent/report_schedule.hpp).
   caf::timespan report_interval{0};
@@ -242,6 +252,19 @@ agent_actor::behavior_type agent(agent_actor::stateful_broker_pointer<agent_stat
 /// Spawns the agent; it starts connecting at once. Errors: the config's.
 caf::expected<agent_actor> spawn_agent(caf::actor_system& sys,
                                        agent_config config);
+
+/// Readings reports between two full ones at most (issue 14): at the
+/// default 10 s interval a full report at least every 5 minutes, so a
+/// controller that missed one (or took over) has the whole picture soon.
+inline constexpr uint32_t readings_between_full_reports = 29;
+
+/// Makes `report` (a full report of this session) a readings report
+/// (MachineReport.readings_of) when its facts differ from the last full
+/// report's in readings alone (messages/report_readings.hpp) and fewer than
+/// readings_between_full_reports readings followed that one; else keeps it
+/// full and remembers it as the last full report. `st.full_sequence` 0 (a
+/// new session) always sends it full.
+void shrink_to_readings(agent_state& st, v1::MachineReport& report);
 
 /// Builds one report from the host's facts and the last GPU section (what
 /// the agent sends).

@@ -168,6 +168,7 @@ void welcome(gate_ptr self, connection_handle hdl) {
   w->set_keepalive_interval_ms(
     static_cast<uint64_t>(duration_cast<milliseconds>(cfg.keepalive_interval).count()));
   *w->mutable_xid_policy() = cfg.xid_policy;
+  w->set_takes_readings(true);  // issue 14: readings reports are applied
   auto i = self->state.connections.find(hdl);
   if (i != self->state.connections.end() && i->second.role == v1::CLI)
     *w->mutable_principal() = i->second.principal;

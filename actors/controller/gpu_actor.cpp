@@ -1,5 +1,6 @@
 #include "actors/controller/gpu_actor.hpp"
 
+#include "messages/report_readings.hpp"
 #include "runtime/process/wall_clock.hpp"
 
 #include <chrono>
@@ -78,6 +79,16 @@ gpu_actor::behavior_type gpu(gpu_actor::stateful_pointer<gpu_state> self,
       st.facts = std::move(facts);
       st.last_seen_unix_ms = st.clock->now_unix_ms();
       st.history.add(st.facts, self->clock().now(), health_thresholds{}.window);
+      st.read_error_reasons = st.read_errors.take(st.facts);
+      judge(self);
+    },
+    [self](atom::readings, v1::Gpu& readings) {
+      auto& st = self->state;
+      apply_gpu_readings(readings, st.facts);
+      st.last_seen_unix_ms = st.clock->now_unix_ms();
+      st.history.add(st.facts, self->clock().now(), health_thresholds{}.window);
+      // Its unknown fields are the full report's, read again (a readings
+      // report is sent only while they stay the same): a streak goes on.
       st.read_error_reasons = st.read_errors.take(st.facts);
       judge(self);
     },

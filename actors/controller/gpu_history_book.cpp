@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <iterator>
-#include <map>
-#include <mutex>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -109,56 +107,30 @@ void take_series(gpu_point& p, gpu_point::series bit, T gpu_point::*field, bool 
   p.*field = static_cast<T>(value);
 }
 
-/// The series a GPU's facts and its sample share, by field name (the same
-/// in v1::Gpu and v1::GpuSample, optional scalars both).
-constexpr const char* shared_series[] = {"utilization_percent", "memory_used_bytes",
-                                         "temperature_c",       "power_watts",
-                                         "sm_clock_mhz",        "memory_clock_mhz"};
-
-/// The field pairs of the shared series between two message types, found
-/// by name once per pair of types (a look-up by name per report cost ~5 %
-/// of ingestion, bench/RESULTS.md section 20). Thread-safe.
-const std::vector<std::pair<const google::protobuf::FieldDescriptor*,
-                            const google::protobuf::FieldDescriptor*>>&
-shared_fields(const google::protobuf::Descriptor* from, const google::protobuf::Descriptor* to) {
-  using field_pairs = std::vector<std::pair<const google::protobuf::FieldDescriptor*,
-                                            const google::protobuf::FieldDescriptor*>>;
-  static std::mutex mu;
-  static std::map<std::pair<const void*, const void*>, field_pairs> cache;
-  std::lock_guard<std::mutex> lock{mu};
-  auto [it, fresh] = cache.try_emplace({from, to});
-  if (fresh)
-    for (const char* name : shared_series) {
-      const auto* ff = from->FindFieldByName(name);
-      const auto* ft = to->FindFieldByName(name);
-      if (ff != nullptr && ft != nullptr && ff->cpp_type() == ft->cpp_type())
-        it->second.emplace_back(ff, ft);
-    }
-  return it->second;
+/// Copies the series a GPU's facts and its sample share (optional scalars
+/// of the same names in v1::Gpu and v1::GpuSample) that `from` has into
+/// `to`. Direct accessors: the reflection this replaced was ~3 % of
+/// ingestion with readings reports (bench/RESULTS.md section 27).
+template <class From, class To>
+void copy_shared_series(const From& from, To& to) {
+  if (from.has_utilization_percent())
+    to.set_utilization_percent(from.utilization_percent());
+  if (from.has_memory_used_bytes())
+    to.set_memory_used_bytes(from.memory_used_bytes());
+  if (from.has_temperature_c())
+    to.set_temperature_c(from.temperature_c());
+  if (from.has_power_watts())
+    to.set_power_watts(from.power_watts());
+  if (from.has_sm_clock_mhz())
+    to.set_sm_clock_mhz(from.sm_clock_mhz());
+  if (from.has_memory_clock_mhz())
+    to.set_memory_clock_mhz(from.memory_clock_mhz());
 }
 
-/// Copies the shared series that `from` has into `to`.
-void copy_shared_series(const google::protobuf::Message& from, google::protobuf::Message& to) {
-  using fd = google::protobuf::FieldDescriptor;
-  const auto* rf = from.GetReflection();
-  const auto* rt = to.GetReflection();
-  for (const auto& [ff, ft] : shared_fields(from.GetDescriptor(), to.GetDescriptor())) {
-    if (!rf->HasField(from, ff))
-      continue;
-    switch (ff->cpp_type()) {
-      case fd::CPPTYPE_DOUBLE: rt->SetDouble(&to, ft, rf->GetDouble(from, ff)); break;
-      case fd::CPPTYPE_UINT32: rt->SetUInt32(&to, ft, rf->GetUInt32(from, ff)); break;
-      case fd::CPPTYPE_UINT64: rt->SetUInt64(&to, ft, rf->GetUInt64(from, ff)); break;
-      default: break;
-    }
-  }
-}
-
-} // namespace
-
-gpu_point from_sample(const v1::GpuSample& s) {
-  gpu_point p;
-  p.unix_ms = s.unix_ms();
+/// Takes the six series a GpuSample and a Gpu share (same accessors in
+/// both) into `p`.
+template <class Series>
+void take_shared_series(gpu_point& p, const Series& s) {
   take_series(p, gpu_point::utilization, &gpu_point::utilization_percent,
               s.has_utilization_percent(), s.utilization_percent());
   take_series(p, gpu_point::memory_used, &gpu_point::memory_used_bytes,
@@ -171,6 +143,14 @@ gpu_point from_sample(const v1::GpuSample& s) {
               s.sm_clock_mhz());
   take_series(p, gpu_point::memory_clock, &gpu_point::memory_clock_mhz,
               s.has_memory_clock_mhz(), s.memory_clock_mhz());
+}
+
+} // namespace
+
+gpu_point from_sample(const v1::GpuSample& s) {
+  gpu_point p;
+  p.unix_ms = s.unix_ms();
+  take_shared_series(p, s);
   take_series(p, gpu_point::ecc, &gpu_point::ecc_uncorrectable, s.has_ecc_uncorrectable(),
               s.ecc_uncorrectable());
   p.xid_events = s.xid_events();
@@ -182,21 +162,24 @@ gpu_point from_sample(const v1::GpuSample& s) {
 
 gpu_point point_of(const v1::Gpu& facts, std::optional<gpu_health> health,
                    int64_t unix_ms) {
-  v1::GpuSample s;
-  s.set_unix_ms(unix_ms);
-  copy_shared_series(facts, s);
+  // As from_sample(a GpuSample of these facts) makes it, without the sample.
+  gpu_point p;
+  p.unix_ms = unix_ms;
+  take_shared_series(p, facts);
   uint64_t events = 0;
   for (const auto& i : facts.incidents())
     events += std::max<uint64_t>(1, i.count());
-  s.set_xid_events(events);
+  p.xid_events = events;
   if (facts.ecc().has_volatile_uncorrectable())
-    s.set_ecc_uncorrectable(facts.ecc().volatile_uncorrectable());
+    take_series(p, gpu_point::ecc, &gpu_point::ecc_uncorrectable, true,
+                facts.ecc().volatile_uncorrectable());
   else if (facts.has_ras_uncorrectable())
-    s.set_ecc_uncorrectable(facts.ras_uncorrectable());
+    take_series(p, gpu_point::ecc, &gpu_point::ecc_uncorrectable, true,
+                facts.ras_uncorrectable());
   if (health)
-    s.set_health(to_string(*health));
-  s.set_folded(1);
-  return from_sample(s);
+    p.health = static_cast<uint8_t>(*health);
+  p.folded = 1;
+  return p;
 }
 
 v1::Gpu sampled_facts(const v1::Gpu& facts) {

@@ -18,6 +18,7 @@
 #include "messages/gpu_health_state.hpp"
 #include "messages/gpu_read.hpp"
 #include "messages/labels.hpp"
+#include "messages/report_readings.hpp"
 #include "messages/run_key.hpp"
 #include "messages/worker_state.hpp"
 #include "runtime/process/wall_clock.hpp"
@@ -420,6 +421,18 @@ void tell_scheduler(machine_ptr self) {
   self->send(st.config.scheduler, std::move(snap));
 }
 
+/// Hands each GPU actor its readings from a readings report (issue 14),
+/// whose GPUs are the held facts' GPUs in the same order (apply_readings
+/// checked it): a few scalars each, not the whole GPU.
+void send_gpu_readings(machine_ptr self, v1::HostFacts& readings) {
+  auto& st = self->state;
+  for (auto& r : *readings.mutable_gpus()->mutable_gpus()) {
+    auto i = st.gpus.find(r.id());
+    if (i != st.gpus.end())
+      self->send(i->second, atom::readings_v, std::move(r));
+  }
+}
+
 /// Keeps one GPU actor per reported GPU id; `up`: whether the machine is Up.
 /// After a complete read, the actors of GPUs missing from it end.
 void sync_gpus(machine_ptr self, bool up) {
@@ -564,12 +577,15 @@ bool take_report(machine_ptr self, v1::MachineReport& report) {
   st.last_report = self->clock().now();
   st.last_report_unix_ms = st.config.clock->now_unix_ms();
   st.agent_gone = false;
-  st.facts = std::move(*report.mutable_facts());
-  auto warnings = fold_repeated_gpus(*st.facts.mutable_gpus());
-  if (warnings != st.inventory_warnings)
-    for (const auto& w : warnings)
-      spdlog::warn("machine {}: {}", st.config.record.name(), w);
-  st.inventory_warnings = std::move(warnings);
+  if (report.readings_of() == 0) {  // a readings report was applied by on_report
+    st.full_sequence = report.sequence();
+    st.facts = std::move(*report.mutable_facts());
+    auto warnings = fold_repeated_gpus(*st.facts.mutable_gpus());
+    if (warnings != st.inventory_warnings)
+      for (const auto& w : warnings)
+        spdlog::warn("machine {}: {}", st.config.record.name(), w);
+    st.inventory_warnings = std::move(warnings);
+  }
   auto was_pressured = st.pressure.memory || st.pressure.disk;
   st.pressure = evaluate_pressure(st.facts, st.config.pressure);
   auto pressured = st.pressure.memory || st.pressure.disk;
@@ -605,22 +621,71 @@ void tell_history(machine_ptr self) {
   self->send(st.config.history, std::move(samples));
 }
 
+/// Arms the heartbeat lapse check unless one is pending.
+void arm_lapse(machine_ptr self) {
+  auto& st = self->state;
+  if (!st.lapse_timer_pending) {
+    st.lapse_timer_pending = true;
+    self->delayed_send(self, st.config.heartbeat_lapse, atom::lapse_v);
+  }
+}
+
+/// A readings report that cannot be applied (issue 14): the agent is alive
+/// and its worker list is current; the facts wait for its next full report.
+void on_heartbeat(machine_ptr self, v1::MachineReport& report) {
+  auto& st = self->state;
+  st.last_report = self->clock().now();
+  st.last_report_unix_ms = st.config.clock->now_unix_ms();
+  st.agent_gone = false;
+  arm_lapse(self);
+  if (report.has_workers())
+    on_statuses(self, *report.mutable_workers());
+  else
+    send_orders(self);
+}
+
 /// An agent's report: facts, liveness, GPUs, the stored record, the lapse
-/// timer, the scheduler's view and the worker list.
+/// timer, the scheduler's view and the worker list. A readings report
+/// (issue 14) updates the readings of the facts held in place.
 void on_report(machine_ptr self, v1::MachineReport& report) {
   auto& st = self->state;
   // The scheduler's snapshot is built only when what it holds may have
   // changed (issue 14): its facts, the pressure, the state or the record
   // (state and record changes tell it themselves). A report that repeats a
   // GPU id (folded by take_report) always counts as a change, as before.
+  const bool readings = report.readings_of() != 0;
+  if (readings && report.readings_of() != st.full_sequence) {
+    // Readings for a full report this actor does not hold (the controller
+    // restarted or took over mid-session): a heartbeat, no more, until the
+    // agent's next full report (a new session's first, or within
+    // readings_between_full_reports).
+    spdlog::debug("machine {}: readings of report {} but report {} is held: a heartbeat only",
+                  name_of(self), report.readings_of(), st.full_sequence);
+    on_heartbeat(self, report);
+    return;
+  }
+  // Readings change nothing the scheduler places by (report_readings.hpp).
   const bool placing_facts_changed =
-    st.config.scheduler && !same_scheduler_facts(st.facts, report.facts());
+    st.config.scheduler && !readings && !same_scheduler_facts(st.facts, report.facts());
   const bool was_pressured = st.pressure.memory || st.pressure.disk;
+  if (readings) {
+    // Applied in place before anything else is taken from the report, or
+    // refused whole when it does not fit the facts held.
+    if (auto why = apply_readings(*report.mutable_facts(), st.facts); !why.empty()) {
+      spdlog::warn("machine {}: readings of report {} do not fit it ({}): a heartbeat only",
+                   name_of(self), report.readings_of(), why);
+      on_heartbeat(self, report);
+      return;
+    }
+  }
   bool address_changed = take_report(self, report);
   auto came_up = st.liveness != v1::Machine::Up;
   if (came_up)
     set_liveness(self, v1::Machine::Up, "report received");
-  sync_gpus(self, true);
+  if (readings)
+    send_gpu_readings(self, *report.mutable_facts());
+  else
+    sync_gpus(self, true);
   tell_history(self);
   if (!report.agent_version().empty()
       && report.agent_version() != st.config.record.agent_version()) {
@@ -646,10 +711,7 @@ void on_report(machine_ptr self, v1::MachineReport& report) {
   else if (gpus_changed)
     st.gpu_copy_unstored = true;
   came_up = came_up || gpus_changed;
-  if (!st.lapse_timer_pending) {
-    st.lapse_timer_pending = true;
-    self->delayed_send(self, st.config.heartbeat_lapse, atom::lapse_v);
-  }
+  arm_lapse(self);
   if (placing_facts_changed || came_up || st.scheduler_snapshot.empty()
       || was_pressured != (st.pressure.memory || st.pressure.disk))
     tell_scheduler(self);

@@ -86,6 +86,9 @@ struct machine_state {
   pressure_verdict pressure;
   /// Wall-clock times for display, Unix milliseconds.
   int64_t last_report_unix_ms = 0;
+  /// The sequence of the last full report taken (issue 14): a readings
+  /// report applies only to it (MachineReport.readings_of).
+  uint64_t full_sequence = 0;
   int64_t state_since_unix_ms = 0;
   /// Wall-clock time the record was last written with facts (Unix ms): the
   /// facts are stored again once a report comes more than 10 min later.

@@ -7,6 +7,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include "actors/controller/machine_actor.hpp"
+#include "messages/report_readings.hpp"
 #include "runtime/process/wall_clock.hpp"
 #include "store/store.hpp"
 
@@ -746,4 +747,82 @@ TEST_F(MachineWorkers, AFailedAcceptanceIsNamedAsFailedWithWhatToDo) {
   ask<v1::MachineView>(m, atom::accept_v, true, false, std::string{"val-20261203-1c2d3e"});
   EXPECT_EQ(box->snapshots.back().not_schedulable(),
             "is Accepting (acceptance val-20261203-1c2d3e runs there)");
+}
+
+namespace {
+
+/// gpu-01's full report `sequence` with one GPU at `temperature` degrees.
+v1::MachineReport full_report(uint64_t sequence, double temperature, uint64_t avail_mib) {
+  auto r = report_of("gpu-01", avail_mib);
+  r.set_sequence(sequence);
+  auto* section = r.mutable_facts()->mutable_gpus();
+  section->set_read_as("driver: healthy");
+  auto* g = section->add_gpus();
+  g->set_id("GPU-1");
+  g->set_vendor("nvidia");
+  g->set_model("NVIDIA H200");
+  g->set_status("ok");
+  g->set_temperature_c(temperature);
+  g->set_utilization_percent(temperature);
+  g->set_memory_total_bytes(140ull << 30);
+  g->set_memory_used_bytes(1ull << 30);
+  return r;
+}
+
+/// The readings report the agent sends after full report `of` for `now`.
+v1::MachineReport readings_report(uint64_t of, const v1::MachineReport& now) {
+  auto r = now;
+  auto readings = readings_only(now.facts());
+  r.mutable_facts()->Swap(&readings);
+  r.set_readings_of(of);
+  return r;
+}
+
+} // namespace
+
+// Issue 14: between full reports the agent sends readings alone; they land
+// on the facts of the full report they follow, machine and GPU alike.
+TEST_F(MachineActor, AReadingsReportUpdatesWhatChangedAndKeepsTheRest) {
+  auto m = spawn_machine();
+  report(m, full_report(1, 35, 16384));
+  report(m, readings_report(1, full_report(2, 71, 4096)));
+  auto view = ask<v1::MachineView>(m, atom::get_v);
+  EXPECT_EQ(view.state(), v1::Machine::Up);
+  EXPECT_EQ(view.facts().memory().available_bytes(), 4096ull << 20);
+  EXPECT_EQ(view.facts().memory().total_bytes(), 32ull << 30) << "the full report's";
+  ASSERT_EQ(view.facts().filesystems_size(), 1);
+  EXPECT_EQ(view.facts().filesystems(0).type(), "ext4");
+  ASSERT_EQ(view.facts().gpus().gpus_size(), 1);
+  EXPECT_EQ(view.facts().gpus().gpus(0).temperature_c(), 71);
+  EXPECT_EQ(view.facts().gpus().gpus(0).model(), "NVIDIA H200");
+  auto gpus = ask<std::vector<v1::GpuView>>(m, atom::gpus_v);
+  ASSERT_EQ(gpus.size(), 1u);
+  EXPECT_EQ(gpus[0].gpu().temperature_c(), 71) << "the GPU actor has the readings";
+  EXPECT_EQ(gpus[0].gpu().utilization_percent(), 71);
+  EXPECT_EQ(gpus[0].gpu().model(), "NVIDIA H200");
+  EXPECT_EQ(gpus[0].health(), "Healthy");
+}
+
+// Readings for a full report the controller does not hold (it restarted or
+// took over mid-session), or of another shape, keep the machine alive and
+// change none of its facts until the next full report.
+TEST_F(MachineActor, ReadingsItCannotPlaceAreAHeartbeatOnly) {
+  auto m = spawn_machine();
+  report(m, full_report(1, 35, 16384));
+  advance(50s);
+  report(m, readings_report(7, full_report(8, 80, 1024)));  // not report 1's
+  auto other = full_report(9, 80, 1024);
+  other.mutable_facts()->mutable_gpus()->mutable_gpus(0)->set_id("GPU-replaced");
+  advance(50s);
+  report(m, readings_report(1, other));  // report 1's, but another GPU
+  auto view = ask<v1::MachineView>(m, atom::get_v);
+  EXPECT_EQ(view.state(), v1::Machine::Up) << "Down at 100 s despite reports at 50 and 100 s";
+  EXPECT_EQ(view.facts().memory().available_bytes(), 16384ull << 20);
+  EXPECT_EQ(ask<std::vector<v1::GpuView>>(m, atom::gpus_v)[0].gpu().temperature_c(), 35);
+  advance(59s);
+  EXPECT_EQ(state_of(m), v1::Machine::Up);
+  advance(1s);
+  EXPECT_EQ(state_of(m), v1::Machine::Down) << "the heartbeat restarted at 100 s";
+  report(m, full_report(10, 60, 2048));  // the next full report applies at once
+  EXPECT_EQ(ask<std::vector<v1::GpuView>>(m, atom::gpus_v)[0].gpu().temperature_c(), 60);
 }
