@@ -55,11 +55,10 @@ v1::HostFacts readings_only(const v1::HostFacts& facts) {
     n->set_id(node.id());
     n->set_memory_free_bytes(node.memory_free_bytes());
   }
-  for (const auto& fs : facts.filesystems()) {
-    auto* f = out.add_filesystems();
-    f->set_mount_point(fs.mount_point());
-    f->set_free_bytes(fs.free_bytes());
-  }
+  // Free space by position alone: the mount points are the full report's
+  // (a mount or unmount makes the next report full).
+  for (const auto& fs : facts.filesystems())
+    out.add_filesystems()->set_free_bytes(fs.free_bytes());
   for (const auto& g : facts.gpus().gpus()) {
     auto* r = out.mutable_gpus()->add_gpus();
     r->set_id(g.id());
@@ -99,10 +98,6 @@ std::string readings_misfit(const v1::HostFacts& readings, const v1::HostFacts& 
              + facts.gpus().gpus(i).id() + " in the facts";
   if (readings.filesystems_size() != facts.filesystems_size())
     return "another count of filesystems";
-  for (int i = 0; i < readings.filesystems_size(); ++i)
-    if (readings.filesystems(i).mount_point() != facts.filesystems(i).mount_point())
-      return "filesystem " + std::to_string(i) + " is " + readings.filesystems(i).mount_point()
-             + " in the readings, " + facts.filesystems(i).mount_point() + " in the facts";
   if (readings.cpu().nodes_size() != facts.cpu().nodes_size())
     return "another count of NUMA nodes";
   for (int i = 0; i < readings.cpu().nodes_size(); ++i)

@@ -28,14 +28,14 @@ namespace astraeus {
 v1::HostFacts without_readings(const v1::HostFacts& facts);
 
 /// The readings of `facts` alone, in a HostFacts of the same shape: each
-/// GPU with its id and readings, each filesystem with its mount point and
-/// free bytes, each NUMA node with its id and free memory, in `facts`' order.
+/// GPU with its id and readings, each filesystem with its free bytes alone,
+/// each NUMA node with its id and free memory, in `facts`' order.
 v1::HostFacts readings_only(const v1::HostFacts& facts);
 
 /// Why `readings` (as readings_only makes them) do not fit `facts`:
-/// another count of GPUs, filesystems or NUMA nodes, or a GPU id, mount
-/// point or node id that is not the one at the same place in `facts`
-/// (readings meant for another full report). Empty string: they fit.
+/// another count of GPUs, filesystems or NUMA nodes, or a GPU id or node id
+/// that is not the one at the same place in `facts` (readings meant for
+/// another full report). Empty string: they fit.
 std::string readings_misfit(const v1::HostFacts& readings, const v1::HostFacts& facts);
 
 /// Copies the readings of `readings` into `facts` (the pressures are moved
