@@ -23,7 +23,7 @@ using gpu_actor = caf::typed_actor<
   caf::reacts_to<v1::Gpu>,
   // Fresh readings alone from a readings report (issue 14): use,
   // temperature, power, memory used, clocks (messages/report_readings.hpp).
-  caf::reacts_to<atom::readings, v1::Gpu>,
+  caf::reacts_to<atom::readings, v1::GpuReadings>,
   // Its machine went Up (true) or stopped being Up (false).
   caf::reacts_to<atom::machine_up, bool>,
   // The worker the scheduler placed on it (`train-0`, `sweep[3]-0`); empty =
@@ -37,11 +37,12 @@ using gpu_actor = caf::typed_actor<
 /// written to the store (family `gpu_history`) in one batch per flush.
 /// Source: issue 19 "GPU history", issue 13 item 6 (`astra gpu show`).
 using gpu_history_actor = caf::typed_actor<
-  // From a machine actor after each report: one sample per GPU (each view's
-  // machine, sampled facts, health, and last_seen_unix_ms as the sample's
-  // time). A sample not newer than its GPU's last one, or of a GPU past the
-  // cap, is dropped. Never fails.
-  caf::reacts_to<v1::GpuList>,
+  // From a machine actor after each report: one sample per GPU (point_of
+  // its facts at the report's time, with the health its GPU actor last
+  // judged; issue 14: computed there, not a GpuList of whole views). A
+  // sample not newer than its GPU's last one, or of a GPU past the cap, is
+  // dropped. Never fails.
+  caf::reacts_to<v1::GpuSamples>,
   // A get_gpu_history request (from the cluster): the GPU's points, oldest
   // first. Failures in Response.error: ec::invalid_request "machine M has
   // no GPU G in its history", or naming another body.

@@ -36,31 +36,29 @@ v1::HostFacts without_readings(const v1::HostFacts& facts) {
   return out;
 }
 
-v1::HostFacts readings_only(const v1::HostFacts& facts) {
-  v1::HostFacts out;
+v1::HostReadings readings_only(const v1::HostFacts& facts) {
+  v1::HostReadings out;
   out.set_uptime_seconds(facts.uptime_seconds());
-  auto* memory = out.mutable_memory();
-  memory->set_available_bytes(facts.memory().available_bytes());
-  memory->set_swap_free_bytes(facts.memory().swap_free_bytes());
+  out.set_memory_available_bytes(facts.memory().available_bytes());
+  out.set_swap_free_bytes(facts.memory().swap_free_bytes());
   if (facts.memory().has_pressure())
-    *memory->mutable_pressure() = facts.memory().pressure();
+    *out.mutable_memory_pressure() = facts.memory().pressure();
   if (facts.has_io_pressure())
     *out.mutable_io_pressure() = facts.io_pressure();
   if (facts.has_cpu_pressure())
     *out.mutable_cpu_pressure() = facts.cpu_pressure();
   if (facts.cpu().has_use_percent())
-    out.mutable_cpu()->set_use_percent(facts.cpu().use_percent());
+    out.set_cpu_use_percent(facts.cpu().use_percent());
   for (const auto& node : facts.cpu().nodes()) {
-    auto* n = out.mutable_cpu()->add_nodes();
-    n->set_id(node.id());
-    n->set_memory_free_bytes(node.memory_free_bytes());
+    out.add_numa_node_ids(node.id());
+    out.add_numa_memory_free_bytes(node.memory_free_bytes());
   }
   // Free space by position alone: the mount points are the full report's
   // (a mount or unmount makes the next report full).
   for (const auto& fs : facts.filesystems())
-    out.add_filesystems()->set_free_bytes(fs.free_bytes());
+    out.add_filesystem_free_bytes(fs.free_bytes());
   for (const auto& g : facts.gpus().gpus()) {
-    auto* r = out.mutable_gpus()->add_gpus();
+    auto* r = out.add_gpus();
     r->set_id(g.id());
     if (g.has_memory_used_bytes()) r->set_memory_used_bytes(g.memory_used_bytes());
     if (g.has_utilization_percent()) r->set_utilization_percent(g.utilization_percent());
@@ -74,7 +72,7 @@ v1::HostFacts readings_only(const v1::HostFacts& facts) {
   return out;
 }
 
-void apply_gpu_readings(const v1::Gpu& readings, v1::Gpu& facts) {
+void apply_gpu_readings(const v1::GpuReadings& readings, v1::Gpu& facts) {
   clear_gpu_readings(facts);
   if (readings.has_memory_used_bytes()) facts.set_memory_used_bytes(readings.memory_used_bytes());
   if (readings.has_utilization_percent())
@@ -87,8 +85,8 @@ void apply_gpu_readings(const v1::Gpu& readings, v1::Gpu& facts) {
   *facts.mutable_temperatures() = readings.temperatures();
 }
 
-std::string readings_misfit(const v1::HostFacts& readings, const v1::HostFacts& facts) {
-  const auto& gpus = readings.gpus().gpus();
+std::string readings_misfit(const v1::HostReadings& readings, const v1::HostFacts& facts) {
+  const auto& gpus = readings.gpus();
   if (gpus.size() != facts.gpus().gpus_size())
     return std::to_string(gpus.size()) + " GPU(s) in the readings, "
            + std::to_string(facts.gpus().gpus_size()) + " in the facts";
@@ -96,26 +94,28 @@ std::string readings_misfit(const v1::HostFacts& readings, const v1::HostFacts& 
     if (gpus.Get(i).id() != facts.gpus().gpus(i).id())
       return "GPU " + std::to_string(i) + " is " + gpus.Get(i).id() + " in the readings, "
              + facts.gpus().gpus(i).id() + " in the facts";
-  if (readings.filesystems_size() != facts.filesystems_size())
+  if (readings.filesystem_free_bytes_size() != facts.filesystems_size())
     return "another count of filesystems";
-  if (readings.cpu().nodes_size() != facts.cpu().nodes_size())
+  const auto& nodes = facts.cpu().nodes();
+  if (readings.numa_node_ids_size() != nodes.size()
+      || readings.numa_memory_free_bytes_size() != nodes.size())
     return "another count of NUMA nodes";
-  for (int i = 0; i < readings.cpu().nodes_size(); ++i)
-    if (readings.cpu().nodes(i).id() != facts.cpu().nodes(i).id())
+  for (int i = 0; i < nodes.size(); ++i)
+    if (readings.numa_node_ids(i) != nodes.Get(i).id())
       return "another NUMA node at " + std::to_string(i);
   return {};
 }
 
-std::string apply_readings(v1::HostFacts& readings, v1::HostFacts& facts) {
+std::string apply_readings(v1::HostReadings& readings, v1::HostFacts& facts) {
   if (auto why = readings_misfit(readings, facts); !why.empty())
     return why;
-  const auto& gpus = readings.gpus().gpus();
+  const auto& gpus = readings.gpus();
   facts.set_uptime_seconds(readings.uptime_seconds());
   auto* memory = facts.mutable_memory();
-  memory->set_available_bytes(readings.memory().available_bytes());
-  memory->set_swap_free_bytes(readings.memory().swap_free_bytes());
-  if (readings.memory().has_pressure())
-    memory->mutable_pressure()->Swap(readings.mutable_memory()->mutable_pressure());
+  memory->set_available_bytes(readings.memory_available_bytes());
+  memory->set_swap_free_bytes(readings.swap_free_bytes());
+  if (readings.has_memory_pressure())
+    memory->mutable_pressure()->Swap(readings.mutable_memory_pressure());
   else
     memory->clear_pressure();
   if (readings.has_io_pressure())
@@ -126,15 +126,15 @@ std::string apply_readings(v1::HostFacts& readings, v1::HostFacts& facts) {
     facts.mutable_cpu_pressure()->Swap(readings.mutable_cpu_pressure());
   else
     facts.clear_cpu_pressure();
-  if (readings.cpu().has_use_percent())
-    facts.mutable_cpu()->set_use_percent(readings.cpu().use_percent());
+  auto* cpu = facts.mutable_cpu();
+  if (readings.has_cpu_use_percent())
+    cpu->set_use_percent(readings.cpu_use_percent());
   else
-    facts.mutable_cpu()->clear_use_percent();
-  for (int i = 0; i < readings.cpu().nodes_size(); ++i)
-    facts.mutable_cpu()->mutable_nodes(i)->set_memory_free_bytes(
-      readings.cpu().nodes(i).memory_free_bytes());
-  for (int i = 0; i < readings.filesystems_size(); ++i)
-    facts.mutable_filesystems(i)->set_free_bytes(readings.filesystems(i).free_bytes());
+    cpu->clear_use_percent();
+  for (int i = 0; i < readings.numa_memory_free_bytes_size(); ++i)
+    cpu->mutable_nodes(i)->set_memory_free_bytes(readings.numa_memory_free_bytes(i));
+  for (int i = 0; i < readings.filesystem_free_bytes_size(); ++i)
+    facts.mutable_filesystems(i)->set_free_bytes(readings.filesystem_free_bytes(i));
   for (int i = 0; i < gpus.size(); ++i)
     apply_gpu_readings(gpus.Get(i), *facts.mutable_gpus()->mutable_gpus(i));
   return {};

@@ -27,24 +27,25 @@ namespace astraeus {
 /// serialize to the same bytes differ in readings alone.
 v1::HostFacts without_readings(const v1::HostFacts& facts);
 
-/// The readings of `facts` alone, in a HostFacts of the same shape: each
-/// GPU with its id and readings, each filesystem with its free bytes alone,
-/// each NUMA node with its id and free memory, in `facts`' order.
-v1::HostFacts readings_only(const v1::HostFacts& facts);
+/// The readings of `facts` alone (MachineReport.readings): each NUMA node's
+/// id and free memory, each filesystem's free bytes, each GPU's id and
+/// readings, in `facts`' order.
+v1::HostReadings readings_only(const v1::HostFacts& facts);
 
-/// Why `readings` (as readings_only makes them) do not fit `facts`:
-/// another count of GPUs, filesystems or NUMA nodes, or a GPU id or node id
-/// that is not the one at the same place in `facts` (readings meant for
-/// another full report). Empty string: they fit.
-std::string readings_misfit(const v1::HostFacts& readings, const v1::HostFacts& facts);
+/// Why `readings` do not fit `facts`: another count of GPUs, filesystems or
+/// NUMA nodes, or a GPU id or node id that is not the one at the same place
+/// in `facts` (readings meant for another full report). Empty string: they
+/// fit.
+std::string readings_misfit(const v1::HostReadings& readings, const v1::HostFacts& facts);
 
-/// Copies the readings of `readings` into `facts` (the pressures are moved
-/// out of `readings`; its GPUs are left as they were, for their actors).
-/// Refuses, changing nothing and returning readings_misfit's reason, when
-/// they do not fit. Empty string: applied.
-std::string apply_readings(v1::HostFacts& readings, v1::HostFacts& facts);
+/// Copies `readings` into `facts` (the pressures are moved out of
+/// `readings`; its GPUs are left as they were, for their actors). Refuses,
+/// changing nothing and returning readings_misfit's reason, when they do
+/// not fit. Empty string: applied.
+std::string apply_readings(v1::HostReadings& readings, v1::HostFacts& facts);
 
-/// Copies one GPU's readings (as readings_only makes them) into `facts`.
-void apply_gpu_readings(const v1::Gpu& readings, v1::Gpu& facts);
+/// Copies one GPU's readings into its facts (a reading `readings` lacks is
+/// cleared: it was not read this time).
+void apply_gpu_readings(const v1::GpuReadings& readings, v1::Gpu& facts);
 
 } // namespace astraeus

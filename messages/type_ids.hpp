@@ -140,4 +140,9 @@ CAF_BEGIN_TYPE_ID_BLOCK(astraeus, caf::first_custom_type_id)
   /// A GPU's readings from a readings report (issue 14; machine -> GPU).
   CAF_ADD_ATOM(astraeus, astraeus::atom, readings, "readings")
 
+  /// issue 14: a GPU's readings (machine -> GPU actor); a machine's GPU
+  /// samples (machine -> GPU history).
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::GpuReadings))
+  CAF_ADD_TYPE_ID(astraeus, (astraeus::v1::GpuSamples))
+
 CAF_END_TYPE_ID_BLOCK(astraeus)

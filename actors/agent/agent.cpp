@@ -178,8 +178,8 @@ void shrink_to_readings(agent_state& st, v1::MachineReport& report) {
   auto statics = without_readings(report.facts()).SerializeAsString();
   if (st.full_sequence != 0 && statics == st.full_static
       && st.readings_since_full < readings_between_full_reports) {
-    auto readings = readings_only(report.facts());
-    report.mutable_facts()->Swap(&readings);
+    *report.mutable_readings() = readings_only(report.facts());
+    report.clear_facts();
     report.set_readings_of(st.full_sequence);
     ++st.readings_since_full;
     return;

@@ -82,7 +82,7 @@ gpu_actor::behavior_type gpu(gpu_actor::stateful_pointer<gpu_state> self,
       st.read_error_reasons = st.read_errors.take(st.facts);
       judge(self);
     },
-    [self](atom::readings, v1::Gpu& readings) {
+    [self](atom::readings, const v1::GpuReadings& readings) {
       auto& st = self->state;
       apply_gpu_readings(readings, st.facts);
       st.last_seen_unix_ms = st.clock->now_unix_ms();

@@ -43,17 +43,12 @@ namespace {
 
 using history_ptr = gpu_history_actor::stateful_pointer<gpu_history_state>;
 
-void on_samples(history_ptr self, const v1::GpuList& list) {
+void on_samples(history_ptr self, const v1::GpuSamples& samples) {
   auto& book = self->state.book;
-  for (const auto& v : list.gpus()) {
-    const auto& g = v.gpu();
-    auto health = v.health().empty() && !v.has_health_code()
-                    ? std::nullopt
-                    : std::optional<gpu_health>{health_of(v)};
-    book.add(v.machine(), g.id(), g.pci_address(),
-             g.has_index() ? std::optional<uint32_t>{g.index()} : std::nullopt,
-             point_of(g, health, v.last_seen_unix_ms()));
-  }
+  for (const auto& of : samples.gpus())
+    book.add(samples.machine(), of.gpu(), of.pci_address(),
+             of.has_index() ? std::optional<uint32_t>{of.index()} : std::nullopt,
+             from_sample(of.sample()));
 }
 
 v1::Response answer(history_ptr self, const v1::Request& req) {
@@ -98,7 +93,7 @@ gpu_history(gpu_history_actor::stateful_pointer<gpu_history_state> self,
   });
   self->delayed_send(self, st.config.flush_interval, atom::tick_v);
   return {
-    [self](const v1::GpuList& list) { on_samples(self, list); },
+    [self](const v1::GpuSamples& samples) { on_samples(self, samples); },
     [self](const v1::Request& req) -> caf::result<v1::Response> {
       return answer(self, req);
     },

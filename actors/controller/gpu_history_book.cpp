@@ -107,26 +107,6 @@ void take_series(gpu_point& p, gpu_point::series bit, T gpu_point::*field, bool 
   p.*field = static_cast<T>(value);
 }
 
-/// Copies the series a GPU's facts and its sample share (optional scalars
-/// of the same names in v1::Gpu and v1::GpuSample) that `from` has into
-/// `to`. Direct accessors: the reflection this replaced was ~3 % of
-/// ingestion with readings reports (bench/RESULTS.md section 27).
-template <class From, class To>
-void copy_shared_series(const From& from, To& to) {
-  if (from.has_utilization_percent())
-    to.set_utilization_percent(from.utilization_percent());
-  if (from.has_memory_used_bytes())
-    to.set_memory_used_bytes(from.memory_used_bytes());
-  if (from.has_temperature_c())
-    to.set_temperature_c(from.temperature_c());
-  if (from.has_power_watts())
-    to.set_power_watts(from.power_watts());
-  if (from.has_sm_clock_mhz())
-    to.set_sm_clock_mhz(from.sm_clock_mhz());
-  if (from.has_memory_clock_mhz())
-    to.set_memory_clock_mhz(from.memory_clock_mhz());
-}
-
 /// Takes the six series a GpuSample and a Gpu share (same accessors in
 /// both) into `p`.
 template <class Series>
@@ -180,22 +160,6 @@ gpu_point point_of(const v1::Gpu& facts, std::optional<gpu_health> health,
     p.health = static_cast<uint8_t>(*health);
   p.folded = 1;
   return p;
-}
-
-v1::Gpu sampled_facts(const v1::Gpu& facts) {
-  v1::Gpu out;
-  out.set_id(facts.id());
-  out.set_pci_address(facts.pci_address());
-  if (facts.has_index())
-    out.set_index(facts.index());
-  copy_shared_series(facts, out);
-  if (facts.ecc().has_volatile_uncorrectable())
-    out.mutable_ecc()->set_volatile_uncorrectable(facts.ecc().volatile_uncorrectable());
-  if (facts.has_ras_uncorrectable())
-    out.set_ras_uncorrectable(facts.ras_uncorrectable());
-  for (const auto& i : facts.incidents())
-    out.add_incidents()->set_count(i.count());
-  return out;
 }
 
 gpu_point fold_points(const gpu_point* first, const gpu_point* last, int64_t unix_ms) {

@@ -111,10 +111,6 @@ gpu_point from_sample(const v1::GpuSample& s);
 gpu_point point_of(const v1::Gpu& facts, std::optional<gpu_health> health,
                    int64_t unix_ms);
 
-/// The part of `facts` that `point_of` reads, for sending to the history
-/// actor without the rest (links, latches, serials).
-v1::Gpu sampled_facts(const v1::Gpu& facts);
-
 /// The mean of `points` (at least one) as one point at `unix_ms`: weighted
 /// by `folded`, per series over the points that have it; counters take the
 /// highest, health the worst (Faulty, Foreign, AtRisk, Healthy).

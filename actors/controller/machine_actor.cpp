@@ -424,9 +424,9 @@ void tell_scheduler(machine_ptr self) {
 /// Hands each GPU actor its readings from a readings report (issue 14),
 /// whose GPUs are the held facts' GPUs in the same order (apply_readings
 /// checked it): a few scalars each, not the whole GPU.
-void send_gpu_readings(machine_ptr self, v1::HostFacts& readings) {
+void send_gpu_readings(machine_ptr self, v1::HostReadings& readings) {
   auto& st = self->state;
-  for (auto& r : *readings.mutable_gpus()->mutable_gpus()) {
+  for (auto& r : *readings.mutable_gpus()) {
     auto i = st.gpus.find(r.id());
     if (i != st.gpus.end())
       self->send(i->second, atom::readings_v, std::move(r));
@@ -606,17 +606,23 @@ void tell_history(machine_ptr self) {
   auto& st = self->state;
   if (!st.config.history || st.facts.gpus().gpus().empty())
     return;
-  v1::GpuList samples;
+  // Each GPU's point, computed here (issue 14): the history gets a few
+  // scalars per GPU, not a copy of its facts.
+  v1::GpuSamples samples;
+  samples.set_machine(st.config.record.name());
   for (const auto& g : st.facts.gpus().gpus()) {
     if (g.id().empty())
       continue;
-    auto* v = samples.add_gpus();
-    v->set_machine(st.config.record.name());
-    *v->mutable_gpu() = sampled_facts(g);
-    v->set_last_seen_unix_ms(st.last_report_unix_ms);
+    auto* of = samples.add_gpus();
+    of->set_gpu(g.id());
+    of->set_pci_address(g.pci_address());
+    if (g.has_index())
+      of->set_index(g.index());
     // A GPU whose actor said nothing yet is Healthy (as scheduler_view has it).
     auto i = st.gpu_verdicts.find(g.id());
-    set_health(*v, i != st.gpu_verdicts.end() ? i->second.first : gpu_health::healthy);
+    *of->mutable_sample() =
+      to_sample(point_of(g, i != st.gpu_verdicts.end() ? i->second.first : gpu_health::healthy,
+                         st.last_report_unix_ms));
   }
   self->send(st.config.history, std::move(samples));
 }
@@ -671,7 +677,7 @@ void on_report(machine_ptr self, v1::MachineReport& report) {
   if (readings) {
     // Applied in place before anything else is taken from the report, or
     // refused whole when it does not fit the facts held.
-    if (auto why = apply_readings(*report.mutable_facts(), st.facts); !why.empty()) {
+    if (auto why = apply_readings(*report.mutable_readings(), st.facts); !why.empty()) {
       spdlog::warn("machine {}: readings of report {} do not fit it ({}): a heartbeat only",
                    name_of(self), report.readings_of(), why);
       on_heartbeat(self, report);
@@ -683,7 +689,7 @@ void on_report(machine_ptr self, v1::MachineReport& report) {
   if (came_up)
     set_liveness(self, v1::Machine::Up, "report received");
   if (readings)
-    send_gpu_readings(self, *report.mutable_facts());
+    send_gpu_readings(self, *report.mutable_readings());
   else
     sync_gpus(self, true);
   tell_history(self);
@@ -695,10 +701,15 @@ void on_report(machine_ptr self, v1::MachineReport& report) {
   came_up = came_up || address_changed;
   // The controller keeps a copy of the GPUs and their faults, so they
   // show while the machine is Down and after a controller restart.
-  auto gpu_print = gpu_fingerprint(st.facts.gpus());
-  const bool gpus_changed = gpu_print != st.stored_gpu_fingerprint;
-  if (gpus_changed)
-    st.stored_gpu_fingerprint = gpu_print;
+  // Readings change no GPU's picture (report_readings.hpp): the print of a
+  // readings report would be the full report's, so it is not made.
+  bool gpus_changed = false;
+  if (!readings) {
+    auto gpu_print = gpu_fingerprint(st.facts.gpus());
+    gpus_changed = gpu_print != st.stored_gpu_fingerprint;
+    if (gpus_changed)
+      st.stored_gpu_fingerprint = std::move(gpu_print);
+  }
   // A changed GPU picture alone (a new fault latch) is written after its GPU
   // actors have judged it (the health handler below), at the next report or
   // at the lapse: the ~0.1 ms write of the whole record no longer comes

@@ -6,6 +6,11 @@
 /// port; they share one keys folder (gate key, token key, owner token), as
 /// an HA deployment shares it (README "High availability").
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -90,6 +95,25 @@ public:
       },
       timeout, 20ms);
     return out;
+  }
+
+  /// Waits until controller `i`'s gate (a standby's too) accepts a TCP
+  /// connection: a standby that started after the leader may not listen yet.
+  bool wait_gate(size_t i, milliseconds timeout) {
+    return wait_until(
+      [&] {
+        int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        if (fd < 0)
+          return false;
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_port = htons(gate_[i]);
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+        ::close(fd);
+        return ok;
+      },
+      timeout, 20ms);
   }
 
   /// Waits until a controller other than `old` leads and accepts a write;

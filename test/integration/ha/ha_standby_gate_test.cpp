@@ -91,6 +91,7 @@ TEST_F(HaStandbyGate, AstraTakesSeveralAddressesAndFollowsAStandbyToTheLeader) {
   auto first = *leader_;
   auto standby = (first + 1) % g.size();
   ASSERT_TRUE(g.write_through(first));
+  ASSERT_TRUE(g.wait_gate(standby, 10s)) << "the standby's gate never answered";
   // The standby first, then the leader.
   auto both = astra(gate(standby) + "," + gate(first), {"-o", "json", "tokens", "list"});
   EXPECT_EQ(both.rc, 0) << both.err;

@@ -139,12 +139,12 @@ TEST_F(GpuHistoryActor, ReportsBecomeAHistoryServedByTheCluster) {
 
 TEST_F(GpuHistoryActor, FlushesOneBatchEveryTenSecondsAndReloadsAfterARestart) {
   auto h = spawn_history();
-  v1::GpuList samples;
+  v1::GpuSamples samples;
+  samples.set_machine("gpu-01");
   auto* v = samples.add_gpus();
-  v->set_machine("gpu-01");
-  v->mutable_gpu()->set_id("GPU-0");
-  v->mutable_gpu()->set_utilization_percent(42);
-  v->set_last_seen_unix_ms(clock->now_unix_ms());
+  v->set_gpu("GPU-0");
+  v->mutable_sample()->set_utilization_percent(42);
+  v->mutable_sample()->set_unix_ms(clock->now_unix_ms());
   (*self)->send(h, samples);
   run();
   EXPECT_EQ(stored_points(), 0u);  // nothing written before the flush
@@ -153,7 +153,7 @@ TEST_F(GpuHistoryActor, FlushesOneBatchEveryTenSecondsAndReloadsAfterARestart) {
   auto before = ask<v1::Response>(h, history_of("gpu-01", "GPU-0"));
   ASSERT_FALSE(before.has_error()) << before.error().message();
   // A sample after the last flush is written when the actor stops.
-  v->set_last_seen_unix_ms(clock->now_unix_ms() + 1000);
+  v->mutable_sample()->set_unix_ms(clock->now_unix_ms() + 1000);
   (*self)->send(h, samples);
   run();
   caf::anon_send_exit(h, caf::exit_reason::user_shutdown);

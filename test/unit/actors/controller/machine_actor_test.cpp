@@ -772,8 +772,8 @@ v1::MachineReport full_report(uint64_t sequence, double temperature, uint64_t av
 /// The readings report the agent sends after full report `of` for `now`.
 v1::MachineReport readings_report(uint64_t of, const v1::MachineReport& now) {
   auto r = now;
-  auto readings = readings_only(now.facts());
-  r.mutable_facts()->Swap(&readings);
+  *r.mutable_readings() = readings_only(now.facts());
+  r.clear_facts();
   r.set_readings_of(of);
   return r;
 }
