@@ -7,6 +7,7 @@
 //                         [--slurm-shape JOBS] [--fenced PCT] [--at-risk PCT]
 //                         [--background-sync 0|1] [--etcd HOST:PORT[,...]]
 //                         [--etcd-connections N] [--commits-in-flight N]
+//                         [--detached 0|1]
 //
 // For each cluster size (default 5,000 then 100,000 machines of 8 GPUs; the
 // cluster of bench/sim_cluster.hpp: 2 NUMA nodes, racks, fabrics, NVLink
@@ -48,6 +49,8 @@
 // than its connections): bursts of the group commit written at once
 // (scheduler_config::commits_in_flight); 1 is one burst at a time, as
 // before several were committed side by side.
+// `--detached 1`: the scheduler on a thread of its own (`spawn<caf::detached>`)
+// in place of the CAF workers the controller gives it (RESULTS 28).
 //
 // `--slurm-shape JOBS`: the Slurm side-by-side instead (bench/
 // slurm_side_by_side.sh): an empty, healthy cluster (no fill, no fenced
@@ -108,6 +111,7 @@ struct options {
   bool health_given = false;
   bool background_sync = true; // scheduler_config::background_sync (the controller's)
   size_t commits_in_flight = 0; // scheduler_config::commits_in_flight (0: the store's)
+  bool detached = false;         // the scheduler on a thread of its own (caf::detached)
 };
 
 /// The snapshot a machine actor would send for `m`.
@@ -419,7 +423,8 @@ void run_size(caf::actor_system& sys, size_t machines, const options& opt) {
       std::printf("group commit: up to %zu burst(s) in flight\n",
                   opt.commits_in_flight != 0 ? opt.commits_in_flight
                                              : store->limits().writes_in_flight);
-    auto sched = sys.spawn(scheduler, std::move(sc));
+    auto sched = opt.detached ? sys.spawn<caf::detached>(scheduler, std::move(sc))
+                              : sys.spawn(scheduler, std::move(sc));
 
     uint64_t gpus = 0, fenced = 0;
     double feed_s = feed_snapshots(sys, sched, machines, rng, health, gpus, fenced);
@@ -556,6 +561,8 @@ options parse(int argc, char** argv) {
       o.health.faulty_percent = static_cast<unsigned>(num()), o.health_given = true;
     else if (arg == "--commits-in-flight")
       o.commits_in_flight = num();
+    else if (arg == "--detached")
+      o.detached = num() != 0;
     else if (arg == "--background-sync")
       o.background_sync = num() != 0;
     else if (arg == "--at-risk")
