@@ -41,8 +41,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "etcd did not start\n");
     return 1;
   }
-  for (size_t i = 0; i < g.size(); ++i)
-    g.start(i);
+  if (!g.start_all()) {
+    std::fprintf(stderr, "the first controller made no keys\n");
+    g.end(true);
+    return 1;
+  }
   auto leader = g.wait_leader(20s);
   if (!leader) {
     std::fprintf(stderr, "no controller leads\n");

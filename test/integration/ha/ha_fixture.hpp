@@ -24,10 +24,13 @@ protected:
   void SetUp() override {
     group_ = std::make_unique<ha_group>(dir_.path());
     ASSERT_TRUE(group_->ready_etcd()) << "etcd did not start";
-    for (size_t i = 0; i < group_->size(); ++i)
-      group_->start(i);
+    ASSERT_TRUE(group_->start_all()) << "the first controller made no keys in 15 s";
     leader_ = group_->wait_leader(20s);
     ASSERT_TRUE(leader_) << "no controller leads after 20 s";
+    // The standbys started after the first controller made the keys.
+    for (size_t i = 0; i < group_->size(); ++i)
+      ASSERT_TRUE(group_->wait_listening(i, 15s))
+        << "controller " << i << "'s gate or API does not listen after 15 s";
   }
 
   void TearDown() override {

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -67,6 +68,27 @@ public:
     return procs_[i];
   }
 
+  /// Starts every controller as an HA deployment does: the first alone
+  /// until it has made the shared keys folder (gate.key, token.key,
+  /// owner-token), then the others with those keys (README "High
+  /// availability": copy the first controller's keys before starting the
+  /// next). Started together on an empty folder, two controllers may each
+  /// make keys of their own and one then refuses to stand.
+  bool start_all(milliseconds keys_timeout = 15s) {
+    start(0);
+    bool keys_made = wait_until(
+      [&] {
+        std::error_code ec;
+        return std::filesystem::exists(keys() / "gate.key", ec)
+               && std::filesystem::exists(keys() / "token.key", ec)
+               && std::filesystem::exists(keys() / "owner-token", ec);
+      },
+      keys_timeout, 20ms);
+    for (size_t i = 1; i < gate_.size(); ++i)
+      start(i);
+    return keys_made;
+  }
+
   /// Who the leader key names: the index of that controller, nullopt when
   /// none leads (or etcd cannot be asked).
   std::optional<size_t> leader() {
@@ -100,6 +122,16 @@ public:
   /// Waits until controller `i`'s gate (a standby's too) accepts a TCP
   /// connection: a standby that started after the leader may not listen yet.
   bool wait_gate(size_t i, milliseconds timeout) {
+    return wait_listening(gate_[i], timeout);
+  }
+
+  /// Waits until controller `i`'s gate and API both accept a TCP connection.
+  bool wait_listening(size_t i, milliseconds timeout) {
+    return wait_listening(gate_[i], timeout) && wait_listening(api_[i], timeout);
+  }
+
+  /// Waits until 127.0.0.1:`port` accepts a TCP connection.
+  static bool wait_listening(uint16_t port, milliseconds timeout) {
     return wait_until(
       [&] {
         int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -107,7 +139,7 @@ public:
           return false;
         sockaddr_in addr{};
         addr.sin_family = AF_INET;
-        addr.sin_port = htons(gate_[i]);
+        addr.sin_port = htons(port);
         addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
         bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
         ::close(fd);
