@@ -2,7 +2,7 @@
 // bench/RESULTS.md):
 //
 //   gate_ingestion_bench [--machines N] [--rounds R] [--threads T] [--dir DIR]
-//                        [--chunk K] [--readings 1|0]
+//                        [--chunk K] [--readings 1|0] [--policy wake|stealing|sharing]
 //
 // - The controller's side as it is wired (actors/controller/controller.cpp):
 //   a RocksDB store in a fresh folder under DIR ($TMPDIR or /tmp), the
@@ -68,6 +68,7 @@
 #include "runtime/gate/secure_channel.hpp"
 #include "runtime/host/host_facts.hpp"
 #include "runtime/process/system_setup.hpp"
+#include "runtime/process/wake_stealing.hpp"
 #include "store/store.hpp"
 
 using namespace astraeus;
@@ -83,6 +84,7 @@ struct options {
   int threads = 2;
   bool readings = true;
   std::string dir;
+  std::string policy = "wake";    // --policy
 };
 
 double seconds_since(steady::time_point t0) {
@@ -158,9 +160,12 @@ int main(int argc, char** argv) {
       opt.chunk = std::max<size_t>(1, num());
     else if (arg == "--readings")
       opt.readings = num() != 0;
+    else if (arg == "--policy" && (val == "wake" || val == "stealing" || val == "sharing"))
+      opt.policy = val;
     else {
       std::fprintf(stderr, "usage: %s [--machines N] [--rounds R] [--threads T] [--dir DIR] "
-                           "[--chunk K] [--readings 1|0]\n", argv[0]);
+                           "[--chunk K] [--readings 1|0] [--policy wake|stealing|sharing]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -172,6 +177,12 @@ int main(int argc, char** argv) {
   // idle worker waits on its condition variable at once, without ~50 ms of
   // polls and steal attempts first.
   cfg.set("work-stealing.moderate-poll-attempts", size_t{0});
+  // --policy: as in scheduler_actor_bench (wake: the controller's scheduler).
+  if (opt.policy == "wake")
+    use_wake_stealing(cfg); // as the controller (configure_actor_system)
+  else
+    cfg.set("scheduler.policy",
+            opt.policy == "sharing" ? caf::atom("sharing") : caf::atom("stealing"));
   caf::actor_system sys{cfg};
 
   std::string folder = opt.dir + "/gate-ingestion-XXXXXX";

@@ -29,7 +29,10 @@
 // subtracted from those figures (they include the poll's own latency).
 //
 // Usage: latch_latency_bench [--events N] [--poll-events N] [--fsyncs N]
-//                            [--dir BASE] [--verbose]
+//                            [--dir BASE] [--verbose] [--caf-stealing]
+// --caf-stealing: CAF's own work stealing (no polling phase), as the
+// processes ran before the wake_stealing scheduler (RESULTS 29), in place of
+// configure_actor_system's.
 
 #include <algorithm>
 #include <atomic>
@@ -61,6 +64,8 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/controller/controller.hpp"
+#include <caf/io/middleman.hpp>
+
 #include "messages/astraeus.pb.h"
 #include "messages/error.hpp"
 #include "messages/gpu_health_state.hpp"
@@ -87,6 +92,7 @@ struct options {
   size_t fsyncs = 1000;
   std::string dir;
   bool verbose = false;
+  bool caf_stealing = false;
 };
 
 double ms(steady::duration d) {
@@ -303,9 +309,11 @@ int main(int argc, char** argv) {
       opt.dir = next();
     else if (a == "--verbose")
       opt.verbose = true;
+    else if (a == "--caf-stealing")
+      opt.caf_stealing = true;
     else
       fail("unknown option " + a
-           + " (--events N --poll-events N --fsyncs N --dir BASE --verbose)");
+           + " (--events N --poll-events N --fsyncs N --dir BASE --verbose --caf-stealing)");
   }
   if (opt.dir.empty()) {
     const char* t = std::getenv("TMPDIR");
@@ -348,7 +356,13 @@ int main(int argc, char** argv) {
   ::setenv("ASTRAEUS_NVML_FIXTURE",
            (std::string{ASTRAEUS_SOURCE_DIR} + "/test/fixtures/nvml/h100x8.json").c_str(), 1);
   caf::actor_system_config sys_cfg;
-  configure_actor_system(sys_cfg);
+  if (opt.caf_stealing) {
+    register_astraeus_types(sys_cfg);
+    sys_cfg.load<caf::io::middleman>();
+    sys_cfg.set("work-stealing.moderate-poll-attempts", size_t{0});
+  } else {
+    configure_actor_system(sys_cfg);
+  }
   caf::actor_system sys{sys_cfg};
 
   ControllerConfig ccfg;

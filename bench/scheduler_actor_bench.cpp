@@ -7,7 +7,7 @@
 //                         [--slurm-shape JOBS] [--fenced PCT] [--at-risk PCT]
 //                         [--background-sync 0|1] [--etcd HOST:PORT[,...]]
 //                         [--etcd-connections N] [--commits-in-flight N]
-//                         [--detached 0|1]
+//                         [--detached 0|1] [--policy wake|stealing|sharing]
 //
 // For each cluster size (default 5,000 then 100,000 machines of 8 GPUs; the
 // cluster of bench/sim_cluster.hpp: 2 NUMA nodes, racks, fabrics, NVLink
@@ -51,6 +51,9 @@
 // before several were committed side by side.
 // `--detached 1`: the scheduler on a thread of its own (`spawn<caf::detached>`)
 // in place of the CAF workers the controller gives it (RESULTS 28).
+// `--policy wake` (default): the controller's scheduler (runtime/process/
+// wake_stealing.hpp); `stealing`: CAF's work stealing as the controller ran
+// it before (no polling phase); `sharing`: CAF's work sharing (RESULTS 29).
 //
 // `--slurm-shape JOBS`: the Slurm side-by-side instead (bench/
 // slurm_side_by_side.sh): an empty, healthy cluster (no fill, no fenced
@@ -84,6 +87,7 @@
 #include "actors/scheduler/scheduler_actor.hpp"
 #include "messages/error.hpp"
 #include "runtime/process/system_setup.hpp"
+#include "runtime/process/wake_stealing.hpp"
 #include "sim_cluster.hpp"
 #include "store/etcd_store.hpp"
 #include "store/store.hpp"
@@ -112,6 +116,8 @@ struct options {
   bool background_sync = true; // scheduler_config::background_sync (the controller's)
   size_t commits_in_flight = 0; // scheduler_config::commits_in_flight (0: the store's)
   bool detached = false;         // the scheduler on a thread of its own (caf::detached)
+  std::string policy = "wake";    // --policy
+  int64_t spin = -1;              // --spin: work-stealing.aggressive-poll-attempts (-1: CAF's)
 };
 
 /// The snapshot a machine actor would send for `m`.
@@ -516,7 +522,8 @@ void run_size(caf::actor_system& sys, size_t machines, const options& opt) {
                "usage: %s [--machines N[,N...]] [--fill PCT] [--ops N] [--serial-ops N] "
                "[--gang-ops N] [--window N] [--seconds S] [--threads N] [--seed S] [--dir DIR] "
                "[--slurm-shape JOBS] [--fenced PCT] [--at-risk PCT] [--background-sync 0|1] "
-               "[--etcd HOST:PORT[,...]] [--etcd-connections N] [--commits-in-flight N]\n",
+               "[--etcd HOST:PORT[,...]] [--etcd-connections N] [--commits-in-flight N] "
+               "[--detached 0|1] [--policy wake|stealing|sharing]\n",
                argv0);
   std::exit(2);
 }
@@ -563,6 +570,10 @@ options parse(int argc, char** argv) {
       o.commits_in_flight = num();
     else if (arg == "--detached")
       o.detached = num() != 0;
+    else if (arg == "--policy")
+      o.policy = val;
+    else if (arg == "--spin")
+      o.spin = static_cast<int64_t>(num());
     else if (arg == "--background-sync")
       o.background_sync = num() != 0;
     else if (arg == "--at-risk")
@@ -585,6 +596,15 @@ int main(int argc, char** argv) {
   // idle worker waits on its condition variable at once, instead of polling
   // for ~50 ms with a sleep between polls (runtime/process/system_setup.cpp).
   cfg.set("work-stealing.moderate-poll-attempts", size_t{0});
+  if (opt.policy != "wake" && opt.policy != "stealing" && opt.policy != "sharing")
+    usage(argv[0]);
+  if (opt.spin >= 0)
+    cfg.set("work-stealing.aggressive-poll-attempts", static_cast<size_t>(opt.spin));
+  if (opt.policy == "wake")
+    use_wake_stealing(cfg); // as the controller (configure_actor_system)
+  else
+    cfg.set("scheduler.policy",
+            opt.policy == "sharing" ? caf::atom("sharing") : caf::atom("stealing"));
   caf::actor_system sys{cfg};
   auto t0 = clock_type::now();
   for (size_t m : opt.sizes)

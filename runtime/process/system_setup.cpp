@@ -4,6 +4,7 @@
 
 #include "messages/error.hpp"
 #include "messages/type_ids.hpp"
+#include "runtime/process/wake_stealing.hpp"
 
 namespace astraeus {
 
@@ -18,14 +19,13 @@ void configure_actor_system(caf::actor_system_config& cfg) {
   // CAF 0.17's work-stealing workers, out of work, spin 100 times, then poll
   // 500 times with a 50 us sleep between polls (~100 us each with the
   // kernel's timer slack, ~50 ms in all), and only then wait on a condition
-  // variable that an enqueue from another thread (the I/O multiplexer, a
-  // syncer) notifies. A message arriving during those 50 ms waits up to
-  // ~100 us for the next poll, on every hop: kernel-log line -> agent ->
-  // gate -> machine -> GPU actor is several such hops (issue 17's latency).
-  // Without the polling phase an idle worker waits on the condition
-  // variable at once and is woken by the enqueue; it also stops burning CPU
-  // on polls while the process idles (an agent beside the GPU work).
+  // variable that only an enqueue from outside the workers notifies (issue
+  // 17's latency: up to ~100 us per hop; issue 14: with the polls off, a
+  // message sent between actors never woke the idle worker, and the process
+  // used one core). wake_stealing.hpp: the same queues, no polling phase,
+  // and every enqueue wakes a sleeping worker.
   cfg.set("work-stealing.moderate-poll-attempts", size_t{0});
+  use_wake_stealing(cfg);
 }
 
 } // namespace astraeus

@@ -8,8 +8,10 @@
 
 namespace astraeus {
 
-/// Registers Astraeus' message types and error category on `cfg` and loads
-/// CAF's I/O module (the gate and the agent's link are brokers). Call before
+/// Registers Astraeus' message types and error category on `cfg`, loads
+/// CAF's I/O module (the gate and the agent's link are brokers) and the
+/// `wake_stealing` scheduler (runtime/process/wake_stealing.hpp; CAF's own
+/// when `scheduler.policy` is set to `sharing` or `testing`). Call before
 /// constructing the `caf::actor_system`.
 void configure_actor_system(caf::actor_system_config& cfg);
 
