@@ -98,7 +98,10 @@ public:
       }
       auto& cd = d(self->parent());
       std::unique_lock<std::mutex> guard(cd.lock);
-      cd.sleepers.fetch_add(1); // seq_cst: see wake_one
+      cd.sleepers.fetch_add(1);
+      // Pairs with wake_one's fence: this look at the queues, or that
+      // enqueuer's look at the count, sees the other's write.
+      std::atomic_thread_fence(std::memory_order_seq_cst);
       // An enqueue before the count went up did not notify: look again.
       auto* job = take(self);
       if (job == nullptr) {
