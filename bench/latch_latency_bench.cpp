@@ -59,13 +59,12 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/exit_reason.hpp>
+#include <caf/io/middleman.hpp>
 #include <caf/send.hpp>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 
 #include "actors/controller/controller.hpp"
-#include <caf/io/middleman.hpp>
-
 #include "messages/astraeus.pb.h"
 #include "messages/error.hpp"
 #include "messages/gpu_health_state.hpp"

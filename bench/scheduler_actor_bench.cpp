@@ -8,6 +8,7 @@
 //                         [--background-sync 0|1] [--etcd HOST:PORT[,...]]
 //                         [--etcd-connections N] [--commits-in-flight N]
 //                         [--detached 0|1] [--policy wake|stealing|sharing]
+//                         [--spin N]
 //
 // For each cluster size (default 5,000 then 100,000 machines of 8 GPUs; the
 // cluster of bench/sim_cluster.hpp: 2 NUMA nodes, racks, fabrics, NVLink
@@ -54,6 +55,8 @@
 // `--policy wake` (default): the controller's scheduler (runtime/process/
 // wake_stealing.hpp); `stealing`: CAF's work stealing as the controller ran
 // it before (no polling phase); `sharing`: CAF's work sharing (RESULTS 29).
+// `--spin N`: `work-stealing.aggressive-poll-attempts`, how long an idle
+// worker spins before it sleeps (CAF's 100).
 //
 // `--slurm-shape JOBS`: the Slurm side-by-side instead (bench/
 // slurm_side_by_side.sh): an empty, healthy cluster (no fill, no fenced
@@ -523,7 +526,7 @@ void run_size(caf::actor_system& sys, size_t machines, const options& opt) {
                "[--gang-ops N] [--window N] [--seconds S] [--threads N] [--seed S] [--dir DIR] "
                "[--slurm-shape JOBS] [--fenced PCT] [--at-risk PCT] [--background-sync 0|1] "
                "[--etcd HOST:PORT[,...]] [--etcd-connections N] [--commits-in-flight N] "
-               "[--detached 0|1] [--policy wake|stealing|sharing]\n",
+               "[--detached 0|1] [--policy wake|stealing|sharing] [--spin N]\n",
                argv0);
   std::exit(2);
 }

@@ -13,8 +13,8 @@
 /// machines) share one core while the other sleeps (bench/RESULTS.md 28:
 /// ~1 core of 2 used, 20-24k placements/s). CAF's work sharing wakes a worker
 /// for every message but loses the cache locality of a worker running the
-/// actor it just sent to (RESULTS 29: the gate's ingestion 55-58k -> 42-47k
-/// reports/s).
+/// actor it just sent to (RESULTS 29: the gate's ingestion 42-47k reports/s
+/// in two runs of three against 55-67k, with ~20 % more memory).
 ///
 /// `wake_stealing` keeps work stealing's queues (a message sent on a worker
 /// goes to the head of that worker's queue; other workers steal from the
