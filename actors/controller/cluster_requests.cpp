@@ -20,6 +20,18 @@
 
 namespace astraeus {
 
+void for_display(v1::Run& run, bool in_list) {
+  run.mutable_spec()->clear_code_tgz();
+  if (in_list)
+    for (auto& c : *run.mutable_spec()->mutable_configs())
+      for (auto& m : *c.mutable_mounts())
+        m.clear_content();
+  // The seed's name for a worker's GPUs (issue 22), filled here only: the
+  // scheduler keeps and stores them once, as gpu_ids (issue 14).
+  for (auto& w : *run.mutable_workers())
+    *w.mutable_assigned_gpu_ids() = w.gpu_ids();
+}
+
 v1::Response error_response(uint64_t id, const caf::error& err) {
   v1::Response out;
   out.set_id(id);
@@ -344,17 +356,6 @@ result_t list_workspaces(const cluster_request& r) {
 }
 
 // -- runs --------------------------------------------------------------------
-
-/// A run as users are shown it: without its packed code (`--code`, up to
-/// 512 KiB) and, in lists, without its config files' contents, so that
-/// answers stay within one frame.
-void for_display(v1::Run& run, bool in_list) {
-  run.mutable_spec()->clear_code_tgz();
-  if (in_list)
-    for (auto& c : *run.mutable_spec()->mutable_configs())
-      for (auto& m : *c.mutable_mounts())
-        m.clear_content();
-}
 
 /// Delivers a run as request `id`'s Response on `rp`, with its console page.
 auto deliver_run(cluster_ptr self, promise_t rp, uint64_t id) {

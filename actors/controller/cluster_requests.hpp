@@ -98,6 +98,14 @@ caf::result<v1::Response> answer_cluster_request(cluster_ptr self,
 /// other errors; its message the rendered error.
 v1::Response error_response(uint64_t id, const caf::error& err);
 
+/// A run as users are shown it (submit, get, delete and list answers, and
+/// so the API, the console and the CLI): without its packed code (`--code`,
+/// up to 512 KiB) and, `in_list`, without its config files' contents, so
+/// that answers stay within one frame; each worker's `assigned_gpu_ids`
+/// (the seed's name, seeds/inside-a-worker.md) filled from its `gpu_ids`,
+/// which is all the scheduler keeps.
+void for_display(v1::Run& run, bool in_list);
+
 /// Keeps an audit record (who, what, when, result) in the store with sync,
 /// and logs it. `who` empty: the record names "cli". A store failure is
 /// logged, never returned.

@@ -144,15 +144,10 @@ void index_snapshot(self_ptr self, const std::string& name) {
 }
 
 /// Copies what the agent reports of where a worker runs on its machine
-/// (cores, NUMA nodes, RDMA devices; issue 22) into `w`, and fills
-/// assigned_gpu_ids of a worker placed before it existed. True when
+/// (cores, NUMA nodes, RDMA devices; issue 22) into `w`. True when
 /// something changed.
 static bool take_placement_report(const v1::WorkerStatus& s, v1::WorkerAssignment& w) {
   bool changed = false;
-  if (w.assigned_gpu_ids_size() != w.gpu_ids_size()) {
-    *w.mutable_assigned_gpu_ids() = w.gpu_ids();
-    changed = true;
-  }
   if (s.cpus() != w.cpus() || s.mems() != w.mems()) {
     w.set_cpus(s.cpus());
     w.set_mems(s.mems());

@@ -246,7 +246,6 @@ void schedule_pass_once(self_ptr self) {
       w->set_machine(st.index->machine_name(pw.machine));
       for (auto& id : st.index->gpu_ids(pw.machine, pw.gpus))
         w->add_gpu_ids(std::move(id));
-      *w->mutable_assigned_gpu_ids() = w->gpu_ids();  // the seed's name (issue 22)
       w->set_numa_node(pw.numa_node);
       set_state(*w, worker_state::placed);
       w->set_array_index(copy);

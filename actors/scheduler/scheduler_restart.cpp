@@ -68,6 +68,8 @@ caf::error load_runs(self_ptr self) {
         w.set_array_index(-1);
       if (w.name().empty())
         w.set_name(worker_name(run.spec().name(), w.array_index(), w.rank()));
+      // Stored before issue 14: the GPU ids twice (for_display fills them).
+      w.clear_assigned_gpu_ids();
     }
     if (run.deleted() && stopping_workers(run).empty()) {
       // Issue 23 item 6: its workers have ended: shown no longer (one still

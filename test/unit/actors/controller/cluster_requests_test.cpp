@@ -94,3 +94,26 @@ TEST(ClusterRequestTable, AdminActionsAreAuditedUnderTheNamesUsersRead) {
   req.mutable_list_machines();
   EXPECT_EQ(name_of(req), "") << "reads are not audited";
 }
+
+// Issue 22's seed name for a worker's GPUs is filled where runs are shown
+// (the scheduler keeps them once, issue 14); a list drops config contents,
+// every answer the packed code.
+TEST(ClusterRunDisplay, WorkersShowTheirGpusAsAssignedGpuIdsAndListsDropContents) {
+  v1::Run run;
+  run.mutable_spec()->set_code_tgz("packed code");
+  run.mutable_spec()->add_configs()->add_mounts()->set_content("lr: 0.1");
+  auto* w = run.add_workers();
+  w->add_gpu_ids("GPU-aaaa");
+  w->add_gpu_ids("GPU-bbbb");
+  auto shown = run;
+  for_display(shown, false);
+  ASSERT_EQ(shown.workers(0).assigned_gpu_ids_size(), 2);
+  EXPECT_EQ(shown.workers(0).assigned_gpu_ids(1), "GPU-bbbb");
+  EXPECT_EQ(shown.spec().code_tgz(), "");
+  EXPECT_EQ(shown.spec().configs(0).mounts(0).content(), "lr: 0.1");
+  for_display(shown, false);
+  EXPECT_EQ(shown.workers(0).assigned_gpu_ids_size(), 2) << "shown twice, still once each";
+  for_display(run, true);
+  EXPECT_EQ(run.spec().configs(0).mounts(0).content(), "");
+  EXPECT_EQ(run.workers(0).assigned_gpu_ids(0), "GPU-aaaa");
+}
