@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
+#include <functional>
 
 #include "messages/gpu_health_state.hpp"
 
@@ -26,28 +28,93 @@ bool is_pci_address_id(std::string_view id) {
          && rest[6] >= '0' && rest[6] <= '7';
 }
 
+namespace {
+
+uint64_t hash_of(std::string_view id) {
+  return std::hash<std::string_view>{}(id);
+}
+
+/// Calls `f` with each id of a packed list (gpu_claims::packed_).
+template <class F>
+void each_packed(std::string_view packed, F&& f) {
+  size_t at = 0;
+  while (at + sizeof(uint32_t) <= packed.size()) {
+    uint32_t len;
+    std::memcpy(&len, packed.data() + at, sizeof len);
+    at += sizeof len;
+    f(packed.substr(at, len));
+    at += len;
+  }
+}
+
+void append_packed(std::string& packed, std::string_view id) {
+  auto len = static_cast<uint32_t>(id.size());
+  packed.append(reinterpret_cast<const char*>(&len), sizeof len);
+  packed.append(id);
+}
+
+bool is_claim(const std::string& id) {
+  return !id.empty() && id.size() <= UINT32_MAX && !is_pci_address_id(id);
+}
+
+} // namespace
+
+uint32_t gpu_claims::number_of(const std::string& machine) {
+  auto [it, fresh] = number_.try_emplace(machine, static_cast<uint32_t>(names_.size()));
+  if (fresh) {
+    names_.push_back(machine);
+    packed_.emplace_back();
+  }
+  return it->second;
+}
+
+bool gpu_claims::claims(uint32_t n, std::string_view id) const {
+  bool found = false;
+  each_packed(packed_[n], [&](std::string_view x) { found = found || x == id; });
+  return found;
+}
+
 std::set<std::string> gpu_claims::update(const std::string& machine,
                                          const std::vector<std::string>& ids) {
   std::set<std::string> touched;
-  auto& mine = ids_by_machine_[machine];
-  for (const auto& id : mine) {
-    auto& holders = machines_by_id_[id];
-    holders.erase(machine);
-    touched.insert(holders.begin(), holders.end());
-    if (holders.empty())
-      machines_by_id_.erase(id);
+  auto known = number_.find(machine);
+  if (known == number_.end() && std::none_of(ids.begin(), ids.end(), is_claim))
+    return touched;  // claims nothing, never did
+  const uint32_t me = known != number_.end() ? known->second : number_of(machine);
+  // What it claimed goes, telling the machines that shared a UUID with it.
+  const std::string before = std::move(packed_[me]);
+  packed_[me].clear();
+  each_packed(before, [&](std::string_view id) {
+    auto [from, to] = by_hash_.equal_range(hash_of(id));
+    for (auto it = from; it != to;) {
+      if (it->second == me) {
+        it = by_hash_.erase(it);
+        continue;
+      }
+      if (claims(it->second, id))
+        touched.insert(names_[it->second]);
+      ++it;
+    }
+  });
+  // What it claims now, telling the machines that claim a UUID of it too.
+  std::vector<std::string_view> now;  // each UUID once, whatever the list repeats
+  now.reserve(ids.size());
+  for (const auto& id : ids)
+    if (is_claim(id))
+      now.push_back(id);
+  std::sort(now.begin(), now.end());
+  now.erase(std::unique(now.begin(), now.end()), now.end());
+  std::string& mine = packed_[me];
+  for (auto id : now) {
+    auto h = hash_of(id);
+    auto [from, to] = by_hash_.equal_range(h);
+    for (auto it = from; it != to; ++it)
+      if (it->second != me && claims(it->second, id))
+        touched.insert(names_[it->second]);
+    by_hash_.emplace(h, me);
+    append_packed(mine, id);
   }
-  mine.clear();
-  for (const auto& id : ids) {
-    if (id.empty() || is_pci_address_id(id))
-      continue;
-    mine.insert(id);
-    auto& holders = machines_by_id_[id];
-    touched.insert(holders.begin(), holders.end());
-    holders.insert(machine);
-  }
-  if (mine.empty())
-    ids_by_machine_.erase(machine);
+  mine.shrink_to_fit();
   touched.erase(machine);
   return touched;
 }
@@ -55,12 +122,12 @@ std::set<std::string> gpu_claims::update(const std::string& machine,
 std::vector<std::string> gpu_claims::others(const std::string& machine,
                                             const std::string& id) const {
   std::vector<std::string> out;
-  auto it = machines_by_id_.find(id);
-  if (it == machines_by_id_.end())
-    return out;
-  for (const auto& m : it->second)
-    if (m != machine)
-      out.push_back(m);
+  auto [from, to] = by_hash_.equal_range(hash_of(id));
+  for (auto it = from; it != to; ++it)
+    if (names_[it->second] != machine && claims(it->second, id))
+      out.push_back(names_[it->second]);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 

@@ -123,3 +123,35 @@ TEST(SchedulerInventory, UnknownHealthSetsAsideThatGpuOnly) {
   ASSERT_EQ(in.set_aside.size(), 1u);
   EXPECT_NE(in.set_aside[0].reason().find("unknown health 'Sparkly'"), std::string::npos);
 }
+
+// Issue 14's compact claims keep issue 18's answers: a UUID listed twice by
+// one machine is no conflict with itself; a UUID three machines share names
+// the other two, sorted; a machine that stops reporting it tells the others,
+// and the last holder is then free of it; a fleet of machines with distinct
+// UUIDs has no conflict at all.
+TEST(SchedulerInventory, ClaimsStayExactAcrossManyMachinesAndChanges) {
+  gpu_claims claims;
+  EXPECT_TRUE(claims.update("gpu-a", {"GPU-1111", "GPU-1111", "0000:01:00.0"}).empty());
+  EXPECT_TRUE(claims.others("gpu-a", "GPU-1111").empty());
+  EXPECT_EQ(claims.update("gpu-c", {"GPU-1111"}), (std::set<std::string>{"gpu-a"}));
+  EXPECT_EQ(claims.update("gpu-b", {"GPU-1111", "GPU-2222"}),
+            (std::set<std::string>{"gpu-a", "gpu-c"}));
+  EXPECT_EQ(claims.others("gpu-a", "GPU-1111"), (std::vector<std::string>{"gpu-b", "gpu-c"}));
+  EXPECT_TRUE(claims.others("gpu-b", "GPU-2222").empty());
+  // gpu-b stops reporting it: the two others hear, and still share it.
+  EXPECT_EQ(claims.update("gpu-b", {"GPU-2222"}), (std::set<std::string>{"gpu-a", "gpu-c"}));
+  EXPECT_EQ(claims.others("gpu-c", "GPU-1111"), (std::vector<std::string>{"gpu-a"}));
+  // gpu-a leaves (no GPUs): gpu-c holds it alone.
+  EXPECT_EQ(claims.update("gpu-a", {}), (std::set<std::string>{"gpu-c"}));
+  EXPECT_TRUE(claims.others("gpu-c", "GPU-1111").empty());
+  // A thousand machines of eight distinct UUIDs each: nobody conflicts.
+  for (int m = 0; m < 1000; ++m) {
+    std::vector<std::string> ids;
+    for (int g = 0; g < 8; ++g)
+      ids.push_back("GPU-" + std::to_string(m) + "-" + std::to_string(g));
+    EXPECT_TRUE(claims.update("node-" + std::to_string(m), ids).empty());
+  }
+  EXPECT_TRUE(claims.others("node-7", "GPU-7-3").empty());
+  EXPECT_EQ(claims.update("node-8", {"GPU-7-3"}), (std::set<std::string>{"node-7"}));
+  EXPECT_EQ(claims.others("node-7", "GPU-7-3"), (std::vector<std::string>{"node-8"}));
+}
