@@ -145,7 +145,7 @@ void placement_index::state::free_sets(const std::vector<gpu_set>& sets, allocat
     }
     m.held &= ~freed;
     if (dropped) {
-      while (!m.gpus.empty() && !m.gpus.back().id && m.gpus.back().holder == 0)
+      while (!m.gpus.empty() && !m.gpus.back().named() && m.gpus.back().holder == 0)
         m.gpus.pop_back();
       rebuild_masks(m);
     }
@@ -216,11 +216,11 @@ caf::expected<allocation_id> placement_index::hold(std::string owner,
     const machine_rec& m = S.machines[set.machine];
     for (gpu_mask b = set.gpus; b; b &= b - 1) {
       unsigned s = lowest(b);
-      if (s >= m.gpus.size() || !m.gpus[s].id)
+      if (s >= m.gpus.size() || !m.gpus[s].named())
         return caf::make_error(ec::no_such_machine,
                                "no GPU in slot " + std::to_string(s) + " of machine " + m.name);
       if (m.gpus[s].holder != 0)
-        return invalid("GPU " + std::string{m.gpus[s].name()} + " is already held by allocation " +
+        return invalid("GPU " + std::string{m.gpu_name(s)} + " is already held by allocation " +
                        std::to_string(m.gpus[s].holder));
     }
   }
@@ -288,7 +288,7 @@ caf::error placement_index::resume(allocation_id a) {
     const machine_rec& m = S.machines[set.machine];
     for (gpu_mask b = set.gpus; b; b &= b - 1) {
       unsigned s = lowest(b);
-      if (s >= m.gpus.size() || !m.gpus[s].id || m.gpus[s].holder != 0)
+      if (s >= m.gpus.size() || !m.gpus[s].named() || m.gpus[s].holder != 0)
         return invalid("a GPU of allocation " + std::to_string(a) + " was taken meanwhile");
     }
   }

@@ -38,7 +38,25 @@ uint32_t placement_index::state::intern_label(const std::string& k, const std::s
   key_scratch.push_back('\0');
   key_scratch.append(v);
   auto [it, added] = label_ids.try_emplace(key_scratch, static_cast<uint32_t>(label_ids.size()));
+  if (added)
+    label_keys.push_back(&it->first);
   return it->second;
+}
+
+std::optional<std::string_view> placement_index::state::label_value(const machine_rec& m,
+                                                                     std::string_view key) const {
+  for (uint32_t l : m.labels) {
+    auto [k, v] = label_text(l);
+    if (k == key)
+      return v;
+  }
+  return std::nullopt;
+}
+
+bool placement_index::state::has_label(const machine_rec& m, std::string_view key,
+                                       std::string_view value) const {
+  auto v = label_value(m, key);
+  return v && *v == value;
 }
 
 uint32_t placement_index::state::intern_group(unsigned t, const std::string& key) {
@@ -48,13 +66,15 @@ uint32_t placement_index::state::intern_group(unsigned t, const std::string& key
 }
 
 void placement_index::state::set_machine_labels(machine_rec& m, const label_map& labels) {
-  count_pool(m.label_text, -1);
-  count_pool(labels, +1);
-  m.label_text = labels;
+  count_pool(label_value(m, "pool"), -1);
+  if (auto p = labels.find("pool"); p != labels.end())
+    count_pool(std::string_view{p->second}, +1);
   m.labels.clear();
   for (const auto& [k, v] : labels)
     m.labels.push_back(intern_label(k, v));
   std::sort(m.labels.begin(), m.labels.end());
+  auto accepting = labels.find(accepting_key);
+  m.accepting = accepting != labels.end() && accepting->second == "true";
   auto value = [&](const char* key) -> const std::string* {
     auto i = labels.find(key);
     return i == labels.end() ? nullptr : &i->second;
@@ -105,21 +125,24 @@ caf::error placement_index::state::check_gpu_list(machine_id id, const std::vect
     const auto& g = gpus[i];
     if (g.id.empty())
       return invalid("a GPU without an id");
+    if (g.id.size() > max_gpu_id_length)
+      return invalid("GPU id " + g.id.substr(0, 64) + "... is longer than " +
+                     std::to_string(max_gpu_id_length) + " characters");
     for (size_t j = 0; j < i; ++j)
       if (gpus[j].id == g.id)
         return invalid("GPU " + g.id + " is listed twice");
-    auto it = gpu_by_id.find(gpu_key(id, g.id));
-    if (it == gpu_by_id.end()) {
+    int slot = id < machines.size() ? machines[id].slot_named(g.id) : -1;
+    if (slot < 0) {
       ++fresh;
       continue;
     }
-    listed_slot[it->second.slot] = true;
+    listed_slot[static_cast<size_t>(slot)] = true;
   }
   unsigned occupied = 0;
   if (id < machines.size())
     for (unsigned s = 0; s < machines[id].gpus.size(); ++s)
       if (listed_slot[s] || machines[id].gpus[s].holder != 0 ||
-          (machines[id].gpus[s].gone && machines[id].gpus[s].id))
+          (machines[id].gpus[s].gone && machines[id].gpus[s].named()))
         ++occupied;
   if (occupied + fresh > max_gpus_per_machine)
     return invalid("machine would have more than 64 GPU slots (held GPUs keep theirs)");
@@ -127,10 +150,8 @@ caf::error placement_index::state::check_gpu_list(machine_id id, const std::vect
 }
 
 void placement_index::state::drop_slot(machine_rec& m, unsigned s) {
-  gpu_rec& g = m.gpus[s];
-  if (g.id)
-    gpu_by_id.erase(*g.id);
-  g = gpu_rec{};
+  // Its id's bytes stay in `gpu_names` until the next repack.
+  m.gpus[s] = gpu_rec{};
 }
 
 // Applies a checked GPU list.
@@ -138,15 +159,13 @@ void placement_index::state::apply_gpu_list(machine_id id, const std::vector<gpu
   machine_rec& m = machines[id];
   counts before = count_of(m);
   std::vector<int> slot_of(gpus.size(), -1);
-  for (size_t i = 0; i < gpus.size(); ++i) {
-    auto it = gpu_by_id.find(gpu_key(id, gpus[i].id));
-    if (it != gpu_by_id.end())
-      slot_of[i] = it->second.slot;
-  }
+  for (size_t i = 0; i < gpus.size(); ++i)
+    slot_of[i] = m.slot_named(gpus[i].id);
+  bool repack = false;
   // Forget or keep (held) the GPUs no longer listed.
   for (unsigned s = 0; s < m.gpus.size(); ++s) {
     gpu_rec& g = m.gpus[s];
-    if (!g.id || std::find(slot_of.begin(), slot_of.end(), static_cast<int>(s)) != slot_of.end())
+    if (!g.named() || std::find(slot_of.begin(), slot_of.end(), static_cast<int>(s)) != slot_of.end())
       continue;
     if (g.holder != 0) {
       g.present = false;
@@ -154,19 +173,22 @@ void placement_index::state::apply_gpu_list(machine_id id, const std::vector<gpu
       g.nvlink = 0;
     } else {
       drop_slot(m, s);
+      repack = true;
     }
   }
-  // Place new GPUs in empty slots, then update every listed one.
+  // Place new GPUs in empty slots (their ids packed below), then update
+  // every listed one.
+  std::array<std::string_view, max_gpus_per_machine> fresh{};
   for (size_t i = 0; i < gpus.size(); ++i) {
     if (slot_of[i] < 0) {
       unsigned s = 0;
-      while (s < m.gpus.size() && (m.gpus[s].id || m.gpus[s].holder != 0))
+      while (s < m.gpus.size() && (m.gpus[s].named() || !fresh[s].empty() || m.gpus[s].holder != 0))
         ++s;
       if (s == m.gpus.size())
         m.gpus.emplace_back();
-      auto [it, added] = gpu_by_id.emplace(gpu_key(id, gpus[i].id), gpu_ref{id, static_cast<uint8_t>(s)});
-      m.gpus[s].id = &it->first;
+      fresh[s] = gpus[i].id;
       slot_of[i] = static_cast<int>(s);
+      repack = true;
     }
     gpu_rec& g = m.gpus[static_cast<unsigned>(slot_of[i])];
     g.present = true;
@@ -174,6 +196,17 @@ void placement_index::state::apply_gpu_list(machine_id id, const std::vector<gpu
     g.numa = static_cast<int16_t>(gpus[i].numa_node < -1 ? -1 : gpus[i].numa_node);
     g.health = gpus[i].health;
     g.nvlink = 0;
+  }
+  if (repack) {
+    // At most 64 ids of at most 256 characters: offsets fit 16 bits.
+    std::string names;
+    for (unsigned s = 0; s < m.gpus.size(); ++s) {
+      std::string_view n = fresh[s].empty() ? m.gpu_name(s) : fresh[s];
+      m.gpus[s].name_at = static_cast<uint16_t>(names.size());
+      m.gpus[s].name_len = static_cast<uint16_t>(n.size());
+      names.append(n);
+    }
+    m.gpu_names = std::move(names);
   }
   for (size_t i = 0; i < gpus.size(); ++i)
     for (gpu_mask peers = gpus[i].nvlink_peers; peers; peers &= peers - 1) {
@@ -184,7 +217,7 @@ void placement_index::state::apply_gpu_list(machine_id id, const std::vector<gpu
       m.gpus[a].nvlink |= bit(b);
       m.gpus[b].nvlink |= bit(a);
     }
-  while (!m.gpus.empty() && !m.gpus.back().id && m.gpus.back().holder == 0)
+  while (!m.gpus.empty() && !m.gpus.back().named() && m.gpus.back().holder == 0)
     m.gpus.pop_back();
   rebuild_masks(m);
   changed(id, before);
@@ -240,7 +273,7 @@ caf::error placement_index::update_machine(machine_id m, const machine_spec& spe
     return invalid("machine " + S.machines[m].name + " cannot be renamed to " + spec.name);
   if (auto err = S.check_gpu_list(m, spec.gpus))
     return err;
-  if (spec.labels != S.machines[m].label_text)
+  if (!S.same_labels(S.machines[m], spec.labels))
     set_labels(m, spec.labels);
   set_schedulable(m, spec.schedulable, spec.not_schedulable);
   set_size(m, spec.cpus, spec.memory_bytes);
@@ -329,12 +362,13 @@ caf::error placement_index::remove_machine(machine_id id) {
   if (m.held || m.cpu_held || m.mem_held)
     return invalid("machine " + m.name + " still has held GPUs; release them first");
   S.detach_all(id);
-  S.count_pool(m.label_text, -1);
+  S.count_pool(S.label_value(m, "pool"), -1);
   S.blocked.erase(id);
   for (unsigned s = 0; s < m.gpus.size(); ++s)
     S.drop_slot(m, s);
   S.machine_by_name.erase(m.name);
   m.gpus.clear();
+  std::string{}.swap(m.gpu_names);
   m.numa.clear();
   m.present = m.healthy = m.at_risk = m.held = 0;
   m.cpu_outside = m.mem_outside = 0;
@@ -355,7 +389,7 @@ caf::error placement_index::set_gpu_health(gpu_ref ref, gpu_health health) {
   if (ref.machine >= S.machines.size() || S.machines[ref.machine].removed)
     return unknown_machine(ref.machine);
   machine_rec& m = S.machines[ref.machine];
-  if (ref.slot >= m.gpus.size() || !m.gpus[ref.slot].id)
+  if (ref.slot >= m.gpus.size() || !m.gpus[ref.slot].named())
     return caf::make_error(ec::no_such_machine, "no GPU in slot " + std::to_string(ref.slot) +
                                                   " of machine " + m.name);
   gpu_rec& g = m.gpus[ref.slot];
@@ -390,10 +424,12 @@ std::optional<gpu_ref> placement_index::find_gpu(std::string_view gpu_id) const 
 }
 
 std::optional<gpu_ref> placement_index::find_gpu(machine_id m, std::string_view gpu_id) const {
-  auto it = st_->gpu_by_id.find(gpu_key(m, gpu_id));
-  if (it == st_->gpu_by_id.end())
+  if (m >= st_->machines.size())
     return std::nullopt;
-  return it->second;
+  int slot = st_->machines[m].slot_named(gpu_id);
+  if (slot < 0)
+    return std::nullopt;
+  return gpu_ref{m, static_cast<uint8_t>(slot)};
 }
 
 size_t placement_index::machine_ids() const {
@@ -408,11 +444,10 @@ std::optional<std::string> placement_index::machine_label(machine_id m,
                                                           std::string_view key) const {
   if (m >= st_->machines.size())
     return std::nullopt;
-  const auto& labels = st_->machines[m].label_text;
-  auto it = labels.find(std::string{key});
-  if (it == labels.end())
+  auto v = st_->label_value(st_->machines[m], key);
+  if (!v)
     return std::nullopt;
-  return it->second;
+  return std::string{*v};
 }
 
 bool placement_index::schedulable(machine_id m) const {
@@ -437,7 +472,7 @@ gpu_mask placement_index::free_gpus(machine_id m, bool with_at_risk) const {
 std::string_view placement_index::gpu_id(gpu_ref g) const {
   if (g.machine >= st_->machines.size() || g.slot >= st_->machines[g.machine].gpus.size())
     return {};
-  return st_->machines[g.machine].gpus[g.slot].name();
+  return st_->machines[g.machine].gpu_name(g.slot);
 }
 
 std::vector<std::string> placement_index::gpu_ids(machine_id m, gpu_mask gpus) const {

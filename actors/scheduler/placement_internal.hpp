@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -78,27 +79,21 @@ inline constexpr uint32_t slots_per_machine = tier_count * 2;
 inline constexpr uint32_t not_member = UINT32_MAX;
 inline constexpr int64_t never = std::numeric_limits<int64_t>::max();
 
-/// The key of GPU `id` of machine `m` in `gpu_by_id`: GPUs are keyed by
-/// (machine, id), so identical machines whose GPUs are named by PCI address
-/// (the same on each) never collide (issue 18, rule 1).
-inline std::string gpu_key(machine_id m, std::string_view id) {
-  std::string key(sizeof(machine_id), '\0');
-  for (size_t i = 0; i < sizeof(machine_id); ++i)
-    key[i] = static_cast<char>((m >> (8 * i)) & 0xff);
-  key.append(id.data(), id.size());
-  return key;
-}
+/// The label the scheduler marks an Accepting machine with (scheduler_actor.hpp's
+/// accepting_label; issue 21): every run but a validation's check requires "false".
+inline constexpr const char* accepting_key = "astraeus.io/accepting";
 
-/// The GPU id part of a `gpu_key`.
-inline std::string_view gpu_name_of_key(const std::string& key) {
-  return std::string_view{key}.substr(sizeof(machine_id));
-}
+/// The longest GPU id a machine may list (a UUID is 40 characters, a MIG
+/// UUID ~50, a PCI address 12-16): a machine's ids are packed in one string
+/// with 16-bit offsets.
+inline constexpr size_t max_gpu_id_length = 256;
 
 /// One GPU slot of a machine.
 struct gpu_rec {
-  const std::string* id = nullptr; ///< the key in gpu_by_id (`gpu_key`, node-stable); null = empty slot
-  /// The GPU's id as its machine reported it (empty for an empty slot).
-  std::string_view name() const { return id ? gpu_name_of_key(*id) : std::string_view{}; }
+  uint16_t name_at = 0;            ///< where its id starts in its machine's `gpu_names`
+  uint16_t name_len = 0;           ///< its id's length; 0 = empty slot
+  /// Whether the slot has a GPU (listed, or gone but held).
+  bool named() const { return name_len != 0; }
   gpu_mask nvlink = 0;             ///< NVLink peers (symmetric)
   allocation_id holder = 0;        ///< 0 = free
   int16_t numa = -1;               ///< NUMA node; -1 unknown
@@ -110,14 +105,31 @@ struct gpu_rec {
 /// One machine: its labels, topology groups and GPU masks.
 struct machine_rec {
   std::string name;                             ///< unique among machines not removed
-  std::vector<uint32_t> labels;                 ///< sorted label ids
-  label_map label_text;                         ///< the labels as given
+  std::vector<uint32_t> labels;                 ///< sorted label ids (`label_text` gives them back)
+  bool accepting = false;                       ///< labelled astraeus.io/accepting=true (issue 21)
   std::array<uint32_t, tier_count> group{no_group, no_group, no_group, no_group, 0}; ///< per tier
   bool schedulable = false;                     ///< takes new work
   std::string why_not;                          ///< why not ("is cordoned"), for waiting reasons
   bool removed = false;                         ///< removed (the id is never reused)
   gpu_mask present = 0, healthy = 0, at_risk = 0, held = 0; ///< by slot
   std::vector<gpu_rec> gpus;                    ///< by slot
+  /// Its GPUs' ids as it reported them, packed (slot s at gpus[s].name_at):
+  /// one allocation per machine where a map of ids took ~120 bytes per GPU
+  /// (issue 14). GPUs are found by (machine, id), so identical machines
+  /// whose GPUs are named by PCI address never collide (issue 18, rule 1).
+  std::string gpu_names;
+  /// The id of the GPU in slot `s` (empty for an empty slot).
+  std::string_view gpu_name(unsigned s) const {
+    const gpu_rec& g = gpus[s];
+    return std::string_view{gpu_names}.substr(g.name_at, g.name_len);
+  }
+  /// The slot of GPU `id`; -1 when it has none.
+  int slot_named(std::string_view id) const {
+    for (unsigned s = 0; s < gpus.size(); ++s)
+      if (gpus[s].named() && gpu_name(s) == id)
+        return static_cast<int>(s);
+    return -1;
+  }
   std::vector<std::pair<int, gpu_mask>> numa;   ///< node -> present GPUs, by node
   std::vector<uint32_t> selectors;              ///< matching selectors
   /// Its cores (x 1000) and memory; 0 = unknown, not checked (issue 22).
@@ -314,8 +326,10 @@ struct placement_index::state {
   placement_options options;
   std::vector<machine_rec> machines;
   std::unordered_map<std::string, machine_id> machine_by_name;
-  std::unordered_map<std::string, gpu_ref> gpu_by_id; ///< by `gpu_key` (machine, id)
-  std::unordered_map<std::string, uint32_t> label_ids;
+  std::unordered_map<std::string, uint32_t> label_ids; ///< by "key\0value"
+  /// Label id -> its key in `label_ids` (node-stable): a machine keeps only
+  /// its labels' ids, 100,000 machines' label maps would take ~80 MiB.
+  std::vector<const std::string*> label_keys;
   std::array<std::unordered_map<std::string, uint32_t>, placement_detail::t_cluster> group_ids;
   std::map<std::vector<uint32_t>, uint32_t> selector_by_labels;
   std::vector<selector_rec> selectors;
@@ -326,7 +340,7 @@ struct placement_index::state {
   /// the ones a waiting reason may name (placement_reasons.cpp).
   std::set<machine_id> blocked;
   /// Machines (not removed) by the value of their `pool` label.
-  std::map<std::string, uint32_t> pools;
+  std::map<std::string, uint32_t, std::less<>> pools;
   static const std::string empty;
 
   // Planning scratch, reused so that placing allocates little.
@@ -368,6 +382,25 @@ struct placement_index::state {
   // -- labels and groups (placement_index.cpp) -------------------------------
 
   uint32_t intern_label(const std::string& k, const std::string& v);
+  /// The key and value of label `id` (interned).
+  std::pair<std::string_view, std::string_view> label_text(uint32_t id) const {
+    std::string_view kv = *label_keys[id];
+    auto nul = kv.find('\0');
+    return {kv.substr(0, nul), kv.substr(nul + 1)};
+  }
+  /// The value of label `key` on `m`; nullopt without.
+  std::optional<std::string_view> label_value(const machine_rec& m, std::string_view key) const;
+  /// Whether `m` carries label `key`=`value`.
+  bool has_label(const machine_rec& m, std::string_view key, std::string_view value) const;
+  /// Whether `m` carries exactly `labels`.
+  bool same_labels(const machine_rec& m, const label_map& labels) const {
+    if (m.labels.size() != labels.size())
+      return false;
+    for (const auto& [k, v] : labels)
+      if (!has_label(m, k, v))
+        return false;
+    return true;
+  }
   uint32_t intern_group(unsigned t, const std::string& key);
   void set_machine_labels(machine_rec& m, const label_map& labels);
 
@@ -375,8 +408,9 @@ struct placement_index::state {
 
   /// Keeps `blocked` right for `id` after its state or GPUs changed.
   void note_blocked(machine_id id);
-  /// Counts the pool of `labels` in `pools` (`sign` 1 or -1).
-  void count_pool(const label_map& labels, int sign);
+  /// Counts pool `pool` (the value of a machine's `pool` label; nothing
+  /// without) in `pools` (`sign` 1 or -1).
+  void count_pool(std::optional<std::string_view> pool, int sign);
   /// "; gpu-01 has 8 free but is cordoned, gpu-02 has 6 free and 2 GPUs
   /// fenced and 4 more": the machines of `sel` that would give one worker
   /// `need` GPUs of kind `k` but for their state or fenced GPUs; at most

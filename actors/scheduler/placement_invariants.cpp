@@ -17,7 +17,6 @@ using namespace placement_detail;
 std::string placement_index::check_invariants() const {
   const auto& S = *st_;
   auto fail = [](std::string what) { return what; };
-  size_t gpus_with_ids = 0;
   std::unordered_map<allocation_id, std::vector<gpu_set>> seen;
   for (machine_id id = 0; id < S.machines.size(); ++id) {
     const machine_rec& m = S.machines[id];
@@ -31,12 +30,10 @@ std::string placement_index::check_invariants() const {
     gpu_mask present = 0, healthy = 0, at_risk = 0, held = 0;
     for (unsigned s = 0; s < m.gpus.size(); ++s) {
       const gpu_rec& g = m.gpus[s];
-      if (g.id) {
-        ++gpus_with_ids;
-        auto it = S.gpu_by_id.find(*g.id);
-        if (it == S.gpu_by_id.end() || it->second.machine != id || it->second.slot != s ||
-            &it->first != g.id || *g.id != gpu_key(id, g.name()))
-          return fail("GPU id map disagrees for slot " + std::to_string(s) + " of " + m.name);
+      if (g.named()) {
+        if (size_t{g.name_at} + g.name_len > m.gpu_names.size() ||
+            m.slot_named(m.gpu_name(s)) != static_cast<int>(s))
+          return fail("GPU ids disagree for slot " + std::to_string(s) + " of " + m.name);
       } else if (g.present || g.holder) {
         return fail("slot " + std::to_string(s) + " of " + m.name + " is used without an id");
       }
@@ -46,7 +43,7 @@ std::string placement_index::check_invariants() const {
         held |= bit(s);
         const alloc_rec* a = S.find_alloc(g.holder);
         if (!a || a->suspended)
-          return fail("GPU " + std::string{g.name()} + " held by a dead or suspended allocation");
+          return fail("GPU " + std::string{m.gpu_name(s)} + " held by a dead or suspended allocation");
         seen[g.holder].push_back({id, bit(s)});
       }
       if (g.present) {
@@ -114,8 +111,6 @@ std::string placement_index::check_invariants() const {
       }
     }
   }
-  if (gpus_with_ids != S.gpu_by_id.size())
-    return fail("GPU id map has entries for no slot");
   // Bucket totals.
   for (const auto& sel : S.selectors) {
     uint32_t matching = 0, in_views = 0;

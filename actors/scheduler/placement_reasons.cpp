@@ -19,27 +19,6 @@ namespace {
 constexpr size_t look_at_most = 4096;
 /// How many machines one reason names.
 constexpr size_t name_at_most = 3;
-/// The label the scheduler marks an Accepting machine with (scheduler_actor.hpp's
-/// accepting_label; issue 21): every run but a validation's check requires "false".
-constexpr const char* accepting_key = "astraeus.io/accepting";
-
-bool is_accepting(const machine_rec& m) {
-  auto l = m.label_text.find(accepting_key);
-  return l != m.label_text.end() && l->second == "true";
-}
-
-/// Whether `m` carries every label of `sel` but the Accepting one: the
-/// machine would match a user's run once accepted.
-bool matches_but_accepting(const machine_rec& m, const selector_rec& sel) {
-  for (const auto& [k, v] : sel.label_text) {
-    if (k == accepting_key)
-      continue;
-    auto l = m.label_text.find(k);
-    if (l == m.label_text.end() || l->second != v)
-      return false;
-  }
-  return true;
-}
 
 std::string gpus_word(unsigned n) {
   return std::to_string(n) + (n == 1 ? " GPU" : " GPUs");
@@ -68,21 +47,23 @@ std::string free_and_unusable(const machine_rec& m, unsigned free) {
 
 void placement_index::state::note_blocked(machine_id id) {
   const machine_rec& m = machines[id];
-  if (!m.removed && (!m.schedulable || m.free_fenced() != 0 || is_accepting(m)))
+  if (!m.removed && (!m.schedulable || m.free_fenced() != 0 || m.accepting))
     blocked.insert(id);
   else
     blocked.erase(id);
 }
 
-void placement_index::state::count_pool(const label_map& labels, int sign) {
-  auto p = labels.find("pool");
-  if (p == labels.end())
+void placement_index::state::count_pool(std::optional<std::string_view> pool, int sign) {
+  if (!pool)
     return;
   if (sign > 0) {
-    ++pools[p->second];
+    auto it = pools.find(*pool);
+    if (it == pools.end())
+      it = pools.emplace(std::string{*pool}, 0).first;
+    ++it->second;
     return;
   }
-  auto it = pools.find(p->second);
+  auto it = pools.find(*pool);
   if (it != pools.end() && --it->second == 0)
     pools.erase(it);
 }
@@ -101,7 +82,11 @@ std::string placement_index::state::blockers(const selector_rec& sel, unsigned k
     if (!matches(m, sel)) {
       // Issue 21: a machine that only its acceptance keeps from this run
       // counts as matching but taking no new work.
-      if (!is_accepting(m) || !matches_but_accepting(m, sel))
+      if (!m.accepting || !std::all_of(sel.label_text.begin(), sel.label_text.end(),
+                                        [&](const auto& kv) {
+                                          return kv.first == accepting_key ||
+                                                 has_label(m, kv.first, kv.second);
+                                        }))
         continue;
       if (++count <= name_at_most)
         named += (named.empty() ? "" : ", ") + m.name + " " +

@@ -22,18 +22,11 @@ constexpr size_t name_at_most = 3;
 std::string cpu_blockers(const scheduler_state& st, const label_map& labels) {
   std::vector<std::string> named;
   for (const auto& [name, f] : st.machine_facts_by_name) {
-    auto accepting = f.labels.find(accepting_label);
-    bool takes_work = f.schedulable && !f.down
-                      && (accepting == f.labels.end() || accepting->second != "true");
+    auto accepting = f.label(accepting_label);
+    bool takes_work = f.schedulable && !f.down && (!accepting || *accepting != "true");
     if (takes_work)
       continue;
-    bool labelled = std::all_of(labels.begin(), labels.end(), [&f = f](const auto& kv) {
-      if (kv.first == accepting_label)
-        return true;
-      auto l = f.labels.find(kv.first);
-      return l != f.labels.end() && l->second == kv.second;
-    });
-    if (!labelled)
+    if (!f.has_labels(labels, accepting_label))
       continue;
     named.push_back(name + " "
                     + (!f.why_not.empty() ? f.why_not

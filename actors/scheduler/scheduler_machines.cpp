@@ -184,9 +184,7 @@ void apply_snapshot(self_ptr self, v1::SchedulerMachine& m) {
   facts.address = m.address();
   facts.schedulable = m.schedulable() && !m.down();
   facts.why_not = m.not_schedulable();
-  facts.labels.clear();
-  for (const auto& [k, v] : m.labels())
-    facts.labels[k] = v;
+  facts.set_labels(m.labels());
   facts.logical_cpus = m.logical_cpus();
   facts.memory_bytes = m.memory_bytes();
   if (m.down() && !facts.down) {

@@ -60,12 +60,7 @@ void place_cpu_runs(scheduler_state& st, std::set<std::string>& touched,
       for (const auto& [name, f] : st.machine_facts_by_name) {
         if (!f.schedulable || f.down)
           continue;
-        bool labelled = std::all_of(req.required_labels.begin(), req.required_labels.end(),
-                                    [&f = f](const auto& kv) {
-                                      auto l = f.labels.find(kv.first);
-                                      return l != f.labels.end() && l->second == kv.second;
-                                    });
-        if (!labelled)
+        if (!f.has_labels(req.required_labels))
           continue;
         ++candidates;
         auto t = taken[name];
@@ -104,11 +99,7 @@ void place_cpu_runs(scheduler_state& st, std::set<std::string>& touched,
       double most_cpus = 0;
       uint64_t most_mem = 0;
       for (const auto& [name, f] : st.machine_facts_by_name)
-        if (std::all_of(req.required_labels.begin(), req.required_labels.end(),
-                        [&f = f](const auto& kv) {
-                          auto l = f.labels.find(kv.first);
-                          return l != f.labels.end() && l->second == kv.second;
-                        })) {
+        if (f.has_labels(req.required_labels)) {
           most_cpus = std::max(most_cpus, static_cast<double>(f.logical_cpus));
           most_mem = std::max(most_mem, f.memory_bytes);
         }
@@ -182,11 +173,7 @@ bool preempt_for_waiting(self_ptr self) {
         auto f = st.machine_facts_by_name.find(w.machine());
         if (f == st.machine_facts_by_name.end())
           continue;
-        bool fits = std::all_of(req.required_labels.begin(), req.required_labels.end(),
-                                [&f](const auto& kv) {
-                                  auto l = f->second.labels.find(kv.first);
-                                  return l != f->second.labels.end() && l->second == kv.second;
-                                });
+        bool fits = f->second.has_labels(req.required_labels);
         if (fits) {
           victims.insert(name);
           spdlog::info("scheduler: run {} gives way to run {}", name, qname);
@@ -321,8 +308,8 @@ v1::WorkerOrders orders_for(scheduler_state& st, const std::string& machine) {
   // The machine's multi-machine NVLink domain (NVIDIA_IMEX_CHANNELS).
   std::string nvlink_domain;
   if (auto f = st.machine_facts_by_name.find(machine); f != st.machine_facts_by_name.end())
-    if (auto l = f->second.labels.find(topology_label::nvlink_domain); l != f->second.labels.end())
-      nvlink_domain = l->second;
+    if (auto l = f->second.label(topology_label::nvlink_domain))
+      nvlink_domain = std::string{*l};
   for (const auto& run_name : on->second) {
     auto it = st.runs.find(run_name);
     if (it == st.runs.end())

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "messages/error.hpp"
 #include "test/unit/actors/scheduler/placement_test_support.hpp"
 
 using namespace astraeus;
@@ -68,5 +69,41 @@ TEST(Placement, GpuListChangesKeepHeldGpusUntilReleased) {
   EXPECT_TRUE(idx.find_gpu(*other, "gpu-01-g5"));
   EXPECT_TRUE(idx.find_gpu(m, "gpu-01-g5"));
   EXPECT_EQ(idx.totals().gpus, 16u);
+  EXPECT_EQ(idx.check_invariants(), "");
+}
+
+TEST(Placement, GpuIdsStayRightThroughListChangesAndLongIdsAreRefused) {
+  placement_index idx;
+  auto m = add(idx, dgx("gpu-01"));
+  auto p = place_commit(idx, single("train", 1));
+  ASSERT_TRUE(p);
+  unsigned held = lowest_slot(p->workers[0].gpus);
+  std::string held_id = "gpu-01-g" + std::to_string(held);
+  // Ten list changes: the held GPU vanishes, others come and go under new
+  // UUIDs. Every slot keeps naming the GPU it holds.
+  for (int round = 0; round < 10; ++round) {
+    auto spec = dgx("gpu-01");
+    spec.gpus.erase(spec.gpus.begin() + held);
+    for (size_t i = 0; i < spec.gpus.size(); i += 2)
+      spec.gpus[i].id = "GPU-" + std::to_string(round) + "-" + std::to_string(i) +
+                        "-8d4c5f1e-3b2a-4c6d-9e8f-0a1b2c3d";
+    ASSERT_FALSE(idx.update_machine(m, spec));
+    EXPECT_EQ(idx.gpu_id({m, static_cast<uint8_t>(held)}), held_id);
+    for (const auto& g : spec.gpus) {
+      auto ref = idx.find_gpu(m, g.id);
+      ASSERT_TRUE(ref) << g.id;
+      EXPECT_EQ(idx.gpu_id(*ref), g.id);
+    }
+    EXPECT_EQ(idx.check_invariants(), "");
+  }
+  EXPECT_EQ(idx.totals().gpus, 7u); // the held one is gone, not present
+  // An id longer than 256 characters is refused, naming the limit; the
+  // machine keeps what it had.
+  auto spec = dgx("gpu-01");
+  spec.gpus[0].id = std::string(300, 'x');
+  auto err = idx.update_machine(m, spec);
+  ASSERT_TRUE(err);
+  EXPECT_NE(render_error(err).find("longer than 256 characters"), std::string::npos);
+  EXPECT_EQ(idx.gpu_id({m, static_cast<uint8_t>(held)}), held_id);
   EXPECT_EQ(idx.check_invariants(), "");
 }

@@ -214,3 +214,26 @@ TEST_F(SchedulerMachines, ACpuRunAskingForRdmaNamesRdmaInItsWait) {
   EXPECT_NE(r.waiting_reason().find("waiting: needs RDMA; no machine"), std::string::npos)
     << r.waiting_reason();
 }
+
+// A machine's labels are kept packed (issue 14: one allocation per machine):
+// they answer as the map they came from did, keys that prefix one another
+// and empty values included.
+TEST(SchedulerMachineFacts, PackedLabelsAnswerAsTheirMapDid) {
+  scheduler_state::machine_facts f;
+  f.set_labels(std::map<std::string, std::string>{{"pool", "h100"},
+                                                  {"pool2", ""},
+                                                  {accepting_label, "true"},
+                                                  {topology_label::nvlink_domain, "nvl-7"}});
+  EXPECT_EQ(f.label("pool"), "h100");
+  EXPECT_EQ(f.label("pool2"), "");
+  EXPECT_EQ(f.label(topology_label::nvlink_domain), "nvl-7");
+  EXPECT_FALSE(f.label("poo"));
+  EXPECT_FALSE(f.label("rack"));
+  EXPECT_TRUE(f.has_labels({{"pool", "h100"}, {"pool2", ""}}));
+  EXPECT_FALSE(f.has_labels({{"pool", "h10"}}));
+  EXPECT_FALSE(f.has_labels({{"pool", "h100"}, {accepting_label, "false"}}));
+  EXPECT_TRUE(f.has_labels({{"pool", "h100"}, {accepting_label, "false"}}, accepting_label));
+  f.set_labels(std::map<std::string, std::string>{});
+  EXPECT_FALSE(f.label("pool"));
+  EXPECT_TRUE(f.has_labels({}));
+}
