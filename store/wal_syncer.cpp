@@ -32,9 +32,14 @@ void wal_syncer::request(uint64_t seq) {
 }
 
 void wal_syncer::write_and_sync(uint64_t seq, std::vector<Store::change> changes) {
+  write_and_sync(seq, std::move(changes), prepare_fn{});
+}
+
+void wal_syncer::write_and_sync(uint64_t seq, std::vector<Store::change> changes,
+                                prepare_fn prepare) {
   {
     std::lock_guard<std::mutex> lock{mu_};
-    writes_.emplace_back(seq, std::move(changes));
+    writes_.push_back(pending_write{seq, std::move(changes), std::move(prepare)});
   }
   cv_.notify_one();
 }
@@ -43,7 +48,7 @@ void wal_syncer::loop() {
   const bool one_thread = writes_in_flight_ == 1;
   for (;;) {
     uint64_t requested = 0;
-    std::deque<std::pair<uint64_t, std::vector<Store::change>>> writes;
+    std::deque<pending_write> writes;
     {
       std::unique_lock<std::mutex> lock{mu_};
       cv_.wait(lock, [this] { return stop_ || wanted_ != 0 || !writes_.empty(); });
@@ -59,13 +64,20 @@ void wal_syncer::loop() {
     }
     // Every batch in order; the first failure fails the rest (not written).
     caf::error err;
-    for (auto& [n, changes] : writes)
-      if (!err)
-        err = store_->write_chunked(changes, false);
+    for (auto& w : writes) {
+      if (err)
+        break;
+      if (w.prepare)
+        w.prepare(w.changes);
+      err = store_->write_chunked(w.changes, false);
+    }
     if (!err)
       err = store_->sync_wal();
-    for (auto& [n, changes] : writes)
-      done_(n, err);
+    for (auto& w : writes) {
+      // What `prepare` holds goes before the batch is reported done.
+      w.prepare = nullptr;
+      done_(w.seq, err);
+    }
     if (requested != 0)
       done_(requested, std::move(err));
   }

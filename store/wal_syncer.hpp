@@ -79,6 +79,16 @@ public:
   /// to call.
   void write_and_sync(uint64_t seq, std::vector<Store::change> changes);
 
+  /// Fills in a batch's values on the syncer's thread before it is written
+  /// (issue 14: the scheduler has the runs it answers serialized there, off
+  /// its own thread). Not called for a batch not written (an earlier one
+  /// failed, or the syncer stops first).
+  using prepare_fn = std::function<void(std::vector<Store::change>&)>;
+
+  /// As `write_and_sync(seq, changes)`, with `prepare(changes)` run on the
+  /// syncer's thread first.
+  void write_and_sync(uint64_t seq, std::vector<Store::change> changes, prepare_fn prepare);
+
 private:
   void loop();
 
@@ -89,7 +99,12 @@ private:
   std::condition_variable cv_;
   uint64_t wanted_ = 0;  ///< the latest requested seq not started; 0: none
   /// Batches handed to `write_and_sync`, not started yet, oldest first.
-  std::deque<std::pair<uint64_t, std::vector<Store::change>>> writes_;
+  struct pending_write {
+    uint64_t seq = 0;
+    std::vector<Store::change> changes;
+    prepare_fn prepare; ///< may be empty
+  };
+  std::deque<pending_write> writes_;
   bool stop_ = false;
   /// With one thread it takes every pending batch at once (one sync for
   /// them all); with several each takes one.

@@ -191,6 +191,13 @@ struct commit_batch {
   uint64_t seq = 0;
   /// Answers, each as the run was when the batch was written (or the error).
   std::vector<std::pair<caf::typed_response_promise<v1::Run>, caf::expected<v1::Run>>> answers;
+  /// Runs answered as they are at the flush (a submission's run as its
+  /// pass left it): the copies answer, and the syncer's thread serializes
+  /// the runs written from them (issue 14: off the actor's thread). Shared
+  /// with the syncer until it has written the batch.
+  std::shared_ptr<std::vector<v1::Run>> shown;
+  /// The answers given from `shown` (index), after `answers`.
+  std::vector<std::pair<caf::typed_response_promise<v1::Run>, size_t>> shown_answers;
   /// The worker sets of the machines changed, as written.
   std::vector<v1::WorkerOrders> orders;
   /// The runs written, marked again should the write or sync fail.

@@ -362,17 +362,32 @@ bool gathered(const scheduler_state& st) {
 
 /// The runs changed since the last burst, as store changes (an erased run,
 /// no longer kept, is deleted).
-std::vector<Store::change> dirty_run_changes(const scheduler_state& st) {
+/// The store changes for the runs changed since the last flush. A run
+/// `shown` (name -> index into the shown copies, as the run is now) is left
+/// to the syncer's thread: its change's value is left empty and its
+/// (change, copy) pair added to `from_shown`.
+std::vector<Store::change>
+dirty_run_changes(const scheduler_state& st,
+                  const std::unordered_map<std::string_view, size_t>* shown = nullptr,
+                  std::vector<std::pair<size_t, size_t>>* from_shown = nullptr) {
   std::vector<Store::change> changes;
   changes.reserve(st.dirty_runs.size());
   for (const auto& name : st.dirty_runs) {
     // A displaced run (issue 23) is stored under its own key until its
     // workers have ended.
     const auto* run = stopping_record(st, name);
-    if (!run)
+    if (!run) {
       changes.push_back({family::runs, name, std::nullopt});
-    else
-      changes.push_back({family::runs, name, run->SerializeAsString()});
+      continue;
+    }
+    if (shown) {
+      if (auto s = shown->find(name); s != shown->end()) {
+        from_shown->emplace_back(changes.size(), s->second);
+        changes.push_back({family::runs, name, std::string{}});
+        continue;
+      }
+    }
+    changes.push_back({family::runs, name, run->SerializeAsString()});
   }
   return changes;
 }
@@ -394,6 +409,8 @@ void deliver_done_bursts(self_ptr self) {
       // with the next change, and the machines get their sets then.
       for (auto& [rp, answer] : b.answers)
         rp.deliver(b.err);
+      for (auto& [rp, i] : b.shown_answers)
+        rp.deliver(b.err);
       failed_runs += b.runs.size();
       for (const auto& name : b.runs)
         st.dirty_runs.insert(name);
@@ -410,6 +427,18 @@ void deliver_done_bursts(self_ptr self) {
         rp.deliver(std::move(*answer));
       else
         rp.deliver(answer.error());
+    for (size_t a = 0; a < b.shown_answers.size(); ++a) {
+      auto& [rp, i] = b.shown_answers[a];
+      // The last answer from a copy takes it; an earlier one (the same run
+      // asked for twice in a burst) gets its own.
+      bool last_use = std::none_of(b.shown_answers.begin() + static_cast<long>(a) + 1,
+                                   b.shown_answers.end(),
+                                   [i = i](const auto& later) { return later.second == i; });
+      if (last_use)
+        rp.deliver(std::move((*b.shown)[i]));
+      else
+        rp.deliver(v1::Run{(*b.shown)[i]});
+    }
     for (auto& o : b.orders)
       if (auto h = st.machines.find(o.machine()); h != st.machines.end())
         self->send(h->second, atom::assign_v, std::move(o));
@@ -433,21 +462,31 @@ void flush_in_background(self_ptr self) {
       if (st.runs_in_flight.count(name))
         return;
   }
-  auto changes = dirty_run_changes(st);
   // Everything this burst says, as it is now (later bursts may change the
   // runs meanwhile), waits for its commit and for the bursts before it.
   commit_batch b;
   b.seq = ++st.written_seq;
-  b.answers.reserve(st.replies.size() + st.run_replies.size());
+  b.answers.reserve(st.replies.size());
   for (auto& [rp, run] : st.replies)
     b.answers.emplace_back(std::move(rp), std::move(run));
+  // The runs answered as they are now: copied once, for the answer and
+  // for the syncer's thread to serialize.
+  b.shown = std::make_shared<std::vector<v1::Run>>();
+  b.shown->reserve(st.run_replies.size());
+  std::unordered_map<std::string_view, size_t> shown_of;
   for (auto& [rp, name] : st.run_replies) {
     auto it = st.runs.find(name);
-    if (it != st.runs.end())
-      b.answers.emplace_back(std::move(rp), it->second);
-    else
+    if (it == st.runs.end()) {
       b.answers.emplace_back(std::move(rp), no_such_run(name));
+      continue;
+    }
+    auto [s, added] = shown_of.try_emplace(it->first, b.shown->size());
+    if (added)
+      b.shown->push_back(it->second);
+    b.shown_answers.emplace_back(std::move(rp), s->second);
   }
+  std::vector<std::pair<size_t, size_t>> from_shown;
+  auto changes = dirty_run_changes(st, &shown_of, &from_shown);
   st.replies.clear();
   st.run_replies.clear();
   for (const auto& m : st.dirty_machines)
@@ -469,7 +508,17 @@ void flush_in_background(self_ptr self) {
   }
   // Within the store's limits per batch (etcd: 128 operations per txn);
   // each run is a record of its own, so batches need not be one.
-  st.syncer->write_and_sync(seq, std::move(changes));
+  if (from_shown.empty()) {
+    st.syncer->write_and_sync(seq, std::move(changes));
+    return;
+  }
+  st.syncer->write_and_sync(
+    seq, std::move(changes),
+    [shown = st.unsynced.back().shown,
+     from_shown = std::move(from_shown)](std::vector<Store::change>& out) {
+      for (auto [c, i] : from_shown)
+        (*shown)[i].SerializeToString(&*out[c].value);
+    });
 }
 
 } // namespace

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <map>
+#include <thread>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -338,8 +339,12 @@ TEST(SchedulerBackgroundSync, AnswersBurstsOnlyOnceStoredAndKeepsTheirState) {
   for (int i = 0; i < runs; ++i)
     self->send(t.sched, atom::submit_v, test::fixture_run("r" + std::to_string(i), 1));
   int answered = 0;
+  std::map<std::string, v1::Run> answers;
   self->receive_for(answered, runs)(
-    [](v1::Run& run) { EXPECT_TRUE(run.state() == "Placed" || run.state() == "Waiting"); },
+    [&](v1::Run& run) {
+      EXPECT_TRUE(run.state() == "Placed" || run.state() == "Waiting");
+      answers[run.spec().name()] = std::move(run);
+    },
     [](caf::error& err) { FAIL() << render_error(err); });
   std::set<std::string> placed, waiting;
   for (int i = 0; i < runs; ++i) {
@@ -347,6 +352,20 @@ TEST(SchedulerBackgroundSync, AnswersBurstsOnlyOnceStoredAndKeepsTheirState) {
     auto run = stored(*db, name);
     ASSERT_TRUE(run) << name << " answered but not stored";
     (run->state() == "Placed" ? placed : waiting).insert(name);
+    // What was answered is what was written (the syncer's thread writes
+    // the answered copy: issue 14).
+    const auto& a = answers[name];
+    EXPECT_EQ(a.state(), run->state()) << name;
+    EXPECT_EQ(a.placed_unix_ms(), run->placed_unix_ms()) << name;
+    ASSERT_EQ(a.workers_size(), run->workers_size()) << name;
+    for (int w = 0; w < a.workers_size(); ++w) {
+      EXPECT_EQ(a.workers(w).machine(), run->workers(w).machine()) << name;
+      EXPECT_EQ(std::vector<std::string>(a.workers(w).gpu_ids().begin(),
+                                         a.workers(w).gpu_ids().end()),
+                std::vector<std::string>(run->workers(w).gpu_ids().begin(),
+                                         run->workers(w).gpu_ids().end()))
+        << name;
+    }
   }
   EXPECT_EQ(placed.size(), 32u);
   EXPECT_EQ(waiting.size(), 8u);
@@ -577,4 +596,37 @@ TEST_F(SchedulerPipelinedCommit, AFailedBurstFailsTheBurstsAfterItAndAllAreWritt
     ASSERT_TRUE(run) << name << " is not stored";
     EXPECT_EQ(run->state(), "Placed") << name;
   }
+}
+
+TEST(WalSyncer, APreparedBatchIsFilledOnItsThreadThenWritten) {
+  test::temp_dir dir;
+  auto db = open_store(dir.path() + "/s");
+  ASSERT_TRUE(db);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<uint64_t> done;
+  std::thread::id filled_on;
+  wal_syncer syncer{db, [&](uint64_t seq, caf::error err) {
+                      EXPECT_FALSE(err) << render_error(err);
+                      std::lock_guard<std::mutex> lock{mu};
+                      done.push_back(seq);
+                      cv.notify_all();
+                    }};
+  // The value of "a" is made by `prepare`; "b" is written as handed over.
+  auto held = std::make_shared<std::string>("made on the syncer's thread");
+  syncer.write_and_sync(1,
+                        {{family::runs, "a", std::string{}}, {family::runs, "b", std::string{"x"}}},
+                        [held, &filled_on](std::vector<Store::change>& changes) {
+                          filled_on = std::this_thread::get_id();
+                          *changes[0].value = *held;
+                        });
+  {
+    std::unique_lock<std::mutex> lock{mu};
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds{30}, [&] { return !done.empty(); }));
+  }
+  EXPECT_NE(filled_on, std::this_thread::get_id());
+  EXPECT_EQ(db->get_raw(family::runs, "a")->value_or(""), "made on the syncer's thread");
+  EXPECT_EQ(db->get_raw(family::runs, "b")->value_or(""), "x");
+  // What `prepare` held is let go before the batch is reported done.
+  EXPECT_EQ(held.use_count(), 1);
 }
