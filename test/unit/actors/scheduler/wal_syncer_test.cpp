@@ -300,30 +300,44 @@ protected:
   caf::scoped_actor self{t.sys};
 };
 
+/// The batches and requests a syncer reported done (each without error).
+struct done_reports {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<uint64_t> done;
+  /// The callback to give the syncer.
+  wal_syncer::done_fn fn() {
+    return [this](uint64_t seq, caf::error err) {
+      EXPECT_FALSE(err) << render_error(err);
+      std::lock_guard<std::mutex> lock{mu};
+      done.push_back(seq);
+      cv.notify_all();
+    };
+  }
+  /// Waits (30 s at most) for `n` reports.
+  bool wait(size_t n) {
+    std::unique_lock<std::mutex> lock{mu};
+    return cv.wait_for(lock, std::chrono::seconds{30}, [&] { return done.size() >= n; });
+  }
+};
+
 } // namespace
 
 TEST(WalSyncer, ReportsEachRequestAfterSyncing) {
   test::temp_dir dir;
   auto db = open_store(dir.path() + "/s");
   ASSERT_TRUE(db);
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<uint64_t> done;
+  done_reports reports;
   {
-    wal_syncer syncer{db, [&](uint64_t seq, caf::error err) {
-                        EXPECT_FALSE(err) << render_error(err);
-                        std::lock_guard<std::mutex> lock{mu};
-                        done.push_back(seq);
-                        cv.notify_all();
-                      }};
+    wal_syncer syncer{db, reports.fn()};
     ASSERT_FALSE(db->put_raw(family::runs, "a", "x", false));
     syncer.request(1);
-    std::unique_lock<std::mutex> lock{mu};
-    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds{30}, [&] { return !done.empty(); }));
-    EXPECT_EQ(done.front(), 1u);
+    ASSERT_TRUE(reports.wait(1));
+    std::lock_guard<std::mutex> lock{reports.mu};
+    EXPECT_EQ(reports.done.front(), 1u);
   }
   // Stopped with the syncer; nothing more is reported.
-  EXPECT_EQ(done.size(), 1u);
+  EXPECT_EQ(reports.done.size(), 1u);
 }
 
 TEST(SchedulerBackgroundSync, AnswersBurstsOnlyOnceStoredAndKeepsTheirState) {
@@ -602,16 +616,9 @@ TEST(WalSyncer, APreparedBatchIsFilledOnItsThreadThenWritten) {
   test::temp_dir dir;
   auto db = open_store(dir.path() + "/s");
   ASSERT_TRUE(db);
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<uint64_t> done;
+  done_reports reports;
   std::thread::id filled_on;
-  wal_syncer syncer{db, [&](uint64_t seq, caf::error err) {
-                      EXPECT_FALSE(err) << render_error(err);
-                      std::lock_guard<std::mutex> lock{mu};
-                      done.push_back(seq);
-                      cv.notify_all();
-                    }};
+  wal_syncer syncer{db, reports.fn()};
   // The value of "a" is made by `prepare`; "b" is written as handed over.
   auto held = std::make_shared<std::string>("made on the syncer's thread");
   syncer.write_and_sync(1,
@@ -620,10 +627,7 @@ TEST(WalSyncer, APreparedBatchIsFilledOnItsThreadThenWritten) {
                           filled_on = std::this_thread::get_id();
                           *changes[0].value = *held;
                         });
-  {
-    std::unique_lock<std::mutex> lock{mu};
-    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds{30}, [&] { return !done.empty(); }));
-  }
+  ASSERT_TRUE(reports.wait(1));
   EXPECT_NE(filled_on, std::this_thread::get_id());
   EXPECT_EQ(db->get_raw(family::runs, "a")->value_or(""), "made on the syncer's thread");
   EXPECT_EQ(db->get_raw(family::runs, "b")->value_or(""), "x");
