@@ -364,6 +364,7 @@ caf::error placement_index::remove_machine(machine_id id) {
   S.detach_all(id);
   S.count_pool(S.label_value(m, "pool"), -1);
   S.blocked.erase(id);
+  m.in_blocked = false;
   for (unsigned s = 0; s < m.gpus.size(); ++s)
     S.drop_slot(m, s);
   S.machine_by_name.erase(m.name);

@@ -107,6 +107,7 @@ struct machine_rec {
   std::string name;                             ///< unique among machines not removed
   std::vector<uint32_t> labels;                 ///< sorted label ids (`label_text` gives them back)
   bool accepting = false;                       ///< labelled astraeus.io/accepting=true (issue 21)
+  bool in_blocked = false;                      ///< in the index's `blocked` set
   std::array<uint32_t, tier_count> group{no_group, no_group, no_group, no_group, 0}; ///< per tier
   bool schedulable = false;                     ///< takes new work
   std::string why_not;                          ///< why not ("is cordoned"), for waiting reasons

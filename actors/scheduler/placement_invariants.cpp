@@ -20,11 +20,16 @@ std::string placement_index::check_invariants() const {
   std::unordered_map<allocation_id, std::vector<gpu_set>> seen;
   for (machine_id id = 0; id < S.machines.size(); ++id) {
     const machine_rec& m = S.machines[id];
+    if (m.in_blocked != (S.blocked.count(id) > 0))
+      return fail("machine " + m.name + "'s blocked flag disagrees with the blocked set");
     if (m.removed) {
-      if (!m.gpus.empty() || m.schedulable || !m.selectors.empty())
+      if (!m.gpus.empty() || m.schedulable || !m.selectors.empty() || m.in_blocked)
         return fail("removed machine " + m.name + " keeps state");
       continue;
     }
+    if (m.in_blocked != (!m.schedulable || m.free_fenced() != 0 || m.accepting))
+      return fail("machine " + m.name + " is " + (m.in_blocked ? "" : "not ") +
+                  "in the blocked set against its state");
     if (m.gpus.size() > max_gpus_per_machine)
       return fail("machine " + m.name + " has more than 64 slots");
     gpu_mask present = 0, healthy = 0, at_risk = 0, held = 0;

@@ -46,8 +46,14 @@ std::string free_and_unusable(const machine_rec& m, unsigned free) {
 } // namespace
 
 void placement_index::state::note_blocked(machine_id id) {
-  const machine_rec& m = machines[id];
-  if (!m.removed && (!m.schedulable || m.free_fenced() != 0 || m.accepting))
+  machine_rec& m = machines[id];
+  const bool now = !m.removed && (!m.schedulable || m.free_fenced() != 0 || m.accepting);
+  // The tree is touched only when the machine joins or leaves it (issue 14:
+  // a look-up per placement and release otherwise).
+  if (now == m.in_blocked)
+    return;
+  m.in_blocked = now;
+  if (now)
     blocked.insert(id);
   else
     blocked.erase(id);

@@ -135,9 +135,13 @@ void drop_restore(scheduler_state& st, const std::string& qname) {
 /// (they gave theirs back when they ended).
 void account(scheduler_state& st, const v1::Run& run, int sign, int32_t copy) {
   const auto& spec = run.spec();
-  const auto ended = copy == -2 ? ended_copies(run) : std::set<int32_t>{};
   const auto cpu = cpu_millis_of(spec.cpus_per_worker());
   const auto mem = spec.memory_bytes_per_worker();
+  // A GPU run that asks for no cores or memory changes no machine's use:
+  // its machines are not looked up (issue 14: two lookups per placement).
+  if (!cpu && !mem && spec.cpus_per_worker() == 0 && !cpu_only(spec))
+    return;
+  const auto ended = copy == -2 ? ended_copies(run) : std::set<int32_t>{};
   // Outside the index's allocations: CPU-only workers, and those of a copy
   // still re-adopting its GPUs (issue 22).
   auto outside = [&](const v1::WorkerAssignment& w) {
