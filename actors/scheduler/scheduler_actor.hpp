@@ -67,6 +67,7 @@
 ///   holds under a key of its own (`displaced`); holds are restored after a
 ///   restart as placed runs' GPUs are.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -302,8 +303,37 @@ struct scheduler_state {
     uint32_t cpu_workers = 0;
   };
   std::unordered_map<std::string, machine_facts> machine_facts_by_name;
+  /// The runs (keys) with a worker on one machine, in the order they came:
+  /// a machine has a few (one per GPU at most, plus CPU-only workers, which
+  /// its cores bound), so a vector searched from the end is cheaper than a
+  /// hash set with a node per name (issue 14: a look-up per placement and
+  /// deletion).
+  struct run_keys {
+    std::vector<std::string> keys;
+    /// Adds `key`; false when it is there already.
+    bool insert(const std::string& key) {
+      if (std::find(keys.rbegin(), keys.rend(), key) != keys.rend())
+        return false;
+      keys.push_back(key);
+      return true;
+    }
+    /// Takes `key` out (the last one takes its place); false without.
+    bool erase(const std::string& key) {
+      auto it = std::find(keys.begin(), keys.end(), key);
+      if (it == keys.end())
+        return false;
+      if (it != keys.end() - 1)
+        *it = std::move(keys.back());
+      keys.pop_back();
+      return true;
+    }
+    bool empty() const { return keys.empty(); }
+    size_t size() const { return keys.size(); }
+    std::vector<std::string>::const_iterator begin() const { return keys.begin(); }
+    std::vector<std::string>::const_iterator end() const { return keys.end(); }
+  };
   /// Live runs (placed, not stopped) with a worker on each machine.
-  std::unordered_map<std::string, std::unordered_set<std::string>> runs_on;
+  std::unordered_map<std::string, run_keys> runs_on;
   /// Runs (keys) with a worker still `Stopping` on each machine: told to
   /// stop (deleted, drained, stopped, failed), not yet reported ended by its
   /// agent (settle_stopping).

@@ -240,8 +240,13 @@ void schedule_pass(self_ptr self);
 void schedule_pass_once(self_ptr self);
 bool preempt_for_waiting(self_ptr self);
 
+/// The runs a pass placed a copy of, by name (sorted: they are marked in
+/// that order), each with its record in `scheduler_state::runs` (a pass
+/// erases no run, so the pointers hold through it).
+using touched_runs = std::map<std::string, v1::Run*>;
+
 /// Places the CPU-only runs and copies waiting, in submission order.
-void place_cpu_runs(scheduler_state& st, std::set<std::string>& touched,
+void place_cpu_runs(scheduler_state& st, touched_runs& touched,
                     std::vector<std::string>& started);
 
 /// "; gpu-03 is Accepting (acceptance val-… runs there), gpu-04 is

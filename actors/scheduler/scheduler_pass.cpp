@@ -30,7 +30,7 @@ namespace astraeus::scheduler_detail {
 /// cores and memory; ties go to the machine with fewer CPU-only workers,
 /// then by name. The GPU engine never sees them; their cores and memory
 /// count against the machine like those of GPU workers.
-void place_cpu_runs(scheduler_state& st, std::set<std::string>& touched,
+void place_cpu_runs(scheduler_state& st, touched_runs& touched,
                     std::vector<std::string>& started) {
   for (auto it = st.cpu_queue.begin(); it != st.cpu_queue.end();) {
     const auto qname = *it;
@@ -141,7 +141,7 @@ void place_cpu_runs(scheduler_state& st, std::set<std::string>& touched,
     copy_placed(st, run, copy, where.empty() ? std::string{} : where.front());
     st.cpu_waiting_reason.erase(qname);
     st.waiting.erase(qname);
-    touched.insert(run_name);
+    touched.emplace(run_name, &run);
     started.push_back(qname);
     spdlog::info("scheduler: run {} placed ({} CPU-only worker(s))", qname, where.size());
     it = st.cpu_queue.erase(it);
@@ -204,8 +204,10 @@ void schedule_pass(self_ptr self) {
 void schedule_pass_once(self_ptr self) {
   auto& st = self->state;
   auto decisions = st.queue->schedule(clock_seconds(self));
-  std::set<std::string> touched;
+  touched_runs touched;
   std::vector<std::string> started;
+  // Each started copy's run, for its time limit.
+  std::vector<const v1::Run*> started_runs;
   for (auto& d : decisions) {
     auto [run_name, copy] = parse_queue_name(d.run);
     st.waiting.erase(d.run);
@@ -242,21 +244,25 @@ void schedule_pass_once(self_ptr self) {
         leader_machine = w->machine();
     }
     copy_placed(st, run, copy, leader_machine);
-    touched.insert(run_name);
+    touched.emplace(run_name, &run);
     started.push_back(d.run);
+    started_runs.push_back(&run);
     spdlog::info("scheduler: run {} placed ({} worker(s), {})", d.run,
                  d.where.workers.size(), to_string(d.where.tier));
   }
+  const size_t gpu_started = started.size();
   place_cpu_runs(st, touched, started);
   // Issue 23: which waiting runs wait for what stopping workers hold.
   note_stopping_waits(st);
-  for (const auto& qname : started) {
-    const auto& spec = st.runs[parse_queue_name(qname).first].spec();
+  for (size_t i = 0; i < started.size(); ++i) {
+    const auto& qname = started[i];
+    const auto& spec = i < gpu_started ? started_runs[i]->spec()
+                                       : st.runs[parse_queue_name(qname).first].spec();
     if (spec.time_limit_seconds() > 0)
       arm_time_limit(self, qname, static_cast<int64_t>(spec.time_limit_seconds()));
   }
-  for (const auto& name : touched) {
-    auto& run = st.runs[name];
+  for (const auto& [name, run_ptr] : touched) {
+    auto& run = *run_ptr;
     run.set_waiting_reason(waiting_reason_of(st, run));
     index_run(self, run);
     mark(self, name);

@@ -71,12 +71,12 @@ void index_run(self_ptr self, const v1::Run& run) {
   for (const auto& w : run.workers()) {
     const auto& m = w.machine();
     if (is_live) {
-      if (st.runs_on[m].insert(name).second)
+      if (st.runs_on[m].insert(name))
         mark_machine(self, m);
       continue;
     }
     auto it = st.runs_on.find(m);
-    if (it == st.runs_on.end() || it->second.erase(name) == 0)
+    if (it == st.runs_on.end() || !it->second.erase(name))
       continue;
     mark_machine(self, m);
     if (it->second.empty())
