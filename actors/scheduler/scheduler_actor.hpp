@@ -70,6 +70,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
@@ -251,29 +252,44 @@ struct scheduler_state {
     /// Why it takes no new work ("is cordoned", "is Accepting (…)"), as its
     /// machine actor says it; named in CPU-only runs' waiting reasons.
     std::string why_not;
-    /// Its labels packed as "key\0value\0" one after another (`label`,
-    /// `has_labels` read them): one allocation per machine where a map took
+    /// Its labels packed one after another, each key and value preceded by
+    /// its length (4 bytes, host order), so that any bytes in them read back
+    /// (`label`, `has_labels`): one allocation per machine where a map took
     /// ~800 bytes (100,000 machines, issue 14).
     std::string labels;
     /// Sets `labels` from a snapshot's label map.
     template <class Map>
     void set_labels(const Map& from) {
       labels.clear();
+      auto put = [this](const std::string& text) {
+        const auto n = static_cast<uint32_t>(text.size());
+        labels.append(reinterpret_cast<const char*>(&n), sizeof n);
+        labels.append(text);
+      };
       for (const auto& [k, v] : from) {
-        labels.append(k).push_back('\0');
-        labels.append(v).push_back('\0');
+        put(k);
+        put(v);
       }
     }
     /// The value of label `key`; nullopt without.
     std::optional<std::string_view> label(std::string_view key) const {
       std::string_view rest = labels;
-      while (!rest.empty()) {
-        auto k_end = rest.find('\0');
-        auto v_end = rest.find('\0', k_end + 1);
-        if (rest.substr(0, k_end) == key)
-          return rest.substr(k_end + 1, v_end - k_end - 1);
-        rest.remove_prefix(v_end + 1);
-      }
+      auto take = [&rest](std::string_view& out) {
+        uint32_t n = 0;
+        if (rest.size() < sizeof n)
+          return false;
+        std::memcpy(&n, rest.data(), sizeof n);
+        rest.remove_prefix(sizeof n);
+        if (rest.size() < n)
+          return false;
+        out = rest.substr(0, n);
+        rest.remove_prefix(n);
+        return true;
+      };
+      std::string_view k, v;
+      while (take(k) && take(v))
+        if (k == key)
+          return v;
       return std::nullopt;
     }
     /// Whether it carries every label of `required` (`skip`, when given, is

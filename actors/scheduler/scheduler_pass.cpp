@@ -433,14 +433,14 @@ void deliver_done_bursts(self_ptr self) {
         rp.deliver(std::move(*answer));
       else
         rp.deliver(answer.error());
+    // The last answer from a copy takes it; an earlier one (the same run
+    // asked for twice in a burst) gets its own.
+    std::vector<size_t> last_use(b.shown ? b.shown->size() : 0);
+    for (size_t a = 0; a < b.shown_answers.size(); ++a)
+      last_use[b.shown_answers[a].second] = a;
     for (size_t a = 0; a < b.shown_answers.size(); ++a) {
       auto& [rp, i] = b.shown_answers[a];
-      // The last answer from a copy takes it; an earlier one (the same run
-      // asked for twice in a burst) gets its own.
-      bool last_use = std::none_of(b.shown_answers.begin() + static_cast<long>(a) + 1,
-                                   b.shown_answers.end(),
-                                   [i = i](const auto& later) { return later.second == i; });
-      if (last_use)
+      if (last_use[i] == a)
         rp.deliver(std::move((*b.shown)[i]));
       else
         rp.deliver(v1::Run{(*b.shown)[i]});

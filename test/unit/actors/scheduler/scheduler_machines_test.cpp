@@ -233,6 +233,15 @@ TEST(SchedulerMachineFacts, PackedLabelsAnswerAsTheirMapDid) {
   EXPECT_FALSE(f.has_labels({{"pool", "h10"}}));
   EXPECT_FALSE(f.has_labels({{"pool", "h100"}, {accepting_label, "false"}}));
   EXPECT_TRUE(f.has_labels({{"pool", "h100"}, {accepting_label, "false"}}, accepting_label));
+  // Any bytes read back, a NUL in a key or value included (nothing hangs
+  // or splits there).
+  f.set_labels(std::map<std::string, std::string>{{std::string("a\0b", 3), "x"},
+                                                  {"rack", std::string("r\0", 2)},
+                                                  {"pool", "l4"}});
+  EXPECT_EQ(f.label(std::string("a\0b", 3)), "x");
+  EXPECT_FALSE(f.label("a"));
+  EXPECT_EQ(f.label("rack"), std::string_view("r\0", 2));
+  EXPECT_EQ(f.label("pool"), "l4");
   f.set_labels(std::map<std::string, std::string>{});
   EXPECT_FALSE(f.label("pool"));
   EXPECT_TRUE(f.has_labels({}));
