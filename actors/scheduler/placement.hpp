@@ -407,6 +407,21 @@ public:
   /// Frees every GPU of allocation `a` (the only way GPUs become free).
   caf::error release(allocation_id a);
 
+  /// As `release`, for a hold taken and given back within one queue pass
+  /// (`scheduler_queue`'s reservation): it returns no more than the pass
+  /// took, so `capacity_epoch` stays.
+  caf::error give_back_hold(allocation_id a);
+
+  /// A counter that moves whenever what `place` can find may have grown: an
+  /// allocation released, a machine added, changed or removed, its size,
+  /// outside use, labels, GPUs, GPU health or schedulable changed (also when
+  /// such a call fails, to be safe). Commits, holds, `give_back_hold`,
+  /// `suspend` and `resume` leave it. A request that `place` refused while
+  /// no hold of the caller's was in place is refused again as long as the
+  /// counter has not moved: only less can be free. `scheduler_queue` relies
+  /// on this to skip runs that cannot start.
+  uint64_t capacity_epoch() const;
+
   /// What-if planning: frees the GPUs of `a` but keeps the allocation, so
   /// that `resume` holds exactly the same GPUs again. Used by the queue to
   /// find when a blocked run could start. Fails for an unknown or already
@@ -431,6 +446,10 @@ struct queue_options {
   /// How many blocked runs one pass tries to find a start time for before it
   /// gives up reserving (the first that gets one holds the reservation).
   unsigned reservation_attempts = 8;
+  /// Whether a pass skips a run refused with nothing freed since
+  /// (`scheduler_queue::schedule`); false tries every run in every pass,
+  /// the reference the skipping queue is tested against.
+  bool skip_refused = true;
 };
 
 /// A run the queue started.
@@ -482,10 +501,22 @@ public:
 
   /// One pass at `now`: starts what may start, in order, and records why the
   /// rest waits (`waiting`). Returns the runs started, in order.
+  ///
+  /// A run the index refused with no hold of the pass in place is not tried
+  /// again while the index's `capacity_epoch` stays (only less can be free
+  /// since), unless the pass would look for its reservation: with nothing
+  /// freed, a submission costs the runs ahead of it a skip each, not a
+  /// placement (a queue of thousands stays cheap). The decisions are those of
+  /// trying every run; such a run keeps the reason of its last try, whose
+  /// counts ("best machine has 3") may be higher than what is free now.
   std::vector<queue_decision> schedule(int64_t now);
 
-  /// Why `run` waited in the last pass (nullptr if it did not wait).
+  /// Why `run` waits (nullptr if it did not wait in the last pass): the
+  /// reason of the last pass that tried it.
   const waiting_reason* waiting(std::string_view run) const;
+  /// The runs whose waiting reason was new or changed in the last pass, in
+  /// queue order (a run that started or was cancelled is not listed).
+  const std::vector<std::string>& reasons_changed() const { return reasons_changed_; }
   /// The reservation of the last pass, if one was made.
   const std::optional<queue_reservation>& reservation() const { return reservation_; }
   /// The allocation of a running run, if it runs.
@@ -515,11 +546,20 @@ private:
   placement_index& index_;
   queue_options options_;
   uint64_t seq_ = 0;
-  std::map<order_key, placement_request> order_;
+  /// A waiting run, and the `capacity_epoch` at which the index last refused
+  /// it with none of the pass's holds in place (`never_tried` if not).
+  struct queued {
+    placement_request request;
+    uint64_t refused_at = never_tried;
+    waiting_code refused_code = waiting_code::not_enough_gpus;
+  };
+  static constexpr uint64_t never_tried = UINT64_MAX;
+  std::map<order_key, queued> order_;
   std::unordered_map<std::string, order_key> pending_;
   std::unordered_map<std::string, running_run> running_;
   std::set<std::pair<int64_t, allocation_id>> ends_; // finite ends only
   std::unordered_map<std::string, waiting_reason> waiting_;
+  std::vector<std::string> reasons_changed_;
   std::optional<queue_reservation> reservation_;
 };
 

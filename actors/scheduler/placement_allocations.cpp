@@ -257,6 +257,11 @@ placement_index::restore(std::string owner,
 }
 
 caf::error placement_index::release(allocation_id a) {
+  ++st_->capacity_epoch;
+  return give_back_hold(a);
+}
+
+caf::error placement_index::give_back_hold(allocation_id a) {
   auto& S = *st_;
   alloc_rec* rec = S.find_alloc(a);
   if (!rec)
@@ -288,8 +293,11 @@ caf::error placement_index::resume(allocation_id a) {
     const machine_rec& m = S.machines[set.machine];
     for (gpu_mask b = set.gpus; b; b &= b - 1) {
       unsigned s = lowest(b);
-      if (s >= m.gpus.size() || !m.gpus[s].named() || m.gpus[s].holder != 0)
+      if (s >= m.gpus.size() || !m.gpus[s].named() || m.gpus[s].holder != 0) {
+        // It stays suspended: what it held is free for good.
+        ++S.capacity_epoch;
         return invalid("a GPU of allocation " + std::to_string(a) + " was taken meanwhile");
+      }
     }
   }
   for (const auto& set : rec->gpus) {

@@ -239,6 +239,7 @@ placement_index& placement_index::operator=(placement_index&&) noexcept = defaul
 
 caf::expected<machine_id> placement_index::add_machine(const machine_spec& spec) {
   auto& S = *st_;
+  ++S.capacity_epoch;
   if (spec.name.empty())
     return invalid("a machine needs a name");
   if (S.machine_by_name.count(spec.name))
@@ -267,6 +268,7 @@ caf::expected<machine_id> placement_index::add_machine(const machine_spec& spec)
 
 caf::error placement_index::update_machine(machine_id m, const machine_spec& spec) {
   auto& S = *st_;
+  ++S.capacity_epoch;
   if (m >= S.machines.size() || S.machines[m].removed)
     return unknown_machine(m);
   if (spec.name != S.machines[m].name)
@@ -283,6 +285,7 @@ caf::error placement_index::update_machine(machine_id m, const machine_spec& spe
 
 caf::error placement_index::set_size(machine_id id, uint32_t cpus, uint64_t memory_bytes) {
   auto& S = *st_;
+  ++S.capacity_epoch;
   if (id >= S.machines.size() || S.machines[id].removed)
     return unknown_machine(id);
   machine_rec& m = S.machines[id];
@@ -302,6 +305,7 @@ caf::error placement_index::set_size(machine_id id, uint32_t cpus, uint64_t memo
 caf::error placement_index::set_outside_use(machine_id id, uint64_t cpu_millis,
                                             uint64_t memory_bytes) {
   auto& S = *st_;
+  ++S.capacity_epoch;
   if (id >= S.machines.size() || S.machines[id].removed)
     return unknown_machine(id);
   S.machines[id].cpu_outside = cpu_millis;
@@ -313,6 +317,7 @@ caf::error placement_index::set_outside_use(machine_id id, uint64_t cpu_millis,
 caf::error placement_index::set_schedulable(machine_id id, bool schedulable,
                                             std::string_view why) {
   auto& S = *st_;
+  ++S.capacity_epoch;
   if (id >= S.machines.size() || S.machines[id].removed)
     return unknown_machine(id);
   machine_rec& m = S.machines[id];
@@ -335,6 +340,7 @@ caf::error placement_index::set_schedulable(machine_id id, bool schedulable,
 
 caf::error placement_index::set_labels(machine_id id, const label_map& labels) {
   auto& S = *st_;
+  ++S.capacity_epoch;
   if (id >= S.machines.size() || S.machines[id].removed)
     return unknown_machine(id);
   S.detach_all(id);
@@ -346,6 +352,7 @@ caf::error placement_index::set_labels(machine_id id, const label_map& labels) {
 
 caf::error placement_index::set_gpus(machine_id id, const std::vector<gpu_spec>& gpus) {
   auto& S = *st_;
+  ++S.capacity_epoch;
   if (id >= S.machines.size() || S.machines[id].removed)
     return unknown_machine(id);
   if (auto err = S.check_gpu_list(id, gpus))
@@ -356,6 +363,7 @@ caf::error placement_index::set_gpus(machine_id id, const std::vector<gpu_spec>&
 
 caf::error placement_index::remove_machine(machine_id id) {
   auto& S = *st_;
+  ++S.capacity_epoch;
   if (id >= S.machines.size() || S.machines[id].removed)
     return unknown_machine(id);
   machine_rec& m = S.machines[id];
@@ -387,6 +395,7 @@ caf::error placement_index::set_gpu_health(std::string_view gpu_id, gpu_health h
 
 caf::error placement_index::set_gpu_health(gpu_ref ref, gpu_health health) {
   auto& S = *st_;
+  ++S.capacity_epoch;
   if (ref.machine >= S.machines.size() || S.machines[ref.machine].removed)
     return unknown_machine(ref.machine);
   machine_rec& m = S.machines[ref.machine];
@@ -431,6 +440,10 @@ std::optional<gpu_ref> placement_index::find_gpu(machine_id m, std::string_view 
   if (slot < 0)
     return std::nullopt;
   return gpu_ref{m, static_cast<uint8_t>(slot)};
+}
+
+uint64_t placement_index::capacity_epoch() const {
+  return st_->capacity_epoch;
 }
 
 size_t placement_index::machine_ids() const {

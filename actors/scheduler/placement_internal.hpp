@@ -325,6 +325,8 @@ struct placement_index::state {
   using shape = placement_detail::shape;
 
   placement_options options;
+  /// placement_index::capacity_epoch.
+  uint64_t capacity_epoch = 0;
   std::vector<machine_rec> machines;
   std::unordered_map<std::string, machine_id> machine_by_name;
   std::unordered_map<std::string, uint32_t> label_ids; ///< by "key\0value"

@@ -223,6 +223,11 @@ struct scheduler_state {
   /// Every run by name (hashed: looked up several times per request;
   /// whoever lists them sorts the names).
   std::unordered_map<std::string, v1::Run> runs;
+  /// Keys of the runs below priority 0 (a validation's checks: the only runs
+  /// that give way, preempt_for_waiting), added as such a run is submitted or
+  /// loaded and dropped once its key holds no such run: a pass with a long
+  /// queue looks at these, not at every run for each waiting one.
+  std::set<std::string> below_zero_runs;
   /// Placed runs (queue names: the run, or `<run>[i]` for an array copy)
   /// still re-adopting their GPUs after a restart.
   std::map<std::string, run_restore> restoring;
@@ -365,6 +370,9 @@ struct scheduler_state {
   /// Queue names of GPU runs and copies that wait for what stopping
   /// workers hold, with the words of their waiting reason (each pass).
   std::unordered_map<std::string, std::string> stopping_waits;
+  /// Whether the last pass had any `stopping_waits` (its reasons then are
+  /// looked at again in the next pass, whatever the queue says).
+  bool had_stopping_waits = false;
   /// Generation of the worker set last sent to each machine.
   std::map<std::string, uint64_t> generation;
   /// First generation of this actor's life: later than any of a previous

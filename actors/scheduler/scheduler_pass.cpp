@@ -154,6 +154,21 @@ void place_cpu_runs(scheduler_state& st, touched_runs& touched,
 /// Returns whether any run was stopped.
 bool preempt_for_waiting(self_ptr self) {
   auto& st = self->state;
+  // The live runs that may give way: usually none, and then no waiting run
+  // is looked at (a long queue costs nothing here).
+  std::vector<std::pair<const std::string*, const v1::Run*>> checks;
+  for (auto k = st.below_zero_runs.begin(); k != st.below_zero_runs.end();) {
+    auto r = st.runs.find(*k);
+    if (r == st.runs.end() || r->second.spec().priority() >= 0) {
+      k = st.below_zero_runs.erase(k);
+      continue;
+    }
+    if (live(r->second))
+      checks.emplace_back(&r->first, &r->second);
+    ++k;
+  }
+  if (checks.empty())
+    return false;
   std::set<std::string> victims;
   for (const auto& qname : st.waiting) {
     auto it = st.runs.find(parse_queue_name(qname).first);
@@ -166,10 +181,11 @@ bool preempt_for_waiting(self_ptr self) {
     // Its required labels keep accepting=false: a check on an Accepting
     // machine never gives way to work that may not go there anyway.
     auto req = placement_request_of(it->second.spec(), qname);
-    for (const auto& [name, run] : st.runs) {
-      if (run.spec().priority() >= 0 || !live(run) || victims.count(name))
+    for (const auto& [name_ptr, run_ptr] : checks) {
+      const auto& name = *name_ptr;
+      if (victims.count(name))
         continue;
-      for (const auto& w : run.workers()) {
+      for (const auto& w : run_ptr->workers()) {
         auto f = st.machine_facts_by_name.find(w.machine());
         if (f == st.machine_facts_by_name.end())
           continue;
@@ -267,17 +283,33 @@ void schedule_pass_once(self_ptr self) {
     index_run(self, run);
     mark(self, name);
   }
-  for (const auto& qname : st.waiting) {
+  auto refresh = [&](const std::string& qname) {
     auto run_name = parse_queue_name(qname).first;
     auto it = st.runs.find(run_name);
     if (it == st.runs.end() || touched.count(run_name))
-      continue;
+      return;
     auto why = waiting_reason_of(st, it->second);
     if (why != it->second.waiting_reason()) {
       it->second.set_waiting_reason(std::move(why));
       mark(self, run_name);
     }
+  };
+  // A waiting run's reason changes only with the queue's, unless what
+  // stopping workers hold is in play (now or in the last pass) or it is a
+  // CPU-only run (reasons of their own): a long queue costs a submission
+  // the runs whose reason changed, not every waiting run.
+  const bool stopping_in_play = !st.stopping_waits.empty() || st.had_stopping_waits;
+  st.had_stopping_waits = !st.stopping_waits.empty();
+  if (stopping_in_play) {
+    for (const auto& qname : st.waiting)
+      refresh(qname);
+    return;
   }
+  for (const auto& qname : st.queue->reasons_changed())
+    if (st.waiting.count(qname))
+      refresh(qname);
+  for (const auto& qname : st.cpu_queue)
+    refresh(qname);
 }
 
 void give_degraded_ports(const scheduler_state& st, const v1::RunSpec& spec,

@@ -23,7 +23,7 @@ caf::error scheduler_queue::submit(placement_request request, int64_t now) {
     return invalid("run " + request.run + " is already queued or running");
   order_key key{-static_cast<int64_t>(request.priority), now, seq_++};
   pending_.emplace(request.run, key);
-  order_.emplace(key, std::move(request));
+  order_.emplace(key, queued{std::move(request)});
   return {};
 }
 
@@ -157,31 +157,66 @@ std::optional<queue_decision> scheduler_queue::start(const placement_request& re
   return d;
 }
 
+namespace {
+
+bool capacity_code(waiting_code c) {
+  return c == waiting_code::not_enough_gpus || c == waiting_code::not_enough_cores_or_memory;
+}
+
+} // namespace
+
 std::vector<queue_decision> scheduler_queue::schedule(int64_t now) {
   std::vector<queue_decision> out;
-  waiting_.clear();
+  reasons_changed_.clear();
   reservation_.reset();
+  const uint64_t epoch = index_.capacity_epoch();
   allocation_id held = 0; // the free part of the reservation, held during the pass
   unsigned attempts = 0;
+  // Keeps why `run` waits; lists it when that is new or changed.
+  auto note = [this](const std::string& run, waiting_reason why) {
+    auto [w, added] = waiting_.try_emplace(run);
+    if (added || w->second.code != why.code || w->second.message != why.message) {
+      w->second = std::move(why);
+      reasons_changed_.push_back(run);
+    }
+  };
+  auto started = [&](std::map<order_key, queued>::iterator it, queue_decision d) {
+    out.push_back(std::move(d));
+    waiting_.erase(it->second.request.run);
+    pending_.erase(it->second.request.run);
+    return order_.erase(it);
+  };
   for (auto it = order_.begin(); it != order_.end();) {
-    const placement_request& req = it->second;
+    queued& q = it->second;
+    const placement_request& req = q.request;
+    // Refused with nothing freed since: refused again, whatever the pass
+    // holds now. Tried all the same when the pass would look for its
+    // reservation (the first blocked runs, while none is found).
+    if (options_.skip_refused && q.refused_at == epoch
+        && !(capacity_code(q.refused_code) && !reservation_
+             && attempts < options_.reservation_attempts)) {
+      ++it;
+      continue;
+    }
     auto r = index_.place(req);
     if (auto* p = std::get_if<placement>(&r)) {
       // Reserved GPUs are held, so this leaves them alone.
       if (auto d = start(req, std::move(*p), now, reservation_.has_value())) {
-        out.push_back(std::move(*d));
-        pending_.erase(req.run);
-        it = order_.erase(it);
+        it = started(it, std::move(*d));
         continue;
       }
-      waiting_[req.run] = waiting_reason{waiting_code::not_enough_gpus,
-                                         "waiting: its GPUs changed while it was placed"};
+      note(req.run, waiting_reason{waiting_code::not_enough_gpus,
+                                   "waiting: its GPUs changed while it was placed"});
       ++it;
       continue;
     }
     waiting_reason why = std::get<waiting_reason>(std::move(r));
-    if (why.code == waiting_code::not_enough_gpus ||
-        why.code == waiting_code::not_enough_cores_or_memory) {
+    // What the pass holds changes no answer but "not enough free".
+    if (held == 0 || !capacity_code(why.code)) {
+      q.refused_at = epoch;
+      q.refused_code = why.code;
+    }
+    if (capacity_code(why.code)) {
       if (!reservation_) {
         if (attempts < options_.reservation_attempts) {
           ++attempts;
@@ -191,6 +226,9 @@ std::vector<queue_decision> scheduler_queue::schedule(int64_t now) {
             held = hold_free_part(*reservation_);
             why.message += "; GPUs are reserved for it, due to start in " +
                            format_duration(reservation_->start - now);
+            // Its reason names its reservation, which a later pass may give
+            // to another run: tried in every pass while it holds one.
+            q.refused_at = never_tried;
           }
         }
       } else {
@@ -198,7 +236,7 @@ std::vector<queue_decision> scheduler_queue::schedule(int64_t now) {
         // reservation starts.
         int64_t end = req.time_limit_seconds > 0 ? now + req.time_limit_seconds : never;
         if (held)
-          index_.release(held);
+          index_.give_back_hold(held);
         held = 0;
         auto r2 = index_.place(req);
         if (auto* p = std::get_if<placement>(&r2)) {
@@ -206,9 +244,7 @@ std::vector<queue_decision> scheduler_queue::schedule(int64_t now) {
             auto d = start(req, std::move(*p), now, true);
             held = hold_free_part(*reservation_);
             if (d) {
-              out.push_back(std::move(*d));
-              pending_.erase(req.run);
-              it = order_.erase(it);
+              it = started(it, std::move(*d));
               continue;
             }
           }
@@ -217,15 +253,19 @@ std::vector<queue_decision> scheduler_queue::schedule(int64_t now) {
                                  reservation_->run + ", due to start in " +
                                  format_duration(reservation_->start - now) +
                                  ", before this run's time limit would end it"};
+        } else {
+          // Refused with nothing of the pass held.
+          q.refused_at = epoch;
+          q.refused_code = std::get<waiting_reason>(r2).code;
         }
         held = hold_free_part(*reservation_);
       }
     }
-    waiting_[req.run] = std::move(why);
+    note(req.run, std::move(why));
     ++it;
   }
   if (held)
-    index_.release(held);
+    index_.give_back_hold(held);
   return out;
 }
 

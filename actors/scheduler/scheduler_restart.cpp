@@ -81,6 +81,8 @@ caf::error load_runs(self_ptr self) {
       // Issue 23: its workers still stopping hold their GPUs again as
       // their machines report them.
       index_stopping(st, key, run);
+      if (run.spec().priority() < 0)
+        st.below_zero_runs.insert(key);
       st.runs.emplace(key, std::move(run));
       continue;
     }
@@ -116,6 +118,8 @@ caf::error load_runs(self_ptr self) {
                     key, run.state());
       set_state(run, run_state::waiting);
     }
+    if (run.spec().priority() < 0)
+      st.below_zero_runs.insert(key);
     st.runs.emplace(key, std::move(run));
   }
   if (auto err = st.config.store->write_chunked(moved, true)) {

@@ -457,6 +457,8 @@ caf::result<v1::Run> submit_run(self_ptr self, v1::RunSpec& spec) {
     queued.push_back(qname);
     st.waiting.insert(qname);
   }
+  if (run.spec().priority() < 0)
+    st.below_zero_runs.insert(name);
   st.runs.emplace(name, std::move(run));
   mark(self, name);
   schedule_pass(self);

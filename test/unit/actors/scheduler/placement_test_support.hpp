@@ -114,15 +114,18 @@ inline std::optional<placement> place_commit(placement_index& idx, const placeme
   return *p;
 }
 
-// Everything a placement can change, as text.
-inline std::string fingerprint(const placement_index& idx) {
+// Everything a placement can change, as text; `with_holders` false: which
+// GPUs are held, not by which allocation id.
+inline std::string fingerprint(const placement_index& idx, bool with_holders = true) {
   std::string out;
   auto t = idx.totals();
   out += std::to_string(t.held) + "/" + std::to_string(t.free_healthy) + "/" +
          std::to_string(t.free_at_risk) + "/" + std::to_string(t.allocations) + ";";
   for (machine_id m = 0; m < idx.machine_ids(); ++m)
-    for (unsigned s = 0; s < idx.gpu_slots(m); ++s)
-      out += std::to_string(idx.holder({m, static_cast<uint8_t>(s)})) + ",";
+    for (unsigned s = 0; s < idx.gpu_slots(m); ++s) {
+      auto holder = idx.holder({m, static_cast<uint8_t>(s)});
+      out += with_holders ? std::to_string(holder) + "," : holder != 0 ? "1" : "0";
+    }
   return out;
 }
 

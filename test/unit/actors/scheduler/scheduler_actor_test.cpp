@@ -164,6 +164,44 @@ TEST_F(SchedulerActor, ARunThatDoesNotFitWaitsUntilTheFirstIsDeleted) {
   EXPECT_EQ(stored("next").state(), "Placed");
 }
 
+// A long queue: each submission tries only what may have changed (nothing
+// freed: the new run), yet every waiting run shows and stores its reason, and
+// once GPUs are freed the queue moves in order and the reasons say so.
+TEST_F(SchedulerActor, ALongQueueKeepsItsOrderAndReasonsThroughSubmissionsAndFrees) {
+  auto s = spawn_scheduler();
+  snapshot(s, machine_of("gpu-01", 8));
+  ASSERT_EQ(submit(s, spec_of("big", 6)).state(), "Placed");
+  for (int i = 0; i < 40; ++i) {
+    auto r = submit(s, spec_of("q" + std::to_string(i), 4));
+    ASSERT_EQ(r.state(), "Waiting") << r.ShortDebugString();
+    EXPECT_EQ(r.waiting_reason(), "waiting: needs 4 GPUs on one machine; best machine has 2");
+  }
+  // A 2-GPU run still fits beside them (nothing reserves without time limits).
+  ASSERT_EQ(submit(s, spec_of("small", 2)).state(), "Placed");
+  auto late = submit(s, spec_of("late", 4));
+  EXPECT_EQ(late.waiting_reason(), "waiting: needs 4 GPUs on one machine; best machine has 0");
+  EXPECT_EQ(stored("q39").waiting_reason(),
+            "waiting: needs 4 GPUs on one machine; best machine has 2")
+    << "not tried again while nothing is freed: the words of its last try";
+  // small ends: every waiting run is tried again and says so.
+  ask<v1::Run>(s, atom::remove_v, std::string{"small"});
+  EXPECT_EQ(get(s, "q0").state(), "Waiting");
+  EXPECT_EQ(get(s, "late").waiting_reason(),
+            "waiting: needs 4 GPUs on one machine; best machine has 2");
+  EXPECT_EQ(stored("q39").waiting_reason(),
+            "waiting: needs 4 GPUs on one machine; best machine has 2");
+  // big ends: the first two in the queue start, in order.
+  ask<v1::Run>(s, atom::remove_v, std::string{"big"});
+  EXPECT_EQ(get(s, "q0").state(), "Placed");
+  EXPECT_EQ(get(s, "q1").state(), "Placed");
+  EXPECT_EQ(get(s, "q2").state(), "Waiting");
+  EXPECT_EQ(get(s, "q2").waiting_reason(),
+            "waiting: needs 4 GPUs on one machine; best machine has 0");
+  EXPECT_EQ(stored("q1").state(), "Placed");
+  EXPECT_EQ(stored("late").waiting_reason(),
+            "waiting: needs 4 GPUs on one machine; best machine has 0");
+}
+
 TEST_F(SchedulerActor, AFaultyGpuIsNeverAssigned) {
   auto s = spawn_scheduler();
   snapshot(s, machine_of("gpu-01", 8, {"Faulty"}));
