@@ -560,6 +560,13 @@ private:
   std::set<std::pair<int64_t, allocation_id>> ends_; // finite ends only
   std::unordered_map<std::string, waiting_reason> waiting_;
   std::vector<std::string> reasons_changed_;
+  /// The index's capacity_epoch at the last pass.
+  uint64_t last_epoch_ = never_tried;
+  /// Waiting runs not refused at `last_epoch_` (tried in the next pass).
+  std::set<order_key> retry_;
+  /// Waiting runs refused for want of room at `last_epoch_` (the first are
+  /// tried while a pass looks for its reservation).
+  std::set<order_key> capacity_refused_;
   std::optional<queue_reservation> reservation_;
 };
 

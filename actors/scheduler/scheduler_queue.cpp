@@ -23,6 +23,7 @@ caf::error scheduler_queue::submit(placement_request request, int64_t now) {
     return invalid("run " + request.run + " is already queued or running");
   order_key key{-static_cast<int64_t>(request.priority), now, seq_++};
   pending_.emplace(request.run, key);
+  retry_.insert(key);
   order_.emplace(key, queued{std::move(request)});
   return {};
 }
@@ -32,6 +33,8 @@ caf::error scheduler_queue::cancel(std::string_view run) {
   if (it == pending_.end())
     return invalid("run " + std::string{run} + " is not waiting");
   order_.erase(it->second);
+  retry_.erase(it->second);
+  capacity_refused_.erase(it->second);
   waiting_.erase(it->first);
   pending_.erase(it);
   return {};
@@ -172,21 +175,38 @@ std::vector<queue_decision> scheduler_queue::schedule(int64_t now) {
   const uint64_t epoch = index_.capacity_epoch();
   allocation_id held = 0; // the free part of the reservation, held during the pass
   unsigned attempts = 0;
-  // Keeps why `run` waits; lists it when that is new or changed.
-  auto note = [this](const std::string& run, waiting_reason why) {
+  using entry = std::map<order_key, queued>::iterator;
+  // Keeps why the run of `it` waits; lists it when that is new or changed,
+  // and files it for the next pass.
+  auto note = [&](entry it, waiting_reason why) {
+    const auto& run = it->second.request.run;
     auto [w, added] = waiting_.try_emplace(run);
     if (added || w->second.code != why.code || w->second.message != why.message) {
       w->second = std::move(why);
       reasons_changed_.push_back(run);
     }
+    const queued& q = it->second;
+    if (q.refused_at == epoch) {
+      retry_.erase(it->first);
+      if (capacity_code(q.refused_code))
+        capacity_refused_.insert(it->first);
+      else
+        capacity_refused_.erase(it->first);
+    } else {
+      retry_.insert(it->first);
+      capacity_refused_.erase(it->first);
+    }
   };
-  auto started = [&](std::map<order_key, queued>::iterator it, queue_decision d) {
+  auto started = [&](entry it, queue_decision d) {
     out.push_back(std::move(d));
     waiting_.erase(it->second.request.run);
     pending_.erase(it->second.request.run);
+    retry_.erase(it->first);
+    capacity_refused_.erase(it->first);
     return order_.erase(it);
   };
-  for (auto it = order_.begin(); it != order_.end();) {
+  // Tries the run of `it`; the entry after it.
+  auto visit = [&](entry it) -> entry {
     queued& q = it->second;
     const placement_request& req = q.request;
     // Refused with nothing freed since: refused again, whatever the pass
@@ -194,21 +214,16 @@ std::vector<queue_decision> scheduler_queue::schedule(int64_t now) {
     // reservation (the first blocked runs, while none is found).
     if (options_.skip_refused && q.refused_at == epoch
         && !(capacity_code(q.refused_code) && !reservation_
-             && attempts < options_.reservation_attempts)) {
-      ++it;
-      continue;
-    }
+             && attempts < options_.reservation_attempts))
+      return std::next(it);
     auto r = index_.place(req);
     if (auto* p = std::get_if<placement>(&r)) {
       // Reserved GPUs are held, so this leaves them alone.
-      if (auto d = start(req, std::move(*p), now, reservation_.has_value())) {
-        it = started(it, std::move(*d));
-        continue;
-      }
-      note(req.run, waiting_reason{waiting_code::not_enough_gpus,
-                                   "waiting: its GPUs changed while it was placed"});
-      ++it;
-      continue;
+      if (auto d = start(req, std::move(*p), now, reservation_.has_value()))
+        return started(it, std::move(*d));
+      note(it, waiting_reason{waiting_code::not_enough_gpus,
+                              "waiting: its GPUs changed while it was placed"});
+      return std::next(it);
     }
     waiting_reason why = std::get<waiting_reason>(std::move(r));
     // What the pass holds changes no answer but "not enough free".
@@ -243,10 +258,8 @@ std::vector<queue_decision> scheduler_queue::schedule(int64_t now) {
           if (end <= reservation_->start) {
             auto d = start(req, std::move(*p), now, true);
             held = hold_free_part(*reservation_);
-            if (d) {
-              it = started(it, std::move(*d));
-              continue;
-            }
+            if (d)
+              return started(it, std::move(*d));
           }
           why = waiting_reason{waiting_code::reserved,
                                "waiting: the GPUs it fits on are reserved for " +
@@ -261,9 +274,27 @@ std::vector<queue_decision> scheduler_queue::schedule(int64_t now) {
         held = hold_free_part(*reservation_);
       }
     }
-    note(req.run, std::move(why));
-    ++it;
+    note(it, std::move(why));
+    return std::next(it);
+  };
+  if (options_.skip_refused && epoch == last_epoch_) {
+    // Nothing freed since the last pass: only the runs not refused at this
+    // epoch, and the first refused for want of room while the pass may look
+    // for a reservation (each such try takes one of its attempts), in order.
+    std::vector<order_key> keys{retry_.begin(), retry_.end()};
+    auto c = capacity_refused_.begin();
+    for (unsigned n = 0; n < options_.reservation_attempts && c != capacity_refused_.end();
+         ++n, ++c)
+      keys.push_back(*c);
+    std::sort(keys.begin(), keys.end());
+    for (const auto& key : keys)
+      if (auto it = order_.find(key); it != order_.end())
+        visit(it);
+  } else {
+    for (auto it = order_.begin(); it != order_.end();)
+      it = visit(it);
   }
+  last_epoch_ = epoch;
   if (held)
     index_.give_back_hold(held);
   return out;
