@@ -58,6 +58,9 @@
 // `--spin N`: `work-stealing.aggressive-poll-attempts`, how long an idle
 // worker spins before it sleeps (CAF's 100).
 //
+// `--ends N` (with --slurm-shape): then N placed runs end one at a time
+// while the runs that waited stay queued (a backlog's cost per end).
+//
 // `--slurm-shape JOBS`: the Slurm side-by-side instead (bench/
 // slurm_side_by_side.sh): an empty, healthy cluster (no fill, no fenced
 // GPUs unless given), JOBS submissions of job i = 4 GPUs when i % 5 == 4,
@@ -112,6 +115,7 @@ struct options {
   uint64_t seed = 7;
   std::string dir;
   size_t slurm_jobs = 0; // > 0: the Slurm side-by-side shape only
+  size_t ends = 0;       // --ends: after the Slurm shape, this many placed runs end
   std::string etcd;      // non-empty: etcd endpoints (HA mode's store)
   size_t etcd_connections = etcd_gateway::default_connections;
   health_mix health;
@@ -354,6 +358,38 @@ void print_phase(const phase_result& r, uint64_t held, uint64_t gpus) {
   }
 }
 
+/// `--ends N`: N placed runs end one at a time (deleted, each answered
+/// before the next), while the runs that waited stay queued: what a run's
+/// end costs with a backlog (each end frees GPUs, so the whole queue may be
+/// tried again; like runs are refused from one try, RESULTS 32).
+void end_runs(caf::actor_system& sys, const scheduler_actor& sched, live_runs& live,
+              size_t n) {
+  caf::scoped_actor self{sys};
+  std::vector<double> ns;
+  const auto cpu0 = process_cpu_s();
+  const auto t0 = clock_type::now();
+  size_t ended = 0;
+  for (; ended < n && !live.runs.empty(); ++ended) {
+    auto name = std::move(live.runs.back().first);
+    live.held -= live.runs.back().second;
+    live.runs.pop_back();
+    auto t = clock_type::now();
+    self->request(sched, caf::infinite, atom::remove_v, std::move(name))
+      .receive([](v1::Run&) {},
+               [](caf::error& err) {
+                 std::fprintf(stderr, "remove: %s\n", render_error(err).c_str());
+               });
+    ns.push_back(ns_since(t));
+  }
+  const double wall = ns_since(t0) / 1e9;
+  const double cpu = process_cpu_s() - cpu0;
+  std::printf("  %zu placed runs ended one at a time in %.3f s, the rest still queued\n", ended,
+              wall);
+  print_latency("delete -> answer", ns);
+  std::printf("  process CPU %.0f us per end\n",
+              ended ? cpu / static_cast<double>(ended) * 1e6 : 0.0);
+}
+
 /// Sends every snapshot and waits until the actor has taken them all.
 double feed_snapshots(caf::actor_system& sys, const scheduler_actor& sched, size_t machines,
                       std::mt19937_64& rng, health_mix health, uint64_t& gpus,
@@ -483,6 +519,8 @@ void run_size(caf::actor_system& sys, size_t machines, const options& opt) {
                      UINT64_MAX, opt.window, [&n] { return slurm_shape_request(n++); });
       std::printf("slurm-shape: %zu jobs, %zu placed, %.4f s, %.0f placements/s\n", r.submitted,
                   r.placed, r.wall_s, static_cast<double>(r.placed) / r.wall_s);
+      if (opt.ends > 0)
+        end_runs(sys, sched, live, opt.ends);
     } else {
       uint64_t level = gpus * opt.fill_percent / 100;
       auto singles = [&rng, &n] { return single_request(rng, n++); };
@@ -524,7 +562,7 @@ void run_size(caf::actor_system& sys, size_t machines, const options& opt) {
   std::fprintf(stderr,
                "usage: %s [--machines N[,N...]] [--fill PCT] [--ops N] [--serial-ops N] "
                "[--gang-ops N] [--window N] [--seconds S] [--threads N] [--seed S] [--dir DIR] "
-               "[--slurm-shape JOBS] [--fenced PCT] [--at-risk PCT] [--background-sync 0|1] "
+               "[--slurm-shape JOBS [--ends N]] [--fenced PCT] [--at-risk PCT] [--background-sync 0|1] "
                "[--etcd HOST:PORT[,...]] [--etcd-connections N] [--commits-in-flight N] "
                "[--detached 0|1] [--policy wake|stealing|sharing] [--spin N]\n",
                argv0);
@@ -567,6 +605,8 @@ options parse(int argc, char** argv) {
       o.etcd_connections = std::max<size_t>(1, num());
     else if (arg == "--slurm-shape")
       o.slurm_jobs = num();
+    else if (arg == "--ends")
+      o.ends = num();
     else if (arg == "--fenced")
       o.health.faulty_percent = static_cast<unsigned>(num()), o.health_given = true;
     else if (arg == "--commits-in-flight")

@@ -506,9 +506,14 @@ public:
   /// again while the index's `capacity_epoch` stays (only less can be free
   /// since), unless the pass would look for its reservation: with nothing
   /// freed, a submission costs the runs ahead of it a skip each, not a
-  /// placement (a queue of thousands stays cheap). The decisions are those of
-  /// trying every run; such a run keeps the reason of its last try, whose
-  /// counts ("best machine has 3") may be higher than what is free now.
+  /// placement (a queue of thousands stays cheap). Within a pass, a run asking
+  /// exactly what a run refused earlier in the pass asked (GPUs, workers,
+  /// labels, cores, memory), with nothing started and the reservation's hold
+  /// unchanged in between, is refused with its words, untried (a backlog of
+  /// like runs costs a look-up each after a run ends). The decisions are
+  /// those of trying every run; a skipped run keeps the reason of its last
+  /// try, whose counts ("best machine has 3") may be higher than what is free
+  /// now.
   std::vector<queue_decision> schedule(int64_t now);
 
   /// Why `run` waits (nullptr if it did not wait in the last pass): the
@@ -548,10 +553,18 @@ private:
   uint64_t seq_ = 0;
   /// A waiting run, and the `capacity_epoch` at which the index last refused
   /// it with none of the pass's holds in place (`never_tried` if not).
+  /// Which of `retry_` and `capacity_refused_` holds a waiting run.
+  enum class filed : uint8_t { nowhere, retry, capacity_refused };
   struct queued {
     placement_request request;
+    /// What `place` looks at, as text: equal for requests it answers alike.
+    std::string shape;
+    size_t shape_hash = 0;
     uint64_t refused_at = never_tried;
     waiting_code refused_code = waiting_code::not_enough_gpus;
+    filed in = filed::retry;
+    /// Its entry in `waiting_` once it has one (nodes do not move).
+    waiting_reason* shown = nullptr;
   };
   static constexpr uint64_t never_tried = UINT64_MAX;
   std::map<order_key, queued> order_;

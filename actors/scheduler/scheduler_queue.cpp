@@ -4,6 +4,7 @@
 #include "actors/scheduler/placement.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "actors/scheduler/placement_internal.hpp"
 
@@ -11,6 +12,36 @@ namespace astraeus {
 
 using placement_detail::invalid;
 using placement_detail::never;
+
+namespace {
+
+// Everything of `r` that placement_index::place looks at, as text (not the
+// name, priority or time limit).
+std::string shape_of(const placement_request& r) {
+  std::string out;
+  auto field = [&out](std::string_view text) {
+    out += std::to_string(text.size());
+    out += ':';
+    out += text;
+  };
+  for (const auto& g : r.groups) {
+    field(g.name);
+    field(std::to_string(g.workers) + "x" + std::to_string(g.gpus_per_worker));
+  }
+  field("leader " + std::to_string(r.leader_group));
+  for (const auto& [k, v] : r.required_labels) {
+    field(k);
+    field(v);
+  }
+  field(r.healthy_only ? "healthy" : "usable");
+  char cpus[32];
+  std::snprintf(cpus, sizeof cpus, "%a", r.cpus_per_worker);
+  field(cpus);
+  field(std::to_string(r.memory_bytes_per_worker));
+  return out;
+}
+
+} // namespace
 
 scheduler_queue::scheduler_queue(placement_index& index, queue_options options)
   : index_(index), options_(options) {
@@ -24,7 +55,11 @@ caf::error scheduler_queue::submit(placement_request request, int64_t now) {
   order_key key{-static_cast<int64_t>(request.priority), now, seq_++};
   pending_.emplace(request.run, key);
   retry_.insert(key);
-  order_.emplace(key, queued{std::move(request)});
+  queued q;
+  q.shape = shape_of(request);
+  q.shape_hash = std::hash<std::string>{}(q.shape);
+  q.request = std::move(request);
+  order_.emplace(key, std::move(q));
   return {};
 }
 
@@ -176,28 +211,49 @@ std::vector<queue_decision> scheduler_queue::schedule(int64_t now) {
   allocation_id held = 0; // the free part of the reservation, held during the pass
   unsigned attempts = 0;
   using entry = std::map<order_key, queued>::iterator;
+  // Shapes refused in this pass with none of its holds in place (by hash):
+  // the shape, the code, and the words the run was given.
+  // Its words hold while nothing started since and the reservation's hold
+  // is as it was: `state` counts both.
+  struct refusal {
+    const std::string* shape;
+    waiting_code code;
+    waiting_reason shown;
+    uint64_t state;
+  };
+  std::unordered_map<size_t, refusal> refused_shapes;
+  uint64_t pass_state = 0; // + 1 per start, and when the reservation is made
+  auto refuse_shape = [&](const queued& q, waiting_code code, const waiting_reason& shown) {
+    refused_shapes.insert_or_assign(q.shape_hash, refusal{&q.shape, code, shown, pass_state});
+  };
   // Keeps why the run of `it` waits; lists it when that is new or changed,
   // and files it for the next pass.
-  auto note = [&](entry it, waiting_reason why) {
-    const auto& run = it->second.request.run;
-    auto [w, added] = waiting_.try_emplace(run);
-    if (added || w->second.code != why.code || w->second.message != why.message) {
-      w->second = std::move(why);
-      reasons_changed_.push_back(run);
+  auto note = [&](entry it, const waiting_reason& why) {
+    queued& q = it->second;
+    const bool added = !q.shown;
+    if (added)
+      q.shown = &waiting_[q.request.run];
+    if (added || q.shown->code != why.code || q.shown->message != why.message) {
+      *q.shown = why;
+      reasons_changed_.push_back(q.request.run);
     }
-    const queued& q = it->second;
-    if (q.refused_at == epoch) {
-      retry_.erase(it->first);
-      if (capacity_code(q.refused_code))
-        capacity_refused_.insert(it->first);
-      else
+    const filed to = q.refused_at != epoch        ? filed::retry
+                     : capacity_code(q.refused_code) ? filed::capacity_refused
+                                                     : filed::nowhere;
+    if (to != q.in) {
+      if (q.in == filed::retry)
+        retry_.erase(it->first);
+      else if (q.in == filed::capacity_refused)
         capacity_refused_.erase(it->first);
-    } else {
-      retry_.insert(it->first);
-      capacity_refused_.erase(it->first);
+      if (to == filed::retry)
+        retry_.insert(it->first);
+      else if (to == filed::capacity_refused)
+        capacity_refused_.insert(it->first);
+      q.in = to;
     }
   };
   auto started = [&](entry it, queue_decision d) {
+    ++pass_state;
     out.push_back(std::move(d));
     waiting_.erase(it->second.request.run);
     pending_.erase(it->second.request.run);
@@ -216,6 +272,20 @@ std::vector<queue_decision> scheduler_queue::schedule(int64_t now) {
         && !(capacity_code(q.refused_code) && !reservation_
              && attempts < options_.reservation_attempts))
       return std::next(it);
+    // Asks what a run refused earlier in this pass asked: refused too, unless
+    // the pass would look for its reservation.
+    if (options_.skip_refused) {
+      auto like = refused_shapes.find(q.shape_hash);
+      if (like != refused_shapes.end() && like->second.state == pass_state
+          && *like->second.shape == q.shape
+          && !(capacity_code(like->second.code) && !reservation_
+               && attempts < options_.reservation_attempts)) {
+        q.refused_at = epoch;
+        q.refused_code = like->second.code;
+        note(it, like->second.shown);
+        return std::next(it);
+      }
+    }
     auto r = index_.place(req);
     if (auto* p = std::get_if<placement>(&r)) {
       // Reserved GPUs are held, so this leaves them alone.
@@ -230,6 +300,7 @@ std::vector<queue_decision> scheduler_queue::schedule(int64_t now) {
     if (held == 0 || !capacity_code(why.code)) {
       q.refused_at = epoch;
       q.refused_code = why.code;
+      refuse_shape(q, why.code, why);
     }
     if (capacity_code(why.code)) {
       if (!reservation_) {
@@ -239,6 +310,7 @@ std::vector<queue_decision> scheduler_queue::schedule(int64_t now) {
             reservation_ = queue_reservation{req.run, pl->start, std::move(pl->gpus),
                                              std::move(pl->use)};
             held = hold_free_part(*reservation_);
+            ++pass_state;
             why.message += "; GPUs are reserved for it, due to start in " +
                            format_duration(reservation_->start - now);
             // Its reason names its reservation, which a later pass may give
@@ -270,11 +342,12 @@ std::vector<queue_decision> scheduler_queue::schedule(int64_t now) {
           // Refused with nothing of the pass held.
           q.refused_at = epoch;
           q.refused_code = std::get<waiting_reason>(r2).code;
+          refuse_shape(q, q.refused_code, why);
         }
         held = hold_free_part(*reservation_);
       }
     }
-    note(it, std::move(why));
+    note(it, why);
     return std::next(it);
   };
   if (options_.skip_refused && epoch == last_epoch_) {
