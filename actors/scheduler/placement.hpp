@@ -557,12 +557,13 @@ private:
   enum class filed : uint8_t { nowhere, retry, capacity_refused };
   struct queued {
     placement_request request;
-    /// What `place` looks at, as text: equal for requests it answers alike.
+    /// What `place` looks at, as bytes: equal for requests it answers alike
+    /// (made when a pass first needs it; never empty once made).
     std::string shape;
     size_t shape_hash = 0;
     uint64_t refused_at = never_tried;
     waiting_code refused_code = waiting_code::not_enough_gpus;
-    filed in = filed::retry;
+    filed in = filed::nowhere;
     /// Its entry in `waiting_` once it has one (nodes do not move).
     waiting_reason* shown = nullptr;
   };
@@ -575,6 +576,9 @@ private:
   std::vector<std::string> reasons_changed_;
   /// The index's capacity_epoch at the last pass.
   uint64_t last_epoch_ = never_tried;
+  /// Runs submitted since the last pass (tried in the next; a cancelled one
+  /// is simply not found).
+  std::vector<order_key> fresh_;
   /// Waiting runs not refused at `last_epoch_` (tried in the next pass).
   std::set<order_key> retry_;
   /// Waiting runs refused for want of room at `last_epoch_` (the first are

@@ -4,7 +4,6 @@
 #include "actors/scheduler/placement.hpp"
 
 #include <algorithm>
-#include <cstdio>
 
 #include "actors/scheduler/placement_internal.hpp"
 
@@ -15,29 +14,32 @@ using placement_detail::never;
 
 namespace {
 
-// Everything of `r` that placement_index::place looks at, as text (not the
+// Everything of `r` that placement_index::place looks at, as bytes (not the
 // name, priority or time limit).
 std::string shape_of(const placement_request& r) {
   std::string out;
-  auto field = [&out](std::string_view text) {
-    out += std::to_string(text.size());
-    out += ':';
-    out += text;
+  auto raw = [&out](const auto& v) {
+    out.append(reinterpret_cast<const char*>(&v), sizeof v);
   };
+  auto text = [&](const std::string& t) {
+    raw(t.size());
+    out += t;
+  };
+  raw(r.groups.size());
   for (const auto& g : r.groups) {
-    field(g.name);
-    field(std::to_string(g.workers) + "x" + std::to_string(g.gpus_per_worker));
+    text(g.name);
+    raw(g.workers);
+    raw(g.gpus_per_worker);
   }
-  field("leader " + std::to_string(r.leader_group));
+  raw(r.leader_group);
+  raw(r.required_labels.size());
   for (const auto& [k, v] : r.required_labels) {
-    field(k);
-    field(v);
+    text(k);
+    text(v);
   }
-  field(r.healthy_only ? "healthy" : "usable");
-  char cpus[32];
-  std::snprintf(cpus, sizeof cpus, "%a", r.cpus_per_worker);
-  field(cpus);
-  field(std::to_string(r.memory_bytes_per_worker));
+  raw(r.healthy_only);
+  raw(r.cpus_per_worker);
+  raw(r.memory_bytes_per_worker);
   return out;
 }
 
@@ -54,10 +56,8 @@ caf::error scheduler_queue::submit(placement_request request, int64_t now) {
     return invalid("run " + request.run + " is already queued or running");
   order_key key{-static_cast<int64_t>(request.priority), now, seq_++};
   pending_.emplace(request.run, key);
-  retry_.insert(key);
+  fresh_.push_back(key);
   queued q;
-  q.shape = shape_of(request);
-  q.shape_hash = std::hash<std::string>{}(q.shape);
   q.request = std::move(request);
   order_.emplace(key, std::move(q));
   return {};
@@ -223,7 +223,15 @@ std::vector<queue_decision> scheduler_queue::schedule(int64_t now) {
   };
   std::unordered_map<size_t, refusal> refused_shapes;
   uint64_t pass_state = 0; // + 1 per start, and when the reservation is made
-  auto refuse_shape = [&](const queued& q, waiting_code code, const waiting_reason& shown) {
+  // Its shape, made the first time a pass needs it (most runs start at once).
+  auto shape_known = [](queued& q) {
+    if (q.shape.empty()) {
+      q.shape = shape_of(q.request);
+      q.shape_hash = std::hash<std::string>{}(q.shape);
+    }
+  };
+  auto refuse_shape = [&](queued& q, waiting_code code, const waiting_reason& shown) {
+    shape_known(q);
     refused_shapes.insert_or_assign(q.shape_hash, refusal{&q.shape, code, shown, pass_state});
   };
   // Keeps why the run of `it` waits; lists it when that is new or changed,
@@ -257,8 +265,10 @@ std::vector<queue_decision> scheduler_queue::schedule(int64_t now) {
     out.push_back(std::move(d));
     waiting_.erase(it->second.request.run);
     pending_.erase(it->second.request.run);
-    retry_.erase(it->first);
-    capacity_refused_.erase(it->first);
+    if (it->second.in == filed::retry)
+      retry_.erase(it->first);
+    else if (it->second.in == filed::capacity_refused)
+      capacity_refused_.erase(it->first);
     return order_.erase(it);
   };
   // Tries the run of `it`; the entry after it.
@@ -274,7 +284,8 @@ std::vector<queue_decision> scheduler_queue::schedule(int64_t now) {
       return std::next(it);
     // Asks what a run refused earlier in this pass asked: refused too, unless
     // the pass would look for its reservation.
-    if (options_.skip_refused) {
+    if (options_.skip_refused && !refused_shapes.empty()) {
+      shape_known(q);
       auto like = refused_shapes.find(q.shape_hash);
       if (like != refused_shapes.end() && like->second.state == pass_state
           && *like->second.shape == q.shape
@@ -354,7 +365,8 @@ std::vector<queue_decision> scheduler_queue::schedule(int64_t now) {
     // Nothing freed since the last pass: only the runs not refused at this
     // epoch, and the first refused for want of room while the pass may look
     // for a reservation (each such try takes one of its attempts), in order.
-    std::vector<order_key> keys{retry_.begin(), retry_.end()};
+    std::vector<order_key> keys = std::move(fresh_);
+    keys.insert(keys.end(), retry_.begin(), retry_.end());
     auto c = capacity_refused_.begin();
     for (unsigned n = 0; n < options_.reservation_attempts && c != capacity_refused_.end();
          ++n, ++c)
@@ -367,6 +379,7 @@ std::vector<queue_decision> scheduler_queue::schedule(int64_t now) {
     for (auto it = order_.begin(); it != order_.end();)
       it = visit(it);
   }
+  fresh_.clear();
   last_epoch_ = epoch;
   if (held)
     index_.give_back_hold(held);
