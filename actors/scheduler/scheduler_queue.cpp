@@ -212,9 +212,9 @@ std::vector<queue_decision> scheduler_queue::schedule(int64_t now) {
   unsigned attempts = 0;
   using entry = std::map<order_key, queued>::iterator;
   // Shapes refused in this pass with none of its holds in place (by hash):
-  // the shape, the code, and the words the run was given.
-  // Its words hold while nothing started since and the reservation's hold
-  // is as it was: `state` counts both.
+  // the shape, the code, and the words the run was given, which hold while
+  // nothing started since and the reservation's hold is as it was (`state`
+  // counts both).
   struct refusal {
     const std::string* shape;
     waiting_code code;
