@@ -510,10 +510,12 @@ public:
   /// exactly what a run refused earlier in the pass asked (GPUs, workers,
   /// labels, cores, memory), with nothing started and the reservation's hold
   /// unchanged in between, is refused with its words, untried (a backlog of
-  /// like runs costs a look-up each after a run ends). The decisions are
-  /// those of trying every run; a skipped run keeps the reason of its last
-  /// try, whose counts ("best machine has 3") may be higher than what is free
-  /// now.
+  /// like runs costs a look-up each after a run ends). The runs started, their
+  /// GPU counts and the reservation are those of trying every run; among
+  /// machines of equal standing a run may land on another one (a skipped try
+  /// does not give back and re-take the reservation's hold, which reorders
+  /// such machines). A skipped run keeps the reason of its last try, whose
+  /// counts ("best machine has 3") may be higher than what is free now.
   std::vector<queue_decision> schedule(int64_t now);
 
   /// Why `run` waits (nullptr if it did not wait in the last pass): the
