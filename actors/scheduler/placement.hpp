@@ -553,10 +553,10 @@ private:
   placement_index& index_;
   queue_options options_;
   uint64_t seq_ = 0;
-  /// A waiting run, and the `capacity_epoch` at which the index last refused
-  /// it with none of the pass's holds in place (`never_tried` if not).
   /// Which of `retry_` and `capacity_refused_` holds a waiting run.
   enum class filed : uint8_t { nowhere, retry, capacity_refused };
+  /// A waiting run, and the `capacity_epoch` at which the index last refused
+  /// it with none of the pass's holds in place (`never_tried` if not).
   struct queued {
     placement_request request;
     /// What `place` looks at, as bytes: equal for requests it answers alike
