@@ -2,6 +2,8 @@
 
 #include "runtime/workers/builtin_image.hpp"
 
+#include <atomic>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 
@@ -76,7 +78,13 @@ caf::error ensure_busybox_image(const std::string& images_dir, const std::string
                              + image.string());
   if (fs::create_directories(images_dir, err); err)
     return write_failed(images_dir, err);
-  auto building = fs::path{images_dir} / (".busybox.building." + std::to_string(::getpid()));
+  // A folder of this build's own: the agent starts workers on several
+  // threads, and two workers of one image starting together both build it
+  // (one such build removed the other's half-built folder: "cannot build the
+  // busybox image at .../bin/busybox: No such file or directory").
+  static std::atomic<uint64_t> builds{0};
+  auto building = fs::path{images_dir} / (".busybox.building." + std::to_string(::getpid())
+                                          + "." + std::to_string(builds++));
   fs::remove_all(building, err);
   if (auto e = fill(building, busybox)) {
     fs::remove_all(building, err);

@@ -20,7 +20,8 @@ extern const char* const busybox_applets[];
 /// it is not there yet: /bin with busybox and its applets, /etc/passwd
 /// (root) and /etc/group (root, and wheel with root, as the seed's `id`
 /// prints), and empty /dev, /proc, /sys, /tmp, /root. Built in a temporary
-/// folder beside it and renamed into place, so a half-built image is never
+/// folder beside it (one per call: threads may build it at once, and the
+/// first rename wins) and renamed into place, so a half-built image is never
 /// seen. Returns none when the image exists or was built; ec::invalid_request
 /// naming what is missing (no busybox binary: "install busybox-static") or
 /// ec::host_read_failure naming the path that could not be written.

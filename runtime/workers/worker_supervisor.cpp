@@ -592,6 +592,12 @@ bool worker_supervisor::finish(v1::WorkerProcess& rec) {
     if (process_alive(rec.shim_pid(), 0, options_.proc_root)
         && process_start_ticks(rec.shim_pid(), options_.proc_root) != 0)
       return false;  // the shim is writing the exit file
+    // The shim may have renamed its exit file into place and ended between
+    // the first look and the liveness check: looked for again now that the
+    // shim is gone, or a worker that exited 0 would be failed.
+    end = read_process_end(rec.dir());
+  }
+  if (!end) {
     set_state(rec, worker_state::failed);
     rec.set_exit_code(-1);
     rec.set_detail("the worker's process ended and left no exit status");

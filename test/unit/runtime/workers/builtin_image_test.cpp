@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -45,6 +46,30 @@ TEST(BusyboxImage, ANameWithNoImageIsBuiltFromBusyboxStatic) {
     ++entries;
   }
   EXPECT_EQ(entries, 1u);
+}
+
+// Two workers of the busybox image starting at once on one agent (its start
+// threads) both build it: both starts succeed, one image, nothing left
+// beside it (a shared temporary folder made one of them fail, 2026-12-06).
+TEST(BusyboxImage, TwoStartsBuildingItAtOnceBothSucceed) {
+  test::temp_dir dir;
+  auto bb = fake_busybox(dir.path());
+  for (int round = 0; round < 20; ++round) {
+    auto images = fs::path{dir.path()} / ("images-" + std::to_string(round));
+    caf::error first, second;
+    std::thread other([&] { second = ensure_busybox_image(images.string(), bb.string()); });
+    first = ensure_busybox_image(images.string(), bb.string());
+    other.join();
+    ASSERT_FALSE(first) << "round " << round << ": " << render_error(first);
+    ASSERT_FALSE(second) << "round " << round << ": " << render_error(second);
+    EXPECT_EQ(fs::read_symlink(images / "busybox" / "bin" / "sh"), "busybox");
+    size_t entries = 0;
+    for (auto& e : fs::directory_iterator{images}) {
+      (void)e;
+      ++entries;
+    }
+    EXPECT_EQ(entries, 1u) << "round " << round << ": only the image";
+  }
 }
 
 TEST(BusyboxImage, AnImageTheOperatorPutThereIsKept) {

@@ -6,6 +6,11 @@
 #include <csignal>
 #include <memory>
 #include <optional>
+#include <thread>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -219,6 +224,50 @@ TEST_F(StopGrace, ARecordLeftStartingIsAdoptedFromTheMarkerNotStartedAgain) {
   EXPECT_EQ(adopted.start_ticks(), 777u);
   EXPECT_FALSE(check()) << "nothing more to do: no second start";
   EXPECT_TRUE(sent_.empty());
+}
+
+namespace {
+
+/// A worker's end, as the supervisor finds it (ordered, so never stopped).
+class WorkerEnd : public StopGrace {};
+
+} // namespace
+
+// The shim renames the exit file into place and then ends. A supervisor
+// that looked between the two (no exit file yet, then no shim) reads the
+// exit file again and reports how the worker ended, not "left no exit
+// status": under load, an all-reduce rank that exited 0 was failed so
+// (Validation.AnAllReduceBelowItsExpectedFigureFailsNamingIt, 2026-12-06).
+TEST_F(WorkerEnd, AnExitFileWrittenAsTheShimEndsIsReadNotFailed) {
+  v1::WorkerOrders orders;
+  orders.set_machine("gpu-01");
+  orders.add_workers()->set_worker("train-0");
+  ASSERT_TRUE(ledger().apply("gpu-01", orders));
+  fs::remove(fs::path{proc_} / "proc/4242/stat");  // the worker's process ended
+  auto shim_stat = fs::path{proc_} / "proc/4241/stat";
+  fs::create_directories(shim_stat.parent_path());
+  ASSERT_EQ(::mkfifo(shim_stat.c_str(), 0600), 0);
+  auto worker_dir = fs::path{ledger().processes().at("train-0").dir()};
+  // The shim: the moment the supervisor opens its stat (the liveness check
+  // after the first look for the exit file), it writes the exit file, then
+  // ends (its stat reads empty).
+  std::thread shim([&] {
+    int fd = ::open(shim_stat.c_str(), O_WRONLY);
+    write(worker_dir / "exit.tmp", "exit 0\n");
+    fs::rename(worker_dir / "exit.tmp", worker_dir / "exit");
+    if (fd >= 0)
+      ::close(fd);
+  });
+  EXPECT_TRUE(check());
+  // A supervisor that never opened the shim's stat would leave the shim
+  // waiting for a reader: this one lets it go.
+  int reader = ::open(shim_stat.c_str(), O_RDONLY | O_NONBLOCK);
+  shim.join();
+  if (reader >= 0)
+    ::close(reader);
+  const auto& rec = ledger().processes().at("train-0");
+  EXPECT_EQ(state_of(rec), worker_state::exited) << rec.detail();
+  EXPECT_EQ(rec.exit_code(), 0);
 }
 
 // Issue 23 item 8: where the host has cgroup v2, workers' cgroups live under
