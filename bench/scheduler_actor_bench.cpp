@@ -65,12 +65,20 @@
 // slurm_side_by_side.sh): an empty, healthy cluster (no fill, no fenced
 // GPUs unless given), JOBS submissions of job i = 4 GPUs when i % 5 == 4,
 // else 1 GPU, no pool, nothing removed; prints the rate in a line starting
-// "slurm-shape:".
+// "slurm-shape:". `--warmup N` (with --slurm-shape): first N jobs of the
+// same shape (other names), each deleted again once all are answered, so
+// the measured burst meets a warm actor on an empty cluster (as Slurm's
+// controller is warm when its held jobs are released); that first burst's
+// rate is printed in a line starting "slurm-shape-cold:".
+//
+// Every phase also prints the process's context switches (getrusage, all
+// threads) per request.
 
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 
+#include <sys/resource.h>
 #include <unistd.h>
 #include <cstdlib>
 #include <ctime>
@@ -116,6 +124,7 @@ struct options {
   std::string dir;
   size_t slurm_jobs = 0; // > 0: the Slurm side-by-side shape only
   size_t ends = 0;       // --ends: after the Slurm shape, this many placed runs end
+  size_t warmup = 0;     // --warmup: with --slurm-shape, a burst placed and deleted first
   std::string etcd;      // non-empty: etcd endpoints (HA mode's store)
   size_t etcd_connections = etcd_gateway::default_connections;
   health_mix health;
@@ -175,6 +184,14 @@ double process_cpu_s() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
 }
 
+/// Context switches of this process so far (all threads, voluntary and
+/// not: getrusage's ru_nvcsw + ru_nivcsw).
+uint64_t process_switches() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<uint64_t>(ru.ru_nvcsw) + static_cast<uint64_t>(ru.ru_nivcsw);
+}
+
 /// Placed runs the driver knows of, and the GPUs they hold.
 struct live_runs {
   std::vector<std::pair<std::string, unsigned>> runs;
@@ -198,6 +215,7 @@ struct phase_result {
   std::vector<double> answered_s; ///< when each answer came, s since the phase began
   double wall_s = 0;
   double cpu_s = 0;       ///< CPU time of the whole process meanwhile
+  uint64_t switches = 0;  ///< context switches of the whole process meanwhile
   bool timed_out = false; ///< stopped by `phase_spec::seconds`
   std::string first_error;
 };
@@ -215,6 +233,7 @@ public:
   void start() {
     t0_ = clock_type::now();
     cpu0_ = process_cpu_s();
+    switches0_ = process_switches();
     pump();
   }
 
@@ -234,6 +253,7 @@ private:
       finished_ = true;
       res_.wall_s = ns_since(t0_) / 1e9;
       res_.cpu_s = process_cpu_s() - cpu0_;
+      res_.switches = process_switches() - switches0_;
       done_.set_value(std::move(res_));
       self_->quit();
     }
@@ -317,6 +337,7 @@ private:
   bool finished_ = false;
   clock_type::time_point t0_;
   double cpu0_ = 0;
+  uint64_t switches0_ = 0;
 };
 
 phase_result run_phase(caf::actor_system& sys, const scheduler_actor& sched, live_runs& live,
@@ -348,6 +369,8 @@ void print_phase(const phase_result& r, uint64_t held, uint64_t gpus) {
               "on a shared machine, CPU per request is the steadier figure)\n",
               r.cpu_s, requests, requests ? r.cpu_s / static_cast<double>(requests) * 1e6 : 0.0,
               100.0 * r.cpu_s / r.wall_s);
+  std::printf("  context switches %" PRIu64 " (%.2f per request, all threads)\n", r.switches,
+              requests ? static_cast<double>(r.switches) / static_cast<double>(requests) : 0.0);
   // Does the rate hold up as runs accumulate? First and last tenth.
   const auto& a = r.answered_s;
   if (a.size() >= 100) {
@@ -388,6 +411,19 @@ void end_runs(caf::actor_system& sys, const scheduler_actor& sched, live_runs& l
   print_latency("delete -> answer", ns);
   std::printf("  process CPU %.0f us per end\n",
               ended ? cpu / static_cast<double>(ended) * 1e6 : 0.0);
+}
+
+/// Deletes every run in `live`, one request at a time, each answered.
+void delete_all(caf::actor_system& sys, const scheduler_actor& sched, live_runs& live) {
+  caf::scoped_actor self{sys};
+  for (auto& [name, n] : live.runs)
+    self->request(sched, caf::infinite, atom::remove_v, std::move(name))
+      .receive([](v1::Run&) {},
+               [](caf::error& err) {
+                 std::fprintf(stderr, "remove: %s\n", render_error(err).c_str());
+               });
+  live.runs.clear();
+  live.held = 0;
 }
 
 /// Sends every snapshot and waits until the actor has taken them all.
@@ -515,6 +551,16 @@ void run_size(caf::actor_system& sys, size_t machines, const options& opt) {
       return r;
     };
     if (slurm) {
+      if (opt.warmup > 0) {
+        // As Slurm's controller is when its jobs are released (up, its
+        // nodes registered, the held jobs submitted): the actor has served
+        // a burst of the same shape, deleted again, so the cluster is empty.
+        auto w = phase("warm-up burst (deleted again)", opt.warmup, UINT64_MAX, opt.window,
+                       [&n] { return slurm_shape_request(n++); });
+        std::printf("slurm-shape-cold: %zu jobs, %zu placed, %.4f s, %.0f placements/s\n",
+                    w.submitted, w.placed, w.wall_s, static_cast<double>(w.placed) / w.wall_s);
+        delete_all(sys, sched, live);
+      }
       auto r = phase("Slurm shape (1-GPU and 4-GPU jobs, 4:1), nothing deleted", opt.slurm_jobs,
                      UINT64_MAX, opt.window, [&n] { return slurm_shape_request(n++); });
       std::printf("slurm-shape: %zu jobs, %zu placed, %.4f s, %.0f placements/s\n", r.submitted,
@@ -562,7 +608,7 @@ void run_size(caf::actor_system& sys, size_t machines, const options& opt) {
   std::fprintf(stderr,
                "usage: %s [--machines N[,N...]] [--fill PCT] [--ops N] [--serial-ops N] "
                "[--gang-ops N] [--window N] [--seconds S] [--threads N] [--seed S] [--dir DIR] "
-               "[--slurm-shape JOBS [--ends N]] [--fenced PCT] [--at-risk PCT] [--background-sync 0|1] "
+               "[--slurm-shape JOBS [--ends N] [--warmup N]] [--fenced PCT] [--at-risk PCT] [--background-sync 0|1] "
                "[--etcd HOST:PORT[,...]] [--etcd-connections N] [--commits-in-flight N] "
                "[--detached 0|1] [--policy wake|stealing|sharing] [--spin N]\n",
                argv0);
@@ -607,6 +653,8 @@ options parse(int argc, char** argv) {
       o.slurm_jobs = num();
     else if (arg == "--ends")
       o.ends = num();
+    else if (arg == "--warmup")
+      o.warmup = num();
     else if (arg == "--fenced")
       o.health.faulty_percent = static_cast<unsigned>(num()), o.health_given = true;
     else if (arg == "--commits-in-flight")

@@ -15,7 +15,9 @@
 #     same job sequence through the scheduler actor with its synced group
 #     commit (the fsync on a thread of its own, as the controller runs it),
 #     the store in this run's temporary folder (the real disk), then again
-#     with the store on /dev/shm (the actor without the disk).
+#     with the store on /dev/shm (the actor without the disk); then, as
+#     Slurm's side is measured, every job at once on a warm actor (a burst
+#     placed and deleted first), with the store on the disk.
 #   Slurm: submits --jobs batch jobs held (job i asks for 4 GPUs when
 #     i % 5 == 4, else 1 GPU: `sbatch -H --gres=gpu:K --wrap 'sleep 3600'`),
 #     releases them all at once, and times until squeue shows all RUNNING;
@@ -121,17 +123,25 @@ trap 'exit 130' INT TERM
 # -- ours (first, so that Slurm's daemons and jobs do not share the CPUs) ----
 # Twice: the store on the temporary folder's disk (the real figure), and on
 # /dev/shm (tmpfs: fdatasync costs nothing), which shows what the actor
-# costs without the disk.
-ours_rate() { # label, store base dir
-  local line
-  line=$("$bench" --machines "$nodes" --slurm-shape "$jobs" --serial-ops 0 --gang-ops 0 --dir "$2" \
-         | tee "$tmp/ours-$1.txt" | grep '^slurm-shape:')
-  sed "s/^/  ours ($1): /" "$tmp/ours-$1.txt" >&2
+# costs without the disk. Both as this comparison has always measured ours
+# (the first burst after start, 64 requests in flight): the figure the
+# issue-14 bar (>= 200x) is judged on. Then once more on the disk as
+# Slurm's side is measured: every job pending at once (`--window JOBS`, as
+# Slurm's held jobs are released at once) on a warm actor (`--warmup JOBS`:
+# the same burst placed and deleted first, as Slurm's controller has its
+# nodes registered and its jobs submitted before the release).
+ours_rate() { # label, store base dir, extra options...
+  local label=$1 dir=$2 line
+  shift 2
+  line=$("$bench" --machines "$nodes" --slurm-shape "$jobs" --serial-ops 0 --gang-ops 0 \
+           --dir "$dir" "$@" | tee "$tmp/ours-$label.txt" | grep '^slurm-shape:')
+  sed "s/^/  ours ($label): /" "$tmp/ours-$label.txt" >&2
   echo "$line" | awk '{for (i=1;i<=NF;i++) if ($i=="placements/s") print $(i-1)}'
 }
 ours_disk=$(ours_rate disk "$tmp")
 ours_shm=""
 [ -d /dev/shm ] && ours_shm=$(ours_rate tmpfs /dev/shm)
+ours_alike=$(ours_rate "disk, all at once, warm" "$tmp" --window "$jobs" --warmup "$jobs")
 
 mkdir -p "$tmp"/{state,spool,log,run,dev}
 for g in 0 1 2 3 4 5 6 7; do : >"$tmp/dev/gpu$g"; done
@@ -258,3 +268,5 @@ printf 'Slurm:    %.1f placements/s (release -> all RUNNING)\n' "$slurm_rate"
 printf 'ratio (Astraeus / Slurm, wall clock): %.1fx with the disk' "$(echo "$ours_disk / $slurm_rate" | bc -l)"
 [ -n "$ours_shm" ] && printf ', %.1fx on tmpfs' "$(echo "$ours_shm / $slurm_rate" | bc -l)"
 printf ' (target >= 100x)\n'
+printf 'like for like (all %s jobs pending at once, a warm actor, the disk): Astraeus %s placements/s, %.1fx\n' \
+  "$jobs" "$ours_alike" "$(echo "$ours_alike / $slurm_rate" | bc -l)"
