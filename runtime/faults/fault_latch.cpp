@@ -1,6 +1,8 @@
 #include "runtime/faults/fault_latch.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -19,6 +21,31 @@ constexpr const char* latch_prefix = "latch/";
 constexpr const char* incident_prefix = "incident/";
 constexpr const char* policy_key = "policy";
 constexpr const char* position_key = "kmsg-position";
+/// Plain kernel-log lines handled in this boot:
+/// "kmsg-plain/<boot id>/<timestamp us, 20 digits>/<FNV-1a of the text, 16 hex>".
+constexpr const char* plain_prefix = "kmsg-plain/";
+/// Plain records remembered per boot at most (the oldest forgotten first).
+constexpr size_t max_plain_records = 10000;
+
+/// FNV-1a, 64 bits: stable across builds (the key is stored).
+uint64_t fnv1a(std::string_view text) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+/// The store key of plain record `ev` (timestamp and text) in boot `boot`;
+/// zero-padded so that the keys of a boot sort by timestamp.
+std::string plain_record_key(const std::string& boot, const gpu_event& ev) {
+  char tail[64];
+  std::snprintf(tail, sizeof tail, "/%020llu/%016llx",
+                static_cast<unsigned long long>(ev.timestamp_us),
+                static_cast<unsigned long long>(fnv1a(ev.text)));
+  return plain_prefix + boot + tail;
+}
 /// Incidents kept at most (oldest dropped first).
 constexpr size_t max_incidents = 500;
 
@@ -139,6 +166,7 @@ caf::expected<fault_latches> fault_latches::load(std::shared_ptr<Store> store,
   fault_latches out;
   out.store_ = std::move(store);
   out.boot_id_ = std::move(boot_id);
+  std::vector<std::string> stale_plain;
   caf::error bad;
   auto err = out.store_->for_each(
     family::faults, [&](std::string_view key, std::string_view bytes) {
@@ -160,6 +188,13 @@ caf::expected<fault_latches> fault_latches::load(std::shared_ptr<Store> store,
         v1::XidPolicyTable t;
         if (t.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
           out.policy_ = xid_policy::from_table(t);
+      } else if (k.rfind(plain_prefix, 0) == 0) {
+        // This boot's plain records are remembered; another boot's forgotten.
+        if (k.compare(std::strlen(plain_prefix), out.boot_id_.size() + 1, out.boot_id_ + "/") == 0
+            && !out.boot_id_.empty())
+          out.plain_handled_before_.insert(k);
+        else
+          stale_plain.push_back(k);
       } else if (k == position_key) {
         v1::KmsgPosition pos;
         if (pos.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))
@@ -172,6 +207,16 @@ caf::expected<fault_latches> fault_latches::load(std::shared_ptr<Store> store,
     });
   if (err)
     return err;
+  // Beyond the bound, the oldest of this boot's plain records go too (their
+  // keys sort by timestamp).
+  while (out.plain_handled_before_.size() > max_plain_records) {
+    stale_plain.push_back(*out.plain_handled_before_.begin());
+    out.plain_handled_before_.erase(out.plain_handled_before_.begin());
+  }
+  out.plain_kept_ = out.plain_handled_before_.size();
+  for (const auto& k : stale_plain)
+    if (auto gone = out.store_->erase(family::faults, k, false))
+      spdlog::warn("latch: cannot forget kernel-log record {}: {}", k, render_error(gone));
   return out;
 }
 
@@ -305,7 +350,12 @@ std::string fault_latches::holder_for(const std::string& pci, const v1::Gpu* gpu
 
 bool fault_latches::seen_before(const gpu_event& ev) const {
   if (ev.sequence == 0)
-    return false;  // a plain dmesg line: no position to go by
+    // A plain dmesg line has no position to go by; one with a timestamp is
+    // the same record as a line of the same timestamp and text handled in
+    // an earlier run of this boot (the file is read again from its start).
+    // Within a run every line is read once: an identical one is a repeat.
+    return ev.timestamp_us != 0 && !boot_id_.empty()
+           && plain_handled_before_.count(plain_record_key(boot_id_, ev)) > 0;
   if (handled_.count(record_key(ev)) > 0)
     return true;
   if (ev.after_jump)
@@ -314,8 +364,15 @@ bool fault_latches::seen_before(const gpu_event& ev) const {
 }
 
 void fault_latches::keep_position(const gpu_event& ev) {
-  if (ev.sequence == 0)
+  if (ev.sequence == 0) {
+    // Remembered for the next run of this boot (no sync: as the position,
+    // a record lost with a crash is read again, which only repeats it).
+    if (ev.timestamp_us == 0 || boot_id_.empty() || plain_kept_ >= max_plain_records)
+      return;
+    if (!store_->put_raw(family::faults, plain_record_key(boot_id_, ev), "", false))
+      ++plain_kept_;
     return;
+  }
   position_ = ev.sequence;
   position_part_ = ev.part;
   auto key = record_key(ev);

@@ -159,7 +159,8 @@ private:
   // before, the address itself, or "" (no GPU: an incident).
   std::string holder_for(const std::string& pci, const v1::Gpu* gpu,
                          const v1::GpuSection& known) const;
-  // The record was handled before (position or the same record again).
+  // The record was handled before (position or the same record again; a
+  // plain line: the same timestamp and text in an earlier run of this boot).
   bool seen_before(const gpu_event& ev) const;
   // Keeps the position after `ev` (store, no sync) and remembers it.
   void keep_position(const gpu_event& ev);
@@ -203,6 +204,14 @@ private:
   /// Records handled in this run ("sequence/part/text"), the newest last.
   std::deque<std::string> handled_order_;
   std::set<std::string> handled_;
+  /// Plain dmesg lines (no sequence number, a "[ seconds.fraction]"
+  /// timestamp: a regular file given as kmsg.path) handled in an earlier run
+  /// of this boot, by `plain_record_key`: a file is read from its start at
+  /// every agent start, and its lines carry no position to go by.
+  std::set<std::string> plain_handled_before_;
+  /// Plain records kept in the store (this boot's, oldest dropped first
+  /// beyond `max_plain_records`), in the order they were kept.
+  size_t plain_kept_ = 0;
   /// Unresponsive passes in a row, by GPU id.
   std::map<std::string, int> unresponsive_passes_;
   /// AMD resets begun and not yet succeeded: GPU (id, else address) ->

@@ -794,3 +794,58 @@ TEST_F(FaultLatches, ADeferredSyncFencesAtOnceAndHoldsTheLatchWhenTheSyncFails) 
   EXPECT_EQ(again.latches().count("GPU-A"), 1u);
   EXPECT_EQ(again.latches().count("GPU-B"), 1u);
 }
+
+// Found trying the dev cluster as a user would (kmsg.path a regular file of
+// dmesg lines, config/agent.yaml): the file is read from its start at every
+// agent start, and a plain line carries no sequence number, so a cleared Xid
+// was latched again at each restart. A plain line's timestamp and text name
+// it within the boot.
+TEST_F(FaultLatches, AClearedPlainDmesgLineDoesNotFenceAgainAfterARestart) {
+  auto plain = [](uint32_t n, uint64_t ts_us) {
+    auto ev = xid(n, "0000:3b:00.0");
+    ev.timestamp_us = ts_us;
+    return ev;
+  };
+  {
+    auto l = open();
+    EXPECT_TRUE(*l.on_event(plain(79, 1234567890), two_gpus(), 1000));
+    ASSERT_TRUE(*l.clear("GPU-A"));
+  }
+  {
+    auto l = open();
+    EXPECT_FALSE(*l.on_event(plain(79, 1234567890), two_gpus(), 2000))
+      << "the file read again from its start";
+    EXPECT_TRUE(l.latches().empty());
+    // A line the file gained while the agent was down is new, and so is
+    // the same words at another time.
+    EXPECT_TRUE(*l.on_event(plain(79, 1300000000), two_gpus(), 3000));
+    ASSERT_TRUE(*l.clear("GPU-A"));
+  }
+  {
+    auto l = open();
+    EXPECT_FALSE(*l.on_event(plain(79, 1234567890), two_gpus(), 4000));
+    EXPECT_FALSE(*l.on_event(plain(79, 1300000000), two_gpus(), 4000));
+    EXPECT_TRUE(l.latches().empty());
+  }
+  // Another boot reads the file afresh.
+  auto l = open("boot-2");
+  EXPECT_TRUE(*l.on_event(plain(79, 1234567890), two_gpus(), 5000));
+}
+
+TEST_F(FaultLatches, APlainLineRepeatedWithinARunStillCountsAndOneWithoutTimeIsReadEachRun) {
+  auto bare = xid(48, "0000:3b:00.0");
+  {
+    auto l = open();
+    auto ev = xid(79, "0000:3b:00.0");
+    ev.timestamp_us = 5000000;
+    EXPECT_TRUE(*l.on_event(ev, two_gpus(), 1000));
+    EXPECT_FALSE(*l.on_event(ev, two_gpus(), 2000));
+    EXPECT_EQ(l.latches().at("GPU-A")[0].count(), 2u) << "within a run, a repeat";
+    ASSERT_TRUE(*l.clear("GPU-A"));
+    // "NVRM: Xid ..." with no timestamp names no record: nothing to remember.
+    EXPECT_TRUE(*l.on_event(bare, two_gpus(), 3000));
+    ASSERT_TRUE(*l.clear("GPU-A"));
+  }
+  auto again = open();
+  EXPECT_TRUE(*again.on_event(bare, two_gpus(), 4000));
+}
