@@ -215,6 +215,8 @@ start_controller(caf::actor_system& sys, const ControllerConfig& cfg,
   vc.console_url = cfg.validation_console_url.empty() ? cfg.api_advertise_url
                                                       : cfg.validation_console_url;
   vc.installer_delay = cfg.validation_installer_batch_delay;
+  vc.organization = cfg.api_organization;
+  vc.cluster_name = cfg.cluster_name;
   // Filled once the API runs: join tokens' install command, console links.
   out.install = std::make_shared<install_site>();
   vc.install = out.install;

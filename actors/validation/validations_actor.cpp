@@ -113,7 +113,9 @@ void start_validation(self_ptr self, v1::StartValidation start, std::string trig
         v.set_created_by(created_by);
         auto console = console_base(st.config.console_url, st.config.install.get());
         if (!console.empty())
-          v.set_console_url(console + "/validation?validation=" + id);
+          v.set_console_url(console + "/o/" + st.config.organization
+                            + "/w/default/validation?cluster=" + st.config.cluster_name
+                            + "&validation=" + id);
         if (auto err = st.config.store->put(family::validations, "val/" + id, v, true)) {
           done(err);
           return;

@@ -49,9 +49,14 @@ struct validations_config {
   /// `validation.quick_on_up`: run the quick check when a machine comes Up.
   bool quick_on_up = true;
   /// The console's address ("https://host:8443"); a validation's page is
-  /// `<console_url>/validation?validation=<id>`; empty: the API's address
-  /// once it runs (`install`), else none shown.
+  /// `<console_url>/o/<organization>/w/default/validation?cluster=<cluster_name>&validation=<id>`
+  /// (README, "Validation"; the seed bring-up-a-gpu-cluster.md); empty: the
+  /// API's address once it runs (`install`), else none shown.
   std::string console_url;
+  /// The organisation and cluster in console addresses (api.organization,
+  /// cluster.name).
+  std::string organization = "default";
+  std::string cluster_name = "default";
   /// Where the API runs (it serves the console): the console's address when
   /// console_url is empty. Null: none.
   std::shared_ptr<install_site> install;

@@ -117,6 +117,9 @@ protected:
     c.scheduler = sched;
     c.quick_on_up = false;
     c.seed = 7;
+    c.console_url = "https://console.example:8443";
+    c.organization = "acme";
+    c.cluster_name = "prod";
     actor_ = spawn(validations, std::move(c));
     caf::anon_send(actor_, atom::attach_v, cluster_);
     run();
@@ -247,4 +250,23 @@ TEST_F(Validations, AValidationOfARemovedMachineFinishes) {
   for (const auto& s : v.steps())
     named = named || s.reason() == "machine dgx-01 was removed before the check finished";
   EXPECT_TRUE(named) << v.DebugString();
+}
+
+// README "Validation" and bring-up-a-gpu-cluster.md: a validation's page is
+// /o/<org>/w/<workspace>/validation?cluster=<cluster>&validation=<id>; the
+// link printed used to leave out the organisation, workspace and cluster,
+// and the console answered it 404 (found by a helper trying the dev cluster).
+TEST_F(Validations, AValidationsConsoleLinkIsThePageTheConsoleServes) {
+  auto resp = set_policy("h100", true);
+  ASSERT_FALSE(resp.has_error()) << resp.error().message();
+  join("dgx-01", "h100");
+  for (int i = 0; i < 3; ++i)
+    advance(std::chrono::seconds{2});
+  v1::Request req;
+  req.mutable_list_validations();
+  auto list = ask<v1::Response>(actor_, std::move(req));
+  ASSERT_EQ(list.validations().validations_size(), 1);
+  const auto& v = list.validations().validations(0);
+  EXPECT_EQ(v.console_url(), "https://console.example:8443/o/acme/w/default/validation?cluster=prod"
+                             "&validation=" + v.id());
 }
