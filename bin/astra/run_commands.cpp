@@ -292,10 +292,55 @@ int wait_for_run(const options& opts, const std::string& name) {
 
 } // namespace
 
+namespace {
+
+/// `logs RUN [--worker N] [-f]` under `parent` (`astra logs`, `astra run logs`).
+void add_logs_command(CLI::App& parent, invocation& inv) {
+  // A worker's output, read from its machine.
+  auto* logs = parent.add_subcommand(
+    "logs", "print a worker's output: astra logs RUN [--worker N] [-f]");
+  auto& flags = inv.keep<logs_flags>();
+  logs->add_option("RUN", flags.run, "run name")->required();
+  logs->add_option("--worker", flags.worker, "the worker's rank (default 0, the leader)")
+    ->check(CLI::Range(0, static_cast<int>(max_run_workers) - 1));
+  logs->add_flag("-f,--follow", flags.follow, "keep printing new output until the "
+                                             "worker ends");
+  add_workspace_option(logs, flags.workspace);
+  logs->callback([&inv, &flags] { inv.rc = print_logs(inv.opts, flags); });
+}
+
+/// `delete NAME` under `parent` (`astra delete`, `astra run delete`).
+void add_delete_command(CLI::App& parent, invocation& inv) {
+  auto* del = parent.add_subcommand("delete", "stop a run and free its GPUs");
+  auto& name = inv.keep<std::string>();
+  auto& del_workspace = inv.keep<std::string>();
+  del->add_option("NAME", name, "run name")->required();
+  add_workspace_option(del, del_workspace);
+  del->callback([&inv, &name, &del_workspace] {
+    v1::Request req;
+    req.mutable_delete_run()->set_name(name);
+    req.mutable_delete_run()->set_workspace(del_workspace);
+    inv.rc = call(inv.opts, req, [](const v1::Response& r) {
+      // Issue 23 item 6: its workers stop; `run show` says how they end.
+      const auto& spec = r.run().spec();
+      if (!r.run().deleted())
+        return "run " + spec.name() + " deleted\n";
+      return "run " + spec.name() + " deleted; its workers are stopping (astra run show "
+             + spec.name()
+             + (spec.workspace().empty() || spec.workspace() == default_workspace
+                  ? std::string{}
+                  : " --workspace " + spec.workspace())
+             + ")\n";
+    });
+  });
+}
+
+} // namespace
+
 void add_run_commands(CLI::App& app, invocation& inv) {
   auto* run = app.add_subcommand(
     "run", "submit a run: astra run --name NAME --gpus 8 --workers 2 --image IMG "
-           "-- CMD ARGS..., or astra run -f spec.yaml; astra run show NAME");
+           "-- CMD ARGS..., or astra run -f spec.yaml; astra run show|delete|logs NAME");
   run->require_subcommand(0, 1);
   auto& flags = inv.keep<run_flags>();
   add_run_options(run, flags);
@@ -313,9 +358,12 @@ void add_run_commands(CLI::App& app, invocation& inv) {
       return format_run(r.run(), now_ms());
     });
   });
-  run->callback([&inv, &flags, run, show] {
-    if (show->parsed())
-      return;
+  // README: `astra run show|delete|logs NAME`, as `astra delete|logs NAME`.
+  add_delete_command(*run, inv);
+  add_logs_command(*run, inv);
+  run->callback([&inv, &flags, run] {
+    if (!run->get_subcommands().empty())
+      return;  // show, delete or logs: their own callbacks answered
     if (inv.has_trailing) {
       if (!flags.command.empty()) {
         std::fprintf(stderr, "astra: give the run's command after -- only (got '%s' "
@@ -370,39 +418,8 @@ void add_run_commands(CLI::App& app, invocation& inv) {
 }
 
 void add_run_control_commands(CLI::App& app, invocation& inv) {
-  // A worker's output, read from its machine.
-  auto* logs = app.add_subcommand(
-    "logs", "print a worker's output: astra logs RUN [--worker N] [-f]");
-  auto& flags = inv.keep<logs_flags>();
-  logs->add_option("RUN", flags.run, "run name")->required();
-  logs->add_option("--worker", flags.worker, "the worker's rank (default 0, the leader)")
-    ->check(CLI::Range(0, static_cast<int>(max_run_workers) - 1));
-  logs->add_flag("-f,--follow", flags.follow, "keep printing new output until the "
-                                             "worker ends");
-  add_workspace_option(logs, flags.workspace);
-  logs->callback([&inv, &flags] { inv.rc = print_logs(inv.opts, flags); });
-  auto* del = app.add_subcommand("delete", "stop a run and free its GPUs");
-  auto& name = inv.keep<std::string>();
-  auto& del_workspace = inv.keep<std::string>();
-  del->add_option("NAME", name, "run name")->required();
-  add_workspace_option(del, del_workspace);
-  del->callback([&inv, &name, &del_workspace] {
-    v1::Request req;
-    req.mutable_delete_run()->set_name(name);
-    req.mutable_delete_run()->set_workspace(del_workspace);
-    inv.rc = call(inv.opts, req, [](const v1::Response& r) {
-      // Issue 23 item 6: its workers stop; `run show` says how they end.
-      const auto& spec = r.run().spec();
-      if (!r.run().deleted())
-        return "run " + spec.name() + " deleted\n";
-      return "run " + spec.name() + " deleted; its workers are stopping (astra run show "
-             + spec.name()
-             + (spec.workspace().empty() || spec.workspace() == default_workspace
-                  ? std::string{}
-                  : " --workspace " + spec.workspace())
-             + ")\n";
-    });
-  });
+  add_logs_command(app, inv);
+  add_delete_command(app, inv);
 }
 
 } // namespace astraeus::cli

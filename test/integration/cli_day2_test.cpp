@@ -345,7 +345,8 @@ TEST_F(CliDay2, RunNamesArePerWorkspaceAndADeletedRunsWorkerShowsStoppingThenHow
   ASSERT_EQ(del.rc, 0) << del.err;
   EXPECT_EQ(del.out, "run t deleted; its workers are stopping (astra run show t --workspace wa)\n");
   EXPECT_EQ(worker("wa", "state"), "Stopping");
-  auto again = astra({"delete", "t", "--workspace", "wa"});
+  // README: `astra run show|delete|logs t --workspace W`, as `astra delete`.
+  auto again = astra({"run", "delete", "t", "--workspace", "wa"});
   EXPECT_EQ(again.rc, 1);
   EXPECT_TRUE(has(again.err, "run t in workspace wa is already stopping")) << again.err;
   EXPECT_TRUE(wait_until([&] { return worker("wa", "state") == "Cancelled"; }, 10s, 100ms))
@@ -354,7 +355,8 @@ TEST_F(CliDay2, RunNamesArePerWorkspaceAndADeletedRunsWorkerShowsStoppingThenHow
   EXPECT_TRUE(has(astra({"run", "show", "t", "--workspace", "wa"}).out, "How they ended"));
   // The other workspace's t runs on.
   EXPECT_EQ(worker("wb", "state"), "Running");
-  EXPECT_EQ(astra({"delete", "t", "--workspace", "wb"}).rc, 0);
+  EXPECT_EQ(astra({"run", "logs", "t", "--workspace", "wb"}).rc, 0);
+  EXPECT_EQ(astra({"run", "delete", "t", "--workspace", "wb"}).rc, 0);
 }
 
 // Trial: revoking the only owner token locked the cluster for good, and a
