@@ -98,6 +98,54 @@ std::string request_kind(const v1::Request& req) {
   return field != nullptr ? field->name() : std::string{"unknown request"};
 }
 
+/// What a request acts on, for the audit record of a refusal (an allowed
+/// request's handler names it itself): its body's first non-empty field of
+/// "machine", "name", "gpu", "pool", "id", looked for one message deep
+/// (CreateWorkspace's workspace), a repeated one joined by ","; "" when it
+/// has none (a token minted for no one yet).
+std::string request_target(const v1::Request& req) {
+  using google::protobuf::FieldDescriptor;
+  const auto* field = req.GetDescriptor()->FindFieldByNumber(req.body_case());
+  if (field == nullptr || field->type() != FieldDescriptor::TYPE_MESSAGE)
+    return {};
+  const auto& body = req.GetReflection()->GetMessage(req, field);
+  auto from = [](const google::protobuf::Message& m) -> std::string {
+    const auto* d = m.GetDescriptor();
+    const auto* refl = m.GetReflection();
+    for (const char* name : {"machine", "name", "gpu", "pool", "id"}) {
+      const auto* f = d->FindFieldByName(name);
+      if (f == nullptr || f->cpp_type() != FieldDescriptor::CPPTYPE_STRING)
+        continue;
+      if (!f->is_repeated()) {
+        auto v = refl->GetString(m, f);
+        if (!v.empty())
+          return v;
+        continue;
+      }
+      std::string joined;
+      for (int i = 0; i < refl->FieldSize(m, f); ++i)
+        joined += (joined.empty() ? "" : ",") + refl->GetRepeatedString(m, f, i);
+      if (!joined.empty())
+        return joined;
+    }
+    return {};
+  };
+  auto target = from(body);
+  if (!target.empty())
+    return target;
+  const auto* d = body.GetDescriptor();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const auto* f = d->field(i);
+    if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE && !f->is_repeated()
+        && body.GetReflection()->HasField(body, f)) {
+      target = from(body.GetReflection()->GetMessage(body, f));
+      if (!target.empty())
+        return target;
+    }
+  }
+  return {};
+}
+
 caf::expected<machine_actor> find_machine(const cluster_request& r,
                                           const std::string& name) {
   auto& machines = r.self->state.machines;
@@ -856,8 +904,14 @@ caf::result<v1::Response> answer_cluster_request(cluster_ptr self,
                                           ? std::string{"members"}
                                           : std::string{"owners and admins"})
                                      + " may do this");
-    if (need != role::member)
-      audit(self, caller, request_kind(req), "", "refused: " + render_error(err));
+    if (need != role::member) {
+      // As the allowed action would read: its name and what it acts on.
+      const auto* row = find_cluster_request(req.body_case());
+      auto action = row != nullptr && row->audit_name != nullptr
+                      ? std::string{row->audit_name(req)}
+                      : request_kind(req);
+      audit(self, caller, action, request_target(req), "refused: " + render_error(err));
+    }
     return error_response(req.id(), err);
   }
   const auto* row = find_cluster_request(req.body_case());
