@@ -3,6 +3,9 @@
 #include "actors/validation/validation_actor.hpp"
 #include "actors/validation/validation_actor_internal.hpp"
 
+#include <string>
+#include <vector>
+
 #include <caf/send.hpp>
 #include <spdlog/spdlog.h>
 
@@ -313,6 +316,9 @@ v1::Principal validation_principal() {
 
 void combine_quick(v1::ValidationStep& step, const v1::GpuList& gpus) {
   auto* result = step.mutable_result();
+  const std::string check_said = result->summary();
+  const bool check_ran = result->verdict() != "skipped";
+  std::vector<std::string> faulted;
   for (const auto& g : gpus.gpus()) {
     if (g.health() != "Faulty")
       continue;
@@ -331,7 +337,20 @@ void combine_quick(v1::ValidationStep& step, const v1::GpuList& gpus) {
     f->set_check(step.check());
     result->set_verdict("fail");
     step.set_verdict("fail");
+    faulted.push_back(f->what());
   }
+  if (faulted.empty())
+    return;
+  // The reason shown reads as the verdict: the latched faults, then what the
+  // check itself said when it ran ("nothing to check" of a check that found
+  // no GPU to read is no reason for a fail).
+  std::string summary = faulted.size() == 1
+                          ? faulted.front()
+                          : std::to_string(faulted.size()) + " GPUs have latched faults; the first: "
+                              + faulted.front();
+  if (check_ran && !check_said.empty())
+    summary += "; the check: " + check_said;
+  result->set_summary(summary);
 }
 
 validation_actor::behavior_type

@@ -546,3 +546,50 @@ TEST_F(ValidationActor, AMachineFoundGoneBeforeItsNextStepEndsTheRest) {
   EXPECT_TRUE(w->slots.empty());
   (void)a;
 }
+
+// Issue 21: a latched fault fails the quick check; the reason shown is the
+// fault, not what a check that had nothing to read said (found by a helper
+// trying a fixture machine: "fail ... no NVIDIA GPU on the PCI bus and no
+// driver: nothing to check").
+TEST(CombineQuick, ALatchedFaultFailsTheStepAndIsItsReason) {
+  auto faulty_gpus = [](int n) {
+    v1::GpuList gpus;
+    for (int i = 0; i < n; ++i) {
+      auto* g = gpus.add_gpus();
+      g->mutable_gpu()->set_id("GPU-" + std::to_string(i));
+      g->set_health("Faulty");
+      g->add_health_reasons("Xid 79 fault");
+    }
+    gpus.add_gpus()->set_health("Healthy");
+    return gpus;
+  };
+  v1::ValidationStep skipped;
+  skipped.set_machine("dgx-01");
+  skipped.set_check("quick");
+  skipped.mutable_result()->set_verdict("skipped");
+  skipped.mutable_result()->set_summary(
+    "no NVIDIA GPU on the PCI bus and no driver: nothing to check");
+  combine_quick(skipped, faulty_gpus(1));
+  EXPECT_EQ(skipped.verdict(), "fail");
+  EXPECT_EQ(skipped.result().summary(), "dgx-01 GPU GPU-0 has a latched fault: Xid 79 fault");
+
+  v1::ValidationStep passed;
+  passed.set_machine("dgx-02");
+  passed.set_check("quick");
+  passed.mutable_result()->set_verdict("pass");
+  passed.mutable_result()->set_summary("8 GPUs read");
+  combine_quick(passed, faulty_gpus(2));
+  EXPECT_EQ(passed.result().verdict(), "fail");
+  EXPECT_EQ(passed.result().summary(),
+            "2 GPUs have latched faults; the first: dgx-02 GPU GPU-0 has a latched fault: "
+            "Xid 79 fault; the check: 8 GPUs read");
+  EXPECT_EQ(passed.result().findings_size(), 2);
+
+  v1::ValidationStep clean;
+  clean.mutable_result()->set_verdict("pass");
+  clean.mutable_result()->set_summary("8 GPUs read");
+  v1::GpuList healthy;
+  healthy.add_gpus()->set_health("Healthy");
+  combine_quick(clean, healthy);
+  EXPECT_EQ(clean.result().summary(), "8 GPUs read") << "nothing latched: as the check said";
+}
