@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -46,7 +47,7 @@ void add_run_options(CLI::App* run, run_flags& f) {
   run->add_option("--array-size", f.array,
                   "run N copies, each placed on its own (array.size)");
   // One value per --env, so `--env K=V CMD` never takes CMD as a value.
-  run->add_option("--env", f.env, "KEY=VALUE, repeatable")->allow_extra_args(false);
+  run->add_option("--env", f.env, "KEY=VALUE (or KEY: its value here), repeatable")->allow_extra_args(false);
   run->add_option("--runtime", f.runtime,
                   "how the workers run: runc (OCI containers) or process (host "
                   "processes); default: the machine's choice");
@@ -185,7 +186,18 @@ bool build_spec(const CLI::App& run, const run_flags& f, v1::RunSpec& spec) {
     spec.set_time_limit_seconds(f.time_limit);
   for (const auto& kv : f.env) {
     auto eq = kv.find('=');
-    (*spec.mutable_env())[kv.substr(0, eq)] = eq == std::string::npos ? "" : kv.substr(eq + 1);
+    if (eq != std::string::npos) {
+      (*spec.mutable_env())[kv.substr(0, eq)] = kv.substr(eq + 1);
+      continue;
+    }
+    // `--env NAME` passes NAME's value here on, as `docker run -e NAME` does.
+    const char* here = kv.empty() ? nullptr : std::getenv(kv.c_str());
+    if (here == nullptr) {
+      std::fprintf(stderr, "astra: --env %s: give NAME=VALUE (%s is not set here to pass "
+                           "on)\n", kv.c_str(), kv.empty() ? "an empty name" : kv.c_str());
+      return false;
+    }
+    (*spec.mutable_env())[kv] = here;
   }
   if (!f.command.empty()) {
     spec.clear_command();

@@ -99,6 +99,10 @@ inline constexpr size_t max_run_spec_bytes = 1 << 20;
 
 /// The most GPUs one worker may ask for (a machine has at most 64 slots).
 inline constexpr uint32_t max_run_gpus_per_worker = 64;
+/// CPU cores one worker may ask for at most: the most CPUs a Debian kernel
+/// runs (CONFIG_NR_CPUS=8192), so a larger figure is a mistake, refused at
+/// submit rather than waiting for a machine that cannot exist.
+inline constexpr double max_run_cpus_per_worker = 8192;
 
 /// The largest `array.size`.
 inline constexpr uint32_t max_run_array_size = 10000;

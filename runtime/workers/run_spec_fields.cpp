@@ -239,6 +239,10 @@ caf::error validate_run_spec(const v1::RunSpec& spec) {
   if (!std::isfinite(spec.cpus_per_worker()) || spec.cpus_per_worker() < 0)
     return spec_error("cpus: must be a number of cores, 0 or more, got "
                       + show_number(spec.cpus_per_worker()));
+  if (spec.cpus_per_worker() > max_run_cpus_per_worker)
+    return spec_error("cpus: at most " + show_number(max_run_cpus_per_worker)
+                      + " cores per worker (the most a Linux machine runs), got "
+                      + show_number(spec.cpus_per_worker()));
   if (spec.array_size() > max_run_array_size)
     return spec_error("array.size: at most "
                       + std::to_string(max_run_array_size)
@@ -254,6 +258,18 @@ caf::error validate_run_spec(const v1::RunSpec& spec) {
     return spec_error("runtime: '" + spec.runtime()
                       + "' is not a runtime (use runc or process, or leave it "
                         "out for the machine's choice)");
+  // A runtime named in the spec is known now: what it cannot do is refused
+  // at submit, not when the worker starts (left to the machine, the agent
+  // refuses it then).
+  if (spec.runtime() == "process"
+      && (!spec.user().empty() || !spec.volumes().empty() || !spec.configs().empty()
+          || !spec.ipc_mode().empty()))
+    return spec_error("runtime: process: task_template.user, volumes, configs and ipc_mode "
+                      "need the runc runtime (a host process runs as the agent and sees "
+                      "the machine's files)");
+  if (spec.runtime() == "runc" && spec.image().empty())
+    return spec_error("image: the runc runtime runs an image; give one (--image busybox "
+                      "works on any machine), or use runtime process for a host command");
   if (spec.time_limit_seconds() > max_run_time_limit_seconds)
     return spec_error("time_limit_seconds: at most 30 days ("
                       + std::to_string(max_run_time_limit_seconds)

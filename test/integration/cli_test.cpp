@@ -177,6 +177,21 @@ TEST_F(Cli, BadValuesAreRefusedBeforeAnythingIsSent) {
           "astra: label pool='bad pool!': use 1-63 letters, digits, '-', '_' and '.'\n"},
          {{"label", "gpu-01", "pool=bad pool!"},
           "astra: label pool='bad pool!': use 1-63 letters, digits, '-', '_' and '.'\n"},
+         // Found by a helper: these were submitted, then waited or failed.
+         {{"run", "--name", "w", "--image", "busybox", "--cpus", "1e30", "--", "true"},
+          "astra: cpus: at most 8192 cores per worker (the most a Linux "
+          "machine runs), got 1e+30\n"},
+         {{"run", "--name", "w", "--image", "busybox", "--env", "ASTRAEUS_TEST_UNSET_VAR",
+           "--", "true"},
+          "astra: --env ASTRAEUS_TEST_UNSET_VAR: give NAME=VALUE (ASTRAEUS_TEST_UNSET_VAR is "
+          "not set here to pass on)\n"},
+         {{"run", "--name", "w", "--runtime", "process", "--user", "1000", "--", "true"},
+          "astra: runtime: process: task_template.user, volumes, configs and "
+          "ipc_mode need the runc runtime (a host process runs as the agent and sees the "
+          "machine's files)\n"},
+         {{"run", "--name", "w", "--runtime", "runc", "--", "true"},
+          "astra: image: the runc runtime runs an image; give one (--image "
+          "busybox works on any machine), or use runtime process for a host command\n"},
          {{"report", "--html", "/nonexistent/x.html"},
           "astra: report --html /nonexistent/x.html: cannot write there (/nonexistent is not "
           "a folder you can write to)\n"},
