@@ -279,21 +279,30 @@ void api_server::impl::dispatch(const httplib::Request& req, httplib::Response& 
   std::vector<std::pair<std::string, std::string>> params;
   const http::compiled_route* found = nullptr;
   bool other_method = false;
+  std::string allow;  // the methods served at this path (a 405's Allow)
   for (const auto& r : routes) {
     if (!http::match(r, segs, params))
       continue;
     if (req.method != r.route->method && !(req.method == "HEAD" && std::string{r.route->method} == "GET")) {
       other_method = true;
+      std::string m = r.route->method;
+      if (allow.find(m) == std::string::npos)
+        allow += (allow.empty() ? "" : ", ") + m;
       continue;
     }
     found = &r;
     break;
   }
   if (found == nullptr) {
-    if (other_method)
+    if (other_method) {
+      // RFC 9110 15.5.6: a 405 names the methods the path serves.
+      if (allow.find("GET") != std::string::npos)
+        allow += ", HEAD";
+      res.set_header("Allow", allow);
       http::reply_error(res, 405, "method_not_allowed",
-                        req.method + " is not served at " + req.path
-                          + " (see /api/v1/openapi.json)");
+                        req.method + " is not served at " + req.path + " (it serves " + allow
+                          + "; see /api/v1/openapi.json)");
+    }
     else
       http::reply_error(res, 404, "no_route",
                         "no route " + req.method + " " + req.path
@@ -412,7 +421,15 @@ api_server::start(api_server_config cfg, std::shared_ptr<api_backend> backend) {
   srv.set_error_handler([self](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty())
       return;
-    if (res.status == 413)
+    // httplib answers a Content-Length it cannot read (-1, "abc") as too
+    // large; it is a malformed request.
+    auto length = req.get_header_value("Content-Length");
+    if (res.status == 413 && !length.empty()
+        && length.find_first_not_of("0123456789") != std::string::npos)
+      http::reply_error(res, 400, "bad_request",
+                        "Content-Length '" + length.substr(0, 32)
+                          + "' is not a whole number of bytes");
+    else if (res.status == 413)
       http::reply_error(res, 413, "too_large",
                         "request body over api.body_cap ("
                           + std::to_string(self->cfg.body_cap_bytes) + " bytes)");

@@ -138,6 +138,7 @@ TEST_F(Api, TokensRolesErrorsAndTheSeedsPaths) {
   EXPECT_EQ(body_of(r)["code"], "NO_ROUTE");
   r = owner->Delete(base + "/nodes");
   EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(r->get_header_value("Allow"), "GET, HEAD") << "RFC 9110: a 405 names what is served";
   // The seed's enrolment call: 201, Location, token/id/expires/labels/install.
   r = owner->Post(base + "/enrollment-tokens",
                   R"({"labels": {"pool": "a100"}, "ttl_seconds": 86400})", "application/json");

@@ -111,6 +111,13 @@ TEST_F(ApiAttack, GarbageAndMalformedRequestsGetAClearAnswerAndChangeNothing) {
     EXPECT_EQ(answer.find("200 OK"), std::string::npos) << answer.substr(0, 200);
     EXPECT_TRUE(serving());
   }
+  // A Content-Length that is no number is a malformed request, not a large
+  // one (it was answered 413; found by a helper).
+  auto bad_length = raw("POST " + base + "/runs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                        + token_ + "\r\nContent-Length: -1\r\n\r\n{}");
+  EXPECT_NE(bad_length.find("400 Bad Request"), std::string::npos) << bad_length.substr(0, 300);
+  EXPECT_NE(bad_length.find("is not a whole number of bytes"), std::string::npos)
+    << bad_length.substr(0, 400);
   // A body announced at 1 GiB is refused before it is read.
   auto answer = raw("POST " + base + "/runs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + token_
                     + "\r\nContent-Type: application/json\r\nContent-Length: 1073741824\r\n\r\n{");
