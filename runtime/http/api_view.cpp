@@ -30,9 +30,11 @@ const std::string& render_json_once(api_json_cell& cell, const google::protobuf:
 }
 
 std::string gpu_view_key(const v1::GpuView& g) {
-  // A space sorts below every character of a name, so keys sort as
-  // (machine, pci_address, id) do.
-  return g.machine() + " " + g.gpu().pci_address() + " " + g.gpu().id();
+  // ',' sorts below every character of a machine name, a PCI address and a
+  // UUID, so keys sort as (machine, pci_address, id) do; and the key is the
+  // X-Next-Cursor a client pastes into ?cursor=, where a ',' needs no
+  // escaping (a space did).
+  return g.machine() + "," + g.gpu().pci_address() + "," + g.gpu().id();
 }
 
 const api_view_item<v1::MachineView>* api_view::machine(const std::string& name) const {

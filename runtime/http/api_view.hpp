@@ -97,7 +97,8 @@ std::shared_ptr<const api_view> build_api_view(v1::MachineList machines, v1::Gpu
                                                v1::RunList runs,
                                                const std::shared_ptr<const api_view>& previous);
 
-/// The sort key of a GPU view: "machine pci_address id".
+/// The sort key of a GPU view, also its paging cursor:
+/// "machine,pci_address,id" (URL-safe as it is).
 std::string gpu_view_key(const v1::GpuView& g);
 
 /// One page of `items[first, last)`: from the first item whose key is not

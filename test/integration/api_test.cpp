@@ -481,7 +481,7 @@ TEST_F(Api, MachinesAndGpusAsAstraPrintsThemPagesWatchMetricsAndClearFault) {
   std::string cursor;
   for (int page = 0; page < 20; ++page) {
     auto path = base + "/nodes/" + machine_name + "/gpus?limit=1"
-                + (cursor.empty() ? "" : "&cursor=" + httplib::detail::encode_query_param(cursor));
+                + (cursor.empty() ? "" : "&cursor=" + cursor);  // as given: no escaping needed
     auto p = owner->Get(path);
     ASSERT_EQ(p->status, 200) << p->body;
     auto page_gpus = body_of(p)["gpus"];
