@@ -111,9 +111,18 @@ std::string xid_fault_reason(uint32_t xid) {
 }
 
 std::string read_boot_id(const std::string& root) {
-  std::ifstream in{std::filesystem::path{root} / "proc/sys/kernel/random/boot_id"};
-  std::string id;
-  std::getline(in, id);
+  auto read = [](const std::filesystem::path& at) {
+    std::ifstream in{at / "proc/sys/kernel/random/boot_id"};
+    std::string id;
+    std::getline(in, id);
+    return id;
+  };
+  auto id = read(root);
+  // A host root without it (a fixture, a host's /proc not mounted there): the
+  // kernel this agent runs on is the one whose log it reads (a container
+  // shares its host's kernel), so its own boot id is the boot's.
+  if (id.empty() && std::filesystem::path{root} != "/")
+    id = read("/");
   return id;
 }
 
@@ -190,8 +199,7 @@ caf::expected<fault_latches> fault_latches::load(std::shared_ptr<Store> store,
           out.policy_ = xid_policy::from_table(t);
       } else if (k.rfind(plain_prefix, 0) == 0) {
         // This boot's plain records are remembered; another boot's forgotten.
-        if (k.compare(std::strlen(plain_prefix), out.boot_id_.size() + 1, out.boot_id_ + "/") == 0
-            && !out.boot_id_.empty())
+        if (k.compare(std::strlen(plain_prefix), out.boot_id_.size() + 1, out.boot_id_ + "/") == 0)
           out.plain_handled_before_.insert(k);
         else
           stale_plain.push_back(k);
@@ -213,7 +221,7 @@ caf::expected<fault_latches> fault_latches::load(std::shared_ptr<Store> store,
     stale_plain.push_back(*out.plain_handled_before_.begin());
     out.plain_handled_before_.erase(out.plain_handled_before_.begin());
   }
-  out.plain_kept_ = out.plain_handled_before_.size();
+  out.plain_kept_ = out.plain_handled_before_;
   for (const auto& k : stale_plain)
     if (auto gone = out.store_->erase(family::faults, k, false))
       spdlog::warn("latch: cannot forget kernel-log record {}: {}", k, render_error(gone));
@@ -354,7 +362,7 @@ bool fault_latches::seen_before(const gpu_event& ev) const {
     // the same record as a line of the same timestamp and text handled in
     // an earlier run of this boot (the file is read again from its start).
     // Within a run every line is read once: an identical one is a repeat.
-    return ev.timestamp_us != 0 && !boot_id_.empty()
+    return ev.timestamp_us != 0
            && plain_handled_before_.count(plain_record_key(boot_id_, ev)) > 0;
   if (handled_.count(record_key(ev)) > 0)
     return true;
@@ -367,10 +375,17 @@ void fault_latches::keep_position(const gpu_event& ev) {
   if (ev.sequence == 0) {
     // Remembered for the next run of this boot (no sync: as the position,
     // a record lost with a crash is read again, which only repeats it).
-    if (ev.timestamp_us == 0 || boot_id_.empty() || plain_kept_ >= max_plain_records)
+    if (ev.timestamp_us == 0)
       return;
-    if (!store_->put_raw(family::faults, plain_record_key(boot_id_, ev), "", false))
-      ++plain_kept_;
+    auto key = plain_record_key(boot_id_, ev);
+    if (plain_kept_.count(key) > 0 || store_->put_raw(family::faults, key, "", false))
+      return;
+    plain_kept_.insert(std::move(key));
+    // Beyond the bound the oldest (the lowest timestamp) is forgotten.
+    while (plain_kept_.size() > max_plain_records) {
+      (void) store_->erase(family::faults, *plain_kept_.begin(), false);
+      plain_kept_.erase(plain_kept_.begin());
+    }
     return;
   }
   position_ = ev.sequence;

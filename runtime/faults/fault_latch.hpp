@@ -209,9 +209,9 @@ private:
   /// of this boot, by `plain_record_key`: a file is read from its start at
   /// every agent start, and its lines carry no position to go by.
   std::set<std::string> plain_handled_before_;
-  /// Plain records kept in the store (this boot's, oldest dropped first
-  /// beyond `max_plain_records`), in the order they were kept.
-  size_t plain_kept_ = 0;
+  /// This boot's plain records kept in the store, by key (so the lowest
+  /// timestamp first: it is forgotten first beyond the bound, 10,000).
+  std::set<std::string> plain_kept_;
   /// Unresponsive passes in a row, by GPU id.
   std::map<std::string, int> unresponsive_passes_;
   /// AMD resets begun and not yet succeeded: GPU (id, else address) ->
@@ -254,7 +254,9 @@ std::string xid_fault_reason(uint32_t xid);
 std::vector<std::pair<std::string, v1::FaultLatch>>
 faults_in_readings(const v1::Gpu& gpu);
 
-/// This boot's id from <root>/proc/sys/kernel/random/boot_id ("" if none).
+/// This boot's id from <root>/proc/sys/kernel/random/boot_id; where the host
+/// root has none (a fixture, /proc not mounted there), this system's own
+/// (the same kernel); "" if neither can be read.
 std::string read_boot_id(const std::string& root);
 
 } // namespace astraeus

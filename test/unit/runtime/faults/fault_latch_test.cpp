@@ -1,6 +1,9 @@
 // Fault latches on the machine: durable, folded, cleared only by an admin or
 // a replaced GPU (shared/seeds/gpus.md, "What fences a GPU").
 
+#include <filesystem>
+#include <fstream>
+
 #include <gtest/gtest.h>
 
 #include "actor_fixture.hpp"
@@ -848,4 +851,16 @@ TEST_F(FaultLatches, APlainLineRepeatedWithinARunStillCountsAndOneWithoutTimeIsR
   }
   auto again = open();
   EXPECT_TRUE(*again.on_event(bare, two_gpus(), 4000));
+}
+
+// A host root without proc/sys/kernel/random/boot_id (the README's fixture
+// agent, /proc not mounted under the root): the agent's own boot id, so the
+// lines a kernel-log file held are still remembered per boot (found by a
+// helper: with "" nothing was remembered and a cleared Xid came back).
+TEST(BootId, AHostRootWithoutOneGivesThisSystemsOwn) {
+  test::temp_dir root;
+  EXPECT_EQ(read_boot_id(root.path()), read_boot_id("/"));
+  std::filesystem::create_directories(root.path() + "/proc/sys/kernel/random");
+  std::ofstream{root.path() + "/proc/sys/kernel/random/boot_id"} << "fixture-boot\n";
+  EXPECT_EQ(read_boot_id(root.path()), "fixture-boot");
 }
