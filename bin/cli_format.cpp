@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "messages/labels.hpp"
 #include "messages/json.hpp"
 
 #include "actors/controller/machine_pressure.hpp"
@@ -91,8 +92,22 @@ size_t shown_width(const std::string& s) {
 }
 } // namespace
 
+std::string control_escaped(std::string_view text) {
+  return one_line_text(text);
+}
+
 std::string render_table(const std::vector<std::string>& header,
-                         const std::vector<std::vector<std::string>>& rows) {
+                         const std::vector<std::vector<std::string>>& raw_rows) {
+  // A cell is one line of text: a newline or a terminal escape in a name
+  // someone sent (an audit record's target) is shown, not acted on.
+  std::vector<std::vector<std::string>> rows;
+  rows.reserve(raw_rows.size());
+  for (const auto& raw : raw_rows) {
+    auto& row = rows.emplace_back();
+    row.reserve(raw.size());
+    for (const auto& cell : raw)
+      row.push_back(control_escaped(cell));
+  }
   std::vector<size_t> width(header.size(), 0);
   for (size_t i = 0; i < header.size(); ++i)
     width[i] = shown_width(header[i]);

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <google/protobuf/message.h>
@@ -13,7 +14,13 @@
 
 namespace astraeus::cli {
 
-/// A table with a header row; columns are padded to their widest cell.
+/// `text` with each control byte (below 0x20, and 0x7f) written as "\xHH",
+/// so that a value someone sent cannot move the cursor, colour or clear the
+/// terminal it is printed on; other bytes (UTF-8) as they are.
+std::string control_escaped(std::string_view text);
+
+/// A table with a header row; columns are padded to their widest cell, and
+/// each cell is `control_escaped`.
 std::string render_table(const std::vector<std::string>& header,
                          const std::vector<std::vector<std::string>>& rows);
 

@@ -78,4 +78,23 @@ std::string normal_grant_path(const std::string& path) {
   return out;
 }
 
+std::string one_line_text(std::string_view text, size_t most_bytes) {
+  size_t cut = std::min(text.size(), most_bytes);
+  while (cut > 0 && cut < text.size() && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80)
+    --cut;  // not inside a UTF-8 character
+  std::string out;
+  out.reserve(cut + 3);
+  for (unsigned char c : text.substr(0, cut)) {
+    if (c >= 0x20 && c != 0x7f) {
+      out += static_cast<char>(c);
+      continue;
+    }
+    static const char hex[] = "0123456789abcdef";
+    out += "\\x";
+    out += hex[c >> 4];
+    out += hex[c & 15];
+  }
+  return cut < text.size() ? out + "..." : out;
+}
+
 } // namespace astraeus

@@ -4,8 +4,11 @@
 /// label`, a join token's labels (`astra tokens create --label`, the API's
 /// enrollment-tokens body), a workspace grant. Keys may carry a prefix with
 /// '/' as topology labels do (`topology.astraeus.io/rack=r12`, machines.md).
+/// And how text a caller sent is kept or shown as one line (`one_line_text`).
 
+#include <cstddef>
 #include <string>
+#include <string_view>
 
 #include <caf/error.hpp>
 
@@ -39,5 +42,12 @@ caf::error check_workspace_name(const std::string& name);
 /// control characters, longer than 4096 bytes, or "/": the whole machine).
 /// Issue 16; the controller's rule, checked by `astra` too.
 std::string normal_grant_path(const std::string& path);
+
+/// `text` as one line for a log or a terminal: each control byte (below
+/// 0x20, and 0x7f) written as "\xHH", so a name someone sent cannot start a
+/// new line, move the cursor or colour the terminal; other bytes (UTF-8) as
+/// they are. Longer than `most_bytes`: cut there (not inside a UTF-8
+/// character) and "..." added.
+std::string one_line_text(std::string_view text, size_t most_bytes = static_cast<size_t>(-1));
 
 } // namespace astraeus

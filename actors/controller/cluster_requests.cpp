@@ -14,6 +14,7 @@
 #include "actors/controller/machine_actor.hpp"
 #include "actors/validation/topology_findings.hpp"
 #include "messages/error.hpp"
+#include "messages/labels.hpp"
 #include "runtime/gate/tokens.hpp"
 #include "runtime/process/wall_clock.hpp"
 #include "store/store.hpp"
@@ -47,13 +48,16 @@ v1::Response error_response(uint64_t id, const caf::error& err) {
 void audit(cluster_ptr self, const v1::Principal& who, const std::string& action,
            const std::string& target, const std::string& result) {
   v1::AuditRecord rec;
+  // What a caller sent (a machine name in a refused request's path) is kept
+  // as one line (a target of at most 256 bytes, a result of 1,024): no
+  // newline or terminal escape reaches whoever reads the log.
   rec.set_unix_ms(self->state.config.clock->now_unix_ms());
   rec.set_who(who.name().empty() ? std::string{"cli"}
                                  : who.name() + " (" + who.role() + ", token "
                                      + who.token_id() + ")");
   rec.set_action(action);
-  rec.set_target(target);
-  rec.set_result(result);
+  rec.set_target(one_line_text(target, 256));
+  rec.set_result(one_line_text(result, 1024));
   char key[64];
   std::snprintf(key, sizeof(key), "%020lld-%08llu",
                 static_cast<long long>(rec.unix_ms()),

@@ -289,3 +289,13 @@ TEST(JoinTokenForAddr, AnInstallCommandNamesEveryGateAstraWasGiven) {
                        std::string{"astraeus-agent --controller "} + list + " --controller-key ab12"))
     << cli::join_token_for(bare, list).install();
 }
+
+// Found by a helper: a member's refused `POST .../nodes/a%0Ab%1B%5B31mRED/cordon`
+// put a newline and a colour escape into the audit log, which `astra audit`
+// printed live. A table cell shows control bytes as \xHH; UTF-8 stays.
+TEST(CliFormat, ATableShowsControlBytesAndDoesNotActOnThem) {
+  auto out = cli::render_table({"WHO", "TARGET"}, {{"bob", "a\nb\x1b[31mRED"}, {"é", "ok"}});
+  EXPECT_EQ(out, "WHO  TARGET\n"
+                 "bob  a\\x0ab\\x1b[31mRED\n"
+                 "é    ok\n");
+}

@@ -513,6 +513,18 @@ TEST_F(SecureCluster, MembersReadButOnlyAdminsActAndEveryAdminActionIsAudited) {
   EXPECT_NE(all.find("alice (admin, token 0123456789ab)|create join token||ok: token"),
             std::string::npos) << all;
   EXPECT_EQ(all.find("astj_"), std::string::npos) << "no token in the audit log";
+  // What a refused caller sent is kept as one line, escapes shown, not acted on.
+  v1::Request forged;
+  forged.mutable_set_cordon()->set_name("a\nb\x1b[31mRED" + std::string(300, 'x'));
+  forged.mutable_set_cordon()->set_cordoned(true);
+  *forged.mutable_caller() = principal("bob", "member");
+  EXPECT_EQ(call(c, forged).error().code(), "permission_denied");
+  resp = call(c, audit);
+  ASSERT_FALSE(resp.has_error());
+  const auto& newest = resp.audit().records(0);
+  EXPECT_EQ(newest.target().rfind("a\\x0ab\\x1b[31mRED", 0), 0u) << newest.target();
+  EXPECT_EQ(newest.target().find('\n'), std::string::npos);
+  EXPECT_LE(newest.target().size(), 256u + 3 + 2 * 3);
 }
 
 // -- the injected wall clock and store faults (issue 11) ----------------------
