@@ -306,8 +306,23 @@ int wait_for_run(const options& opts, const std::string& name) {
 
 namespace {
 
+/// Under `astra run`, a word after the run's name comes back to `run` as its
+/// command (`extra`): refused before anything is done, as `astra delete A B`
+/// is (`astra run delete A B` deleted A and said nothing of B). Returns
+/// whether it refused (rc 2).
+bool refuse_extra_words(const char* command, const std::vector<std::string>* extra,
+                        invocation& inv) {
+  if (extra == nullptr || extra->empty())
+    return false;
+  std::fprintf(stderr, "astra: run %s: takes one run name; '%s' is one too many\n", command,
+               extra->front().c_str());
+  inv.rc = 2;
+  return true;
+}
+
 /// `logs RUN [--worker N] [-f]` under `parent` (`astra logs`, `astra run logs`).
-void add_logs_command(CLI::App& parent, invocation& inv) {
+void add_logs_command(CLI::App& parent, invocation& inv,
+                      const std::vector<std::string>* extra = nullptr) {
   // A worker's output, read from its machine.
   auto* logs = parent.add_subcommand(
     "logs", "print a worker's output: astra logs RUN [--worker N] [-f]");
@@ -318,17 +333,23 @@ void add_logs_command(CLI::App& parent, invocation& inv) {
   logs->add_flag("-f,--follow", flags.follow, "keep printing new output until the "
                                              "worker ends");
   add_workspace_option(logs, flags.workspace);
-  logs->callback([&inv, &flags] { inv.rc = print_logs(inv.opts, flags); });
+  logs->callback([&inv, &flags, extra] {
+    if (!refuse_extra_words("logs", extra, inv))
+      inv.rc = print_logs(inv.opts, flags);
+  });
 }
 
 /// `delete NAME` under `parent` (`astra delete`, `astra run delete`).
-void add_delete_command(CLI::App& parent, invocation& inv) {
+void add_delete_command(CLI::App& parent, invocation& inv,
+                        const std::vector<std::string>* extra = nullptr) {
   auto* del = parent.add_subcommand("delete", "stop a run and free its GPUs");
   auto& name = inv.keep<std::string>();
   auto& del_workspace = inv.keep<std::string>();
   del->add_option("NAME", name, "run name")->required();
   add_workspace_option(del, del_workspace);
-  del->callback([&inv, &name, &del_workspace] {
+  del->callback([&inv, &name, &del_workspace, extra] {
+    if (refuse_extra_words("delete", extra, inv))
+      return;
     v1::Request req;
     req.mutable_delete_run()->set_name(name);
     req.mutable_delete_run()->set_workspace(del_workspace);
@@ -371,8 +392,8 @@ void add_run_commands(CLI::App& app, invocation& inv) {
     });
   });
   // README: `astra run show|delete|logs NAME`, as `astra delete|logs NAME`.
-  add_delete_command(*run, inv);
-  add_logs_command(*run, inv);
+  add_delete_command(*run, inv, &flags.command);
+  add_logs_command(*run, inv, &flags.command);
   run->callback([&inv, &flags, run] {
     if (!run->get_subcommands().empty())
       return;  // show, delete or logs: their own callbacks answered

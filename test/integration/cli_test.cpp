@@ -192,6 +192,10 @@ TEST_F(Cli, BadValuesAreRefusedBeforeAnythingIsSent) {
          {{"run", "--name", "w", "--runtime", "runc", "--", "true"},
           "astra: image: the runc runtime runs an image; give one (--image "
           "busybox works on any machine), or use runtime process for a host command\n"},
+         {{"run", "delete", "y1", "y3"},
+          "astra: run delete: takes one run name; 'y3' is one too many\n"},
+         {{"run", "logs", "y1", "y3"},
+          "astra: run logs: takes one run name; 'y3' is one too many\n"},
          {{"report", "--html", "/nonexistent/x.html"},
           "astra: report --html /nonexistent/x.html: cannot write there (/nonexistent is not "
           "a folder you can write to)\n"},
