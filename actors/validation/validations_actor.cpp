@@ -71,6 +71,7 @@ void start_validation(self_ptr self, v1::StartValidation start, std::string trig
         }
         std::vector<std::string> names;
         bool known = false;
+        std::string one_state;  // the state of the machine asked for by name
         for (const auto& m : resp.machines().machines()) {
           auto p = m.labels().find("pool");
           bool member = !batch.empty()
@@ -81,6 +82,7 @@ void start_validation(self_ptr self, v1::StartValidation start, std::string trig
           if (!member)
             continue;
           known = true;
+          one_state = v1::Machine::State_Name(m.state());
           if (m.state() == v1::Machine::Up || m.state() == v1::Machine::Accepting)
             names.push_back(m.name());
         }
@@ -88,8 +90,13 @@ void start_validation(self_ptr self, v1::StartValidation start, std::string trig
           std::string what = !batch.empty()            ? std::string{"the batch"}
                              : start.machine().empty() ? "pool " + start.pool()
                                                        : "machine " + start.machine();
+          // "machine gpu-02 is Maintenance", not "no machine of machine
+          // gpu-02 is Up".
           done(caf::make_error(ec::invalid_request,
-                               known ? "no machine of " + what + " is Up"
+                               known && batch.empty() && !start.machine().empty()
+                                 ? what + " is " + one_state + ": a validation runs on a "
+                                     "machine that is Up"
+                               : known ? "no machine of " + what + " is Up"
                                      : start.machine().empty()
                                          ? "no machine in pool " + start.pool()
                                          : "no machine named " + start.machine()));

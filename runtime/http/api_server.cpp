@@ -407,6 +407,18 @@ api_server::start(api_server_config cfg, std::shared_ptr<api_backend> backend) {
   // Content-Length) is answered before httplib would try to read one, which
   // it refuses as a malformed request.
   srv.set_pre_routing_handler([self](const httplib::Request& req, httplib::Response& res) {
+    // httplib reads "abc" as 0 and "1x" as 1: a length that is not a whole
+    // number of bytes is a malformed request, answered before any body is.
+    if (req.has_header("Content-Length")) {
+      auto length = req.get_header_value("Content-Length");
+      if (length.empty() || length.find_first_not_of("0123456789") != std::string::npos) {
+        http::reply_error(res, 400, "bad_request",
+                          "Content-Length '" + length.substr(0, 32)
+                            + "' is not a whole number of bytes");
+        res.set_header("Connection", "close");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
     if (req.has_header("Content-Length") || req.has_header("Transfer-Encoding"))
       return httplib::Server::HandlerResponse::Unhandled;
     self->dispatch(req, res);

@@ -118,6 +118,12 @@ TEST_F(ApiAttack, GarbageAndMalformedRequestsGetAClearAnswerAndChangeNothing) {
   EXPECT_NE(bad_length.find("400 Bad Request"), std::string::npos) << bad_length.substr(0, 300);
   EXPECT_NE(bad_length.find("is not a whole number of bytes"), std::string::npos)
     << bad_length.substr(0, 400);
+  for (const char* length : {"abc", "1x", "+2"}) {
+    auto answer = raw("POST " + base + "/runs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                      + token_ + "\r\nContent-Length: " + length + "\r\n\r\n{}");
+    EXPECT_NE(answer.find("400 Bad Request"), std::string::npos) << length << ": "
+                                                                   << answer.substr(0, 300);
+  }
   // A body announced at 1 GiB is refused before it is read.
   auto answer = raw("POST " + base + "/runs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + token_
                     + "\r\nContent-Type: application/json\r\nContent-Length: 1073741824\r\n\r\n{");

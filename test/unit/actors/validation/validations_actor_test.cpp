@@ -270,3 +270,18 @@ TEST_F(Validations, AValidationsConsoleLinkIsThePageTheConsoleServes) {
   EXPECT_EQ(v.console_url(), "https://console.example:8443/o/acme/w/default/validation?cluster=prod"
                              "&validation=" + v.id());
 }
+
+// A validation asked for one machine that is not Up says what it is (it
+// read "no machine of machine gpu-02 is Up"; found by a helper).
+TEST_F(Validations, AMachineThatIsNotUpIsNamedWithItsState) {
+  join("gpu-02", "h100", v1::Machine::Down);
+  v1::Request req;
+  req.set_id(3);
+  req.mutable_caller()->set_name("alice");
+  req.mutable_start_validation()->set_suite("quick");
+  req.mutable_start_validation()->set_machine("gpu-02");
+  auto resp = ask<v1::Response>(actor_, std::move(req));
+  ASSERT_TRUE(resp.has_error());
+  EXPECT_EQ(resp.error().message(),
+            "machine gpu-02 is Down: a validation runs on a machine that is Up");
+}
