@@ -96,6 +96,45 @@ size_t digit_run(std::string_view text) {
   return n;
 }
 
+bool is_letter(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+/// The plain dmesg line inside a line of a syslog file: "Dec  6 22:00:00
+/// host kernel: [  700.123456] NVRM: ..." (/var/log/kern.log, rsyslog's
+/// traditional format; `journalctl -k`: "Dec 06 ..."), or
+/// "2026-12-06T22:00:00.123456+00:00 host kernel: ..." (rsyslog's RFC 3339
+/// one): what follows the first " kernel: " in the first 160 bytes, when the
+/// line starts with a month's three letters and a space, or with a date's
+/// four digits and '-'. Any other line as it is.
+std::string_view without_syslog_prefix(std::string_view line) {
+  auto at = line.substr(0, 160).find(" kernel: ");
+  if (at == std::string_view::npos)
+    return line;
+  bool month = line.size() > 4 && is_letter(line[0]) && is_letter(line[1])
+               && is_letter(line[2]) && line[3] == ' ';
+  bool date = digit_run(line) == 4 && line.size() > 4 && line[4] == '-';
+  return month || date ? line.substr(at + 9) : line;
+}
+
+/// The length of a `dmesg -T` timestamp at the start of `line` ("[Sun Dec  6
+/// 22:00:00 2026]", its ']' included; 0 when it is not one): a weekday and a
+/// month of three letters, and a time with two ':', within 40 bytes. A
+/// bracket that is not one ("[drm:amdgpu_job_timedout [amdgpu]]") is 0.
+size_t human_stamp_length(std::string_view line) {
+  if (line.size() < 10 || line[0] != '[')
+    return 0;
+  auto close = line.substr(0, 40).find(']');
+  if (close == std::string_view::npos)
+    return 0;
+  auto inside = line.substr(1, close - 1);
+  if (inside.size() < 19 || !is_letter(inside[0]) || !is_letter(inside[1])
+      || !is_letter(inside[2]) || inside[3] != ' ' || !is_letter(inside[4])
+      || !is_letter(inside[5]) || !is_letter(inside[6]) || inside[7] != ' ')
+    return 0;
+  return std::count(inside.begin(), inside.end(), ':') == 2 ? close + 1 : 0;
+}
+
 
 /// The event text: trimmed, valid UTF-8, at most max_text_bytes, cut at a
 /// character boundary.
@@ -316,8 +355,11 @@ std::optional<kmsg_record> parse_kmsg_line(std::string_view line) {
     return record;
   }
 
-  // A plain line: "[<prio>][[ seconds.micros]][[ T123]] message".
-  std::string_view rest = line;
+  // A plain line: "[<prio>][[ seconds.micros]][[ T123]] message", maybe
+  // inside a syslog file's line, maybe with dmesg -T's human time instead.
+  std::string_view rest = without_syslog_prefix(line);
+  if (auto human = human_stamp_length(rest))
+    rest = trim_left(rest.substr(human));
   if (rest.size() > 1 && rest[0] == '<' && is_digit(rest[1])) {
     size_t digits = digit_run(rest.substr(1));
     auto priority = to_number<uint32_t>(rest.substr(1, digits));

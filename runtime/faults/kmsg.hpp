@@ -52,6 +52,10 @@ struct kmsg_record {
 ///   the line not a record), then an optional "[ T123]" caller id, then the
 ///   message. A line with none of these is a record whose whole text is the
 ///   message ("NVRM: Xid ..." alone).
+/// - a syslog file's line (/var/log/kern.log, `journalctl -k`): "Dec  6
+///   22:00:00 host kernel: " or "2026-12-06T22:00:00.123456+00:00 host
+///   kernel: " before a plain line; and `dmesg -T`'s "[Sun Dec  6 22:00:00
+///   2026]" in place of the timestamp (the record's timestamp stays 0).
 /// - a line that starts with a space or a tab is a continuation line of the
 ///   previous /dev/kmsg record (a KEY=VALUE dictionary entry): nullopt.
 std::optional<kmsg_record> parse_kmsg_line(std::string_view line);

@@ -336,6 +336,39 @@ TEST(Kmsg, ParsesPlainDmesgLines) {
   EXPECT_EQ(r->message, "-6,1,2,-;x");
 }
 
+// A kernel-log file is often a syslog file (found by a helper: these lines
+// never fenced, silently): /var/log/kern.log in rsyslog's traditional and
+// RFC 3339 formats, `journalctl -k`, and `dmesg -T`.
+TEST(Kmsg, ReadsTheKernelsLinesInSyslogFilesAndDmesgT) {
+  const std::string xid = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has "
+                          "fallen off the bus.";
+  struct shape {
+    std::string line;
+    uint64_t timestamp_us;
+  };
+  for (const auto& c : std::vector<shape>{
+         {"Dec  6 22:00:00 gpu-01 kernel: [  700.123456] " + xid, 700123456},
+         {"2026-12-06T22:00:00.123456+00:00 gpu-01 kernel: [  700.123456] " + xid, 700123456},
+         {"Dec 06 22:00:00 gpu-01 kernel: " + xid, 0},
+         {"[Sun Dec  6 22:00:00 2026] " + xid, 0},
+       }) {
+    auto r = parse_kmsg_line(c.line);
+    ASSERT_TRUE(r) << c.line;
+    EXPECT_EQ(r->message, xid) << c.line;
+    EXPECT_EQ(r->timestamp_us, c.timestamp_us) << c.line;
+    auto e = parse_gpu_event(*r);
+    ASSERT_TRUE(e) << c.line;
+    EXPECT_EQ(e->kind, gpu_event_kind::xid);
+    EXPECT_EQ(e->xid, 79u);
+    EXPECT_EQ(e->pci_address, "0000:3b:00.0");
+  }
+  // Another program's line that quotes the driver is no event: only the
+  // kernel's own lines lose their syslog prefix.
+  auto r = parse_kmsg_line("Dec  6 22:00:00 gpu-01 sudo: echo NVRM: Xid (PCI:0000:3b:00): 79");
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(parse_gpu_event(*r));
+}
+
 TEST(Kmsg, IgnoresContinuationAndEmptyLines) {
   EXPECT_FALSE(parse_kmsg_line(" SUBSYSTEM=pci"));
   EXPECT_FALSE(parse_kmsg_line(" DEVICE=+pci:0000:3b:00.0\n"));
