@@ -104,7 +104,8 @@ std::string request_kind(const v1::Request& req) {
 
 /// What a request acts on, for the audit record of a refusal (an allowed
 /// request's handler names it itself): its body's first non-empty field of
-/// "machine", "name", "gpu", "pool", "id", looked for one message deep
+/// "machine", "name", "gpu", "pool", "id" ("machine/gpu" when it names
+/// both, as clear-fault's record does), looked for one message deep
 /// (CreateWorkspace's workspace), a repeated one joined by ","; "" when it
 /// has none (a token minted for no one yet).
 std::string request_target(const v1::Request& req) {
@@ -135,6 +136,14 @@ std::string request_target(const v1::Request& req) {
     return {};
   };
   auto target = from(body);
+  // A GPU of a machine reads as the allowed clear-fault's does: "dgx-01/GPU-...".
+  if (const auto* gpu = body.GetDescriptor()->FindFieldByName("gpu");
+      gpu != nullptr && gpu->cpp_type() == FieldDescriptor::CPPTYPE_STRING && !gpu->is_repeated()
+      && !target.empty()) {
+    auto id = body.GetReflection()->GetString(body, gpu);
+    if (!id.empty() && id != target)
+      target += "/" + id;
+  }
   if (!target.empty())
     return target;
   const auto* d = body.GetDescriptor();

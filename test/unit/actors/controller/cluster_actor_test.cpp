@@ -513,6 +513,16 @@ TEST_F(SecureCluster, MembersReadButOnlyAdminsActAndEveryAdminActionIsAudited) {
   EXPECT_NE(all.find("alice (admin, token 0123456789ab)|create join token||ok: token"),
             std::string::npos) << all;
   EXPECT_EQ(all.find("astj_"), std::string::npos) << "no token in the audit log";
+  // A refused clear-fault names the GPU as the allowed one does.
+  v1::Request clear;
+  clear.mutable_clear_fault()->set_machine("gpu-01");
+  clear.mutable_clear_fault()->set_gpu("GPU-1b7e");
+  *clear.mutable_caller() = principal("bob", "member");
+  EXPECT_EQ(call(c, clear).error().code(), "permission_denied");
+  resp = call(c, audit);
+  ASSERT_FALSE(resp.has_error());
+  EXPECT_EQ(resp.audit().records(0).action(), "clear-fault");
+  EXPECT_EQ(resp.audit().records(0).target(), "gpu-01/GPU-1b7e");
   // What a refused caller sent is kept as one line, escapes shown, not acted on.
   v1::Request forged;
   forged.mutable_set_cordon()->set_name("a\nb\x1b[31mRED" + std::string(300, 'x'));
