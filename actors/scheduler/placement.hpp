@@ -494,6 +494,11 @@ public:
   /// A running run ended: frees its GPUs. Fails if it is not running.
   caf::error complete(std::string_view run);
 
+  /// `complete` for a run that may not be running, in one look-up: false
+  /// when it is not running (nothing changed), true once its GPUs are
+  /// freed. Errors: the index's, when its allocation cannot be released.
+  caf::expected<bool> complete_if_running(std::string_view run);
+
   /// Adopts a run already holding `allocation` (after a restart), started at
   /// `start` with `time_limit_seconds` (0 = none).
   caf::error adopt(std::string run, allocation_id allocation, int64_t start,

@@ -390,7 +390,9 @@ struct scheduler_state {
   bool flush_pending = false;
   /// With `background_sync`: bursts made, not yet delivered, oldest first
   /// (what they say goes out in this order); the number of the last one;
-  /// how many the syncer has not reported yet, and their runs.
+  /// how many the syncer has not reported yet, and their runs (kept only
+  /// where the syncer writes several bursts at once: with one, no burst
+  /// starts while another is in flight).
   std::deque<commit_batch> unsynced;
   uint64_t written_seq = 0;
   size_t commits_in_flight = 0;

@@ -19,6 +19,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -125,6 +126,14 @@ caf::error no_such_run(const std::string& ref);
 /// Errors: ec::invalid_request "no run named X[ in workspace W]", naming
 /// the workspaces that have a run of that name when there are any.
 caf::expected<std::string> find_run(const scheduler_state& st, const std::string& ref);
+
+/// The runs as `scheduler_state::runs` keeps them, by key.
+using run_map = std::unordered_map<std::string, v1::Run>;
+
+/// `find_run`, answered with the run's entry in `scheduler_state::runs`
+/// (valid until that entry is erased). Errors: `find_run`'s.
+caf::expected<run_map::const_iterator> find_run_entry(const scheduler_state& st,
+                                                      const std::string& ref);
 
 /// Issue 23 item 6: the workers of `run` still Stopping, as messages name
 /// them ("t-0 on gpu-01, t-1 on gpu-02", the first five and how many

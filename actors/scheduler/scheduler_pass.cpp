@@ -411,19 +411,21 @@ dirty_run_changes(const scheduler_state& st,
   std::vector<Store::change> changes;
   changes.reserve(st.dirty_runs.size());
   for (const auto& name : st.dirty_runs) {
-    // A displaced run (issue 23) is stored under its own key until its
-    // workers have ended.
-    const auto* run = stopping_record(st, name);
-    if (!run) {
-      changes.push_back({family::runs, name, std::nullopt});
-      continue;
-    }
+    // A run answered in this burst is in `runs` as its copy shows it: no
+    // second look-up.
     if (shown) {
       if (auto s = shown->find(name); s != shown->end()) {
         from_shown->emplace_back(changes.size(), s->second);
         changes.push_back({family::runs, name, std::string{}});
         continue;
       }
+    }
+    // A displaced run (issue 23) is stored under its own key until its
+    // workers have ended.
+    const auto* run = stopping_record(st, name);
+    if (!run) {
+      changes.push_back({family::runs, name, std::nullopt});
+      continue;
     }
     changes.push_back({family::runs, name, run->SerializeAsString()});
   }
@@ -496,9 +498,12 @@ void flush_in_background(self_ptr self) {
   if (!st.dirty_runs.empty()) {
     if (st.commits_in_flight >= st.syncer->writes_in_flight())
       return;
-    for (const auto& name : st.dirty_runs)
-      if (st.runs_in_flight.count(name))
-        return;
+    // With one write in flight at most, none is here (issue 14: no set
+    // kept per run then).
+    if (!st.runs_in_flight.empty())
+      for (const auto& name : st.dirty_runs)
+        if (st.runs_in_flight.count(name))
+          return;
   }
   // Everything this burst says, as it is now (later bursts may change the
   // runs meanwhile), waits for its commit and for the bursts before it.
@@ -536,7 +541,8 @@ void flush_in_background(self_ptr self) {
   b.done = changes.empty();
   if (!b.done) {
     ++st.commits_in_flight;
-    st.runs_in_flight.insert(b.runs.begin(), b.runs.end());
+    if (st.syncer->writes_in_flight() > 1)
+      st.runs_in_flight.insert(b.runs.begin(), b.runs.end());
   }
   auto seq = b.seq;
   st.unsynced.push_back(std::move(b));
@@ -618,8 +624,9 @@ void synced(self_ptr self, uint64_t seq, const caf::error& err) {
     if (!b.err)  // a burst failed before it keeps that failure
       b.err = err;
     --st.commits_in_flight;
-    for (const auto& name : b.runs)
-      st.runs_in_flight.erase(name);
+    if (!st.runs_in_flight.empty())
+      for (const auto& name : b.runs)
+        st.runs_in_flight.erase(name);
     break;
   }
   // What gathered meanwhile (before a failed burst's runs are marked again

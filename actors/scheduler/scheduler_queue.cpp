@@ -76,14 +76,23 @@ caf::error scheduler_queue::cancel(std::string_view run) {
 }
 
 caf::error scheduler_queue::complete(std::string_view run) {
+  auto done = complete_if_running(run);
+  if (!done)
+    return done.error();
+  if (!*done)
+    return invalid("run " + std::string{run} + " is not running");
+  return {};
+}
+
+caf::expected<bool> scheduler_queue::complete_if_running(std::string_view run) {
   auto it = running_.find(std::string{run});
   if (it == running_.end())
-    return invalid("run " + std::string{run} + " is not running");
+    return false;
   if (auto err = index_.release(it->second.allocation))
     return err;
   ends_.erase({it->second.end, it->second.allocation});
   running_.erase(it);
-  return {};
+  return true;
 }
 
 caf::error scheduler_queue::adopt(std::string run, allocation_id allocation, int64_t start,

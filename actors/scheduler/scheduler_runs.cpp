@@ -235,16 +235,17 @@ void release_run(scheduler_state& st, const v1::Run& run) {
       st.cpu_waiting_reason.erase(qname);
       continue;
     }
-    if (st.restoring.count(qname)) {
+    if (!st.restoring.empty() && st.restoring.count(qname)) {
       drop_restore(st, qname);
-    } else if (st.queue->allocation_of(qname)) {
-      if (auto err = st.queue->complete(qname))
-        spdlog::error("scheduler: run {}: cannot release its GPUs: {}", qname,
-                      render_error(err));
-    } else {
+      continue;
+    }
+    auto released = st.queue->complete_if_running(qname);
+    if (!released)
+      spdlog::error("scheduler: run {}: cannot release its GPUs: {}", qname,
+                    render_error(released.error()));
+    else if (!*released)
       // Waiting: leaves the queue. Stopped or Failed: nothing to release.
       static_cast<void>(st.queue->cancel(qname));
-    }
   }
 }
 
@@ -373,10 +374,18 @@ caf::error no_such_run(const std::string& ref) {
 }
 
 caf::expected<std::string> find_run(const scheduler_state& st, const std::string& ref) {
+  auto it = find_run_entry(st, ref);
+  if (!it)
+    return it.error();
+  return (*it)->first;
+}
+
+caf::expected<run_map::const_iterator> find_run_entry(const scheduler_state& st,
+                                                      const std::string& ref) {
   auto parts = parse_run_ref(ref);
   auto key = run_key(parts.workspace, parts.name);
-  if (st.runs.count(key))
-    return key;
+  if (auto it = st.runs.find(key); it != st.runs.end())
+    return it;
   // Elsewhere: the one workspace that has it, for a bare name; named in
   // the error otherwise.
   std::vector<std::string> keys;
@@ -384,7 +393,7 @@ caf::expected<std::string> find_run(const scheduler_state& st, const std::string
     if (run.spec().name() == parts.name)
       keys.push_back(k);
   if (parts.workspace.empty() && keys.size() == 1)
-    return keys.front();
+    return st.runs.find(keys.front());
   std::sort(keys.begin(), keys.end());
   std::string where;
   for (const auto& k : keys) {
@@ -482,11 +491,14 @@ void forget_run(self_ptr self, const std::string& key) {
 
 caf::result<v1::Run> remove_run(self_ptr self, const std::string& ref) {
   auto& st = self->state;
-  auto found = find_run(st, ref);
+  auto found = find_run_entry(st, ref);
   if (!found)
     return found.error();
-  const auto key = *found;
-  auto& run = st.runs.at(key);
+  // One look-up (issue 14): the entry found, made mutable by erasing the
+  // empty range at it, is erased through `entry` below.
+  auto entry = st.runs.erase(*found, *found);
+  const auto key = entry->first;
+  auto& run = entry->second;
   if (run.deleted()) {
     auto stopping = stopping_workers(run);
     return caf::make_error(ec::invalid_request,
@@ -517,7 +529,7 @@ caf::result<v1::Run> remove_run(self_ptr self, const std::string& ref) {
   // kept too, so that what they hold is given back when they end.
   if (going_on.empty() && stopping_workers(run).empty()) {
     v1::Run out = std::move(run);
-    st.runs.erase(key);
+    st.runs.erase(entry);
     mark(self, key);
     st.replies.emplace_back(rp, std::move(out));
   } else {

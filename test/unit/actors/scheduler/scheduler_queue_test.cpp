@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "messages/error.hpp"
 #include "test/unit/actors/scheduler/placement_test_support.hpp"
 
 using namespace astraeus;
@@ -300,4 +301,39 @@ TEST(Placement, AWaitingRunsReasonIsRenewedOnceGpusAreFreed) {
   ASSERT_EQ(later.size(), 1u);
   EXPECT_EQ(later[0].run, "b");
   EXPECT_EQ(q.waiting("b"), nullptr);
+}
+
+// Issue 14: releasing a run that may not be running takes one look-up;
+// it frees a running run's GPUs and leaves a waiting or unknown one as it
+// is (`complete` still names a run that is not running).
+TEST(Placement, CompleteIfRunningFreesARunningRunAndLeavesOthersAsTheyAre) {
+  placement_index idx;
+  add(idx, dgx("m1"));
+  scheduler_queue q{idx};
+  ASSERT_FALSE(q.submit(single("a", 8), 0));
+  ASSERT_FALSE(q.submit(single("b", 8), 0));
+  ASSERT_EQ(q.schedule(0).size(), 1u);
+  ASSERT_NE(q.waiting("b"), nullptr);
+
+  auto waiting = q.complete_if_running("b");
+  ASSERT_TRUE(waiting);
+  EXPECT_FALSE(*waiting);
+  EXPECT_NE(q.waiting("b"), nullptr) << "a waiting run stays queued";
+  auto unknown = q.complete_if_running("nobody");
+  ASSERT_TRUE(unknown);
+  EXPECT_FALSE(*unknown);
+  EXPECT_NE(render_error(q.complete("nobody")).find("run nobody is not running"),
+            std::string::npos);
+
+  auto running = q.complete_if_running("a");
+  ASSERT_TRUE(running);
+  EXPECT_TRUE(*running);
+  EXPECT_FALSE(q.allocation_of("a"));
+  auto next = q.schedule(1);
+  ASSERT_EQ(next.size(), 1u) << "a's GPUs are free for b";
+  EXPECT_EQ(next[0].run, "b");
+  auto again = q.complete_if_running("a");
+  ASSERT_TRUE(again);
+  EXPECT_FALSE(*again) << "a is no longer running";
+  EXPECT_EQ(idx.check_invariants(), "");
 }
