@@ -502,6 +502,19 @@ void on_kernel_event(agent_ptr self, const v1::KernelEvent& ke) {
   ev.timestamp_us = ke.timestamp_us();
   ev.part = ke.part();
   ev.after_jump = ke.after_jump();
+  if (ke.has_wall()) {
+    const auto& w = ke.wall();
+    log_wall_time t;
+    t.year = w.year();
+    t.month = w.month();
+    t.day = w.day();
+    t.hour = w.hour();
+    t.minute = w.minute();
+    t.second = w.second();
+    if (w.has_utc_offset_s())
+      t.utc_offset_s = w.utc_offset_s();
+    ev.wall = t;
+  }
   auto latched = st.latches->on_event(ev, st.gpus, st.config.clock->now_unix_ms());
   if (!latched) {
     spdlog::error("agent {}: cannot store a fault latch: {}",
@@ -1144,6 +1157,17 @@ agent_actor::behavior_type agent(agent_actor::stateful_broker_pointer<agent_stat
         ke.set_timestamp_us(ev.timestamp_us);
         ke.set_part(ev.part);
         ke.set_after_jump(ev.after_jump);
+        if (ev.wall) {
+          auto* w = ke.mutable_wall();
+          w->set_year(ev.wall->year);
+          w->set_month(ev.wall->month);
+          w->set_day(ev.wall->day);
+          w->set_hour(ev.wall->hour);
+          w->set_minute(ev.wall->minute);
+          w->set_second(ev.wall->second);
+          if (ev.wall->utc_offset_s)
+            w->set_utc_offset_s(*ev.wall->utc_offset_s);
+        }
         caf::anon_send(handle, std::move(ke));
       },
       [path](std::string error) {

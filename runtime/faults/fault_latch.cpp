@@ -449,6 +449,18 @@ caf::expected<bool> fault_latches::on_event(const gpu_event& ev,
                                             int64_t now_unix_ms) {
   if (seen_before(ev))
     return false;
+  if (ev.sequence == 0 && ev.wall) {
+    const int64_t booted = now_unix_ms - boot_->now_boot_ms();
+    auto logged = resolve_wall_time(*ev.wall, now_unix_ms);
+    if (logged && *logged < booted - earlier_boot_slack_ms) {
+      if (++earlier_boot_lines_ <= 3)
+        spdlog::info("kernel log: a line of an earlier boot fences nothing (logged {} s before "
+                     "this boot began{}): {}",
+                     (booted - *logged) / 1000,
+                     earlier_boot_lines_ == 3 ? "; further ones are not logged" : "", ev.text);
+      return false;
+    }
+  }
   if (ev.kind == gpu_event_kind::gpu_identity) {
     // "GPU at PCI:...: GPU-<uuid>": latches held against the address get
     // their UUID now, whether NVML lists the GPU or not.

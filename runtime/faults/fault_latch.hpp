@@ -71,12 +71,22 @@ public:
   /// after a backward jump of the log within this read (`after_jump`); and,
   /// whatever its position, the very same record again (sequence, part and
   /// text) within this run, so a record an admin's clear followed never
-  /// fences again. A latch the store refuses (a full disk) is kept in
+  /// fences again. A line of a syslog file (kern.log) or of `dmesg -T`
+  /// whose time (`gpu_event::wall`) is more than `earlier_boot_slack_ms`
+  /// before this boot began (`now_unix_ms` less the boot clock) is of an
+  /// earlier boot: history, not evidence; it is skipped and logged (the
+  /// first three of a run), as /dev/kmsg holds only this boot's records.
+  /// A latch the store refuses (a full disk) is kept in
   /// memory with `not_durable` set, still fences its GPU and is reported
   /// so marked; `retry_not_durable` writes it later (issue 23 item 1).
   /// Errors: the store's, for everything but the latch itself.
   caf::expected<bool> on_event(const gpu_event& ev, const v1::GpuSection& known,
                                int64_t now_unix_ms);
+
+  /// How far before this boot's start a syslog line's time may be and still
+  /// count as this boot's: the wall clock is often set (NTP, the RTC's
+  /// zone) in the boot's first minutes, after the kernel's first lines.
+  static constexpr int64_t earlier_boot_slack_ms = 10 * 60 * 1000;
 
   /// Handles a discovery pass: attaches latches held against a PCI address
   /// to the GPU now found there, latches the faults its readings show, a
@@ -217,8 +227,10 @@ private:
   /// AMD resets begun and not yet succeeded: GPU (id, else address) ->
   /// (its PCI address, when the reset began on the boot clock, ms).
   std::map<std::string, std::pair<std::string, int64_t>> resets_begun_;
-  /// The clock of the AMD reset window.
+  /// The clock of the AMD reset window, and of when this boot began.
   std::shared_ptr<const boot_clock> boot_ = real_boot_clock();
+  /// Lines of earlier boots skipped in this run (`on_event`).
+  uint64_t earlier_boot_lines_ = 0;
   /// Application Xids by GPU (id, else address): process ("pid=" or
   /// "name=" of the line) -> when it last reported one (wall clock, ms).
   std::map<std::string, std::map<std::string, int64_t>> app_processes_;

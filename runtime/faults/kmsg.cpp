@@ -8,6 +8,7 @@
 #include <charconv>
 #include <climits>
 #include <cstring>
+#include <ctime>
 #include <utility>
 #include <vector>
 
@@ -100,21 +101,122 @@ bool is_letter(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
 
+/// 1-12 for "Jan".."Dec" (as logged: the first letter upper case); 0 for
+/// anything else.
+int month_number(std::string_view name) {
+  static constexpr std::string_view names[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                               "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  for (int i = 0; i < 12; ++i)
+    if (name == names[i])
+      return i + 1;
+  return 0;
+}
+
+/// Takes a decimal number of `min_digits` to `max_digits` digits from the
+/// start of `text` into `out`; false (nothing taken) when there is none.
+bool take_number(std::string_view& text, size_t min_digits, size_t max_digits, int& out) {
+  size_t n = digit_run(text.substr(0, max_digits + 1));
+  if (n < min_digits || n > max_digits)
+    return false;
+  out = 0;
+  for (size_t i = 0; i < n; ++i)
+    out = out * 10 + (text[i] - '0');
+  text.remove_prefix(n);
+  return true;
+}
+
+/// Takes `c` from the start of `text`; false when it is not there.
+bool take_char(std::string_view& text, char c) {
+  if (text.empty() || text[0] != c)
+    return false;
+  text.remove_prefix(1);
+  return true;
+}
+
+/// Takes "hh:mm:ss" from the start of `text` into `t`.
+bool take_clock(std::string_view& text, log_wall_time& t) {
+  return take_number(text, 2, 2, t.hour) && take_char(text, ':')
+         && take_number(text, 2, 2, t.minute) && take_char(text, ':')
+         && take_number(text, 2, 2, t.second);
+}
+
+/// Takes "Dec  6 22:00:00" or "Dec 06 22:00:00" from the start of `text`.
+std::optional<log_wall_time> take_month_day_clock(std::string_view& text) {
+  log_wall_time t;
+  t.month = month_number(text.substr(0, 3));
+  if (t.month == 0 || text.size() < 4 || text[3] != ' ')
+    return std::nullopt;
+  text.remove_prefix(text.size() > 4 && text[4] == ' ' ? 5 : 4);
+  if (!take_number(text, 1, 2, t.day) || !take_char(text, ' ') || !take_clock(text, t))
+    return std::nullopt;
+  return t;
+}
+
+/// "2026-12-06T22:00:00[.123456](Z|+01:00)" at the start of `text`.
+std::optional<log_wall_time> rfc3339_time(std::string_view text) {
+  log_wall_time t;
+  if (!take_number(text, 4, 4, t.year) || !take_char(text, '-')
+      || !take_number(text, 2, 2, t.month) || !take_char(text, '-')
+      || !take_number(text, 2, 2, t.day) || !take_char(text, 'T') || !take_clock(text, t))
+    return std::nullopt;
+  if (take_char(text, '.')) {
+    size_t n = digit_run(text);
+    if (n == 0)
+      return std::nullopt;
+    text.remove_prefix(n);
+  }
+  if (take_char(text, 'Z')) {
+    t.utc_offset_s = 0;
+    return t;
+  }
+  if (text.empty() || (text[0] != '+' && text[0] != '-'))
+    return std::nullopt;
+  const int sign = text[0] == '-' ? -1 : 1;
+  text.remove_prefix(1);
+  int hours = 0, minutes = 0;
+  if (!take_number(text, 2, 2, hours) || !take_char(text, ':') || !take_number(text, 2, 2, minutes)
+      || hours > 23 || minutes > 59)
+    return std::nullopt;
+  t.utc_offset_s = sign * (hours * 3600 + minutes * 60);
+  return t;
+}
+
+/// The time of a `dmesg -T` stamp's inside, "Sun Dec  6 22:00:00 2026".
+std::optional<log_wall_time> human_stamp_time(std::string_view inside) {
+  if (inside.size() < 4)
+    return std::nullopt;
+  inside.remove_prefix(4);  // the weekday
+  auto t = take_month_day_clock(inside);
+  if (!t || !take_char(inside, ' ') || !take_number(inside, 4, 4, t->year) || !inside.empty())
+    return std::nullopt;
+  return t;
+}
+
 /// The plain dmesg line inside a line of a syslog file: "Dec  6 22:00:00
 /// host kernel: [  700.123456] NVRM: ..." (/var/log/kern.log, rsyslog's
 /// traditional format; `journalctl -k`: "Dec 06 ..."), or
 /// "2026-12-06T22:00:00.123456+00:00 host kernel: ..." (rsyslog's RFC 3339
 /// one): what follows the first " kernel: " in the first 160 bytes, when the
 /// line starts with a month's three letters and a space, or with a date's
-/// four digits and '-'. Any other line as it is.
-std::string_view without_syslog_prefix(std::string_view line) {
+/// four digits and '-'. Any other line as it is. The prefix's time, where
+/// it reads as one, goes to `wall`.
+std::string_view without_syslog_prefix(std::string_view line,
+                                       std::optional<log_wall_time>& wall) {
   auto at = line.substr(0, 160).find(" kernel: ");
   if (at == std::string_view::npos)
     return line;
   bool month = line.size() > 4 && is_letter(line[0]) && is_letter(line[1])
                && is_letter(line[2]) && line[3] == ' ';
   bool date = digit_run(line) == 4 && line.size() > 4 && line[4] == '-';
-  return month || date ? line.substr(at + 9) : line;
+  if (!month && !date)
+    return line;
+  if (month) {
+    auto prefix = line.substr(0, at);
+    wall = take_month_day_clock(prefix);
+  } else {
+    wall = rfc3339_time(line.substr(0, at));
+  }
+  return line.substr(at + 9);
 }
 
 /// The length of a `dmesg -T` timestamp at the start of `line` ("[Sun Dec  6
@@ -317,6 +419,50 @@ std::optional<gpu_event_kind> amd_kind(std::string_view body) {
 
 } // namespace
 
+std::optional<int64_t> resolve_wall_time(const log_wall_time& t, int64_t now_unix_ms) {
+  if (t.month < 1 || t.month > 12 || t.day < 1 || t.day > 31 || t.hour < 0 || t.hour > 23
+      || t.minute < 0 || t.minute > 59 || t.second < 0 || t.second > 60)
+    return std::nullopt;
+  auto in_year = [&t](int year) -> std::optional<int64_t> {
+    std::tm tm{};
+    tm.tm_year = year - 1900;
+    tm.tm_mon = t.month - 1;
+    tm.tm_mday = t.day;
+    tm.tm_hour = t.hour;
+    tm.tm_min = t.minute;
+    tm.tm_sec = std::min(t.second, 59);
+    time_t seconds = 0;
+    if (t.utc_offset_s) {
+      seconds = ::timegm(&tm) - *t.utc_offset_s;
+    } else {
+      tm.tm_isdst = -1;
+      seconds = ::mktime(&tm);
+    }
+    // A date that does not exist comes back moved (February 30th: March 2nd).
+    if (tm.tm_mday != t.day || tm.tm_mon != t.month - 1)
+      return std::nullopt;
+    return static_cast<int64_t>(seconds) * 1000;
+  };
+  if (t.year != 0)
+    return in_year(t.year);
+  // The year of now, in the line's zone; the year before when that puts
+  // the line more than a day ahead.
+  time_t now_s = static_cast<time_t>(now_unix_ms / 1000);
+  std::tm now_tm{};
+  if (t.utc_offset_s) {
+    time_t shifted = now_s + *t.utc_offset_s;
+    ::gmtime_r(&shifted, &now_tm);
+  } else {
+    ::localtime_r(&now_s, &now_tm);
+  }
+  const int year = now_tm.tm_year + 1900;
+  constexpr int64_t day_ms = 24LL * 3600 * 1000;
+  auto this_year = in_year(year);
+  if (this_year && *this_year <= now_unix_ms + day_ms)
+    return this_year;
+  return in_year(year - 1);
+}
+
 std::optional<kmsg_record> parse_kmsg_line(std::string_view line) {
   while (!line.empty() && (line.back() == '\n' || line.back() == '\r'))
     line.remove_suffix(1);
@@ -357,9 +503,11 @@ std::optional<kmsg_record> parse_kmsg_line(std::string_view line) {
 
   // A plain line: "[<prio>][[ seconds.micros]][[ T123]] message", maybe
   // inside a syslog file's line, maybe with dmesg -T's human time instead.
-  std::string_view rest = without_syslog_prefix(line);
-  if (auto human = human_stamp_length(rest))
+  std::string_view rest = without_syslog_prefix(line, record.wall);
+  if (auto human = human_stamp_length(rest)) {
+    record.wall = human_stamp_time(rest.substr(1, human - 2));
     rest = trim_left(rest.substr(human));
+  }
   if (rest.size() > 1 && rest[0] == '<' && is_digit(rest[1])) {
     size_t digits = digit_run(rest.substr(1));
     auto priority = to_number<uint32_t>(rest.substr(1, digits));
@@ -467,6 +615,7 @@ std::optional<gpu_event> parse_gpu_event(const kmsg_record& record) {
   event->text = event_text(message);
   event->sequence = record.sequence;
   event->timestamp_us = record.timestamp_us;
+  event->wall = record.wall;
   return event;
 }
 

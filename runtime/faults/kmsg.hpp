@@ -18,6 +18,30 @@
 
 namespace astraeus {
 
+/// The wall-clock time a line of a syslog file or of `dmesg -T` carries, as
+/// written: "Dec  6 22:00:00" (rsyslog's traditional format, `journalctl
+/// -k`: no year, the machine's local time), "2026-12-06T22:00:00.123+01:00"
+/// (rsyslog's RFC 3339 format), "[Sun Dec  6 22:00:00 2026]" (`dmesg -T`:
+/// local time). Such a file keeps the lines of earlier boots, which are
+/// history, not evidence (`fault_latches::on_event`).
+struct log_wall_time {
+  int year = 0;    ///< e.g. 2026; 0 when the format leaves it out
+  int month = 1;   ///< 1-12
+  int day = 1;     ///< 1-31
+  int hour = 0;    ///< 0-23
+  int minute = 0;  ///< 0-59
+  int second = 0;  ///< 0-60 (a leap second)
+  /// Seconds east of UTC where the line gave a zone (RFC 3339: "Z" is 0);
+  /// nullopt: the machine's local time.
+  std::optional<int32_t> utc_offset_s;
+};
+
+/// Milliseconds since the Unix epoch of `t`. A missing year is the latest
+/// one that puts `t` no later than a day after `now_unix_ms` (December's
+/// lines read in January are last year's). nullopt for a date or time that
+/// does not exist (February 30th, 25:00).
+std::optional<int64_t> resolve_wall_time(const log_wall_time& t, int64_t now_unix_ms);
+
 /// One kernel-log record.
 struct kmsg_record {
   /// The syslog priority as logged: facility * 8 + level (the level is
@@ -36,6 +60,9 @@ struct kmsg_record {
   /// a tab, a plain line with more than one space after its timestamp): a
   /// continuation of the record before it (kmsg_assembler joins them).
   bool indented = false;
+  /// The wall-clock time of a syslog-file or `dmesg -T` line; nullopt for
+  /// /dev/kmsg records and plain dmesg lines (they carry none).
+  std::optional<log_wall_time> wall;
 };
 
 /// Parses one line of /dev/kmsg (or a plain dmesg line); nullopt for
@@ -55,7 +82,9 @@ struct kmsg_record {
 /// - a syslog file's line (/var/log/kern.log, `journalctl -k`): "Dec  6
 ///   22:00:00 host kernel: " or "2026-12-06T22:00:00.123456+00:00 host
 ///   kernel: " before a plain line; and `dmesg -T`'s "[Sun Dec  6 22:00:00
-///   2026]" in place of the timestamp (the record's timestamp stays 0).
+///   2026]" in place of the timestamp (the record's timestamp stays 0). The
+///   time such a prefix gives is the record's `wall` (none when it does not
+///   read as a date and time: the line is still a record).
 /// - a line that starts with a space or a tab is a continuation line of the
 ///   previous /dev/kmsg record (a KEY=VALUE dictionary entry): nullopt.
 std::optional<kmsg_record> parse_kmsg_line(std::string_view line);
@@ -112,6 +141,9 @@ struct gpu_event {
   /// The log's sequence numbers went back earlier in this read (within one
   /// boot): the event is read even at or below the kept position.
   bool after_jump = false;
+  /// The record's wall-clock time (`kmsg_record::wall`): a syslog file's
+  /// line of an earlier boot fences nothing.
+  std::optional<log_wall_time> wall;
 };
 
 /// The GPU event a record carries, if any. Never throws; garbage -> nullopt.

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <csignal>
 #include <cstdio>
 #include <map>
@@ -550,6 +551,35 @@ TEST_F(Health, FatalXidAlreadyInTheLogWhenTheAgentStartsFences) {
             json::array())
     << "the Xid of a GPU that is there was kept as mapping to no GPU";
   expect_condition(false, "Xid 79 fault");
+}
+
+// kmsg.path at a syslog file (/var/log/kern.log), which keeps the lines of
+// earlier boots and is read from its start: an Xid logged in 2020, on the
+// idle GPU at ba, fenced it at the agent's first start. A line of an earlier
+// boot fences nothing; this boot's Xid at 3a fences (the wall-clock time
+// crosses from the kernel-log thread to the agent actor).
+TEST_F(Health, AKernLogXidOfAnEarlierBootFencesNothing) {
+  start_controller();
+  ASSERT_TRUE(wait_ready(ctl_));
+  auto log = dir_ / "kern.log";
+  const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm utc{};
+  ::gmtime_r(&now, &utc);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S+00:00", &utc);
+  const std::string fell = ", pid=1234, name=python3, GPU has fallen off the bus.\n";
+  write_text(log, "2020-01-02T03:04:05.000000+00:00 gpu-01 kernel: [  700.000001] NVRM: Xid "
+                  "(PCI:0000:ba:00): 79"
+                    + fell + stamp + " gpu-01 kernel: [ 9000.000001] NVRM: Xid (PCI:0000:3a:00): 79"
+                    + fell);
+  start_agent(h100x8, "200ms", log.string());
+  ASSERT_TRUE(wait_gpus_discovered());
+  auto v = wait_health(pci_3a, "Faulty", 3s);
+  if (v)
+    expect_fenced_3a(79);
+  auto ba = astra_gpu(pci_ba);
+  EXPECT_EQ(ba.value("health", ""), "Healthy") << ba.dump(2);
+  EXPECT_EQ(ba["gpu"].value("latches", json::array()), json::array()) << ba.dump(2);
 }
 
 // -- 2. the latch is durable --------------------------------------------------------

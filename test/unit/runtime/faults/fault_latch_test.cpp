@@ -835,6 +835,39 @@ TEST_F(FaultLatches, AClearedPlainDmesgLineDoesNotFenceAgainAfterARestart) {
   EXPECT_TRUE(*l.on_event(plain(79, 1234567890), two_gpus(), 5000));
 }
 
+// /var/log/kern.log (kmsg.path) keeps the lines of earlier boots, and is
+// read from its start: an Xid logged before this boot began, on a GPU since
+// reset or replaced, fenced it at the agent's first start. Such a line is
+// history now; one of this boot fences, and so does a line with no time.
+TEST_F(FaultLatches, AKernLogLineOfAnEarlierBootFencesNothing) {
+  auto l = open();
+  auto clock = std::make_shared<test_boot_clock>(2 * 3600 * 1000);  // up for 2 h
+  l.set_boot_clock(clock);
+  constexpr int64_t now = 1796594400000;  // 2026-12-06 22:00:00 UTC
+  auto logged_at = [](const std::string& rfc3339) {
+    auto r = parse_kmsg_line(rfc3339 + " gpu-01 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, "
+                                       "name=x, GPU has fallen off the bus.");
+    EXPECT_TRUE(r);
+    auto e = parse_gpu_event(*r);
+    EXPECT_TRUE(e);
+    return *e;
+  };
+  // Three days ago, and half an hour before this boot began.
+  EXPECT_FALSE(*l.on_event(logged_at("2026-12-03T10:00:00+00:00"), two_gpus(), now));
+  EXPECT_FALSE(*l.on_event(logged_at("2026-12-06T19:30:00Z"), two_gpus(), now));
+  EXPECT_TRUE(l.latches().empty()) << "an earlier boot's Xid fences nothing";
+  // Within the slack of the boot's start (the clock set after the first
+  // lines), and an hour into this boot: this boot's.
+  EXPECT_TRUE(*l.on_event(logged_at("2026-12-06T19:55:00Z"), two_gpus(), now));
+  EXPECT_EQ(l.latches().count("GPU-A"), 1u);
+  ASSERT_TRUE(*l.clear("GPU-A"));
+  EXPECT_TRUE(*l.on_event(logged_at("2026-12-06T21:00:00Z"), two_gpus(), now));
+  EXPECT_EQ(l.latches().count("GPU-A"), 1u);
+  ASSERT_TRUE(*l.clear("GPU-A"));
+  // A plain dmesg line carries no wall time: read as before.
+  EXPECT_TRUE(*l.on_event(xid(79, "0000:3b:00.0"), two_gpus(), now));
+}
+
 TEST_F(FaultLatches, APlainLineRepeatedWithinARunStillCountsAndOneWithoutTimeIsReadEachRun) {
   auto bare = xid(48, "0000:3b:00.0");
   {

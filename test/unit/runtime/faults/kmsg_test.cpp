@@ -369,6 +369,56 @@ TEST(Kmsg, ReadsTheKernelsLinesInSyslogFilesAndDmesgT) {
   EXPECT_FALSE(parse_gpu_event(*r));
 }
 
+// Such files keep the lines of earlier boots: each line's wall-clock time
+// is read, so that those fence nothing (fault_latches::on_event).
+TEST(Kmsg, ReadsTheWallClockTimeOfSyslogAndDmesgTLines) {
+  const std::string xid = "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.";
+  auto wall_of = [&](const std::string& line) {
+    auto r = parse_kmsg_line(line);
+    EXPECT_TRUE(r) << line;
+    auto e = r ? parse_gpu_event(*r) : std::nullopt;
+    EXPECT_TRUE(e) << line;
+    return e ? e->wall : std::nullopt;
+  };
+  // 2026-12-06 22:00:00 UTC.
+  constexpr int64_t at = 1796594400000;
+  auto utc = wall_of("2026-12-06T22:00:00.123456+00:00 gpu-01 kernel: [  700.123456] " + xid);
+  ASSERT_TRUE(utc);
+  EXPECT_EQ(resolve_wall_time(*utc, at), at);
+  auto paris = wall_of("2026-12-06T23:00:00+01:00 gpu-01 kernel: " + xid);
+  ASSERT_TRUE(paris);
+  EXPECT_EQ(resolve_wall_time(*paris, at), at) << "the zone is applied";
+  auto zulu = wall_of("2026-12-06T22:00:00Z gpu-01 kernel: " + xid);
+  ASSERT_TRUE(zulu);
+  EXPECT_EQ(resolve_wall_time(*zulu, at), at);
+
+  // Local time (no zone in the line): the machine's, here UTC.
+  ::setenv("TZ", "UTC", 1);
+  ::tzset();
+  for (const auto& line : {"Dec  6 22:00:00 gpu-01 kernel: [  700.123456] " + xid,
+                           "Dec 06 22:00:00 gpu-01 kernel: " + xid,
+                           "[Sun Dec  6 22:00:00 2026] " + xid}) {
+    auto w = wall_of(line);
+    ASSERT_TRUE(w) << line;
+    EXPECT_EQ(resolve_wall_time(*w, at + 3600000), at) << line;
+  }
+  // No year: December's line read on January 2nd is last year's.
+  auto december = wall_of("Dec 31 23:00:00 gpu-01 kernel: " + xid);
+  ASSERT_TRUE(december);
+  constexpr int64_t jan_2_2027 = 1798848000000;  // 2027-01-02 00:00:00 UTC
+  EXPECT_EQ(resolve_wall_time(*december, jan_2_2027), jan_2_2027 - 25 * 3600000LL);
+
+  // A plain line or a /dev/kmsg record carries no wall time; a prefix that
+  // is not a date leaves the line a record all the same.
+  EXPECT_FALSE(wall_of("[  700.123456] " + xid));
+  EXPECT_FALSE(wall_of("6,1234,700123456,-;" + xid));
+  EXPECT_FALSE(wall_of("Foo  6 22:00:00 gpu-01 kernel: " + xid));
+  EXPECT_FALSE(wall_of("Dec  6 22:0:00 gpu-01 kernel: " + xid));
+  auto feb_30 = wall_of("Feb 30 10:00:00 gpu-01 kernel: " + xid);
+  ASSERT_TRUE(feb_30) << "read as written";
+  EXPECT_FALSE(resolve_wall_time(*feb_30, at)) << "a date that does not exist";
+}
+
 TEST(Kmsg, IgnoresContinuationAndEmptyLines) {
   EXPECT_FALSE(parse_kmsg_line(" SUBSYSTEM=pci"));
   EXPECT_FALSE(parse_kmsg_line(" DEVICE=+pci:0000:3b:00.0\n"));
