@@ -302,10 +302,6 @@ int wait_for_run(const options& opts, const std::string& name) {
   }
 }
 
-} // namespace
-
-namespace {
-
 /// Under `astra run`, a word after the run's name comes back to `run` as its
 /// command (`extra`): refused before anything is done, as `astra delete A B`
 /// is (`astra run delete A B` deleted A and said nothing of B). Returns
@@ -383,7 +379,9 @@ void add_run_commands(CLI::App& app, invocation& inv) {
   auto& show_workspace = inv.keep<std::string>();
   show->add_option("NAME", show_name, "run name")->required();
   add_workspace_option(show, show_workspace);
-  show->callback([&inv, &show_name, &show_workspace] {
+  show->callback([&inv, &show_name, &show_workspace, &flags] {
+    if (refuse_extra_words("show", &flags.command, inv))
+      return;
     v1::Request req;
     req.mutable_get_run()->set_name(show_name);
     req.mutable_get_run()->set_workspace(show_workspace);

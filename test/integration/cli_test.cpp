@@ -196,6 +196,8 @@ TEST_F(Cli, BadValuesAreRefusedBeforeAnythingIsSent) {
           "astra: run delete: takes one run name; 'y3' is one too many\n"},
          {{"run", "logs", "y1", "y3"},
           "astra: run logs: takes one run name; 'y3' is one too many\n"},
+         {{"run", "show", "y1", "y3"},
+          "astra: run show: takes one run name; 'y3' is one too many\n"},
          {{"report", "--html", "/nonexistent/x.html"},
           "astra: report --html /nonexistent/x.html: cannot write there (/nonexistent is not "
           "a folder you can write to)\n"},
