@@ -8,7 +8,7 @@
 //                         [--background-sync 0|1] [--etcd HOST:PORT[,...]]
 //                         [--etcd-connections N] [--commits-in-flight N]
 //                         [--detached 0|1] [--policy wake|stealing|sharing]
-//                         [--spin N]
+//                         [--spin N] [--realtime-sync 0|1]
 //
 // For each cluster size (default 5,000 then 100,000 machines of 8 GPUs; the
 // cluster of bench/sim_cluster.hpp: 2 NUMA nodes, racks, fabrics, NVLink
@@ -57,6 +57,10 @@
 // it before (no polling phase); `sharing`: CAF's work sharing (RESULTS 29).
 // `--spin N`: `work-stealing.aggressive-poll-attempts`, how long an idle
 // worker spins before it sleeps (CAF's 100).
+// `--realtime-sync 0`: the group commit's thread at normal priority, as
+// before RESULTS 36 (default 1: real-time where the process may,
+// store/wal_syncer.hpp). Each phase prints each thread's CPU and how long
+// it waited for one (/proc/self/task/*/schedstat).
 //
 // `--ends N` (with --slurm-shape): then N placed runs end one at a time
 // while the runs that waited stay queued (a backlog's cost per end).
@@ -83,11 +87,14 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <caf/actor_system.hpp>
@@ -131,6 +138,7 @@ struct options {
   bool health_given = false;
   bool background_sync = true; // scheduler_config::background_sync (the controller's)
   size_t commits_in_flight = 0; // scheduler_config::commits_in_flight (0: the store's)
+  bool realtime_sync = true;     // scheduler_config::commit_priority
   bool detached = false;         // the scheduler on a thread of its own (caf::detached)
   std::string policy = "wake";    // --policy
   int64_t spin = -1;              // --spin: work-stealing.aggressive-poll-attempts (-1: CAF's)
@@ -192,6 +200,60 @@ uint64_t process_switches() {
   return static_cast<uint64_t>(ru.ru_nvcsw) + static_cast<uint64_t>(ru.ru_nivcsw);
 }
 
+/// One thread's use of the CPUs so far (/proc/self/task/TID/schedstat).
+struct thread_use {
+  std::string name;      ///< /proc/self/task/TID/comm
+  double cpu_s = 0;      ///< on a CPU
+  double waited_s = 0;   ///< runnable but waiting for a CPU (run queue)
+};
+
+/// Each thread of this process, by thread id.
+std::map<long, thread_use> thread_cpu() {
+  std::map<long, thread_use> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    thread_use t;
+    std::ifstream comm{e.path() / "comm"};
+    if (!std::getline(comm, t.name))
+      continue;
+    // "cpu_time_ns run_delay_ns timeslices"
+    std::ifstream stat{e.path() / "schedstat"};
+    double cpu_ns = 0, delay_ns = 0;
+    if (!(stat >> cpu_ns >> delay_ns))
+      continue;
+    t.cpu_s = cpu_ns / 1e9;
+    t.waited_s = delay_ns / 1e9;
+    out[std::atol(e.path().filename().c_str())] = std::move(t);
+  }
+  return out;
+}
+
+/// What each thread did between `before` and `after`, as shares of
+/// `wall_s`, busiest first, on one line: "caf.actor 82 % (+9 % waiting
+/// for a CPU), ...". A thread waiting for a CPU is runnable and not run:
+/// on a 2-core machine, the other threads had both cores.
+std::string thread_shares(const std::map<long, thread_use>& before,
+                          const std::map<long, thread_use>& after, double wall_s) {
+  std::vector<std::tuple<double, double, std::string>> used;
+  for (const auto& [tid, t] : after) {
+    auto b = before.find(tid);
+    double cpu = t.cpu_s - (b == before.end() ? 0.0 : b->second.cpu_s);
+    double waited = t.waited_s - (b == before.end() ? 0.0 : b->second.waited_s);
+    if (cpu > 0.005 * wall_s)
+      used.emplace_back(cpu, waited, t.name);
+  }
+  std::sort(used.rbegin(), used.rend());
+  std::string out;
+  for (const auto& [cpu, waited, name] : used) {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "%s%s %.0f %% (+%.0f %% waiting for a CPU)",
+                  out.empty() ? "" : ", ", name.c_str(), 100.0 * cpu / wall_s,
+                  100.0 * waited / wall_s);
+    out += buf;
+  }
+  return out.empty() ? "none measured" : out;
+}
+
 /// Placed runs the driver knows of, and the GPUs they hold.
 struct live_runs {
   std::vector<std::pair<std::string, unsigned>> runs;
@@ -215,6 +277,7 @@ struct phase_result {
   std::vector<double> answered_s; ///< when each answer came, s since the phase began
   double wall_s = 0;
   double cpu_s = 0;       ///< CPU time of the whole process meanwhile
+  std::string threads;    ///< each thread's CPU meanwhile, % of the wall clock
   uint64_t switches = 0;  ///< context switches of the whole process meanwhile
   bool timed_out = false; ///< stopped by `phase_spec::seconds`
   std::string first_error;
@@ -233,6 +296,7 @@ public:
   void start() {
     t0_ = clock_type::now();
     cpu0_ = process_cpu_s();
+    threads0_ = thread_cpu();
     switches0_ = process_switches();
     pump();
   }
@@ -253,6 +317,7 @@ private:
       finished_ = true;
       res_.wall_s = ns_since(t0_) / 1e9;
       res_.cpu_s = process_cpu_s() - cpu0_;
+      res_.threads = thread_shares(threads0_, thread_cpu(), res_.wall_s);
       res_.switches = process_switches() - switches0_;
       done_.set_value(std::move(res_));
       self_->quit();
@@ -337,6 +402,7 @@ private:
   bool finished_ = false;
   clock_type::time_point t0_;
   double cpu0_ = 0;
+  std::map<long, thread_use> threads0_;
   uint64_t switches0_ = 0;
 };
 
@@ -369,6 +435,7 @@ void print_phase(const phase_result& r, uint64_t held, uint64_t gpus) {
               "on a shared machine, CPU per request is the steadier figure)\n",
               r.cpu_s, requests, requests ? r.cpu_s / static_cast<double>(requests) * 1e6 : 0.0,
               100.0 * r.cpu_s / r.wall_s);
+  std::printf("  threads (%% of the wall clock): %s\n", r.threads.c_str());
   std::printf("  context switches %" PRIu64 " (%.2f per request, all threads)\n", r.switches,
               requests ? static_cast<double>(r.switches) / static_cast<double>(requests) : 0.0);
   // Does the rate hold up as runs accumulate? First and last tenth.
@@ -500,6 +567,7 @@ void run_size(caf::actor_system& sys, size_t machines, const options& opt) {
     sc.store = store;
     sc.background_sync = opt.background_sync;  // as the controller spawns it
     sc.commits_in_flight = opt.commits_in_flight;
+    sc.commit_priority = opt.realtime_sync ? sync_priority::realtime : sync_priority::normal;
     if (opt.background_sync)
       std::printf("group commit: up to %zu burst(s) in flight\n",
                   opt.commits_in_flight != 0 ? opt.commits_in_flight
@@ -610,7 +678,7 @@ void run_size(caf::actor_system& sys, size_t machines, const options& opt) {
                "[--gang-ops N] [--window N] [--seconds S] [--threads N] [--seed S] [--dir DIR] "
                "[--slurm-shape JOBS [--ends N] [--warmup N]] [--fenced PCT] [--at-risk PCT] [--background-sync 0|1] "
                "[--etcd HOST:PORT[,...]] [--etcd-connections N] [--commits-in-flight N] "
-               "[--detached 0|1] [--policy wake|stealing|sharing] [--spin N]\n",
+               "[--detached 0|1] [--policy wake|stealing|sharing] [--spin N] [--realtime-sync 0|1]\n",
                argv0);
   std::exit(2);
 }
@@ -659,6 +727,8 @@ options parse(int argc, char** argv) {
       o.health.faulty_percent = static_cast<unsigned>(num()), o.health_given = true;
     else if (arg == "--commits-in-flight")
       o.commits_in_flight = num();
+    else if (arg == "--realtime-sync")
+      o.realtime_sync = num() != 0;
     else if (arg == "--detached")
       o.detached = num() != 0;
     else if (arg == "--policy")

@@ -1,16 +1,53 @@
 #include "store/wal_syncer.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <cstring>
 #include <utility>
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <spdlog/spdlog.h>
 
 namespace astraeus {
 
-wal_syncer::wal_syncer(std::shared_ptr<Store> store, done_fn done, size_t writes_in_flight)
+namespace {
+
+/// Puts the calling thread under SCHED_FIFO at the lowest real-time
+/// priority. Says once per process how that went (refused without root or
+/// CAP_SYS_NICE, or in a cgroup with no real-time budget).
+bool run_at_realtime_priority() {
+  sched_param p{};
+  p.sched_priority = sched_get_priority_min(SCHED_FIFO);
+  const int rc = pthread_setschedparam(pthread_self(), SCHED_FIFO, &p);
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true)) {
+    if (rc == 0)
+      spdlog::info("store: the sync thread runs at real-time priority (SCHED_FIFO {})",
+                   p.sched_priority);
+    else
+      spdlog::info("store: the sync thread runs at normal priority (real-time refused: {})",
+                   std::strerror(rc));
+  }
+  return rc == 0;
+}
+
+} // namespace
+
+wal_syncer::wal_syncer(std::shared_ptr<Store> store, done_fn done, size_t writes_in_flight,
+                       sync_priority priority)
   : store_(std::move(store)), done_(std::move(done)),
     writes_in_flight_(std::max<size_t>(writes_in_flight, 1)) {
   threads_.reserve(writes_in_flight_);
   for (size_t i = 0; i < writes_in_flight_; ++i)
-    threads_.emplace_back([this] { loop(); });
+    threads_.emplace_back([this, priority] {
+      // Named for `top -H` and /proc/PID/task/*/comm (15 characters at most).
+      pthread_setname_np(pthread_self(), "astraeus.wal");
+      if (priority == sync_priority::realtime)
+        run_at_realtime_priority();
+      loop();
+    });
 }
 
 wal_syncer::~wal_syncer() {

@@ -35,8 +35,24 @@
 
 namespace astraeus {
 
+/// How a syncer's threads are scheduled by the kernel.
+enum class sync_priority {
+  /// As the process's other threads (SCHED_OTHER).
+  normal,
+  /// SCHED_FIFO at the lowest real-time priority, where the process may
+  /// (root or CAP_SYS_NICE; else normal, and the log says why). Issue 14
+  /// (bench/RESULTS.md 36): on a 2-core controller the sync thread, woken
+  /// by a burst or by the end of its fsync, waited for a CPU about as long
+  /// as it ran (15-24 % of the wall clock), because the actors' threads held
+  /// both cores; every answer waited for that. A real-time thread takes a
+  /// core at once. It sleeps in fsync (or etcd's round trip) most of the
+  /// time, and its CPU work per burst (serializing the runs, RocksDB's
+  /// memtable insert) is bounded by the burst.
+  realtime,
+};
+
 /// Runs `Store::write_chunked` and `Store::sync_wal` on its own thread and
-/// reports each result.
+/// reports each result. Its threads are named "astraeus.wal".
 class wal_syncer {
 public:
   /// Called on a syncer's thread: once per batch handed to
@@ -48,9 +64,10 @@ public:
   /// over; with several, in the order they finish.
   using done_fn = std::function<void(uint64_t seq, caf::error err)>;
 
-  /// Starts `writes_in_flight` threads (at least 1). `store` and `done` are
-  /// required.
-  wal_syncer(std::shared_ptr<Store> store, done_fn done, size_t writes_in_flight = 1);
+  /// Starts `writes_in_flight` threads (at least 1), scheduled as
+  /// `priority` says. `store` and `done` are required.
+  wal_syncer(std::shared_ptr<Store> store, done_fn done, size_t writes_in_flight = 1,
+             sync_priority priority = sync_priority::realtime);
 
   /// Waits for a write or sync in progress, then stops the thread; a request
   /// not started yet is dropped (its writes are simply not acknowledged).

@@ -146,7 +146,8 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
                          std::move(err));
       },
       st.config.commits_in_flight != 0 ? st.config.commits_in_flight
-                                       : st.config.store->limits().writes_in_flight);
+                                       : st.config.store->limits().writes_in_flight,
+      st.config.commit_priority);
   }
   if (auto err = load_runs(self)) {
     self->quit(err);

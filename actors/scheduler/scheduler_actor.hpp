@@ -129,6 +129,9 @@ struct scheduler_config {
   /// With `background_sync`: how many bursts may be committed at once; 0
   /// takes the store's `store_limits::writes_in_flight` (RocksDB 1, etcd 3).
   size_t commits_in_flight = 0;
+  /// With `background_sync`: how the syncer's threads are scheduled
+  /// (store/wal_syncer.hpp: real-time where the process may).
+  sync_priority commit_priority = sync_priority::realtime;
   /// Issue 23 item 6: how long a deleted run whose workers have all ended
   /// stays shown (how they ended) before it is forgotten (actor clock). A
   /// new run of its name replaces it sooner.

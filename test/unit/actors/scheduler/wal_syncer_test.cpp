@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <map>
 #include <thread>
 #include <memory>
@@ -20,6 +21,9 @@
 #include <set>
 #include <string>
 #include <vector>
+
+#include <pthread.h>
+#include <sched.h>
 
 #include <gtest/gtest.h>
 
@@ -338,6 +342,64 @@ TEST(WalSyncer, ReportsEachRequestAfterSyncing) {
   }
   // Stopped with the syncer; nothing more is reported.
   EXPECT_EQ(reports.done.size(), 1u);
+}
+
+namespace {
+
+/// The scheduling policy and name of the syncer's thread, as seen from its
+/// report (`done` runs on that thread).
+struct sync_thread_seen {
+  int policy = -1;
+  std::string name;
+};
+
+sync_thread_seen sync_thread_of(const std::shared_ptr<Store>& db, sync_priority priority) {
+  std::promise<sync_thread_seen> seen;
+  auto fut = seen.get_future();
+  wal_syncer syncer{db,
+                    [&seen](uint64_t, caf::error) {
+                      sync_thread_seen s;
+                      s.policy = sched_getscheduler(0);
+                      char name[16] = {};
+                      pthread_getname_np(pthread_self(), name, sizeof name);
+                      s.name = name;
+                      seen.set_value(std::move(s));
+                    },
+                    1, priority};
+  syncer.request(1);
+  EXPECT_EQ(fut.wait_for(std::chrono::seconds{30}), std::future_status::ready);
+  return fut.get();
+}
+
+/// Whether a thread of this process may put itself under SCHED_FIFO (root or
+/// CAP_SYS_NICE, and a real-time budget in its cgroup).
+bool may_run_realtime() {
+  bool may = false;
+  std::thread probe{[&may] {
+    sched_param p{};
+    p.sched_priority = sched_get_priority_min(SCHED_FIFO);
+    may = pthread_setschedparam(pthread_self(), SCHED_FIFO, &p) == 0;
+  }};
+  probe.join();
+  return may;
+}
+
+} // namespace
+
+// Issue 14 (RESULTS 36): the sync thread waited for a CPU as long as it ran
+// on a 2-core controller; it runs at real-time priority where the process
+// may, else as before, and is named for `top -H`.
+TEST(WalSyncer, TheSyncThreadRunsAtRealTimePriorityWhereTheProcessMay) {
+  test::temp_dir dir;
+  auto db = open_store(dir.path() + "/s");
+  ASSERT_TRUE(db);
+  auto rt = sync_thread_of(db, sync_priority::realtime);
+  EXPECT_EQ(rt.name, "astraeus.wal");
+  EXPECT_EQ(rt.policy, may_run_realtime() ? SCHED_FIFO : SCHED_OTHER)
+    << "root or CAP_SYS_NICE: " << may_run_realtime();
+  auto normal = sync_thread_of(db, sync_priority::normal);
+  EXPECT_EQ(normal.name, "astraeus.wal");
+  EXPECT_EQ(normal.policy, SCHED_OTHER);
 }
 
 TEST(SchedulerBackgroundSync, AnswersBurstsOnlyOnceStoredAndKeepsTheirState) {
