@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <utility>
 
@@ -16,11 +17,15 @@ namespace {
 
 /// Puts the calling thread under SCHED_FIFO at the lowest real-time
 /// priority. Says once per process how that went (refused without root or
-/// CAP_SYS_NICE, or in a cgroup with no real-time budget).
+/// CAP_SYS_NICE, or in a cgroup with no real-time budget). With
+/// SCHED_RESET_ON_FORK: a thread it starts (RocksDB starts its pool's
+/// threads when a job is first scheduled, which a write may do) runs at
+/// normal priority, not real-time.
 bool run_at_realtime_priority() {
   sched_param p{};
   p.sched_priority = sched_get_priority_min(SCHED_FIFO);
-  const int rc = pthread_setschedparam(pthread_self(), SCHED_FIFO, &p);
+  // pid 0: the calling thread (Linux schedules threads one by one).
+  const int rc = sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, &p) == 0 ? 0 : errno;
   static std::atomic<bool> said{false};
   if (!said.exchange(true)) {
     if (rc == 0)
