@@ -407,6 +407,18 @@ api_server::start(api_server_config cfg, std::shared_ptr<api_backend> backend) {
   // Content-Length) is answered before httplib would try to read one, which
   // it refuses as a malformed request.
   srv.set_pre_routing_handler([self](const httplib::Request& req, httplib::Response& res) {
+    // curl's -d (the README's `curl -d @spec.json`) labels a body
+    // application/x-www-form-urlencoded. httplib answers such a body over
+    // 8 KiB with 413 (a limit compiled into Debian's libcpp-httplib) before
+    // any handler sees it, and parses a smaller one into query parameters.
+    // This API takes JSON only: the label is replaced, so the body is read
+    // as it is, within api.body_cap. httplib hands over its own request,
+    // not a const object, as const.
+    if (req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0) {
+      auto& headers = const_cast<httplib::Request&>(req).headers;
+      headers.erase("Content-Type");
+      headers.emplace("Content-Type", "application/json");
+    }
     // httplib reads "abc" as 0 and "1x" as 1: a length that is not a whole
     // number of bytes is a malformed request, answered before any body is.
     if (req.has_header("Content-Length")) {
