@@ -140,6 +140,17 @@ std::optional<waiting_reason> never_placed(const selector_rec& sel, const shape&
       max_present = static_cast<unsigned>(p);
       break;
     }
+  // The machines that match have too few GPUs, but one that only its
+  // cordon or acceptance keeps from this run (issue 21: it takes checks
+  // only, so it does not match) may have them: it is named, as above.
+  // Before, a cordoned GPU machine beside a machine without GPUs (the dev
+  // cluster's own) made a user's run "cannot fit anywhere now: no machine
+  // has a GPU".
+  if (sh.gmax > max_present)
+    if (std::string named = blockers(k, sh.gmax, true); !named.empty())
+      return waiting_for(waiting_code::none_schedulable,
+                         "waiting: needs " + gpus_text(sh.gmax, false) +
+                           (gang ? " per worker" : "") + where + named);
   if (max_present == 0)
     return waiting_for(waiting_code::never_fits,
                        now + "no machine" + where + " has a GPU");
@@ -338,7 +349,9 @@ placement_result placement_index::place(const placement_request& request) {
   const selector_rec& sel = S.selectors[sid];
   bool gang = sh.workers > 1;
   unsigned kind = request.healthy_only ? kind_healthy : kind_usable;
-  auto blockers = [&S, &sel](unsigned k, unsigned need) { return S.blockers(sel, k, need); };
+  auto blockers = [&S, &sel](unsigned k, unsigned need, bool accepting_must_fit = false) {
+    return S.blockers(sel, k, need, accepting_must_fit);
+  };
   auto pools = [&S] { return S.pools_text(); };
   S.ask_cpu = cpu_millis_of(request.cpus_per_worker);
   S.ask_mem = request.memory_bytes_per_worker;

@@ -429,7 +429,10 @@ struct placement_index::state {
   /// `need` GPUs of kind `k` but for their state or fenced GPUs; at most
   /// three named, O(blocked machines), at most 4096 looked at. Empty when
   /// none.
-  std::string blockers(const selector_rec& sel, unsigned k, unsigned need) const;
+  /// With `accepting_must_fit`, a machine that only its cordon or
+  /// acceptance keeps from the run is named only if it has `need` GPUs.
+  std::string blockers(const selector_rec& sel, unsigned k, unsigned need,
+                       bool accepting_must_fit = false) const;
   /// " (machines are in pools a100, l4)": at most four pools; empty without.
   std::string pools_text() const;
   /// "; gpu-01 has the GPUs but only 16 free cores": the machines passed

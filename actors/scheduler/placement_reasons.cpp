@@ -75,7 +75,7 @@ void placement_index::state::count_pool(std::optional<std::string_view> pool, in
 }
 
 std::string placement_index::state::blockers(const selector_rec& sel, unsigned k,
-                                             unsigned need) const {
+                                             unsigned need, bool accepting_must_fit) const {
   std::string named;
   size_t count = 0, looked = 0;
   bool more = false;
@@ -93,6 +93,8 @@ std::string placement_index::state::blockers(const selector_rec& sel, unsigned k
                                           return kv.first == accepting_key ||
                                                  has_label(m, kv.first, kv.second);
                                         }))
+        continue;
+      if (accepting_must_fit && popcount(m.present) < need)
         continue;
       if (++count <= name_at_most)
         named += (named.empty() ? "" : ", ") + m.name + " " +

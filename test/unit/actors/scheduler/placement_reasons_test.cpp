@@ -189,6 +189,28 @@ TEST(PlacementReasons, MachinesThatTakeNoUserWorkAreNamedNotAnEmptyCluster) {
   EXPECT_EQ(std::get<waiting_reason>(res).code, waiting_code::none_schedulable);
 }
 
+// A new user's trial: the dev cluster's own machine (no GPUs, takes user
+// runs) beside a cordoned 8-GPU machine. A 1-GPU run waits for the cordon,
+// and says so; it said "cannot fit anywhere now: no machine has a GPU".
+TEST(PlacementReasons, ACordonedGpuMachineBesideOneWithoutGpusIsNamed) {
+  placement_index idx;
+  add(idx, dgx("vm", {{"astraeus.io/accepting", "false"}}, 0));
+  auto cordoned = dgx("dgx-01", {{"astraeus.io/accepting", "true"}});
+  cordoned.not_schedulable = "is cordoned";
+  add(idx, cordoned);
+  auto res = idx.place(single("g1", 1, {{"astraeus.io/accepting", "false"}}));
+  EXPECT_EQ(why(res), "waiting: needs 1 GPU; dgx-01 is cordoned");
+  EXPECT_EQ(std::get<waiting_reason>(res).code, waiting_code::none_schedulable);
+  // One it could not take even uncordoned is not named.
+  EXPECT_EQ(why(idx.place(single("g16", 16, {{"astraeus.io/accepting", "false"}}))),
+            "cannot fit anywhere now: no machine has a GPU");
+  // Without it, the cluster has no GPU for the run at all.
+  placement_index alone;
+  add(alone, dgx("vm", {{"astraeus.io/accepting", "false"}}, 0));
+  EXPECT_EQ(why(alone.place(single("g1", 1, {{"astraeus.io/accepting", "false"}}))),
+            "cannot fit anywhere now: no machine has a GPU");
+}
+
 // Issue 22: a GPU worker's cores and memory are placed with its GPUs. One
 // asking for more than the largest machine has cannot fit anywhere now; one
 // whose GPUs are free only where its cores or memory are not waits, naming
