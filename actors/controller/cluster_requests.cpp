@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <map>
 #include <random>
+#include <set>
 #include <tuple>
 
 #include <caf/typed_event_based_actor.hpp>
@@ -548,15 +549,30 @@ result_t list_runs(const cluster_request& r) {
   return rp;
 }
 
-/// The worker of `run` that a log request means (its rank, lowest array
-/// index first); null when there is none.
+/// The worker of `run` that a log request means (its rank, in the copy
+/// asked for, else the lowest array index first); null when there is none.
 const v1::WorkerAssignment* log_worker(const v1::Run& run, const v1::GetLogs& q) {
   auto rank = q.worker() < 0 ? 0u : static_cast<uint32_t>(q.worker());
   const v1::WorkerAssignment* w = nullptr;
   for (const auto& x : run.workers())
-    if (x.rank() == rank && (!w || x.array_index() < w->array_index()))
+    if (x.rank() == rank && (!q.has_copy() || x.array_index() == q.copy())
+        && (!w || x.array_index() < w->array_index()))
       w = &x;
   return w;
+}
+
+/// "0-2": the array copies `run`'s workers are in; empty for a run that is
+/// not an array.
+std::string copies_text(const v1::Run& run) {
+  std::set<int32_t> copies;
+  for (const auto& x : run.workers())
+    if (x.array_index() >= 0)
+      copies.insert(x.array_index());
+  if (copies.empty())
+    return {};
+  if (copies.size() == 1)
+    return std::to_string(*copies.begin());
+  return std::to_string(*copies.begin()) + "-" + std::to_string(*copies.rbegin());
 }
 
 /// Asks the machine that holds `run`'s worker for its log, answering on `rp`.
@@ -565,9 +581,15 @@ void fetch_logs(cluster_ptr self, promise_t rp, uint64_t id, caf::timespan timeo
   const auto* w = log_worker(run, q);
   if (!w) {
     auto rank = q.worker() < 0 ? 0u : static_cast<uint32_t>(q.worker());
+    auto copies = copies_text(run);
+    std::string where;
+    if (q.has_copy())
+      where = copies.empty() ? " in copy " + std::to_string(q.copy()) + " (it is not an array run)"
+                             : " in copy " + std::to_string(q.copy()) + " (its copies placed: "
+                                 + copies + ")";
     rp.deliver(error_response(
       id, caf::make_error(ec::invalid_request,
-                          "run " + q.run() + " has no worker " + std::to_string(rank)
+                          "run " + q.run() + " has no worker " + std::to_string(rank) + where
                             + (run.workers_size() == 0
                                  ? " (it is " + run.state() + ": not placed yet)"
                                  : ""))));

@@ -215,6 +215,7 @@ bool build_spec(const CLI::App& run, const run_flags& f, v1::RunSpec& spec) {
 struct logs_flags {
   std::string run;
   int worker = 0;
+  int copy = -1;  ///< an array run's copy; -1: the lowest
   bool follow = false;
   std::string workspace;
 };
@@ -241,6 +242,8 @@ int print_logs(const options& opts, const logs_flags& f) {
     q->set_run(f.run);
     q->set_workspace(f.workspace);
     q->set_worker(f.worker);
+    if (f.copy >= 0)
+      q->set_copy(f.copy);
     q->set_offset(offset);
     auto resp = client->call(req, timeout);
     if (!resp) {
@@ -316,22 +319,45 @@ bool refuse_extra_words(const char* command, const std::vector<std::string>* ext
   return true;
 }
 
-/// `logs RUN [--worker N] [-f]` under `parent` (`astra logs`, `astra run logs`).
+/// `logs RUN[N] [--worker N] [--copy N] [-f]` under `parent` (`astra logs`, `astra run logs`).
 void add_logs_command(CLI::App& parent, invocation& inv,
                       const std::vector<std::string>* extra = nullptr) {
   // A worker's output, read from its machine.
   auto* logs = parent.add_subcommand(
-    "logs", "print a worker's output: astra logs RUN [--worker N] [-f]");
+    "logs", "print a worker's output: astra logs RUN[N] [--worker N] [-f]");
   auto& flags = inv.keep<logs_flags>();
   logs->add_option("RUN", flags.run, "run name")->required();
   logs->add_option("--worker", flags.worker, "the worker's rank (default 0, the leader)")
     ->check(CLI::Range(0, static_cast<int>(max_run_workers) - 1));
+  logs->add_option("--copy", flags.copy,
+                   "an array run's copy (as RUN[N]; default: the lowest placed)")
+    ->check(CLI::NonNegativeNumber);
   logs->add_flag("-f,--follow", flags.follow, "keep printing new output until the "
                                              "worker ends");
   add_workspace_option(logs, flags.workspace);
   logs->callback([&inv, &flags, extra] {
-    if (!refuse_extra_words("logs", extra, inv))
-      inv.rc = print_logs(inv.opts, flags);
+    if (refuse_extra_words("logs", extra, inv))
+      return;
+    // "arr[2]", as `astra run show` names an array run's copy: run arr,
+    // copy 2 (a run's name has no '[').
+    auto open = flags.run.find('[');
+    if (open != std::string::npos && flags.run.back() == ']') {
+      auto digits = flags.run.substr(open + 1, flags.run.size() - open - 2);
+      int copy = -1;
+      if (!digits.empty() && digits.size() <= 9
+          && digits.find_first_not_of("0123456789") == std::string::npos)
+        copy = std::stoi(digits);
+      if (copy < 0 || (flags.copy >= 0 && flags.copy != copy)) {
+        std::fprintf(stderr, "astra: logs %s: %s\n", flags.run.c_str(),
+                     copy < 0 ? "give an array run's copy as RUN[N], N a whole number"
+                              : "names another copy than --copy");
+        inv.rc = 2;
+        return;
+      }
+      flags.copy = copy;
+      flags.run.resize(open);
+    }
+    inv.rc = print_logs(inv.opts, flags);
   });
 }
 

@@ -436,7 +436,8 @@ const std::vector<api_route>& api_routes() {
      "stop a run and free its GPUs (?workspace); its workers show Stopping until they end",
      "", "Run"},
     {"GET", "/runs/{run}/logs", true, get_run_logs,
-     "a worker's log (?worker, ?offset, ?follow=true streams, ?workspace)", "",
+     "a worker's log (?worker, ?copy of an array run, ?offset, ?follow=true streams, "
+     "?workspace)", "",
      "text/plain or LogChunk"},
     {"GET", "/workspaces", true, list_workspaces, "every workspace", "", "WorkspaceList"},
     {"POST", "/workspaces", true, create_workspace, "create a workspace (admins)",

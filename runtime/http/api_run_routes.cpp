@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include "messages/error.hpp"
@@ -181,12 +182,14 @@ namespace {
 /// `caller`; the Response as the cluster gave it.
 v1::Response read_log(api_backend& backend, const v1::Principal& caller,
                       const std::string& workspace, const std::string& run, int32_t worker,
-                      uint64_t offset) {
+                      std::optional<int32_t> copy, uint64_t offset) {
   v1::Request req;
   auto* q = req.mutable_get_logs();
   q->set_workspace(workspace);
   q->set_run(run);
   q->set_worker(worker);
+  if (copy)
+    q->set_copy(*copy);
   q->set_offset(offset);
   *req.mutable_caller() = caller;
   return backend.call(std::move(req));
@@ -199,10 +202,18 @@ void get_run_logs(api_context& ctx) {
   auto offset = worker ? query_number(ctx, "offset", 0, UINT64_MAX / 2, 0) : std::nullopt;
   if (!worker || !offset)
     return;
+  // An array run's copy (?copy=N); without it, the lowest.
+  std::optional<int32_t> copy;
+  if (ctx.req.has_param("copy")) {
+    auto n = query_number(ctx, "copy", 0, INT32_MAX, 0);
+    if (!n)
+      return;
+    copy = static_cast<int32_t>(*n);
+  }
   auto follow = ctx.req.get_param_value("follow");
   auto workspace = workspace_param(ctx);
   auto first = read_log(ctx.backend, ctx.caller, workspace, ctx.param("run"),
-                        static_cast<int32_t>(*worker), *offset);
+                        static_cast<int32_t>(*worker), copy, *offset);
   if (reply_failed(ctx, first))
     return;
   ctx.res.set_header("X-Astraeus-Worker", first.logs().worker());
@@ -231,7 +242,7 @@ void get_run_logs(api_context& ctx) {
   auto w = static_cast<int32_t>(*worker);
   ctx.res.set_chunked_content_provider(
     "text/plain; charset=utf-8",
-    [st, backend, caller, workspace, run, w](size_t, httplib::DataSink& sink) {
+    [st, backend, caller, workspace, run, w, copy](size_t, httplib::DataSink& sink) {
       if (!st->sent_pending) {
         st->sent_pending = true;
         const auto& d = st->pending.data();
@@ -245,7 +256,7 @@ void get_run_logs(api_context& ctx) {
       }
       if (!sink.is_writable())
         return false;
-      auto next = read_log(*backend, caller, workspace, run, w, st->pending.next_offset());
+      auto next = read_log(*backend, caller, workspace, run, w, copy, st->pending.next_offset());
       if (next.has_error()) {
         sink.done();
         return true;

@@ -190,6 +190,32 @@ TEST_F(CliDay2, SbatchRunsTheScriptWithItsDirectivesMountedReadOnly) {
   EXPECT_EQ(cancel.out, "run hello cancelled\n");
 }
 
+// A new user's trial: an array run's copies after the first had no way to
+// their output ("run arr has no worker 1").
+TEST_F(CliDay2, EachCopyOfAnArrayRunHasItsOwnLogs) {
+  ASSERT_TRUE(start_cluster());
+  auto run = astra({"run", "--name", "arr", "--array-size", "3", "--image", "busybox", "--cpus",
+                    "1", "--mem", "64M", "--", "sh", "-c", "echo I am $ASTRAEUS_TASK_NAME"});
+  ASSERT_EQ(run.rc, 0) << run.err;
+  ASSERT_TRUE(ended("arr", "Stopped"));
+  auto first = astra({"logs", "arr"});
+  EXPECT_EQ(first.rc, 0) << first.err;
+  EXPECT_TRUE(has(first.out, "arr[0]")) << first.out;
+  auto third = astra({"logs", "arr[2]"});
+  EXPECT_EQ(third.rc, 0) << third.err;
+  EXPECT_TRUE(has(third.out, "arr[2]")) << third.out;
+  auto second = astra({"logs", "arr", "--copy", "1"});
+  EXPECT_EQ(second.rc, 0) << second.err;
+  EXPECT_TRUE(has(second.out, "arr[1]")) << second.out;
+  auto none = astra({"logs", "arr[7]"});
+  EXPECT_EQ(none.rc, 1);
+  EXPECT_TRUE(has(none.err, "run arr has no worker 0 in copy 7 (its copies placed: 0-2)"))
+    << none.err;
+  auto bad = astra({"logs", "arr[x]"});
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_TRUE(has(bad.err, "give an array run's copy as RUN[N]")) << bad.err;
+}
+
 TEST_F(CliDay2, DrainStopsTheWorkersThenRemoveForgetsTheMachineAndRefusesItsAgent) {
   ASSERT_TRUE(start_cluster());
   auto run = astra({"run", "--name", "long", "--image", "busybox", "--cpus", "1", "--mem",
