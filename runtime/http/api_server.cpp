@@ -125,7 +125,7 @@ int http_status_of(const v1::Error& err) {
         || m.rfind("no validation named", 0) == 0
         || m.find("has no worker") != std::string::npos
         || m.find(" has no GPU ") != std::string::npos
-        || m.rfind("no API token has", 0) == 0
+        || m.rfind("no API token has", 0) == 0 || m.rfind("no join token has", 0) == 0
         || m.rfind("no validation policy for", 0) == 0)
       return 404;
     if (m.find("already exists") != std::string::npos

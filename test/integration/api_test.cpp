@@ -153,6 +153,12 @@ TEST_F(Api, TokensRolesErrorsAndTheSeedsPaths) {
             std::string::npos);
   EXPECT_EQ(r->get_header_value("Location"),
             base + "/enrollment-tokens/" + tok["id"].get<std::string>());
+  // An enrollment token that does not exist is 404, as the README says
+  // (it was 400).
+  r = owner->Delete(base + "/enrollment-tokens/nosuch");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404) << r->body;
+  EXPECT_EQ(body_of(r)["code"], "NOT_FOUND") << r->body;
   // The /v1/organizations form serves the same.
   r = owner->Get("/v1/organizations/default/clusters/default/whoami");
   ASSERT_TRUE(r);
