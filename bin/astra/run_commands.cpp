@@ -341,7 +341,7 @@ void add_logs_command(CLI::App& parent, invocation& inv,
     // "arr[2]", as `astra run show` names an array run's copy: run arr,
     // copy 2 (a run's name has no '[').
     auto open = flags.run.find('[');
-    if (open != std::string::npos && flags.run.back() == ']') {
+    if (open != std::string::npos && open > 0 && flags.run.back() == ']') {
       auto digits = flags.run.substr(open + 1, flags.run.size() - open - 2);
       int copy = -1;
       if (!digits.empty() && digits.size() <= 9
