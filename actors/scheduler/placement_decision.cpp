@@ -99,11 +99,12 @@ waiting_reason waiting_for(waiting_code code, std::string message) {
 // none of them takes new work (naming those that would fit but for their
 // state).
 // `blockers(k, need)` and `pools()` are `placement_index::state`'s.
-template <class Blockers, class Pools>
+// `kept_out()` is `placement_index::state::most_gpus_kept_out` for `sel`.
+template <class Blockers, class Pools, class KeptOut>
 std::optional<waiting_reason> never_placed(const selector_rec& sel, const shape& sh,
                                            bool gang, unsigned k, uint64_t ask_cpu,
                                            uint64_t ask_mem, const Blockers& blockers,
-                                           const Pools& pools) {
+                                           const Pools& pools, const KeptOut& kept_out) {
   const std::string& where = sel.where;
   const std::string now = "cannot fit anywhere now: ";
   if (sel.matching == 0) {
@@ -151,14 +152,20 @@ std::optional<waiting_reason> never_placed(const selector_rec& sel, const shape&
       return waiting_for(waiting_code::none_schedulable,
                          "waiting: needs " + gpus_text(sh.gmax, false) +
                            (gang ? " per worker" : "") + where + named);
-  if (max_present == 0)
-    return waiting_for(waiting_code::never_fits,
-                       now + "no machine" + where + " has a GPU");
-  if (sh.gmax > max_present)
-    return waiting_for(waiting_code::never_fits,
-                       now + "a worker needs " + gpus_text(sh.gmax, false) +
-                         " on one machine; machines" + where + " have at most " +
-                         std::to_string(max_present));
+  // The most GPUs counts those machines too: a 16-GPU ask beside a
+  // cordoned 8-GPU machine and the dev cluster's GPU-less one is "machines
+  // have at most 8", not "no machine has a GPU" (a new-user trial).
+  if (sh.gmax > max_present) {
+    const unsigned most = std::max(max_present, kept_out());
+    if (most == 0)
+      return waiting_for(waiting_code::never_fits,
+                         now + "no machine" + where + " has a GPU");
+    if (sh.gmax > most)
+      return waiting_for(waiting_code::never_fits,
+                         now + "a worker needs " + gpus_text(sh.gmax, false) +
+                           " on one machine; machines" + where + " have at most " +
+                           std::to_string(most));
+  }
   if (gang) {
     uint64_t best_site = 0;
     for (uint64_t p : sel.site_present)
@@ -357,7 +364,9 @@ placement_result placement_index::place(const placement_request& request) {
   S.ask_mem = request.memory_bytes_per_worker;
   S.short_named.clear();
   S.short_more = false;
-  if (auto never = never_placed(sel, sh, gang, kind, S.ask_cpu, S.ask_mem, blockers, pools))
+  auto kept_out = [&S, &sel] { return S.most_gpus_kept_out(sel); };
+  if (auto never =
+        never_placed(sel, sh, gang, kind, S.ask_cpu, S.ask_mem, blockers, pools, kept_out))
     return std::move(*never);
   placement out;
   out.run = request.run;

@@ -433,6 +433,11 @@ struct placement_index::state {
   /// acceptance keeps from the run is named only if it has `need` GPUs.
   std::string blockers(const selector_rec& sel, unsigned k, unsigned need,
                        bool accepting_must_fit = false) const;
+  /// The most GPUs a machine has among those that only their cordon or
+  /// acceptance keeps from `sel`'s runs (as `blockers` finds them; at most
+  /// 4096 looked at); 0 when none. What "machines have at most N" counts
+  /// beside the matching machines.
+  unsigned most_gpus_kept_out(const selector_rec& sel) const;
   /// " (machines are in pools a100, l4)": at most four pools; empty without.
   std::string pools_text() const;
   /// "; gpu-01 has the GPUs but only 16 free cores": the machines passed

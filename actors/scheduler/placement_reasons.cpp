@@ -128,6 +128,23 @@ std::string placement_index::state::blockers(const selector_rec& sel, unsigned k
   return "; " + named;
 }
 
+unsigned placement_index::state::most_gpus_kept_out(const selector_rec& sel) const {
+  unsigned most = 0;
+  size_t looked = 0;
+  for (machine_id id : blocked) {
+    if (++looked > look_at_most)
+      break;
+    const machine_rec& m = machines[id];
+    if (matches(m, sel) || !m.accepting)
+      continue;
+    if (std::all_of(sel.label_text.begin(), sel.label_text.end(), [&](const auto& kv) {
+          return kv.first == accepting_key || has_label(m, kv.first, kv.second);
+        }))
+      most = std::max(most, static_cast<unsigned>(popcount(m.present)));
+  }
+  return most;
+}
+
 std::string placement_index::state::shorts_text() const {
   std::string out;
   for (machine_id id : short_named) {

@@ -15,6 +15,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "actors/scheduler/placement_internal.hpp"
 #include "actors/scheduler/scheduler_internal.hpp"
 #include "messages/error.hpp"
 #include "runtime/process/wall_clock.hpp"
@@ -93,7 +94,7 @@ void place_cpu_runs(scheduler_state& st, touched_runs& touched,
           labels += (labels.empty() ? " carrying " : ",") + k + "=" + v;
       std::string each = show_number(cpus) + " core(s)";
       if (mem > 0)
-        each += " and " + std::to_string(mem >> 20) + " MiB";
+        each += " and " + placement_detail::memory_text(mem);
       // More cores or memory than any machine with the labels has: it
       // cannot fit anywhere now (issue 13, item 5).
       double most_cpus = 0;
@@ -108,9 +109,11 @@ void place_cpu_runs(scheduler_state& st, touched_runs& touched,
         never = "cannot fit anywhere now: a worker asks for " + show_number(cpus) +
                 " CPU cores; the largest machine" + labels + " has " + show_number(most_cpus);
       else if (!st.machine_facts_by_name.empty() && most_mem > 0 && mem > most_mem)
-        never = "cannot fit anywhere now: a worker asks for " + std::to_string(mem >> 20) +
-                " MiB; the largest machine" + labels + " has " +
-                std::to_string(most_mem >> 20) + " MiB";
+        // In the GPU path's units ("256 GiB", "15.5 GiB"), not MiB here and
+        // GiB there (a new-user trial).
+        never = "cannot fit anywhere now: a worker asks for " +
+                placement_detail::memory_text(mem) + "; the largest machine" + labels +
+                " has " + placement_detail::memory_text(most_mem);
       st.cpu_waiting_reason[qname] =
         !never.empty() ? never
         : candidates == 0 && spec.rdma()

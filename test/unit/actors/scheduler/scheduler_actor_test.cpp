@@ -1086,8 +1086,8 @@ TEST_F(SchedulerActor, ACpuOnlyRunLargerThanEveryMachineCannotFitAnywhereNow) {
             "cannot fit anywhere now: a worker asks for 512 CPU cores; the largest machine "
             "has 64");
   EXPECT_EQ(submit(s, cpu_spec("memory", 1, 1u << 20)).waiting_reason(),
-            "cannot fit anywhere now: a worker asks for 1048576 MiB; the largest machine has "
-            "262144 MiB");
+            "cannot fit anywhere now: a worker asks for 1024 GiB; the largest machine has "
+            "256 GiB");
 }
 
 // --- Issue 13: run names per workspace --------------------------------------
