@@ -6,6 +6,7 @@
 #include <regex>
 #include <vector>
 
+#include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
@@ -30,10 +31,50 @@ std::string message_to_json(const google::protobuf::Message& msg, bool whitespac
 
 namespace {
 
-/// The parser's words for a number that does not fit its field ("(burn_in_seconds):
-/// invalid value -5 for type TYPE_UINT64") in a user's words: the field, the
-/// value and the range. Any other message unchanged.
-std::string explain_json_error(const std::string& message) {
+/// The parser's words in a user's: a number that does not fit its field
+/// ("(burn_in_seconds): invalid value -5 for type TYPE_UINT64") as the
+/// field, the value and the range; an unknown field (found from `root`, the
+/// body's message) with the fields its object takes. Any other message
+/// unchanged.
+std::string explain_json_error(const std::string& message,
+                               const google::protobuf::Descriptor* root) {
+  // "labels: Cannot find field." at the body's top, "(task_groups[0]) gpu:
+  // Cannot find field." within it: say which fields that object takes (a
+  // new-user trial sent PATCH .../labels {"labels": {...}} and could not
+  // tell that it takes set and remove).
+  static const std::regex unknown{
+    R"(^(?:\(([A-Za-z0-9_.\[\]]*)\) )?([A-Za-z0-9_]+): Cannot find field\.$)"};
+  std::smatch u;
+  if (root != nullptr && std::regex_match(message, u, unknown)) {
+    const auto* d = root;
+    const std::string path = u[1].str();
+    const std::string name = (path.empty() ? "" : path + ".") + u[2].str();
+    // Each step of the path names a message field ("task_groups[0]").
+    for (size_t from = 0; d != nullptr && from < path.size();) {
+      auto dot = path.find('.', from);
+      if (dot == std::string::npos)
+        dot = path.size();
+      auto part = path.substr(from, dot - from);
+      part = part.substr(0, part.find('['));
+      const auto* f = d->FindFieldByName(part);
+      if (f == nullptr)
+        f = d->FindFieldByCamelcaseName(part);
+      d = f != nullptr ? f->message_type() : nullptr;
+      from = dot + 1;
+    }
+    if (d == nullptr || d->field_count() == 0)
+      return message;
+    std::string fields;
+    for (int i = 0; i < d->field_count(); ++i) {
+      const auto* f = d->field(i);
+      // The `*_code` twins are the words' machine form, not for callers.
+      if (f->name().size() > 5 && f->name().compare(f->name().size() - 5, 5, "_code") == 0
+          && d->FindFieldByName(f->name().substr(0, f->name().size() - 5)) != nullptr)
+        continue;
+      fields += (fields.empty() ? "" : ", ") + f->name();
+    }
+    return name + ": unknown field (" + d->name() + " takes " + fields + ")";
+  }
   static const std::regex number{
     R"(^\(?([A-Za-z0-9_.\[\]]*)\)?:? ?invalid value (\S+) for type TYPE_(U?)INT(32|64)$)"};
   std::smatch m;
@@ -63,7 +104,9 @@ caf::error message_from_json(std::string_view text, google::protobuf::Message& o
   if (!status.ok()) {
     out.Clear();
     return caf::make_error(ec::invalid_request,
-                           what + ": " + explain_json_error(std::string{status.message()}));
+                           what + ": "
+                             + explain_json_error(std::string{status.message()},
+                                                  out.GetDescriptor()));
   }
   return caf::none;
 }

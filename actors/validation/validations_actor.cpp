@@ -92,7 +92,10 @@ void start_validation(self_ptr self, v1::StartValidation start, std::string trig
                                                        : "machine " + start.machine();
           // "machine gpu-02 is Maintenance", not "no machine of machine
           // gpu-02 is Up".
-          done(caf::make_error(ec::invalid_request,
+          // A machine nobody knows is 404 NO_SUCH_MACHINE, as on every
+          // other route that names one.
+          const bool unknown_machine = !known && batch.empty() && !start.machine().empty();
+          done(caf::make_error(unknown_machine ? ec::no_such_machine : ec::invalid_request,
                                known && batch.empty() && !start.machine().empty()
                                  ? what + " is " + one_state + ": a validation runs on a "
                                      "machine that is Up"

@@ -59,6 +59,39 @@ void revoke_enrollment_token(api_context& ctx) {
          false);
 }
 
+namespace {
+
+/// The token of `list` whose id is the path's {id}, as JSON (200), or 404
+/// naming the id: what a 201's Location header points at.
+template <class List>
+void reply_token(api_context& ctx, const List& list, const char* kind) {
+  const auto id = ctx.param("id");
+  for (const auto& t : list.tokens())
+    if (t.id() == id) {
+      reply_json(ctx.res, 200, message_to_json(t, false));
+      return;
+    }
+  reply_error(ctx.res, 404, "not_found", std::string{"no "} + kind + " has id '" + id + "'");
+}
+
+} // namespace
+
+void get_enrollment_token(api_context& ctx) {
+  v1::Request req;
+  req.mutable_list_join_tokens();
+  auto resp = ask_cluster(ctx, std::move(req));
+  if (!reply_failed(ctx, resp))
+    reply_token(ctx, resp.join_tokens(), "join token");
+}
+
+void get_api_token(api_context& ctx) {
+  v1::Request req;
+  req.mutable_list_api_tokens();
+  auto resp = ask_cluster(ctx, std::move(req));
+  if (!reply_failed(ctx, resp))
+    reply_token(ctx, resp.api_tokens(), "API token");
+}
+
 void list_api_tokens(api_context& ctx) {
   v1::Request req;
   req.mutable_list_api_tokens();

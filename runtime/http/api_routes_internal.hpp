@@ -135,6 +135,11 @@ void drain_node(api_context& ctx);
 void list_enrollment_tokens(api_context& ctx);
 void revoke_enrollment_token(api_context& ctx);
 void list_api_tokens(api_context& ctx);
+/// GET /enrollment-tokens/{id} and /api-tokens/{id} (admins): the token
+/// without its secret, where a 201's Location points; 404 `NOT_FOUND`
+/// "no join token has id 'X'" for one not there.
+void get_enrollment_token(api_context& ctx);
+void get_api_token(api_context& ctx);
 void delete_workspace(api_context& ctx);
 /// PUT /workspaces/{name}/grants `{"add_bind_paths":["/data"],
 /// "remove_bind_paths":[],"allow_privileged":true}` (issue 16, admins): the

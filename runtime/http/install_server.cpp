@@ -138,6 +138,11 @@ bool serve_installer(const httplib::Request& req, httplib::Response& res,
   if (req.method != "GET" && req.method != "HEAD")
     return false;
   const auto& path = req.path;
+  static const std::string prefix = "/releases";
+  const bool releases = path.compare(0, prefix.size(), prefix) == 0
+                        && (path.size() == prefix.size() || path[prefix.size()] == '/');
+  if (path != "/api/v1/install.sh" && !releases)
+    return false;  // not ours: no header of ours on another server's answer
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Content-Type-Options", "nosniff");
   if (path == "/api/v1/install.sh") {
@@ -146,10 +151,6 @@ bool serve_installer(const httplib::Request& req, httplib::Response& res,
                     "text/x-shellscript; charset=utf-8");
     return true;
   }
-  static const std::string prefix = "/releases";
-  if (path.compare(0, prefix.size(), prefix) != 0
-      || (path.size() > prefix.size() && path[prefix.size()] != '/'))
-    return false;
   const auto& dir = site.releases_dir;
   auto files = release_files(dir);
   auto name = path.size() > prefix.size() + 1 ? path.substr(prefix.size() + 1) : std::string{};

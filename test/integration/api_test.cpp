@@ -153,6 +153,16 @@ TEST_F(Api, TokensRolesErrorsAndTheSeedsPaths) {
             std::string::npos);
   EXPECT_EQ(r->get_header_value("Location"),
             base + "/enrollment-tokens/" + tok["id"].get<std::string>());
+  // The Location is a page one may GET (a new-user trial found it
+  // DELETE-only): the token without its secret.
+  r = owner->Get(r->get_header_value("Location"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(body_of(r)["id"], tok["id"]) << r->body;
+  EXPECT_EQ(r->body.find(tok["token"].get<std::string>()), std::string::npos) << r->body;
+  r = owner->Get(base + "/enrollment-tokens/nosuch");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404) << r->body;
   // An enrollment token that does not exist is 404, as the README says
   // (it was 400).
   r = owner->Delete(base + "/enrollment-tokens/nosuch");
@@ -184,6 +194,10 @@ TEST_F(Api, TokensRolesErrorsAndTheSeedsPaths) {
   r = owner->Post(base + "/api-tokens", R"({"name": "alice", "role": "member"})", "application/json");
   ASSERT_EQ(r->status, 201) << r->body;
   auto member = client(body_of(r)["token"].get<std::string>());
+  auto alice = owner->Get(r->get_header_value("Location"));
+  ASSERT_TRUE(alice);
+  EXPECT_EQ(alice->status, 200) << alice->body;
+  EXPECT_EQ(body_of(alice)["name"], "alice") << alice->body;
   EXPECT_EQ(member->Get(base + "/nodes")->status, 200);
   r = member->Post(base + "/enrollment-tokens", "{}", "application/json");
   EXPECT_EQ(r->status, 403);

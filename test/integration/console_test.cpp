@@ -214,6 +214,10 @@ TEST_F(Console, GpusMachinesAndClearFaultInHeadlessChromium) {
   EXPECT_EQ(js->status, 200);
   EXPECT_TRUE(contains(js->get_header_value("Content-Type"), "javascript"));
   EXPECT_TRUE(contains(js->get_header_value("Content-Security-Policy"), "default-src 'self'"));
+  // Each header once (a new-user trial saw the installer's two added to
+  // every console answer as well).
+  EXPECT_EQ(js->get_header_value_count("Cache-Control"), 1u);
+  EXPECT_EQ(js->get_header_value_count("X-Content-Type-Options"), 1u);
   // Without a token: the sign-in form, nothing of the cluster.
   auto dom = browse("/o/default/compute/gpus", "-");
   EXPECT_TRUE(contains(dom, "id=\"sign-in\"") && !contains(dom, "data-uuid")) << dom;

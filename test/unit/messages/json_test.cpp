@@ -47,3 +47,20 @@ TEST(JsonMerge, ABadBodyChangesNothingAndSaysWhy) {
   EXPECT_EQ(p.burn_in_seconds(), 60u);
   EXPECT_TRUE(p.require_acceptance());
 }
+
+// A new-user trial sent PATCH /v1/nodes/NAME/labels {"labels": {...}} and
+// the error named only the field it did not know. It names those it takes.
+TEST(JsonParse, AnUnknownFieldIsNamedWithTheFieldsTheObjectTakes) {
+  v1::SetLabels labels;
+  auto err = message_from_json(R"({"labels": {"rack": "r1"}})", labels, "body");
+  ASSERT_TRUE(err);
+  EXPECT_EQ(render_error(err),
+            "body: labels: unknown field (SetLabels takes name, set, remove)");
+  // Within an object of the body: that object's fields.
+  v1::RunSpec spec;
+  err = message_from_json(R"({"name": "t", "task_groups": [{"gpu": 1}]})", spec, "body");
+  ASSERT_TRUE(err);
+  EXPECT_EQ(render_error(err).rfind("body: task_groups[0].gpu: unknown field (TaskGroup takes ", 0),
+            0u)
+    << render_error(err);
+}

@@ -285,3 +285,18 @@ TEST_F(Validations, AMachineThatIsNotUpIsNamedWithItsState) {
   EXPECT_EQ(resp.error().message(),
             "machine gpu-02 is Down: a validation runs on a machine that is Up");
 }
+
+// A new-user trial: `astra validate --machine typo` answered 400 where every
+// other route that names an unknown machine answers 404 NO_SUCH_MACHINE.
+TEST_F(Validations, AMachineNobodyKnowsIsNoSuchMachine) {
+  join("gpu-01", "h100");
+  v1::Request req;
+  req.set_id(4);
+  req.mutable_caller()->set_name("alice");
+  req.mutable_start_validation()->set_suite("quick");
+  req.mutable_start_validation()->set_machine("gpu-99");
+  auto resp = ask<v1::Response>(actor_, std::move(req));
+  ASSERT_TRUE(resp.has_error());
+  EXPECT_EQ(resp.error().code(), "no_such_machine");
+  EXPECT_EQ(resp.error().message(), "no machine named gpu-99");
+}
