@@ -644,16 +644,29 @@ std::string run_why(const v1::Run& r) {
 std::string format_run_list(const v1::RunList& list, int64_t now_unix_ms) {
   if (list.runs().empty())
     return "No runs.\n";
-  std::vector<std::vector<std::string>> rows;
+  // Runs of several workspaces may share a name: then each row says its
+  // workspace, first (as `kubectl get pods -A` says each pod's namespace).
+  auto workspace_of = [](const v1::Run& r) {
+    return r.spec().workspace().empty() ? std::string{"default"} : r.spec().workspace();
+  };
+  bool several = false;
   for (const auto& r : list.runs())
+    several = several || workspace_of(r) != workspace_of(list.runs(0));
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& r : list.runs()) {
     rows.push_back({r.spec().name(), r.state(), std::to_string(worker_count(r.spec())),
                     std::to_string(r.spec().gpus_per_worker()),
                     r.leader_machine().empty() ? "-" : r.leader_machine(),
                     format_age(r.submitted_unix_ms(), now_unix_ms),
                     run_why(r)});
-  return render_table({"NAME", "STATE", "WORKERS", "GPUS/WORKER", "LEADER",
-                       "SUBMITTED", "WHY"},
-                      rows);
+    if (several)
+      rows.back().insert(rows.back().begin(), workspace_of(r));
+  }
+  std::vector<std::string> header{"NAME", "STATE", "WORKERS", "GPUS/WORKER", "LEADER",
+                                  "SUBMITTED", "WHY"};
+  if (several)
+    header.insert(header.begin(), "WORKSPACE");
+  return render_table(header, rows);
 }
 
 std::string format_run(const v1::Run& r, int64_t now_unix_ms) {

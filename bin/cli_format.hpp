@@ -45,7 +45,9 @@ std::string format_gpu_section(const v1::GpuSection& section);
 /// last hour is kept.
 std::string format_gpu_history(const v1::GpuHistory& history, int64_t now_unix_ms);
 
-/// `astra runs`: one line per run.
+/// `astra runs`: one line per run: NAME, STATE, WORKERS, GPUS/WORKER,
+/// LEADER, SUBMITTED, WHY; with a WORKSPACE column first when the runs are
+/// of more than one workspace (two runs may then share a name).
 std::string format_run_list(const v1::RunList& list, int64_t now_unix_ms);
 
 /// `astra run show NAME`: the run and its workers, then what the workers

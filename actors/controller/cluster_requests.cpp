@@ -414,6 +414,13 @@ result_t list_workspaces(const cluster_request& r) {
   }
   for (const auto& [name, ws] : workspaces)
     *list->add_workspaces() = ws;
+  // The default workspace is the cluster's own: its runs may do privileged
+  // work (set_workspace_grants refuses to change that), so its record says
+  // so, as `astra workspaces`' table does (a new-user trial saw JSON say
+  // false and the table yes).
+  for (auto& ws : *list->mutable_workspaces())
+    if (ws.name() == default_workspace)
+      ws.set_allow_privileged(true);
   return out;
 }
 

@@ -59,12 +59,25 @@ void add_join_tokens(CLI::App& app, invocation& inv) {
     v1::Request req;
     auto* body = req.mutable_create_join_token();
     body->set_ttl_seconds(*ttl);
-    if (!f.pool.empty())
+    if (!f.pool.empty()) {
+      if (auto err = check_label("pool", f.pool)) {
+        std::fprintf(stderr, "astra: --pool: %s\n", render_error(err).c_str());
+        inv.rc = 2;
+        return;
+      }
       (*body->mutable_labels())["pool"] = f.pool;
+    }
     for (const auto& kv : f.labels) {
       auto eq = kv.find('=');
       if (eq == std::string::npos || eq == 0) {
         std::fprintf(stderr, "astra: --label: '%s' is not KEY=VALUE\n", kv.c_str());
+        inv.rc = 2;
+        return;
+      }
+      // The controller's rule, checked here too: a bad label is a usage
+      // error (exit 2) before anything is sent, as for `astra label`.
+      if (auto err = check_label(kv.substr(0, eq), kv.substr(eq + 1))) {
+        std::fprintf(stderr, "astra: --label: %s\n", render_error(err).c_str());
         inv.rc = 2;
         return;
       }

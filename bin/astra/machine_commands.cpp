@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <functional>
 
+#include "actors/controller/machine_actor.hpp"
 #include "bin/astra/commands.hpp"
 #include "bin/astra/usage.hpp"
 #include "bin/cli_format.hpp"
@@ -107,6 +108,13 @@ void add_data_location(CLI::App& machine, invocation& inv) {
   sub->add_option("NAME", name, "machine name")->required()->check(machine_name_check());
   sub->add_option("PATH", path, "the folder, an absolute path")->required();
   sub->callback([&inv, &name, &path] {
+    // The controller's rule, checked here too: a relative path is a usage
+    // error (exit 2) before anything is sent, as for `astra validate --data-dir`.
+    if (auto why = data_location_problem(path)) {
+      std::fprintf(stderr, "astra: data location '%s' %s\n", path.c_str(), why->c_str());
+      inv.rc = exit_usage;
+      return;
+    }
     v1::Request req;
     req.mutable_set_data_location()->set_name(name);
     req.mutable_set_data_location()->set_path(path);

@@ -295,6 +295,11 @@ TEST_F(CliDay2, TokensAndWorkspacesAreListedRevokedAndDeleted) {
   ASSERT_EQ(made.rc, 0) << made.err;
   auto id = nlohmann::json::parse(made.out).value("id", "");
   ASSERT_FALSE(id.empty());
+  // A label the controller would refuse is a usage error (exit 2), refused
+  // before anything is sent, as for `astra label` (a new-user trial saw 1).
+  auto bad = astra({"tokens", "create", "--label", "bad key=1"});
+  EXPECT_EQ(bad.rc, 2) << bad.err;
+  EXPECT_TRUE(has(bad.err, "--label: ")) << bad.err;
   auto list = astra({"tokens", "list"});
   ASSERT_EQ(list.rc, 0) << list.err;
   EXPECT_TRUE(has(list.out, id)) << list.out;

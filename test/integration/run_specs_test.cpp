@@ -241,6 +241,16 @@ TEST_F(RunSpecs, BadSpecsAreRefusedBeforeAnythingIsStored) {
   EXPECT_EQ(granted.out, "workspace vision: machine paths /srv; privileged work: yes\n");
   auto listed = astra({"workspaces"}).out;
   EXPECT_TRUE(contains(listed, "/srv")) << listed;
+  // The JSON says what the table says: the default workspace may do
+  // privileged work (a new-user trial saw false there and yes in the table).
+  auto as_json = astra({"-o", "json", "workspaces"}).out;
+  auto doc = nlohmann::json::parse(as_json, nullptr, false);
+  bool default_privileged = false;
+  if (doc.is_object() && doc.contains("workspaces"))
+    for (const auto& w : doc["workspaces"])
+      if (w.value("name", "") == "default")
+        default_privileged = w.value("allow_privileged", false);
+  EXPECT_TRUE(default_privileged) << as_json;
   EXPECT_TRUE(contains(astra({"audit"}).out, "grant workspace")) << "audited";
   auto ok = run_file("granted", "name: granted\nimage: busybox\ncommand: [ls, /d]\n"
                                 "workspace: vision\n"

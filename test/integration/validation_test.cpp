@@ -303,7 +303,7 @@ TEST_F(Validation, AcceptanceOfThreeMachinesNamesTheSlowGpuAndItsFix) {
                                     + " (installer)"))
     << shown.out;
   auto bad = astra({"machine", "data-location", "gpu-01", "data"});
-  EXPECT_NE(bad.rc, 0);
+  EXPECT_EQ(bad.rc, 2) << "a usage error, refused before anything is sent";
   EXPECT_TRUE(contains(bad.err + bad.out, "data location 'data' is not an absolute path"))
     << bad.err << bad.out;
   auto set = astra({"machine", "data-location", "gpu-01", "/mnt/nvme0/astraeus"});

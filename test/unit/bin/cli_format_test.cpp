@@ -299,3 +299,24 @@ TEST(CliFormat, ATableShowsControlBytesAndDoesNotActOnThem) {
                  "bob  a\\x0ab\\x1b[31mRED\n"
                  "é    ok\n");
 }
+
+// A new-user trial: two runs named `t`, in workspaces default and vision,
+// were two identical rows of `astra runs`. With runs of several workspaces,
+// each row says its workspace first; with one, the table is as before.
+TEST(CliFormat, RunsOfSeveralWorkspacesSayWhichWorkspaceEachIsIn) {
+  v1::RunList list;
+  auto* a = list.add_runs();
+  a->mutable_spec()->set_name("t");
+  a->set_state("Running");
+  auto one = cli::format_run_list(list, 0);
+  EXPECT_EQ(one.rfind("NAME", 0), 0u) << one;
+  EXPECT_EQ(one.find("WORKSPACE"), std::string::npos) << one;
+  auto* b = list.add_runs();
+  b->mutable_spec()->set_name("t");
+  b->mutable_spec()->set_workspace("vision");
+  b->set_state("Waiting");
+  auto two = cli::format_run_list(list, 0);
+  EXPECT_EQ(two.rfind("WORKSPACE", 0), 0u) << two;
+  EXPECT_NE(two.find("\ndefault "), std::string::npos) << two;
+  EXPECT_NE(two.find("\nvision "), std::string::npos) << two;
+}
