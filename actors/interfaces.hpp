@@ -357,6 +357,11 @@ using scheduler_actor = caf::typed_actor<
   // `submitted_unix_ms`, whose workers have all ended is forgotten (ignored
   // when the run of that key is another or not deleted).
   caf::reacts_to<atom::expire, std::string, int64_t>,
+  // `astra workspace delete W` (its live runs refused before): forgets
+  // every ended run of workspace W whose workers have all ended (erased
+  // from the store with the next flush), so a new workspace of that name
+  // starts without them. Answers how many. Never fails.
+  caf::replies_to<atom::expire, std::string>::with<uint64_t>,
   // `astra machine remove` (issue 13): forgets the machine (its GPUs leave
   // the index; later snapshots from its actor are ignored) and answers
   // true. Fails with ec::invalid_request naming the runs that still have

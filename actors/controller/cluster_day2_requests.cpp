@@ -313,7 +313,19 @@ caf::result<v1::Response> delete_workspace(const cluster_request& r) {
           rp.deliver(error_response(id, err));
           return;
         }
-        rp.deliver(erase());
+        // Its ended runs go with it: a new workspace of that name starts
+        // without them (a new-user trial saw it inherit them, and a new run
+        // named as an old one refused: "already exists").
+        self->request(self->state.config.scheduler, std::chrono::seconds{10}, atom::expire_v,
+                      name)
+          .then(
+            [rp, erase, name](uint64_t forgotten) mutable {
+              if (forgotten > 0)
+                spdlog::info("cluster: workspace {}'s {} ended run(s) forgotten", name,
+                             forgotten);
+              rp.deliver(erase());
+            },
+            [rp, erase](caf::error&) mutable { rp.deliver(erase()); });
       },
       [rp, id = r.id](caf::error& err) mutable { rp.deliver(error_response(id, err)); });
   return rp;

@@ -225,6 +225,16 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
           && stopping_workers(r->second).empty())
         forget_run(self, key);
     },
+    [self](atom::expire, const std::string& workspace) -> uint64_t {
+      std::vector<std::string> keys;
+      for (const auto& [key, run] : self->state.runs)
+        if (run.spec().workspace() == workspace && has_ended(state_of(run))
+            && stopping_workers(run).empty())
+          keys.push_back(key);
+      for (const auto& key : keys)
+        forget_run(self, key);
+      return keys.size();
+    },
     [self](const v1::RemoveMachine& req) -> caf::result<bool> {
       if (auto err = forget_machine(self, req.name()))
         return err;

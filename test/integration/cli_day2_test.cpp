@@ -388,6 +388,15 @@ TEST_F(CliDay2, RunNamesArePerWorkspaceAndADeletedRunsWorkerShowsStoppingThenHow
   EXPECT_EQ(worker("wb", "state"), "Running");
   EXPECT_EQ(astra({"run", "logs", "t", "--workspace", "wb"}).rc, 0);
   EXPECT_EQ(astra({"run", "delete", "t", "--workspace", "wb"}).rc, 0);
+  // A deleted workspace's ended runs go with it: made again, it starts
+  // empty (a new-user trial saw the new one inherit them).
+  auto gone = astra({"workspace", "delete", "wa"});
+  ASSERT_EQ(gone.rc, 0) << gone.err;
+  ASSERT_EQ(astra({"workspace", "create", "wa"}).rc, 0);
+  auto shown = astra({"run", "show", "t", "--workspace", "wa"});
+  EXPECT_EQ(shown.rc, 1) << shown.out;
+  EXPECT_TRUE(has(shown.err, "no run named t in workspace wa")) << shown.err;
+  EXPECT_FALSE(has(astra({"runs", "--workspace", "wa"}).out, "Cancelled"));
 }
 
 // Trial: revoking the only owner token locked the cluster for good, and a
