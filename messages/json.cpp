@@ -10,6 +10,7 @@
 #include <google/protobuf/message.h>
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
+#include <nlohmann/json.hpp>
 
 #include "messages/error.hpp"
 #include "messages/typed_twins.hpp"
@@ -92,11 +93,83 @@ std::string explain_json_error(const std::string& message,
   return field + ": " + value + " is not a whole number from " + range;
 }
 
+/// `v` as a user sent it, shortened to 40 characters.
+std::string shown_value(const nlohmann::json& v) {
+  auto text = v.dump();
+  return text.size() > 40 ? text.substr(0, 37) + "..." : text;
+}
+
+std::string wrong_json_type_in(const nlohmann::json& obj,
+                               const google::protobuf::Descriptor* d,
+                               const std::string& path);
+
+/// What is wrong with `v` as a value of field `f` (one element of a
+/// repeated field) at `name`: a bool that is not true or false, a string
+/// that is not a string; empty when it is fine or the parser will say.
+std::string wrong_json_type_of(const nlohmann::json& v, const google::protobuf::FieldDescriptor* f,
+                               const std::string& name) {
+  using FD = google::protobuf::FieldDescriptor;
+  if (v.is_null())
+    return {};  // the field's default, as the JSON mapping reads null
+  switch (f->cpp_type()) {
+    case FD::CPPTYPE_BOOL:
+      return v.is_boolean() ? std::string{} : name + ": " + shown_value(v) + " is not true or false";
+    case FD::CPPTYPE_STRING:
+      return v.is_string() ? std::string{}
+                           : name + ": " + shown_value(v) + " is not a string (give \"...\")";
+    case FD::CPPTYPE_MESSAGE:
+      // Well-known types (Struct, Timestamp, ...) have JSON forms of their own.
+      if (v.is_object() && f->message_type()->file()->package() != "google.protobuf")
+        return wrong_json_type_in(v, f->message_type(), name + ".");
+      return {};
+    default:
+      return {};  // numbers as strings are the JSON mapping's (int64 as "60")
+  }
+}
+
+/// The first value of object `obj` (message `d`, at `path`) of a JSON type
+/// its field cannot take, in a user's words; empty when none. Protobuf's
+/// parser reads "yes", "t" and "1" as true and names a number given for a
+/// string only as "invalid value 5 for type TYPE_STRING".
+std::string wrong_json_type_in(const nlohmann::json& obj,
+                               const google::protobuf::Descriptor* d,
+                               const std::string& path) {
+  for (const auto& [key, value] : obj.items()) {
+    const auto* f = d->FindFieldByName(key);
+    if (f == nullptr)
+      f = d->FindFieldByCamelcaseName(key);
+    if (f == nullptr)
+      continue;  // the parser names an unknown field
+    const auto name = path + key;
+    std::string why;
+    if (f->is_map() && value.is_object()) {
+      const auto* value_field = f->message_type()->map_value();
+      for (const auto& [k, v] : value.items())
+        if (why.empty())
+          why = wrong_json_type_of(v, value_field, name + "." + k);
+    } else if (f->is_repeated() && value.is_array()) {
+      for (size_t i = 0; i < value.size() && why.empty(); ++i)
+        why = wrong_json_type_of(value[i], f, name + "[" + std::to_string(i) + "]");
+    } else if (!f->is_repeated()) {
+      why = wrong_json_type_of(value, f, name);
+    }
+    if (!why.empty())
+      return why;
+  }
+  return {};
+}
+
 } // namespace
 
 caf::error message_from_json(std::string_view text, google::protobuf::Message& out,
                              const std::string& what) {
   out.Clear();
+  // A value of the wrong JSON type, named before the parser reads it (or
+  // reads "yes" as true).
+  auto doc = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
+  if (!doc.is_discarded() && doc.is_object())
+    if (auto why = wrong_json_type_in(doc, out.GetDescriptor(), ""); !why.empty())
+      return caf::make_error(ec::invalid_request, what + ": " + why);
   google::protobuf::util::JsonParseOptions opts;
   opts.ignore_unknown_fields = false;
   auto status = google::protobuf::util::JsonStringToMessage(

@@ -64,3 +64,30 @@ TEST(JsonParse, AnUnknownFieldIsNamedWithTheFieldsTheObjectTakes) {
             0u)
     << render_error(err);
 }
+
+// A new-user trial: {"maintenance": "yes"} was read as true (Protobuf's
+// parser takes "yes", "t" and "1" for a bool), {"name": 5} was refused in
+// the parser's words. A value of the wrong JSON type is refused, naming
+// the field and what to give.
+TEST(JsonParse, AValueOfTheWrongJsonTypeIsRefusedNamingTheField) {
+  v1::SetMaintenance m;
+  auto err = message_from_json(R"({"maintenance": "yes"})", m, "body");
+  ASSERT_TRUE(err);
+  EXPECT_EQ(render_error(err), "body: maintenance: \"yes\" is not true or false");
+  ASSERT_FALSE(message_from_json(R"({"maintenance": false})", m, "body"));
+  EXPECT_FALSE(m.maintenance());
+  v1::SetLabels l;
+  err = message_from_json(R"({"name": 5})", l, "body");
+  ASSERT_TRUE(err);
+  EXPECT_EQ(render_error(err), "body: name: 5 is not a string (give \"...\")");
+  err = message_from_json(R"({"set": {"rack": 12}})", l, "body");
+  ASSERT_TRUE(err);
+  EXPECT_EQ(render_error(err), "body: set.rack: 12 is not a string (give \"...\")");
+  // Nested objects and lists are checked too; numbers as strings stay
+  // allowed where the JSON mapping allows them (64-bit integers).
+  v1::RunSpec spec;
+  err = message_from_json(R"({"name": "t", "task_groups": [{"name": ["a"]}]})", spec, "body");
+  ASSERT_TRUE(err);
+  EXPECT_EQ(render_error(err), "body: task_groups[0].name: [\"a\"] is not a string (give \"...\")");
+  EXPECT_FALSE(message_from_json(R"({"name": "t", "time_limit_seconds": "60"})", spec, "body"));
+}
