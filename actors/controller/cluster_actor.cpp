@@ -280,6 +280,16 @@ caf::error check_workspace_grants(const v1::Workspace& ws, const v1::RunSpec& sp
     return caf::make_error(ec::invalid_request,
                            "security_context.ipc_mode: host: workspace " + ws.name()
                              + " is not allowed privileged work (" + how + " --privileged)");
+  // A host process runs as the agent and sees the machine's files: the
+  // grants above would mean nothing. So is a run without an image, which a
+  // machine whose runtime is auto or process runs as one.
+  if (!ws.allow_privileged() && (spec.runtime() == "process" || spec.image().empty()))
+    return caf::make_error(ec::invalid_request,
+                           std::string{spec.runtime() == "process" ? "runtime: process"
+                                                                   : "image: none given"}
+                             + ": workspace " + ws.name()
+                             + " runs containers only; a host process is privileged work ("
+                             + how + " --privileged), or give an image (--image busybox)");
   return caf::none;
 }
 

@@ -148,6 +148,10 @@ std::string worker_supervisor::runtime_for(const v1::RunSpec& spec) const {
   auto wanted = spec.runtime().empty() ? options_.runtime : spec.runtime();
   if (wanted == "process" || wanted == "runc")
     return wanted;
+  // auto: a run without an image is a host command (runc has nothing to
+  // run: it failed at start, "the run names no image").
+  if (spec.image().empty())
+    return "process";
   return find_executable(options_.runc, default_path).empty() ? "process" : "runc";
 }
 

@@ -187,7 +187,9 @@ public:
                                        const std::string& worker, uint64_t offset,
                                        uint32_t max_bytes) const;
 
-  /// The runtime a worker of `spec` gets here ("process" or "runc").
+  /// The runtime a worker of `spec` gets here ("process" or "runc"): the
+  /// run's own, else this machine's `workers.runtime`; with auto, "process"
+  /// for a run without an image, else "runc" where the runc program is found.
   std::string runtime_for(const v1::RunSpec& spec) const;
 
   /// The folder of `worker`.

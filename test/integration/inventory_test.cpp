@@ -161,8 +161,8 @@ TEST_F(Inventory, ALabelSetWithAstraLabelPlacesAWorkspacesRunAtOnce) {
   ASSERT_TRUE(start_fleet());
   auto made = astra({"workspace", "create", "probe", "--grant", "probe=yes"});
   ASSERT_EQ(made.rc, 0) << made.err;
-  auto waiting = astra({"run", "--name", "p1", "--workspace", "probe", "--gpus", "1", "--",
-                        "true"});
+  auto waiting = astra({"run", "--name", "p1", "--workspace", "probe", "--gpus", "1",
+                        "--image", "busybox", "--", "true"});
   ASSERT_EQ(waiting.rc, 0) << waiting.err;
   EXPECT_TRUE(contains(waiting.out, "Waiting")) << waiting.out;
   auto labelled = astra({"label", "fleet-b", "probe=yes"});

@@ -223,6 +223,7 @@ TEST(Workspaces, GrantsBecomeLabelsTheRunsMachinesMustCarry) {
   EXPECT_EQ(ws.organisation(), "default");
   v1::RunSpec spec;
   spec.set_name("train");
+  spec.set_image("busybox");
   spec.set_workspace("research");
   ASSERT_FALSE(apply_workspace(&ws, spec));
   EXPECT_EQ(spec.pool(), "h100");
@@ -246,6 +247,7 @@ TEST(Workspaces, ARunTakesItsWorkspacesNamespaceAndTheDefaultOneNone) {
   ws.set_namespace_("ws-7f3c2a");
   v1::RunSpec spec;
   spec.set_name("whoami");
+  spec.set_image("busybox");
   spec.set_workspace("vision");
   spec.set_namespace_("ws-forged");  // a client's word is never taken
   ASSERT_FALSE(apply_workspace(&ws, spec));
@@ -264,6 +266,7 @@ TEST(Workspaces, BindPathsAndPrivilegedWorkOnlyAsGranted) {
   ws.set_name("vision");
   v1::RunSpec spec;
   spec.set_name("train");
+  spec.set_image("busybox");
   spec.set_workspace("vision");
   auto* v = spec.add_volumes();
   v->set_name("d");
@@ -296,6 +299,39 @@ TEST(Workspaces, BindPathsAndPrivilegedWorkOnlyAsGranted) {
   plain.mutable_volumes(0)->set_type("Bind");
   plain.mutable_volumes(0)->set_host_path("/etc");
   EXPECT_FALSE(apply_workspace(nullptr, plain));
+}
+
+// A host process runs as the agent and sees the machine's files, so the
+// grants would mean nothing: a named workspace's run needs an image (a
+// machine whose runtime is auto runs one without as a host process) and
+// may ask for the process runtime only with privileged work. Before, any
+// member could read any machine path through `runtime: process`.
+TEST(Workspaces, AHostProcessIsPrivilegedWork) {
+  v1::Workspace ws;
+  ws.set_name("vision");
+  v1::RunSpec spec;
+  spec.set_name("train");
+  spec.set_workspace("vision");
+  spec.add_command("cat");
+  spec.add_command("/etc/shadow");
+  EXPECT_EQ(render_error(apply_workspace(&ws, spec)),
+            "image: none given: workspace vision runs containers only; a host process is "
+            "privileged work (an admin grants it with: astra workspace grant vision "
+            "--privileged), or give an image (--image busybox)");
+  spec.set_image("busybox");
+  spec.set_runtime("process");
+  EXPECT_EQ(render_error(apply_workspace(&ws, spec)).rfind("runtime: process: workspace vision "
+                                                          "runs containers only", 0),
+            0u);
+  spec.set_runtime("");
+  EXPECT_FALSE(apply_workspace(&ws, spec)) << "a container";
+  spec.set_runtime("process");
+  spec.clear_image();
+  ws.set_allow_privileged(true);
+  EXPECT_FALSE(apply_workspace(&ws, spec)) << "granted privileged work";
+  v1::RunSpec plain = spec;
+  plain.set_workspace("");
+  EXPECT_FALSE(apply_workspace(nullptr, plain)) << "the default workspace is the cluster's own";
 }
 
 TEST(Workspaces, GrantedPathsCountWholeComponents) {

@@ -4,6 +4,7 @@
 // 8). Sources: shared/seeds/gpus.md, shared/seeds/inside-a-worker.md.
 
 #include <csignal>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -300,4 +301,31 @@ TEST(WorkerCgroups, FoundUnderTheAgentsOwnCgroupAndKilledWhole) {
   EXPECT_TRUE(cgroup_pids(host).empty());
   write(fs::path{root} / "proc/self/mountinfo", "22 1 0:21 / /sys rw - sysfs sysfs rw\n");
   EXPECT_FALSE(prepare_worker_cgroups(root, root)) << "no cgroup v2 hierarchy";
+}
+
+// A new-user trial: on a machine with runc and `workers.runtime: auto`, a
+// run without an image was placed and then failed at start ("the run names
+// no image"). auto runs it as the host command it is; a run with an image
+// gets runc where the program is found.
+TEST(RuntimeChoice, AutoRunsARunWithoutAnImageAsAHostProcess) {
+  temp_dir dir;
+  auto runc = dir.path() + "/runc";
+  { std::ofstream{runc} << "#!/bin/sh\n"; }
+  fs::permissions(runc, fs::perms::owner_all);
+  supervisor_options opts;
+  opts.data_dir = dir.path() + "/agent";
+  opts.runc = runc;
+  worker_supervisor sup{opts};
+  v1::RunSpec spec;
+  spec.add_command("true");
+  EXPECT_EQ(sup.runtime_for(spec), "process");
+  spec.set_image("busybox");
+  EXPECT_EQ(sup.runtime_for(spec), "runc");
+  spec.set_runtime("process");
+  EXPECT_EQ(sup.runtime_for(spec), "process") << "the run's own choice";
+  opts.runtime = "runc";
+  worker_supervisor pinned{opts};
+  spec.clear_image();
+  spec.clear_runtime();
+  EXPECT_EQ(pinned.runtime_for(spec), "runc") << "the machine's explicit choice stands";
 }
