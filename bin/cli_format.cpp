@@ -669,6 +669,25 @@ std::string format_run_list(const v1::RunList& list, int64_t now_unix_ms) {
   return render_table(header, rows);
 }
 
+std::string format_user_runs(const v1::RunList& list, int64_t now_unix_ms, bool all) {
+  if (all)
+    return format_run_list(list, now_unix_ms);
+  // A validation's checks are runs too; they would crowd the user's own.
+  v1::RunList mine;
+  size_t checks = 0;
+  for (const auto& run : list.runs()) {
+    if (run.spec().validation().empty())
+      *mine.add_runs() = run;
+    else
+      ++checks;
+  }
+  auto out = format_run_list(mine, now_unix_ms);
+  if (checks > 0)
+    out += "(" + std::to_string(checks) + " validation check run" + (checks == 1 ? "" : "s")
+           + " not shown: astra runs --all)\n";
+  return out;
+}
+
 std::string format_run(const v1::Run& r, int64_t now_unix_ms) {
   std::ostringstream out;
   out << "Run:         " << r.spec().name() << "\n";

@@ -50,6 +50,12 @@ std::string format_gpu_history(const v1::GpuHistory& history, int64_t now_unix_m
 /// of more than one workspace (two runs may then share a name).
 std::string format_run_list(const v1::RunList& list, int64_t now_unix_ms);
 
+/// `astra runs` and `astra slurm squeue`: format_run_list of the user's
+/// runs, the validations' check runs left out and counted in a last line
+/// "(N validation check runs not shown: astra runs --all)"; every run with
+/// `all`.
+std::string format_user_runs(const v1::RunList& list, int64_t now_unix_ms, bool all);
+
 /// `astra run show NAME`: the run and its workers, then what the workers
 /// wrote to $ASTRAEUS_OUTPUTS (one row per worker and key).
 std::string format_run(const v1::Run& run, int64_t now_unix_ms);

@@ -16,6 +16,7 @@
 #include "actors/controller/machine_actor.hpp"
 #include "runtime/process/duration_limits.hpp"
 #include "runtime/process/duration_text.hpp"
+#include "runtime/validation/fix_commands.hpp"
 
 namespace astraeus::validation {
 
@@ -351,9 +352,14 @@ bool apply_run(v1::ValidationStep& step, const v1::Run& run, int64_t now_unix_ms
     step.set_reason(render_error(result.error()));
     return true;
   }
+  // A check on the machine does not know its name: its fix commands say
+  // MACHINE, which the controller fills in.
+  const auto placeholder = fix_command::data_location("MACHINE");
   for (auto& f : *result->mutable_findings()) {
     f.set_machine(step.machine());
     f.set_check(step.check());
+    if (auto at = f.fix().find(placeholder); at != std::string::npos)
+      f.mutable_fix()->replace(at, placeholder.size(), fix_command::data_location(step.machine()));
   }
   step.set_state(done);
   step.set_verdict(result->verdict());

@@ -184,6 +184,11 @@ bool read_login_token(const std::string& file, std::string& token) {
       return false;
     }
     token = *t;
+    if (token.empty()) {
+      std::fprintf(stderr, "astra: login: %s is empty: give a file holding an API token\n",
+                   file.c_str());
+      return false;
+    }
     return true;
   }
   if (::isatty(0))
@@ -191,6 +196,12 @@ bool read_login_token(const std::string& file, std::string& token) {
   std::getline(std::cin, token);
   while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back())))
     token.pop_back();
+  if (token.empty()) {
+    // Not the controller's "run `astra login`": this is it.
+    std::fprintf(stderr, "astra: login: no API token given (type or pipe one, or use "
+                         "--token-file FILE); nothing was sent\n");
+    return false;
+  }
   return true;
 }
 
@@ -200,15 +211,30 @@ int login(const options& opts, const std::string& file) {
   std::string token;
   if (!read_login_token(file, token))
     return 2;
-  auto addrs = parse_gate_addresses(opts.addr);
+  // Without --addr (or ASTRAEUS_ADDR), the controller an earlier login kept,
+  // as every other command finds it (a new-user trial's second login went
+  // to 127.0.0.1:7450), with its key pinned.
+  auto addr = opts.addr;
+  auto pin = opts.controller_key;
+  if (!opts.addr_given) {
+    auto saved = read_credentials(credentials_path());
+    if (!saved["addr"].empty()) {
+      addr = saved["addr"];
+      if (pin.empty())
+        pin = saved["controller_key"];
+    }
+  }
+  auto addrs = parse_gate_addresses(addr);
   if (!addrs) {
     std::fprintf(stderr, "astra: %s\n", render_error(addrs.error()).c_str());
     return 2;
   }
   gate_credentials creds;
   creds.api_token = token;
-  if (!opts.controller_key.empty()) {
-    auto key = parse_public_key(opts.controller_key, "--controller-key");
+  if (!pin.empty()) {
+    auto key = parse_public_key(pin, opts.controller_key.empty()
+                                       ? std::string{"the kept controller key"}
+                                       : std::string{"--controller-key"});
     if (!key) {
       std::fprintf(stderr, "astra: %s\n", render_error(key.error()).c_str());
       return 2;
@@ -224,7 +250,7 @@ int login(const options& opts, const std::string& file) {
   }
   const auto& who = client->welcome().principal();
   auto path = credentials_path();
-  if (auto err = write_private_file(path, "token=" + token + "\naddr=" + opts.addr
+  if (auto err = write_private_file(path, "token=" + token + "\naddr=" + addr
                                             + "\ncontroller_key="
                                             + to_hex(client->server_key()))) {
     std::fprintf(stderr, "astra: %s\n", render_error(err).c_str());
@@ -232,7 +258,7 @@ int login(const options& opts, const std::string& file) {
   }
   std::printf("Logged in to %s as %s (%s); credentials in %s (mode 0600), "
               "controller key %s pinned.\n",
-              opts.addr.c_str(), who.name().c_str(), who.role().c_str(), path.c_str(),
+              addr.c_str(), who.name().c_str(), who.role().c_str(), path.c_str(),
               fingerprint(client->server_key()).c_str());
   return 0;
 }

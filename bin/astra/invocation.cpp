@@ -1,8 +1,11 @@
 #include "bin/astra/invocation.hpp"
 
+#include <filesystem>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <sstream>
 
@@ -16,9 +19,6 @@
 
 namespace astraeus::cli {
 
-namespace {
-
-/// The credentials file's "key=value" lines.
 std::map<std::string, std::string> read_credentials(const std::string& path) {
   std::map<std::string, std::string> out;
   auto text = read_trimmed_file(path);
@@ -33,6 +33,8 @@ std::map<std::string, std::string> read_credentials(const std::string& path) {
   }
   return out;
 }
+
+namespace {
 
 /// For a request that changes something, the command that shows whether
 /// it took effect; empty for one that only reads.
@@ -74,10 +76,24 @@ std::optional<gate_credentials> resolve_credentials(options& opts) {
   gate_credentials out;
   std::string pin = opts.controller_key;
   if (!opts.token_file.empty()) {
+    // README: an unreadable --token-file is a usage error and nothing is
+    // sent; a folder or an empty file holds no token either (a new-user
+    // trial saw both sent, then refused by the controller, exit 1).
+    std::error_code ec;
+    if (std::filesystem::is_directory(opts.token_file, ec)) {
+      std::fprintf(stderr, "astra: --token-file: %s is a folder, not a file holding a token; "
+                           "nothing was sent\n", opts.token_file.c_str());
+      return std::nullopt;
+    }
     auto token = read_trimmed_file(opts.token_file);
     if (!token) {
       std::fprintf(stderr, "astra: --token-file: %s\n",
                    render_error(token.error()).c_str());
+      return std::nullopt;
+    }
+    if (token->empty()) {
+      std::fprintf(stderr, "astra: --token-file: %s is empty; nothing was sent\n",
+                   opts.token_file.c_str());
       return std::nullopt;
     }
     out.api_token = *token;

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,10 @@ int64_t now_ms();
 /// Where `astra login` keeps its credentials:
 /// $XDG_CONFIG_HOME/astraeus/credentials, else ~/.config/astraeus/credentials.
 std::string credentials_path();
+
+/// The "key=value" lines of the credentials file at `path` (token, addr,
+/// controller_key); empty when it cannot be read.
+std::map<std::string, std::string> read_credentials(const std::string& path);
 
 /// Whom astra authenticates as, and which gate key it insists on. In
 /// order: --token-file; ASTRAEUS_TOKEN; `astra login`'s credentials (whose

@@ -454,22 +454,7 @@ void add_run_commands(CLI::App& app, invocation& inv) {
     v1::Request req;
     req.mutable_list_runs()->set_workspace(runs_workspace);
     inv.rc = call(inv.opts, req, [&runs_all](const v1::Response& r) {
-      if (runs_all)
-        return format_run_list(r.runs(), now_ms());
-      // A validation's checks are runs too; they would crowd the user's own.
-      v1::RunList mine;
-      size_t checks = 0;
-      for (const auto& run : r.runs().runs()) {
-        if (run.spec().validation().empty())
-          *mine.add_runs() = run;
-        else
-          ++checks;
-      }
-      auto out = format_run_list(mine, now_ms());
-      if (checks > 0)
-        out += "(" + std::to_string(checks) + " validation check run" + (checks == 1 ? "" : "s")
-               + " not shown: astra runs --all)\n";
-      return out;
+      return format_user_runs(r.runs(), now_ms(), runs_all);
     });
   });
 }

@@ -40,7 +40,7 @@ const row_spec table[] = {
    "seed bring-up-a-gpu-cluster.md, step 2"},
   {"quick", "quick.nvml_deadline_ms", &thresholds::quick_nvml_deadline_ms, range::positive, "ms",
    "an NVML call slower than {} ms: fail (the GPU or driver is unresponsive)",
-   "the agent's nvml.call_deadline default (config/agent.yaml)"},
+   "the agent's gpu.call_deadline default (config/agent.yaml)"},
   {"quick", "", nullptr, range::any, "",
    "the NVIDIA CDI spec lists exactly this machine's GPUs with device nodes that exist: else fail",
    "seed gpus.md, \"How a worker gets its GPUs\""},

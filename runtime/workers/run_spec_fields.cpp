@@ -267,6 +267,15 @@ caf::error validate_run_spec(const v1::RunSpec& spec) {
     return spec_error("runtime: process: task_template.user, volumes, configs and ipc_mode "
                       "need the runc runtime (a host process runs as the agent and sees "
                       "the machine's files)");
+  // Without an image a machine runs the command as a host process (runtime
+  // auto or process), where these cannot be given: refused here, not when
+  // the worker starts (`astra slurm sbatch` without --image was).
+  if (spec.runtime().empty() && spec.image().empty()
+      && (!spec.user().empty() || !spec.volumes().empty() || !spec.configs().empty()
+          || !spec.ipc_mode().empty()))
+    return spec_error("image: task_template.user, volumes, configs and ipc_mode need the runc "
+                      "runtime, which runs an image; give one (--image busybox works on any "
+                      "machine)");
   if (spec.runtime() == "runc" && spec.image().empty())
     return spec_error("image: the runc runtime runs an image; give one (--image busybox "
                       "works on any machine), or use runtime process for a host command");

@@ -815,13 +815,19 @@ TEST_F(Cluster, AstraLogsInAndTokensCreatePrintsTheInstallCommand) {
   ASSERT_TRUE(wait_ready(ctl_));
   auto config_home = dir_ / "config";
   auto owner_file = (keys_dir_of(ctl_store_) / "owner-token").string();
-  // Without a token the CLI is refused with a way out.
+  // An empty --token-file, or a folder, is a usage error: nothing is sent
+  // (README: exit 2 for an unreadable --token-file).
   write_text(dir_ / "empty", "");
   auto none = run_command({program("astra"), "--addr", addr(), "--token-file",
                            (dir_ / "empty").string(), "machines"},
                           dir_.path());
-  EXPECT_NE(none.rc, 0);
-  EXPECT_TRUE(contains(none.err, "no API token")) << none.err;
+  EXPECT_EQ(none.rc, 2) << none.err;
+  EXPECT_TRUE(contains(none.err, "is empty; nothing was sent")) << none.err;
+  auto folder = run_command({program("astra"), "--addr", addr(), "--token-file",
+                             dir_.path().string(), "machines"},
+                            dir_.path());
+  EXPECT_EQ(folder.rc, 2) << folder.err;
+  EXPECT_TRUE(contains(folder.err, "is a folder")) << folder.err;
   // astra login keeps it, mode 0600, with the address and the key.
   auto login = run_command({"/usr/bin/env", "HOME=" + dir_.path().string(),
                             "XDG_CONFIG_HOME=" + config_home.string(),
@@ -841,6 +847,14 @@ TEST_F(Cluster, AstraLogsInAndTokensCreatePrintsTheInstallCommand) {
                          dir_.path());
   ASSERT_EQ(who.rc, 0) << who.err;
   EXPECT_TRUE(contains(who.out, "owner (owner")) << who.out;
+  // A second login without --addr goes to the controller the first kept
+  // (a new-user trial's went to 127.0.0.1:7450).
+  auto again = run_command({"/usr/bin/env", "HOME=" + dir_.path().string(),
+                            "XDG_CONFIG_HOME=" + config_home.string(), program("astra"),
+                            "login", "--token-file", owner_file},
+                           dir_.path());
+  ASSERT_EQ(again.rc, 0) << again.err;
+  EXPECT_TRUE(contains(again.out, "Logged in to " + addr())) << again.out;
   // tokens create: the token, the install command pinning the gate's key.
   auto made = astra({"tokens", "create", "--pool", "h100", "--ttl", "1h",
                      "--label", "rack=r12"});

@@ -124,7 +124,17 @@ function validationSection(v) {
       el("tr", {}, ["Machine", "Check", "State", "Verdict", "Why"].map((h) => el("th", { text: h }))),
       (v.steps || []).map((s) => el("tr", {}, el("td", { text: s.peer ? s.machine + "–" + s.peer : s.machine }),
         el("td", { text: s.check }),
-        el("td", { text: s.state }), cell(s.verdict), el("td", { text: s.reason || "" })))));
+        el("td", { text: s.state }), cell(s.verdict), el("td", { text: stepWhy(s) })))));
+}
+
+// Why a step stands as it does: the controller's reason (a skip, a failed
+// start), else what the check itself said of a verdict other than pass (a
+// step the check judged keeps its words in result.summary, as `astra
+// validation ID` prints them).
+function stepWhy(s) {
+  if (s.reason) return s.reason;
+  if (s.verdict && s.verdict !== "pass" && s.result && s.result.summary) return s.result.summary;
+  return "";
 }
 
 // The report as a page to print: the summary, the table and what to fix.

@@ -320,3 +320,19 @@ TEST(CliFormat, RunsOfSeveralWorkspacesSayWhichWorkspaceEachIsIn) {
   EXPECT_NE(two.find("\ndefault "), std::string::npos) << two;
   EXPECT_NE(two.find("\nvision "), std::string::npos) << two;
 }
+
+// `astra slurm squeue` is `astra runs` (README): both leave the
+// validations' check runs out and count them (a new-user trial saw squeue
+// list all 18).
+TEST(CliFormat, TheUsersRunsLeaveTheValidationsCheckRunsOut) {
+  v1::RunList list;
+  list.add_runs()->mutable_spec()->set_name("train");
+  auto* check = list.add_runs();
+  check->mutable_spec()->set_name("val-1-quick-vm");
+  check->mutable_spec()->set_validation("val-1");
+  auto mine = cli::format_user_runs(list, 0, false);
+  EXPECT_TRUE(contains(mine, "train")) << mine;
+  EXPECT_FALSE(contains(mine, "val-1-quick-vm")) << mine;
+  EXPECT_TRUE(contains(mine, "(1 validation check run not shown: astra runs --all)")) << mine;
+  EXPECT_TRUE(contains(cli::format_user_runs(list, 0, true), "val-1-quick-vm"));
+}

@@ -421,3 +421,21 @@ TEST(ValidationPlan, TheRealH200ChecksEndWithTheirRecordedVerdicts) {
   EXPECT_EQ(fp32.unit(), "TFLOP/s");
   EXPECT_DOUBLE_EQ(burn.result().duration_s(), 45.2);
 }
+
+// A new-user trial: the disk check's fix said "astra machine data-location
+// MACHINE PATH" (the check on the machine does not know its name); the
+// controller names the machine.
+TEST(ValidationPlan, AFindingsFixNamesTheMachine) {
+  v1::ValidationStep step;
+  step.set_machine("vm");
+  step.set_check("disk");
+  step.set_state(val::running);
+  ASSERT_TRUE(val::apply_run(
+    step,
+    ended_run(R"({"check":"disk","verdict":"fail","summary":"1 finding","findings":[{"severity":"fail","what":"the data directory /x does not exist","fix":"create it on the machine (mkdir -p /x) or choose another with `astra machine data-location MACHINE PATH`, then run the disk check again"}]})"),
+    5));
+  ASSERT_EQ(step.result().findings_size(), 1);
+  EXPECT_NE(step.result().findings(0).fix().find("`astra machine data-location vm PATH`"),
+            std::string::npos)
+    << step.result().findings(0).fix();
+}

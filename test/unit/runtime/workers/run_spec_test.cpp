@@ -641,3 +641,24 @@ TEST(RunSpec, RdmaIsABooleanInYamlAndJson) {
   auto bad = parse_run_spec(base + "rdma: maybe\n", "t.yaml");
   EXPECT_FALSE(bad);
 }
+
+// A new-user trial: `astra slurm sbatch job.sbatch` without --image was
+// accepted and then failed at start ("configs ... need the runc runtime"):
+// without an image the machine runs a host process. Refused at submit.
+TEST(RunSpec, ConfigsVolumesOrAUserWithoutAnImageAreRefusedAtSubmit) {
+  v1::RunSpec spec;
+  spec.set_name("job");
+  spec.set_workers(1);
+  spec.add_command("/bin/sh");
+  spec.add_command("/astra/job.sbatch");
+  auto* c = spec.add_configs();
+  c->set_name("script");
+  auto* m = c->add_mounts();
+  m->set_mount_path("/astra/job.sbatch");
+  m->set_content("#!/bin/sh\necho hi\n");
+  EXPECT_EQ(render_error(validate_run_spec(spec)),
+            "image: task_template.user, volumes, configs and ipc_mode need the runc runtime, "
+            "which runs an image; give one (--image busybox works on any machine)");
+  spec.set_image("busybox");
+  EXPECT_EQ(validate_run_spec(spec), caf::none);
+}
