@@ -255,9 +255,20 @@ std::string format_machine(const v1::MachineView& m, int64_t now_unix_ms) {
   // Issue 21: a pool that requires acceptance (its policy).
   if (m.accepted())
     row("Acceptance:", "accepted (its pool requires acceptance)");
+  else if (m.state() == v1::Machine::Accepting && !m.acceptance_ended().empty())
+    // As the waiting runs say it (a new-user trial saw "not yet" here after
+    // the acceptance had failed).
+    row("Acceptance:", "acceptance " + m.acceptance_validation() + " " + m.acceptance_ended()
+                         + ": see `astra astraeus validation " + m.acceptance_validation()
+                         + "`; it takes no work but its checks until one passes, or until "
+                           "`astra astraeus accept " + m.name() + " --reason …`");
   else if (m.state() == v1::Machine::Accepting)
-    row("Acceptance:", "not yet: it takes no work but its checks until it passes, or until "
-                       "`astra astraeus accept " + m.name() + " --reason …`");
+    row("Acceptance:", std::string{"not yet"}
+                         + (m.acceptance_validation().empty()
+                              ? ""
+                              : " (acceptance " + m.acceptance_validation() + " runs)")
+                         + ": it takes no work but its checks until it passes, or until "
+                           "`astra astraeus accept " + m.name() + " --reason …`");
   std::string work = m.schedulable() ? "yes" : "no";
   if (!m.schedulable()) {
     std::vector<std::string> why;

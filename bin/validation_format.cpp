@@ -87,8 +87,26 @@ std::string format_validation_outcome(const v1::Validation& v) {
   if (v.state() == "Skipped")
     return head + "Nothing was measured: every step was skipped ("
            + validation::skip_reasons(v) + ").\n";
-  return head + std::to_string(v.machines_passed()) + "/" + std::to_string(v.machines_size())
-         + " machines pass.\n";
+  auto out = head + std::to_string(v.machines_passed()) + "/"
+             + std::to_string(v.machines_size()) + " machines pass.\n";
+  // What failed, step by step (a new-user trial's `--wait` said only "0/1
+  // machines pass"): each failed step's words, as `astra validation ID`
+  // gives them, then where to read the rest.
+  size_t failed = 0;
+  for (const auto& s : v.steps()) {
+    if (s.verdict() != "fail")
+      continue;
+    std::string why = s.result().summary().empty() ? s.reason() : s.result().summary();
+    out += "  " + step_machines(s) + " " + s.check() + ": fail"
+           + (why.empty() ? std::string{} : ": " + why) + "\n";
+    for (const auto& f : s.result().findings())
+      if (f.severity() == "fail" && !f.fix().empty())
+        out += "    fix: " + f.fix() + "\n";
+    ++failed;
+  }
+  if (failed > 0)
+    out += "See `astra astraeus validation " + v.id() + "` for every step.\n";
+  return out;
 }
 
 std::string format_validation_list(const v1::ValidationList& list) {

@@ -97,10 +97,16 @@ std::string outcome(const v1::Response& resp) {
   return resp.has_error() ? "failed: " + resp.error().message() : "ok";
 }
 
-/// The request's body name, e.g. "set_cordon" (refusals are audited so).
+/// The request's body name in words, e.g. "list api tokens" (a refusal of
+/// a request without an audit name of its own is audited so, in the words
+/// of the others: "create join token", not "list_api_tokens").
 std::string request_kind(const v1::Request& req) {
   auto* field = req.GetDescriptor()->FindFieldByNumber(req.body_case());
-  return field != nullptr ? field->name() : std::string{"unknown request"};
+  if (field == nullptr)
+    return "unknown request";
+  auto words = field->name();
+  std::replace(words.begin(), words.end(), '_', ' ');
+  return words;
 }
 
 /// What a request acts on, for the audit record of a refusal (an allowed

@@ -292,6 +292,10 @@ v1::MachineView machine_state::view() const {
   out.set_quick_summary(quick.result().summary().empty() ? quick.reason()
                                                          : quick.result().summary());
   out.set_accepted(acceptance_required && config.record.accepted());
+  if (shown_state() == v1::Machine::Accepting) {
+    out.set_acceptance_validation(acceptance_id);
+    out.set_acceptance_ended(acceptance_ended);
+  }
   out.set_cordoned(rec.cordoned());
   out.set_memory_pressure(pressure.memory);
   out.set_disk_pressure(pressure.disk);

@@ -164,7 +164,9 @@ void add_whoami_and_audit(CLI::App& app, invocation& inv) {
   auto* audit = app.add_subcommand("audit", "the audit log of admin actions, "
                                             "newest first (owners and admins)");
   auto& limit = inv.keep<uint32_t>(100);
-  audit->add_option("--limit", limit, "at most this many records");
+  // The API's range (GET /audit?limit=1..100000); 0 was read as 100.
+  audit->add_option("--limit", limit, "at most this many records, 1 to 100000 (default 100)")
+    ->check(CLI::Range(1, 100000));
   audit->callback([&inv, &limit] {
     v1::Request req;
     req.mutable_list_audit()->set_limit(limit);

@@ -166,11 +166,20 @@ std::string explain_usage_error(CLI::App& app, const std::vector<std::string>& h
       path.push_back(tok);
       continue;
     }
-    if (at->get_require_subcommand_min() > 0)
+    if (at->get_require_subcommand_min() > 0) {
+      // A command one level down ("sbatch" is `astra slurm sbatch`).
+      std::string deeper;
+      for (const auto& group : command_names(at))
+        if (auto* g = find_command(at, group); g != nullptr && deeper.empty())
+          for (const auto& n : command_names(g))
+            if (n == tok)
+              deeper = group + " " + n;
+      auto near = nearest(tok, command_names(at));
       return "unknown command '" + tok + "'"
              + (path.empty() ? std::string{} : " for '" + spelt(path) + "'")
-             + suggestion(nearest(tok, command_names(at)))
+             + suggestion(near.empty() ? deeper : near)
              + " (see '" + spelt(path) + " --help')";
+    }
   }
   if (at->get_require_subcommand_min() > 0 && at->get_subcommands().empty()) {
     std::string list;

@@ -176,10 +176,20 @@ void add_validate(CLI::App& app, invocation& inv) {
   cmd->add_flag("--explain", f.explain, "print every threshold and verdict rule");
   cmd->callback([&inv, &f] {
     if (!f.explain && f.pool.empty() == f.machine.empty()) {
-      std::fprintf(stderr, "astra: validate: give --pool POOL or --machine NAME\n");
+      std::fprintf(stderr, f.pool.empty()
+                             ? "astra: validate: give --pool POOL or --machine NAME\n"
+                             : "astra: validate: give --pool POOL or --machine NAME, not both\n");
       inv.rc = 2;
       return;
     }
+    // A pool is a label value: one that cannot be is a usage error, as for
+    // `astra policy set` (it was "no machine in pool bad pool!", exit 1).
+    if (!f.pool.empty())
+      if (auto err = check_label("pool", f.pool)) {
+        std::fprintf(stderr, "astra: validate: --pool: %s\n", render_error(err).c_str());
+        inv.rc = 2;
+        return;
+      }
     inv.rc = run_validate(inv.opts, f);
   });
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "bin/cli_format.hpp"
+#include "bin/validation_format.hpp"
 #include "messages/gpu_health_state.hpp"
 #include "messages/gpu_read.hpp"
 #include "messages/run_state.hpp"
@@ -253,6 +254,15 @@ TEST(CliFormat, MachineSaysWhetherItIsAccepted) {
   EXPECT_TRUE(contains(waiting, "New work:    no (Accepting: only its acceptance checks run "
                                 "until it passes)\n"))
     << waiting;
+  // A failed acceptance is named, as the waiting runs name it (a new-user
+  // trial saw "not yet" after it had failed).
+  m.set_acceptance_validation("val-20261207-6344b1");
+  m.set_acceptance_ended("failed");
+  auto failed = cli::format_machine(m, 0);
+  EXPECT_TRUE(contains(failed, "Acceptance:  acceptance val-20261207-6344b1 failed: see `astra "
+                               "astraeus validation val-20261207-6344b1`"))
+    << failed;
+  EXPECT_FALSE(contains(failed, "not yet")) << failed;
   m.set_state(v1::Machine::Up);
   m.set_accepted(true);
   auto accepted = cli::format_machine(m, 0);
@@ -335,4 +345,29 @@ TEST(CliFormat, TheUsersRunsLeaveTheValidationsCheckRunsOut) {
   EXPECT_FALSE(contains(mine, "val-1-quick-vm")) << mine;
   EXPECT_TRUE(contains(mine, "(1 validation check run not shown: astra runs --all)")) << mine;
   EXPECT_TRUE(contains(cli::format_user_runs(list, 0, true), "val-1-quick-vm"));
+}
+
+// A new-user trial: `astra validate --wait` ended "0/1 machines pass." and
+// said nothing of what failed. Each failed step is named with its words and
+// its fix.
+TEST(CliFormat, AValidationsOutcomeNamesWhatFailedAndTheFix) {
+  v1::Validation v;
+  v.set_id("val-1");
+  v.set_suite("disk");
+  v.set_state("Failed");
+  v.add_machines("vm");
+  auto* s = v.add_steps();
+  s->set_machine("vm");
+  s->set_check("disk");
+  s->set_verdict("fail");
+  s->mutable_result()->set_summary("1 finding: the data directory /x does not exist");
+  auto* f = s->mutable_result()->add_findings();
+  f->set_severity("fail");
+  f->set_fix("create it on the machine (mkdir -p /x)");
+  auto out = cli::format_validation_outcome(v);
+  EXPECT_TRUE(contains(out, "0/1 machines pass.\n")) << out;
+  EXPECT_TRUE(contains(out, "  vm disk: fail: 1 finding: the data directory /x does not exist\n"))
+    << out;
+  EXPECT_TRUE(contains(out, "    fix: create it on the machine (mkdir -p /x)\n")) << out;
+  EXPECT_TRUE(contains(out, "astra astraeus validation val-1")) << out;
 }

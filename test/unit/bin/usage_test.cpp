@@ -33,6 +33,9 @@ struct mini_astra {
     auto* clear = g->add_subcommand("clear-fault", "");
     clear->add_option("MACHINE", machine)->required();
     clear->add_option("GPU-ID", gpu)->required();
+    auto* slurm = app.add_subcommand("slurm", "");
+    slurm->require_subcommand(1);
+    slurm->add_subcommand("sbatch", "");
   }
 
   /// The message for `args` (after "astra"), or "" when they parse.
@@ -131,6 +134,14 @@ TEST(AstraUsage, TimeoutTakesSecondsOrAUnit) {
     EXPECT_NE(why.find("a time from 0.1 s to 3600 s"), std::string::npos) << bad << ": " << why;
     EXPECT_NE(why.find(std::string{"not '"} + bad + "'"), std::string::npos) << why;
   }
+}
+
+// A new-user trial typed `astra sbatch job.sh`: a command one level down
+// is named with its group.
+TEST(AstraUsage, ACommandOfAGroupIsNamedWithItsGroup) {
+  mini_astra a;
+  EXPECT_EQ(a.says({"sbatch", "job.sh"}),
+            "unknown command 'sbatch'; did you mean 'slurm sbatch'? (see 'astra --help')");
 }
 
 } // namespace

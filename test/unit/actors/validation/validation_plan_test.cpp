@@ -173,7 +173,9 @@ TEST(ValidationPlan, TheVerdictIsTheWorstOfEachMachine) {
   EXPECT_EQ(val::machine_verdict(v, "gpu-02"), "fail");
   EXPECT_EQ(v.state(), "Failed");
   EXPECT_EQ(cli::format_validation_outcome(v),
-            "val-20261006-7f3a2c acceptance Failed (on-demand)\n1/2 machines pass.\n");
+            "val-20261006-7f3a2c acceptance Failed (on-demand)\n1/2 machines pass.\n"
+            "  gpu-02 copies: fail: ok\n"
+            "See `astra astraeus validation val-20261006-7f3a2c` for every step.\n");
 }
 
 // Trial: `validate --suite network --wait` said "Passed … 2/2 machines pass"
