@@ -328,7 +328,10 @@ std::vector<std::string> sbatch_command(const sbatch_script& s,
     "if [ -n \"${ASTRAEUS_ARRAY_TASK_ID}\" ]; then export "
     "SLURM_ARRAY_TASK_ID=\"${ASTRAEUS_ARRAY_TASK_ID}\" SLURM_ARRAY_JOB_ID=\"${SLURM_JOB_ID}\" "
     "SLURM_ARRAY_TASK_COUNT=\"${ASTRAEUS_ARRAY_SIZE}\"; fi; ";
-  if (!s.output.empty())
+  // Only an absolute path (a volume's, say) keeps a file: a relative one
+  // is in the container's own filesystem, lost when it ends, and the
+  // output would be gone from `astra logs` too (a new-user trial lost it).
+  if (!s.output.empty() && s.output[0] == '/')
     script += "exec >>\"" + output_path_for_sh(s) + "\" 2>&1; ";
   script += "exec \"$0\" " + std::string{sbatch_mount_path} + " \"$@\"";
   std::vector<std::string> out{"/bin/sh", "-c", script, s.interpreter};

@@ -64,7 +64,9 @@ std::optional<uint64_t> parse_slurm_mem(std::string_view text);
 
 /// The worker's command: the script (mounted read-only at
 /// `/astra/job.sbatch`) run by its interpreter with `args`, SLURM_ARRAY_*
-/// set in an array, output appended to `--output`'s file when given.
+/// set in an array, output appended to `--output`'s file when it is an
+/// absolute path; a relative one is left out (it would be in the container's
+/// own filesystem, lost with it): the output stays in `astra logs`.
 std::vector<std::string> sbatch_command(const sbatch_script& s,
                                         const std::vector<std::string>& args);
 

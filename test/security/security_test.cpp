@@ -592,7 +592,8 @@ TEST_F(Security, AdminCallsAreRefusedWithoutAnAdminToken) {
     {"member", token_file("member", member), "only owners and admins"},
     {"expired", token_file("expired", expiring), "expired"},
     {"revoked", token_file("revoked", revoked), "revoked"},
-    {"none", token_file("none", ""), "no API token"},
+    // An empty token file is refused before anything is sent (exit 2).
+    {"none", token_file("none", ""), "is empty; nothing was sent"},
   };
   for (const auto& c : callers)
     for (const auto& call : admin_calls) {
