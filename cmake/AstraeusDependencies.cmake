@@ -6,6 +6,9 @@ find_package(Protobuf REQUIRED)
 find_package(RocksDB CONFIG REQUIRED)
 find_package(spdlog CONFIG REQUIRED)
 find_package(yaml-cpp CONFIG REQUIRED)
+# Abseil's hash maps for the scheduler's name-keyed tables (actors/scheduler/
+# name_maps.hpp); Debian's libabsl-dev.
+find_package(absl CONFIG REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(SODIUM REQUIRED IMPORTED_TARGET libsodium)
 pkg_check_modules(LIBPCI REQUIRED IMPORTED_TARGET libpci)

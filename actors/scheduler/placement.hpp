@@ -48,6 +48,7 @@
 #include <caf/error.hpp>
 #include <caf/expected.hpp>
 
+#include "actors/scheduler/name_maps.hpp"
 #include "messages/gpu_health_state.hpp"
 #include "runtime/process/duration_text.hpp"
 
@@ -576,10 +577,10 @@ private:
   };
   static constexpr uint64_t never_tried = UINT64_MAX;
   std::map<order_key, queued> order_;
-  std::unordered_map<std::string, order_key> pending_;
-  std::unordered_map<std::string, running_run> running_;
+  name_map<order_key> pending_;
+  name_map<running_run> running_;
   std::set<std::pair<int64_t, allocation_id>> ends_; // finite ends only
-  std::unordered_map<std::string, waiting_reason> waiting_;
+  name_map<waiting_reason> waiting_;
   std::vector<std::string> reasons_changed_;
   /// The index's capacity_epoch at the last pass.
   uint64_t last_epoch_ = never_tried;

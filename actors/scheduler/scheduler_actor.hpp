@@ -225,7 +225,7 @@ struct scheduler_state {
   std::unique_ptr<scheduler_queue> queue;
   /// Every run by name (hashed: looked up several times per request;
   /// whoever lists them sorts the names).
-  std::unordered_map<std::string, v1::Run> runs;
+  name_map<v1::Run> runs;
   /// Keys of the runs below priority 0 (a validation's checks: the only runs
   /// that give way, preempt_for_waiting), added as such a run is submitted or
   /// loaded and dropped once its key holds no such run: a pass with a long
@@ -235,7 +235,7 @@ struct scheduler_state {
   /// still re-adopting their GPUs after a restart.
   std::map<std::string, run_restore> restoring;
   /// Queue names of the runs and copies now waiting.
-  std::unordered_set<std::string> waiting;
+  name_set waiting;
   /// CPU-only runs and copies waiting, in submission order (the placement
   /// engine places GPU workers; these are placed by `place_cpu_runs`).
   std::vector<std::string> cpu_queue;
@@ -326,7 +326,7 @@ struct scheduler_state {
     /// CPU-only workers placed here (they spread out).
     uint32_t cpu_workers = 0;
   };
-  std::unordered_map<std::string, machine_facts> machine_facts_by_name;
+  name_map<machine_facts> machine_facts_by_name;
   /// The runs (keys) with a worker on one machine, in the order they came:
   /// a machine has a few (one per GPU at most, plus CPU-only workers, which
   /// its cores bound), so a vector searched from the end is cheaper than a
@@ -357,7 +357,7 @@ struct scheduler_state {
     std::vector<std::string>::const_iterator end() const { return keys.end(); }
   };
   /// Live runs (placed, not stopped) with a worker on each machine.
-  std::unordered_map<std::string, run_keys> runs_on;
+  name_map<run_keys> runs_on;
   /// Runs (keys) with a worker still `Stopping` on each machine: told to
   /// stop (deleted, drained, stopped, failed), not yet reported ended by its
   /// agent (settle_stopping).
@@ -385,7 +385,7 @@ struct scheduler_state {
   /// Group commit: runs changed since the last flush (erased ones are no
   /// longer in `runs`), requests answered after it, machines whose worker
   /// set changed, and whether the flush message is on its way.
-  std::unordered_set<std::string> dirty_runs;
+  name_set dirty_runs;
   std::vector<std::pair<caf::typed_response_promise<v1::Run>, v1::Run>> replies;
   std::vector<std::pair<caf::typed_response_promise<v1::Run>, std::string>>
     run_replies;

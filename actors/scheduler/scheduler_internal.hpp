@@ -128,7 +128,7 @@ caf::error no_such_run(const std::string& ref);
 caf::expected<std::string> find_run(const scheduler_state& st, const std::string& ref);
 
 /// The runs as `scheduler_state::runs` keeps them, by key.
-using run_map = std::unordered_map<std::string, v1::Run>;
+using run_map = name_map<v1::Run>;
 
 /// `find_run`, answered with the run's entry in `scheduler_state::runs`
 /// (valid until that entry is erased). Errors: `find_run`'s.

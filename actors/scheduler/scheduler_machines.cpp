@@ -68,7 +68,7 @@ run_outcome(const v1::Run& run,
 /// The run a status's worker belongs to: the one keyed by its run's name
 /// (the default workspace), else the run of that name with a worker of that
 /// name on `machine` (issue 13: orders carry a run's name, not its key).
-std::unordered_map<std::string, v1::Run>::iterator
+run_map::iterator
 run_of_worker(scheduler_state& st, const v1::WorkerStatus& w, const std::string& machine) {
   auto holds = [&](const v1::Run& run) {
     return std::any_of(run.workers().begin(), run.workers().end(),
