@@ -258,6 +258,10 @@ result_t list_machines(const cluster_request& r) {
 /// Issue 12: the fabrics and topology findings of every machine (or those
 /// of a pool), worked out from what their agents last reported.
 result_t get_topology(const cluster_request& r) {
+  // A pool that cannot be a label's value is a typo, not an empty cluster.
+  if (const auto& pool = r.req.get_topology().pool(); !pool.empty())
+    if (auto err = check_label("pool", pool))
+      return r.error(std::move(err));
   auto rp = r.self->make_response_promise<v1::Response>();
   gather<v1::MachineView>(
     r.self, machine_handles(r), r.timeout,

@@ -106,7 +106,16 @@ std::string all_reduce_cell(const std::vector<const v1::ValidationStep*>& steps,
 
 std::string readiness(const v1::MachineView& m) {
   switch (m.state()) {
-  case v1::Machine::Up: return "Ready";
+  case v1::Machine::Up:
+    // Up but taking no new work: said as `astra machines` says it (a
+    // new-user trial read a drained machine as Ready here).
+    if (m.drained())
+      return "Drained";
+    if (m.drain_deadline_unix_ms() != 0)
+      return "Draining";
+    if (m.cordoned())
+      return "Cordoned";
+    return "Ready";
   case v1::Machine::Accepting: return "Accepting";
   case v1::Machine::Down: return "Down";
   case v1::Machine::Maintenance: return "Maintenance";
@@ -210,6 +219,24 @@ v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map
         f.set_check(all_reduce_check);
         (f.severity() == "fail" ? fails : warns).push_back(std::move(f));
       }
+    }
+    // An acceptance that ended without passing keeps the machine from work
+    // until it passes or is accepted: that is something to fix, whatever
+    // its checks say (a new-user trial saw "What to fix (0)" for a machine
+    // whose acceptance ended Skipped).
+    if (m->state() == v1::Machine::Accepting && !m->acceptance_ended().empty()) {
+      v1::CheckFinding f;
+      f.set_severity("fail");
+      f.set_machine(m->name());
+      f.set_check("acceptance");
+      f.set_what(m->name() + " takes no work: its acceptance " + m->acceptance_validation() + " "
+                 + m->acceptance_ended());
+      f.set_fix("See `astra astraeus validation " + m->acceptance_validation()
+                + "`; fix what it names and run it again (`"
+                + fix_command::validate_machine("acceptance", m->name())
+                + "`), or accept the machine anyway: `astra astraeus accept " + m->name()
+                + " --reason REASON`.");
+      fails.push_back(std::move(f));
     }
     for (const auto& f : topology.findings())
       if (f.machine() == m->name()) {

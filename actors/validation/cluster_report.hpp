@@ -17,7 +17,8 @@ namespace astraeus::validation {
 using latest_map = std::map<std::pair<std::string, std::string>, v1::ValidationStep>;
 
 /// The readiness a report shows: `Ready` (Up, and accepted or in no
-/// acceptance pool), `Accepting`, `Down`, `Idle`, `Maintenance`.
+/// acceptance pool), `Cordoned`, `Draining` or `Drained` (Up but taking no
+/// new work), `Accepting`, `Down`, `Idle`, `Maintenance`.
 std::string readiness(const v1::MachineView& m);
 
 /// The report over `machines` (only those of `pool` unless empty):

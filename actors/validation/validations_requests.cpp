@@ -78,6 +78,10 @@ caf::result<v1::Response> report(self_ptr self, const v1::Request& req) {
   auto& st = self->state;
   if (!st.cluster)
     return failure(req.id(), caf::make_error(ec::invalid_request, "not ready yet"));
+  // A pool that cannot be a label's value is a typo, not an empty report.
+  if (const auto& pool = req.get_report().pool(); !pool.empty())
+    if (auto err = check_label("pool", pool))
+      return failure(req.id(), std::move(err));
   auto rp = self->make_response_promise<v1::Response>();
   auto creq = cluster_request();
   creq.mutable_list_machines();
@@ -238,7 +242,7 @@ caf::result<v1::Response> accept(self_ptr self, const v1::Request& req) {
   const auto& body = req.accept_machine();
   if (body.machine().empty())
     return failure(req.id(), caf::make_error(ec::invalid_request, "accept: no machine named"));
-  if (body.reason().empty())
+  if (body.reason().find_first_not_of(" \t\r\n") == std::string::npos)
     return failure(req.id(), caf::make_error(ec::invalid_request,
                                              "accept: --reason is required (it is audited)"));
   auto rp = self->make_response_promise<v1::Response>();

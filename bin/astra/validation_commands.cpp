@@ -202,6 +202,14 @@ void add_report(CLI::App& app, invocation& inv) {
   cmd->add_option("--pool", pool, "only the machines of this pool");
   cmd->add_option("--html", html, "also save the report as a printable page to FILE");
   cmd->callback([&inv, &pool, &html] {
+    // A pool that cannot be a label's value matches no machine: a typo, said
+    // as validate says it, not an empty report.
+    if (!pool.empty())
+      if (auto err = check_label("pool", pool)) {
+        std::fprintf(stderr, "astra: report: --pool: %s\n", render_error(err).c_str());
+        inv.rc = exit_usage;
+        return;
+      }
     // The page's folder is checked first: a report printed and then lost
     // to a path typo is a wasted call.
     if (!html.empty()) {
@@ -209,6 +217,13 @@ void add_report(CLI::App& app, invocation& inv) {
       if (folder.empty())
         folder = ".";
       std::error_code err;
+      if (std::filesystem::is_directory(html, err)) {
+        std::fprintf(stderr, "astra: report --html %s: is a folder (give a file's path, "
+                             "e.g. %s/cluster-report.html)\n",
+                     html.c_str(), html.c_str());
+        inv.rc = exit_usage;
+        return;
+      }
       if (!std::filesystem::is_directory(folder, err) || ::access(folder.c_str(), W_OK) != 0) {
         std::fprintf(stderr, "astra: report --html %s: cannot write there (%s is not a folder "
                              "you can write to)\n",
@@ -258,6 +273,12 @@ void add_topology(CLI::App& app, invocation& inv) {
   auto& pool = inv.keep<std::string>();
   cmd->add_option("--pool", pool, "only the machines of this pool");
   cmd->callback([&inv, &pool] {
+    if (!pool.empty())
+      if (auto err = check_label("pool", pool)) {
+        std::fprintf(stderr, "astra: topology: --pool: %s\n", render_error(err).c_str());
+        inv.rc = exit_usage;
+        return;
+      }
     v1::Request req;
     req.mutable_get_topology()->set_pool(pool);
     inv.rc = call(inv.opts, req,
@@ -358,6 +379,12 @@ void add_accept(CLI::App& app, invocation& inv) {
   cmd->add_option("NAME", name, "machine name")->required()->check(machine_name_check());
   cmd->add_option("--reason", reason, "why (kept in the audit log)")->required();
   cmd->callback([&inv, &name, &reason] {
+    // A reason of nothing but blanks says nothing in the audit log.
+    if (reason.find_first_not_of(" \t\r\n") == std::string::npos) {
+      std::fprintf(stderr, "astra: accept: --reason is empty: say why (it is audited)\n");
+      inv.rc = exit_usage;
+      return;
+    }
     v1::Request req;
     req.mutable_accept_machine()->set_machine(name);
     req.mutable_accept_machine()->set_reason(reason);

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <map>
 #include <optional>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -244,12 +245,28 @@ void render_prometheus_metrics(std::string& out, const api_view& view,
   std::vector<size_t> label_end(n);
   std::vector<double> values(n * k);
   std::vector<char> known(n * k);
+  // A machine that is Down serves no readings, as dcgm-exporter on a dead
+  // host serves nothing: its last ones would look live on a dashboard (a
+  // new-user trial saw 97 % use and 512 W for a machine gone a minute).
+  // What the controller itself knows (health, latches, holders) stays.
+  std::vector<std::string_view> down;
+  for (const auto& m : view.machines)
+    if (m.message.state() == v1::Machine::Down)
+      down.push_back(m.key);
+  std::sort(down.begin(), down.end());
+  std::vector<char> reading(k);
+  for (size_t j = 0; j < k; ++j)
+    reading[j] = std::string_view{series[j].name}.rfind("DCGM_", 0) == 0;
   for (size_t i = 0; i < n; ++i) {
     const auto& g = view.gpus[first + i].message;
     append_gpu_labels(labels, g);
     label_end[i] = labels.size();
+    const bool gone = !down.empty()
+                      && std::binary_search(down.begin(), down.end(), std::string_view{g.machine()});
     for (size_t j = 0; j < k; ++j)
-      if (auto x = series[j].value(g)) {
+      if (gone && reading[j])
+        continue;
+      else if (auto x = series[j].value(g)) {
         values[i * k + j] = *x;
         known[i * k + j] = 1;
       }

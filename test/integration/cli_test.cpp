@@ -177,6 +177,20 @@ TEST_F(Cli, BadValuesAreRefusedBeforeAnythingIsSent) {
           "astra: label pool='bad pool!': use 1-63 letters, digits, '-', '_' and '.'\n"},
          {{"label", "gpu-01", "pool=bad pool!"},
           "astra: label pool='bad pool!': use 1-63 letters, digits, '-', '_' and '.'\n"},
+         // Third trial: the report and topology took any pool (an empty
+         // report, exit 0), accept a reason of blanks, --html a folder (the
+         // report printed, then exit 2).
+         {{"astraeus", "report", "--pool", "bad pool!"},
+          "astra: report: --pool: label pool='bad pool!': use 1-63 letters, digits, '-', '_' "
+          "and '.'\n"},
+         {{"astraeus", "topology", "--pool", "bad pool!"},
+          "astra: topology: --pool: label pool='bad pool!': use 1-63 letters, digits, '-', '_' "
+          "and '.'\n"},
+         {{"astraeus", "accept", "gpu-01", "--reason", "   "},
+          "astra: accept: --reason is empty: say why (it is audited)\n"},
+         {{"astraeus", "report", "--html", "/tmp"},
+          "astra: report --html /tmp: is a folder (give a file's path, e.g. "
+          "/tmp/cluster-report.html)\n"},
          // Found by a helper: these were submitted, then waited or failed.
          {{"run", "--name", "w", "--image", "busybox", "--cpus", "1e30", "--", "true"},
           "astra: cpus: at most 8192 cores per worker (the most a Linux "

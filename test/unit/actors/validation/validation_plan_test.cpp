@@ -292,6 +292,41 @@ TEST(ClusterReport, AWarningFindingMakesTheMachineWarn) {
     << "a finding naming its machine is not named twice";
 }
 
+// Third new-user trial: a drained machine showed Ready, and a machine whose
+// acceptance ended Skipped (it takes no work) had nothing to fix.
+TEST(ClusterReport, AMachineTakingNoWorkIsNotReadyAndItsEndedAcceptanceIsToFix) {
+  v1::MachineList machines;
+  auto cordoned = machine_view("gpu-01");
+  cordoned.set_cordoned(true);
+  auto draining = machine_view("gpu-02");
+  draining.set_cordoned(true);
+  draining.set_drain_deadline_unix_ms(5'000);
+  auto drained = machine_view("gpu-03");
+  drained.set_cordoned(true);
+  drained.set_drained(true);
+  auto accepting = machine_view("gpu-04", v1::Machine::Accepting);
+  accepting.set_acceptance_validation("val-20261207-0a1b2c");
+  accepting.set_acceptance_ended("ended Skipped without passing");
+  for (const auto& m : {cordoned, draining, drained, accepting, machine_view("gpu-05")})
+    *machines.add_machines() = m;
+  auto report = val::build_report(machines, {}, "", 0);
+  ASSERT_EQ(report.rows_size(), 5);
+  EXPECT_EQ(report.rows(0).state(), "Cordoned");
+  EXPECT_EQ(report.rows(1).state(), "Draining");
+  EXPECT_EQ(report.rows(2).state(), "Drained");
+  EXPECT_EQ(report.rows(3).state(), "Accepting");
+  EXPECT_EQ(report.rows(4).state(), "Ready");
+  ASSERT_EQ(report.findings_size(), 1);
+  EXPECT_EQ(report.findings(0).machine(), "gpu-04");
+  EXPECT_EQ(report.findings(0).what(),
+            "gpu-04 takes no work: its acceptance val-20261207-0a1b2c ended Skipped without "
+            "passing");
+  EXPECT_NE(report.findings(0).fix().find("astra astraeus accept gpu-04 --reason REASON"),
+            std::string::npos)
+    << report.findings(0).fix();
+  EXPECT_NE(cli::format_report(report).find("What to fix (1)"), std::string::npos);
+}
+
 // Issue 20/21, the installer's --accept: one acceptance over a joining
 // batch, 2 minutes after its last machine joined (virtual times, Unix ms).
 TEST(InstallerBatch, StartsTwoMinutesAfterTheLastMachineOfTheBatch) {

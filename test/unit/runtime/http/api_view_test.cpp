@@ -137,6 +137,25 @@ TEST(PrometheusMetrics, DcgmNamesAndLabelsAndNoValueForUnknowns) {
   EXPECT_NE(text.find("astraeus_scheduler_waiting_runs 0\n"), std::string::npos);
 }
 
+// Third new-user trial: a machine Down for a minute still served 97 % use
+// and 512 W; a dead host's dcgm-exporter serves nothing.
+TEST(PrometheusMetrics, AMachineThatIsDownServesNoReadings) {
+  auto in = cluster();
+  in.machines.mutable_machines(1)->set_state(v1::Machine::Down);  // gpu-2
+  auto v = build(std::move(in));
+  const auto& text = v->metrics();
+  EXPECT_EQ(text.find("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-gpu-2-0\""), std::string::npos);
+  EXPECT_EQ(text.find("DCGM_FI_DEV_FB_USED{gpu=\"0\",UUID=\"GPU-gpu-2-0\""), std::string::npos);
+  EXPECT_NE(text.find("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-gpu-1-0\""), std::string::npos)
+    << "an Up machine's readings stay";
+  // What the controller knows stays: health, latches, the state.
+  EXPECT_NE(text.find("astraeus_gpu_health{gpu=\"0\",UUID=\"GPU-gpu-2-0\""), std::string::npos);
+  EXPECT_NE(text.find("astraeus_gpu_latched_faults{gpu=\"0\",UUID=\"GPU-gpu-2-0\""),
+            std::string::npos);
+  EXPECT_NE(text.find("astraeus_machine_state{machine=\"gpu-2\",state=\"Down\"} 1\n"),
+            std::string::npos);
+}
+
 TEST(PrometheusMetrics, AViewRenderedIntoAGoneViewsBufferHasOnlyItsOwnText) {
   // A big view's text goes first; the next, smaller view renders into its
   // kept buffer and must carry none of the old text.
