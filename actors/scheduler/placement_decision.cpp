@@ -25,6 +25,12 @@ std::string gpus_text(uint64_t n, bool healthy) {
   return std::to_string(n) + (healthy ? " healthy" : "") + (n == 1 ? " GPU" : " GPUs");
 }
 
+/// Whether the machines make one site (none carries a site label, or all
+/// the same one): a gang's reason then says nothing of sites.
+bool one_site(const placement_detail::selector_rec& sel) {
+  return sel.groups[placement_detail::t_site].size() <= 1;
+}
+
 } // namespace
 
 namespace placement_detail {
@@ -172,9 +178,12 @@ std::optional<waiting_reason> never_placed(const selector_rec& sel, const shape&
       best_site = std::max(best_site, p);
     if (sh.gpus > best_site)
       return waiting_for(waiting_code::never_fits,
-                         now + "needs " + gpus_text(sh.gpus, false) +
-                           " within one site; the largest site" + where + " has " +
-                           std::to_string(best_site));
+                         one_site(sel)
+                           ? now + "needs " + gpus_text(sh.gpus, false) + "; the machines" +
+                               where + " have " + std::to_string(best_site) + " in all"
+                           : now + "needs " + gpus_text(sh.gpus, false) +
+                               " within one site; the largest site" + where + " has " +
+                               std::to_string(best_site));
   }
   // More cores or memory than the largest machine has (issue 22; a machine
   // whose size is unknown, 0, may have any).
@@ -257,12 +266,22 @@ waiting_reason why_waiting(const selector_rec& sel, const placement_request& req
     best_room = std::max(best_room, site.kind[k].capacity(sh.gmax));
     best_free = std::max(best_free, site.kind[k].free_sum);
   }
-  std::string msg = "waiting: needs " + need + " within one site" + where;
-  if (sh.uniform)
-    msg += "; best site has room for " + std::to_string(best_room);
-  else
-    msg += "; best site has " + std::to_string(best_free) + " free";
-  msg += blockers(k, sh.gmax);
+  // Sites are named only where machines carry site labels: with one site
+  // (none labelled) "best site" would send a user looking for a label
+  // problem (a new-user trial).
+  std::string msg;
+  if (one_site(sel)) {
+    msg = "waiting: needs " + need + where + "; the machines have " +
+          (sh.uniform ? "room for " + plural(best_room, "worker", "workers")
+                      : std::to_string(best_free) + " free");
+  } else {
+    msg = "waiting: needs " + need + " within one site" + where;
+    if (sh.uniform)
+      msg += "; best site has room for " + std::to_string(best_room);
+    else
+      msg += "; best site has " + std::to_string(best_free) + " free";
+  }
+  msg += blockers(k, sh.gmax, false, true);
   return waiting_for(waiting_code::not_enough_gpus, std::move(msg));
 }
 
@@ -307,7 +326,7 @@ waiting_reason why_short(const selector_rec& sel, const placement_request& reque
     }
     msg = "waiting: no machines" + where + " have room for " +
           plural(sh.workers, "worker", "workers") + " of " + each + with_text(cpu, mem) +
-          " each within one site";
+          (one_site(sel) ? " each" : " each within one site");
   }
   msg += shorts;
   msg += blockers(k, sh.gmax);
@@ -356,8 +375,9 @@ placement_result placement_index::place(const placement_request& request) {
   const selector_rec& sel = S.selectors[sid];
   bool gang = sh.workers > 1;
   unsigned kind = request.healthy_only ? kind_healthy : kind_usable;
-  auto blockers = [&S, &sel](unsigned k, unsigned need, bool accepting_must_fit = false) {
-    return S.blockers(sel, k, need, accepting_must_fit);
+  auto blockers = [&S, &sel](unsigned k, unsigned need, bool accepting_must_fit = false,
+                             bool gang = false) {
+    return S.blockers(sel, k, need, accepting_must_fit, gang);
   };
   auto pools = [&S] { return S.pools_text(); };
   S.ask_cpu = cpu_millis_of(request.cpus_per_worker);

@@ -431,8 +431,11 @@ struct placement_index::state {
   /// none.
   /// With `accepting_must_fit`, a machine that only its cordon or
   /// acceptance keeps from the run is named only if it has `need` GPUs.
+  /// With `gang`, a machine taking work is named also where its fenced GPUs
+  /// cost it room for a worker (2 free and 6 held outside Astraeus: room
+  /// for 1 worker of 2 GPUs, not 4), though it has room for one.
   std::string blockers(const selector_rec& sel, unsigned k, unsigned need,
-                       bool accepting_must_fit = false) const;
+                       bool accepting_must_fit = false, bool gang = false) const;
   /// The most GPUs a machine has among those that only their cordon or
   /// acceptance keeps from `sel`'s runs (as `blockers` finds them; at most
   /// 4096 looked at); 0 when none. What "machines have at most N" counts

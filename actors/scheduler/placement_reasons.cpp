@@ -75,7 +75,8 @@ void placement_index::state::count_pool(std::optional<std::string_view> pool, in
 }
 
 std::string placement_index::state::blockers(const selector_rec& sel, unsigned k,
-                                             unsigned need, bool accepting_must_fit) const {
+                                             unsigned need, bool accepting_must_fit,
+                                             bool gang) const {
   std::string named;
   size_t count = 0, looked = 0;
   bool more = false;
@@ -111,6 +112,8 @@ std::string placement_index::state::blockers(const selector_rec& sel, unsigned k
       what = m.name + " " + free_and_unusable(m, free) + ", and " +
              (m.why_not.empty() ? std::string{"takes no new work"} : m.why_not);
     else if (m.schedulable && free < need && free + fenced >= need)
+      what = m.name + " " + free_and_unusable(m, free);
+    else if (gang && m.schedulable && need > 0 && free / need < (free + fenced) / need)
       what = m.name + " " + free_and_unusable(m, free);
     if (what.empty())
       continue;

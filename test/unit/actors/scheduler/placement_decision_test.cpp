@@ -179,8 +179,7 @@ TEST(Placement, WaitingReasonsSayWhyInPlainWords) {
   EXPECT_EQ(why(res), "cannot fit anywhere now: a worker needs 16 GPUs on one machine; "
                       "machines in pool h100 have at most 8");
   EXPECT_EQ(why(idx.place(gang("wide", 2, 8))),
-            "cannot fit anywhere now: needs 16 GPUs within one site; the largest site in pool "
-            "h100 has 8");
+            "cannot fit anywhere now: needs 16 GPUs; the machines in pool h100 have 8 in all");
   placement_request mixed;
   mixed.run = "mixed";
   mixed.required_labels = h100;
@@ -189,8 +188,8 @@ TEST(Placement, WaitingReasonsSayWhyInPlainWords) {
   add(idx, dgx("gpu-02", h100, 2));
   hold(idx, *idx.find_machine("gpu-02"), bits({0, 1}));
   EXPECT_EQ(why(idx.place(mixed)),
-            "waiting: needs 1 worker of 4 GPUs and 3 workers of 1 GPU (7 GPUs) within one site "
-            "in pool h100; best site has 5 free");
+            "waiting: needs 1 worker of 4 GPUs and 3 workers of 1 GPU (7 GPUs) in pool h100; "
+            "the machines have 5 free");
   auto none = single("none", 0);
   res = idx.place(none);
   EXPECT_EQ(std::get<waiting_reason>(res).code, waiting_code::invalid_request);
@@ -239,6 +238,6 @@ TEST(Placement, TheSecondOfTwoGpuRunsWhoseCoresExceedTheMachineWaitsNamingThem) 
   EXPECT_TRUE(placed(idx.place(asking(gang("halves", 6, 1), 2.5))));
   EXPECT_EQ(why(idx.place(asking(gang("halves", 6, 1), 2.6))),
             "waiting: no machines in pool h100 have room for 6 workers of 1 free GPU with 2.6 "
-            "free cores each within one site; gpu-a has the GPUs but only 15 free cores");
+            "free cores each; gpu-a has the GPUs but only 15 free cores");
   EXPECT_EQ(idx.check_invariants(), "");
 }

@@ -145,7 +145,7 @@ TEST(Placement, GangWorkersNeedTheirCoresAndMemoryToo) {
   ASSERT_TRUE(std::holds_alternative<waiting_reason>(r));
   EXPECT_EQ(std::get<waiting_reason>(r).code, waiting_code::not_enough_cores_or_memory);
   EXPECT_NE(why(r).find("waiting: no machines in pool h100 have room for 2 workers of 1 free "
-                        "GPU with 1 free core each within one site; gpu-"),
+                        "GPU with 1 free core each; gpu-"),
             std::string::npos)
     << why(r);
   EXPECT_NE(why(r).find(" has the GPUs but only 0 free cores"), std::string::npos) << why(r);

@@ -171,6 +171,27 @@ TEST(PlacementReasons, GpusHeldOutsideAstraeusAreNotCalledFenced) {
             "GPUs fenced and 4 GPUs held outside Astraeus");
 }
 
+// Third new-user trial: a gang of 2 workers of 2 GPUs beside a machine with 2
+// free and 6 held outside Astraeus was told "within one site; best site has
+// room for 1", with no site labelled and the held GPUs unnamed.
+TEST(PlacementReasons, AGangNamesTheGpusHeldOutsideAstraeusThatCostItRoom) {
+  placement_index idx;
+  add(idx, dgx("dgx-01", none));
+  for (int i = 0; i < 6; ++i)
+    ASSERT_FALSE(idx.set_gpu_health("dgx-01-g" + std::to_string(i), gpu_health::foreign));
+  EXPECT_EQ(why(idx.place(gang("g4", 2, 2, none))),
+            "waiting: needs 2 workers of 2 GPUs each (4 GPUs); the machines have room for 1 "
+            "worker; dgx-01 has 2 free and 6 GPUs held outside Astraeus");
+  // With sites labelled, the reason speaks of them.
+  add(idx, dgx("dgx-02", {{"topology.astraeus.io/site", "west"}}));
+  for (int i = 0; i < 7; ++i)
+    ASSERT_FALSE(idx.set_gpu_health("dgx-02-g" + std::to_string(i), gpu_health::faulty));
+  EXPECT_EQ(why(idx.place(gang("g4", 2, 2, none))),
+            "waiting: needs 2 workers of 2 GPUs each (4 GPUs) within one site; best site has "
+            "room for 1; dgx-01 has 2 free and 6 GPUs held outside Astraeus, dgx-02 has 1 free "
+            "and 7 GPUs fenced");
+}
+
 // The trial's cluster: dgx-01 cordoned (the scheduler sees a machine only
 // its cordon keeps from work as one that takes checks only) and dgx-02
 // Accepting. A user's run names both, never "the cluster has no machines".
@@ -257,8 +278,8 @@ TEST(PlacementReasons, AGpuWorkerWaitsNamingTheMachineShortOfCoresOrMemory) {
             "gpu-01 has the GPUs but only 424 GiB free memory");
   // A gang: each worker needs the cores.
   EXPECT_EQ(why(idx.place(asking(gang("pair", 2, 1, none), 32))),
-            "waiting: no machines have room for 2 workers of 1 free GPU with 32 free cores each "
-            "within one site; gpu-01 has the GPUs but only 16 free cores");
+            "waiting: no machines have room for 2 workers of 1 free GPU with 32 free cores each; "
+            "gpu-01 has the GPUs but only 16 free cores");
   // What fits the 16 cores left places, and holds them.
   auto p = placed(idx.place(asking(single("small", 2, none), 16, 100)));
   ASSERT_TRUE(p);

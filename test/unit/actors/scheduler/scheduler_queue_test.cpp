@@ -58,8 +58,8 @@ TEST(Placement, BackfillThatWouldDelayTheHeadGangIsRefused) {
             "waiting: the GPUs it fits on are reserved for head, due to start in 16m, before "
             "this run's time limit would end it");
   EXPECT_EQ(q.waiting("head")->message,
-            "waiting: needs 2 workers of 8 GPUs each (16 GPUs) within one site in pool h100; "
-            "best site has room for 0; GPUs are reserved for it, due to start in 16m");
+            "waiting: needs 2 workers of 8 GPUs each (16 GPUs) in pool h100; the machines have "
+            "room for 0 workers; GPUs are reserved for it, due to start in 16m");
   EXPECT_EQ(idx.totals().allocations, 4u) << "the reservation is not left held";
   // Time passes; b and short end; still nobody takes the reserved GPUs.
   ASSERT_FALSE(q.complete("b"));
