@@ -273,7 +273,7 @@ void api_server::impl::dispatch(const httplib::Request& req, httplib::Response& 
   // everything else is the API's.
   if (http::serve_installer(req, res, installer))
     return;
-  if (http::serve_console(req, res, cfg.organization, cfg.cluster))
+  if (http::serve_console(req, res, cfg.organization, cfg.cluster, cfg.plain_http))
     return;
   auto segs = http::split_path(req.path);
   std::vector<std::pair<std::string, std::string>> params;

@@ -33,8 +33,13 @@ const console_asset* find_console_asset(const std::string& name);
 /// Answers `req` when it is a console page or file (GET or HEAD of `/`,
 /// `/o/...`, `/console` or `/console/...`) and returns true; false for
 /// every other request (the API's). `organization` and `cluster` are put
-/// into the page for its API calls.
+/// into the page for its API calls. `address_actions`: whether the page
+/// clicks the buttons an address's `#do=` names (the browser test's way in);
+/// the API server turns it on only where it serves plain HTTP on loopback
+/// (dev and tests), never over TLS: there a link would act (clear a GPU's
+/// fault) without the person's confirmation (a new-user trial).
 bool serve_console(const httplib::Request& req, httplib::Response& res,
-                   const std::string& organization, const std::string& cluster);
+                   const std::string& organization, const std::string& cluster,
+                   bool address_actions = false);
 
 } // namespace astraeus::http

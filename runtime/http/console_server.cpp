@@ -58,7 +58,8 @@ const console_asset* find_console_asset(const std::string& name) {
 }
 
 bool serve_console(const httplib::Request& req, httplib::Response& res,
-                   const std::string& organization, const std::string& cluster) {
+                   const std::string& organization, const std::string& cluster,
+                   bool address_actions) {
   if (req.method != "GET" && req.method != "HEAD")
     return false;
   const auto& path = req.path;
@@ -93,6 +94,7 @@ bool serve_console(const httplib::Request& req, httplib::Response& res,
   auto html = replace_all(std::string{index->data, index->size}, "{{ORGANIZATION}}",
                           html_escape(organization));
   html = replace_all(std::move(html), "{{CLUSTER}}", html_escape(cluster));
+  html = replace_all(std::move(html), "{{ADDRESS_ACTIONS}}", address_actions ? "on" : "off");
   res.status = 200;
   res.set_content(std::move(html), index->content_type);
   return true;

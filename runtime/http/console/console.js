@@ -19,7 +19,13 @@ const HEALTH_WORDS = {
 const main = document.getElementById("main");
 let role = "";
 let refreshTimer = 0;
-// Set by an address with #do=clear-fault: the confirmation was given there.
+// Whether an address's #do= clicks buttons: only where the controller serves
+// plain HTTP on loopback (dev, the browser test), never over TLS, where a link
+// would act without the person's confirmation.
+const ADDRESS_ACTIONS =
+  (document.querySelector('meta[name="astraeus-address-actions"]') || {}).content === "on";
+// Set by an address with #do=clear-fault (address actions on): the
+// confirmation was given there.
 let confirmedByAddress = false;
 
 // -- small helpers -------------------------------------------------------------
@@ -378,16 +384,21 @@ function markNav(which) {
     document.getElementById(id).classList.toggle("current", id === which);
 }
 
-// Parameters after '#': token=<API token> signs in (then leaves the
-// address); do=<button id> (see draw).
+// Parameters after '#': token=<API token> signs in; do=<button id> (see
+// draw). Both leave the address once read, so a reload, a bookmark or Back
+// does not sign in or act again.
 function fragment() {
   const params = new URLSearchParams(location.hash.slice(1));
-  if (params.has("token")) {
+  if (params.has("token"))
     sessionStorage.setItem(TOKEN_KEY, params.get("token"));
-    params.delete("token");
-    const rest = params.toString();
-    history.replaceState(null, "", location.pathname + location.search + (rest ? "#" + rest : ""));
+  if (params.has("token") || params.has("do")) {
+    const rest = new URLSearchParams(params);
+    rest.delete("token");
+    rest.delete("do");
+    const left = rest.toString();
+    history.replaceState(null, "", location.pathname + location.search + (left ? "#" + left : ""));
   }
+  params.delete("token");
   return params;
 }
 
@@ -433,7 +444,7 @@ async function draw(r, params) {
   // browser test's way in); for Clear fault the address is the confirmation.
   // Several ids ("do=add-machine,get-install-command") click in turn, each
   // once it has appeared (within 3 s).
-  for (const id of (params.get("do") || "").split(",").filter(Boolean)) {
+  for (const id of (ADDRESS_ACTIONS ? params.get("do") || "" : "").split(",").filter(Boolean)) {
     let button = document.getElementById(id);
     for (let i = 0; !button && i < 60; i++) {
       await new Promise((done) => setTimeout(done, 50));
