@@ -12,12 +12,14 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <spdlog/spdlog.h>
 
 #include "actors/scheduler/scheduler_internal.hpp"
 #include "messages/gpu_health_state.hpp"
+#include "messages/gpu_read.hpp"
 #include "runtime/process/wall_clock.hpp"
 
 namespace astraeus::scheduler_detail {
@@ -54,6 +56,21 @@ void stop_gang(self_ptr self, v1::Run& run, int32_t copy, const std::string& why
   stop_copy(self, run, copy, run_state::failed, why);
 }
 
+/// What makes two fault reasons of one GPU the same fault: for a GPU that
+/// does not answer its driver, its read status ("unresponsive: nvml... has
+/// not returned for 20002 ms" is the "unresponsive" of 10 s before, its
+/// words counting the time); otherwise the words themselves (a latch's).
+std::string_view fault_kind(std::string_view reason) {
+  for (auto s : {gpu_read_status::unresponsive, gpu_read_status::lost,
+                 gpu_read_status::unavailable}) {
+    std::string_view word = to_string(s);
+    if (reason.size() > word.size() && reason.substr(0, word.size()) == word
+        && reason[word.size()] == ':')
+      return word;
+  }
+  return reason;
+}
+
 } // namespace
 
 void note_gpu_faults(self_ptr self, const v1::SchedulerMachine& m) {
@@ -85,9 +102,12 @@ void note_gpu_faults(self_ptr self, const v1::SchedulerMachine& m) {
         auto f = faulty.find(id);
         if (f == faulty.end())
           continue;
+        // Recorded once per fault: a hung call's words count the time, and
+        // a GPU hanging for a day added ~8,600 entries, a store write and a
+        // warning each (a new-user trial).
         bool known = false;
         for (const auto& old : w.gpu_faults())
-          known = known || (old.gpu_id() == id && old.reason() == f->second);
+          known = known || (old.gpu_id() == id && fault_kind(old.reason()) == fault_kind(f->second));
         if (known)
           continue;
         auto* rec = w.add_gpu_faults();

@@ -165,6 +165,31 @@ TEST_F(SchedulerGpuFaults, ByDefaultTheRunKeepsRunningAndShowsWhichWorkersGpuFai
   EXPECT_NE(json.find("\"gpu_fault\""), std::string::npos) << json;
 }
 
+// Fourth new-user trial: a hung GPU's reason counts the time ("has not
+// returned for 10003 ms", then 20002 ms, ...), and each report added an entry
+// (a store write and a warning each, ~8,600 a day). One entry per fault; a
+// different fault of the same GPU (a latch's words) is its own entry.
+TEST_F(SchedulerGpuFaults, AHungGpuIsRecordedOnceWhateverTimeItsWordsCount) {
+  snapshot(machine_with("gpu-01", 2));
+  auto placed = submit(spec_of("train", 1, 1));
+  ASSERT_EQ(placed.state(), "Placed");
+  running({"train-0"});
+  const int bad = gpu_index(placed, 0);
+  for (int s = 10; s <= 50; s += 10)
+    snapshot(machine_with("gpu-01", 2, bad,
+                          "unresponsive: nvmlDeviceGetMemoryInfo has not returned for "
+                            + std::to_string(s) + "003 ms (deadline 2000 ms)"));
+  auto r = get("train");
+  ASSERT_EQ(r.workers(0).gpu_faults_size(), 1) << r.DebugString();
+  EXPECT_EQ(r.workers(0).gpu_faults(0).reason(),
+            "unresponsive: nvmlDeviceGetMemoryInfo has not returned for 10003 ms (deadline "
+            "2000 ms)");
+  snapshot(machine_with("gpu-01", 2, bad, "Xid 79 fault"));
+  EXPECT_EQ(get("train").workers(0).gpu_faults_size(), 2) << "a latch is a fault of its own";
+  snapshot(machine_with("gpu-01", 2, bad, "lost: missing from NVML"));
+  EXPECT_EQ(get("train").workers(0).gpu_faults_size(), 3) << "lost is not unresponsive";
+}
+
 TEST_F(SchedulerGpuFaults, OnGpuFaultStopStopsTheGangAndFailsTheRunSoItCanBeResubmitted) {
   snapshot(machine_with("gpu-01", 4));
   auto placed = submit(spec_of("gang", 1, 2, "stop"));
