@@ -67,6 +67,29 @@ TEST_F(HaFailover, KilledLeaderIsReplacedAndAgentsFollow) {
   EXPECT_TRUE(contains(res->body, R"("code":"NOT_LEADER")")) << res->body;
   EXPECT_TRUE(contains(res->body, R"("gate":"127.0.0.1:)" + std::to_string(g.gate_port(first))))
     << res->body;
+  // The seeds' `curl -X POST .../clear-fault` sends no body and no
+  // Content-Length: the same 307 (a new-user trial got an empty 400).
+  {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(g.api_port(standby));
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    timeval tv{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    const std::string req = "POST /api/v1/orgs/default/clusters/default/nodes/gpu-ha/cordon "
+                            "HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+    std::string got;
+    char buf[4096];
+    for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;)
+      got.append(buf, static_cast<size_t>(n));
+    ::close(fd);
+    EXPECT_EQ(got.rfind("HTTP/1.1 307", 0), 0u) << got;
+    EXPECT_TRUE(contains(got, R"("code":"NOT_LEADER")")) << got;
+  }
   // An agent that knows every gate.
   ASSERT_TRUE(start_agent(first, "gpu-ha"));
   ASSERT_TRUE(wait_until([&] { return machine_in_state(g.gate_port(first), "gpu-ha",
