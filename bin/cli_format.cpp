@@ -559,6 +559,7 @@ std::string format_gpu_section(const v1::GpuSection& s) {
       for (const auto& f : g.latches())
         out << "  " << g.id() << ": FAULT " << f.reason() << " (" << f.source()
             << ", " << f.count() << "x, last " << format_time(f.last_seen_unix_ms())
+            << process_note(f.pid(), f.process_name())
             << (f.not_durable() ? ", not durable yet: the agent's store is full" : "")
             << ")"
             << (f.evidence().empty() || f.reason().find(f.evidence()) != std::string::npos

@@ -306,6 +306,12 @@ std::vector<v1::Gpu> gpu_discovery::vanished_since_last(const std::vector<v1::Gp
     ids.insert(g.id());
     pcis.insert(g.pci_address());
   }
+  // A scan that found no NVIDIA device at all is no scan (a container
+  // without /sys/bus/pci, a host root without it), as count_mismatch takes
+  // it: "from the PCI bus" would send someone to reseat a card on evidence
+  // the agent does not have (a new-user trial).
+  const bool scanned = std::any_of(bus.gpus.begin(), bus.gpus.end(),
+                                   [](const v1::BusGpu& b) { return b.vendor() == "nvidia"; });
   std::vector<v1::Gpu> out;
   for (const auto& known : last_nvidia_) {
     if (known.id().empty() || ids.count(known.id()) || pcis.count(known.pci_address()))
@@ -317,8 +323,10 @@ std::vector<v1::Gpu> gpu_discovery::vanished_since_last(const std::vector<v1::Gp
     });
     g.set_status_detail(on_bus != bus.gpus.end()
                           ? "missing from NVML: on PCI at " + known.pci_address()
-                          : "missing from NVML and from the PCI bus (was at "
-                              + known.pci_address() + ")");
+                        : scanned ? "missing from NVML and from the PCI bus (was at "
+                                      + known.pci_address() + ")"
+                                  : "missing from NVML (was at " + known.pci_address()
+                                      + "; the PCI bus was not read)");
     out.push_back(std::move(g));
   }
   return out;

@@ -371,3 +371,21 @@ TEST(CliFormat, AValidationsOutcomeNamesWhatFailedAndTheFix) {
   EXPECT_TRUE(contains(out, "    fix: create it on the machine (mkdir -p /x)\n")) << out;
   EXPECT_TRUE(contains(out, "astra astraeus validation val-1")) << out;
 }
+
+// Fourth new-user trial: the README promises "seen in process 4242
+// (train.py)" in `astra machine` for a latched fault too; only incidents said it.
+TEST(CliFormat, ALatchedFaultSaysTheProcessItsXidLineNamed) {
+  v1::GpuSection s;
+  auto* g = s.add_gpus();
+  g->set_id("GPU-5f1e");
+  auto* l = g->add_latches();
+  l->set_reason("Xid 79 fault");
+  l->set_source("kernel-log");
+  l->set_count(1);
+  l->set_pid(4242);
+  l->set_process_name("train.py");
+  auto page = astraeus::cli::format_gpu_section(s);
+  EXPECT_NE(page.find("GPU-5f1e: FAULT Xid 79 fault (kernel-log, 1x, last "), std::string::npos)
+    << page;
+  EXPECT_NE(page.find(", seen in process 4242 (train.py))"), std::string::npos) << page;
+}

@@ -614,6 +614,17 @@ TEST(GpuDiscovery, AGpuThatVanishesFromNvmlStaysListedAsLostAndTheCountsDisagree
   g = gpu_at(gone, "0000:3a:00.0");
   ASSERT_NE(g, nullptr);
   EXPECT_EQ(g->status_detail(), "missing from NVML and from the PCI bus (was at 0000:3a:00.0)");
+
+  // No bus to read at all (a container without /sys/bus/pci): a GPU gone
+  // from NVML is not said to be gone from a bus nobody read (a new-user
+  // trial was sent to reseat a card so).
+  fs::remove_all(fs::path{m.root} / "sys/bus/pci");
+  doc["gpus"].erase(0);  // 0000:18:00.0
+  replace_fixture(path, doc);
+  auto unread = discovery.discover(false);
+  g = gpu_at(unread, "0000:18:00.0");
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->status_detail(), "missing from NVML (was at 0000:18:00.0; the PCI bus was not read)");
 }
 
 // Issue 18, rule 9: a machine with two models names both.
