@@ -10,34 +10,8 @@
 # architecture). Everything runs from `main` on the last line, so a download
 # cut short executes nothing.
 #
-# Options (machines.md "Create one", bring-up-a-gpu-cluster.md step 1):
-#   --apiserver, --control-plane HOST[:PORT]  the controller's gate (7450);
-#                          in HA mode every controller's, comma-separated
-#                          (HOST[:PORT],HOST[:PORT],...): the agent follows
-#                          whichever leads
-#   --token-file FILE      a join token (astra tokens create); kept, mode 0600,
-#                          in /etc/astraeus/token, which the agent reads once
-#   --releases URL         where the agent's releases are (default: the
-#                          controller that served this script)
-#   --org NAME, --org-id ID  checked against the controller's
-#   --name NAME            this machine's name (default: the host name; a
-#                          reinstall keeps the name it has)
-#   --data-dir PATH        the machine's data location (asked in a terminal)
-#   --agents LIST          only the machine agent exists: said so
-#   --runtime auto|runc|process   how workers run (docker: not supported yet)
-#   --network host         workers use the host network (the only mode)
-#   --no-move              accepted: nothing already on the machine is moved
-#   --accept               acceptance starts by itself once the machine's GPUs
-#                          are free, 2 minutes after the last of a joining batch
-#                          (agent key validation.request_acceptance; kept)
-#   --observe-only         refused: not supported yet
-#   --install-nvidia-driver / --no-nvidia-driver
-#   --install-amd-driver / --no-amd-driver
-#   --uninstall            remove the service and the program (keeps the
-#                          machine's identity and its data location)
-#
-# Environment: ASTRAEUS_ROOT (a root prefix: every file written goes under
-# it; tests), ASTRAEUS_AMDGPU_VERSION (AMD's packaged driver release, 31.50).
+# Options: `usage` below (what --help prints; a here-document, so it prints
+# when the script is piped into sh too).
 
 SERVED_KEY='@@ASTRAEUS_KEY@@'
 SERVED_APISERVER='@@ASTRAEUS_APISERVER@@'
@@ -72,7 +46,42 @@ gate_with_port() {
 }
 
 usage() {
-  sed -n '2,37p' "$0" 2>/dev/null | sed 's/^# \{0,1\}//'
+  cat <<'USAGE'
+Astraeus machine installer: installs astraeus-agent as a systemd service
+and joins this machine to the controller that served this script.
+
+  curl -fsSL https://CONTROLLER:7451/api/v1/install.sh | sudo sh -s -- \
+    --apiserver HOST:7450 --token-file ./astraeus-token --org NAME --org-id ID
+
+Options (machines.md "Create one", bring-up-a-gpu-cluster.md step 1):
+  --apiserver, --control-plane HOST[:PORT]  the controller's gate (7450);
+                         in HA mode every controller's, comma-separated
+                         (HOST[:PORT],HOST[:PORT],...): the agent follows
+                         whichever leads
+  --token-file FILE      a join token (astra tokens create); kept, mode 0600,
+                         in /etc/astraeus/token, which the agent reads once
+  --releases URL         where the agent's releases are (default: the
+                         controller that served this script)
+  --org NAME, --org-id ID  checked against the controller's
+  --name NAME            this machine's name (default: the host name; a
+                         reinstall keeps the name it has)
+  --data-dir PATH        the machine's data location (asked in a terminal)
+  --agents LIST          only the machine agent exists: said so
+  --runtime auto|runc|process   how workers run (docker: not supported yet)
+  --network host         workers use the host network (the only mode)
+  --no-move              accepted: nothing already on the machine is moved
+  --accept               acceptance starts by itself once the machine's GPUs
+                         are free, 2 minutes after the last of a joining batch
+                         (agent key validation.request_acceptance; kept)
+  --observe-only         refused: not supported yet
+  --install-nvidia-driver / --no-nvidia-driver
+  --install-amd-driver / --no-amd-driver
+  --uninstall            remove the service and the program (keeps the
+                         machine's identity and its data location)
+
+Environment: ASTRAEUS_ROOT (a root prefix: every file written goes under
+it; tests), ASTRAEUS_AMDGPU_VERSION (AMD's packaged driver release, 31.50).
+USAGE
 }
 
 parse_args() {

@@ -478,6 +478,12 @@ case_refusals() {
   install -- --bogus
   rc_is 1
   says "· unknown option '--bogus'"
+  # --help with the script piped into sh, as the seed runs it (curl ... | sh
+  # -s -- --help): the options, not nothing (a new-user trial).
+  sh -s -- --help <"$SCRIPT" >"$OUT" 2>&1
+  RC=$?
+  rc_is 0
+  says "--token-file FILE      a join token"
   install --
   rc_is 1
   says "· --token-file FILE is missing: this machine has not joined yet"
