@@ -170,9 +170,14 @@ void apply_snapshot(self_ptr self, v1::SchedulerMachine& m) {
     spdlog::error("scheduler: a snapshot without a machine name, ignored");
     return;
   }
+  // A machine that is Down reports nothing: its GPUs' ids are not claims,
+  // so a UUID it shared with a live machine is that machine's again (a new-
+  // user trial found the live machine's GPUs set aside until the Down one
+  // was removed). Its claims come back with its next report.
   std::vector<std::string> ids;
-  for (const auto& g : m.gpus())
-    ids.push_back(g.id());
+  if (!m.down())
+    for (const auto& g : m.gpus())
+      ids.push_back(g.id());
   auto touched = st.claims.update(m.name(), ids);
   m.SerializeToString(&st.snapshots[m.name()]);
   index_snapshot(self, m.name());

@@ -128,6 +128,29 @@ TEST_F(SchedulerMachines, ASharedUuidIsSetAsideOnBothAndTheirOtherGpusStay) {
   EXPECT_EQ(ask<v1::Run>(sched_actor, atom::get_v, std::string{"three"}).state(), "Placed");
 }
 
+// Fourth new-user trial: gpu-b went Down and gpu-a's GPUs stayed set aside
+// until gpu-b was removed. A Down machine reports nothing; back Up, the
+// conflict is back.
+TEST_F(SchedulerMachines, AMachineThatIsDownNoLongerClaimsItsGpus) {
+  const std::string dup = "GPU-5f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b";
+  auto a = attach("gpu-a");
+  attach("gpu-b");
+  snapshot(fixture_machine("gpu-a", {dup}));
+  snapshot(fixture_machine("gpu-b", {dup}));
+  ASSERT_EQ(a->notes.back().set_aside_size(), 1);
+  EXPECT_EQ(submit(one_gpu("one")).state(), "Waiting");
+  auto gone = fixture_machine("gpu-b", {dup});
+  gone.set_down(true);
+  gone.set_schedulable(false);
+  snapshot(gone);
+  EXPECT_EQ(a->notes.back().set_aside_size(), 0);
+  auto one = ask<v1::Run>(sched_actor, atom::get_v, std::string{"one"});
+  ASSERT_EQ(one.state(), "Placed") << one.ShortDebugString();
+  EXPECT_EQ(one.workers(0).machine(), "gpu-a");
+  snapshot(fixture_machine("gpu-b", {dup}));
+  ASSERT_EQ(a->notes.back().set_aside_size(), 1) << "back Up, it claims the GPU again";
+}
+
 TEST_F(SchedulerMachines, ABadGpuListNeverHidesTheMachinesLabels) {
   // A GPU with unknown health used to drop the whole snapshot, labels too.
   auto m = fixture_machine("gpu-a", {"0000:01:00.0", "0000:02:00.0"});
