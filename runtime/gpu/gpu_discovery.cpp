@@ -549,10 +549,37 @@ v1::GpuSection gpu_discovery::discover(bool rdma_up) {
     *out.add_conditions() = condition("GPU subsystem ready", false, reason,
                                       join(lines, "; "));
   } else if (out.gpus_size() > 0) {
-    *out.add_conditions() = condition(
-      "GPU subsystem ready", true, "DriverResponding",
-      (nvidia == nvidia_read::smi ? std::string{"nvidia-smi"} : "the driver")
-        + " answered for " + std::to_string(out.gpus_size()) + " GPU(s)");
+    // Counted as they answered: a GPU lost, unreadable or whose call hangs
+    // did not (a new-user trial read "answered for 8" with 2 lost and 1
+    // hanging). A call that hangs is the seed's DriverUnresponsive
+    // (shared/seeds/gpus.md, conditions), for one GPU as for all.
+    size_t answered = 0;
+    std::map<std::string, size_t> not_answered;  // status -> GPUs
+    std::vector<std::string> hung;
+    for (const auto& g : out.gpus()) {
+      auto status = read_status(g);
+      if (answers(status)) {
+        ++answered;
+        continue;
+      }
+      ++not_answered[to_string(status)];
+      if (status == gpu_read_status::unresponsive)
+        hung.push_back(g.id() + ": "
+                       + (g.status_detail().empty() ? "a call did not return" : g.status_detail()));
+    }
+    std::string said = (nvidia == nvidia_read::smi ? std::string{"nvidia-smi"} : "the driver")
+                       + " answered for " + std::to_string(answered)
+                       + (answered == static_cast<size_t>(out.gpus_size())
+                            ? std::string{}
+                            : " of " + std::to_string(out.gpus_size()))
+                       + " GPU(s)";
+    for (const auto& [status, n] : not_answered)
+      said += ", " + std::to_string(n) + " " + status;
+    if (!hung.empty())
+      *out.add_conditions() = condition("GPU subsystem ready", false, "DriverUnresponsive",
+                                        join(hung, "; ") + "; " + said);
+    else
+      *out.add_conditions() = condition("GPU subsystem ready", true, "DriverResponding", said);
   } else {
     *out.add_conditions() = condition("GPU subsystem ready", true, "NoGPU",
                                       "no GPU on this machine");

@@ -462,6 +462,32 @@ TEST(GpuDiscovery, AnNvmlInitHangIsDriverUnresponsive) {
   ::unsetenv("ASTRAEUS_NVML_HANG_RELEASE");
 }
 
+// Fourth new-user trial: "the driver answered for 8 GPU(s)" while GPUs were
+// lost and one hung a call. One GPU's hung call is DriverUnresponsive (the
+// seed's "An NVML call hangs"), and the count is of the GPUs that answered.
+TEST(GpuDiscovery, OneGpusHungCallIsDriverUnresponsiveAndTheCountIsOfThoseThatAnswered) {
+  machine m;
+  std::string release = m.tmp.path() + "/release";
+  use_nvml_fixture(fixture("nvml/hung_gpu.json"));  // GPU 2's memory call hangs
+  ::setenv("ASTRAEUS_NVML_HANG_RELEASE", release.c_str(), 1);
+  {
+    auto opts = m.with_nvml();
+    opts.nvml.call_deadline = 100ms;
+    gpu_discovery discovery(opts);
+    auto s = discovery.discover(false);
+    ASSERT_EQ(s.gpus_size(), 4);
+    ASSERT_GE(s.conditions_size(), 1);
+    EXPECT_FALSE(s.conditions(0).status());
+    EXPECT_EQ(s.conditions(0).reason(), "DriverUnresponsive");
+    EXPECT_TRUE(contains(s.conditions(0).message(),
+                         "nvmlDeviceGetMemoryInfo did not return within 100 ms; the driver "
+                         "answered for 3 of 4 GPU(s), 1 unresponsive"))
+      << s.conditions(0).message();
+    write_file(release, "");  // lets the stuck call return
+  }
+  ::unsetenv("ASTRAEUS_NVML_HANG_RELEASE");
+}
+
 namespace {
 
 /// The GPU section of a machine without a driver whose bus has the one
