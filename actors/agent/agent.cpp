@@ -277,6 +277,27 @@ void send_hello(agent_ptr self) {
 
 void probe_fabric(agent_ptr self);
 
+/// Reads the host's facts now, and what follows from them: the CPU use
+/// sample, the fabric probe, whether an RDMA port is up (for the next
+/// discovery pass), the supervisor's ports and layout.
+void read_host(agent_ptr self) {
+  auto& st = self->state;
+  st.host_facts = read_host_facts(st.config.host);
+  st.cpu_use.sample(st.config.host.root, st.host_facts);
+  st.facts_known = true;
+  probe_fabric(self);
+  // Remembered for the next discovery pass's capability summary.
+  const auto& ports = st.host_facts.rdma_ports();
+  st.rdma_up = std::any_of(ports.begin(), ports.end(),
+                           [](const auto& p) { return p.state() == "ACTIVE"; });
+  for (const auto& w : st.host_facts.warnings())
+    spdlog::debug("agent {}: {}", st.config.identity.name, w);
+  if (st.supervisor) {
+    st.supervisor->set_rdma_ports({ports.begin(), ports.end()});
+    st.supervisor->set_host_layout(st.host_facts);
+  }
+}
+
 /// Sends a report. `fresh`: read the host's facts now (the heartbeat);
 /// otherwise reuse the last ones read, so a report sent at once for a new
 /// fault latch or a cleared one costs no host reads.
@@ -284,22 +305,8 @@ void send_report(agent_ptr self, bool fresh = false) {
   auto& st = self->state;
   if (!st.welcomed)
     return;
-  if (fresh || !st.facts_known) {
-    st.host_facts = read_host_facts(st.config.host);
-    st.cpu_use.sample(st.config.host.root, st.host_facts);
-    st.facts_known = true;
-    probe_fabric(self);
-    // Remembered for the next discovery pass's capability summary.
-    const auto& ports = st.host_facts.rdma_ports();
-    st.rdma_up = std::any_of(ports.begin(), ports.end(),
-                             [](const auto& p) { return p.state() == "ACTIVE"; });
-    for (const auto& w : st.host_facts.warnings())
-      spdlog::debug("agent {}: {}", st.config.identity.name, w);
-    if (st.supervisor) {
-      st.supervisor->set_rdma_ports({ports.begin(), ports.end()});
-      st.supervisor->set_host_layout(st.host_facts);
-    }
-  }
+  if (fresh || !st.facts_known)
+    read_host(self);
   v1::Frame frame;
   auto* report = frame.mutable_report();
   report->set_machine(st.config.identity.name);
@@ -1017,6 +1024,10 @@ void start_discovery(agent_ptr self) {
     return;
   st.discovering = true;
   ++st.pass;
+  // The first pass needs the host's RDMA ports too: without them the first
+  // report said "RDMA no" beside 8 active InfiniBand ports (a new-user trial).
+  if (!st.facts_known)
+    read_host(self);
   self->send(st.probe, atom::discovered_v, st.rdma_up);
   // NVML has its own per-call deadlines; this bound catches anything else
   // that hangs (a wedged sysfs read, nvidia-smi).
