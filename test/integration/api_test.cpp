@@ -378,6 +378,14 @@ TEST_F(Api, TheFirstDiscoveryPassSeesTheRdmaPortsUp) {
     15s))
     << page << agent->err();
   EXPECT_TRUE(contains(page, "RDMA yes")) << page;
+  // The token it joined with names it (the console's Add machine dialog
+  // says "Machine <used_by> connected." from this, not from a new name).
+  auto owner = client(owner_);
+  auto list = body_of(owner->Get(base + "/enrollment-tokens"));
+  ASSERT_FALSE(list["tokens"].empty()) << list.dump();
+  auto id = list["tokens"][0]["id"].get<std::string>();
+  auto one = body_of(owner->Get(base + "/enrollment-tokens/" + id));
+  EXPECT_EQ(one.value("used_by", ""), machine_name) << one.dump();
 }
 
 // Found by trying the product as a user: a cordon made through `astra`

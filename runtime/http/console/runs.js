@@ -110,7 +110,6 @@ async function auditPage() {
 // Add machine (admins): a join token valid 24 h for the pool chosen, its
 // install command to copy, and the new machine named once it registers.
 async function addMachine() {
-  const before = new Set(((await api("GET", "/nodes")).machines || []).map((m) => m.name));
   const pool = el("input", { id: "add-pool", "aria-label": "pool", placeholder: "h100" });
   const out = el("div", { id: "add-result" });
   const get = async () => {
@@ -123,10 +122,13 @@ async function addMachine() {
                                          + (pool.value.trim() ? " and puts it in pool " + pool.value.trim() : "") + "):" }),
                           el("pre", { id: "install-command", text: t.install }), copy,
                           el("p", { class: "muted", id: "add-waiting", text: "Waiting for the machine to connect…" }));
+      // The machine that used this token, as `astra tokens list` names it
+      // (not whichever machine appeared first: a batch install, or a
+      // reinstalled machine whose name is known, named the wrong one).
       const poll = async () => {
-        const now = ((await api("GET", "/nodes")).machines || []).filter((m) => !before.has(m.name));
-        if (now.length > 0)
-          document.getElementById("add-waiting").textContent = "Machine " + now[0].name + " connected.";
+        const used = (await api("GET", "/enrollment-tokens/" + encodeURIComponent(t.id))).used_by;
+        if (used)
+          document.getElementById("add-waiting").textContent = "Machine " + used + " connected.";
         else setTimeout(() => poll().catch(failed), 2000);
       };
       setTimeout(() => poll().catch(failed), 2000);
