@@ -90,6 +90,10 @@ struct validations_state {
   std::map<std::string, v1::ValidationPolicy> policies;
   /// Machines seen Up (or Accepting) at the last look.
   std::set<std::string> up;
+  /// The GPUs each of them reported at the last look: a machine whose count
+  /// grows (a driver that loaded after it joined, a GPU back) gets a new
+  /// quick check, so its badge does not keep a result from before.
+  std::map<std::string, int> gpus_seen;
   /// After a restart: machines with a stored quick check -> when it was
   /// restored (actor clock). Such a machine seen Up within
   /// `quick_restore_grace` of it is taking up its session again, not coming

@@ -360,6 +360,7 @@ void look_at_machines(self_ptr self) {
       [self](v1::Response& resp) {
         auto& st = self->state;
         std::set<std::string> up;
+        std::map<std::string, int> gpus_seen;
         for (const auto& m : resp.machines().machines()) {
           bool is_up = m.state() == v1::Machine::Up || m.state() == v1::Machine::Accepting;
           auto pool = m.labels().find("pool");
@@ -383,6 +384,15 @@ void look_at_machines(self_ptr self) {
           if (!is_up)
             continue;
           up.insert(m.name());
+          const int gpus = m.facts().gpus().gpus_size();
+          gpus_seen[m.name()] = gpus;
+          auto seen = st.gpus_seen.find(m.name());
+          // GPUs that appeared since the last look (a driver loaded after
+          // the machine joined): the quick check from before them said
+          // what no longer is (a new-user trial kept a "fail" from before
+          // the driver loaded).
+          const bool more_gpus = st.up.count(m.name()) && seen != st.gpus_seen.end()
+                                 && gpus > seen->second;
           bool accepting = required && !m.accepted() && m.state() == v1::Machine::Accepting;
           if (accepting && !st.acceptance_started.count(m.name())
               && !pending(self, m.name(), "burn")) {
@@ -392,9 +402,15 @@ void look_at_machines(self_ptr self) {
                      && !pending(self, m.name(), "quick")
                      && !reconnected_after_restart(self, m.name())) {
             start_for(self, m.name(), "quick", nullptr, "automatic");
+          } else if (more_gpus && st.config.quick_on_up && !accepting
+                     && !pending(self, m.name(), "quick")) {
+            spdlog::info("validations: {} reports {} GPU(s), {} at the last look: a quick "
+                         "check again", m.name(), gpus, seen->second);
+            start_for(self, m.name(), "quick", nullptr, "automatic");
           }
         }
         st.up = std::move(up);
+        st.gpus_seen = std::move(gpus_seen);
         tell_removed(self, resp.machines());
         tell_degraded_ports(self, resp.machines());
         start_installer_batch(self, resp.machines());

@@ -27,6 +27,7 @@ struct machine_rec {
   bool accepted = false;
   std::string reason;
   caf::actor handle;
+  int gpus = 0;                       // GPUs its last report listed
 };
 
 struct world {
@@ -44,12 +45,14 @@ v1::MachineView view_of(const std::string& name, const machine_rec& m) {
                                                            : m.liveness);
   out.set_accepted(m.required && m.accepted);
   out.set_acceptance_requested(m.acceptance_requested && !m.accepted);
+  for (int i = 0; i < m.gpus; ++i)
+    out.mutable_facts()->mutable_gpus()->add_gpus()->set_id("GPU-" + std::to_string(i));
   return out;
 }
 
 class Validations : public test::actor_test {
 protected:
-  Validations() : w(std::make_shared<world>()) {
+  explicit Validations(bool quick_on_up = false) : w(std::make_shared<world>()) {
     auto s = Store::open(dir.path() + "/controller");
     if (!s)
       ADD_FAILURE() << render_error(s.error());
@@ -115,7 +118,7 @@ protected:
     validations_config c;
     c.store = db;
     c.scheduler = sched;
-    c.quick_on_up = false;
+    c.quick_on_up = quick_on_up;
     c.seed = 7;
     c.console_url = "https://console.example:8443";
     c.organization = "acme";
@@ -190,7 +193,48 @@ protected:
   validations_actor actor_;
 };
 
+/// The same, with a quick check when a machine comes Up (the default).
+class ValidationsQuick : public Validations {
+protected:
+  ValidationsQuick() : Validations(true) {}
+
+  /// The quick checks started on `machine`.
+  int quick_checks(const std::string& machine) {
+    v1::Request req;
+    req.mutable_list_validations();
+    auto resp = ask<v1::Response>(actor_, std::move(req));
+    int n = 0;
+    for (const auto& v : resp.validations().validations())
+      if (v.suite() == "quick")
+        for (const auto& m : v.machines())
+          n += m == machine ? 1 : 0;
+    return n;
+  }
+};
+
 } // namespace
+
+// Fourth new-user trial: a machine joined before its driver loaded; its quick
+// check failed ("none of its 1 GPUs can be had"), then 8 GPUs appeared and
+// the badge kept the fail. GPUs that appear bring a new quick check.
+TEST_F(ValidationsQuick, GpusThatAppearAfterAMachineCameUpGetANewQuickCheck) {
+  w->checks_end = true;  // each check ends at its next look
+  join("gpu-01", "h100");
+  w->machines["gpu-01"].gpus = 1;
+  advance(std::chrono::seconds{10});
+  EXPECT_EQ(quick_checks("gpu-01"), 1);
+  for (int i = 0; i < 10; ++i)
+    advance(std::chrono::seconds{10});
+  EXPECT_EQ(quick_checks("gpu-01"), 1) << "the same GPUs: no new check";
+  w->machines["gpu-01"].gpus = 8;
+  for (int i = 0; i < 3; ++i)
+    advance(std::chrono::seconds{10});
+  EXPECT_EQ(quick_checks("gpu-01"), 2);
+  w->machines["gpu-01"].gpus = 7;  // one fewer: its fault shows by itself
+  for (int i = 0; i < 3; ++i)
+    advance(std::chrono::seconds{10});
+  EXPECT_EQ(quick_checks("gpu-01"), 2);
+}
 
 // bring-up-a-gpu-cluster.md, step 6: "A machine that joins the pool from now
 // on waits as Accepting". The machines the pool has keep working.
