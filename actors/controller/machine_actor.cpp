@@ -1,6 +1,7 @@
 #include "actors/controller/machine_actor.hpp"
 
 #include <algorithm>
+#include <map>
 #include <cctype>
 #include <set>
 
@@ -742,12 +743,25 @@ caf::result<std::vector<v1::GpuView>> gpu_views(machine_ptr self) {
   std::vector<gpu_actor> targets;
   for (auto& [id, g] : self->state.gpus)
     targets.push_back(g);
+  // A GPU the scheduler set aside (a UUID another machine reports too) is
+  // never placed onto, whatever its health: said first among its reasons,
+  // so `astra gpus` and the API do not show it as free (a new-user trial
+  // read such GPUs as Healthy with no holder).
+  std::map<std::string, std::string> aside;
+  for (const auto& a : self->state.set_aside)
+    aside.emplace(a.id(), a.reason());
   gather<v1::GpuView>(
     self, targets, std::chrono::seconds{5},
-    [rp](std::vector<v1::GpuView> views) mutable {
+    [rp, aside = std::move(aside)](std::vector<v1::GpuView> views) mutable {
       std::sort(views.begin(), views.end(), [](const auto& a, const auto& b) {
         return a.gpu().pci_address() < b.gpu().pci_address();
       });
+      for (auto& v : views)
+        if (auto a = aside.find(v.gpu().id()); a != aside.end()) {
+          auto* reasons = v.mutable_health_reasons();
+          reasons->Add("set aside by the scheduler: " + a->second);
+          std::rotate(reasons->begin(), reasons->end() - 1, reasons->end());
+        }
       rp.deliver(std::move(views));
     },
     nullptr, atom::get_v);

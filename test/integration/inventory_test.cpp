@@ -18,6 +18,8 @@ using namespace astraeus::itest;
 namespace {
 
 const std::string amd_root = ASTRAEUS_SOURCE_DIR "/test/fixtures/amd/rx7900xtx";
+const std::string dgx_root = ASTRAEUS_SOURCE_DIR "/test/fixtures/hosts/dgx-h100";
+const std::string h100x8 = ASTRAEUS_SOURCE_DIR "/test/fixtures/nvml/h100x8.json";
 
 class Inventory : public ::testing::Test {
 protected:
@@ -38,11 +40,27 @@ protected:
     }
   }
 
-  process* spawn(const std::string& label, std::vector<std::string> argv) {
+  process* spawn(const std::string& label, std::vector<std::string> argv,
+                 std::vector<std::string> env = {}) {
     auto n = std::to_string(procs_.size());
     procs_.push_back(std::make_unique<process>(std::move(argv), dir_ / (label + n + ".out"),
-                                               dir_ / (label + n + ".err")));
+                                               dir_ / (label + n + ".err"), std::move(env)));
     return procs_.back().get();
+  }
+
+  /// An agent named `name` on the NVML stand-in's 8 x H100 (real UUIDs: two
+  /// such machines report the same ones).
+  process* start_nvidia_agent(const std::string& name) {
+    std::vector<std::string> argv{
+      program("astraeus-agent"), "--controller", addr(), "--data-dir",
+      (dir_ / name).string(), "--name", name, "--report-interval", "200ms",
+      "--host-root", dgx_root, "--set",
+      std::string{"gpu.nvml_library="} + ASTRAEUS_NVML_STAND_IN, "--set", "kmsg.path=",
+      "--set", "reconnect.min_backoff=100ms", "--set", "reconnect.max_backoff=300ms"};
+    auto flags = enrol_flags(port_, dir_.path(), name);
+    EXPECT_FALSE(flags.empty()) << "no join token";
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    return spawn("agent-" + name, std::move(argv), {"ASTRAEUS_NVML_FIXTURE=" + h100x8});
   }
 
   std::string addr() const { return "127.0.0.1:" + std::to_string(port_); }
@@ -155,6 +173,41 @@ TEST_F(Inventory, TwoIdenticalMachinesWithPciAddressIdsBothTakeWork) {
   auto page = astra({"machine", "fleet-a"});
   EXPECT_TRUE(contains(page.out, "Flaps:")) << page.out;
   EXPECT_FALSE(contains(page.out, "set aside")) << page.out;
+}
+
+// Fourth new-user trial: two machines reporting the same UUIDs showed their
+// GPUs as Healthy and free in `astra gpus` though none is ever placed; and
+// once one went Down the other's stayed set aside until it was removed.
+TEST_F(Inventory, SharedUuidsAreSaidSetAsideAndComeBackWhenOneMachineIsDown) {
+  spawn("controller", {program("astraeus-controller"), "--port", std::to_string(port_),
+                       "--data-dir", (dir_ / "controller").string(), "--heartbeat-lapse", "3s",
+                       "--set", "heartbeat.report_interval=1s"});
+  ASSERT_TRUE(controller_answers_owner(port_, (dir_ / "controller").string()));
+  start_nvidia_agent("twin-a");
+  auto* b = start_nvidia_agent("twin-b");
+  auto set_aside = [&](const char* name) {
+    auto m = get_machine(port_, name);
+    return m ? m->set_aside_gpus_size() : -1;
+  };
+  ASSERT_TRUE(wait_until([&] { return set_aside("twin-a") == 8 && set_aside("twin-b") == 8; },
+                         15s))
+    << astra({"machine", "twin-a"}).out;
+  auto list = astra({"gpus", "--machine", "twin-a"});
+  ASSERT_EQ(list.rc, 0) << list.err;
+  EXPECT_TRUE(contains(list.out, "Healthy: set aside by the scheduler: GPU ")) << list.out;
+  EXPECT_TRUE(contains(list.out, "is also reported by machine twin-b")) << list.out;
+  // twin-b stops reporting: Down, and twin-a's GPUs are its own again.
+  b->kill_now();
+  ASSERT_TRUE(wait_until([&] { return set_aside("twin-a") == 0; }, 15s))
+    << astra({"machine", "twin-a"}).out;
+  list = astra({"gpus", "--machine", "twin-a"});
+  EXPECT_FALSE(contains(list.out, "set aside")) << list.out;
+  auto run = astra({"run", "--name", "after", "--gpus", "1", "--runtime", "process", "--",
+                    "true"});
+  ASSERT_EQ(run.rc, 0) << run.err;
+  EXPECT_TRUE(wait_until([&] { return run_json("after").value("state", "") != "Waiting"; },
+                         10s))
+    << astra({"run", "show", "after"}).out;
 }
 
 TEST_F(Inventory, ALabelSetWithAstraLabelPlacesAWorkspacesRunAtOnce) {
