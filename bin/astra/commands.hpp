@@ -22,6 +22,9 @@ void add_machine_views(CLI::App& app, invocation& inv);
 void add_machine_actions(CLI::App& app, invocation& inv);
 /// `gpus`, `gpu clear-fault`, `xids` (bin/astra/gpu_commands.cpp).
 void add_gpu_commands(CLI::App& app, invocation& inv);
+/// The GPU of `list` named `id` (its id, PCI address or index, as `astra
+/// gpus` shows them); null when none.
+const v1::GpuView* find_gpu(const v1::GpuList& list, const std::string& id);
 /// `run` (and `run show`), `runs` (bin/astra/run_commands.cpp).
 void add_run_commands(CLI::App& app, invocation& inv);
 /// `logs`, `delete`: a run's output, stopping a run (bin/astra/run_commands.cpp).

@@ -158,15 +158,6 @@ void add_workspace_delete(CLI::App& app, invocation& inv) {
   });
 }
 
-/// The GPU of `list` named `id` (its id, PCI address or index); null when none.
-const v1::GpuView* find_gpu(const v1::GpuList& list, const std::string& id) {
-  for (const auto& g : list.gpus())
-    if (g.gpu().id() == id || g.gpu().pci_address() == id
-        || (g.gpu().has_index() && std::to_string(g.gpu().index()) == id))
-      return &g;
-  return nullptr;
-}
-
 void add_gpu_show(CLI::App& app, invocation& inv) {
   auto* gpu = app.get_subcommand("gpu");
   auto* show = gpu->add_subcommand("show", "show one GPU: its health, holder, last "

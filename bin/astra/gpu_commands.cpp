@@ -7,6 +7,14 @@
 
 namespace astraeus::cli {
 
+const v1::GpuView* find_gpu(const v1::GpuList& list, const std::string& id) {
+  for (const auto& g : list.gpus())
+    if (g.gpu().id() == id || g.gpu().pci_address() == id
+        || (g.gpu().has_index() && std::to_string(g.gpu().index()) == id))
+      return &g;
+  return nullptr;
+}
+
 void add_gpu_commands(CLI::App& app, invocation& inv) {
   auto* gpus = app.add_subcommand("gpus", "list the GPUs of every machine");
   auto& only = inv.keep<std::string>();
@@ -27,11 +35,31 @@ void add_gpu_commands(CLI::App& app, invocation& inv) {
   auto& machine = inv.keep<std::string>();
   auto& gpu = inv.keep<std::string>();
   clear->add_option("MACHINE", machine, "machine name")->required()->check(machine_name_check());
-  clear->add_option("GPU-ID", gpu, "GPU id (UUID, or the AMD id)")->required();
+  clear->add_option("GPU-ID", gpu, "GPU id (UUID, or the AMD id), PCI address or index")
+    ->required();
   clear->callback([&inv, &machine, &gpu] {
+    // An index, as `astra gpu show` takes it (a new-user trial): the GPU
+    // of that index on the machine, by its id.
+    std::string target = gpu;
+    if (!gpu.empty() && gpu.size() <= 3
+        && gpu.find_first_not_of("0123456789") == std::string::npos) {
+      v1::Request list;
+      list.mutable_list_gpus()->set_machine(machine);
+      auto listed = ask_controller(inv.opts, list, inv.rc);
+      if (!listed)
+        return;
+      const auto* view = find_gpu(listed->gpus(), gpu);
+      if (view == nullptr) {
+        std::fprintf(stderr, "astra: machine %s has no GPU %s (see astra gpus --machine %s)\n",
+                     machine.c_str(), gpu.c_str(), machine.c_str());
+        inv.rc = 1;
+        return;
+      }
+      target = view->gpu().id();
+    }
     v1::Request req;
     req.mutable_clear_fault()->set_machine(machine);
-    req.mutable_clear_fault()->set_gpu(gpu);
+    req.mutable_clear_fault()->set_gpu(target);
     // A sentence for people; the API's JSON with -o json.
     inv.rc = call(inv.opts, req, [&machine](const v1::Response& r) {
       const auto& c = r.cleared();

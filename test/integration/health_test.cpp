@@ -705,6 +705,15 @@ TEST_F(Health, ClearFaultRoundTripWhileConnected) {
   EXPECT_TRUE(contains(ctl_->err(), "clear-fault " + machine_name + "/" + uuid_3a
                                       + ": cleared"))
     << ctl_->err();
+  // By its index, as `astra gpu show` takes it (0000:3a:00.0 is GPU 2).
+  ASSERT_TRUE(kmsg(xid_line(1150, "0000:3a:00", 79)));
+  ASSERT_TRUE(wait_health(pci_3a, "Faulty"));
+  res = astra({"gpu", "clear-fault", machine_name, "2", "-o", "json"});
+  ASSERT_EQ(res.rc, 0) << res.err;
+  EXPECT_EQ(res.out, "{\"uuid\":\"" + uuid_3a + "\",\"cleared\":true}\n");
+  res = astra({"gpu", "clear-fault", machine_name, "99"});
+  EXPECT_EQ(res.rc, 1);
+  EXPECT_TRUE(contains(res.err, "has no GPU 99")) << res.err;
 }
 
 // A clear needs the machine: with its agent gone it fails and says so, and
