@@ -5,6 +5,7 @@
 /// callback sets `inv.rc`. `astra COMMAND` and `astra astraeus COMMAND`
 /// are both built from `command_groups()`, each tree with storage of its own.
 
+#include <optional>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -25,6 +26,11 @@ void add_gpu_commands(CLI::App& app, invocation& inv);
 /// The GPU of `list` named `id` (its id, PCI address or index, as `astra
 /// gpus` shows them); null when none.
 const v1::GpuView* find_gpu(const v1::GpuList& list, const std::string& id);
+/// The GPU `id` of `machine` (find_gpu over the controller's list); none,
+/// with inv.rc set, when the controller cannot be asked (its exit code) or
+/// the machine has no such GPU (1, said on stderr).
+std::optional<v1::GpuView> ask_gpu(invocation& inv, const std::string& machine,
+                                   const std::string& id);
 /// `run` (and `run show`), `runs` (bin/astra/run_commands.cpp).
 void add_run_commands(CLI::App& app, invocation& inv);
 /// `logs`, `delete`: a run's output, stopping a run (bin/astra/run_commands.cpp).

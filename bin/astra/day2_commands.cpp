@@ -169,18 +169,9 @@ void add_gpu_show(CLI::App& app, invocation& inv) {
   show->add_option("MACHINE", machine, "machine name")->required()->check(machine_name_check());
   show->add_option("GPU", id, "GPU id (UUID, AMD id), PCI address or index")->required();
   show->callback([&inv, &machine, &id] {
-    v1::Request req;
-    req.mutable_list_gpus()->set_machine(machine);
-    auto listed = ask_controller(inv.opts, req, inv.rc);
-    if (!listed)
+    auto view = ask_gpu(inv, machine, id);
+    if (!view)
       return;
-    const auto* view = find_gpu(listed->gpus(), id);
-    if (view == nullptr) {
-      std::fprintf(stderr, "astra: machine %s has no GPU %s (see astra gpus --machine %s)\n",
-                   machine.c_str(), id.c_str(), machine.c_str());
-      inv.rc = 1;
-      return;
-    }
     v1::Request ask;
     ask.mutable_get_gpu_history()->set_machine(machine);
     ask.mutable_get_gpu_history()->set_gpu(view->gpu().id());

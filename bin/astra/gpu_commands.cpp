@@ -15,6 +15,23 @@ const v1::GpuView* find_gpu(const v1::GpuList& list, const std::string& id) {
   return nullptr;
 }
 
+std::optional<v1::GpuView> ask_gpu(invocation& inv, const std::string& machine,
+                                   const std::string& id) {
+  v1::Request list;
+  list.mutable_list_gpus()->set_machine(machine);
+  auto listed = ask_controller(inv.opts, list, inv.rc);
+  if (!listed)
+    return std::nullopt;
+  const auto* view = find_gpu(listed->gpus(), id);
+  if (view == nullptr) {
+    std::fprintf(stderr, "astra: machine %s has no GPU %s (see astra gpus --machine %s)\n",
+                 machine.c_str(), id.c_str(), machine.c_str());
+    inv.rc = 1;
+    return std::nullopt;
+  }
+  return *view;
+}
+
 void add_gpu_commands(CLI::App& app, invocation& inv) {
   auto* gpus = app.add_subcommand("gpus", "list the GPUs of every machine");
   auto& only = inv.keep<std::string>();
@@ -43,18 +60,9 @@ void add_gpu_commands(CLI::App& app, invocation& inv) {
     std::string target = gpu;
     if (!gpu.empty() && gpu.size() <= 3
         && gpu.find_first_not_of("0123456789") == std::string::npos) {
-      v1::Request list;
-      list.mutable_list_gpus()->set_machine(machine);
-      auto listed = ask_controller(inv.opts, list, inv.rc);
-      if (!listed)
+      auto view = ask_gpu(inv, machine, gpu);
+      if (!view)
         return;
-      const auto* view = find_gpu(listed->gpus(), gpu);
-      if (view == nullptr) {
-        std::fprintf(stderr, "astra: machine %s has no GPU %s (see astra gpus --machine %s)\n",
-                     machine.c_str(), gpu.c_str(), machine.c_str());
-        inv.rc = 1;
-        return;
-      }
       target = view->gpu().id();
     }
     v1::Request req;
