@@ -150,7 +150,12 @@ std::optional<gate_client> connect_gate(options opts, int& rc) {
   auto client = gate_client::connect_cli_leader(*addrs, timeout, *creds);
   if (!client) {
     std::fprintf(stderr, "astra: %s\n", render_error(client.error()).c_str());
-    if (client.error() == ec::unreachable)
+    if (client.error() == ec::unreachable && addrs->size() > 1)
+      // An HA group: `astraeus dev` is no answer there (a new-user trial).
+      std::fprintf(stderr, "astra: does any controller of the group lead? One leads only "
+                           "while it reaches a quorum of etcd's members "
+                           "(`etcdctl endpoint health`); check the controllers' logs.\n");
+    else if (client.error() == ec::unreachable)
       std::fprintf(stderr, "astra: is the controller running? Start one with "
                            "`astraeus dev`, or point astra at yours with "
                            "--addr or ASTRAEUS_ADDR.\n");

@@ -149,6 +149,13 @@ TEST_F(Cli, DayTwoCommandsCheckTheirWordsFirst) {
   EXPECT_EQ(astra({"machine", "remove", "gpu-01"}).rc, 3);
   EXPECT_EQ(astra({"tokens", "list"}).rc, 3);
   EXPECT_EQ(astra({"slurm", "squeue"}).rc, 3);
+  // An HA group none of whose controllers answers: no `astraeus dev` hint
+  // (a new-user trial got one), but where leadership comes from.
+  auto group = run_command({program("astra"), "--addr", "127.0.0.1:1,127.0.0.1:2", "machines"},
+                           dir_.path());
+  EXPECT_EQ(group.rc, 3);
+  EXPECT_TRUE(contains(group.err, "does any controller of the group lead?")) << group.err;
+  EXPECT_FALSE(contains(group.err, "astraeus dev")) << group.err;
 }
 
 // Trial: negative durations wrapped to 18446744073709551316 s, absurd ones
