@@ -3,9 +3,11 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 #include <system_error>
 
 #include <sodium.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "messages/error.hpp"
@@ -113,6 +115,31 @@ caf::error unpack_code(const v1::RunSpec& spec, const fs::path& worker_dir, uint
   return caf::none;
 }
 
+/// The first component of absolute `path` that is a symbolic link, with
+/// where it points ("/srv/data/hostetc -> /etc"); "" when none is.
+std::string first_symlink(const std::string& path) {
+  std::string at;
+  std::string_view rest{path};
+  while (!rest.empty()) {
+    while (!rest.empty() && rest.front() == '/')
+      rest.remove_prefix(1);
+    if (rest.empty())
+      break;
+    auto end = rest.find('/');
+    at += "/" + std::string{rest.substr(0, end)};
+    rest = end == std::string_view::npos ? std::string_view{} : rest.substr(end);
+    struct stat st {};
+    if (::lstat(at.c_str(), &st) != 0)
+      return {};
+    if (S_ISLNK(st.st_mode)) {
+      std::error_code err;
+      auto to = fs::read_symlink(at, err);
+      return at + " -> " + (err ? std::string{"?"} : to.string());
+    }
+  }
+  return {};
+}
+
 } // namespace
 
 caf::expected<std::vector<oci_mount>>
@@ -135,6 +162,18 @@ prepare_worker_mounts(const v1::RunSpec& spec, const std::string& worker_dir, ui
       return caf::make_error(ec::invalid_request, "volume " + v.name() + ": "
                                                     + v.host_path()
                                                     + " is not on this machine");
+    // A named workspace's Bind path was checked against its grants as
+    // spelled; the mount follows links, so a link made inside a granted
+    // folder (by the workspace's own runs) would lead anywhere on the
+    // machine (a new-user trial read /etc/shadow so). Such a path is
+    // refused; an admin grants the real path.
+    if (!spec.namespace_().empty())
+      if (auto link = first_symlink(v.host_path()); !link.empty())
+        return caf::make_error(ec::invalid_request,
+                               "volume " + v.name() + ": " + v.host_path()
+                                 + " goes through a symbolic link (" + link
+                                 + "): a workspace's Bind path must not, as a link can lead "
+                                   "past its grants; grant and bind the real path");
     out.push_back({v.host_path(), v.mount_path(), v.read_write() ? rw : ro});
   }
   for (int i = 0; i < spec.configs_size(); ++i)

@@ -91,6 +91,40 @@ TEST(WorkerMounts, ABindPathTheMachineLacksFailsTheStart) {
             "volume data: " + dir.path() + "/missing is not on this machine");
 }
 
+// Fifth new-user trial: a workspace's run made a link inside its granted
+// folder (data/hostetc -> /etc), and a later run bound data/hostetc and read
+// the host's /etc/shadow: the grant was checked as spelled, the mount followed
+// the link. A named workspace's Bind path through a link is refused; the
+// default workspace (the cluster's own) binds as before.
+TEST(WorkerMounts, AWorkspacesBindPathThroughASymlinkIsRefused) {
+  test::temp_dir dir;
+  fs::create_directories(dir.path() + "/data");
+  fs::create_directory_symlink("/etc", dir.path() + "/data/hostetc");
+  v1::RunSpec spec;
+  spec.set_namespace_("ws-943821");
+  auto* v = spec.add_volumes();
+  v->set_name("d");
+  v->set_type("Bind");
+  v->set_host_path(dir.path() + "/data/hostetc");
+  v->set_mount_path("/data");
+  auto mounts = prepare_worker_mounts(spec, dir.path() + "/w", ::getuid(), ::getgid());
+  ASSERT_FALSE(mounts);
+  EXPECT_EQ(render_error(mounts.error()),
+            "volume d: " + dir.path() + "/data/hostetc goes through a symbolic link ("
+              + dir.path() + "/data/hostetc -> /etc): a workspace's Bind path must not, as a "
+              "link can lead past its grants; grant and bind the real path");
+  // Under the link too.
+  v->set_host_path(dir.path() + "/data/hostetc/ssl");
+  EXPECT_FALSE(prepare_worker_mounts(spec, dir.path() + "/w2", ::getuid(), ::getgid()));
+  // The real folder is bound.
+  v->set_host_path(dir.path() + "/data");
+  EXPECT_TRUE(prepare_worker_mounts(spec, dir.path() + "/w3", ::getuid(), ::getgid()));
+  // The default workspace may bind any path, links included.
+  spec.clear_namespace_();
+  v->set_host_path(dir.path() + "/data/hostetc");
+  EXPECT_TRUE(prepare_worker_mounts(spec, dir.path() + "/w4", ::getuid(), ::getgid()));
+}
+
 TEST(WorkerMounts, CodeIsUnpackedAtWorkspaceAndKeptPacked) {
   test::temp_dir dir;
   write(fs::path{dir.path()} / "src/train.py", "print('hi')\n");
