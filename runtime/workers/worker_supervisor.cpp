@@ -155,6 +155,22 @@ std::string worker_supervisor::runtime_for(const v1::RunSpec& spec) const {
   return find_executable(options_.runc, default_path).empty() ? "process" : "runc";
 }
 
+std::string worker_supervisor::host_process_refusal(const v1::WorkerOrder& order) const {
+  // A named workspace's run with an image is a container: the controller
+  // let it through as one (check_workspace_grants: a host process is
+  // privileged work there). Run as a host process it would be root on the
+  // machine, past the workspace's Bind grants (a new-user trial read the
+  // host's files so).
+  if (order.namespace_().empty() || order.spec().image().empty()
+      || order.spec().runtime() == "process" || runtime_for(order.spec()) != "process")
+    return {};
+  return "workspace run " + order.run() + " asks for a container (image " + order.spec().image()
+         + ") and this machine runs workers as host processes ("
+         + (options_.runtime == "process" ? std::string{"workers.runtime process"}
+                                          : std::string{"no runc installed"})
+         + "): it is not run here as a host process";
+}
+
 v1::WorkerProcess worker_supervisor::start(const v1::WorkerOrder& order, int64_t now_ms,
                                            int64_t boot_ms) {
   v1::WorkerProcess rec;
@@ -176,6 +192,8 @@ v1::WorkerProcess worker_supervisor::start(const v1::WorkerOrder& order, int64_t
       || order.worker() == "." || order.worker() == "..") {
     err = caf::make_error(ec::invalid_request,
                           "worker name '" + order.worker() + "' is not a file name");
+  } else if (auto refusal = host_process_refusal(order); !refusal.empty()) {
+    err = caf::make_error(ec::invalid_request, std::move(refusal));
   } else {
     auto what = rec.runtime() == "runc" ? prepare_runc(order, rec) : prepare_process(order, rec);
     err = what ? launch(std::move(*what), rec) : what.error();

@@ -191,6 +191,11 @@ public:
   /// run's own, else this machine's `workers.runtime`; with auto, "process"
   /// for a run without an image, else "runc" where the runc program is found.
   std::string runtime_for(const v1::RunSpec& spec) const;
+  /// Why `order` is not started here, or "" when it may be: a named
+  /// workspace's run with an image (a container, as its workspace allows)
+  /// on a machine that would run it as a host process (workers.runtime
+  /// process, or auto without runc), where it would be root on the machine.
+  std::string host_process_refusal(const v1::WorkerOrder& order) const;
 
   /// The folder of `worker`.
   std::string worker_dir(const std::string& worker) const;

@@ -214,8 +214,12 @@ TEST_F(Inventory, ALabelSetWithAstraLabelPlacesAWorkspacesRunAtOnce) {
   ASSERT_TRUE(start_fleet());
   auto made = astra({"workspace", "create", "probe", "--grant", "probe=yes"});
   ASSERT_EQ(made.rc, 0) << made.err;
+  // These machines run workers as host processes: a workspace's run is one
+  // only with privileged work granted (an image would be refused at start).
+  auto granted = astra({"workspace", "grant", "probe", "--privileged"});
+  ASSERT_EQ(granted.rc, 0) << granted.err;
   auto waiting = astra({"run", "--name", "p1", "--workspace", "probe", "--gpus", "1",
-                        "--image", "busybox", "--", "true"});
+                        "--runtime", "process", "--", "true"});
   ASSERT_EQ(waiting.rc, 0) << waiting.err;
   EXPECT_TRUE(contains(waiting.out, "Waiting")) << waiting.out;
   auto labelled = astra({"label", "fleet-b", "probe=yes"});

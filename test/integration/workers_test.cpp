@@ -780,9 +780,11 @@ TEST_F(Workers, AWorkersOutputsAreShownWithItsRunAndItsWorkspaceNamesItsWorkers)
   auto ws = astra({"workspace", "create", "vision"});
   ASSERT_EQ(ws.rc, 0) << ws.err;
   // A bad line is skipped with a warning in the worker's log.
-  // The machines run host processes (runtime process): the image is named,
-  // as a named workspace's runs must (it is not used here).
-  ASSERT_EQ(astra({"run", "--name", "fit", "--workspace", "vision", "--image", "busybox",
+  // The machines run host processes (runtime process): a named workspace's
+  // run is one only with privileged work granted (an image would be refused
+  // at start: a container is not run as a host process).
+  ASSERT_EQ(astra({"workspace", "grant", "vision", "--privileged"}).rc, 0);
+  ASSERT_EQ(astra({"run", "--name", "fit", "--workspace", "vision", "--runtime", "process",
                    "--outputs", "--", "sh",
                    "-c",
                    "echo name: $ASTRAEUS_TASK_NAME $SLURM_JOB_NAME; "

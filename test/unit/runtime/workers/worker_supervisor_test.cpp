@@ -329,3 +329,43 @@ TEST(RuntimeChoice, AutoRunsARunWithoutAnImageAsAHostProcess) {
   spec.clear_runtime();
   EXPECT_EQ(pinned.runtime_for(spec), "runc") << "the machine's explicit choice stands";
 }
+
+// Fifth new-user trial: on a machine whose workers run as host processes, a
+// named workspace's run with an image (a container, as the controller let it
+// through) ran as root on the host, past the workspace's Bind grants. It is
+// refused at start, naming why; the default workspace's runs are unchanged.
+TEST(RuntimeChoice, AWorkspacesContainerIsNotRunAsAHostProcess) {
+  temp_dir dir;
+  supervisor_options opts;
+  opts.data_dir = dir.path() + "/agent";
+  opts.runtime = "process";
+  worker_supervisor sup{opts};
+  v1::WorkerOrder order;
+  order.set_worker("esc-0");
+  order.set_run("esc");
+  order.set_namespace_("ws-943821");
+  order.mutable_spec()->set_name("esc");
+  order.mutable_spec()->set_image("busybox");
+  order.mutable_spec()->add_command("id");
+  EXPECT_EQ(sup.host_process_refusal(order),
+            "workspace run esc asks for a container (image busybox) and this machine runs "
+            "workers as host processes (workers.runtime process): it is not run here as a host "
+            "process");
+  // A run that asked for a host process got past the controller's check
+  // (privileged work granted): it runs as one.
+  order.mutable_spec()->set_runtime("process");
+  EXPECT_EQ(sup.host_process_refusal(order), "");
+  // The default workspace: the machine's choice, as before.
+  order.mutable_spec()->clear_runtime();
+  order.clear_namespace_();
+  EXPECT_EQ(sup.host_process_refusal(order), "");
+  // A machine with runc runs the container.
+  auto runc = dir.path() + "/runc";
+  { std::ofstream{runc} << "#!/bin/sh\n"; }
+  fs::permissions(runc, fs::perms::owner_all);
+  opts.runtime = "auto";
+  opts.runc = runc;
+  worker_supervisor with_runc{opts};
+  order.set_namespace_("ws-943821");
+  EXPECT_EQ(with_runc.host_process_refusal(order), "");
+}
