@@ -768,6 +768,22 @@ result_t revoke_api_token(const cluster_request& r) {
   const auto& tid = r.req.revoke_api_token().id();
   if (!tokens)
     return r.error(no_tokens());
+  // As only an owner may create an owner token, only an owner may revoke
+  // one (a fifth new-user trial: an admin revoked an owner's token).
+  if (!has_role(r.caller(), role::owner)) {
+    auto listed = tokens->list_api();
+    if (!listed) {
+      r.audit(tid, "failed: " + render_error(listed.error()));
+      return r.error(listed.error());
+    }
+    for (const auto& t : *listed)
+      if (t.id() == tid && t.role() == "owner") {
+        auto err = caf::make_error(ec::permission_denied,
+                                   "only an owner may revoke an owner token");
+        r.audit(tid, "refused: " + render_error(err));
+        return r.error(err);
+      }
+  }
   auto revoked = tokens->revoke_api(tid, r.self->state.config.clock->now_unix_ms());
   if (!revoked) {
     r.audit(tid, "failed: " + render_error(revoked.error()));

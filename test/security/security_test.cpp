@@ -632,6 +632,17 @@ TEST_F(Security, AdminCallsAreRefusedWithoutAnAdminToken) {
   // A member cannot read the audit log either.
   res = astra(token_file("member3", member), {"audit"});
   EXPECT_NE(res.rc, 0);
+  // An admin may not revoke an owner's token, as it may not create one (a
+  // fifth new-user trial revoked one); an admin's token it may.
+  std::string owner_id, admin2_id;
+  auto owner2 = api_token("olivia", "owner", 0, &owner_id);
+  api_token("erin", "admin", 0, &admin2_id);
+  res = astra(admin_file, {"api-tokens", "revoke", owner_id});
+  EXPECT_EQ(res.rc, 1) << res.out;
+  EXPECT_TRUE(contains(res.err, "only an owner may revoke an owner token")) << res.err;
+  EXPECT_EQ(astra(token_file("owner2", owner2), {"whoami"}).rc, 0) << "still valid";
+  res = astra(admin_file, {"api-tokens", "revoke", admin2_id});
+  EXPECT_EQ(res.rc, 0) << res.err;
   expect_still_serving();
 }
 
