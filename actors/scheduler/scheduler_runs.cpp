@@ -63,7 +63,10 @@ std::vector<std::pair<std::string, std::string>> held_gpu_ids(const v1::Run& run
 /// Records which machines a live run has workers on (and forgets a run
 /// that is no longer live); those machines get their new worker sets. A
 /// live run's machines only grow (array copies placed later), so only its
-/// own workers' machines are visited.
+/// own workers' machines are visited. A machine the run is on already gets
+/// its set again when one of the run's workers there is newly placed (an
+/// array copy placed beside an earlier one: a fifth new-user trial found
+/// such a copy Placed, "agent has it: not yet", for good).
 void index_run(self_ptr self, const v1::Run& run) {
   auto& st = self->state;
   const auto name = run_key(run.spec());
@@ -71,7 +74,8 @@ void index_run(self_ptr self, const v1::Run& run) {
   for (const auto& w : run.workers()) {
     const auto& m = w.machine();
     if (is_live) {
-      if (st.runs_on[m].insert(name))
+      if (st.runs_on[m].insert(name)
+          || (!w.acknowledged() && state_of(w) == worker_state::placed))
         mark_machine(self, m);
       continue;
     }

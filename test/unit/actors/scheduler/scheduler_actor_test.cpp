@@ -965,6 +965,31 @@ TEST_F(SchedulerAssignments, AnArrayCopyThatExitedZeroFreesItsGpuAndAFailedCopyF
   EXPECT_EQ(submit(s, spec_of("next", 1)).state(), "Placed") << "the GPU is free";
 }
 
+// Fifth new-user trial: a copy placed beside a running copy of its array,
+// on GPUs another run's stopping worker gave back, was never sent to the
+// agent ("agent has it: not yet" for good): the machine was marked only when
+// the run first came to it.
+TEST_F(SchedulerAssignments, ACopyPlacedBesideAnEarlierCopyIsSentToItsMachine) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  snapshot(s, machine_of("gpu-01", 2));
+  EXPECT_EQ(submit(s, spec_of("a3", 1)).state(), "Placed");
+  tell(s, in_states("gpu-01", {{"a3-0", "Running", ""}}));
+  auto spec = spec_of("arr3", 1);
+  spec.set_array_size(2);
+  EXPECT_EQ(submit(s, spec).copies_placed(), 1u);
+  tell(s, in_states("gpu-01", {{"a3-0", "Running", ""}, {"arr3[0]-0", "Running", ""}}));
+  ask<v1::Run>(s, atom::remove_v, std::string{"a3"});
+  // a3-0 ends: its GPU goes to copy 1, beside copy 0.
+  tell(s, in_states("gpu-01", {{"a3-0", "Cancelled", "stopped"}, {"arr3[0]-0", "Running", ""}}));
+  tell(s, in_states("gpu-01", {{"arr3[0]-0", "Running", ""}}));
+  EXPECT_EQ(get(s, "arr3").copies_placed(), 2u);
+  std::set<std::string> sent;
+  for (const auto& w : log->last().workers())
+    sent.insert(w.worker());
+  EXPECT_EQ(sent, (std::set<std::string>{"arr3[0]-0", "arr3[1]-0"}));
+}
+
 TEST_F(SchedulerAssignments, WorkersKeepTheStateTheirAgentReported) {
   auto s = spawn_scheduler();
   auto log = attach(s, "gpu-01");
