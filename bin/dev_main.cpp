@@ -55,6 +55,13 @@ int run_dev(const std::string& data_dir, const std::optional<std::string>& ctl_f
   bin::overrides cf{{"listen.address", "127.0.0.1"},
                     {"api.listen", "127.0.0.1:7451"},
                     {"api.plain_http", "true"}};
+  // The dev agent's --report-interval is the interval the controller
+  // expects of its agents too: its lapse is checked against it (a new-user
+  // trial's `--report-interval 2s --heartbeat-lapse 10s` was refused against
+  // the controller's default 10 s).
+  for (const auto& [key, value] : agent_flags)
+    if (key == "report.interval")
+      cf.emplace_back("heartbeat.report_interval", value);
   cf.insert(cf.end(), ctl_flags.begin(), ctl_flags.end());
   cf.emplace_back("store.path", (fs::path{data_dir} / "controller").string());
   if (!log_level.empty())

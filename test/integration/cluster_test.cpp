@@ -654,6 +654,18 @@ TEST_F(Cluster, DevModeReadsTheControllersConfigFileAndNamesABadKey) {
   EXPECT_TRUE(contains(res.err, "heartbeat.lapsee")) << res.err;
 }
 
+// Fifth new-user trial: `--report-interval 2s --heartbeat-lapse 10s` was
+// refused against the controller's default 10 s interval, not the 2 s given.
+TEST_F(Cluster, DevModeChecksItsLapseAgainstTheReportIntervalGiven) {
+  auto res = run_command({program("astraeus"), "dev", "--data-dir", (dir_ / "dev5").string(),
+                          "--port", "0", "--api-listen", "127.0.0.1:0", "--report-interval",
+                          "5s", "--heartbeat-lapse", "10s"},
+                         dir_.path());
+  EXPECT_FALSE(res.timed_out);
+  EXPECT_EQ(res.rc, 2) << res.err;
+  EXPECT_TRUE(contains(res.err, "heartbeat.report_interval 5s")) << res.err;
+}
+
 TEST_F(Cluster, AstraRefusesASpecFileThatNeverEnds) {
   auto res = run_command({program("astra"), "--addr", "127.0.0.1:1", "run", "-f", "/dev/zero"},
                          dir_.path());
