@@ -35,11 +35,20 @@ std::string free_and_unusable(const machine_rec& m, unsigned free) {
   for (size_t slot = 0; slot < m.gpus.size(); ++slot)
     if (unusable & (gpu_mask{1} << slot))
       ++(m.gpus[slot].health == gpu_health::foreign ? foreign : faulty);
-  std::string out = "has " + std::to_string(free) + " free";
+  // The rest of its GPUs are held by runs: said too, so the counts add up
+  // ("has 0 free and 6 GPUs held outside Astraeus" on an 8-GPU machine left
+  // 2 unexplained: a new-user trial).
+  const auto by_runs = static_cast<unsigned>(popcount(m.present & m.held));
+  std::vector<std::string> parts;
   if (faulty > 0)
-    out += (foreign > 0 ? ", " : " and ") + gpus_word(faulty) + " fenced";
+    parts.push_back(gpus_word(faulty) + " fenced");
   if (foreign > 0)
-    out += " and " + gpus_word(foreign) + " held outside Astraeus";
+    parts.push_back(gpus_word(foreign) + " held outside Astraeus");
+  if (by_runs > 0)
+    parts.push_back(gpus_word(by_runs) + " held by runs");
+  std::string out = "has " + std::to_string(free) + " free";
+  for (size_t i = 0; i < parts.size(); ++i)
+    out += (i + 1 == parts.size() ? " and " : ", ") + parts[i];
   return out;
 }
 

@@ -32,7 +32,8 @@ TEST(Placement, NeverUsesFaultyForeignOrHeldGpus) {
   EXPECT_EQ(used, bits({3, 4, 5, 6, 7}));
   EXPECT_EQ(why(idx.place(single("w5", 1))),
             "waiting: needs 1 GPU on one machine in pool h100; best machine has 0; gpu-01 has 0 "
-            "free, 1 GPU fenced and 1 GPU held outside Astraeus");
+            "free, 1 GPU fenced, 1 GPU held outside Astraeus and 6 GPUs held by runs")
+    << "the counts add up to the machine's 8";
   EXPECT_EQ(idx.holder({m, 2}), *other);
   EXPECT_EQ(idx.holder({m, 0}), 0u);
   EXPECT_EQ(idx.holder({m, 1}), 0u);
