@@ -222,8 +222,13 @@ void apply_worker_statuses(self_ptr self, v1::WorkerStatuses& statuses) {
   const bool released = settle_stopping(self, machine, &statuses);
   // Outputs of a worker stopped with its run or its copy (a time limit,
   // a failed gang) come after that ended: kept on the worker all the same.
+  // So does how it ended, for a worker the scheduler marked Stopped with its
+  // copy (no agent words yet): an array copy at its time limit showed
+  // "Stopped, exit 0" for a worker its agent Cancelled with 143 (a new-user
+  // trial).
   for (const auto& w : statuses.workers()) {
-    if (w.outputs_size() == 0)
+    const bool ended_report = worker_ended(state_of(w));
+    if (w.outputs_size() == 0 && !ended_report)
       continue;
     auto r = run_of_worker(st, w, machine);
     if (r == st.runs.end())
@@ -231,12 +236,22 @@ void apply_worker_statuses(self_ptr self, v1::WorkerStatuses& statuses) {
     auto& run = r->second;
     bool run_ended = has_ended(state_of(run));
     auto ended = ended_copies(run);
-    for (auto& rw : *run.mutable_workers())
-      if (rw.name() == w.worker() && rw.machine() == machine && rw.outputs_size() == 0
-          && (run_ended || ended.count(rw.array_index()))) {
+    for (auto& rw : *run.mutable_workers()) {
+      if (rw.name() != w.worker() || rw.machine() != machine
+          || !(run_ended || ended.count(rw.array_index())))
+        continue;
+      if (w.outputs_size() > 0 && rw.outputs_size() == 0) {
         *rw.mutable_outputs() = w.outputs();
         mark(self, r->first);
       }
+      if (ended_report && state_of(rw) == worker_state::stopped && rw.exit_code() == 0
+          && rw.detail().empty() && state_of(w) != worker_state::stopped) {
+        set_state(rw, state_of(w));
+        rw.set_exit_code(w.exit_code());
+        rw.set_detail(w.detail());
+        mark(self, r->first);
+      }
+    }
   }
   std::map<std::string, const v1::WorkerStatus*> held;
   for (const auto& w : statuses.workers())

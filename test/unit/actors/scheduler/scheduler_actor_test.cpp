@@ -911,6 +911,38 @@ TEST_F(SchedulerActor, EachArrayCopyEndsAtItsOwnTimeLimit) {
 
 // --- Array copies that end, worker states kept as reported -----------------
 
+// Fifth new-user trial: copies stopped at their time limit showed "Stopped,
+// exit 0" though their agent reported them Cancelled (SIGTERM, 143); a whole
+// run at its limit showed "Cancelled 143". The agent's words are kept.
+TEST_F(SchedulerAssignments, ACopyStoppedAtItsTimeLimitKeepsHowItsAgentSaidItEnded) {
+  auto s = spawn_scheduler();
+  attach(s, "gpu-01");
+  snapshot(s, machine_of("gpu-01", 2));
+  auto spec = spec_of("atl", 1);
+  spec.set_array_size(2);
+  spec.set_time_limit_seconds(4);
+  EXPECT_EQ(submit(s, spec).copies_placed(), 2u);
+  tell(s, in_states("gpu-01", {{"atl[0]-0", "Running", ""}, {"atl[1]-0", "Running", ""}}));
+  advance(std::chrono::seconds{5});
+  auto atl = get(s, "atl");
+  EXPECT_EQ(atl.state(), "Stopped") << atl.ShortDebugString();
+  auto ended = in_states("gpu-01", {{"atl[0]-0", "Cancelled", "stopped"},
+                                    {"atl[1]-0", "Cancelled", "stopped"}});
+  for (auto& w : *ended.mutable_workers()) {
+    w.set_run("atl");  // as the agent reports it (WorkerStatus.run)
+    w.set_exit_code(143);
+  }
+  tell(s, ended);
+  atl = get(s, "atl");
+  for (const auto& w : atl.workers()) {
+    EXPECT_EQ(w.state(), "Cancelled") << w.name();
+    EXPECT_EQ(w.exit_code(), 143) << w.name();
+    EXPECT_EQ(w.detail(), "stopped") << w.name();
+  }
+  EXPECT_EQ(atl.state(), "Stopped") << "the run's own end stays";
+  EXPECT_EQ(stored("atl").workers(0).state(), "Cancelled");
+}
+
 TEST_F(SchedulerAssignments, AnArrayCopyThatExitedZeroFreesItsCoresAndLeavesItsMachine) {
   auto s = spawn_scheduler();
   auto log = attach(s, "cpu-01");
