@@ -724,9 +724,41 @@ std::string format_run(const v1::Run& r, int64_t now_unix_ms) {
   out << "Leader:      " << (r.leader_machine().empty() ? "-" : r.leader_machine()) << "\n";
   if (!r.master_addr().empty())
     out << "MASTER_ADDR: " << r.master_addr() << ":" << master_port << "\n";
-  if (r.spec().array_size() > 0)
+  if (r.spec().array_size() > 0) {
+    // How the copies that have ended ended: each fails or completes on its
+    // own, as Slurm's array tasks do; those that did not complete are named.
+    size_t completed = 0, failed = 0, stopped = 0;
+    for (const auto& e : r.copy_ends()) {
+      if (e.state() == "Failed")
+        ++failed;
+      else if (e.reason().rfind("completed", 0) == 0)
+        ++completed;
+      else
+        ++stopped;
+    }
     out << "Array:       " << r.copies_placed() << " of " << r.spec().array_size()
-        << " copies placed\n";
+        << " copies placed";
+    if (r.copy_ends_size() > 0) {
+      out << ", " << r.copy_ends_size() << " ended (" << completed << " completed";
+      if (failed > 0)
+        out << ", " << failed << " failed";
+      if (stopped > 0)
+        out << ", " << stopped << " stopped";
+      out << ")";
+    }
+    out << "\n";
+    size_t shown = 0;
+    for (const auto& e : r.copy_ends()) {
+      if (e.state() != "Failed" && e.reason().rfind("completed", 0) == 0)
+        continue;
+      if (++shown > 10) {
+        out << "             and " << (failed + stopped - 10) << " more\n";
+        break;
+      }
+      out << "  " << r.spec().name() << "[" << e.copy() << "]: " << e.state() << ": "
+          << e.reason() << "\n";
+    }
+  }
   out << "Image:       " << (r.spec().image().empty() ? "-" : r.spec().image()) << "\n";
   std::string cmd;
   for (const auto& c : r.spec().command())

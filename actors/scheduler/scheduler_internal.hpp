@@ -111,10 +111,30 @@ void copy_placed(scheduler_state& st, v1::Run& run, int32_t copy,
 void end_copy(self_ptr self, const v1::Run& run, int32_t copy);
 
 /// Stops copy `copy` of `run` alone (its time limit, a GPU fault under
-/// it): gives back what it holds, its workers still going on are Stopped;
-/// once no copy goes on or waits, the run ends `end` with `why`.
+/// it, one of its workers failed or lost): gives back what it holds, its
+/// workers still going on are Stopped, and the copy's end (`end`, `why`) is
+/// kept in `Run.copy_ends`; once no copy goes on or waits, the run ends
+/// (`settle_array`).
 void stop_copy(self_ptr self, v1::Run& run, int32_t copy, run_state end,
                const std::string& why);
+
+/// Keeps how copy `copy` of array run `run` ended (`Run.copy_ends`): `end`
+/// is Stopped or Failed, `why` the words users read. A copy's first end
+/// stays (a later report of its workers changes nothing).
+void record_copy_end(v1::Run& run, int32_t copy, run_state end, const std::string& why);
+
+/// What the copies of array run `run` say of it: {nullopt, ""} while a copy
+/// goes on or waits (or the run has ended already); once every copy has
+/// ended, {Failed, "1 of 3 copies failed: worker sweep[1]-0 Failed: exited
+/// with code 3"} if one failed, else {Stopped, "completed: every worker
+/// exited with code 0"} (or how many copies were stopped, and why). Copies
+/// are independent, as Slurm's array tasks are (sbatch(1), --array).
+std::pair<std::optional<run_state>, std::string> array_outcome(const scheduler_state& st,
+                                                               const v1::Run& run);
+
+/// Ends array run `run` when `array_outcome` says it has ended (state,
+/// reason, index, marked for the group commit). Returns whether it ended.
+bool settle_array(self_ptr self, v1::Run& run);
 
 /// `ec::invalid_request`: "no run named NAME" ("... in workspace W" for a
 /// reference that names one).

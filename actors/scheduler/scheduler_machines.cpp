@@ -27,7 +27,8 @@ namespace {
 /// the reason); {Stopped, why} when every worker of every copy exited 0.
 std::pair<std::optional<run_state>, std::string>
 run_outcome(const v1::Run& run,
-            const std::map<std::string, const v1::WorkerStatus*>& held) {
+            const std::map<std::string, const v1::WorkerStatus*>& held,
+            int32_t copy = -1) {
   bool all_exited = run.workers_size() > 0;
   // The worker that failed names the reason; one its agent Cancelled (its
   // gang stopped) only when none failed.
@@ -45,6 +46,9 @@ run_outcome(const v1::Run& run,
     return {run_state::failed, "worker " + w.name() + " " + detail};
   };
   for (const auto& w : run.workers()) {
+    // An array copy (`copy` >= 0) is a gang of its own: only its workers.
+    if (copy >= 0 && w.array_index() != copy)
+      continue;
     const auto s = state_of(w);
     if (s == worker_state::cancelled) {
       if (!cancelled)
@@ -59,6 +63,10 @@ run_outcome(const v1::Run& run,
   }
   if (cancelled)
     return failure(*cancelled);
+  if (copy >= 0)
+    return all_exited ? std::pair<std::optional<run_state>, std::string>{
+                          run_state::stopped, "completed: every worker exited with code 0"}
+                      : std::pair<std::optional<run_state>, std::string>{};
   auto copies = std::max<uint32_t>(1, run.spec().array_size());
   if (all_exited && run.copies_placed() >= copies)
     return {run_state::stopped, "completed: every worker exited with code 0"};
@@ -265,6 +273,12 @@ void apply_worker_statuses(self_ptr self, v1::WorkerStatuses& statuses) {
   std::vector<std::pair<std::string, std::string>> lost;
   std::vector<std::string> touched;
   std::vector<std::pair<std::string, int32_t>> newly_ended;
+  struct copy_failure {
+    std::string run;
+    int32_t copy;
+    std::string why;
+  };
+  std::vector<copy_failure> copy_failures;
   for (const auto& run_name : on->second) {
     auto& run = st.runs[run_name];
     bool changed = false;
@@ -338,37 +352,74 @@ void apply_worker_statuses(self_ptr self, v1::WorkerStatuses& statuses) {
       for (auto copy : ended_copies(run))
         if (!ended_before.count(copy))
           newly_ended.emplace_back(run_name, copy);
+      // A copy with a worker that failed while others of it go on: the
+      // copy stops alone (below), as a gang; the other copies go on.
+      if (run.spec().array_size() > 0) {
+        const auto ended_now2 = ended_copies(run);
+        std::set<int32_t> copies;
+        for (const auto& w : run.workers())
+          if (!ended_now2.count(w.array_index()) && w.array_index() >= 0)
+            copies.insert(w.array_index());
+        for (auto copy : copies)
+          if (auto [state, why] = run_outcome(run, held, copy);
+              state == run_state::failed)
+            copy_failures.push_back({run_name, copy, why});
+      }
     }
   }
   // A copy whose workers have all ended gives back what it holds at
-  // once (its waiting siblings may take it); if one failed, the run
-  // fails below.
+  // once (its waiting siblings may take it) and keeps how it ended; the
+  // run ends once every copy has (settle_array, below).
   for (const auto& [run_name, copy] : newly_ended) {
-    spdlog::info("scheduler: run {}[{}] ended", run_name, copy);
-    end_copy(self, st.runs[run_name], copy);
+    auto& run = st.runs[run_name];
+    auto [state, why] = run_outcome(run, held, copy);
+    spdlog::info("scheduler: run {}[{}] {}: {}", run_name, copy,
+                 to_string(state.value_or(run_state::stopped)), why);
+    end_copy(self, run, copy);
+    record_copy_end(run, copy, state.value_or(run_state::stopped), why);
+  }
+  for (const auto& f : copy_failures) {
+    spdlog::warn("scheduler: run {}[{}] failed: {}; its other workers are stopped", f.run,
+                 f.copy, f.why);
+    stop_copy(self, st.runs[f.run], f.copy, run_state::failed, f.why);
   }
   std::set<std::string> failed;
   for (const auto& [run_name, worker] : lost) {
-    if (!failed.insert(run_name).second)
-      continue;
     auto& run = st.runs[run_name];
     auto why = "worker " + worker + " was lost: machine " + machine
                + " no longer holds it";
+    int32_t copy = -1;
+    for (const auto& w : run.workers())
+      if (w.name() == worker && w.machine() == machine)
+        copy = w.array_index();
+    const bool alone = copy >= 0 && live(run);
+    if (alone ? ended_copies(run).count(copy) > 0 : !failed.insert(run_name).second)
+      continue;  // its run, or its copy, was stopped already (another lost worker)
     // Its agent has nothing to stop: Failed, not Stopping.
     for (auto& w : *run.mutable_workers())
       if (w.name() == worker && w.machine() == machine)
         set_state(w, worker_state::failed);
+    if (alone) {
+      // An array copy fails alone; the others go on.
+      spdlog::warn("scheduler: run {}[{}] failed: {}", run_name, copy, why);
+      stop_copy(self, run, copy, run_state::failed, why);
+      continue;
+    }
     spdlog::warn("scheduler: run {} failed: {}", run_name, why);
     finish_run(self, run, run_state::failed, why);
   }
   // A run whose workers all exited 0 is complete; one whose worker
   // failed fails, and its other workers are stopped (their machines get
-  // worker sets without them).
-  bool ended = released || !failed.empty() || !newly_ended.empty();
+  // worker sets without them). An array run ends once all its copies have.
+  bool ended = released || !failed.empty() || !newly_ended.empty() || !copy_failures.empty();
   for (const auto& run_name : touched) {
     if (failed.count(run_name))
       continue;
     auto& run = st.runs[run_name];
+    if (run.spec().array_size() > 0) {
+      ended = settle_array(self, run) || ended;
+      continue;
+    }
     auto [state, why] = run_outcome(run, held);
     if (!state)
       continue;

@@ -353,24 +353,105 @@ void end_copy(self_ptr self, const v1::Run& run, int32_t copy) {
 
 void stop_copy(self_ptr self, v1::Run& run, int32_t copy, run_state end,
                const std::string& why) {
-  auto& st = self->state;
   end_copy(self, run, copy);
   for (auto& w : *run.mutable_workers())
     if (w.array_index() == copy && !worker_ended(w))
       set_state(w, worker_state::stopped);
-  const auto ended = ended_copies(run);
-  bool any_left = false;
-  for (const auto& w : run.workers())
-    any_left = any_left || !ended.count(w.array_index());
-  for (const auto& q : queue_names_of(run.spec()))
-    any_left = any_left || st.waiting.count(q) > 0;
-  if (!any_left) {
-    // Every copy has ended: nothing left to release.
-    set_state(run, end);
-    run.set_waiting_reason(why);
-    index_run(self, run);
-  }
+  record_copy_end(run, copy, end, why);
+  settle_array(self, run);
   mark(self, run_key(run.spec()));
+}
+
+void record_copy_end(v1::Run& run, int32_t copy, run_state end, const std::string& why) {
+  for (const auto& e : run.copy_ends())
+    if (e.copy() == copy)
+      return;
+  auto* e = run.add_copy_ends();
+  e->set_copy(copy);
+  e->set_state(to_string(end));
+  e->set_reason(why);
+}
+
+namespace {
+
+/// How copy `copy` ended, from its workers (a run stored before copy ends
+/// were kept): the first that failed, else one Cancelled, else completed.
+std::pair<run_state, std::string> copy_end_of_workers(const v1::Run& run, int32_t copy) {
+  const v1::WorkerAssignment* cancelled = nullptr;
+  auto words = [](const v1::WorkerAssignment& w) {
+    const std::string s = to_string(state_of(w));
+    auto detail = w.detail();
+    if (detail.rfind(s, 0) != 0)
+      detail = s + (detail.empty() ? "" : ": " + detail);
+    return "worker " + w.name() + " " + detail;
+  };
+  for (const auto& w : run.workers()) {
+    if (w.array_index() != copy)
+      continue;
+    if (worker_failed(state_of(w)))
+      return {run_state::failed, words(w)};
+    if (state_of(w) == worker_state::cancelled && !cancelled)
+      cancelled = &w;
+  }
+  if (cancelled)
+    return {run_state::failed, words(*cancelled)};
+  return {run_state::stopped, "completed: every worker exited with code 0"};
+}
+
+} // namespace
+
+std::pair<std::optional<run_state>, std::string> array_outcome(const scheduler_state& st,
+                                                               const v1::Run& run) {
+  const auto copies = static_cast<int32_t>(run.spec().array_size());
+  if (copies == 0 || !live(run) || run.copies_placed() < run.spec().array_size())
+    return {std::nullopt, {}};
+  for (const auto& q : queue_names_of(run.spec()))
+    if (st.waiting.count(q))
+      return {std::nullopt, {}};
+  const auto ended = ended_copies(run);
+  std::map<int32_t, std::pair<run_state, std::string>> ends;
+  for (int32_t c = 0; c < copies; ++c) {
+    if (!ended.count(c))
+      return {std::nullopt, {}};
+    ends[c] = copy_end_of_workers(run, c);
+  }
+  for (const auto& e : run.copy_ends())
+    if (auto it = ends.find(e.copy()); it != ends.end())
+      it->second = {parse_run_state(e.state()).value_or(run_state::failed), e.reason()};
+  std::vector<int32_t> failed, stopped;
+  for (const auto& [c, end] : ends) {
+    if (end.first == run_state::failed)
+      failed.push_back(c);
+    else if (end.second.rfind("completed", 0) != 0)
+      stopped.push_back(c);
+  }
+  const auto n = std::to_string(copies);
+  if (!failed.empty()) {
+    std::string why = std::to_string(failed.size()) + " of " + n + " copies failed";
+    if (failed.size() > 1)
+      why += "; " + run.spec().name() + "[" + std::to_string(failed.front()) + "]";
+    return {run_state::failed, why + ": " + ends[failed.front()].second};
+  }
+  if (stopped.empty())
+    return {run_state::stopped, "completed: every worker exited with code 0"};
+  const auto& first = ends[stopped.front()].second;
+  if (stopped.size() == ends.size())
+    return {run_state::stopped, "every copy stopped: " + first};
+  return {run_state::stopped, std::to_string(stopped.size()) + " of " + n
+                                + " copies stopped (" + first + "); the others completed: "
+                                + "every worker exited with code 0"};
+}
+
+bool settle_array(self_ptr self, v1::Run& run) {
+  auto [state, why] = array_outcome(self->state, run);
+  if (!state)
+    return false;
+  spdlog::info("scheduler: run {} {}: {}", run_key(run.spec()), to_string(*state), why);
+  set_state(run, *state);
+  run.set_waiting_reason(why);
+  index_run(self, run);
+  mark(self, run_key(run.spec()));
+  return true;
 }
 
 caf::error no_such_run(const std::string& ref) {

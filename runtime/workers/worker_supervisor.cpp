@@ -326,33 +326,34 @@ void clamp_to_agent(std::vector<oci_rlimit>& limits, const std::string& worker) 
 
 } // namespace
 
-namespace {
-
-/// The agent's settings a validation's check runs with (worker_env.hpp,
-/// check_settings): where the agent's CDI specs are, its NVML library, and
-/// the host root device nodes are read under.
 std::map<std::string, std::string> check_settings(const supervisor_options& o) {
   namespace env = validation::check_env;
+  // Absolute: the check runs in its worker's folder, not the agent's (the
+  // README's "Try it without a GPU" gives `--host-root test/fixtures/...`
+  // and a stand-in library by relative paths). A bare library name
+  // ("libnvidia-ml.so.1") is left for the loader to find.
+  auto absolute = [](const std::string& v) {
+    if (v.empty() || v.find('/') == std::string::npos)
+      return v;
+    std::error_code ec;
+    auto path = std::filesystem::absolute(v, ec);
+    return ec ? v : path.lexically_normal().string();
+  };
   std::map<std::string, std::string> out;
-  out[env::cdi_static_dir] = o.cdi.static_dir;
-  out[env::cdi_dynamic_dir] = o.cdi.dynamic_dir;
+  out[env::cdi_static_dir] = absolute(o.cdi.static_dir);
+  out[env::cdi_dynamic_dir] = absolute(o.cdi.dynamic_dir);
   if (!o.nvml_library.empty())
-    out[env::nvml_lib] = o.nvml_library;
+    out[env::nvml_lib] = absolute(o.nvml_library);
   if (!o.cdi.host_root.empty())
-    out[env::host_root] = o.cdi.host_root;
+    out[env::host_root] = absolute(o.cdi.host_root);
   // A stand-in NVML or CUDA library (README, "Try it without a GPU") reads
   // its answers from these: the check loads the same library, so it needs
-  // the same answers as the agent (absolute: the check runs elsewhere).
+  // the same answers as the agent.
   for (const char* stand_in : {"ASTRAEUS_NVML_FIXTURE", "ASTRAEUS_CUDA_FIXTURE"})
-    if (const char* v = std::getenv(stand_in); v != nullptr && *v != '\0') {
-      std::error_code ec;
-      auto path = std::filesystem::absolute(v, ec);
-      out[stand_in] = ec ? std::string{v} : path.string();
-    }
+    if (const char* v = std::getenv(stand_in); v != nullptr && *v != '\0')
+      out[stand_in] = absolute(v);
   return out;
 }
-
-} // namespace
 
 caf::expected<process_launch>
 worker_supervisor::prepare_process(const v1::WorkerOrder& order, v1::WorkerProcess& rec) {

@@ -105,6 +105,16 @@ struct supervisor_options {
   std::string nvml_library = "libnvidia-ml.so.1";
 };
 
+/// The agent's settings a validation's check runs with
+/// (`worker_context::check_settings`, validation::check_env): where the
+/// agent's CDI specs are, its NVML library, the host root device nodes and
+/// sysfs are read under, and a stand-in NVML's or CUDA's answers
+/// (`ASTRAEUS_NVML_FIXTURE`, `ASTRAEUS_CUDA_FIXTURE` from the agent's
+/// environment). Paths are made absolute against the agent's working folder,
+/// as the check runs in its worker's folder (README, "Try it without a GPU",
+/// gives them relative); a bare library name is left to the loader.
+std::map<std::string, std::string> check_settings(const supervisor_options& o);
+
 /// A GPU whose hand-over cannot work (issue 18, rule 3): a worker failed
 /// with "hand-over failing: <node> missing"; the agent latches the GPU.
 struct hand_over_failure {

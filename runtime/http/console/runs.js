@@ -68,9 +68,23 @@ async function followLog(run, rank, offset, workspace) {
   }
 }
 
+// An array's copies: how many were placed and how those that ended ended,
+// naming each that did not complete (Run.copy_ends).
+function copiesText(r) {
+  const ends = r.copy_ends || [];
+  let text = (r.copies_placed || 0) + " of " + r.spec.array_size + " placed";
+  if (ends.length === 0) return text;
+  const done = ends.filter((e) => e.state !== "Failed" && (e.reason || "").startsWith("completed"));
+  text += ", " + ends.length + " ended (" + done.length + " completed)";
+  for (const e of ends.filter((e) => !done.includes(e)))
+    text += "; " + r.spec.name + "[" + (e.copy || 0) + "] " + e.state + ": " + e.reason;
+  return text;
+}
+
 async function runPage(name, rank, workspace) {
   const ws = inWorkspace(workspace);
   const r = await api("GET", "/runs/" + encodeURIComponent(name) + (ws ? "?" + ws : ""));
+  const ended = r.state === "Stopped" || r.state === "Failed";
   const workers = r.workers || [];
   const head = ["Worker", "Rank", "Machine", "GPUs", "State", "PID"];
   show(el("h1", { text: r.spec.name }),
@@ -78,7 +92,9 @@ async function runPage(name, rank, workspace) {
           el("dt", { text: "State" }), el("dd", { id: "run-state", text: r.state }),
           el("dt", { text: "Image" }), el("dd", { text: r.spec.image || "(host process)" }),
           el("dt", { text: "Submitted" }), el("dd", { text: when(r.submitted_unix_ms) }),
-          r.waiting_reason ? [el("dt", { text: "Why it waits" }), el("dd", { id: "run-waiting", text: r.waiting_reason })] : "",
+          r.waiting_reason ? [el("dt", { text: ended ? "Why it ended" : "Why it waits" }),
+                              el("dd", { id: "run-waiting", text: r.waiting_reason })] : "",
+          r.spec.array_size ? [el("dt", { text: "Copies" }), el("dd", { id: "run-copies", text: copiesText(r) })] : "",
           r.gpu_fault ? [el("dt", { text: "GPU fault" }), el("dd", { id: "run-gpu-fault", text: r.gpu_fault })] : "",
           r.master_addr ? [el("dt", { text: "MASTER_ADDR" }), el("dd", { text: r.master_addr })] : ""),
        el("h2", { text: "Workers" }),

@@ -176,6 +176,35 @@ TEST(CliFormat, RunShowNamesTheCoresAndDevicesItsWorkersGot) {
   EXPECT_TRUE(contains(json, "\"gpu_ids\"")) << json;
 }
 
+// An array's copies end on their own: run show counts how they ended and
+// names those that did not complete.
+TEST(CliFormat, RunShowCountsHowTheCopiesOfAnArrayEnded) {
+  v1::Run run;
+  run.mutable_spec()->set_name("sweep");
+  run.mutable_spec()->set_array_size(4);
+  run.set_copies_placed(4);
+  set_state(run, run_state::running);
+  auto end = [&run](int copy, const char* state, const char* why) {
+    auto* e = run.add_copy_ends();
+    e->set_copy(copy);
+    e->set_state(state);
+    e->set_reason(why);
+  };
+  end(0, "Stopped", "completed: every worker exited with code 0");
+  end(2, "Failed", "worker sweep[2]-0 Failed: exited with code 1");
+  end(3, "Stopped", "time limit of 1m reached");
+  auto text = cli::format_run(run, 0);
+  EXPECT_TRUE(contains(text, "Array:       4 of 4 copies placed, 3 ended (1 completed, 1 "
+                             "failed, 1 stopped)\n"))
+    << text;
+  EXPECT_TRUE(contains(text, "  sweep[2]: Failed: worker sweep[2]-0 Failed: exited with "
+                             "code 1\n"))
+    << text;
+  EXPECT_TRUE(contains(text, "  sweep[3]: Stopped: time limit of 1m reached\n")) << text;
+  EXPECT_FALSE(contains(text, "sweep[0]:")) << "a completed copy is only counted";
+  EXPECT_TRUE(contains(cli::to_json(run), "\"copy_ends\"")) << cli::to_json(run);
+}
+
 // Issue 23 item 6: a deleted run's workers show Stopping, then how they
 // ended.
 TEST(CliFormat, RunShowSaysHowADeletedRunsWorkersEnded) {

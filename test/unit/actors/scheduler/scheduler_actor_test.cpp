@@ -906,6 +906,7 @@ TEST_F(SchedulerActor, EachArrayCopyEndsAtItsOwnTimeLimit) {
   advance(std::chrono::seconds{11});
   sweep = get(s, "sweep");
   EXPECT_EQ(sweep.state(), "Stopped") << sweep.ShortDebugString();
+  EXPECT_EQ(sweep.waiting_reason(), "every copy stopped: time limit of 10s reached");
   ASSERT_EQ(submit(s, spec_of("next", 1)).state(), "Placed") << "the GPU is free";
 }
 
@@ -976,7 +977,10 @@ TEST_F(SchedulerAssignments, AnArrayCopyThatExitedZeroFreesItsCoresAndLeavesItsM
   EXPECT_EQ(get(s, "other").state(), "Placed");
 }
 
-TEST_F(SchedulerAssignments, AnArrayCopyThatExitedZeroFreesItsGpuAndAFailedCopyFailsTheRun) {
+// Copies are independent, as Slurm's array tasks are: a failed copy ends
+// alone and the copies after it still run (a fifth new-user trial: one
+// failed copy stopped the whole sweep and left the rest unrun).
+TEST_F(SchedulerAssignments, AnArrayCopyThatExitedZeroFreesItsGpuAndAFailedCopyEndsAlone) {
   auto s = spawn_scheduler();
   auto log = attach(s, "gpu-01");
   snapshot(s, machine_of("gpu-01", 1));
@@ -992,9 +996,84 @@ TEST_F(SchedulerAssignments, AnArrayCopyThatExitedZeroFreesItsGpuAndAFailedCopyF
   tell(s, in_states("gpu-01", {{"garr[1]-0", "Running", ""}}));
   tell(s, in_states("gpu-01", {{"garr[1]-0", "Failed", "exited with code 3"}}));
   garr = get(s, "garr");
+  EXPECT_NE(garr.state(), "Failed") << "copy 2 has yet to run";
+  EXPECT_EQ(garr.copies_placed(), 3u) << "copy 2 takes the GPU copy 1 gave back";
+  ASSERT_EQ(log->last().workers_size(), 1);
+  EXPECT_EQ(log->last().workers(0).worker(), "garr[2]-0");
+  ASSERT_EQ(garr.copy_ends_size(), 2) << garr.ShortDebugString();
+  EXPECT_EQ(garr.copy_ends(0).copy(), 0);
+  EXPECT_EQ(garr.copy_ends(0).state(), "Stopped");
+  EXPECT_EQ(garr.copy_ends(1).copy(), 1);
+  EXPECT_EQ(garr.copy_ends(1).state(), "Failed");
+  EXPECT_EQ(garr.copy_ends(1).reason(), "worker garr[1]-0 Failed: exited with code 3");
+  tell(s, in_states("gpu-01", {{"garr[2]-0", "Running", ""}}));
+  tell(s, in_states("gpu-01", {{"garr[2]-0", "Exited", ""}}));
+  garr = get(s, "garr");
   EXPECT_EQ(garr.state(), "Failed");
-  EXPECT_EQ(garr.waiting_reason(), "worker garr[1]-0 Failed: exited with code 3");
+  EXPECT_EQ(garr.waiting_reason(),
+            "1 of 3 copies failed: worker garr[1]-0 Failed: exited with code 3");
+  EXPECT_EQ(stored("garr").copy_ends_size(), 3) << "kept over a restart";
   EXPECT_EQ(submit(s, spec_of("next", 1)).state(), "Placed") << "the GPU is free";
+}
+
+// A copy of several workers is a gang: one of its workers failing stops
+// the others of that copy, not those of the other copies.
+TEST_F(SchedulerAssignments, AFailedWorkerStopsItsOwnCopyOnly) {
+  auto s = spawn_scheduler();
+  auto log = attach(s, "gpu-01");
+  snapshot(s, machine_of("gpu-01", 4));
+  auto spec = spec_of("mw", 1, 2);
+  spec.set_array_size(2);
+  EXPECT_EQ(submit(s, spec).copies_placed(), 2u);
+  tell(s, in_states("gpu-01", {{"mw[0]-0", "Running", ""}, {"mw[0]-1", "Running", ""},
+                               {"mw[1]-0", "Running", ""}, {"mw[1]-1", "Running", ""}}));
+  EXPECT_EQ(get(s, "mw").state(), "Running");
+  tell(s, in_states("gpu-01", {{"mw[0]-0", "Running", ""},
+                               {"mw[0]-1", "Failed", "exited with code 3"},
+                               {"mw[1]-0", "Running", ""}, {"mw[1]-1", "Running", ""}}));
+  auto mw = get(s, "mw");
+  EXPECT_EQ(mw.state(), "Running") << mw.ShortDebugString();
+  std::map<std::string, std::string> states;
+  for (const auto& w : mw.workers())
+    states[w.name()] = w.state();
+  EXPECT_EQ(states["mw[0]-0"], "Stopped") << "its copy's gang is stopped";
+  EXPECT_EQ(states["mw[0]-1"], "Failed");
+  EXPECT_EQ(states["mw[1]-0"], "Running");
+  EXPECT_EQ(states["mw[1]-1"], "Running");
+  std::set<std::string> sent;
+  for (const auto& o : log->last().workers())
+    sent.insert(o.worker());
+  EXPECT_EQ(sent, (std::set<std::string>{"mw[1]-0", "mw[1]-1"}))
+    << "the machine is told to stop copy 0's other worker";
+  EXPECT_EQ(submit(s, spec_of("two", 1, 2)).state(), "Placed") << "copy 0's GPUs are free";
+  tell(s, in_states("gpu-01", {{"mw[0]-0", "Cancelled", "stopped"},
+                               {"mw[1]-0", "Exited", ""}, {"mw[1]-1", "Exited", ""}}));
+  mw = get(s, "mw");
+  EXPECT_EQ(mw.state(), "Failed");
+  EXPECT_EQ(mw.waiting_reason(),
+            "1 of 2 copies failed: worker mw[0]-1 Failed: exited with code 3");
+}
+
+// A copy whose worker its machine lost fails alone.
+TEST_F(SchedulerAssignments, ALostWorkerFailsItsCopyOnly) {
+  auto s = spawn_scheduler();
+  attach(s, "gpu-01");
+  snapshot(s, machine_of("gpu-01", 2));
+  auto spec = spec_of("lst", 1);
+  spec.set_array_size(2);
+  EXPECT_EQ(submit(s, spec).copies_placed(), 2u);
+  tell(s, in_states("gpu-01", {{"lst[0]-0", "Running", ""}, {"lst[1]-0", "Running", ""}}));
+  tell(s, in_states("gpu-01", {{"lst[1]-0", "Running", ""}}));
+  auto lst = get(s, "lst");
+  EXPECT_EQ(lst.state(), "Running") << lst.ShortDebugString();
+  ASSERT_EQ(lst.copy_ends_size(), 1);
+  EXPECT_EQ(lst.copy_ends(0).reason(), "worker lst[0]-0 was lost: machine gpu-01 no longer "
+                                       "holds it");
+  tell(s, in_states("gpu-01", {{"lst[1]-0", "Exited", ""}}));
+  lst = get(s, "lst");
+  EXPECT_EQ(lst.state(), "Failed");
+  EXPECT_EQ(lst.waiting_reason(), "1 of 2 copies failed: worker lst[0]-0 was lost: machine "
+                                  "gpu-01 no longer holds it");
 }
 
 // Fifth new-user trial: a copy placed beside a running copy of its array,

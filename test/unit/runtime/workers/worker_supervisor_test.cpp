@@ -4,6 +4,7 @@
 // 8). Sources: shared/seeds/gpus.md, shared/seeds/inside-a-worker.md.
 
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -368,4 +369,25 @@ TEST(RuntimeChoice, AWorkspacesContainerIsNotRunAsAHostProcess) {
   worker_supervisor with_runc{opts};
   order.set_namespace_("ws-943821");
   EXPECT_EQ(with_runc.host_process_refusal(order), "");
+}
+
+// A new-user trial: in the README's "Try it without a GPU" the agent is given
+// `--host-root test/fixtures/hosts/dgx-h100` and a stand-in NVML by relative
+// paths; its validation's quick check ran in the worker's folder, found
+// neither, and failed beside a GPU list of 8 healthy GPUs.
+TEST(WorkerSupervisorCheckSettings, PathsAreAbsoluteAsTheCheckRunsInItsWorkersFolder) {
+  supervisor_options opts;
+  opts.nvml_library = "build/test/stand_in/libnvidia-ml.so";
+  opts.cdi.host_root = "test/fixtures/hosts/dgx-h100";
+  opts.cdi.static_dir = "/etc/cdi";
+  opts.cdi.dynamic_dir = "./run/cdi";
+  const auto here = std::filesystem::current_path().string();
+  auto s = check_settings(opts);
+  EXPECT_EQ(s["ASTRAEUS_CHECK_NVML_LIB"], here + "/build/test/stand_in/libnvidia-ml.so");
+  EXPECT_EQ(s["ASTRAEUS_CHECK_HOST_ROOT"], here + "/test/fixtures/hosts/dgx-h100");
+  EXPECT_EQ(s["ASTRAEUS_CHECK_CDI_STATIC_DIR"], "/etc/cdi");
+  EXPECT_EQ(s["ASTRAEUS_CHECK_CDI_DYNAMIC_DIR"], here + "/run/cdi");
+  opts.nvml_library = "libnvidia-ml.so.1";
+  EXPECT_EQ(check_settings(opts)["ASTRAEUS_CHECK_NVML_LIB"], "libnvidia-ml.so.1")
+    << "a bare name is for the loader to find";
 }
