@@ -152,14 +152,30 @@ void place_cpu_runs(scheduler_state& st, touched_runs& touched,
 }
 
 /// Issue 21 (giving way): a GPU run of priority 0 or more that waits for
-/// GPUs (not enough free, or reserved) stops every live run below priority 0
-/// (a validation's check) on the machines it could use, marked `preempted`.
-/// Returns whether any run was stopped.
+/// GPUs (not enough free, or reserved) stops the live runs below priority 0
+/// (a validation's checks) that it needs, marked `preempted`, and no others:
+/// the seed's checks give way "to anything that needs them"
+/// (bring-up-a-gpu-cluster, "How checks stay out of your work's way"). The
+/// engine is asked where the run would go with every check's hold set
+/// aside (`placement_index::suspend`); the checks holding GPUs of that
+/// placement (or, for a run that asks for cores or memory, holding any on
+/// its machines) give way, if with only those set aside the run is placed.
+/// A run that would not fit even then (it needs 8 GPUs, the machine has 7
+/// healthy) stops nothing. Waiting runs are looked at by priority, then age
+/// (at most `max_looked_at`); what one is given is held while the next is
+/// looked at. Changes nothing in the index in the end but the stopped
+/// checks' release. Returns whether any run was stopped.
 bool preempt_for_waiting(self_ptr self) {
+  constexpr size_t max_looked_at = 64;
   auto& st = self->state;
   // The live runs that may give way: usually none, and then no waiting run
   // is looked at (a long queue costs nothing here).
-  std::vector<std::pair<const std::string*, const v1::Run*>> checks;
+  struct check_hold {
+    const std::string* run;
+    allocation_id id;
+    bool suspended = false;
+  };
+  std::vector<check_hold> holds;
   for (auto k = st.below_zero_runs.begin(); k != st.below_zero_runs.end();) {
     auto r = st.runs.find(*k);
     if (r == st.runs.end() || r->second.spec().priority() >= 0) {
@@ -167,12 +183,24 @@ bool preempt_for_waiting(self_ptr self) {
       continue;
     }
     if (live(r->second))
-      checks.emplace_back(&r->first, &r->second);
+      for (const auto& qname : queue_names_of(r->second.spec())) {
+        if (auto a = st.queue->allocation_of(qname))
+          holds.push_back({&r->first, *a});
+        if (auto rs = st.restoring.find(qname); rs != st.restoring.end())
+          for (auto a : rs->second.pieces)
+            holds.push_back({&r->first, a});
+      }
     ++k;
   }
-  if (checks.empty())
+  if (holds.empty())
     return false;
-  std::set<std::string> victims;
+  struct candidate {
+    int32_t priority;
+    int64_t submitted;
+    const std::string* qname;
+    const v1::Run* run;
+  };
+  std::vector<candidate> waiting;
   for (const auto& qname : st.waiting) {
     auto it = st.runs.find(parse_queue_name(qname).first);
     if (it == st.runs.end() || it->second.spec().priority() < 0 || cpu_only(it->second.spec()))
@@ -181,26 +209,76 @@ bool preempt_for_waiting(self_ptr self) {
     if (!why || (why->code != waiting_code::not_enough_gpus && why->code != waiting_code::reserved
                  && why->code != waiting_code::not_enough_cores_or_memory))
       continue;
+    waiting.push_back({it->second.spec().priority(), it->second.submitted_unix_ms(), &qname,
+                       &it->second});
+  }
+  std::sort(waiting.begin(), waiting.end(), [](const candidate& a, const candidate& b) {
+    if (a.priority != b.priority)
+      return a.priority > b.priority;
+    if (a.submitted != b.submitted)
+      return a.submitted < b.submitted;
+    return *a.qname < *b.qname;
+  });
+  if (waiting.size() > max_looked_at)
+    waiting.resize(max_looked_at);
+  auto& index = *st.index;
+  std::set<std::string> victims;
+  auto set_aside = [&](check_hold& h, bool aside) {
+    if (h.suspended == aside)
+      return;
+    auto err = aside ? index.suspend(h.id) : index.resume(h.id);
+    if (err)
+      spdlog::error("scheduler: run {}: cannot {} its hold to see what it gives way to: {}",
+                    *h.run, aside ? "set aside" : "take back", render_error(err));
+    else
+      h.suspended = aside;
+  };
+  // Where a waiting run would go, held while the next is looked at.
+  std::vector<allocation_id> given;
+  for (const auto& c : waiting) {
     // Its required labels keep accepting=false: a check on an Accepting
     // machine never gives way to work that may not go there anyway.
-    auto req = placement_request_of(it->second.spec(), qname);
-    for (const auto& [name_ptr, run_ptr] : checks) {
-      const auto& name = *name_ptr;
-      if (victims.count(name))
-        continue;
-      for (const auto& w : run_ptr->workers()) {
-        auto f = st.machine_facts_by_name.find(w.machine());
-        if (f == st.machine_facts_by_name.end())
+    auto req = placement_request_of(c.run->spec(), *c.qname);
+    for (auto& h : holds)
+      set_aside(h, true);
+    auto where = index.place(req);
+    const auto* p = std::get_if<placement>(&where);
+    std::set<std::string> needed;
+    if (p) {
+      const bool asks_cores = req.cpus_per_worker > 0 || req.memory_bytes_per_worker > 0;
+      for (const auto& h : holds) {
+        if (victims.count(*h.run))
           continue;
-        bool fits = f->second.has_labels(req.required_labels);
-        if (fits) {
-          victims.insert(name);
-          spdlog::info("scheduler: run {} gives way to run {}", name, qname);
-          break;
-        }
+        for (const auto& set : index.allocation_gpus(h.id))
+          for (const auto& w : p->workers)
+            if (w.machine == set.machine && ((w.gpus & set.gpus) != 0 || asks_cores))
+              needed.insert(*h.run);
       }
     }
+    for (auto& h : holds)
+      set_aside(h, victims.count(*h.run) > 0 || needed.count(*h.run) > 0);
+    if (needed.empty())
+      continue;  // it would not fit with every check gone, or fits without stopping one
+    // With only those set aside it must fit, or it stops nothing.
+    where = index.place(req);
+    p = std::get_if<placement>(&where);
+    if (!p) {
+      for (auto& h : holds)
+        set_aside(h, victims.count(*h.run) > 0);
+      continue;
+    }
+    if (auto a = index.commit(*p))
+      given.push_back(*a);
+    for (const auto& name : needed) {
+      victims.insert(name);
+      spdlog::info("scheduler: run {} gives way to run {}", name, *c.qname);
+    }
   }
+  for (auto a : given)
+    if (auto err = index.give_back_hold(a))
+      spdlog::error("scheduler: cannot give back a hold of giving way: {}", render_error(err));
+  for (auto& h : holds)
+    set_aside(h, false);
   for (const auto& name : victims) {
     auto& run = st.runs[name];
     run.set_preempted(true);

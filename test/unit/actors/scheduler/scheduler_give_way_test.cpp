@@ -130,3 +130,54 @@ TEST_F(SchedulerGiveWay, AnAcceptingMachineTakesItsChecksButNoWork) {
   EXPECT_EQ(get("train").state(), "Placed");
   EXPECT_TRUE(get("val-quick-1").preempted());
 }
+
+// A sixth new-user trial: a burn-in on a machine with one fenced GPU gave way
+// to a run of 8 GPUs that could never go there, again and again (31 times
+// in a minute), so the burn-in never finished.
+TEST_F(SchedulerGiveWay, ACheckGivesWayOnlyToARunItsGpusWouldLetStart) {
+  auto m = machine_of("gpu-03", 8);
+  m.mutable_gpus(7)->set_health("Faulty");
+  snapshot(m);
+  EXPECT_EQ(submit(check_run("val-burn-1", "gpu-03", 7)).state(), "Placed");
+  auto big = submit(real_run("big8", 8));
+  EXPECT_EQ(big.state(), "Waiting");
+  auto burn = get("val-burn-1");
+  EXPECT_EQ(burn.state(), "Placed") << "8 GPUs never fit on gpu-03's 7 healthy ones";
+  EXPECT_FALSE(burn.preempted());
+  // A run that its GPUs would let start still gets them.
+  EXPECT_EQ(submit(real_run("seven", 7)).state(), "Placed");
+  EXPECT_TRUE(get("val-burn-1").preempted());
+}
+
+// The same trial: a 2-GPU run stopped the burn-ins of all three machines of
+// its pool, though it went to one; each stopped burn-in starts from zero.
+TEST_F(SchedulerGiveWay, ASmallRunStopsOneCheckNotEveryCheckOfItsPool) {
+  for (int n = 1; n <= 3; ++n) {
+    auto name = "gpu-0" + std::to_string(n);
+    snapshot(machine_of(name, 8));
+    EXPECT_EQ(submit(check_run("val-burn-" + std::to_string(n), name, 8)).state(), "Placed");
+  }
+  auto small = submit(real_run("small", 2));
+  ASSERT_EQ(small.state(), "Placed") << small.waiting_reason();
+  ASSERT_EQ(small.workers_size(), 1);
+  int stopped = 0;
+  for (int n = 1; n <= 3; ++n) {
+    auto burn = get("val-burn-" + std::to_string(n));
+    if (burn.state() == "Stopped") {
+      ++stopped;
+      EXPECT_EQ(burn.workers(0).machine(), small.workers(0).machine())
+        << "the check that gave way is the one on the machine the run went to";
+    } else {
+      EXPECT_EQ(burn.state(), "Placed");
+    }
+  }
+  EXPECT_EQ(stopped, 1);
+  // Two more such runs take the stopped machine's other GPUs: no other
+  // check gives way.
+  EXPECT_EQ(submit(real_run("small2", 2)).state(), "Placed");
+  EXPECT_EQ(submit(real_run("small3", 4)).state(), "Placed");
+  stopped = 0;
+  for (int n = 1; n <= 3; ++n)
+    stopped += get("val-burn-" + std::to_string(n)).state() == "Stopped";
+  EXPECT_EQ(stopped, 1);
+}
