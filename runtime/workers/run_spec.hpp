@@ -193,6 +193,12 @@ caf::expected<v1::RunSpec> parse_run_spec(std::string_view text,
 ///   'trainer'", "gpus: at most 64 GPUs per worker, got 65".
 caf::error validate_run_spec(const v1::RunSpec& spec);
 
+/// The fields of `spec` that only the runc runtime can give, as users name
+/// them, with the names inside: "task_template.user", "volumes (data)",
+/// "configs (sbatch: the batch script of astra slurm sbatch)", "ipc_mode";
+/// joined with ", " and " and "; empty when none is set.
+std::string runc_only_fields(const v1::RunSpec& spec);
+
 /// The RLIMIT_* resource `name` stands for in `security_context.ulimits`
 /// (the lower-case name without RLIMIT_: "stack" -> RLIMIT_STACK, "nofile",
 /// "memlock", ...); nullopt for a name that is not a resource limit.

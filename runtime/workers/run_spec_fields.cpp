@@ -164,6 +164,33 @@ caf::error validate_seed_fields(const v1::RunSpec& spec) {
 
 } // namespace
 
+std::string runc_only_fields(const v1::RunSpec& spec) {
+  std::vector<std::string> parts;
+  if (!spec.user().empty())
+    parts.emplace_back("task_template.user");
+  auto named = [](const char* field, const auto& items, auto&& name_of) {
+    std::string names;
+    for (const auto& item : items)
+      names += (names.empty() ? "" : ", ") + name_of(item);
+    return std::string{field} + (names.empty() ? "" : " (" + names + ")");
+  };
+  if (!spec.volumes().empty())
+    parts.push_back(named("volumes", spec.volumes(),
+                          [](const v1::RunVolume& v) { return v.name(); }));
+  if (!spec.configs().empty())
+    parts.push_back(named("configs", spec.configs(), [](const v1::RunConfig& c) {
+      // astra slurm sbatch mounts its script as config "sbatch".
+      return c.name() == "sbatch" ? std::string{"sbatch: the batch script of astra slurm sbatch"}
+                                  : c.name();
+    }));
+  if (!spec.ipc_mode().empty())
+    parts.emplace_back("ipc_mode");
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == parts.size() ? " and " : ", ") + parts[i];
+  return out;
+}
+
 caf::error validate_run_spec(const v1::RunSpec& spec) {
   auto& name = spec.name();
   if (name.empty())

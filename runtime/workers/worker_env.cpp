@@ -175,6 +175,8 @@ worker_environment(const v1::WorkerOrder& order, const worker_env_context& ctx) 
     env["ASTRAEUS_OUTPUTS"] = ctx.outputs_file.empty() ? container_outputs_file
                                                         : ctx.outputs_file;
   if (ctx.host_process) {
+    // Above the run's env (README, "Workers"): nothing else keeps a host
+    // process off other runs' GPUs.
     // Empty for a CPU worker: it sees no GPU. AMD GPUs go to the variable
     // ROCm reads, with names it accepts; HIP reads CUDA_VISIBLE_DEVICES
     // too, so a worker of AMD GPUs only gets none of it.

@@ -376,12 +376,19 @@ worker_supervisor::prepare_process(const v1::WorkerOrder& order, v1::WorkerProce
       return err;
     ctx.outputs_file = outputs_host_dir(rec.dir()) + "/outputs";
   }
-  if (!spec.user().empty() || !spec.volumes().empty() || !spec.configs().empty()
-      || !spec.ipc_mode().empty())
+  // Named as the run gave them: `astra slurm sbatch`'s script is a config
+  // the user never wrote (a sixth new-user trial read "task_template.user,
+  // volumes, configs and ipc_mode need the runc runtime" for it).
+  if (auto fields = runc_only_fields(spec); !fields.empty())
     return caf::make_error(ec::invalid_request,
-                           "task_template.user, volumes, configs and ipc_mode need the "
-                           "runc runtime (a host process runs as the agent and sees the "
-                           "machine's files)");
+                           "this run's " + fields + " need the runc runtime, and machine " + options_.machine
+                             + " runs this worker as a host process (workers.runtime: "
+                             + (spec.runtime() == "process" ? std::string{"process, as the run asks"}
+                                : options_.runtime == "auto" ? std::string{"auto, without runc"}
+                                                             : options_.runtime)
+                             + "; a host process runs as the agent and sees the machine's "
+                               "files): install runc there, or send the run to a machine "
+                               "that has it (--pool)");
   auto code = prepare_host_code(spec, rec.dir());
   if (!code)
     return code.error();

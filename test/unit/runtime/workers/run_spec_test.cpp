@@ -662,3 +662,20 @@ TEST(RunSpec, ConfigsVolumesOrAUserWithoutAnImageAreRefusedAtSubmit) {
   spec.set_image("busybox");
   EXPECT_EQ(validate_run_spec(spec), caf::none);
 }
+
+// A sixth new-user trial: `astra slurm sbatch` on a machine whose workers run
+// as host processes failed with "task_template.user, volumes, configs and
+// ipc_mode need the runc runtime", none of which the user had set: the
+// script is a config. The agent now names the fields the run has.
+TEST(RunSpec, TheFieldsOnlyRuncGivesAreNamedAsTheRunHasThem) {
+  v1::RunSpec spec;
+  EXPECT_EQ(runc_only_fields(spec), "");
+  spec.add_configs()->set_name("sbatch");
+  EXPECT_EQ(runc_only_fields(spec), "configs (sbatch: the batch script of astra slurm sbatch)");
+  spec.add_volumes()->set_name("data");
+  spec.add_volumes()->set_name("ckpt");
+  spec.set_user("1000");
+  EXPECT_EQ(runc_only_fields(spec),
+            "task_template.user, volumes (data, ckpt) and configs (sbatch: the batch script "
+            "of astra slurm sbatch)");
+}
