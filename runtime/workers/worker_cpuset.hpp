@@ -10,6 +10,7 @@
 /// which cores are taken.
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -37,6 +38,22 @@ struct cpuset_choice {
 /// nothing pinned and no problem. Fewer free cores than `cores`: nothing
 /// pinned, with a problem ("16 cores asked, 12 free").
 cpuset_choice choose_cpuset(uint32_t cores, uint64_t memory_bytes, int32_t gpu_node,
+                            const std::vector<v1::NumaNode>& nodes,
+                            const std::set<uint32_t>& taken);
+
+/// As above for a worker whose GPUs are on several NUMA nodes
+/// (`gpus_per_node`: node id -> how many of its GPUs are local to it; an
+/// 8-GPU worker of a two-socket machine has {0: 4, 1: 4}). Its cores are
+/// shared among those nodes in proportion to their GPUs (the remainder to
+/// the node with more GPUs, then the lower id), each node's share from its
+/// own free cores; a node short of free cores leaves the rest to the other
+/// GPU nodes, then to the nearest others (by id distance from the node with
+/// most GPUs). `mems` names every node cores came from, then further nodes
+/// while memory is short. One node (or none, empty) chooses as above; a
+/// sixth new-user trial found an 8-GPU worker on both sockets pinned to
+/// node 0's cores and memory only.
+cpuset_choice choose_cpuset(uint32_t cores, uint64_t memory_bytes,
+                            const std::map<int32_t, uint32_t>& gpus_per_node,
                             const std::vector<v1::NumaNode>& nodes,
                             const std::set<uint32_t>& taken);
 

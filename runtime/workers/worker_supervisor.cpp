@@ -842,6 +842,14 @@ void worker_supervisor::sync_cdi(const v1::GpuSection& gpus, const std::string& 
   // then), nor "unavailable" unless the driver itself went away (NVML
   // cannot be loaded, or says the kernel driver is not loaded): then the
   // NVIDIA GPUs are gone for CDI.
+  // Each GPU's NUMA node, for its workers' cores (with_cpuset): from any
+  // read that lists GPUs.
+  if (gpus.gpus_size() > 0) {
+    gpu_numa_.clear();
+    for (const auto& g : gpus.gpus())
+      if (g.has_numa_node() && !g.id().empty())
+        gpu_numa_[g.id()] = g.numa_node();
+  }
   const auto how = read_as(gpus);
   bool driver_gone = false;
   if (how == gpu_read_as::unavailable) {
@@ -963,8 +971,16 @@ v1::WorkerOrder worker_supervisor::with_cpuset(const v1::WorkerOrder& order,
   for (const auto& [name, cpus] : starting_cpus_)
     if (name != order.worker())
       take(cpus);
-  auto choice = choose_cpuset(cores, order.spec().memory_bytes_per_worker(),
-                              order.numa_node(), numa_nodes_, taken);
+  // Its GPUs' nodes, as this machine's last GPU read placed them; the
+  // scheduler's node (where most are) when they are not known here.
+  std::map<int32_t, uint32_t> gpus_per_node;
+  for (const auto& id : order.gpu_ids())
+    if (auto g = gpu_numa_.find(id); g != gpu_numa_.end() && g->second >= 0)
+      ++gpus_per_node[g->second];
+  if (gpus_per_node.empty() && order.numa_node() >= 0)
+    gpus_per_node[order.numa_node()] = 1;
+  auto choice = choose_cpuset(cores, order.spec().memory_bytes_per_worker(), gpus_per_node,
+                              numa_nodes_, taken);
   if (!choice.problem.empty())
     spdlog::warn("agent: worker {}: not pinned to NUMA-local cores: {}", order.worker(),
                  choice.problem);

@@ -170,8 +170,9 @@ public:
   void set_host_layout(const v1::HostFacts& facts);
 
   /// The cores and memory nodes for a worker of `order` that has none yet
-  /// (WorkerOrder.cpuset_cpus empty): on its GPUs' NUMA node first
-  /// (runtime/workers/worker_cpuset.hpp), without the cores of the workers
+  /// (WorkerOrder.cpuset_cpus empty): on its GPUs' NUMA node first, or
+  /// shared among its GPUs' nodes when they are on several (as the last GPU
+  /// read placed them; runtime/workers/worker_cpuset.hpp), without the cores of the workers
   /// in `ledger` that have not ended or are starting. Returns `order` with
   /// cpuset_cpus/_mems set (unchanged when it has them, asks no cores, or
   /// they are not free: then the problem is logged and it runs unpinned).
@@ -263,6 +264,7 @@ private:
   std::vector<cdi_gpu> nvidia_gpus_;        ///< its NVIDIA GPUs
   std::set<std::string> amd_gpu_ids_;       ///< its AMD GPUs (amd.com/gpu)
   std::map<std::string, std::string> rocr_names_;  ///< ROCR_VISIBLE_DEVICES names
+  std::map<std::string, int32_t> gpu_numa_;  ///< GPU id -> its NUMA node, from the last read
   std::vector<hand_over_failure> hand_over_failures_;  ///< not yet taken
   offload_fn offload_;
   std::set<std::string> starting_;          ///< workers whose start is in flight

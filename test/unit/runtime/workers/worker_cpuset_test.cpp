@@ -156,3 +156,57 @@ TEST(WorkerCpuset, CoresGivenSurviveAnAgentRestart) {
   chosen.set_cpuset_cpus("0-3");
   EXPECT_EQ(second.with_cpuset(chosen, *reloaded).cpuset_cpus(), "0-3");
 }
+
+// A sixth new-user trial: an 8-GPU worker with 4 GPUs on each socket, asking
+// 16 cores and 8 GiB, was pinned to cores 0-15 and memory node 0 only.
+TEST(WorkerCpuset, AWorkerWhoseGpusSpanTwoNodesGetsCoresAndMemoryOfBoth) {
+  auto both = choose_cpuset(16, 8 * GiB, {{0, 4}, {1, 4}}, two_nodes(), {});
+  EXPECT_EQ(both.cpus, "0-7,32-39");
+  EXPECT_EQ(both.mems, "0-1");
+  EXPECT_EQ(both.problem, "");
+  // In proportion to its GPUs, the remainder to the node with more.
+  auto uneven = choose_cpuset(7, 0, {{0, 1}, {1, 3}}, two_nodes(), {});
+  EXPECT_EQ(uneven.cpus, "0,32-37");
+  EXPECT_EQ(uneven.mems, "0-1");
+  // A node short of free cores leaves the rest to the other.
+  std::set<uint32_t> taken;
+  for (uint32_t c = 0; c < 30; ++c)
+    taken.insert(c);
+  auto short_node = choose_cpuset(16, 0, {{0, 4}, {1, 4}}, two_nodes(), taken);
+  EXPECT_EQ(short_node.cpus, "30-45");
+  EXPECT_EQ(short_node.mems, "0-1");
+  // One node: as before.
+  EXPECT_EQ(choose_cpuset(16, 0, {{1, 2}}, two_nodes(), {}).cpus, "32-47");
+}
+
+// The agent knows which node each GPU is on from its GPU read.
+TEST(WorkerCpuset, TheAgentSharesCoresAmongTheNodesOfAWorkersGpus) {
+  test::temp_dir dir;
+  supervisor_options opts;
+  opts.data_dir = dir.path();
+  worker_supervisor sup{opts};
+  v1::HostFacts layout;
+  for (const auto& n : two_nodes())
+    *layout.mutable_cpu()->add_nodes() = n;
+  sup.set_host_layout(layout);
+  v1::GpuSection gpus;
+  for (int i = 0; i < 8; ++i) {
+    auto* g = gpus.add_gpus();
+    g->set_id("GPU-" + std::to_string(i));
+    g->set_vendor("amd");  // no CDI spec to write for this test
+    g->set_numa_node(i < 4 ? 0 : 1);
+  }
+  sup.sync_cdi(gpus, "/");
+  auto store = std::shared_ptr<Store>{std::move(*Store::open(dir.path() + "/agent"))};
+  auto ledger = worker_ledger::load(store);
+  ASSERT_TRUE(ledger);
+  v1::WorkerOrder order;
+  order.set_worker("numa8-0");
+  order.set_numa_node(0);
+  for (int i = 0; i < 8; ++i)
+    order.add_gpu_ids("GPU-" + std::to_string(i));
+  order.mutable_spec()->set_cpus_per_worker(16);
+  auto pinned = sup.with_cpuset(order, *ledger);
+  EXPECT_EQ(pinned.cpuset_cpus(), "0-7,32-39");
+  EXPECT_EQ(pinned.cpuset_mems(), "0-1");
+}
