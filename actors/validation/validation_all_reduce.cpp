@@ -19,7 +19,13 @@ namespace {
 
 namespace val = astraeus::validation;
 
-using views_ptr = std::shared_ptr<std::vector<v1::MachineView>>;
+/// A group machine as the cluster shows it: its view, and its GPUs with
+/// their health (which of them no run can have).
+struct group_machine {
+  v1::MachineView view;
+  v1::GpuList gpus;
+};
+using views_ptr = std::shared_ptr<std::vector<group_machine>>;
 using runs_ptr = std::shared_ptr<std::vector<v1::Run>>;
 
 const v1::ValidationStep& step_of(validation_self self, int index) {
@@ -233,12 +239,12 @@ void look_at_all_reduce(validation_self self, int index) {
 /// With every machine's view: the expected bus bandwidth and each rank's
 /// GPUs, then rank 0's run; skipped when the group shares no rail or a
 /// machine has no GPU to give.
-void submit_rank0(validation_self self, int index, const std::vector<v1::MachineView>& views) {
+void submit_rank0(validation_self self, int index, const std::vector<group_machine>& views) {
   auto& st = self->state;
   auto& step = *st.v.mutable_steps(index);
   std::vector<const v1::MachineView*> group;
   for (const auto& v : views)
-    group.push_back(&v);
+    group.push_back(&v.view);
   double expected = val::expected_all_reduce_gbs(group, val::check_policy{}.values());
   if (expected <= 0) {
     skip_all_reduce(self, index,
@@ -247,12 +253,20 @@ void submit_rank0(validation_self self, int index, const std::vector<v1::Machine
     return;
   }
   std::vector<uint32_t> gpus;
+  // Each rank on the GPUs of its machine that a run can have (a sixth
+  // new-user trial: a rank asked all 8 of a machine with one fenced, waited
+  // for good, and the group failed as if the network were at fault).
   for (const auto& v : views) {
-    auto usable = val::usable_gpus(v, v1::GpuList{});
+    auto usable = val::usable_gpus(v.view, v.gpus);
     if (usable.count == 0) {
-      skip_all_reduce(self, index, v.name() + " has no GPU for the all-reduce");
+      skip_all_reduce(self, index,
+                      v.view.name() + " has no GPU for the all-reduce"
+                        + (usable.note.empty() ? "" : ": " + usable.note));
       return;
     }
+    if (!usable.note.empty())
+      spdlog::info("validation {}: all-reduce rank on {} {}", st.v.id(), v.view.name(),
+                   usable.note);
     gpus.push_back(usable.count);
   }
   st.all_reduce_expected[index] = expected;
@@ -286,8 +300,20 @@ void read_views(validation_self self, int index, views_ptr views) {
           fail_all_reduce(self, index, resp.error().message());
           return;
         }
-        views->push_back(resp.machine());
-        read_views(self, index, views);
+        auto greq = validation_cluster_request();
+        greq.mutable_list_gpus()->set_machine(resp.machine().name());
+        auto view = std::make_shared<v1::MachineView>(std::move(*resp.mutable_machine()));
+        self->request(self->state.config.cluster, std::chrono::seconds{10}, std::move(greq))
+          .then(
+            [self, index, views, view](v1::Response& gresp) {
+              views->push_back({std::move(*view),
+                                gresp.has_error() ? v1::GpuList{} : gresp.gpus()});
+              read_views(self, index, views);
+            },
+            [self, index, views, view](caf::error&) {
+              views->push_back({std::move(*view), v1::GpuList{}});
+              read_views(self, index, views);
+            });
       },
       [self, index](caf::error& err) { fail_all_reduce(self, index, render_error(err)); });
 }
@@ -311,7 +337,7 @@ void poll_all_reduce(validation_self self) {
   int index = *next;
   mark_busy(self, index, true);
   with_slots(self, index, group_of(step_of(self, index)), [self, index] {
-    read_views(self, index, std::make_shared<std::vector<v1::MachineView>>());
+    read_views(self, index, std::make_shared<std::vector<group_machine>>());
   });
 }
 

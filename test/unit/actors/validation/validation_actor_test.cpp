@@ -369,6 +369,30 @@ TEST_F(ValidationActor, AllReduceBelowItsFigureOrWithAFailedRankFails) {
   EXPECT_EQ(w->last.state(), "Failed");
 }
 
+// A sixth new-user trial: an all-reduce rank asked all 8 GPUs of a machine
+// with one fenced, waited for good, and the group failed as if the network
+// had lost it. Each rank runs on the GPUs its machine can give.
+TEST_F(ValidationActor, AnAllReduceRankRunsOnTheGpusItsMachineCanGive) {
+  w->rdma = true;
+  w->allreduce_busbw = 85;
+  w->foreign = {"GPU-3"};
+  v1::StartValidation s;
+  s.set_suite("network");
+  s.set_pool("h100");
+  start(val::make_validation("val-20261006-00000c", s, {"gpu-01", "gpu-02"}, "on-demand", 0));
+  advance(std::chrono::seconds{1});
+  end_live_runs();
+  for (int k = 0; k < 6; ++k)
+    advance(std::chrono::seconds{1});
+  int ranks = 0;
+  for (const auto& spec : w->specs)
+    if (spec.command(1) == "allreduce") {
+      ++ranks;
+      EXPECT_EQ(spec.gpus_per_worker(), 7u) << spec.name() << ": GPU-3 is Foreign";
+    }
+  EXPECT_EQ(ranks, 2);
+}
+
 // A pair needs both machines' slots: with one held elsewhere it waits,
 // saying why, and holds neither meanwhile.
 TEST_F(ValidationActor, APairWaitsForBothMachinesSlots) {
