@@ -126,19 +126,27 @@ void judge_burn(const std::vector<burn_figures>& gpus, const std::string& watch_
                                          : "",
                          slow ? verdict::fail : verdict::pass});
     if (slow) {
-      std::string clocks;
+      const auto percent =
+        std::to_string(static_cast<int>(rate(g) / rate(*best) * 100 + 0.5)) + " %";
+      std::string what = g.gpu + " did " + fmt(*g.tflops) + " TFLOP/s, " + percent
+                         + " of the best GPU's " + fmt(*best->tflops) + " (" + best->gpu + ")";
       if (all_clocks) {
         double lo = std::min(*g.mean_sm_clock_mhz, *best->mean_sm_clock_mhz);
         double hi = std::max(*g.mean_sm_clock_mhz, *best->mean_sm_clock_mhz);
-        clocks = (lo >= t.burn_equal_clock_fraction * hi ? " at equal clocks ("
-                                                          : " per MHz of SM clock (")
-                 + fmt(*g.mean_sm_clock_mhz) + " vs " + fmt(*best->mean_sm_clock_mhz) + " MHz)";
+        if (lo >= t.burn_equal_clock_fraction * hi)
+          what += " at equal clocks (" + fmt(*g.mean_sm_clock_mhz) + " vs "
+                  + fmt(*best->mean_sm_clock_mhz) + " MHz)";
+        else
+          // Clocks apart: the share is of the work per MHz, which the raw
+          // figures alone do not show (a sixth new-user trial read "did
+          // 50.0 TFLOP/s, 17 % of the best GPU's 50.0").
+          what = g.gpu + " did " + fmt(*g.tflops) + " TFLOP/s at "
+                 + fmt(*g.mean_sm_clock_mhz) + " MHz, " + percent
+                 + " of the best GPU's work per MHz of SM clock (" + best->gpu + ": "
+                 + fmt(*best->tflops) + " TFLOP/s at " + fmt(*best->mean_sm_clock_mhz)
+                 + " MHz)";
       }
-      out.add_finding(verdict::fail, g.gpu,
-                      g.gpu + " did " + fmt(*g.tflops) + " TFLOP/s, "
-                        + std::to_string(static_cast<int>(rate(g) / rate(*best) * 100 + 0.5))
-                        + " % of the best GPU's " + fmt(*best->tflops) + " (" + best->gpu + ")"
-                        + clocks,
+      out.add_finding(verdict::fail, g.gpu, what,
                       "run `dcgmi diag -r 3` on " + g.gpu + "; reseat it, and replace it if it "
                       "stays slower than its peers");
     }

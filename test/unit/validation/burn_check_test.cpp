@@ -98,4 +98,17 @@ TEST(BurnRules, AHotGpuWarnsAndAnUnwatchedBurnWarns) {
 }
 
 }  // namespace
+
+// A sixth new-user trial read "GPU-2 did 50.0 TFLOP/s, 17 % of the best
+// GPU's 50.0": with clocks apart the share is of the work per MHz, and the
+// words now say so with both clocks.
+TEST(BurnRules, ASlowGpuAtOtherClocksIsJudgedAndWordedPerMhz) {
+  check_result r;
+  judge_burn({gpu("GPU-1", 50, 345), gpu("GPU-2", 50, 1980)}, "", thresholds{}, r);
+  auto* f = first(r, "GPU-2");
+  ASSERT_NE(f, nullptr) << to_json_line(r);
+  EXPECT_EQ(f->what, "GPU-2 did 50.0 TFLOP/s at 1980.0 MHz, 17 % of the best GPU's work per "
+                     "MHz of SM clock (GPU-1: 50.0 TFLOP/s at 345.0 MHz)");
+}
+
 }  // namespace astraeus::validation
