@@ -168,8 +168,16 @@ bool build_spec(const CLI::App& run, const run_flags& f, v1::RunSpec& spec) {
     spec.set_workspace(f.workspace);
   if (!f.runtime.empty())
     spec.set_runtime(f.runtime);
-  if (run.count("--array-size") > 0)
+  if (run.count("--array-size") > 0) {
+    // 0 would be a run without copies, not an array of none (a sixth
+    // new-user trial saw it accepted and run once as a plain run).
+    if (f.array == 0) {
+      std::fprintf(stderr, "astra: --array-size: give 1 or more copies (0 is no array; "
+                           "leave it out for a plain run)\n");
+      return false;
+    }
     spec.set_array_size(f.array);
+  }
   if (f.healthy_only)
     spec.set_healthy_only(true);
   if (!f.on_gpu_fault.empty())

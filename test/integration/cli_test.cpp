@@ -199,6 +199,10 @@ TEST_F(Cli, BadValuesAreRefusedBeforeAnythingIsSent) {
           "astra: report --html /tmp: is a folder (give a file's path, e.g. "
           "/tmp/cluster-report.html)\n"},
          // Found by a helper: these were submitted, then waited or failed.
+         // Sixth trial: an array of 0 copies ran once as a plain run.
+         {{"run", "--name", "w", "--image", "busybox", "--array-size", "0", "--", "true"},
+          "astra: --array-size: give 1 or more copies (0 is no array; leave it out for a "
+          "plain run)\n"},
          {{"run", "--name", "w", "--image", "busybox", "--cpus", "1e30", "--", "true"},
           "astra: cpus: at most 8192 cores per worker (the most a Linux "
           "machine runs), got 1e+30\n"},
