@@ -26,6 +26,7 @@
 // Device memory is not backed (pointers are handed out, never touched);
 // pinned host memory is real.
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <chrono>
@@ -159,6 +160,34 @@ STAND_IN_EXPORT CUresult cuInit(unsigned) {
     return 999;
   if (auto e = doc.find("init_error"); e != doc.end() && e->is_number_integer())
     return e->get<int>();
+  // As the real driver: CUDA_VISIBLE_DEVICES (indices or GPU UUIDs, comma
+  // separated; the list ends at the first entry that names no GPU; empty:
+  // none) keeps only those GPUs, in its order, renumbered from 0. A check
+  // given 7 of 8 GPUs then cannot touch the eighth in the tests either.
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible != nullptr) {
+    auto all = doc.find("gpus");
+    if (all != doc.end() && all->is_array()) {
+      json kept = json::array();
+      std::stringstream list{visible};
+      std::string entry;
+      while (std::getline(list, entry, ',')) {
+        const json* found = nullptr;
+        if (!entry.empty() && std::all_of(entry.begin(), entry.end(), ::isdigit)) {
+          auto i = std::stoul(entry);
+          if (i < all->size())
+            found = &(*all)[i];
+        } else {
+          for (const auto& gpu_entry : *all)
+            if (gpu_entry.value("uuid", std::string{}) == entry)
+              found = &gpu_entry;
+        }
+        if (!found)
+          break;
+        kept.push_back(*found);
+      }
+      *all = std::move(kept);
+    }
+  }
   g().fixture = std::move(doc);
   g().initialised = true;
   return kSuccess;

@@ -271,6 +271,28 @@ TEST_F(CheckProgram, AllReduceRankThatCannotReachTheRootFailsNamingIt) {
   EXPECT_EQ(run_check({"allreduce", "--rank", "2", "--ranks", "2", "--root", "h:1"}).exit_code, 2);
 }
 
+// A check runs with CUDA_VISIBLE_DEVICES naming the GPUs its run was given
+// (a machine's fenced GPU left out); CUDA, and the stand-in as the real
+// driver, shows it only those. A sixth new-user trial saw a copies result
+// with figures for the fenced GPU: the stand-in ignored the variable.
+TEST_F(CheckProgram, ACheckSeesOnlyTheGpusItWasGiven) {
+  astraeus::test::write_text(dir.path() + "/policy.yaml", "copies:\n  size_mib: 4\n");
+  const std::string given = "GPU-11111111-2222-3333-4444-000000000018";
+  ::setenv("CUDA_VISIBLE_DEVICES", given.c_str(), 1);
+  auto r = run("copies", {"--policy", dir.path() + "/policy.yaml"});
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  EXPECT_EQ(r.result.check, "copies") << r.out << r.err;
+  int measured = 0;
+  for (const auto& m : r.result.measurements)
+    if (!m.gpu.empty()) {
+      ++measured;
+      EXPECT_EQ(m.gpu, given) << m.name;
+    }
+  EXPECT_GT(measured, 0) << r.out;
+  for (const auto& f : r.result.findings)
+    EXPECT_NE(f.gpu, "GPU-11111111-2222-3333-4444-00000000002a") << f.what;
+}
+
 TEST_F(CheckProgram, ExplainPrintsTheTableAndBadUsageExitsTwo) {
   auto r = run_check({"explain"});
   EXPECT_EQ(r.exit_code, 0);
