@@ -231,6 +231,11 @@ struct scheduler_state {
   /// loaded and dropped once its key holds no such run: a pass with a long
   /// queue looks at these, not at every run for each waiting one.
   std::set<std::string> below_zero_runs;
+  /// What the last look for checks to give way saw when it stopped none
+  /// (the index's capacity epoch, the checks' holds, the waiting runs
+  /// looked at, hashed): the same again is not looked at again, as a pass
+  /// runs on every submission (`preempt_for_waiting`). 0: look.
+  uint64_t give_way_seen = 0;
   /// Placed runs (queue names: the run, or `<run>[i]` for an array copy)
   /// still re-adopting their GPUs after a restart.
   std::map<std::string, run_restore> restoring;

@@ -222,6 +222,20 @@ bool preempt_for_waiting(self_ptr self) {
   if (waiting.size() > max_looked_at)
     waiting.resize(max_looked_at);
   auto& index = *st.index;
+  // Nothing freed, no check placed or ended and the same runs waiting
+  // since a look that stopped nothing: it would stop nothing again (a
+  // suspend and resume leave the epoch), so the pass costs nothing here.
+  uint64_t seen = std::hash<uint64_t>{}(index.capacity_epoch());
+  auto mix = [&seen](uint64_t v) { seen ^= v + 0x9e3779b97f4a7c15ull + (seen << 6) + (seen >> 2); };
+  for (const auto& h : holds)
+    mix(h.id);
+  for (const auto& c : waiting) {
+    mix(std::hash<std::string>{}(*c.qname));
+    mix(static_cast<uint64_t>(st.queue->waiting(*c.qname)->code));
+  }
+  seen |= 1;  // never 0
+  if (seen == st.give_way_seen)
+    return false;
   std::set<std::string> victims;
   auto set_aside = [&](check_hold& h, bool aside) {
     if (h.suspended == aside)
@@ -279,6 +293,7 @@ bool preempt_for_waiting(self_ptr self) {
       spdlog::error("scheduler: cannot give back a hold of giving way: {}", render_error(err));
   for (auto& h : holds)
     set_aside(h, false);
+  st.give_way_seen = victims.empty() ? seen : 0;
   for (const auto& name : victims) {
     auto& run = st.runs[name];
     run.set_preempted(true);
