@@ -133,6 +133,9 @@ std::string format_validation(const v1::Validation& v) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& s : v.steps()) {
     std::string why = s.result().summary().empty() ? s.reason() : s.result().summary();
+    // What a controller restart did to it (it went on, or ran again).
+    if (!s.restarted().empty() && why.find(s.restarted()) == std::string::npos)
+      why += (why.empty() ? "" : "; ") + s.restarted();
     rows.push_back({step_machines(s), s.check(), s.state(), s.verdict().empty() ? "—" : s.verdict(),
                     std::to_string(s.yields()), why});
   }

@@ -351,9 +351,17 @@ validations(validations_actor::stateful_pointer<validations_state> self,
       st.cluster = std::move(cluster);
       if (!first)
         return;
-      for (const auto& [id, v] : st.validations)
-        if (v.state() == "Running")
-          spawn_validation(self, v, true);
+      for (const auto& [id, v] : st.validations) {
+        if (v.state() != "Running")
+          continue;
+        // A check that went on through the restart keeps its machines'
+        // slots: no other check is granted them while it runs.
+        auto resumed = v;
+        validation::resume(resumed);
+        for (const auto& m : validation::held_machines(resumed))
+          st.slots[m] = id;
+        spawn_validation(self, v, true);
+      }
       restore_acceptances(self);
       restore_quick_checks(self);
       self->send(self, atom::poll_v);

@@ -204,12 +204,37 @@ protected:
     return ok;
   }
 
-  command_result astra(std::vector<std::string> args) {
+  /// astra's command line with `args`, as the owner of this controller.
+  std::vector<std::string> astra_argv(const std::vector<std::string>& args) {
     std::vector<std::string> argv{
       program("astra"), "--addr", addr(), "--timeout", "20", "--token-file",
       (keys_dir_of((dir_ / "controller").string()) / "owner-token").string()};
     argv.insert(argv.end(), args.begin(), args.end());
-    return run_command(argv, dir_.path(), 120s);
+    return argv;
+  }
+
+  command_result astra(std::vector<std::string> args) {
+    return run_command(astra_argv(args), dir_.path(), 120s);
+  }
+
+  /// A controller and gpu-01 Up, its burn-in lasting `burn_seconds`.
+  void start_one_machine(int burn_seconds) {
+    write_text(dir_ / "checks" / "burn_seconds", std::to_string(burn_seconds) + "\n");
+    ASSERT_TRUE(start_controller());
+    start_agent("gpu-01");
+    ASSERT_TRUE(wait_state("gpu-01", v1::Machine::Up));
+  }
+
+  /// Whether validation `id`'s check comes to hold a machine's GPUs within 30 s.
+  bool wait_gpus_held_by(const std::string& id) {
+    return wait_until(
+      [&] {
+        for (const auto& g : list_gpu_views(port_))
+          if (g.holder() == "validation " + id)
+            return true;
+        return false;
+      },
+      30s, 100ms);
   }
 
   nlohmann::json json_of(const command_result& r) {
@@ -500,26 +525,54 @@ TEST_F(Validation, ANewMachineInAPolicyPoolIsAcceptingUntilItPasses) {
   EXPECT_TRUE(contains(audit.out, "ship as-is")) << audit.out;
 }
 
-TEST_F(Validation, ARealRunSubmittedDuringABurnInStartsAndTheBurnInIsQueuedAgain) {
-  write_text(dir_ / "checks" / "burn_seconds", "300\n");
+// A new-user trial: after `kill -9` of the controller during a burn-in, the
+// burn-in its agent still ran was deleted and run from scratch (attempts 2,
+// 3, 4 over restarts), and `validate --wait` exited 3 as the controller
+// closed the connection. The check that went on is waited for, and --wait
+// connects again and gives the verdict.
+TEST_F(Validation, ABurnInGoesOnThroughAControllerRestartAndWaitFollowsIt) {
+  start_one_machine(15);
+  auto* wait = spawn_kept(
+    procs_, dir_.path(), "validate-wait",
+    astra_argv({"astraeus", "validate", "--suite", "burn", "--machine", "gpu-01", "--wait"}));
+  std::smatch started;
+  std::string out;
+  ASSERT_TRUE(wait_until(
+    [&] {
+      out = wait->out();
+      return std::regex_search(out, started, std::regex{R"(validation (val-[0-9a-f-]+): burn)"});
+    },
+    20s, 100ms))
+    << out << wait->err();
+  const std::string id = started[1];
+  ASSERT_TRUE(wait_gpus_held_by(id)) << "the burn-in never held the GPUs";
+  procs_.front()->kill_now();  // the controller, mid burn-in
   ASSERT_TRUE(start_controller());
-  start_agent("gpu-01");
-  ASSERT_TRUE(wait_state("gpu-01", v1::Machine::Up));
+  auto rc = wait->wait_exit(90s);
+  ASSERT_TRUE(rc) << "validate --wait did not end: " << wait->out() << wait->err();
+  EXPECT_EQ(*rc, 0) << wait->out() << wait->err();
+  EXPECT_TRUE(contains(wait->err(), "astra: lost the controller (")) << wait->err();
+  EXPECT_TRUE(contains(wait->err(), "astra: connected to the controller again")) << wait->err();
+  EXPECT_TRUE(contains(wait->out(), id + " burn Passed")) << wait->out();
+  auto v = json_of(astra({"astraeus", "validation", id, "-o", "json"}));
+  ASSERT_EQ(v["steps"].size(), 1u) << v.dump();
+  const auto& burn = v["steps"][0];
+  EXPECT_EQ(burn.value("attempts", 0), 1) << "the burn-in was started again: " << v.dump();
+  EXPECT_TRUE(contains(burn.value("restarted", std::string{}), "went on and was waited for"))
+    << v.dump();
+  auto shown = astra({"astraeus", "validation", id});
+  EXPECT_TRUE(contains(shown.out, "the controller restarted while it ran; its run ")) << shown.out;
+}
+
+TEST_F(Validation, ARealRunSubmittedDuringABurnInStartsAndTheBurnInIsQueuedAgain) {
+  start_one_machine(300);
   auto v = astra({"astraeus", "validate", "--suite", "burn", "--machine", "gpu-01", "-o",
                   "json"});
   ASSERT_EQ(v.rc, 0) << v.err;
   auto id = json_of(v).value("id", "");
   ASSERT_FALSE(id.empty());
   // The burn-in holds the GPUs visibly.
-  ASSERT_TRUE(wait_until(
-    [&] {
-      for (const auto& g : list_gpu_views(port_))
-        if (g.holder() == "validation " + id)
-          return true;
-      return false;
-    },
-    30s, 100ms))
-    << "the burn-in never held the GPUs";
+  ASSERT_TRUE(wait_gpus_held_by(id)) << "the burn-in never held the GPUs";
   auto run = astra({"run", "--name", "train", "--gpus", "8", "--runtime", "process", "--",
                     "sleep", "600"});
   ASSERT_EQ(run.rc, 0) << run.err;

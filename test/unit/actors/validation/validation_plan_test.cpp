@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <string>
 
+#include "actors/validation/all_reduce_plan.hpp"
 #include "actors/validation/cluster_report.hpp"
+#include "actors/validation/pair_plan.hpp"
 #include "actors/validation/validation_plan.hpp"
 #include "bin/validation_format.hpp"
 #include "messages/error.hpp"
@@ -147,17 +150,49 @@ TEST(ValidationPlan, AStepThatGaveWayIsQueuedAgainNeverFailed) {
   EXPECT_FALSE(val::finished(v));
 }
 
-TEST(ValidationPlan, ARestartRunsTheStepInFlightAgain) {
-  auto v = acceptance_of({"gpu-01"});
+// A new-user trial: a controller restart (kill -9, an upgrade) deleted a
+// burn-in that its agent still ran and ran it from scratch. The checks' runs
+// outlive the controller: a step in flight is kept and waited for; only an
+// all-reduce (judged against figures kept in memory) runs again.
+TEST(ValidationPlan, ARestartKeepsTheChecksInFlightAndRunsOnlyAnAllReduceAgain) {
+  auto v = acceptance_of({"gpu-01", "gpu-02"});
   v.mutable_steps(0)->set_state(val::done);
   v.mutable_steps(0)->set_verdict("pass");
-  v.mutable_steps(1)->set_state(val::running);
-  v.mutable_steps(1)->set_run("val-20261006-7f3a2c-gpu-01-dcgm-1");
+  auto* burn = v.mutable_steps(2);
+  ASSERT_EQ(burn->check(), "burn");
+  burn->set_state(val::running);
+  burn->set_attempts(2);
+  burn->set_run("val-20261006-7f3a2c-gpu-01-burn-2");
+  auto* pair = v.mutable_steps(10);
+  ASSERT_TRUE(val::is_pair(*pair));
+  pair->set_state(val::running);
+  pair->set_attempts(1);
+  pair->set_run("val-20261006-7f3a2c-gpu-01-gpu-02-1-c");
   auto stale = val::resume(v);
-  EXPECT_EQ(stale, (std::vector<std::string>{"val-20261006-7f3a2c-gpu-01-dcgm-1"}));
+  EXPECT_TRUE(stale.empty()) << "no run that went on is removed";
   EXPECT_EQ(v.steps(0).state(), val::done) << "a finished step is not run again";
-  EXPECT_EQ(v.steps(1).state(), val::queued);
-  EXPECT_EQ(val::next_step(v, "gpu-01"), 1);
+  EXPECT_EQ(v.steps(2).state(), val::running) << "the burn-in is waited for";
+  EXPECT_EQ(v.steps(2).attempts(), 2u);
+  EXPECT_EQ(v.steps(2).restarted(),
+            "the controller restarted while it ran; its run val-20261006-7f3a2c-gpu-01-burn-2 "
+            "went on and was waited for");
+  EXPECT_EQ(v.steps(10).state(), val::running);
+  EXPECT_EQ(val::next_step(v, "gpu-01"), std::nullopt) << "nothing else starts beside it";
+  EXPECT_EQ(val::held_machines(v), (std::vector<std::string>{"gpu-01", "gpu-02"}));
+
+  auto w = acceptance_of({"gpu-01", "gpu-02"});
+  auto* all_reduce = w.mutable_steps(11);
+  ASSERT_EQ(all_reduce->check(), "allreduce");
+  all_reduce->set_state(val::running);
+  all_reduce->set_attempts(1);
+  all_reduce->set_run(val::all_reduce_run_name(w, 11, 1, 1));
+  stale = val::resume(w);
+  EXPECT_EQ(stale.size(), 2u) << "both ranks' runs are removed";
+  EXPECT_EQ(w.steps(11).state(), val::queued);
+  EXPECT_NE(w.steps(11).restarted().find("the controller restarted while it ran: it runs again"),
+            std::string::npos)
+    << w.steps(11).restarted();
+  EXPECT_TRUE(val::held_machines(w).empty());
 }
 
 TEST(ValidationPlan, TheVerdictIsTheWorstOfEachMachine) {
