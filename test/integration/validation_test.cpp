@@ -604,6 +604,7 @@ TEST_F(Validation, ARealRunSubmittedDuringABurnInStartsAndTheBurnInIsQueuedAgain
 // validation.request_acceptance): one acceptance over the joining batch,
 // the configured delay after its last machine joined, trigger "installer".
 TEST_F(Validation, MachinesInstalledWithAcceptGetOneAcceptanceAfterTheirBatchJoined) {
+  write_text(dir_ / "checks" / "burn_seconds", "60\n");  // it runs while we look
   ASSERT_TRUE(start_controller({"--set", "validation.installer_batch_delay=3s"}));
   start_agent("gpu-01", true, true);
   start_agent("gpu-02", true, true);
@@ -634,4 +635,24 @@ TEST_F(Validation, MachinesInstalledWithAcceptGetOneAcceptanceAfterTheirBatchJoi
   for (const auto& x : again.value("validations", nlohmann::json::array()))
     count += x.value("trigger", "") == "installer";
   EXPECT_EQ(count, 1u) << again.dump();
+  // A new-user trial: the machine said `acceptance_requested: true` beside
+  // `acceptance_validation: ""`, and the report counted a machine whose
+  // acceptance still ran as passing.
+  const auto id = v.value("id", "");
+  nlohmann::json machine;
+  EXPECT_TRUE(wait_until(
+    [&] {
+      machine = json_of(astra({"machine", "gpu-01", "-o", "json"}));
+      return machine.value("acceptance_validation", "") == id;
+    },
+    10s, 200ms))
+    << machine.dump();
+  auto report = json_of(astra({"astraeus", "report", "-o", "json"}));
+  ASSERT_EQ(report["rows"].size(), 2u) << report.dump();
+  EXPECT_EQ(report["rows"][0].value("verdict", ""), "validating") << report.dump();
+  EXPECT_EQ(report.value("passing", 0), 0) << report.dump();
+  EXPECT_TRUE(contains(report.value("summary", ""), "0/2 machines pass; 2 being validated "
+                                                    "(acceptance " + id + " runs on gpu-01, "
+                                                    "gpu-02)"))
+    << report.dump();
 }

@@ -42,6 +42,19 @@ v1::Run ended_run(const std::string& result, bool preempted = false) {
   return run;
 }
 
+/// `checks` on `machine` passed, as their latest steps.
+void add_passes(val::latest_map& latest, const std::string& machine,
+                std::initializer_list<const char*> checks) {
+  for (auto c : checks) {
+    v1::ValidationStep s;
+    s.set_machine(machine);
+    s.set_check(c);
+    s.set_state(val::done);
+    s.set_verdict("pass");
+    latest[{machine, c}] = s;
+  }
+}
+
 v1::MachineView machine_view(const std::string& name, v1::Machine::State s = v1::Machine::Up) {
   v1::MachineView m;
   m.set_name(name);
@@ -268,14 +281,7 @@ TEST(ClusterReport, NamesTheSlowGpuWithItsFixAndCountsPassOnly) {
   *machines.add_machines() = machine_view("gpu-04", v1::Machine::Accepting);
   val::latest_map latest;
   for (auto m : {"gpu-01", "gpu-02", "gpu-03"})
-    for (auto c : {"quick", "dcgm", "burn", "copies", "disk"}) {
-      v1::ValidationStep s;
-      s.set_machine(m);
-      s.set_check(c);
-      s.set_state(val::done);
-      s.set_verdict("pass");
-      latest[{m, c}] = s;
-    }
+    add_passes(latest, m, {"quick", "dcgm", "burn", "copies", "disk"});
   auto& slow = latest[{"gpu-03", "copies"}];
   slow.set_verdict("fail");
   auto* f = slow.mutable_result()->add_findings();
@@ -325,6 +331,46 @@ TEST(ClusterReport, AWarningFindingMakesTheMachineWarn) {
   EXPECT_EQ(report.passing(), 0u);
   EXPECT_EQ(report.findings(0).what(), "gpu-06 PCIe link of GPU 5 at Gen4")
     << "a finding naming its machine is not named twice";
+}
+
+// A new-user trial: "2/8 machines pass" with gpu-06 "Ready pass pass pass
+// — — — — —" while its acceptance's burn-in ran and its copies, disk and
+// pair waited. A machine being validated is not passing, and says so.
+TEST(ClusterReport, AMachineWhoseAcceptanceStillRunsIsBeingValidatedNotPassing) {
+  v1::MachineList machines;
+  for (const auto* m : {"gpu-05", "gpu-06"})
+    *machines.add_machines() = machine_view(m);
+  val::latest_map latest;
+  add_passes(latest, "gpu-05", {"quick", "dcgm", "burn", "copies", "disk"});
+  add_passes(latest, "gpu-06", {"quick", "dcgm"});
+  v1::StartValidation start;
+  start.set_suite("acceptance");
+  start.set_machine("gpu-06");
+  auto v = val::make_validation("val-20261006-0c0c06", start, {"gpu-06"}, "installer", 0);
+  v.mutable_steps(0)->set_state(val::done);
+  v.mutable_steps(0)->set_verdict("pass");
+  v.mutable_steps(1)->set_state(val::done);
+  v.mutable_steps(1)->set_verdict("pass");
+  v.mutable_steps(2)->set_state(val::running);
+  std::map<std::string, v1::Validation> validations{{v.id(), v}};
+  auto report = val::build_report(machines, latest, "h100", 0, validations);
+  ASSERT_EQ(report.rows_size(), 2);
+  EXPECT_EQ(report.rows(0).verdict(), "pass");
+  const auto& six = report.rows(1);
+  EXPECT_EQ(six.state(), "Ready");
+  EXPECT_EQ(six.verdict(), "validating");
+  EXPECT_EQ(six.quick(), "pass");
+  EXPECT_EQ(six.burn(), "running");
+  EXPECT_EQ(six.copies(), "queued");
+  EXPECT_EQ(six.disk(), "queued");
+  EXPECT_EQ(report.passing(), 1u);
+  EXPECT_EQ(report.summary(), "1/2 machines pass; 1 being validated (acceptance "
+                              "val-20261006-0c0c06 runs on gpu-06).");
+  // Once it has ended, the machine's verdict is its checks'.
+  v.set_state("Passed");
+  validations[v.id()] = v;
+  EXPECT_EQ(val::build_report(machines, latest, "h100", 0, validations).rows(1).verdict(),
+            "pass");
 }
 
 // Third new-user trial: a drained machine showed Ready, and a machine whose
