@@ -303,7 +303,7 @@ void load(self_ptr self) {
 } // namespace
 
 void accept_machine(self_ptr self, const std::string& machine, const std::string& reason,
-                    accepted_fn done) {
+                    accepted_fn done, bool only_waiting) {
   auto& st = self->state;
   if (!st.cluster) {
     done(caf::make_error(ec::invalid_request, "the validations are not ready yet"));
@@ -311,15 +311,26 @@ void accept_machine(self_ptr self, const std::string& machine, const std::string
   }
   self->request(st.cluster, std::chrono::seconds{10}, atom::get_v, machine)
     .then(
-      [self, machine, reason, done](machine_actor& m) {
+      [self, machine, reason, done, only_waiting](machine_actor& m) {
         self->request(m, std::chrono::seconds{10}, atom::get_v)
           .then(
-            [self, m, machine, reason, done](v1::MachineView& view) {
+            [self, m, machine, reason, done, only_waiting](v1::MachineView& view) {
               auto pool = view.labels().find("pool");
               auto& st = self->state;
               auto p = pool == view.labels().end() ? st.policies.end()
                                                    : st.policies.find(pool->second);
               bool required = p != st.policies.end() && p->second.require_acceptance();
+              // A new-user trial: accepting an Up machine said "accepted"
+              // and changed nothing.
+              bool waiting = (required && !view.accepted()) || view.acceptance_requested();
+              if (only_waiting && !waiting) {
+                auto state = v1::Machine::State_Name(view.state());
+                done(caf::make_error(ec::failed_precondition,
+                                     "machine " + machine + " is not Accepting (it is " + state
+                                       + (view.accepted() ? ", accepted already" : "")
+                                       + "): nothing to accept"));
+                return;
+              }
               st.told_required[machine] = required;
               self->request(m, std::chrono::seconds{10}, atom::accept_v, required, true, reason)
                 .then([done](v1::MachineView& v) { done(v); },

@@ -257,7 +257,8 @@ caf::result<v1::Response> accept(self_ptr self, const v1::Request& req) {
                    auto out = with_id(id);
                    *out.mutable_machine() = std::move(*m);
                    rp.deliver(std::move(out));
-                 });
+                 },
+                 true);
   return rp;
 }
 

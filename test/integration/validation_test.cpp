@@ -523,6 +523,14 @@ TEST_F(Validation, ANewMachineInAPolicyPoolIsAcceptingUntilItPasses) {
   auto audit = astra({"audit"});
   EXPECT_TRUE(contains(audit.out, "accept machine")) << audit.out;
   EXPECT_TRUE(contains(audit.out, "ship as-is")) << audit.out;
+  // A new-user trial: accepting a machine that waits for nothing said
+  // "accepted", exit 0, and changed nothing. It is refused, and audited so.
+  auto again = astra({"astraeus", "accept", "gpu-05", "--reason", "already fine"});
+  EXPECT_EQ(again.rc, 1) << again.out << again.err;
+  EXPECT_EQ(again.err, "astra: machine gpu-05 is not Accepting (it is Up, accepted already): "
+                       "nothing to accept\n");
+  audit = astra({"audit"});
+  EXPECT_TRUE(contains(audit.out, "refused: machine gpu-05 is not Accepting")) << audit.out;
 }
 
 // A new-user trial: after `kill -9` of the controller during a burn-in, the

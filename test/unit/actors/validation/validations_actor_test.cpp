@@ -406,3 +406,37 @@ TEST_F(Validations, ACheckThatWentOnThroughARestartKeepsItsMachinesSlot) {
     << "the quick check runs once the burn-in ended";
   EXPECT_EQ(w->submitted.size(), 2u);
 }
+
+// A new-user trial: `astra astraeus accept gpu-01 --reason "already fine"` on
+// an Up machine printed "machine gpu-01 accepted; it is Up", exit 0, and
+// changed nothing. Only a machine that waits for acceptance is accepted.
+TEST_F(Validations, AcceptingAMachineThatIsNotAcceptingIsRefusedAndChangesNothing) {
+  join("gpu-01", "h100");
+  auto accept = [&](const std::string& machine) {
+    v1::Request req;
+    req.set_id(6);
+    req.mutable_caller()->set_name("alice");
+    req.mutable_accept_machine()->set_machine(machine);
+    req.mutable_accept_machine()->set_reason("already fine");
+    return ask<v1::Response>(actor_, std::move(req));
+  };
+  auto resp = accept("gpu-01");
+  ASSERT_TRUE(resp.has_error());
+  EXPECT_EQ(resp.error().code(), "failed_precondition");
+  EXPECT_EQ(resp.error().message(), "machine gpu-01 is not Accepting (it is Up): nothing to accept");
+  EXPECT_FALSE(w->machines["gpu-01"].accepted);
+
+  ASSERT_FALSE(set_policy("h100", true).has_error());
+  join("gpu-02", "h100");
+  for (int i = 0; i < 3; ++i)
+    advance(std::chrono::seconds{2});
+  ASSERT_EQ(view_of("gpu-02", w->machines["gpu-02"]).state(), v1::Machine::Accepting);
+  resp = accept("gpu-02");
+  ASSERT_FALSE(resp.has_error()) << resp.error().message();
+  EXPECT_TRUE(w->machines["gpu-02"].accepted);
+  EXPECT_EQ(w->machines["gpu-02"].reason, "already fine");
+  resp = accept("gpu-02");
+  ASSERT_TRUE(resp.has_error());
+  EXPECT_EQ(resp.error().message(),
+            "machine gpu-02 is not Accepting (it is Up, accepted already): nothing to accept");
+}
