@@ -51,9 +51,21 @@ void start_validation(self_ptr self, v1::StartValidation start, std::string trig
     done(err);
     return;
   }
+  // In the request's own field names: the API and the console send it so
+  // (astra checks its --pool and --machine before sending).
   if (batch.empty() && start.pool().empty() == start.machine().empty()) {
     done(caf::make_error(ec::invalid_request,
-                         "name the machines to check: --pool POOL or --machine NAME (one of them)"));
+                         start.pool().empty()
+                           ? "name the machines to check: give \"pool\" or \"machine\""
+                           : "name the machines to check: give \"pool\" or \"machine\", not "
+                             "both"));
+    return;
+  }
+  if (start.suite() == "network" && !start.machine().empty()) {
+    done(caf::make_error(ec::invalid_request,
+                         "the network suite measures pairs of machines: one machine ("
+                           + start.machine()
+                           + ") was named; name a pool of two or more machines that are Up"));
     return;
   }
   if (!st.cluster) {
@@ -108,9 +120,9 @@ void start_validation(self_ptr self, v1::StartValidation start, std::string trig
         std::sort(names.begin(), names.end());
         if (start.suite() == "network" && names.size() < 2) {
           done(caf::make_error(ec::invalid_request,
-                               "the network suite measures pairs of machines: "
-                                 + std::to_string(names.size())
-                                 + " machine is Up, it needs two or more"));
+                               "the network suite measures pairs of machines: only "
+                                 + names.front() + " of pool " + start.pool()
+                                 + " is Up; it needs two or more"));
           return;
         }
         auto& st = self->state;

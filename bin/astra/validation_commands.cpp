@@ -27,12 +27,16 @@ namespace astraeus::cli {
 
 namespace {
 
-/// A --burn-in value in seconds (at most 7 days, not 0); nullopt after
-/// saying why on stderr.
+/// A --burn-in value in seconds (at most 7 days, at least 1 s); nullopt
+/// after saying why on stderr.
 std::optional<uint64_t> burn_in_seconds(const std::string& text) {
   auto secs = parse_bounded_seconds(text, "--burn-in", max_burn_in_seconds);
+  // It is a duration, only too short (a new-user trial read "'0s' is not a
+  // duration").
   if (secs && *secs == 0) {
-    std::fprintf(stderr, "astra: --burn-in: '%s' is not a duration: give one such as 10m\n",
+    std::fprintf(stderr,
+                 "astra: --burn-in: '%s' is too short: at least 1s (leave --burn-in out for "
+                 "the default, 10m)\n",
                  text.c_str());
     return std::nullopt;
   }

@@ -373,6 +373,19 @@ TEST(ClusterReport, AMachineWhoseAcceptanceStillRunsIsBeingValidatedNotPassing) 
             "pass");
 }
 
+// A new-user trial: a pool's 7-day burn-in printed as "burn-in 10080m".
+TEST(ValidationFormat, APolicysBurnInReadsAsItWasGiven) {
+  v1::ValidationPolicy p;
+  p.set_pool("h100");
+  p.set_require_acceptance(true);
+  p.set_burn_in_seconds(7 * 86400);
+  EXPECT_NE(cli::format_policy(p).find("; burn-in 7d;"), std::string::npos)
+    << cli::format_policy(p);
+  p.set_burn_in_seconds(5400);
+  EXPECT_NE(cli::format_policy(p).find("; burn-in 1h30m;"), std::string::npos)
+    << cli::format_policy(p);
+}
+
 // Third new-user trial: a drained machine showed Ready, and a machine whose
 // acceptance ended Skipped (it takes no work) had nothing to fix.
 TEST(ClusterReport, AMachineTakingNoWorkIsNotReadyAndItsEndedAcceptanceIsToFix) {

@@ -440,3 +440,31 @@ TEST_F(Validations, AcceptingAMachineThatIsNotAcceptingIsRefusedAndChangesNothin
   EXPECT_EQ(resp.error().message(),
             "machine gpu-02 is not Accepting (it is Up, accepted already): nothing to accept");
 }
+
+// A new-user trial: the network suite on one named machine said "1 machine
+// is Up" while 5 were, and a request naming no machines answered in astra's
+// flags (--pool POOL) to the API. Each says what was wrong in the request's
+// own terms.
+TEST_F(Validations, ARequestThatCannotRunSaysWhatWasWrongInItsOwnTerms) {
+  join("gpu-01", "h100");
+  join("gpu-02", "h100");
+  join("gpu-03", "a100");
+  auto resp = validate("network", "gpu-01");
+  ASSERT_TRUE(resp.has_error());
+  EXPECT_EQ(resp.error().message(),
+            "the network suite measures pairs of machines: one machine (gpu-01) was named; name "
+            "a pool of two or more machines that are Up");
+  v1::Request req;
+  req.set_id(7);
+  req.mutable_caller()->set_name("alice");
+  req.mutable_start_validation()->set_suite("quick");
+  resp = ask<v1::Response>(actor_, req);
+  ASSERT_TRUE(resp.has_error());
+  EXPECT_EQ(resp.error().message(), R"(name the machines to check: give "pool" or "machine")");
+  req.mutable_start_validation()->set_suite("network");
+  req.mutable_start_validation()->set_pool("a100");
+  resp = ask<v1::Response>(actor_, req);
+  ASSERT_TRUE(resp.has_error());
+  EXPECT_EQ(resp.error().message(), "the network suite measures pairs of machines: only gpu-03 "
+                                    "of pool a100 is Up; it needs two or more");
+}
