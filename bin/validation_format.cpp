@@ -7,6 +7,7 @@
 #include "actors/validation/pair_matrix.hpp"
 #include "actors/validation/validation_plan.hpp"
 #include "bin/cli_format.hpp"
+#include "runtime/process/duration_text.hpp"
 #include "runtime/process/wall_clock.hpp"
 
 namespace astraeus::cli {
@@ -133,6 +134,9 @@ std::string format_validation(const v1::Validation& v) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& s : v.steps()) {
     std::string why = s.result().summary().empty() ? s.reason() : s.result().summary();
+    // What a controller restart did to it (it went on, or ran again).
+    if (!s.restarted().empty() && why.find(s.restarted()) == std::string::npos)
+      why += (why.empty() ? "" : "; ") + s.restarted();
     rows.push_back({step_machines(s), s.check(), s.state(), s.verdict().empty() ? "—" : s.verdict(),
                     std::to_string(s.yields()), why});
   }
@@ -217,10 +221,10 @@ std::string format_topology(const v1::TopologyReport& t) {
 }
 
 std::string format_policy(const v1::ValidationPolicy& p) {
-  std::string burn = p.burn_in_seconds() == 0 ? "10m (default)"
-                     : p.burn_in_seconds() % 60 == 0
-                       ? std::to_string(p.burn_in_seconds() / 60) + "m"
-                       : std::to_string(p.burn_in_seconds()) + "s";
+  // As it is given (a new-user trial read a 7-day burn-in as "10080m").
+  std::string burn = p.burn_in_seconds() == 0
+                       ? "10m (default)"
+                       : format_duration_exact(static_cast<int64_t>(p.burn_in_seconds()));
   return "pool " + p.pool() + ": "
          + (p.require_acceptance() ? "new machines must pass acceptance"
                                    : "acceptance not required")

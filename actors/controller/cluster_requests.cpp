@@ -683,7 +683,12 @@ result_t to_validations(const cluster_request& r) {
       [self = r.self, rp, audited, target, reason, action,
        who = r.req.caller()](v1::Response& resp) mutable {
         if (audited) {
-          std::string result = resp.has_error() ? "failed: " + resp.error().message() : "ok";
+          // A request the cluster's state refuses (accepting a machine that
+          // is not Accepting) is audited as the other refusals are.
+          const bool refused =
+            resp.has_error() && resp.error().code() == to_string(ec::failed_precondition);
+          std::string result = !resp.has_error() ? std::string{"ok"}
+                               : (refused ? "refused: " : "failed: ") + resp.error().message();
           if (resp.has_validation())
             result += ": " + resp.validation().id();
           audit(self, who, action, target, result + reason);

@@ -293,7 +293,10 @@ v1::MachineView machine_state::view() const {
   out.set_quick_summary(quick.result().summary().empty() ? quick.reason()
                                                          : quick.result().summary());
   out.set_accepted(acceptance_required && config.record.accepted());
-  if (shown_state() == v1::Machine::Accepting) {
+  // An Accepting machine's acceptance, or the one a machine installed with
+  // --accept asked for (it may run while the machine is Up).
+  if (shown_state() == v1::Machine::Accepting
+      || (rec.acceptance_requested() && !rec.accepted())) {
     out.set_acceptance_validation(acceptance_id);
     out.set_acceptance_ended(acceptance_ended);
   }

@@ -4,9 +4,11 @@
 #include "actors/validation/all_reduce_plan.hpp"
 #include "actors/validation/pair_plan.hpp"
 #include "actors/validation/topology_findings.hpp"
+#include "actors/validation/validation_plan.hpp"
 #include "runtime/validation/fix_commands.hpp"
 
 #include <algorithm>
+#include <map>
 #include <vector>
 
 namespace astraeus::validation {
@@ -102,6 +104,42 @@ std::string all_reduce_cell(const std::vector<const v1::ValidationStep*>& steps,
   return cell;
 }
 
+/// What the Running validations have yet to finish on one machine: the
+/// first such validation (the summary names it) and, by cell (a check, or
+/// "pairs" / "allreduce"), "running" or "queued".
+struct in_progress {
+  const v1::Validation* validation = nullptr;
+  std::map<std::string, std::string> cells;
+};
+
+/// The machines Running validations of `validations` have yet to finish
+/// with, by name.
+std::map<std::string, in_progress>
+being_validated(const std::map<std::string, v1::Validation>& validations) {
+  std::map<std::string, in_progress> out;
+  for (const auto& [id, v] : validations) {
+    if (v.state() != "Running")
+      continue;
+    for (const auto& s : v.steps()) {
+      if (s.state() == "Done" || s.state() == "Failed")
+        continue;
+      const std::string cell = is_pair(s)         ? std::string{pair_check}
+                               : is_all_reduce(s) ? std::string{all_reduce_check}
+                                                  : s.check();
+      const std::string word = s.state() == "Running" ? "running" : "queued";
+      for (const auto& m : step_machines(s)) {
+        auto& p = out[m];
+        if (p.validation == nullptr)
+          p.validation = &v;
+        auto& c = p.cells[cell];
+        if (c != "running")
+          c = word;
+      }
+    }
+  }
+  return out;
+}
+
 } // namespace
 
 std::string readiness(const v1::MachineView& m) {
@@ -125,7 +163,8 @@ std::string readiness(const v1::MachineView& m) {
 }
 
 v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map& latest,
-                               const std::string& pool, int64_t now_unix_ms) {
+                               const std::string& pool, int64_t now_unix_ms,
+                               const std::map<std::string, v1::Validation>& validations) {
   v1::ClusterReport out;
   out.set_generated_unix_ms(now_unix_ms);
   std::vector<const v1::MachineView*> rows;
@@ -157,6 +196,10 @@ v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map
     all_reduce.push_back(all_reduce_point(*step));
   for (const auto& p : all_reduce)
     *out.add_all_reduce() = p;
+  // A new-user trial: "2/8 machines pass" counted a machine whose
+  // acceptance still ran (its burn-in Running) as passing.
+  const auto unfinished = being_validated(validations);
+  std::vector<std::string> validated;  // "acceptance val-… runs on gpu-06"
   for (const auto* m : rows) {
     auto* row = out.add_rows();
     row->set_machine(m->name());
@@ -249,8 +292,29 @@ v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map
                           : worst == 2 ? "pass"
                           : worst == 1 ? "skipped"
                                        : none;
+    if (auto p = unfinished.find(m->name()); p != unfinished.end()) {
+      // Not yet a verdict: the checks still to come are said as such.
+      const std::pair<std::string*, const char*> row_cells[] = {
+        {row->mutable_quick(), "quick"},   {row->mutable_dcgm(), "dcgm"},
+        {row->mutable_burn(), "burn"},     {row->mutable_copies(), "copies"},
+        {row->mutable_disk(), "disk"},     {row->mutable_pairs(), pair_check},
+        {row->mutable_all_reduce(), all_reduce_check}};
+      for (const auto& [cell, check] : row_cells)
+        if (auto c = p->second.cells.find(check); c != p->second.cells.end())
+          *cell = c->second;
+      verdict = validating;
+      const auto& v = *p->second.validation;
+      auto words = v.suite() + " " + v.id() + " runs on ";
+      auto same = std::find_if(validated.begin(), validated.end(), [&](const std::string& w) {
+        return w.rfind(words, 0) == 0;
+      });
+      if (same == validated.end())
+        validated.push_back(words + m->name());
+      else
+        *same += ", " + m->name();
+    }
     row->set_verdict(verdict);
-    passing += worst == 2 ? 1 : 0;
+    passing += verdict == std::string{"pass"} ? 1 : 0;
   }
   for (auto& f : fails)
     *out.add_findings() = std::move(f);
@@ -260,6 +324,15 @@ v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map
   out.set_passing(passing);
   std::string summary = std::to_string(passing) + "/" + std::to_string(rows.size())
                         + " machines pass";
+  if (!validated.empty()) {
+    size_t count = 0;
+    for (const auto& r : out.rows())
+      count += r.verdict() == validating ? 1 : 0;
+    summary += "; " + std::to_string(count) + " being validated (";
+    for (size_t i = 0; i < validated.size(); ++i)
+      summary += (i == 0 ? "" : "; ") + validated[i];
+    summary += ")";
+  }
   bool any_run = std::any_of(out.rows().begin(), out.rows().end(),
                              [](const auto& r) { return r.verdict() != none; });
   if (rows.empty())

@@ -37,7 +37,18 @@ std::string readiness(const v1::MachineView& m);
 /// pair ("pair gpu-03–gpu-06 at 92% of the best pair") and the largest
 /// all-reduce group ("all-reduce over 8 machines at 93% of expected (291 of
 /// 313 GB/s)").
+///
+/// A machine that a Running validation of `validations` covers and has not
+/// finished with (its acceptance still runs) is being validated: its
+/// VERDICT is `validating` and it is not counted as passing; each cell whose
+/// check that validation has yet to finish there says `running` or `queued`
+/// (its step's state), not a verdict from before; the summary adds "N being
+/// validated (acceptance val-… runs there)".
 v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map& latest,
-                               const std::string& pool, int64_t now_unix_ms);
+                               const std::string& pool, int64_t now_unix_ms,
+                               const std::map<std::string, v1::Validation>& validations = {});
+
+/// The VERDICT of a machine a Running validation has not finished with.
+inline constexpr const char* validating = "validating";
 
 } // namespace astraeus::validation

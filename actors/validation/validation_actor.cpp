@@ -31,6 +31,17 @@ v1::Request validation_cluster_request() {
   return req;
 }
 
+void run_seen(validation_self self, int index) {
+  self->state.unconfirmed.erase(index);
+}
+
+void run_gone(validation_self self, int index, const std::string& why) {
+  if (self->state.unconfirmed.erase(index) == 0)
+    return;
+  auto& step = *self->state.v.mutable_steps(index);
+  step.set_restarted(validation::restarted_gone(step.run(), why));
+}
+
 } // namespace astraeus::validation_detail
 
 namespace astraeus {
@@ -85,6 +96,7 @@ void finish_quick(self_ptr self, int index) {
 /// The run of step `index` is gone (deleted by hand, `why`): the step is
 /// queued again.
 void run_went_away(self_ptr self, int index, const std::string& why) {
+  validation_detail::run_gone(self, index, why);
   auto& step = *self->state.v.mutable_steps(index);
   step.set_state(validation::queued);
   step.set_reason("its run " + step.run() + " went away (" + why + "); queued again");
@@ -107,6 +119,7 @@ void look_at_run(self_ptr self, int index) {
           run_went_away(self, index, "deleted");
           return;
         }
+        validation_detail::run_seen(self, index);
         auto& st = self->state;
         auto& step = *st.v.mutable_steps(index);
         if (step.state() != validation::running
@@ -361,8 +374,14 @@ validation_behavior(validation_actor::stateful_pointer<validation_state> self,
   st.v = st.config.validation;
   if (st.config.resumed) {
     for (const auto& run : validation::resume(st.v))
-      self->request(st.config.scheduler, std::chrono::seconds{10}, atom::remove_v, run)
-        .then([](v1::Run&) {}, [](caf::error&) {});
+      validation_detail::remove_run(self, run);
+    for (int i = 0; i < st.v.steps_size(); ++i)
+      if (st.v.steps(i).state() == validation::running) {
+        spdlog::info("validation {}: {} on {} waits for its run {}, which went on through the "
+                     "restart", st.v.id(), st.v.steps(i).check(), st.v.steps(i).machine(),
+                     st.v.steps(i).run());
+        st.unconfirmed.insert(i);
+      }
     save(self);
   }
   self->send(self, atom::poll_v);

@@ -43,8 +43,9 @@ struct validation_config {
   std::shared_ptr<const wall_clock> clock = real_wall_clock();
   /// The validation, new or as stored.
   v1::Validation validation;
-  /// Loaded after a controller restart: Running steps run again (their old
-  /// runs are removed first).
+  /// Loaded after a controller restart: Running steps wait for their runs,
+  /// which went on (validation_plan.hpp, resume); one whose run is gone runs
+  /// again.
   bool resumed = false;
 };
 
@@ -66,6 +67,10 @@ struct validation_state {
   /// (a restarted controller runs the step again, so they are not stored).
   std::map<int, double> all_reduce_expected;
   std::map<int, std::vector<uint32_t>> all_reduce_gpus;
+  /// After a controller restart: the Running steps (by index) whose run has
+  /// not been looked at since; the first look says whether it went on
+  /// (kept) or was gone (the step runs again, `restarted` saying so).
+  std::set<int> unconfirmed;
 };
 
 /// The behaviour of a validation actor: it polls at once, then every

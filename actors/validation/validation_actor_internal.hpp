@@ -32,6 +32,15 @@ void give_back_slot(validation_self self, const std::string& machine);
 /// errors are ignored (it may be gone already).
 void remove_run(validation_self self, const std::string& name);
 
+/// The run of step `index` was found: a step resumed after a controller
+/// restart keeps its `restarted` words (its run went on).
+void run_seen(validation_self self, int index);
+
+/// The run of step `index` is gone (`why`): a step resumed after a
+/// controller restart says in `restarted` that it runs again, words kept
+/// through its next attempt.
+void run_gone(validation_self self, int index, const std::string& why);
+
 /// Step `index`'s first run `run` was submitted: the step is Running on it
 /// (reason cleared, started now), no longer busy, and stored.
 void mark_submitted(validation_self self, int index, const v1::Run& run);

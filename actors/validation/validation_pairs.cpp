@@ -46,6 +46,7 @@ void group_step_ended(validation_self self, int index, const std::string& label)
 }
 
 void group_step_went_away(validation_self self, int index, const std::string& why) {
+  run_gone(self, index, why);
   auto& step = *self->state.v.mutable_steps(index);
   for (const auto& run : val::step_runs(self->state.v, index))
     if (run != step.run())
@@ -83,6 +84,7 @@ void get_step_run(validation_self self, int index, const std::string& name,
           group_step_went_away(self, index, "deleted");
           return;
         }
+        run_seen(self, index);
         then(run);
       },
       [self, index](caf::error& err) { group_step_went_away(self, index, render_error(err)); });

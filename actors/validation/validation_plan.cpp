@@ -118,14 +118,40 @@ std::vector<std::string> resume(v1::Validation& v) {
   std::vector<std::string> stale;
   for (int i = 0; i < v.steps_size(); ++i) {
     auto& s = *v.mutable_steps(i);
-    if (s.state() == running) {
-      for (auto& run : step_runs(v, i))
-        stale.push_back(std::move(run));
-      s.set_state(queued);
-      s.set_reason("the controller restarted while it ran: it runs again");
+    if (s.state() != running)
+      continue;
+    if (!is_all_reduce(s)) {
+      s.set_restarted(restarted_kept(s.run()));
+      continue;
     }
+    for (auto& run : step_runs(v, i))
+      stale.push_back(std::move(run));
+    s.set_state(queued);
+    s.set_reason("the controller restarted while it ran: it runs again (an all-reduce is "
+                 "judged against figures the controller kept in memory)");
+    s.set_restarted(s.reason());
   }
   return stale;
+}
+
+std::vector<std::string> held_machines(const v1::Validation& v) {
+  std::vector<std::string> out;
+  for (const auto& s : v.steps())
+    if (s.state() == running)
+      for (auto& m : step_machines(s))
+        if (std::find(out.begin(), out.end(), m) == out.end())
+          out.push_back(std::move(m));
+  return out;
+}
+
+std::string restarted_kept(const std::string& run) {
+  return "the controller restarted while it ran; its run " + run
+         + " went on and was waited for";
+}
+
+std::string restarted_gone(const std::string& run, const std::string& why) {
+  return "the controller restarted while it ran and its run " + run + " was gone (" + why
+         + "): it ran again";
 }
 
 std::vector<std::string> step_machines(const v1::ValidationStep& step) {

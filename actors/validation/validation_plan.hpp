@@ -65,10 +65,30 @@ v1::Validation make_validation(const std::string& id, const v1::StartValidation&
                                const std::vector<std::string>& machines,
                                const std::string& trigger, int64_t now_unix_ms);
 
-/// After a controller restart: every Running step is Queued again (it runs
-/// again), keeping its run name so the old run can be removed first.
-/// Returns the runs to remove.
+/// After a controller restart: the checks' runs outlive the controller (the
+/// scheduler keeps them and re-adopts their workers), so every Running step
+/// stays Running and its run is waited for, `restarted` saying so
+/// (restarted_kept); a 7-day burn-in survives an upgrade. An all-reduce step
+/// is the exception: what it is judged against was kept only in memory, so
+/// it is Queued again (it runs again, `restarted` and its reason saying
+/// why) keeping its run name. Returns the runs to remove: those of the
+/// all-reduce steps queued again.
 std::vector<std::string> resume(v1::Validation& v);
+
+/// The machines whose check slots `v` holds after resume(): those of its
+/// Running steps (step_machines, each once), so that no other check is
+/// granted a machine whose check went on through the restart.
+std::vector<std::string> held_machines(const v1::Validation& v);
+
+/// `restarted` of a step whose run went on through a controller restart:
+/// "the controller restarted while it ran; its run RUN went on and was
+/// waited for".
+std::string restarted_kept(const std::string& run);
+
+/// `restarted` of a step whose run was gone after a controller restart:
+/// "the controller restarted while it ran and its run RUN was gone
+/// (WHY): it ran again".
+std::string restarted_gone(const std::string& run, const std::string& why);
 
 /// The machines a step holds while it runs: its machine, a pair's peer, an
 /// all-reduce's group (each once, in that order).

@@ -51,9 +51,21 @@ void start_validation(self_ptr self, v1::StartValidation start, std::string trig
     done(err);
     return;
   }
+  // In the request's own field names: the API and the console send it so
+  // (astra checks its --pool and --machine before sending).
   if (batch.empty() && start.pool().empty() == start.machine().empty()) {
     done(caf::make_error(ec::invalid_request,
-                         "name the machines to check: --pool POOL or --machine NAME (one of them)"));
+                         start.pool().empty()
+                           ? "name the machines to check: give \"pool\" or \"machine\""
+                           : "name the machines to check: give \"pool\" or \"machine\", not "
+                             "both"));
+    return;
+  }
+  if (start.suite() == "network" && !start.machine().empty()) {
+    done(caf::make_error(ec::invalid_request,
+                         "the network suite measures pairs of machines: one machine ("
+                           + start.machine()
+                           + ") was named; name a pool of two or more machines that are Up"));
     return;
   }
   if (!st.cluster) {
@@ -108,9 +120,9 @@ void start_validation(self_ptr self, v1::StartValidation start, std::string trig
         std::sort(names.begin(), names.end());
         if (start.suite() == "network" && names.size() < 2) {
           done(caf::make_error(ec::invalid_request,
-                               "the network suite measures pairs of machines: "
-                                 + std::to_string(names.size())
-                                 + " machine is Up, it needs two or more"));
+                               "the network suite measures pairs of machines: only "
+                                 + names.front() + " of pool " + start.pool()
+                                 + " is Up; it needs two or more"));
           return;
         }
         auto& st = self->state;
@@ -303,7 +315,7 @@ void load(self_ptr self) {
 } // namespace
 
 void accept_machine(self_ptr self, const std::string& machine, const std::string& reason,
-                    accepted_fn done) {
+                    accepted_fn done, bool only_waiting) {
   auto& st = self->state;
   if (!st.cluster) {
     done(caf::make_error(ec::invalid_request, "the validations are not ready yet"));
@@ -311,15 +323,26 @@ void accept_machine(self_ptr self, const std::string& machine, const std::string
   }
   self->request(st.cluster, std::chrono::seconds{10}, atom::get_v, machine)
     .then(
-      [self, machine, reason, done](machine_actor& m) {
+      [self, machine, reason, done, only_waiting](machine_actor& m) {
         self->request(m, std::chrono::seconds{10}, atom::get_v)
           .then(
-            [self, m, machine, reason, done](v1::MachineView& view) {
+            [self, m, machine, reason, done, only_waiting](v1::MachineView& view) {
               auto pool = view.labels().find("pool");
               auto& st = self->state;
               auto p = pool == view.labels().end() ? st.policies.end()
                                                    : st.policies.find(pool->second);
               bool required = p != st.policies.end() && p->second.require_acceptance();
+              // A new-user trial: accepting an Up machine said "accepted"
+              // and changed nothing.
+              bool waiting = (required && !view.accepted()) || view.acceptance_requested();
+              if (only_waiting && !waiting) {
+                auto state = v1::Machine::State_Name(view.state());
+                done(caf::make_error(ec::failed_precondition,
+                                     "machine " + machine + " is not Accepting (it is " + state
+                                       + (view.accepted() ? ", accepted already" : "")
+                                       + "): nothing to accept"));
+                return;
+              }
               st.told_required[machine] = required;
               self->request(m, std::chrono::seconds{10}, atom::accept_v, required, true, reason)
                 .then([done](v1::MachineView& v) { done(v); },
@@ -351,9 +374,17 @@ validations(validations_actor::stateful_pointer<validations_state> self,
       st.cluster = std::move(cluster);
       if (!first)
         return;
-      for (const auto& [id, v] : st.validations)
-        if (v.state() == "Running")
-          spawn_validation(self, v, true);
+      for (const auto& [id, v] : st.validations) {
+        if (v.state() != "Running")
+          continue;
+        // A check that went on through the restart keeps its machines'
+        // slots: no other check is granted them while it runs.
+        auto resumed = v;
+        validation::resume(resumed);
+        for (const auto& m : validation::held_machines(resumed))
+          st.slots[m] = id;
+        spawn_validation(self, v, true);
+      }
       restore_acceptances(self);
       restore_quick_checks(self);
       self->send(self, atom::poll_v);

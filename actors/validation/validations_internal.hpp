@@ -36,8 +36,12 @@ void start_validation(self_ptr self, v1::StartValidation start, std::string trig
                       std::vector<std::string> batch = {});
 
 /// Accepts `machine` in its pool (it passed, or an admin's `reason`).
+/// `only_waiting` (an admin's `astra astraeus accept`): a machine that waits
+/// for no acceptance (not Accepting, not installed with --accept, or
+/// accepted already) is refused, ec::failed_precondition "machine gpu-01 is
+/// not Accepting (it is Up): nothing to accept", and nothing changes.
 void accept_machine(self_ptr self, const std::string& machine, const std::string& reason,
-                    accepted_fn done);
+                    accepted_fn done, bool only_waiting = false);
 
 /// Answers a validation request of the CLI or the API.
 caf::result<v1::Response> answer(self_ptr self, const v1::Request& req);

@@ -94,8 +94,10 @@ caf::result<v1::Response> report(self_ptr self, const v1::Request& req) {
           return;
         }
         auto out = with_id(id);
-        *out.mutable_report() = validation::build_report(
-          resp.machines(), self->state.latest, pool, self->state.config.clock->now_unix_ms());
+        *out.mutable_report() =
+          validation::build_report(resp.machines(), self->state.latest, pool,
+                                   self->state.config.clock->now_unix_ms(),
+                                   self->state.validations);
         rp.deliver(std::move(out));
       },
       [rp, id = req.id()](caf::error& err) mutable { rp.deliver(failure(id, err)); });
@@ -255,7 +257,8 @@ caf::result<v1::Response> accept(self_ptr self, const v1::Request& req) {
                    auto out = with_id(id);
                    *out.mutable_machine() = std::move(*m);
                    rp.deliver(std::move(out));
-                 });
+                 },
+                 true);
   return rp;
 }
 
@@ -279,16 +282,19 @@ bool pending(self_ptr self, const std::string& machine, const std::string& check
   return false;
 }
 
-/// Tells Accepting `machine` which acceptance runs there (its waiting
-/// reasons name it: "gpu-03 is Accepting (acceptance val-… runs there)").
-void tell_acceptance(self_ptr self, const std::string& machine, const std::string& id) {
+/// Tells `machine` which acceptance runs there: an Accepting one's waiting
+/// reasons name it ("gpu-03 is Accepting (acceptance val-… runs there)"),
+/// and a machine installed with --accept shows it (`acceptance_validation`).
+/// `required`: whether its pool requires acceptance (unchanged by this).
+void tell_acceptance(self_ptr self, const std::string& machine, const std::string& id,
+                     bool required) {
   auto& st = self->state;
   if (!st.cluster)
     return;
   self->request(st.cluster, std::chrono::seconds{10}, atom::get_v, machine)
     .then(
-      [self, id](machine_actor& h) {
-        self->request(h, std::chrono::seconds{10}, atom::accept_v, true, false, id)
+      [self, id, required](machine_actor& h) {
+        self->request(h, std::chrono::seconds{10}, atom::accept_v, required, false, id)
           .then([](v1::MachineView&) {}, [](caf::error&) {});
       },
       [](caf::error&) {});
@@ -310,7 +316,7 @@ void start_for(self_ptr self, const std::string& machine, const std::string& sui
       return;
     }
     if (suite == "acceptance")
-      tell_acceptance(self, machine, v->id());
+      tell_acceptance(self, machine, v->id(), true);
   });
 }
 
@@ -501,6 +507,14 @@ void start_installer_batch(self_ptr self, const v1::MachineList& machines) {
                      render_error(v.error()));
         for (const auto& m : batch)
           self->state.installer_started.erase(m);
+        return;
+      }
+      // A new-user trial read `acceptance_requested: true` beside
+      // `acceptance_validation: ""` while the acceptance ran.
+      for (const auto& m : v->machines()) {
+        auto told = self->state.told_required.find(m);
+        tell_acceptance(self, m, v->id(),
+                        told != self->state.told_required.end() && told->second);
       }
     },
     batch);

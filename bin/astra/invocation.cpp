@@ -133,7 +133,7 @@ std::optional<gate_credentials> resolve_credentials(options& opts) {
   return out;
 }
 
-std::optional<gate_client> connect_gate(options opts, int& rc) {
+std::optional<gate_client> connect_gate(options opts, int& rc, bool quiet) {
   auto creds = resolve_credentials(opts);
   if (!creds) {
     rc = 2;
@@ -148,6 +148,10 @@ std::optional<gate_client> connect_gate(options opts, int& rc) {
   }
   auto timeout = std::chrono::milliseconds{static_cast<int64_t>(opts.timeout_s * 1000)};
   auto client = gate_client::connect_cli_leader(*addrs, timeout, *creds);
+  if (!client && quiet) {
+    rc = client.error() == ec::unreachable || client.error() == ec::timeout ? 3 : 1;
+    return std::nullopt;
+  }
   if (!client) {
     std::fprintf(stderr, "astra: %s\n", render_error(client.error()).c_str());
     if (client.error() == ec::unreachable && addrs->size() > 1)

@@ -90,9 +90,10 @@ std::map<std::string, std::string> read_credentials(const std::string& path);
 std::optional<gate_credentials> resolve_credentials(options& opts);
 
 /// Connects to the gate as `opts` says (address, credentials, pinned key).
-/// On failure prints why on stderr, sets `rc` (2 a bad address or
-/// credentials: nothing was sent; 3 unreachable) and returns nullopt.
-std::optional<gate_client> connect_gate(options opts, int& rc);
+/// On failure prints why on stderr (`quiet`: only a bad address or
+/// credentials, for a caller that tries again), sets `rc` (2 a bad address
+/// or credentials: nothing was sent; 3 unreachable) and returns nullopt.
+std::optional<gate_client> connect_gate(options opts, int& rc, bool quiet = false);
 
 /// Sends one request and answers the controller's Response; nullopt after
 /// printing why on stderr (an error answer also as JSON on stdout with

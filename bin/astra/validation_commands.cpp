@@ -21,17 +21,22 @@
 #include "messages/labels.hpp"
 #include "runtime/gate/gate_client.hpp"
 #include "runtime/process/duration_limits.hpp"
+#include "runtime/process/duration_text.hpp"
 
 namespace astraeus::cli {
 
 namespace {
 
-/// A --burn-in value in seconds (at most 7 days, not 0); nullopt after
-/// saying why on stderr.
+/// A --burn-in value in seconds (at most 7 days, at least 1 s); nullopt
+/// after saying why on stderr.
 std::optional<uint64_t> burn_in_seconds(const std::string& text) {
   auto secs = parse_bounded_seconds(text, "--burn-in", max_burn_in_seconds);
+  // It is a duration, only too short (a new-user trial read "'0s' is not a
+  // duration").
   if (secs && *secs == 0) {
-    std::fprintf(stderr, "astra: --burn-in: '%s' is not a duration: give one such as 10m\n",
+    std::fprintf(stderr,
+                 "astra: --burn-in: '%s' is too short: at least 1s (leave --burn-in out for "
+                 "the default, 10m)\n",
                  text.c_str());
     return std::nullopt;
   }
@@ -52,20 +57,59 @@ struct validate_flags {
   bool explain = false;
 };
 
+/// How long `validate --wait` tries to reach a controller that went away
+/// (restarted, upgraded) before it gives up: the validation goes on there.
+constexpr auto wait_reconnect_for = std::chrono::minutes{5};
+
 /// `validate --wait`: polls the validation until it ends, printing a line
-/// of progress whenever it changes. Exit code 0 Passed, 1 Failed or Skipped
-/// (nothing was measured), 3 gone.
-int wait_for_validation(const options& opts, gate_client& client, const std::string& id) {
+/// of progress whenever it changes. A controller that goes away (a restart,
+/// an upgrade) is connected to again for up to wait_reconnect_for, saying
+/// so once: a long acceptance is not lost track of. Exit code 0 Passed, 1
+/// Failed or Skipped (nothing was measured), 3 the controller did not come
+/// back.
+int wait_for_validation(const options& opts, std::optional<gate_client>& client,
+                        const std::string& id) {
   auto timeout = std::chrono::milliseconds{static_cast<int64_t>(opts.timeout_s * 1000)};
   std::string last;
+  bool lost = false;  // the controller went away; since `lost_since`
+  auto lost_since = std::chrono::steady_clock::now();
   for (;;) {
     v1::Request req;
     req.mutable_get_validation()->set_id(id);
-    auto resp = client.call(req, timeout);
-    if (!resp || resp->has_error()) {
-      std::fprintf(stderr, "astra: %s\n",
-                   !resp ? render_error(resp.error()).c_str() : resp->error().message().c_str());
-      return !resp ? 3 : 1;
+    auto resp = client ? client->call(req, timeout)
+                       : caf::expected<v1::Response>{caf::make_error(ec::unreachable)};
+    if (!resp) {
+      auto now = std::chrono::steady_clock::now();
+      if (!lost) {
+        lost = true;
+        lost_since = now;
+        std::fprintf(stderr,
+                     "astra: lost the controller (%s); validation %s goes on there: "
+                     "connecting again for up to %s\n",
+                     render_error(resp.error()).c_str(), id.c_str(),
+                     format_duration(std::chrono::duration_cast<std::chrono::seconds>(
+                                       wait_reconnect_for)
+                                       .count())
+                       .c_str());
+      } else if (now - lost_since > wait_reconnect_for) {
+        std::fprintf(stderr,
+                     "astra: the controller did not come back; follow the validation with "
+                     "`astra astraeus validation %s`\n",
+                     id.c_str());
+        return 3;
+      }
+      std::this_thread::sleep_for(std::chrono::seconds{2});
+      int rc = 0;
+      client = connect_gate(opts, rc, true);
+      continue;
+    }
+    if (lost) {
+      std::fprintf(stderr, "astra: connected to the controller again\n");
+      lost = false;
+    }
+    if (resp->has_error()) {
+      std::fprintf(stderr, "astra: %s\n", resp->error().message().c_str());
+      return 1;
     }
     const auto& v = resp->validation();
     if (v.state() != "Running") {
@@ -152,7 +196,7 @@ int run_validate(const options& opts, const validate_flags& f) {
   else if (opts.output != "json")
     std::fputs(format_validation_started(v).c_str(), stdout);
   std::fflush(stdout);
-  return f.wait ? wait_for_validation(opts, *client, v.id()) : 0;
+  return f.wait ? wait_for_validation(opts, client, v.id()) : 0;
 }
 
 void add_validate(CLI::App& app, invocation& inv) {

@@ -14,4 +14,9 @@ namespace astraeus {
 /// minute on, minutes from a day on). Negative durations print as "0s".
 std::string format_duration(int64_t seconds);
 
+/// A duration as it is given (`--burn-in 7d`), exactly, each unit that is not
+/// 0 from days to seconds: "7d", "1h30m", "10m", "90s" -> "1m30s"; it parses
+/// back to the same seconds (`parse_seconds`). 0 and less: "0s".
+std::string format_duration_exact(int64_t seconds);
+
 } // namespace astraeus

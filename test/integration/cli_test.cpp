@@ -169,6 +169,10 @@ TEST_F(Cli, BadValuesAreRefusedBeforeAnythingIsSent) {
   for (const auto& r : std::vector<refused>{
          {{"validate", "--suite", "burn", "--pool", "h100", "--burn-in", "-5m"},
           "astra: --burn-in: '-5m' is not a duration: it is negative\n"},
+         // A new-user trial read "'0s' is not a duration": it is, only too short.
+         {{"validate", "--suite", "burn", "--pool", "h100", "--burn-in", "0s"},
+          "astra: --burn-in: '0s' is too short: at least 1s (leave --burn-in out for the "
+          "default, 10m)\n"},
          {{"policy", "set", "h100", "--burn-in", "99999999h"},
           "astra: --burn-in: '99999999h' is too long: at most 7d\n"},
          {{"api-tokens", "create", "--name", "ci", "--ttl", "99999999d"},

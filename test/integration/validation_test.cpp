@@ -204,12 +204,37 @@ protected:
     return ok;
   }
 
-  command_result astra(std::vector<std::string> args) {
+  /// astra's command line with `args`, as the owner of this controller.
+  std::vector<std::string> astra_argv(const std::vector<std::string>& args) {
     std::vector<std::string> argv{
       program("astra"), "--addr", addr(), "--timeout", "20", "--token-file",
       (keys_dir_of((dir_ / "controller").string()) / "owner-token").string()};
     argv.insert(argv.end(), args.begin(), args.end());
-    return run_command(argv, dir_.path(), 120s);
+    return argv;
+  }
+
+  command_result astra(std::vector<std::string> args) {
+    return run_command(astra_argv(args), dir_.path(), 120s);
+  }
+
+  /// A controller and gpu-01 Up, its burn-in lasting `burn_seconds`.
+  void start_one_machine(int burn_seconds) {
+    write_text(dir_ / "checks" / "burn_seconds", std::to_string(burn_seconds) + "\n");
+    ASSERT_TRUE(start_controller());
+    start_agent("gpu-01");
+    ASSERT_TRUE(wait_state("gpu-01", v1::Machine::Up));
+  }
+
+  /// Whether validation `id`'s check comes to hold a machine's GPUs within 30 s.
+  bool wait_gpus_held_by(const std::string& id) {
+    return wait_until(
+      [&] {
+        for (const auto& g : list_gpu_views(port_))
+          if (g.holder() == "validation " + id)
+            return true;
+        return false;
+      },
+      30s, 100ms);
   }
 
   nlohmann::json json_of(const command_result& r) {
@@ -362,7 +387,10 @@ TEST_F(Validation, TheNetworkSuiteMeasuresEveryPairAndTheReportShowsTheMatrix) {
   EXPECT_TRUE(contains(read_text(dir_ / "report.html"), "<table class=\"allreduce\">"));
   auto one = astra({"astraeus", "validate", "--suite", "network", "--machine", "gpu-01"});
   EXPECT_NE(one.rc, 0);
-  EXPECT_TRUE(contains(one.err + one.out, "it needs two or more")) << one.err << one.out;
+  EXPECT_TRUE(contains(one.err, "the network suite measures pairs of machines: one machine "
+                                "(gpu-01) was named; name a pool of two or more machines that "
+                                "are Up"))
+    << one.err << one.out;
 
   // The seed's "until then NCCL_IB_HCA can leave the port out": a gang over
   // the three machines; gpu-03's worker is told its degraded mlx5_5 and its
@@ -498,28 +526,64 @@ TEST_F(Validation, ANewMachineInAPolicyPoolIsAcceptingUntilItPasses) {
   auto audit = astra({"audit"});
   EXPECT_TRUE(contains(audit.out, "accept machine")) << audit.out;
   EXPECT_TRUE(contains(audit.out, "ship as-is")) << audit.out;
+  // A new-user trial: accepting a machine that waits for nothing said
+  // "accepted", exit 0, and changed nothing. It is refused, and audited so.
+  auto again = astra({"astraeus", "accept", "gpu-05", "--reason", "already fine"});
+  EXPECT_EQ(again.rc, 1) << again.out << again.err;
+  EXPECT_EQ(again.err, "astra: machine gpu-05 is not Accepting (it is Up, accepted already): "
+                       "nothing to accept\n");
+  audit = astra({"audit"});
+  EXPECT_TRUE(contains(audit.out, "refused: machine gpu-05 is not Accepting")) << audit.out;
+}
+
+// A new-user trial: after `kill -9` of the controller during a burn-in, the
+// burn-in its agent still ran was deleted and run from scratch (attempts 2,
+// 3, 4 over restarts), and `validate --wait` exited 3 as the controller
+// closed the connection. The check that went on is waited for, and --wait
+// connects again and gives the verdict.
+TEST_F(Validation, ABurnInGoesOnThroughAControllerRestartAndWaitFollowsIt) {
+  start_one_machine(15);
+  auto* wait = spawn_kept(
+    procs_, dir_.path(), "validate-wait",
+    astra_argv({"astraeus", "validate", "--suite", "burn", "--machine", "gpu-01", "--wait"}));
+  std::smatch started;
+  std::string out;
+  ASSERT_TRUE(wait_until(
+    [&] {
+      out = wait->out();
+      return std::regex_search(out, started, std::regex{R"(validation (val-[0-9a-f-]+): burn)"});
+    },
+    20s, 100ms))
+    << out << wait->err();
+  const std::string id = started[1];
+  ASSERT_TRUE(wait_gpus_held_by(id)) << "the burn-in never held the GPUs";
+  procs_.front()->kill_now();  // the controller, mid burn-in
+  ASSERT_TRUE(start_controller());
+  auto rc = wait->wait_exit(90s);
+  ASSERT_TRUE(rc) << "validate --wait did not end: " << wait->out() << wait->err();
+  EXPECT_EQ(*rc, 0) << wait->out() << wait->err();
+  EXPECT_TRUE(contains(wait->err(), "astra: lost the controller (")) << wait->err();
+  EXPECT_TRUE(contains(wait->err(), "astra: connected to the controller again")) << wait->err();
+  EXPECT_TRUE(contains(wait->out(), id + " burn Passed")) << wait->out();
+  auto v = json_of(astra({"astraeus", "validation", id, "-o", "json"}));
+  ASSERT_EQ(v["steps"].size(), 1u) << v.dump();
+  const auto& burn = v["steps"][0];
+  EXPECT_EQ(burn.value("attempts", 0), 1) << "the burn-in was started again: " << v.dump();
+  EXPECT_TRUE(contains(burn.value("restarted", std::string{}), "went on and was waited for"))
+    << v.dump();
+  auto shown = astra({"astraeus", "validation", id});
+  EXPECT_TRUE(contains(shown.out, "the controller restarted while it ran; its run ")) << shown.out;
 }
 
 TEST_F(Validation, ARealRunSubmittedDuringABurnInStartsAndTheBurnInIsQueuedAgain) {
-  write_text(dir_ / "checks" / "burn_seconds", "300\n");
-  ASSERT_TRUE(start_controller());
-  start_agent("gpu-01");
-  ASSERT_TRUE(wait_state("gpu-01", v1::Machine::Up));
+  start_one_machine(300);
   auto v = astra({"astraeus", "validate", "--suite", "burn", "--machine", "gpu-01", "-o",
                   "json"});
   ASSERT_EQ(v.rc, 0) << v.err;
   auto id = json_of(v).value("id", "");
   ASSERT_FALSE(id.empty());
   // The burn-in holds the GPUs visibly.
-  ASSERT_TRUE(wait_until(
-    [&] {
-      for (const auto& g : list_gpu_views(port_))
-        if (g.holder() == "validation " + id)
-          return true;
-      return false;
-    },
-    30s, 100ms))
-    << "the burn-in never held the GPUs";
+  ASSERT_TRUE(wait_gpus_held_by(id)) << "the burn-in never held the GPUs";
   auto run = astra({"run", "--name", "train", "--gpus", "8", "--runtime", "process", "--",
                     "sleep", "600"});
   ASSERT_EQ(run.rc, 0) << run.err;
@@ -551,6 +615,7 @@ TEST_F(Validation, ARealRunSubmittedDuringABurnInStartsAndTheBurnInIsQueuedAgain
 // validation.request_acceptance): one acceptance over the joining batch,
 // the configured delay after its last machine joined, trigger "installer".
 TEST_F(Validation, MachinesInstalledWithAcceptGetOneAcceptanceAfterTheirBatchJoined) {
+  write_text(dir_ / "checks" / "burn_seconds", "60\n");  // it runs while we look
   ASSERT_TRUE(start_controller({"--set", "validation.installer_batch_delay=3s"}));
   start_agent("gpu-01", true, true);
   start_agent("gpu-02", true, true);
@@ -581,4 +646,24 @@ TEST_F(Validation, MachinesInstalledWithAcceptGetOneAcceptanceAfterTheirBatchJoi
   for (const auto& x : again.value("validations", nlohmann::json::array()))
     count += x.value("trigger", "") == "installer";
   EXPECT_EQ(count, 1u) << again.dump();
+  // A new-user trial: the machine said `acceptance_requested: true` beside
+  // `acceptance_validation: ""`, and the report counted a machine whose
+  // acceptance still ran as passing.
+  const auto id = v.value("id", "");
+  nlohmann::json machine;
+  EXPECT_TRUE(wait_until(
+    [&] {
+      machine = json_of(astra({"machine", "gpu-01", "-o", "json"}));
+      return machine.value("acceptance_validation", "") == id;
+    },
+    10s, 200ms))
+    << machine.dump();
+  auto report = json_of(astra({"astraeus", "report", "-o", "json"}));
+  ASSERT_EQ(report["rows"].size(), 2u) << report.dump();
+  EXPECT_EQ(report["rows"][0].value("verdict", ""), "validating") << report.dump();
+  EXPECT_EQ(report.value("passing", 0), 0) << report.dump();
+  EXPECT_TRUE(contains(report.value("summary", ""), "0/2 machines pass; 2 being validated "
+                                                    "(acceptance " + id + " runs on gpu-01, "
+                                                    "gpu-02)"))
+    << report.dump();
 }

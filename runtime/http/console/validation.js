@@ -130,11 +130,14 @@ function validationSection(v) {
 // Why a step stands as it does: the controller's reason (a skip, a failed
 // start), else what the check itself said of a verdict other than pass (a
 // step the check judged keeps its words in result.summary, as `astra
-// validation ID` prints them).
+// validation ID` prints them), then what a controller restart did to it
+// (its run went on, or it ran again).
 function stepWhy(s) {
-  if (s.reason) return s.reason;
-  if (s.verdict && s.verdict !== "pass" && s.result && s.result.summary) return s.result.summary;
-  return "";
+  let why = "";
+  if (s.reason) why = s.reason;
+  else if (s.verdict && s.verdict !== "pass" && s.result && s.result.summary) why = s.result.summary;
+  if (s.restarted && !why.includes(s.restarted)) why += (why ? "; " : "") + s.restarted;
+  return why;
 }
 
 // The report as a page to print: the summary, the table and what to fix.

@@ -1,7 +1,7 @@
 // One validation as an actor (actors/validation/validation_actor.hpp), with
 // a stand-in scheduler, cluster and owner: one check at a time per machine,
-// a check that gave way queued again, a restart that runs the step in
-// flight again. Deterministic: CAF's test coordinator and virtual time.
+// a check that gave way queued again, a restart that waits for the step in
+// flight (or runs it again when its run is gone). Deterministic: CAF's test coordinator and virtual time.
 
 #include "actor_fixture.hpp"
 
@@ -446,7 +446,50 @@ TEST_F(ValidationActor, AnotherValidationsCheckOnTheMachineMakesTheStepWait) {
   EXPECT_EQ(w->submitted.size(), 1u);
 }
 
-TEST_F(ValidationActor, AfterARestartTheStepInFlightRunsAgainAndDoneStepsDoNot) {
+// A new-user trial: after `kill -9` of the controller during a burn-in, the
+// log showed its run re-adopted, then deleted and burn-2 placed (attempts
+// 2 -> 3 -> 4 over restarts). A check whose run went on is waited for.
+TEST_F(ValidationActor, AfterARestartACheckWhoseRunWentOnIsWaitedForNotRunAgain) {
+  auto v = acceptance({"gpu-01"});
+  v.mutable_steps(0)->set_state(val::done);
+  v.mutable_steps(0)->set_verdict("pass");
+  v.mutable_steps(1)->set_state(val::done);
+  v.mutable_steps(1)->set_verdict("pass");
+  auto& burn = *v.mutable_steps(2);
+  burn.set_state(val::running);
+  burn.set_attempts(1);
+  burn.set_run("val-20261006-7f3a2c-gpu-01-burn-1");
+  // The scheduler kept the run through the restart (re-adopted).
+  v1::Run kept;
+  *kept.mutable_spec() = val::run_spec(v, 2, 8, "astraeus-check");
+  kept.set_state("Running");
+  w->runs[burn.run()] = kept;
+  start(v, true);
+  for (int i = 0; i < 5; ++i)
+    advance(std::chrono::seconds{1});
+  EXPECT_TRUE(w->removed.empty()) << "the burn-in that went on is not deleted";
+  EXPECT_TRUE(w->submitted.empty()) << "nor run again";
+  EXPECT_EQ(w->last.steps(2).state(), val::running);
+  EXPECT_EQ(w->last.steps(2).restarted(),
+            "the controller restarted while it ran; its run val-20261006-7f3a2c-gpu-01-burn-1 "
+            "went on and was waited for");
+  end_live_runs("pass");
+  advance(std::chrono::seconds{1});
+  EXPECT_EQ(w->last.steps(2).state(), val::done);
+  EXPECT_EQ(w->last.steps(2).verdict(), "pass");
+  EXPECT_EQ(w->last.steps(2).attempts(), 1u) << "one attempt: it was never started again";
+  ASSERT_EQ(w->submitted.size(), 1u) << "then the next check starts";
+  EXPECT_EQ(w->submitted[0], "val-20261006-7f3a2c-gpu-01-copies-1");
+  v1::Validation stored;
+  ASSERT_TRUE(*db->get(family::validations, "val/val-20261006-7f3a2c", stored));
+  EXPECT_EQ(stored.steps(2).state(), val::done);
+  EXPECT_FALSE(stored.steps(2).restarted().empty()) << "what the restart did stays readable";
+}
+
+// Only a check whose run is gone after a restart runs again, and the step
+// keeps saying why through its next attempt (its reason was blanked once
+// the step was placed again).
+TEST_F(ValidationActor, AfterARestartACheckWhoseRunIsGoneRunsAgainSayingWhy) {
   auto v = acceptance({"gpu-01"});
   v.mutable_steps(0)->set_state(val::done);
   v.mutable_steps(0)->set_verdict("pass");
@@ -454,13 +497,22 @@ TEST_F(ValidationActor, AfterARestartTheStepInFlightRunsAgainAndDoneStepsDoNot) 
   v.mutable_steps(1)->set_attempts(1);
   v.mutable_steps(1)->set_run("val-20261006-7f3a2c-gpu-01-dcgm-1");
   start(v, true);
-  EXPECT_EQ(w->removed, (std::vector<std::string>{"val-20261006-7f3a2c-gpu-01-dcgm-1"}));
+  advance(std::chrono::seconds{1});
   ASSERT_EQ(w->submitted.size(), 1u);
   EXPECT_EQ(w->submitted[0], "val-20261006-7f3a2c-gpu-01-dcgm-2");
+  EXPECT_EQ(w->last.steps(1).state(), val::running);
+  const std::string why = "the controller restarted while it ran and its run "
+                          "val-20261006-7f3a2c-gpu-01-dcgm-1 was gone (no run named "
+                          "val-20261006-7f3a2c-gpu-01-dcgm-1): it ran again";
+  EXPECT_EQ(w->last.steps(1).restarted(), why);
+  end_live_runs("pass");
+  advance(std::chrono::seconds{1});
+  EXPECT_EQ(w->last.steps(1).state(), val::done);
+  EXPECT_EQ(w->last.steps(1).restarted(), why) << "kept once it ran again";
   v1::Validation stored;
   ASSERT_TRUE(*db->get(family::validations, "val/val-20261006-7f3a2c", stored));
-  EXPECT_EQ(stored.steps(0).state(), val::done);
-  EXPECT_EQ(stored.steps(1).state(), val::running);
+  EXPECT_EQ(stored.steps(0).state(), val::done) << "a finished step is not run again";
+  EXPECT_EQ(stored.steps(1).restarted(), why);
 }
 
 TEST_F(ValidationActor, GarbageFromTheCheckFailsTheStepWithTheReason) {

@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <string>
 
+#include "actors/validation/all_reduce_plan.hpp"
 #include "actors/validation/cluster_report.hpp"
+#include "actors/validation/pair_plan.hpp"
 #include "actors/validation/validation_plan.hpp"
 #include "bin/validation_format.hpp"
 #include "messages/error.hpp"
@@ -37,6 +40,19 @@ v1::Run ended_run(const std::string& result, bool preempted = false) {
   if (!result.empty())
     (*w->mutable_outputs())["astraeus.result"] = result;
   return run;
+}
+
+/// `checks` on `machine` passed, as their latest steps.
+void add_passes(val::latest_map& latest, const std::string& machine,
+                std::initializer_list<const char*> checks) {
+  for (auto c : checks) {
+    v1::ValidationStep s;
+    s.set_machine(machine);
+    s.set_check(c);
+    s.set_state(val::done);
+    s.set_verdict("pass");
+    latest[{machine, c}] = s;
+  }
 }
 
 v1::MachineView machine_view(const std::string& name, v1::Machine::State s = v1::Machine::Up) {
@@ -147,17 +163,49 @@ TEST(ValidationPlan, AStepThatGaveWayIsQueuedAgainNeverFailed) {
   EXPECT_FALSE(val::finished(v));
 }
 
-TEST(ValidationPlan, ARestartRunsTheStepInFlightAgain) {
-  auto v = acceptance_of({"gpu-01"});
+// A new-user trial: a controller restart (kill -9, an upgrade) deleted a
+// burn-in that its agent still ran and ran it from scratch. The checks' runs
+// outlive the controller: a step in flight is kept and waited for; only an
+// all-reduce (judged against figures kept in memory) runs again.
+TEST(ValidationPlan, ARestartKeepsTheChecksInFlightAndRunsOnlyAnAllReduceAgain) {
+  auto v = acceptance_of({"gpu-01", "gpu-02"});
   v.mutable_steps(0)->set_state(val::done);
   v.mutable_steps(0)->set_verdict("pass");
-  v.mutable_steps(1)->set_state(val::running);
-  v.mutable_steps(1)->set_run("val-20261006-7f3a2c-gpu-01-dcgm-1");
+  auto* burn = v.mutable_steps(2);
+  ASSERT_EQ(burn->check(), "burn");
+  burn->set_state(val::running);
+  burn->set_attempts(2);
+  burn->set_run("val-20261006-7f3a2c-gpu-01-burn-2");
+  auto* pair = v.mutable_steps(10);
+  ASSERT_TRUE(val::is_pair(*pair));
+  pair->set_state(val::running);
+  pair->set_attempts(1);
+  pair->set_run("val-20261006-7f3a2c-gpu-01-gpu-02-1-c");
   auto stale = val::resume(v);
-  EXPECT_EQ(stale, (std::vector<std::string>{"val-20261006-7f3a2c-gpu-01-dcgm-1"}));
+  EXPECT_TRUE(stale.empty()) << "no run that went on is removed";
   EXPECT_EQ(v.steps(0).state(), val::done) << "a finished step is not run again";
-  EXPECT_EQ(v.steps(1).state(), val::queued);
-  EXPECT_EQ(val::next_step(v, "gpu-01"), 1);
+  EXPECT_EQ(v.steps(2).state(), val::running) << "the burn-in is waited for";
+  EXPECT_EQ(v.steps(2).attempts(), 2u);
+  EXPECT_EQ(v.steps(2).restarted(),
+            "the controller restarted while it ran; its run val-20261006-7f3a2c-gpu-01-burn-2 "
+            "went on and was waited for");
+  EXPECT_EQ(v.steps(10).state(), val::running);
+  EXPECT_EQ(val::next_step(v, "gpu-01"), std::nullopt) << "nothing else starts beside it";
+  EXPECT_EQ(val::held_machines(v), (std::vector<std::string>{"gpu-01", "gpu-02"}));
+
+  auto w = acceptance_of({"gpu-01", "gpu-02"});
+  auto* all_reduce = w.mutable_steps(11);
+  ASSERT_EQ(all_reduce->check(), "allreduce");
+  all_reduce->set_state(val::running);
+  all_reduce->set_attempts(1);
+  all_reduce->set_run(val::all_reduce_run_name(w, 11, 1, 1));
+  stale = val::resume(w);
+  EXPECT_EQ(stale.size(), 2u) << "both ranks' runs are removed";
+  EXPECT_EQ(w.steps(11).state(), val::queued);
+  EXPECT_NE(w.steps(11).restarted().find("the controller restarted while it ran: it runs again"),
+            std::string::npos)
+    << w.steps(11).restarted();
+  EXPECT_TRUE(val::held_machines(w).empty());
 }
 
 TEST(ValidationPlan, TheVerdictIsTheWorstOfEachMachine) {
@@ -233,14 +281,7 @@ TEST(ClusterReport, NamesTheSlowGpuWithItsFixAndCountsPassOnly) {
   *machines.add_machines() = machine_view("gpu-04", v1::Machine::Accepting);
   val::latest_map latest;
   for (auto m : {"gpu-01", "gpu-02", "gpu-03"})
-    for (auto c : {"quick", "dcgm", "burn", "copies", "disk"}) {
-      v1::ValidationStep s;
-      s.set_machine(m);
-      s.set_check(c);
-      s.set_state(val::done);
-      s.set_verdict("pass");
-      latest[{m, c}] = s;
-    }
+    add_passes(latest, m, {"quick", "dcgm", "burn", "copies", "disk"});
   auto& slow = latest[{"gpu-03", "copies"}];
   slow.set_verdict("fail");
   auto* f = slow.mutable_result()->add_findings();
@@ -290,6 +331,59 @@ TEST(ClusterReport, AWarningFindingMakesTheMachineWarn) {
   EXPECT_EQ(report.passing(), 0u);
   EXPECT_EQ(report.findings(0).what(), "gpu-06 PCIe link of GPU 5 at Gen4")
     << "a finding naming its machine is not named twice";
+}
+
+// A new-user trial: "2/8 machines pass" with gpu-06 "Ready pass pass pass
+// — — — — —" while its acceptance's burn-in ran and its copies, disk and
+// pair waited. A machine being validated is not passing, and says so.
+TEST(ClusterReport, AMachineWhoseAcceptanceStillRunsIsBeingValidatedNotPassing) {
+  v1::MachineList machines;
+  for (const auto* m : {"gpu-05", "gpu-06"})
+    *machines.add_machines() = machine_view(m);
+  val::latest_map latest;
+  add_passes(latest, "gpu-05", {"quick", "dcgm", "burn", "copies", "disk"});
+  add_passes(latest, "gpu-06", {"quick", "dcgm"});
+  v1::StartValidation start;
+  start.set_suite("acceptance");
+  start.set_machine("gpu-06");
+  auto v = val::make_validation("val-20261006-0c0c06", start, {"gpu-06"}, "installer", 0);
+  v.mutable_steps(0)->set_state(val::done);
+  v.mutable_steps(0)->set_verdict("pass");
+  v.mutable_steps(1)->set_state(val::done);
+  v.mutable_steps(1)->set_verdict("pass");
+  v.mutable_steps(2)->set_state(val::running);
+  std::map<std::string, v1::Validation> validations{{v.id(), v}};
+  auto report = val::build_report(machines, latest, "h100", 0, validations);
+  ASSERT_EQ(report.rows_size(), 2);
+  EXPECT_EQ(report.rows(0).verdict(), "pass");
+  const auto& six = report.rows(1);
+  EXPECT_EQ(six.state(), "Ready");
+  EXPECT_EQ(six.verdict(), "validating");
+  EXPECT_EQ(six.quick(), "pass");
+  EXPECT_EQ(six.burn(), "running");
+  EXPECT_EQ(six.copies(), "queued");
+  EXPECT_EQ(six.disk(), "queued");
+  EXPECT_EQ(report.passing(), 1u);
+  EXPECT_EQ(report.summary(), "1/2 machines pass; 1 being validated (acceptance "
+                              "val-20261006-0c0c06 runs on gpu-06).");
+  // Once it has ended, the machine's verdict is its checks'.
+  v.set_state("Passed");
+  validations[v.id()] = v;
+  EXPECT_EQ(val::build_report(machines, latest, "h100", 0, validations).rows(1).verdict(),
+            "pass");
+}
+
+// A new-user trial: a pool's 7-day burn-in printed as "burn-in 10080m".
+TEST(ValidationFormat, APolicysBurnInReadsAsItWasGiven) {
+  v1::ValidationPolicy p;
+  p.set_pool("h100");
+  p.set_require_acceptance(true);
+  p.set_burn_in_seconds(7 * 86400);
+  EXPECT_NE(cli::format_policy(p).find("; burn-in 7d;"), std::string::npos)
+    << cli::format_policy(p);
+  p.set_burn_in_seconds(5400);
+  EXPECT_NE(cli::format_policy(p).find("; burn-in 1h30m;"), std::string::npos)
+    << cli::format_policy(p);
 }
 
 // Third new-user trial: a drained machine showed Ready, and a machine whose

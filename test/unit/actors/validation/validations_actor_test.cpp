@@ -11,6 +11,7 @@
 
 #include <caf/event_based_actor.hpp>
 
+#include "actors/validation/validation_plan.hpp"
 #include "actors/validation/validations_actor.hpp"
 #include "store/store.hpp"
 
@@ -115,10 +116,17 @@ protected:
           },
         };
       }));
+    sched_ = sched;
+    quick_on_up_ = quick_on_up;
+    start_controller();
+  }
+
+  /// Spawns the validations actor on the store, as a controller's start does.
+  void start_controller() {
     validations_config c;
     c.store = db;
-    c.scheduler = sched;
-    c.quick_on_up = quick_on_up;
+    c.scheduler = sched_;
+    c.quick_on_up = quick_on_up_;
     c.seed = 7;
     c.console_url = "https://console.example:8443";
     c.organization = "acme";
@@ -126,6 +134,24 @@ protected:
     actor_ = spawn(validations, std::move(c));
     caf::anon_send(actor_, atom::attach_v, cluster_);
     run();
+  }
+
+  /// The controller restarts: its validations actor stops and a new one
+  /// loads what the first stored (the runs, in the stand-in scheduler, go on).
+  void restart_controller() {
+    caf::anon_send_exit(actor_, caf::exit_reason::kill);
+    run();
+    start_controller();
+  }
+
+  /// Starts `suite` on `machine`; the response.
+  v1::Response validate(const std::string& suite, const std::string& machine) {
+    v1::Request req;
+    req.set_id(5);
+    req.mutable_caller()->set_name("alice");
+    req.mutable_start_validation()->set_suite(suite);
+    req.mutable_start_validation()->set_machine(machine);
+    return ask<v1::Response>(actor_, std::move(req));
   }
 
   ~Validations() override {
@@ -190,6 +216,8 @@ protected:
   std::shared_ptr<Store> db;
   std::shared_ptr<world> w;
   cluster_actor cluster_;
+  scheduler_actor sched_;
+  bool quick_on_up_ = false;
   validations_actor actor_;
 };
 
@@ -343,4 +371,100 @@ TEST_F(Validations, AMachineNobodyKnowsIsNoSuchMachine) {
   ASSERT_TRUE(resp.has_error());
   EXPECT_EQ(resp.error().code(), "no_such_machine");
   EXPECT_EQ(resp.error().message(), "no machine named gpu-99");
+}
+
+// A new-user trial: a restarted controller deleted a burn-in its agent still
+// ran. The check that went on keeps its machine's slot through the restart:
+// it is not run again, and no other check starts beside it until it ends.
+TEST_F(Validations, ACheckThatWentOnThroughARestartKeepsItsMachinesSlot) {
+  join("gpu-01", "h100");
+  v1::StartValidation start;
+  start.set_suite("burn");
+  start.set_machine("gpu-01");
+  auto v = validation::make_validation("val-20261006-000b01", start, {"gpu-01"}, "on-demand", 0);
+  auto& burn = *v.mutable_steps(0);
+  burn.set_state(validation::running);
+  burn.set_attempts(1);
+  burn.set_run("val-20261006-000b01-gpu-01-burn-1");
+  w->submitted[burn.run()] = validation::run_spec(v, 0, 8, "astraeus-check");
+  ASSERT_FALSE(db->put(family::validations, "val/" + v.id(), v, true));
+  restart_controller();
+  auto resp = validate("quick", "gpu-01");
+  ASSERT_FALSE(resp.has_error()) << resp.error().message();
+  for (int i = 0; i < 3; ++i)
+    advance(std::chrono::seconds{1});
+  EXPECT_EQ(w->submitted.size(), 1u) << "neither the burn-in again nor a check beside it";
+  v1::Request get;
+  get.mutable_get_validation()->set_id(resp.validation().id());
+  auto quick = ask<v1::Response>(actor_, std::move(get));
+  ASSERT_EQ(quick.validation().steps_size(), 1);
+  EXPECT_EQ(quick.validation().steps(0).reason(), "gpu-01: another check runs there");
+  w->checks_end = true;
+  for (int i = 0; i < 4; ++i)
+    advance(std::chrono::seconds{1});
+  EXPECT_EQ(w->submitted.count(resp.validation().id() + "-gpu-01-quick-1"), 1u)
+    << "the quick check runs once the burn-in ended";
+  EXPECT_EQ(w->submitted.size(), 2u);
+}
+
+// A new-user trial: `astra astraeus accept gpu-01 --reason "already fine"` on
+// an Up machine printed "machine gpu-01 accepted; it is Up", exit 0, and
+// changed nothing. Only a machine that waits for acceptance is accepted.
+TEST_F(Validations, AcceptingAMachineThatIsNotAcceptingIsRefusedAndChangesNothing) {
+  join("gpu-01", "h100");
+  auto accept = [&](const std::string& machine) {
+    v1::Request req;
+    req.set_id(6);
+    req.mutable_caller()->set_name("alice");
+    req.mutable_accept_machine()->set_machine(machine);
+    req.mutable_accept_machine()->set_reason("already fine");
+    return ask<v1::Response>(actor_, std::move(req));
+  };
+  auto resp = accept("gpu-01");
+  ASSERT_TRUE(resp.has_error());
+  EXPECT_EQ(resp.error().code(), "failed_precondition");
+  EXPECT_EQ(resp.error().message(), "machine gpu-01 is not Accepting (it is Up): nothing to accept");
+  EXPECT_FALSE(w->machines["gpu-01"].accepted);
+
+  ASSERT_FALSE(set_policy("h100", true).has_error());
+  join("gpu-02", "h100");
+  for (int i = 0; i < 3; ++i)
+    advance(std::chrono::seconds{2});
+  ASSERT_EQ(view_of("gpu-02", w->machines["gpu-02"]).state(), v1::Machine::Accepting);
+  resp = accept("gpu-02");
+  ASSERT_FALSE(resp.has_error()) << resp.error().message();
+  EXPECT_TRUE(w->machines["gpu-02"].accepted);
+  EXPECT_EQ(w->machines["gpu-02"].reason, "already fine");
+  resp = accept("gpu-02");
+  ASSERT_TRUE(resp.has_error());
+  EXPECT_EQ(resp.error().message(),
+            "machine gpu-02 is not Accepting (it is Up, accepted already): nothing to accept");
+}
+
+// A new-user trial: the network suite on one named machine said "1 machine
+// is Up" while 5 were, and a request naming no machines answered in astra's
+// flags (--pool POOL) to the API. Each says what was wrong in the request's
+// own terms.
+TEST_F(Validations, ARequestThatCannotRunSaysWhatWasWrongInItsOwnTerms) {
+  join("gpu-01", "h100");
+  join("gpu-02", "h100");
+  join("gpu-03", "a100");
+  auto resp = validate("network", "gpu-01");
+  ASSERT_TRUE(resp.has_error());
+  EXPECT_EQ(resp.error().message(),
+            "the network suite measures pairs of machines: one machine (gpu-01) was named; name "
+            "a pool of two or more machines that are Up");
+  v1::Request req;
+  req.set_id(7);
+  req.mutable_caller()->set_name("alice");
+  req.mutable_start_validation()->set_suite("quick");
+  resp = ask<v1::Response>(actor_, req);
+  ASSERT_TRUE(resp.has_error());
+  EXPECT_EQ(resp.error().message(), R"(name the machines to check: give "pool" or "machine")");
+  req.mutable_start_validation()->set_suite("network");
+  req.mutable_start_validation()->set_pool("a100");
+  resp = ask<v1::Response>(actor_, req);
+  ASSERT_TRUE(resp.has_error());
+  EXPECT_EQ(resp.error().message(), "the network suite measures pairs of machines: only gpu-03 "
+                                    "of pool a100 is Up; it needs two or more");
 }
