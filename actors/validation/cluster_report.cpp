@@ -230,9 +230,19 @@ v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map
         f.set_machine(m->name());
         f.set_check(check);
         f.set_what(m->name() + " " + check + " check could not run: " + s.reason());
-        f.set_fix("Check that the check program (validation.check_program) is installed and "
-                  "runs on " + m->name() + ", then `"
-                  + fix_command::validate_machine(check, m->name()) + "`.");
+        // A check that no GPU of the machine could be given for (usable_gpus:
+        // "none of gpu-08's 8 GPUs can be had") needs its GPUs fixed, not
+        // the check program (a sixth new-user trial read the latter for GPUs
+        // set aside as another machine's).
+        if (s.reason().rfind("none of " + m->name() + "'s ", 0) == 0)
+          f.set_fix("Fix what keeps " + m->name() + "'s GPUs from every run (set aside, "
+                    "Faulty or Foreign: `" + fix_command::gpus(m->name()) + "` says which "
+                    "and why), then `" + fix_command::validate_machine(check, m->name())
+                    + "`.");
+        else
+          f.set_fix("Check that the check program (validation.check_program) is installed and "
+                    "runs on " + m->name() + ", then `"
+                    + fix_command::validate_machine(check, m->name()) + "`.");
         fails.push_back(std::move(f));
       }
     }

@@ -313,6 +313,28 @@ TEST(ClusterReport, NamesTheSlowGpuWithItsFixAndCountsPassOnly) {
   EXPECT_NE(html.find("fix: Reseat GPU 3"), std::string::npos);
 }
 
+// A sixth new-user trial: a quick check that no GPU could be given for (all
+// set aside: another machine reported their UUIDs) was told to "check that
+// the check program is installed". Its fix is about the GPUs.
+TEST(ClusterReport, ACheckThatNoGpuCouldBeGivenForIsFixedAtTheGpus) {
+  v1::MachineList machines;
+  *machines.add_machines() = machine_view("gpu-08");
+  val::latest_map latest;
+  v1::ValidationStep s;
+  s.set_machine("gpu-08");
+  s.set_check("quick");
+  s.set_state("Failed");
+  s.set_reason("none of gpu-08's 8 GPUs can be had: GPU-0 is set aside (GPU GPU-0 is also "
+               "reported by machine gpu-07)");
+  latest[{"gpu-08", "quick"}] = s;
+  auto report = val::build_report(machines, latest, "", 0);
+  ASSERT_EQ(report.findings_size(), 1);
+  EXPECT_EQ(report.findings(0).fix(),
+            "Fix what keeps gpu-08's GPUs from every run (set aside, Faulty or Foreign: "
+            "`astra gpus --machine gpu-08` says which and why), then `astra astraeus validate "
+            "--suite quick --machine gpu-08`.");
+}
+
 TEST(ClusterReport, AWarningFindingMakesTheMachineWarn) {
   v1::MachineList machines;
   *machines.add_machines() = machine_view("gpu-06");
