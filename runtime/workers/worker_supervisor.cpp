@@ -381,9 +381,11 @@ worker_supervisor::prepare_process(const v1::WorkerOrder& order, v1::WorkerProce
   // volumes, configs and ipc_mode need the runc runtime" for it).
   if (auto fields = runc_only_fields(spec); !fields.empty())
     return caf::make_error(ec::invalid_request,
-                           "this run's " + fields + " need the runc runtime, and machine " + options_.machine
+                           "this run's " + fields + " need the runc runtime, and machine "
+                             + options_.machine
                              + " runs this worker as a host process (workers.runtime: "
-                             + (spec.runtime() == "process" ? std::string{"process, as the run asks"}
+                             + (spec.runtime() == "process"
+                                  ? std::string{"process, as the run asks"}
                                 : options_.runtime == "auto" ? std::string{"auto, without runc"}
                                                              : options_.runtime)
                              + "; a host process runs as the agent and sees the machine's "
@@ -838,10 +840,6 @@ std::vector<hand_over_failure> worker_supervisor::take_hand_over_failures() {
 }
 
 void worker_supervisor::sync_cdi(const v1::GpuSection& gpus, const std::string& sys_root) {
-  // A complete read; not "pending" or "unresponsive" (keep what is there
-  // then), nor "unavailable" unless the driver itself went away (NVML
-  // cannot be loaded, or says the kernel driver is not loaded): then the
-  // NVIDIA GPUs are gone for CDI.
   // Each GPU's NUMA node, for its workers' cores (with_cpuset): from any
   // read that lists GPUs.
   if (gpus.gpus_size() > 0) {
@@ -850,6 +848,10 @@ void worker_supervisor::sync_cdi(const v1::GpuSection& gpus, const std::string& 
       if (g.has_numa_node() && !g.id().empty())
         gpu_numa_[g.id()] = g.numa_node();
   }
+  // A complete read; not "pending" or "unresponsive" (keep what is there
+  // then), nor "unavailable" unless the driver itself went away (NVML
+  // cannot be loaded, or says the kernel driver is not loaded): then the
+  // NVIDIA GPUs are gone for CDI.
   const auto how = read_as(gpus);
   bool driver_gone = false;
   if (how == gpu_read_as::unavailable) {
