@@ -387,6 +387,11 @@ using validation_actor = caf::typed_actor<
   // before the check finished") and their runs are removed, so the
   // validation finishes. Never fails.
   caf::reacts_to<atom::remove, std::string>,
+  // From its owner: `astra astraeus cancel` by `by` for `why` ("" = none):
+  // its steps not ended are Cancelled, the runs of Running ones removed, it
+  // is stored (sync) and told to its owner Cancelled, which is the answer.
+  // One that ended already answers as it stands. Never fails.
+  caf::replies_to<atom::stop, std::string, std::string>::with<v1::Validation>,
   // The validation as it stands.
   caf::replies_to<atom::get>::with<v1::Validation>>;
 

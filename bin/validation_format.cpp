@@ -88,8 +88,18 @@ std::string format_validation_outcome(const v1::Validation& v) {
   if (v.state() == "Skipped")
     return head + "Nothing was measured: every step was skipped ("
            + validation::skip_reasons(v) + ").\n";
-  auto out = head + std::to_string(v.machines_passed()) + "/"
-             + std::to_string(v.machines_size()) + " machines pass.\n";
+  auto out = head;
+  if (v.state() == "Cancelled") {
+    // What had ended keeps its result (the Cluster Report shows it).
+    int ended = 0;
+    for (const auto& s : v.steps())
+      ended += s.state() == "Done" || s.state() == "Failed" ? 1 : 0;
+    out += "C" + validation::cancelled_words(v.cancelled_by(), v.cancel_reason()).substr(1)
+           + ": " + std::to_string(ended) + " of " + std::to_string(v.steps_size())
+           + " steps had ended (their results are kept), the others' checks were stopped.\n";
+  }
+  out += std::to_string(v.machines_passed()) + "/" + std::to_string(v.machines_size())
+         + " machines pass.\n";
   // What failed, step by step (a new-user trial's `--wait` said only "0/1
   // machines pass"): each failed step's words, as `astra validation ID`
   // gives them, then where to read the rest.
@@ -131,6 +141,8 @@ std::string format_validation(const v1::Validation& v) {
                     + (v.trigger().empty() ? "on-demand" : v.trigger()) + ")\n";
   if (!v.note().empty())
     out += "note: " + v.note() + "\n";
+  if (v.state() == "Cancelled")
+    out += validation::cancelled_words(v.cancelled_by(), v.cancel_reason()) + "\n";
   std::vector<std::vector<std::string>> rows;
   for (const auto& s : v.steps()) {
     std::string why = s.result().summary().empty() ? s.reason() : s.result().summary();

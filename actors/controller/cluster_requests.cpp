@@ -661,6 +661,7 @@ std::string validation_target(const v1::Request& req) {
   case v1::Request::kSetValidationPolicy: return "pool " + req.set_validation_policy().policy().pool();
   case v1::Request::kDeleteValidationPolicy: return "pool " + req.delete_validation_policy().pool();
   case v1::Request::kAcceptMachine: return req.accept_machine().machine();
+  case v1::Request::kCancelValidation: return "validation " + req.cancel_validation().id();
   default: return {};
   }
 }
@@ -676,7 +677,9 @@ result_t to_validations(const cluster_request& r) {
   bool audited = r.row.audit_name != nullptr;
   auto target = validation_target(r.req);
   auto reason = r.req.has_accept_machine() ? " (reason: " + r.req.accept_machine().reason() + ")"
-                                           : std::string{};
+                : r.req.has_cancel_validation() && !r.req.cancel_validation().reason().empty()
+                  ? " (reason: " + r.req.cancel_validation().reason() + ")"
+                  : std::string{};
   auto action = audited ? r.action() : std::string{};
   r.self->request(v, r.timeout, r.req)
     .then(
@@ -868,6 +871,9 @@ const char* delete_policy_name(const v1::Request&) {
 const char* accept_name(const v1::Request&) {
   return "accept machine";
 }
+const char* cancel_validation_name(const v1::Request&) {
+  return "cancel validation";
+}
 
 const char* grant_name(const v1::Request&) {
   return "grant workspace";
@@ -932,6 +938,7 @@ const std::vector<cluster_request_row>& cluster_request_table() {
     {R::kAcceptMachine,    role::admin,  accept_name,           to_validations},
     {R::kListValidationPolicies, role::member, nullptr,         to_validations},
     {R::kDeleteValidationPolicy, role::admin, delete_policy_name, to_validations},
+    {R::kCancelValidation, role::admin,  cancel_validation_name, to_validations},
     // issue 13 (cli): day-two commands (actors/controller/cluster_day2_requests.cpp).
     {R::kRemoveMachine,    role::admin,  remove_machine_name,   day2::remove_machine},
     {R::kDrainMachine,     role::admin,  drain_name,            day2::drain_machine},

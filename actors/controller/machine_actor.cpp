@@ -218,6 +218,12 @@ std::string machine_state::not_schedulable_why() const {
       return "is Accepting (until it passes acceptance)";
     if (acceptance_ended.empty())
       return "is Accepting (acceptance " + acceptance_id + " runs there)";
+    // Cancelled: nothing to read in it; another is what it waits for.
+    if (acceptance_ended.rfind("was cancelled", 0) == 0)
+      return "is Accepting (acceptance " + acceptance_id + " " + acceptance_ended
+             + ": astra astraeus validate --suite acceptance --machine " + config.record.name()
+             + " runs another; astra astraeus accept " + config.record.name()
+             + " --reason R accepts it anyway)";
     return "is Accepting (acceptance " + acceptance_id + " " + acceptance_ended
            + ": see astra astraeus validation " + acceptance_id
            + "; astra astraeus accept " + config.record.name()
@@ -850,6 +856,8 @@ void on_acceptance_ended(machine_ptr self, const v1::Validation& v) {
   st.acceptance_id = v.id();
   st.acceptance_ended = validation::machine_verdict(v, name_of(self)) == "fail"
                           ? std::string{"failed"}
+                        : v.state() == "Cancelled"
+                          ? "was " + validation::cancelled_words(v.cancelled_by(), v.cancel_reason())
                           : "ended " + v.state() + " without passing";
   spdlog::info("machine {}: acceptance {} {}", name_of(self), v.id(), st.acceptance_ended);
   tell_scheduler(self);

@@ -20,9 +20,31 @@ namespace astraeus::validation_detail {
 
 void save(validation_self self) {
   auto& st = self->state;
+  if (st.cancelled)
+    return;
   if (auto err = st.config.store->put(family::validations, "val/" + st.v.id(), st.v, true))
     spdlog::error("validation {}: cannot store it: {}", st.v.id(), render_error(err));
   self->send(st.config.owner, atom::validate_v, st.v);
+}
+
+void submit_run(validation_self self, v1::RunSpec spec, std::function<void(v1::Run&)> ok,
+                std::function<void(caf::error&)> failed) {
+  if (self->state.cancelled)
+    return;
+  self->request(self->state.config.scheduler, std::chrono::seconds{10}, atom::submit_v,
+                std::move(spec))
+    .then(
+      [self, ok = std::move(ok)](v1::Run& run) {
+        if (self->state.cancelled) {
+          remove_run(self, run.spec().name());
+          return;
+        }
+        ok(run);
+      },
+      [self, failed = std::move(failed)](caf::error& err) {
+        if (!self->state.cancelled)
+          failed(err);
+      });
 }
 
 v1::Request validation_cluster_request() {
@@ -62,6 +84,8 @@ void try_start(self_ptr self, int index);
 /// controller's overhead per step stays below one poll interval).
 void step_ended(self_ptr self, int index) {
   auto& st = self->state;
+  if (st.cancelled)
+    return;
   auto& step = *st.v.mutable_steps(index);
   spdlog::info("validation {}: {} on {}: {}{}{}", st.v.id(), step.check(), step.machine(),
                step.state(), step.verdict().empty() ? "" : " " + step.verdict(),
@@ -147,8 +171,8 @@ void submit(self_ptr self, int index, uint32_t gpus, std::string note,
   if (!data_dir.empty())
     v.set_data_dir(data_dir);
   auto spec = validation::run_spec(v, index, gpus, st.config.check_program);
-  self->request(st.config.scheduler, std::chrono::seconds{10}, atom::submit_v, spec)
-    .then(
+  validation_detail::submit_run(
+    self, std::move(spec),
       [self, index, note](v1::Run& run) {
         auto& st = self->state;
         auto& step = *st.v.mutable_steps(index);
@@ -247,6 +271,8 @@ void try_start(self_ptr self, int index) {
     .then(
       [self, index, machine](std::string& why) {
         auto& st = self->state;
+        if (st.cancelled)
+          return;
         auto& step = *st.v.mutable_steps(index);
         if (!why.empty()) {
           st.busy.erase(machine);
@@ -290,6 +316,11 @@ void end_removed_machine(self_ptr self, const std::string& machine) {
 
 void poll(self_ptr self) {
   auto& st = self->state;
+  if (st.cancelled) {
+    if (self->clock().now() >= st.linger_until)
+      self->quit();
+    return;
+  }
   for (const auto& machine : st.removed)
     if (!st.busy.count(machine))
       end_removed_machine(self, machine);
@@ -316,6 +347,27 @@ void poll(self_ptr self) {
     return;
   }
   self->delayed_send(self, st.config.poll_interval, atom::poll_v);
+}
+
+/// `astra astraeus cancel`: the steps not ended are Cancelled, the runs of
+/// Running ones removed, every slot it holds given back (its owner frees
+/// them on the Cancelled copy), stored and told; then it lingers for the
+/// answers to what it asked before (late submits' runs are removed) and
+/// quits.
+v1::Validation cancel(self_ptr self, const std::string& by, const std::string& why) {
+  auto& st = self->state;
+  if (st.cancelled || st.v.state() != "Running")
+    return st.v;
+  auto runs = validation::cancel(st.v, by, why, st.config.clock->now_unix_ms());
+  spdlog::info("validation {}: {}; {} check run(s) removed", st.v.id(),
+               validation::cancelled_words(by, why), runs.size());
+  for (const auto& run : runs)
+    validation_detail::remove_run(self, run);
+  save(self);
+  st.cancelled = true;
+  st.linger_until = self->clock().now() + std::chrono::seconds{12};
+  self->delayed_send(self, std::chrono::seconds{12}, atom::poll_v);
+  return st.v;
 }
 
 } // namespace
@@ -398,6 +450,7 @@ validation_behavior(validation_actor::stateful_pointer<validation_state> self,
                   self->state.removed.insert(machine);
               });
     },
+    [self](atom::stop, std::string& by, std::string& why) { return cancel(self, by, why); },
     [self](atom::get) -> v1::Validation { return self->state.v; },
   };
 }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include <caf/actor_clock.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
@@ -71,6 +72,11 @@ struct validation_state {
   /// not been looked at since; the first look says whether it went on
   /// (kept) or was gone (the step runs again, `restarted` saying so).
   std::set<int> unconfirmed;
+  /// Cancelled (`astra astraeus cancel`): its last copy is stored and told;
+  /// it only removes the runs of submits answered late, then quits at
+  /// `linger_until` (answers to requests it sent come within their 10 s).
+  bool cancelled = false;
+  caf::actor_clock::time_point linger_until;
 };
 
 /// The behaviour of a validation actor: it polls at once, then every

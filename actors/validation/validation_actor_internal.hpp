@@ -15,8 +15,15 @@ namespace astraeus::validation_detail {
 /// The validation actor, as its functions see it.
 using validation_self = validation_actor::stateful_pointer<validation_state>;
 
-/// Stores the validation with sync and tells the owner.
+/// Stores the validation with sync and tells the owner; nothing once it
+/// was cancelled (its cancelled copy is the last one kept).
 void save(validation_self self);
+/// Submits `spec` as a check's run and hands the run to `ok`, or why it
+/// was refused to `failed`. Once the validation is cancelled nothing more
+/// is submitted, and a run whose submit is answered after the cancel is
+/// removed at once; neither callback runs then.
+void submit_run(validation_self self, v1::RunSpec spec, std::function<void(v1::Run&)> ok,
+                std::function<void(caf::error&)> failed);
 
 /// A request to the cluster on the validation's behalf.
 v1::Request validation_cluster_request();

@@ -108,8 +108,8 @@ void submit_ranks(validation_self self, int index, const std::string& address, i
   }
   auto spec = val::all_reduce_spec(st.v, index, rank, gpus->second[rank], root_of(address),
                                    st.config.check_program);
-  self->request(st.config.scheduler, std::chrono::seconds{10}, atom::submit_v, spec)
-    .then([self, index, address, rank](v1::Run&) { submit_ranks(self, index, address, rank + 1); },
+  submit_run(self, std::move(spec),
+    [self, index, address, rank](v1::Run&) { submit_ranks(self, index, address, rank + 1); },
           [self, index, rank](caf::error& err) {
             remove_ranks(self, index);
             fail_all_reduce(self, index,
@@ -275,8 +275,8 @@ void submit_rank0(validation_self self, int index, const std::vector<group_machi
   auto spec = val::all_reduce_spec(st.v, index, 0, gpus[0],
                                    ":" + std::to_string(val::all_reduce_root_port),
                                    st.config.check_program);
-  self->request(st.config.scheduler, std::chrono::seconds{10}, atom::submit_v, spec)
-    .then([self, index](v1::Run& run) { mark_submitted(self, index, run); },
+  submit_run(self, std::move(spec),
+      [self, index](v1::Run& run) { mark_submitted(self, index, run); },
       [self, index](caf::error& err) {
         fail_all_reduce(self, index,
                         "rank 0 of the all-reduce could not be submitted: " + render_error(err));

@@ -33,6 +33,8 @@ void remove_run(validation_self self, const std::string& name) {
 
 void group_step_ended(validation_self self, int index, const std::string& label) {
   auto& st = self->state;
+  if (st.cancelled)
+    return;
   auto& step = *st.v.mutable_steps(index);
   spdlog::info("validation {}: {} {}: {}{}{}", st.v.id(), step.check(), label, step.state(),
                step.verdict().empty() ? "" : " " + step.verdict(),
@@ -113,6 +115,9 @@ void watch_first_run(validation_self self, int index, const std::string& name,
 
 void with_slots(validation_self self, int index, std::vector<std::string> machines,
                 std::function<void()> then, size_t next) {
+  // Cancelled: no slot is asked for, nothing more starts.
+  if (self->state.cancelled)
+    return;
   if (next == machines.size()) {
     then();
     return;
@@ -178,8 +183,8 @@ void submit_client(validation_self self, int index, const v1::Run& server) {
   auto rails = val::parse_pair_rails(server.spec().command(6));
   auto client = val::pair_spec(st.v, index, false, rails ? *rails : std::vector<val::pair_rail>{},
                                server.master_addr(), st.config.check_program);
-  self->request(st.config.scheduler, std::chrono::seconds{10}, atom::submit_v, client)
-    .then(
+  submit_run(
+    self, std::move(client),
       [self, index](v1::Run& run) {
         auto& step = *self->state.v.mutable_steps(index);
         step.set_run(run.spec().name());
@@ -225,8 +230,8 @@ void submit_pair(validation_self self, int index, std::vector<val::pair_rail> ra
   auto& step = *st.v.mutable_steps(index);
   step.set_attempts(step.attempts() + 1);
   auto server = val::pair_spec(st.v, index, true, rails, "", st.config.check_program);
-  self->request(st.config.scheduler, std::chrono::seconds{10}, atom::submit_v, server)
-    .then([self, index](v1::Run& run) { mark_submitted(self, index, run); },
+  submit_run(self, std::move(server),
+      [self, index](v1::Run& run) { mark_submitted(self, index, run); },
       [self, index](caf::error& err) {
         fail_pair(self, index, "the pair's server could not be submitted: " + render_error(err));
       });

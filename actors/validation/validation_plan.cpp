@@ -435,6 +435,38 @@ std::vector<int> end_removed(v1::Validation& v, const std::string& machine,
   return ended;
 }
 
+std::string cancelled_words(const std::string& by, const std::string& why) {
+  return "cancelled by " + (by.empty() ? std::string{"an admin"} : by)
+         + (why.empty() ? std::string{} : " (" + why + ")");
+}
+
+std::vector<std::string> cancel(v1::Validation& v, const std::string& by,
+                                const std::string& why, int64_t now_unix_ms) {
+  std::vector<std::string> runs;
+  const auto words = cancelled_words(by, why);
+  for (int i = 0; i < v.steps_size(); ++i) {
+    auto& s = *v.mutable_steps(i);
+    if (s.state() == done || s.state() == failed || s.state() == cancelled)
+      continue;
+    if (s.state() == running)
+      for (auto& run : step_runs(v, i))
+        runs.push_back(std::move(run));
+    s.set_state(cancelled);
+    s.clear_verdict();
+    s.set_reason(words);
+    s.set_finished_unix_ms(now_unix_ms);
+  }
+  uint32_t pass = 0;
+  for (const auto& m : v.machines())
+    pass += machine_verdict(v, m) == "pass" ? 1 : 0;
+  v.set_machines_passed(pass);
+  v.set_state("Cancelled");
+  v.set_cancelled_by(by);
+  v.set_cancel_reason(why);
+  v.set_finished_unix_ms(now_unix_ms);
+  return runs;
+}
+
 std::string machine_verdict(const v1::Validation& v, const std::string& machine) {
   int worst = 0;
   bool any = false, measured = false;

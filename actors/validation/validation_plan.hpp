@@ -27,6 +27,8 @@ inline constexpr const char* yielded = "Yielded";
 inline constexpr const char* done = "Done";
 /// The check could not run, or printed no usable result.
 inline constexpr const char* failed = "Failed";
+/// Its validation was cancelled before it ended (no verdict).
+inline constexpr const char* cancelled = "Cancelled";
 
 /// The checks of `suite`, in the order they run on a machine:
 /// acceptance = quick, dcgm, burn, copies, disk; quick, dcgm, burn, copies
@@ -215,6 +217,20 @@ std::string removed_reason(const std::string& machine);
 /// is gone never places).
 std::vector<int> end_removed(v1::Validation& v, const std::string& machine,
                              int64_t now_unix_ms, std::vector<std::string>& runs);
+
+/// Why a step ended Cancelled: "cancelled by alice (wrong pool)", or
+/// "cancelled by alice" when `why` is empty.
+std::string cancelled_words(const std::string& by, const std::string& why);
+
+/// Cancels `v` as `by` asked (`astra astraeus cancel ID`), for `why` (""
+/// = none given): each step that has not ended (Queued, Yielded, Running)
+/// is Cancelled with no verdict, reason cancelled_words(by, why), finished
+/// at `now_unix_ms`; steps Done or Failed keep their results. `v` is
+/// Cancelled, `cancelled_by` and `cancel_reason` set, `machines_passed` the
+/// machines whose every step had ended and pass, finished at `now_unix_ms`.
+/// Returns the runs of the steps that were Running (to remove; step_runs).
+std::vector<std::string> cancel(v1::Validation& v, const std::string& by,
+                                const std::string& why, int64_t now_unix_ms);
 
 /// The verdict of `machine` in `v` (its steps, the pairs it is in, and the
 /// all-reduce groups it is in, each counted as its own step):

@@ -162,6 +162,10 @@ caf::result<std::string> on_slot(self_ptr self, const std::string& machine,
       st.slots.erase(held);
     return std::string{};
   }
+  // A validation that ended (cancelled while its ask was on the way) is
+  // given no slot.
+  if (!st.running.count(id))
+    return "validation " + id + " has ended";
   if (held != st.slots.end())
     return held->second == id ? std::string{} : machine + ": another check runs there";
   // Held at once (no second grant while the GPUs are looked at).

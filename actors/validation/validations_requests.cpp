@@ -262,6 +262,51 @@ caf::result<v1::Response> accept(self_ptr self, const v1::Request& req) {
   return rp;
 }
 
+/// `astra astraeus cancel ID` / DELETE /validations/ID (admins): the
+/// validation's actor cancels it (its steps not ended are Cancelled, their
+/// runs removed) and answers with it. One not known, or ended already, is
+/// refused naming it.
+caf::result<v1::Response> cancel(self_ptr self, const v1::Request& req) {
+  auto& st = self->state;
+  const auto& body = req.cancel_validation();
+  if (body.id().empty())
+    return failure(req.id(), caf::make_error(ec::invalid_request, "cancel: no validation named"));
+  auto it = st.validations.find(body.id());
+  if (it == st.validations.end())
+    return failure(req.id(), caf::make_error(ec::invalid_request,
+                                             "no validation named " + body.id()
+                                               + " (astra astraeus validations lists them)"));
+  if (it->second.state() != "Running")
+    return failure(req.id(),
+                   caf::make_error(ec::failed_precondition,
+                                   "validation " + body.id() + " has ended ("
+                                     + it->second.state() + "): nothing to cancel"));
+  const auto by = req.caller().name();
+  auto actor = st.running.find(body.id());
+  if (actor == st.running.end()) {
+    // Its actor is gone (it cannot be while Running, but a stored copy is
+    // what users see): the copy is cancelled and stored as its actor would.
+    auto v = it->second;
+    validation::cancel(v, by, body.reason(), st.config.clock->now_unix_ms());
+    if (auto err = st.config.store->put(family::validations, "val/" + v.id(), v, true))
+      return failure(req.id(), err);
+    self->send(self, atom::validate_v, v);  // its slots go, its machines are told
+    auto out = with_id(req.id());
+    *out.mutable_validation() = std::move(v);
+    return out;
+  }
+  auto rp = self->make_response_promise<v1::Response>();
+  self->request(actor->second, std::chrono::seconds{10}, atom::stop_v, by, body.reason())
+    .then(
+      [rp, id = req.id()](v1::Validation& v) mutable {
+        auto out = with_id(id);
+        *out.mutable_validation() = std::move(v);
+        rp.deliver(std::move(out));
+      },
+      [rp, id = req.id()](caf::error& err) mutable { rp.deliver(failure(id, err)); });
+  return rp;
+}
+
 v1::Response policies(self_ptr self, const v1::Request& req) {
   auto out = with_id(req.id());
   for (const auto& [pool, p] : self->state.policies)
@@ -333,6 +378,7 @@ caf::result<v1::Response> answer(self_ptr self, const v1::Request& req) {
   case R::kAcceptMachine: return accept(self, req);
   case R::kListValidationPolicies: return policies(self, req);
   case R::kDeleteValidationPolicy: return delete_policy(self, req);
+  case R::kCancelValidation: return cancel(self, req);
   default:
     return failure(req.id(), caf::make_error(ec::invalid_request, "not a validation request"));
   }

@@ -439,6 +439,28 @@ void add_accept(CLI::App& app, invocation& inv) {
   });
 }
 
+/// `astra astraeus cancel ID [--reason TEXT]` (admins): a mistaken
+/// validation (a `--burn-in 7d` on the wrong pool) ends now, Cancelled: its
+/// check runs are removed and the machines' GPUs freed; checks that ended
+/// keep their results. Exit 0, printing how it ended; 1 when it has ended
+/// already or is not known.
+void add_cancel(CLI::App& app, invocation& inv) {
+  auto* cmd = app.add_subcommand("cancel", "cancel a running validation: its checks stop and "
+                                           "their GPUs are freed (admins; audited)");
+  auto& id = inv.keep<std::string>();
+  auto& reason = inv.keep<std::string>();
+  cmd->add_option("ID", id, "val-YYYYMMDD-xxxxxx")->required();
+  cmd->add_option("--reason", reason, "why (kept with the validation and in the audit log)");
+  cmd->callback([&inv, &id, &reason] {
+    v1::Request req;
+    req.mutable_cancel_validation()->set_id(id);
+    req.mutable_cancel_validation()->set_reason(reason);
+    inv.rc = call(inv.opts, req, [](const v1::Response& r) {
+      return format_validation_outcome(r.validation());
+    });
+  });
+}
+
 } // namespace
 
 void add_validation_commands(CLI::App& app, invocation& inv) {
@@ -463,6 +485,7 @@ void add_validation_commands(CLI::App& app, invocation& inv) {
   add_topology(app, inv);
   add_policy(app, inv);
   add_accept(app, inv);
+  add_cancel(app, inv);
 }
 
 } // namespace astraeus::cli

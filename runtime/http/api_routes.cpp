@@ -471,6 +471,9 @@ const std::vector<api_route>& api_routes() {
      "ValidationList"},
     {"GET", "/validations/{id}", true, get_validation, "a validation: its state and steps", "",
      "Validation"},
+    {"DELETE", "/validations/{id}", true, cancel_validation,
+     "cancel a running validation (admins; ?reason): its steps not ended are Cancelled and "
+     "their check runs removed; 409 once it has ended", "", "Validation"},
     {"GET", "/v1/validations/{id}", false, get_validation,
      "a validation: its state and steps", "", "Validation"},
     {"GET", "/topology", true, get_topology,

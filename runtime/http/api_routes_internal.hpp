@@ -120,6 +120,9 @@ void list_audit(api_context& ctx);
 void create_validation(api_context& ctx);
 void get_validation(api_context& ctx);
 void list_validations(api_context& ctx);
+/// DELETE /validations/{id}[?reason=]: cancels a Running validation
+/// (admins); 409 when it has ended, 404 when no such validation.
+void cancel_validation(api_context& ctx);
 void get_cluster_report(api_context& ctx);
 /// GET /topology[?pool=P] (issue 12): the TopologyReport.
 void get_topology(api_context& ctx);

@@ -359,6 +359,19 @@ void get_validation(api_context& ctx) {
              [](const v1::Response& r) -> const v1::Validation& { return r.validation(); });
 }
 
+// `astra astraeus cancel ID`: the validation ends Cancelled, its check
+// runs removed; the validation as it ended. `?reason=` is kept with it and
+// in the audit log.
+void cancel_validation(api_context& ctx) {
+  v1::Request req;
+  auto* body = req.mutable_cancel_validation();
+  body->set_id(ctx.param("id"));
+  if (ctx.req.has_param("reason"))
+    body->set_reason(ctx.req.get_param_value("reason"));
+  reply_with(ctx, std::move(req), 200,
+             [](const v1::Response& r) -> const v1::Validation& { return r.validation(); });
+}
+
 void get_cluster_report(api_context& ctx) {
   v1::Request req;
   if (ctx.req.has_param("pool"))

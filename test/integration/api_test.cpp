@@ -415,6 +415,10 @@ TEST_F(Api, AChangeThroughAstraShowsOnTheNextReadAndTheApiPortIsNotShared) {
   EXPECT_EQ(unknown->status, 404) << unknown->body;
   // The code says what the status says (not INVALID_REQUEST).
   EXPECT_EQ(body_of(unknown).value("code", ""), "NOT_FOUND") << unknown->body;
+  // Cancelling one nobody knows is 404 too (`astra astraeus cancel`).
+  auto cancel_unknown = owner->Delete(base + "/validations/val-nosuch?reason=oops");
+  ASSERT_TRUE(cancel_unknown);
+  EXPECT_EQ(cancel_unknown->status, 404) << cancel_unknown->body;
   auto no_run = owner->Get(base + "/runs/no-such-run");
   ASSERT_TRUE(no_run);
   EXPECT_EQ(no_run->status, 404) << no_run->body;

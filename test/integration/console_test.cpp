@@ -347,6 +347,16 @@ TEST_F(Console, GpusMachinesAndClearFaultInHeadlessChromium) {
                                                 "on gpu-01"}))
     << dom;
   EXPECT_TRUE(contains(dom, "id=\"validation\"")) << dom;
+  // Cancel validation, clicked on its page (the address is the confirmation):
+  // it ends Cancelled, naming who cancelled it.
+  std::smatch started;
+  ASSERT_TRUE(std::regex_search(dom, started, std::regex{"validation (val-\\d{8}-[0-9a-f]{6}): "}))
+    << dom;
+  const std::string id = started[1];
+  dom = browse(validation + "?cluster=default&validation=" + id, "do=cancel-validation");
+  EXPECT_TRUE(contains(dom, "validation " + id + " cancelled.")) << dom;
+  EXPECT_TRUE(contains(dom, "data-state=\"Cancelled\"")) << dom;
+  EXPECT_TRUE(contains(dom, "id=\"cancelled\"")) << dom;
   // Policies: Save, clicked.
   dom = browse(validation + "?cluster=default", "do=save-policy-h100");
   EXPECT_TRUE(contains(dom, "pool h100: policy saved")) << dom;

@@ -575,6 +575,47 @@ TEST_F(Validation, ABurnInGoesOnThroughAControllerRestartAndWaitFollowsIt) {
   EXPECT_TRUE(contains(shown.out, "the controller restarted while it ran; its run ")) << shown.out;
 }
 
+// A new-user trial: a mistaken `--burn-in 7d` could not be stopped (no
+// command, and deleting its check's run ran it again). `astra astraeus
+// cancel` ends it: the check stops, the GPUs are free, the validation says
+// who cancelled it and why, and the audit log keeps it.
+TEST_F(Validation, ACancelledBurnInFreesItsGpusAndSaysWhoCancelledIt) {
+  start_one_machine(300);
+  auto v = astra({"astraeus", "validate", "--suite", "burn", "--machine", "gpu-01", "--burn-in",
+                  "7d", "-o", "json"});
+  ASSERT_EQ(v.rc, 0) << v.err;
+  auto id = json_of(v).value("id", "");
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(wait_gpus_held_by(id)) << "the burn-in never held the GPUs";
+  auto cancelled = astra({"astraeus", "cancel", id, "--reason", "meant 7m"});
+  ASSERT_EQ(cancelled.rc, 0) << cancelled.out << cancelled.err;
+  EXPECT_TRUE(contains(cancelled.out, id + " burn Cancelled (on-demand)")) << cancelled.out;
+  EXPECT_TRUE(std::regex_search(cancelled.out,
+                                std::regex{R"(Cancelled by \S+ \(meant 7m\): 0 of 1 steps had ended)"}))
+    << cancelled.out;
+  EXPECT_TRUE(wait_until(
+    [&] {
+      for (const auto& g : list_gpu_views(port_))
+        if (!g.holder().empty())
+          return false;
+      return true;
+    },
+    20s, 100ms))
+    << "the burn-in's GPUs were not freed";
+  auto shown = json_of(astra({"astraeus", "validation", id, "-o", "json"}));
+  EXPECT_EQ(shown.value("state", ""), "Cancelled") << shown.dump();
+  ASSERT_EQ(shown["steps"].size(), 1u) << shown.dump();
+  EXPECT_EQ(shown["steps"][0].value("state", ""), "Cancelled") << shown.dump();
+  // Nothing to cancel twice.
+  auto again = astra({"astraeus", "cancel", id});
+  EXPECT_EQ(again.rc, 1);
+  EXPECT_TRUE(contains(again.err, "validation " + id + " has ended (Cancelled): nothing to cancel"))
+    << again.err;
+  auto audit = astra({"audit"});
+  EXPECT_TRUE(contains(audit.out, "cancel validation")) << audit.out;
+  EXPECT_TRUE(contains(audit.out, "meant 7m")) << audit.out;
+}
+
 TEST_F(Validation, ARealRunSubmittedDuringABurnInStartsAndTheBurnInIsQueuedAgain) {
   start_one_machine(300);
   auto v = astra({"astraeus", "validate", "--suite", "burn", "--machine", "gpu-01", "-o",

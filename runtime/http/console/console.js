@@ -441,7 +441,8 @@ async function draw(r, params) {
     return;
   }
   // #do=<button id> clicks that button once, as a person would (the
-  // browser test's way in); for Clear fault the address is the confirmation.
+  // browser test's way in); for Clear fault and Cancel validation the
+  // address is the confirmation.
   // Several ids ("do=add-machine,get-install-command") click in turn, each
   // once it has appeared (within 3 s).
   for (const id of (ADDRESS_ACTIONS ? params.get("do") || "" : "").split(",").filter(Boolean)) {
@@ -451,7 +452,7 @@ async function draw(r, params) {
       button = document.getElementById(id);
     }
     if (!button || button.tagName !== "BUTTON") break;
-    confirmedByAddress = button.id === "clear-fault";
+    confirmedByAddress = button.id === "clear-fault" || button.id === "cancel-validation";
     button.click();
   }
 }

@@ -116,10 +116,32 @@ function runChecks(pools) {
                    onclick: () => startValidation(suite.value, pool.value, "") }));
 }
 
+// Cancels a running validation (admins): its checks not ended stop and
+// free their GPUs; those that ended keep their results.
+async function cancelValidation(v) {
+  const ask = "Cancel " + v.id + " (" + v.suite + ")?\n\nIts checks that have not ended stop and "
+    + "free their GPUs; those that ended keep their results.";
+  if (!confirmedByAddress && !window.confirm(ask)) return;
+  confirmedByAddress = false;
+  try {
+    const r = await api("DELETE", "/validations/" + encodeURIComponent(v.id));
+    await validationPage("validation " + r.id + " cancelled.");
+  } catch (err) { failed(err); }
+}
+
 function validationSection(v) {
   if (!v) return "";
+  const cancelled = v.state === "Cancelled"
+    ? el("p", { id: "cancelled", text: "Cancelled by " + (v.cancelled_by || "an admin")
+                                       + (v.cancel_reason ? " (" + v.cancel_reason + ")" : "") + "." })
+    : "";
+  const cancel = v.state === "Running" && isAdmin()
+    ? el("button", { type: "button", id: "cancel-validation", text: "Cancel validation",
+                     onclick: () => cancelValidation(v) })
+    : "";
   return el("section", { id: "validation", "data-state": v.state },
     el("h2", { text: v.id + " · " + v.suite + " · " + v.state + " (" + (v.trigger || "on-demand") + ")" }),
+    cancelled, cancel,
     el("table", { id: "steps" },
       el("tr", {}, ["Machine", "Check", "State", "Verdict", "Why"].map((h) => el("th", { text: h }))),
       (v.steps || []).map((s) => el("tr", {}, el("td", { text: s.peer ? s.machine + "–" + s.peer : s.machine }),

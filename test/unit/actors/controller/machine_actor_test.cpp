@@ -749,6 +749,31 @@ TEST_F(MachineWorkers, AFailedAcceptanceIsNamedAsFailedWithWhatToDo) {
             "is Accepting (acceptance val-20261203-1c2d3e runs there)");
 }
 
+// `astra astraeus cancel`: a cancelled acceptance has nothing to read; the
+// machine's waiting reason says who cancelled it and how to run another.
+TEST_F(MachineWorkers, ACancelledAcceptanceSaysWhoCancelledItAndHowToRunAnother) {
+  auto m = spawn_wired();
+  report(m);
+  ask<v1::MachineView>(m, atom::accept_v, true, false, std::string{"val-20261207-0c0c01"});
+  v1::Validation v;
+  v.set_id("val-20261207-0c0c01");
+  v.set_state("Cancelled");
+  v.set_cancelled_by("alice");
+  v.set_cancel_reason("wrong pool");
+  v.add_machines("gpu-01");
+  auto* step = v.add_steps();
+  step->set_machine("gpu-01");
+  step->set_check("burn");
+  step->set_state("Cancelled");
+  (*self)->send(m, atom::accept_v, v);
+  run();
+  EXPECT_EQ(box->snapshots.back().not_schedulable(),
+            "is Accepting (acceptance val-20261207-0c0c01 was cancelled by alice (wrong pool): "
+            "astra astraeus validate --suite acceptance --machine gpu-01 runs another; astra "
+            "astraeus accept gpu-01 --reason R accepts it anyway)");
+  EXPECT_EQ(ask<v1::MachineView>(m, atom::get_v).state(), v1::Machine::Accepting);
+}
+
 namespace {
 
 /// gpu-01's full report `sequence` with one GPU at `temperature` degrees.

@@ -7,6 +7,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include <caf/event_based_actor.hpp>
@@ -34,6 +35,7 @@ struct machine_rec {
 struct world {
   std::map<std::string, machine_rec> machines;
   std::map<std::string, v1::RunSpec> submitted;  // check runs, by name
+  std::set<std::string> removed;                 // check runs removed, by name
   bool checks_end = false;                       // they pass when looked at
 };
 
@@ -81,7 +83,8 @@ protected:
             }
             return run;
           },
-          [](atom::remove, std::string& name) -> v1::Run {
+          [sw](atom::remove, std::string& name) -> v1::Run {
+            sw->removed.insert(name);
             v1::Run run;
             run.mutable_spec()->set_name(name);
             run.set_state("Stopped");
@@ -185,6 +188,7 @@ protected:
         },
         [sw, name](atom::get) -> v1::MachineView { return view_of(name, sw->machines[name]); },
         [](atom::validate, v1::ValidationStep&) {},
+        [](atom::accept, v1::Validation&) {},
       };
     });
   }
@@ -467,4 +471,86 @@ TEST_F(Validations, ARequestThatCannotRunSaysWhatWasWrongInItsOwnTerms) {
   ASSERT_TRUE(resp.has_error());
   EXPECT_EQ(resp.error().message(), "the network suite measures pairs of machines: only gpu-03 "
                                     "of pool a100 is Up; it needs two or more");
+}
+
+// A new-user trial: a mistaken `--burn-in 7d` could not be stopped, and
+// deleting its check's run made the validation run it again. `astra
+// astraeus cancel ID` ends it: the check running is removed, nothing more
+// starts, the machine's slot is free for the next check, and what had
+// ended keeps its result. A restart does not bring it back.
+TEST_F(Validations, ACancelledValidationStopsItsCheckFreesItsMachineAndKeepsWhatEnded) {
+  join("gpu-01", "h100");
+  auto started = validate("acceptance", "gpu-01");
+  ASSERT_FALSE(started.has_error()) << started.error().message();
+  const auto id = started.validation().id();
+  advance(std::chrono::milliseconds{500});
+  ASSERT_EQ(w->submitted.count(id + "-gpu-01-quick-1"), 1u);
+  // The quick check ends; the DCGM diagnostics start.
+  w->checks_end = true;
+  advance(std::chrono::milliseconds{500});
+  w->checks_end = false;
+  const auto dcgm = id + "-gpu-01-dcgm-1";
+  ASSERT_EQ(w->submitted.count(dcgm), 1u);
+  const auto before = w->submitted.size();
+
+  auto cancel = [&](const std::string& which) {
+    v1::Request req;
+    req.set_id(9);
+    req.mutable_caller()->set_name("alice");
+    req.mutable_cancel_validation()->set_id(which);
+    req.mutable_cancel_validation()->set_reason("wrong pool");
+    return ask<v1::Response>(actor_, std::move(req));
+  };
+  auto resp = cancel(id);
+  ASSERT_FALSE(resp.has_error()) << resp.error().message();
+  const auto& v = resp.validation();
+  EXPECT_EQ(v.state(), "Cancelled");
+  EXPECT_EQ(v.cancelled_by(), "alice");
+  EXPECT_EQ(v.cancel_reason(), "wrong pool");
+  EXPECT_GT(v.finished_unix_ms(), 0);
+  ASSERT_EQ(v.steps_size(), 5);
+  EXPECT_EQ(v.steps(0).state(), "Done") << "the quick check had ended: its result is kept";
+  EXPECT_EQ(v.steps(0).verdict(), "pass");
+  for (int i = 1; i < v.steps_size(); ++i) {
+    EXPECT_EQ(v.steps(i).state(), "Cancelled") << v.steps(i).check();
+    EXPECT_EQ(v.steps(i).verdict(), "") << v.steps(i).check();
+    EXPECT_EQ(v.steps(i).reason(), "cancelled by alice (wrong pool)");
+  }
+  EXPECT_EQ(w->removed.count(dcgm), 1u) << "the running check's run is removed";
+  for (int i = 0; i < 30; ++i)
+    advance(std::chrono::seconds{1});
+  EXPECT_EQ(w->submitted.size(), before) << "nothing more is started";
+
+  // As stored and listed; the quick check's result is the machine's latest.
+  v1::Request get;
+  get.mutable_get_validation()->set_id(id);
+  EXPECT_EQ(ask<v1::Response>(actor_, get).validation().state(), "Cancelled");
+
+  // Its machine's slot is free: the next check runs at once.
+  auto next = validate("quick", "gpu-01");
+  ASSERT_FALSE(next.has_error()) << next.error().message();
+  advance(std::chrono::milliseconds{500});
+  EXPECT_EQ(w->submitted.count(next.validation().id() + "-gpu-01-quick-1"), 1u);
+
+  // Ended: nothing to cancel (409 through the API); not known: named.
+  resp = cancel(id);
+  ASSERT_TRUE(resp.has_error());
+  EXPECT_EQ(resp.error().code(), "failed_precondition");
+  EXPECT_EQ(resp.error().message(),
+            "validation " + id + " has ended (Cancelled): nothing to cancel");
+  resp = cancel("val-20991231-ffffff");
+  ASSERT_TRUE(resp.has_error());
+  EXPECT_EQ(resp.error().message(), "no validation named val-20991231-ffffff (astra astraeus "
+                                    "validations lists them)");
+
+  // A restart loads it Cancelled and runs none of its checks again.
+  w->checks_end = true;
+  for (int i = 0; i < 4; ++i)
+    advance(std::chrono::seconds{1});
+  const auto after = w->submitted.size();
+  restart_controller();
+  for (int i = 0; i < 6; ++i)
+    advance(std::chrono::seconds{1});
+  EXPECT_EQ(w->submitted.size(), after);
+  EXPECT_EQ(ask<v1::Response>(actor_, get).validation().state(), "Cancelled");
 }
