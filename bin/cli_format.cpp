@@ -257,11 +257,27 @@ std::string format_machine(const v1::MachineView& m, int64_t now_unix_ms) {
     row("Acceptance:", "accepted (its pool requires acceptance)");
   else if (m.state() == v1::Machine::Accepting && !m.acceptance_ended().empty())
     // As the waiting runs say it (a new-user trial saw "not yet" here after
-    // the acceptance had failed).
+    // the acceptance had failed); a cancelled one has nothing to read.
     row("Acceptance:", "acceptance " + m.acceptance_validation() + " " + m.acceptance_ended()
-                         + ": see `astra astraeus validation " + m.acceptance_validation()
-                         + "`; it takes no work but its checks until one passes, or until "
+                         + (m.acceptance_ended().rfind("was cancelled", 0) == 0
+                              ? ": `astra astraeus validate --suite acceptance --machine "
+                                  + m.name() + "` runs another"
+                              : ": see `astra astraeus validation " + m.acceptance_validation()
+                                  + "`")
+                         + "; it takes no work but its checks until one passes, or until "
                            "`astra astraeus accept " + m.name() + " --reason …`");
+  else if (m.acceptance_requested() && m.state() != v1::Machine::Accepting)
+    // Installed with --accept in a pool that does not require acceptance:
+    // it takes work while its acceptance runs (a new-user trial saw no
+    // word of it here; the JSON had it).
+    row("Acceptance:",
+        m.acceptance_validation().empty()
+          ? std::string{"asked for at install (--accept): it starts once the machines joining "
+                        "with it are in"}
+          : "acceptance " + m.acceptance_validation() + " (asked for at install, --accept) "
+              + (m.acceptance_ended().empty() ? std::string{"runs"} : m.acceptance_ended())
+              + ": see `astra astraeus validation " + m.acceptance_validation()
+              + "`; it takes work meanwhile (its pool does not require acceptance)");
   else if (m.state() == v1::Machine::Accepting)
     row("Acceptance:", std::string{"not yet"}
                          + (m.acceptance_validation().empty()

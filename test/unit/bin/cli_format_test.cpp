@@ -298,6 +298,35 @@ TEST(CliFormat, MachineSaysWhetherItIsAccepted) {
   EXPECT_TRUE(contains(accepted, "accepted (its pool requires acceptance)")) << accepted;
 }
 
+// A machine installed with --accept in a pool that does not require
+// acceptance takes work while its acceptance runs: `astra machine` names
+// that acceptance (a new-user trial saw it only in the JSON). A cancelled
+// acceptance of an Accepting machine says how to run another.
+TEST(CliFormat, MachineNamesTheAcceptanceItAskedForAtInstallAndACancelledOne) {
+  v1::MachineView m;
+  m.set_name("gpu-04");
+  m.set_state(v1::Machine::Up);
+  m.set_acceptance_requested(true);
+  auto asked = cli::format_machine(m, 0);
+  EXPECT_TRUE(contains(asked, "Acceptance:  asked for at install (--accept): it starts once the "
+                              "machines joining with it are in\n"))
+    << asked;
+  m.set_acceptance_validation("val-20261207-0a0a01");
+  auto runs = cli::format_machine(m, 0);
+  EXPECT_TRUE(contains(runs, "Acceptance:  acceptance val-20261207-0a0a01 (asked for at install, "
+                             "--accept) runs: see `astra astraeus validation "
+                             "val-20261207-0a0a01`; it takes work meanwhile"))
+    << runs;
+  m.set_acceptance_requested(false);
+  m.set_state(v1::Machine::Accepting);
+  m.set_acceptance_ended("was cancelled by alice");
+  auto cancelled = cli::format_machine(m, 0);
+  EXPECT_TRUE(contains(cancelled, "Acceptance:  acceptance val-20261207-0a0a01 was cancelled by "
+                                  "alice: `astra astraeus validate --suite acceptance --machine "
+                                  "gpu-04` runs another; it takes no work"))
+    << cancelled;
+}
+
 // HA mode (issue 15): `astra --addr A,B,C tokens create` against a controller
 // that advertises no gate prints an install command naming every gate the
 // user gave, not only the leader's that answered; one address, or an
