@@ -417,6 +417,12 @@ using validations_actor = caf::typed_actor<
   caf::reacts_to<atom::validate, v1::ValidationStep>,
   // A validation changed (from itself): its copy for lists and looks-ups.
   caf::reacts_to<atom::validate, v1::Validation>,
+  // From the cluster: an admin cleared a latched fault of a GPU of machine
+  // `name` (`astra gpus clear-fault`). A machine whose latest quick check
+  // failed gets a quick check again (validation.quick_on_up), so its QUICK
+  // badge and the Cluster Report's finding say what is true after the
+  // repair, not what was before it. Never fails.
+  caf::reacts_to<atom::clear, std::string>,
   // Internal timer: looks for machines that came Up (their quick check) or
   // that their pool's policy holds as Accepting.
   caf::reacts_to<atom::poll>>;

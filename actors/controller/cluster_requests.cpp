@@ -348,8 +348,12 @@ result_t clear_fault(const cluster_request& r) {
   auto rp = r.self->make_response_promise<v1::Response>();
   r.self->request(*m, r.timeout, atom::clear_v, cf.gpu())
     .then(
-      [rp, id = r.id, record](v1::ClearFaultResult& result) mutable {
+      [rp, id = r.id, record, validations = r.self->state.config.validations,
+       machine = cf.machine()](v1::ClearFaultResult& result) mutable {
         record(result.cleared() ? "cleared" : "nothing latched");
+        // A quick check that failed before the repair runs again.
+        if (result.cleared() && validations)
+          caf::anon_send(validations, atom::clear_v, machine);
         v1::Response out;
         out.set_id(id);
         *out.mutable_cleared() = std::move(result);

@@ -398,6 +398,7 @@ validations(validations_actor::stateful_pointer<validations_state> self,
     },
     [self](atom::validate, v1::ValidationStep& step) { on_step(self, step); },
     [self](atom::validate, v1::Validation& v) { on_validation(self, v); },
+    [self](atom::clear, std::string& machine) { on_fault_cleared(self, machine); },
     [self](atom::poll) {
       look_at_machines(self);
       self->delayed_send(self, self->state.config.machine_poll, atom::poll_v);

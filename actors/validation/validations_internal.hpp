@@ -52,6 +52,13 @@ caf::result<v1::Response> answer(self_ptr self, const v1::Request& req);
 /// machine joined; trigger "installer").
 void look_at_machines(self_ptr self);
 
+/// An admin cleared a latched fault on a GPU of `machine`: when its latest
+/// quick check failed and none is pending there, a quick check runs again
+/// (trigger automatic; only with validation.quick_on_up). A new-user trial
+/// kept a fail badge and a "GPU … has a latched fault" finding after the
+/// GPU was replaced and its fault cleared.
+void on_fault_cleared(self_ptr self, const std::string& machine);
+
 /// The removed machines' part of the machine poll: each running validation
 /// hears of its machines that `machines` (the cluster's list) lacks; it
 /// makes sure they are gone and ends their steps.

@@ -367,6 +367,19 @@ void start_for(self_ptr self, const std::string& machine, const std::string& sui
 
 } // namespace
 
+void on_fault_cleared(self_ptr self, const std::string& machine) {
+  auto& st = self->state;
+  if (!st.config.quick_on_up)
+    return;
+  auto latest = st.latest.find({machine, "quick"});
+  if (latest == st.latest.end() || latest->second.verdict() != "fail"
+      || pending(self, machine, "quick"))
+    return;
+  spdlog::info("validations: a fault was cleared on {}, whose quick check failed: a quick "
+               "check again", machine);
+  start_for(self, machine, "quick", nullptr, "automatic");
+}
+
 caf::result<v1::Response> answer(self_ptr self, const v1::Request& req) {
   using R = v1::Request;
   switch (req.body_case()) {

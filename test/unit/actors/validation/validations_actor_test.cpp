@@ -36,7 +36,8 @@ struct world {
   std::map<std::string, machine_rec> machines;
   std::map<std::string, v1::RunSpec> submitted;  // check runs, by name
   std::set<std::string> removed;                 // check runs removed, by name
-  bool checks_end = false;                       // they pass when looked at
+  bool checks_end = false;                       // they end when looked at
+  std::string verdict = "pass";                  // with this verdict
 };
 
 v1::MachineView view_of(const std::string& name, const machine_rec& m) {
@@ -79,7 +80,8 @@ protected:
             if (sw->checks_end && run.spec().command_size() > 1) {
               run.set_state("Stopped");
               (*run.add_workers()->mutable_outputs())["astraeus.result"] =
-                R"({"check":")" + run.spec().command(1) + R"(","verdict":"pass"})";
+                R"({"check":")" + run.spec().command(1) + R"(","verdict":")" + sw->verdict
+                + R"("})";
             }
             return run;
           },
@@ -266,6 +268,33 @@ TEST_F(ValidationsQuick, GpusThatAppearAfterAMachineCameUpGetANewQuickCheck) {
   for (int i = 0; i < 3; ++i)
     advance(std::chrono::seconds{10});
   EXPECT_EQ(quick_checks("gpu-01"), 2);
+}
+
+// A new-user trial: a GPU's latched fault failed the quick check; the GPU
+// was replaced and its fault cleared, and the QUICK badge and the report's
+// "has a latched fault" finding stayed until someone thought to run a quick
+// check again. Clearing a fault on a machine whose quick check failed runs
+// one; on a machine whose quick check passed it does not.
+TEST_F(ValidationsQuick, ClearingAFaultWhereTheQuickCheckFailedRunsItAgain) {
+  w->checks_end = true;
+  w->verdict = "fail";
+  join("gpu-01", "h100");
+  join("gpu-02", "h100");
+  w->machines["gpu-01"].gpus = 8;
+  w->machines["gpu-02"].gpus = 8;
+  for (int i = 0; i < 3; ++i)
+    advance(std::chrono::seconds{10});
+  ASSERT_EQ(quick_checks("gpu-01"), 1);
+  w->verdict = "pass";
+  caf::anon_send(actor_, atom::clear_v, std::string{"gpu-01"});
+  for (int i = 0; i < 3; ++i)
+    advance(std::chrono::seconds{10});
+  EXPECT_EQ(quick_checks("gpu-01"), 2) << "the failed quick check runs again";
+  EXPECT_EQ(quick_checks("gpu-02"), 1) << "only the machine whose fault was cleared";
+  caf::anon_send(actor_, atom::clear_v, std::string{"gpu-01"});
+  for (int i = 0; i < 3; ++i)
+    advance(std::chrono::seconds{10});
+  EXPECT_EQ(quick_checks("gpu-01"), 2) << "it passed now: no third";
 }
 
 // bring-up-a-gpu-cluster.md, step 6: "A machine that joins the pool from now
