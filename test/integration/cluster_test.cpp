@@ -95,6 +95,13 @@ protected:
                                   "--heartbeat-lapse", "2s",
                                   "--set", "heartbeat.report_interval=600ms",
                                   "--set", "gate.hello_timeout=1s"};
+    // The API on a free loopback port: the default (7451) may be another
+    // controller's on this machine (a tryout, a second test run).
+    if (std::none_of(extra.begin(), extra.end(),
+                     [](const std::string& a) { return a.rfind("api.listen=", 0) == 0; })) {
+      argv.push_back("--set");
+      argv.push_back("api.listen=127.0.0.1:0");
+    }
     argv.insert(argv.end(), extra.begin(), extra.end());
     return spawn("controller", std::move(argv));
   }
@@ -712,7 +719,7 @@ TEST_F(Cluster, DevModeRunsAOneMachineCluster) {
     << program("astraeus") << " is not built (ninja astraeus)";
   auto data = dir_ / "dev";
   auto dev = spawn("dev", {program("astraeus"), "dev", "--data-dir", data.string(),
-                           "--port", std::to_string(port_)});
+                           "--port", std::to_string(port_), "--api-listen", "127.0.0.1:0"});
   ctl_ = dev;
   auto store = (data / "controller").string();
   ctl_store_ = store; // its keys: <data>/controller-keys
