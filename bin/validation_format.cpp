@@ -96,7 +96,14 @@ std::string format_validation_outcome(const v1::Validation& v) {
       ended += s.state() == "Done" || s.state() == "Failed" ? 1 : 0;
     out += "C" + validation::cancelled_words(v.cancelled_by(), v.cancel_reason()).substr(1)
            + ": " + std::to_string(ended) + " of " + std::to_string(v.steps_size())
-           + " steps had ended (their results are kept), the others' checks were stopped.\n";
+           + " steps had ended"
+           + (ended > 0 ? " (their results are kept)" : std::string{})
+           + "; the others did not run or were stopped.\n";
+    // "0/1 machines pass" read as a failure: a cancelled one judged nothing.
+    if (v.machines_passed() > 0)
+      out += std::to_string(v.machines_passed()) + " of " + std::to_string(v.machines_size())
+             + " machines had passed every check before it.\n";
+    return out;
   }
   out += std::to_string(v.machines_passed()) + "/" + std::to_string(v.machines_size())
          + " machines pass.\n";

@@ -363,6 +363,22 @@ bool apply_run(v1::ValidationStep& step, const v1::Run& run, int64_t now_unix_ms
     return true;
   }
   const v1::WorkerAssignment* w = run.workers_size() > 0 ? &run.workers(0) : nullptr;
+  // Stopped by the controller before it ended by itself (a drain of its
+  // machine): the check judged nothing, so its hardware is not failed for
+  // it (a new-user trial's drain failed a burn-in with "the check's last
+  // line is not a JSON result: 'burn: 8 GPU(s) for 300 s'"). It is queued
+  // again, as a check that gave way is, and runs once the machine takes
+  // work. A check that ended by itself with a result is judged on it.
+  const bool stopped_early = state == "Stopped" && !run.waiting_reason().empty()
+                             && run.waiting_reason().rfind("completed", 0) != 0;
+  if (stopped_early
+      && (!w || w->outputs().count("astraeus.result") == 0
+          || !parse_result(w->outputs().at("astraeus.result"), step.check()))) {
+    step.set_state(yielded);
+    step.set_reason("its run was stopped (" + run.waiting_reason()
+                    + ") before the check ended; queued again");
+    return true;
+  }
   if (!w || w->outputs().count("astraeus.result") == 0) {
     step.set_state(failed);
     step.set_verdict("fail");

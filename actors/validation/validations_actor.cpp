@@ -51,6 +51,13 @@ void start_validation(self_ptr self, v1::StartValidation start, std::string trig
     done(err);
     return;
   }
+  // As a policy's (a new-user trial's API request ran dcgmi diag with
+  // level 9 and the check's usage text failed the step).
+  if (start.dcgm_level() > 4) {
+    done(caf::make_error(ec::invalid_request, "dcgm_level " + std::to_string(start.dcgm_level())
+                                                + " is not 1, 2, 3 or 4 (0: the default, 2)"));
+    return;
+  }
   // In the request's own field names: the API and the console send it so
   // (astra checks its --pool and --machine before sending).
   if (batch.empty() && start.pool().empty() == start.machine().empty()) {
@@ -126,12 +133,32 @@ void start_validation(self_ptr self, v1::StartValidation start, std::string trig
           return;
         }
         auto& st = self->state;
+        // An acceptance run by hand on a pool's machines is the pool's
+        // acceptance: its policy's burn-in and DCGM level unless the
+        // request gives its own (a new-user trial re-ran a 20-minute
+        // policy's acceptance with the default 10m).
+        auto start_with = start;
+        if (start.suite() == "acceptance") {
+          std::set<std::string> pools;
+          for (const auto& m : resp.machines().machines())
+            if (std::find(names.begin(), names.end(), m.name()) != names.end()) {
+              auto p = m.labels().find("pool");
+              pools.insert(p == m.labels().end() ? std::string{} : p->second);
+            }
+          auto policy = pools.size() == 1 ? st.policies.find(*pools.begin()) : st.policies.end();
+          if (policy != st.policies.end()) {
+            if (start_with.burn_in_seconds() == 0)
+              start_with.set_burn_in_seconds(policy->second.burn_in_seconds());
+            if (start_with.dcgm_level() == 0)
+              start_with.set_dcgm_level(policy->second.dcgm_level());
+          }
+        }
         auto now = st.config.clock->now_unix_ms();
         std::string id;
         do
           id = validation::make_id(now, st.rng());
         while (st.validations.count(id));
-        auto v = validation::make_validation(id, start, names, trigger, now);
+        auto v = validation::make_validation(id, start_with, names, trigger, now);
         v.set_created_by(created_by);
         auto console = console_base(st.config.console_url, st.config.install.get());
         if (!console.empty())

@@ -271,6 +271,18 @@ caf::result<v1::Response> cancel(self_ptr self, const v1::Request& req) {
   const auto& body = req.cancel_validation();
   if (body.id().empty())
     return failure(req.id(), caf::make_error(ec::invalid_request, "cancel: no validation named"));
+  // The reason is kept with the validation and each step: one line of
+  // words, as an audit reason is.
+  if (body.reason().size() > 1000)
+    return failure(req.id(), caf::make_error(ec::invalid_request,
+                                             "cancel: the reason is "
+                                               + std::to_string(body.reason().size())
+                                               + " bytes: at most 1000"));
+  if (std::any_of(body.reason().begin(), body.reason().end(),
+                  [](char c) { return static_cast<unsigned char>(c) < 0x20; }))
+    return failure(req.id(), caf::make_error(ec::invalid_request,
+                                             "cancel: the reason has a control character "
+                                             "(a newline, a tab): give it on one line"));
   auto it = st.validations.find(body.id());
   if (it == st.validations.end())
     return failure(req.id(), caf::make_error(ec::invalid_request,

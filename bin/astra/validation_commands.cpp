@@ -452,6 +452,17 @@ void add_cancel(CLI::App& app, invocation& inv) {
   cmd->add_option("ID", id, "val-YYYYMMDD-xxxxxx")->required();
   cmd->add_option("--reason", reason, "why (kept with the validation and in the audit log)");
   cmd->callback([&inv, &id, &reason] {
+    // `astra cancel train` reads as Slurm's scancel: a run is stopped with
+    // `astra delete`, and this is said before anything is sent.
+    if (id.rfind("val-", 0) != 0) {
+      std::fprintf(stderr,
+                   "astra: cancel: '%s' is not a validation (val-YYYYMMDD-xxxxxx; `astra "
+                   "astraeus validations` lists them); a run is stopped with `astra delete "
+                   "%s`\n",
+                   id.c_str(), id.c_str());
+      inv.rc = exit_usage;
+      return;
+    }
     v1::Request req;
     req.mutable_cancel_validation()->set_id(id);
     req.mutable_cancel_validation()->set_reason(reason);

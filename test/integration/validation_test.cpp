@@ -611,6 +611,10 @@ TEST_F(Validation, ACancelledBurnInFreesItsGpusAndSaysWhoCancelledIt) {
   EXPECT_EQ(again.rc, 1);
   EXPECT_TRUE(contains(again.err, "validation " + id + " has ended (Cancelled): nothing to cancel"))
     << again.err;
+  // Read as Slurm's scancel, it names the command that stops a run.
+  auto scancel = astra({"cancel", "train"});
+  EXPECT_EQ(scancel.rc, 2);
+  EXPECT_TRUE(contains(scancel.err, "a run is stopped with `astra delete train`")) << scancel.err;
   auto audit = astra({"audit"});
   EXPECT_TRUE(contains(audit.out, "cancel validation")) << audit.out;
   EXPECT_TRUE(contains(audit.out, "meant 7m")) << audit.out;

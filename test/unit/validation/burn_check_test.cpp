@@ -104,11 +104,24 @@ TEST(BurnRules, AHotGpuWarnsAndAnUnwatchedBurnWarns) {
 // words now say so with both clocks.
 TEST(BurnRules, ASlowGpuAtOtherClocksIsJudgedAndWordedPerMhz) {
   check_result r;
-  judge_burn({gpu("GPU-1", 50, 345), gpu("GPU-2", 50, 1980)}, "", thresholds{}, r);
+  judge_burn({gpu("GPU-1", 50, 1000), gpu("GPU-2", 40, 1980)}, "", thresholds{}, r);
   auto* f = first(r, "GPU-2");
   ASSERT_NE(f, nullptr) << to_json_line(r);
-  EXPECT_EQ(f->what, "GPU-2 did 50.0 TFLOP/s at 1980.0 MHz, 17 % of the best GPU's work per "
-                     "MHz of SM clock (GPU-1: 50.0 TFLOP/s at 345.0 MHz)");
+  EXPECT_EQ(f->what, "GPU-2 did 40.0 TFLOP/s at 1980.0 MHz, 40 % of the best GPU's work per "
+                     "MHz of SM clock (GPU-1: 50.0 TFLOP/s at 1000.0 MHz)");
+}
+
+// A seventh new-user trial: on the 8x H100 fixture two GPUs report 345 MHz
+// and six 1980 MHz, all doing 50 TFLOP/s; per MHz the six looked slow and
+// each failed with "replace it if it stays slower than its peers". A GPU
+// that did as much work as the best is not slower than its peers.
+TEST(BurnRules, AGpuThatDidAsMuchWorkAsTheBestIsNotSlowPerMhz) {
+  check_result r;
+  judge_burn({gpu("GPU-1", 50, 345), gpu("GPU-2", 50, 1980), gpu("GPU-3", 50, 1980)}, "",
+             thresholds{}, r);
+  EXPECT_EQ(first(r, "GPU-2"), nullptr) << to_json_line(r);
+  EXPECT_EQ(first(r, "GPU-3"), nullptr) << to_json_line(r);
+  EXPECT_EQ(r.result, verdict::pass) << to_json_line(r);
 }
 
 }  // namespace astraeus::validation

@@ -163,6 +163,36 @@ TEST(ValidationPlan, AStepThatGaveWayIsQueuedAgainNeverFailed) {
   EXPECT_FALSE(val::finished(v));
 }
 
+// A new-user trial: `astra drain` during a burn-in stopped its run; the
+// check's last line was a progress line and the step failed as if the check
+// program were broken, with a fix to reinstall it. A check the controller
+// stopped judged nothing: it is queued again. One that ended by itself with
+// garbage is still failed, and one stopped with a good result is judged.
+TEST(ValidationPlan, ACheckStoppedByADrainIsQueuedAgainNotFailed) {
+  v1::ValidationStep step;
+  step.set_machine("gpu-03");
+  step.set_check("burn");
+  step.set_state(val::running);
+  auto drained = ended_run("burn: 8 GPU(s) for 300 s");
+  drained.set_waiting_reason("machine gpu-03 was drained");
+  ASSERT_TRUE(val::apply_run(step, drained, 5));
+  EXPECT_EQ(step.state(), val::yielded);
+  EXPECT_TRUE(step.verdict().empty());
+  EXPECT_EQ(step.reason(), "its run was stopped (machine gpu-03 was drained) before the check "
+                           "ended; queued again");
+  step.set_state(val::running);
+  auto garbage = ended_run("garbage");
+  garbage.set_waiting_reason("completed: every worker exited with code 0");
+  ASSERT_TRUE(val::apply_run(step, garbage, 6));
+  EXPECT_EQ(step.state(), val::failed);
+  step.set_state(val::running);
+  auto judged = ended_run(R"({"check":"burn","verdict":"pass"})");
+  judged.set_waiting_reason("machine gpu-03 was drained");
+  ASSERT_TRUE(val::apply_run(step, judged, 7));
+  EXPECT_EQ(step.state(), val::done);
+  EXPECT_EQ(step.verdict(), "pass");
+}
+
 // A new-user trial: a controller restart (kill -9, an upgrade) deleted a
 // burn-in that its agent still ran and ran it from scratch. The checks' runs
 // outlive the controller: a step in flight is kept and waited for; only an
@@ -441,6 +471,30 @@ TEST(ClusterReport, AMachineTakingNoWorkIsNotReadyAndItsEndedAcceptanceIsToFix) 
             std::string::npos)
     << report.findings(0).fix();
   EXPECT_NE(cli::format_report(report).find("What to fix (1)"), std::string::npos);
+}
+
+// A seventh new-user trial: an acceptance cancelled after its quick check
+// and DCGM passed left the Accepting machine's VERDICT "pass" and the
+// summary "1/2 machines pass" for a machine that takes no work.
+TEST(ClusterReport, AnAcceptingMachineIsNeverCountedAsPassing) {
+  v1::MachineList machines;
+  auto cancelled = machine_view("gpu-01", v1::Machine::Accepting);
+  cancelled.set_acceptance_validation("val-20261207-0c0c01");
+  cancelled.set_acceptance_ended("was cancelled by alice");
+  *machines.add_machines() = cancelled;
+  *machines.add_machines() = machine_view("gpu-02", v1::Machine::Accepting);
+  val::latest_map latest;
+  add_passes(latest, "gpu-01", {"quick", "dcgm"});
+  add_passes(latest, "gpu-02", {"quick", "dcgm", "burn", "copies", "disk"});
+  auto report = val::build_report(machines, latest, "", 0);
+  ASSERT_EQ(report.rows_size(), 2);
+  EXPECT_EQ(report.rows(0).verdict(), "fail") << "it takes no work until accepted";
+  EXPECT_EQ(report.passing(), 0u);
+  EXPECT_EQ(report.summary().rfind("0/2 machines pass; gpu-01 takes no work: its acceptance "
+                                   "val-20261207-0c0c01 was cancelled by alice",
+                                   0),
+            0u)
+    << report.summary();
 }
 
 // Issue 20/21, the installer's --accept: one acceptance over a joining
