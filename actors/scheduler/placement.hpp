@@ -162,6 +162,9 @@ struct placement_request {
   int32_t priority = 0;             ///< queue order: higher first, then submission order
   double cpus_per_worker = 0;       ///< CPU cores each worker asks for (`--cpus`); 0 = none
   uint64_t memory_bytes_per_worker = 0; ///< memory each worker asks for (`--mem`); 0 = none
+  /// Every worker on a machine of its own (RunSpec.one_worker_per_machine;
+  /// sbatch `--nodes=N`): a gang is never packed two to a machine.
+  bool one_worker_per_machine = false;
 };
 
 /// How tightly a placement's machines are joined, tightest first.

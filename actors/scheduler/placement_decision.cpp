@@ -263,9 +263,20 @@ waiting_reason why_waiting(const selector_rec& sel, const placement_request& req
   }
   uint64_t best_room = 0, best_free = 0;
   for (const auto& site : sel.groups[t_site]) {
-    best_room = std::max(best_room, site.kind[k].capacity(sh.gmax));
+    // One worker per machine: a site's room is its machines with room for
+    // one (sbatch --nodes=N).
+    uint64_t room = site.kind[k].capacity(sh.gmax);
+    if (request.one_worker_per_machine) {
+      room = 0;
+      const auto& by_free = site.kind[k].by_free;
+      for (size_t f = sh.gmax; f < by_free.size(); ++f)
+        room += by_free[f].size();
+    }
+    best_room = std::max(best_room, room);
     best_free = std::max(best_free, site.kind[k].free_sum);
   }
+  if (request.one_worker_per_machine)
+    need += ", one per machine";
   // Sites are named only where machines carry site labels: with one site
   // (none labelled) "best site" would send a user looking for a label
   // problem (a new-user trial).
@@ -273,6 +284,7 @@ waiting_reason why_waiting(const selector_rec& sel, const placement_request& req
   if (one_site(sel)) {
     msg = "waiting: needs " + need + where + "; the machines have " +
           (sh.uniform ? "room for " + plural(best_room, "worker", "workers")
+                          + (request.one_worker_per_machine ? " (one per machine)" : "")
                       : std::to_string(best_free) + " free");
   } else {
     msg = "waiting: needs " + need + " within one site" + where;
@@ -382,6 +394,7 @@ placement_result placement_index::place(const placement_request& request) {
   auto pools = [&S] { return S.pools_text(); };
   S.ask_cpu = cpu_millis_of(request.cpus_per_worker);
   S.ask_mem = request.memory_bytes_per_worker;
+  S.one_per_machine = request.one_worker_per_machine && gang;
   S.short_named.clear();
   S.short_more = false;
   auto kept_out = [&S, &sel] { return S.most_gpus_kept_out(sel); };
@@ -399,7 +412,7 @@ placement_result placement_index::place(const placement_request& request) {
   for (unsigned k : {kind_healthy, kind_usable}) {
     if (k == kind_usable && request.healthy_only)
       break;
-    if (S.place_on_one_machine(sel, k, request, sh, out))
+    if (!S.one_per_machine && S.place_on_one_machine(sel, k, request, sh, out))
       return out;
     if (gang && S.place_gang(sel, k, request, sh, out))
       return out;

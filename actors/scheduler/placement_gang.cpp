@@ -55,6 +55,9 @@ bool placement_index::state::pack_gang(const bucket_list& bl, size_t nclasses) {
         note_short(id);
         continue;
       }
+      // One worker per machine (sbatch --nodes=N): room for one only.
+      if (one_per_machine)
+        r = 1;
       chosen.push_back({id, static_cast<unsigned>(f), r});
       return true;
     }
@@ -66,7 +69,8 @@ bool placement_index::state::pack_gang(const bucket_list& bl, size_t nclasses) {
     // A machine whose cores or memory run out before its GPUs is named
     // should the gang not fit.
     auto short_of_room = [&](size_t ci) {
-      if (sized && chosen[ci].room == 0 && chosen[ci].left >= d.g && next < need)
+      if (sized && !one_per_machine && chosen[ci].room == 0 && chosen[ci].left >= d.g
+          && next < need)
         note_short(chosen[ci].machine);
     };
     for (size_t ci = 0; ci < chosen.size() && next < need; ++ci) {
@@ -132,7 +136,8 @@ bool placement_index::state::place_gang(const selector_rec& sel, unsigned k,
     placement_tier::site};
   auto fits = [&](const bucket_list& bl) {
     return bl.members > 0 && bl.free_sum >= sh.gpus &&
-           bl.capacity(sh.gmax) >= sh.workers_gmax && bl.capacity(sh.gmin) >= sh.workers;
+           bl.capacity(sh.gmax) >= sh.workers_gmax && bl.capacity(sh.gmin) >= sh.workers
+           && (!one_per_machine || bl.members >= sh.workers);
   };
   for (unsigned ti = 0; ti < 4; ++ti) {
     const auto& groups = sel.groups[tiers[ti]];

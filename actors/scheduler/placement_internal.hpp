@@ -374,6 +374,8 @@ struct placement_index::state {
   uint64_t ask_cpu = 0, ask_mem = 0;
   std::vector<machine_id> short_named;
   bool short_more = false;
+  /// The request wants each worker on a machine of its own.
+  bool one_per_machine = false;
   /// How many workers of the request being placed fit `m`'s free cores
   /// and memory (UINT32_MAX when it asks for none, or `m`'s are unknown).
   uint32_t room(const machine_rec& m) const { return m.room(ask_cpu, ask_mem); }

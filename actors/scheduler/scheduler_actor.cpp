@@ -75,6 +75,7 @@ placement_request placement_request_of(const v1::RunSpec& spec,
   // issue 22: a GPU worker's cores and memory are placed with its GPUs.
   out.cpus_per_worker = spec.cpus_per_worker();
   out.memory_bytes_per_worker = spec.memory_bytes_per_worker();
+  out.one_worker_per_machine = spec.one_worker_per_machine();
   // issue 21: only a validation's checks go to an Accepting machine.
   if (spec.validation().empty())
     out.required_labels[std::string(accepting_label)] = "false";

@@ -64,6 +64,11 @@ void place_cpu_runs(scheduler_state& st, touched_runs& touched,
         if (!f.has_labels(req.required_labels))
           continue;
         ++candidates;
+        // One worker per machine (sbatch --nodes=N): a machine this run
+        // has one on already is passed over.
+        if (spec.one_worker_per_machine()
+            && std::find(where.begin(), where.end(), name) != where.end())
+          continue;
         auto t = taken[name];
         double free_cpus = static_cast<double>(f.logical_cpus) - f.cpus_used - t.first;
         uint64_t used_mem = f.memory_used + t.second;
@@ -122,6 +127,7 @@ void place_cpu_runs(scheduler_state& st, touched_runs& touched,
           ? "waiting: no machine" + labels + " takes new work"
               + cpu_blockers(st, req.required_labels)
           : "waiting: needs " + std::to_string(total) + " CPU-only worker(s) of " + each
+              + (spec.one_worker_per_machine() ? ", one per machine," : "")
               + " on " + (labels.empty() ? "any machine" : "machines" + labels)
               + "; only " + std::to_string(where.size()) + " fit now";
       ++it;

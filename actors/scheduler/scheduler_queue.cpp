@@ -40,6 +40,7 @@ std::string shape_of(const placement_request& r) {
   raw(r.healthy_only);
   raw(r.cpus_per_worker);
   raw(r.memory_bytes_per_worker);
+  raw(r.one_worker_per_machine);
   return out;
 }
 

@@ -28,6 +28,7 @@ struct run_flags {
   double cpus = 0;
   uint64_t time_limit = 0;
   bool healthy_only = false, outputs = false, wait = false, rdma = false;
+  bool one_per_machine = false;
   std::vector<std::string> command, env;
 };
 
@@ -72,6 +73,8 @@ void add_run_options(CLI::App* run, run_flags& f) {
   run->add_flag("--rdma", f.rdma,
                 "give each worker the machine's RDMA devices (/dev/infiniband) and "
                 "memlock unlimited; waits for machines with an RDMA port up");
+  run->add_flag("--one-per-machine", f.one_per_machine,
+                "put every worker on a machine of its own (as sbatch --nodes=N does)");
   run->add_option("--time-limit-seconds", f.time_limit, "stop after this long")
     ->check(CLI::Range(uint64_t{0}, uint64_t{max_run_time_limit_seconds}));
   run->add_option("command", f.command, "command and arguments (after --)");
@@ -186,6 +189,8 @@ bool build_spec(const CLI::App& run, const run_flags& f, v1::RunSpec& spec) {
     spec.set_outputs(true);
   if (f.rdma)
     spec.set_rdma(true);
+  if (f.one_per_machine)
+    spec.set_one_worker_per_machine(true);
   if (!f.user.empty())
     spec.set_user(f.user);
   if (!f.code.empty() && !pack_code(f.code, spec))
@@ -386,14 +391,23 @@ void add_delete_command(CLI::App& parent, invocation& inv,
     inv.rc = call(inv.opts, req, [](const v1::Response& r) {
       // Issue 23 item 6: its workers stop; `run show` says how they end.
       const auto& spec = r.run().spec();
+      // A validation's check runs again when its run goes (a new-user
+      // trial deleted one and saw attempt 2 start): the command that stops
+      // the validation is named.
+      const std::string check =
+        spec.validation().empty()
+          ? std::string{}
+          : "note: it was a check of validation " + spec.validation()
+              + ", which runs it again; `astra astraeus cancel " + spec.validation()
+              + "` stops the validation\n";
       if (!r.run().deleted())
-        return "run " + spec.name() + " deleted\n";
+        return "run " + spec.name() + " deleted\n" + check;
       return "run " + spec.name() + " deleted; its workers are stopping (astra run show "
              + spec.name()
              + (spec.workspace().empty() || spec.workspace() == default_workspace
                   ? std::string{}
                   : " --workspace " + spec.workspace())
-             + ")\n";
+             + ")\n" + check;
     });
   });
 }

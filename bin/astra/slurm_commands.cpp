@@ -58,6 +58,9 @@ bool spec_of_script(const sbatch_flags& f, const std::string& text, v1::RunSpec&
   spec.set_workspace(f.workspace);
   spec.set_runtime(f.runtime);
   spec.set_workers(s.nodes);
+  // --nodes=N is N machines, one task each (--ntasks-per-node=1), as Slurm
+  // allocates them: never two workers on one machine.
+  spec.set_one_worker_per_machine(s.nodes > 1);
   spec.set_gpus_per_worker(s.gpus_per_node);
   spec.set_cpus_per_worker(s.cpus_per_task);
   spec.set_memory_bytes_per_worker(s.memory_bytes);

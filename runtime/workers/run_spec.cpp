@@ -131,7 +131,7 @@ public:
             "runtime", "outputs", "cpu_burst", "security_context",
             "task_template", "cpu_cores", "memory_bytes", "per_gpu",
             "node_fraction", "volumes", "configs", "network", "on_gpu_fault",
-            "rdma"},
+            "rdma", "one_worker_per_machine"},
            [&](const std::string& key, const YAML::Node& value,
                const std::string& path) {
              if (seed_field(key, value, path, spec, seed))
@@ -152,6 +152,8 @@ public:
                spec.set_cpu_burst(boolean(value, path));
              } else if (key == "rdma") {
                spec.set_rdma(boolean(value, path));
+             } else if (key == "one_worker_per_machine") {
+               spec.set_one_worker_per_machine(boolean(value, path));
              } else if (key == "security_context") {
                fields(value, path, {"ulimits", "ipc_mode"},
                       [&](const std::string& k, const YAML::Node& v,

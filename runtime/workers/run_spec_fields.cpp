@@ -538,6 +538,8 @@ std::string to_yaml(const v1::RunSpec& spec) {
     out << YAML::Key << "cpu_burst" << YAML::Value << true;
   if (spec.rdma())
     out << YAML::Key << "rdma" << YAML::Value << true;
+  if (spec.one_worker_per_machine())
+    out << YAML::Key << "one_worker_per_machine" << YAML::Value << true;
   if (!spec.ulimits().empty() || !spec.ipc_mode().empty()) {
     out << YAML::Key << "security_context" << YAML::Value << YAML::BeginMap;
     if (!spec.ulimits().empty()) {

@@ -176,6 +176,23 @@ TEST_F(CliDay2, SbatchRunsTheScriptWithItsDirectivesMountedReadOnly) {
   EXPECT_EQ(logs.out, "job hello on 1 node(s)\n#!/bin/sh\n#SBATCH --job-name=hello\nread-only\n")
     << logs.err;
   EXPECT_TRUE(has(astra({"slurm", "squeue"}).out, "hello"));
+  // --nodes=2 is two machines, one task each, as Slurm allocates them: on a
+  // one-machine cluster it waits, saying so (it ran both on gpu-01).
+  write_text(dir_ / "two.sbatch",
+             "#!/bin/sh\n#SBATCH --job-name=two\n#SBATCH --nodes=2\n"
+             "#SBATCH --cpus-per-task=1\nhostname\n");
+  auto two = astra({"slurm", "sbatch", "--image", "busybox", (dir_ / "two.sbatch").string()});
+  ASSERT_EQ(two.rc, 0) << two.err;
+  std::string waits;
+  EXPECT_TRUE(wait_until(
+    [&] {
+      waits = run_field("two", "waiting_reason");
+      return has(waits, "one per machine");
+    },
+    10s, 200ms))
+    << waits;
+  EXPECT_EQ(run_field("two", "state"), "Waiting") << waits;
+  ASSERT_EQ(astra({"delete", "two"}).rc, 0);
   // A directive without an equivalent is refused by name, before anything
   // is sent.
   write_text(dir_ / "bad.sbatch",

@@ -161,3 +161,27 @@ TEST(Placement, GangWorkersNeedTheirCoresAndMemoryToo) {
   EXPECT_EQ(idx.free_memory_bytes(b), 512ull << 30);
   EXPECT_EQ(idx.check_invariants(), "");
 }
+
+// sbatch --nodes=2 (a sixth-trial finding): Slurm gives each task a node of
+// its own; Astraeus put both 1-GPU workers on one machine. A run asking one
+// worker per machine gets two machines, or waits saying so.
+TEST(Placement, OneWorkerPerMachineNeverPacksTwoOnAMachine) {
+  placement_index idx;
+  auto a = add(idx, dgx("gpu-a"));
+  auto packed = placed(idx.place(gang("packed", 2, 1)));
+  ASSERT_TRUE(packed);
+  EXPECT_EQ(packed->workers[0].machine, packed->workers[1].machine) << "packed as before";
+  auto spread = gang("spread", 2, 1);
+  spread.one_worker_per_machine = true;
+  EXPECT_EQ(why(idx.place(spread)),
+            "waiting: needs 2 workers of 1 GPU each (2 GPUs), one per machine in pool h100; the "
+            "machines have room for 1 worker (one per machine)");
+  auto b = add(idx, dgx("gpu-b"));
+  hold(idx, b, bits({0, 1, 2, 3, 4, 5, 6}));
+  auto p = place_commit(idx, spread);
+  ASSERT_TRUE(p);
+  EXPECT_NE(p->workers[0].machine, p->workers[1].machine);
+  EXPECT_TRUE((p->workers[0].machine == a && p->workers[1].machine == b)
+              || (p->workers[0].machine == b && p->workers[1].machine == a));
+  EXPECT_EQ(idx.check_invariants(), "");
+}

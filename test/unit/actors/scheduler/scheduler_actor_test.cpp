@@ -701,6 +701,28 @@ TEST_F(SchedulerActor, ACpuOnlyRunGoesWhereItsCoresAndMemoryFitAndSpreads) {
   EXPECT_EQ(get(s, "big").state(), "Placed");
 }
 
+// sbatch --nodes=N: each worker on a machine of its own, as Slurm
+// allocates nodes; packed on the machine with most cores otherwise.
+TEST_F(SchedulerActor, ACpuOnlyRunAskingOneWorkerPerMachineGetsMachinesOfItsOwn) {
+  auto s = spawn_scheduler();
+  snapshot(s, cpu_machine("cpu-01", 4, 8));
+  snapshot(s, cpu_machine("cpu-02", 64, 8));
+  auto spec = cpu_spec("nodes", 1, 64, 2);
+  spec.set_one_worker_per_machine(true);
+  auto nodes = submit(s, spec);
+  ASSERT_EQ(nodes.state(), "Placed") << nodes.ShortDebugString();
+  ASSERT_EQ(nodes.workers_size(), 2);
+  EXPECT_NE(nodes.workers(0).machine(), nodes.workers(1).machine());
+  auto three = cpu_spec("three", 1, 64, 3);
+  three.set_one_worker_per_machine(true);
+  auto waits = submit(s, three);
+  EXPECT_EQ(waits.state(), "Waiting");
+  EXPECT_NE(waits.waiting_reason().find("needs 3 CPU-only worker(s) of 1 core(s) and 64 MiB, one per "
+                                        "machine, on any machine; only 2 fit now"),
+            std::string::npos)
+    << waits.waiting_reason();
+}
+
 TEST_F(SchedulerActor, ACpuOnlyRunWaitsForAMachineWithItsPoolAndSurvivesARestart) {
   {
     auto s = spawn_scheduler();
