@@ -92,6 +92,28 @@ void get_step_run(validation_self self, int index, const std::string& name,
       [self, index](caf::error& err) { group_step_went_away(self, index, render_error(err)); });
 }
 
+/// What a first run that ended early had said as its result ("; it said:
+/// ib_write_bw is not installed (fix: apt install perftest)"), "" when it
+/// printed none: a seventh new-user trial found the reason only in the
+/// logs of a check run it did not know of.
+static std::string said_before_ending(const v1::Run& run, const std::string& check) {
+  if (run.workers_size() == 0)
+    return {};
+  auto line = run.workers(0).outputs().find("astraeus.result");
+  if (line == run.workers(0).outputs().end())
+    return {};
+  auto result = val::parse_result(line->second, check);
+  if (!result || result->summary().empty())
+    return {};
+  std::string fix;
+  for (const auto& f : result->findings())
+    if (!f.fix().empty()) {
+      fix = f.fix();
+      break;
+    }
+  return "; it said: " + result->summary() + (fix.empty() ? "" : " (fix: " + fix + ")");
+}
+
 void watch_first_run(validation_self self, int index, const std::string& name,
                      const std::string& what, const std::string& before,
                      std::function<void(const v1::Run&)> placed,
@@ -107,7 +129,8 @@ void watch_first_run(validation_self self, int index, const std::string& name,
       gave_way();  // gave way to real work: queued again
     else if (ended)
       ended_early(what + " ended (" + run.state() + ") before " + before
-                  + (run.waiting_reason().empty() ? std::string{} : ": " + run.waiting_reason()));
+                  + (run.waiting_reason().empty() ? std::string{} : ": " + run.waiting_reason())
+                  + said_before_ending(run, step.check()));
     else
       mark_busy(self, index, false);
   });

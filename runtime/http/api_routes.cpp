@@ -473,7 +473,7 @@ const std::vector<api_route>& api_routes() {
      "Validation"},
     {"DELETE", "/validations/{id}", true, cancel_validation,
      "cancel a running validation (admins; ?reason): its steps not ended are Cancelled and "
-     "their check runs removed; 409 once it has ended", "", "Validation"},
+     "their check runs removed; 409 once it has ended", "", "Validation", "reason"},
     {"GET", "/v1/validations/{id}", false, get_validation,
      "a validation: its state and steps", "", "Validation"},
     {"GET", "/topology", true, get_topology,

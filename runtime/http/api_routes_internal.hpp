@@ -46,6 +46,11 @@ struct api_route {
   const char* summary;   ///< one line for openapi.json
   const char* body;      ///< the request body's message ("" when none)
   const char* answer;    ///< the answer's message or shape
+  /// The query parameters it takes, comma-separated ("reason"); "" takes
+  /// none. nullptr: not checked (the routes whose parameters are read by
+  /// hand). A parameter it does not take is 400, named, before anything is
+  /// done (a typo in `?resaon=` cancelled without the reason).
+  const char* query = nullptr;
 };
 
 /// Every route (api_routes.cpp).

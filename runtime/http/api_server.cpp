@@ -330,6 +330,17 @@ void api_server::impl::dispatch(const httplib::Request& req, httplib::Response& 
   }
   if (!authorize(ctx, *found->route))
     return;
+  if (const char* takes = found->route->query)
+    for (const auto& [name, value] : req.params) {
+      const std::string list = std::string{","} + takes + ",";
+      if (list.find("," + name + ",") != std::string::npos)
+        continue;
+      http::reply_error(res, 400, "invalid_request",
+                        "unknown query parameter '" + name + "': " + req.method + " "
+                          + found->route->path
+                          + (*takes ? std::string{" takes "} + takes : std::string{" takes none"}));
+      return;
+    }
   try {
     found->route->handler(ctx);
   } catch (const std::exception& e) {

@@ -419,6 +419,14 @@ TEST_F(Api, AChangeThroughAstraShowsOnTheNextReadAndTheApiPortIsNotShared) {
   auto cancel_unknown = owner->Delete(base + "/validations/val-nosuch?reason=oops");
   ASSERT_TRUE(cancel_unknown);
   EXPECT_EQ(cancel_unknown->status, 404) << cancel_unknown->body;
+  // A parameter it does not take is named, before anything is done (a
+  // typo of ?reason= cancelled without the reason).
+  auto typo = owner->Delete(base + "/validations/val-nosuch?resaon=oops");
+  ASSERT_TRUE(typo);
+  EXPECT_EQ(typo->status, 400) << typo->body;
+  EXPECT_EQ(body_of(typo).value("message", ""),
+            "unknown query parameter 'resaon': DELETE /validations/{id} takes reason")
+    << typo->body;
   auto no_run = owner->Get(base + "/runs/no-such-run");
   ASSERT_TRUE(no_run);
   EXPECT_EQ(no_run->status, 404) << no_run->body;

@@ -121,10 +121,17 @@ function runChecks(pools) {
 async function cancelValidation(v) {
   const ask = "Cancel " + v.id + " (" + v.suite + ")?\n\nIts checks that have not ended stop and "
     + "free their GPUs; those that ended keep their results.";
-  if (!confirmedByAddress && !window.confirm(ask)) return;
+  // The prompt is the confirmation and asks why (kept with it and audited).
+  let reason = "";
+  if (!confirmedByAddress) {
+    const said = window.prompt(ask + "\n\nWhy? (kept with it and in the audit log; may be empty)", "");
+    if (said === null) return;
+    reason = said.replace(/[\x00-\x1f]/g, " ").slice(0, 1000);
+  }
   confirmedByAddress = false;
   try {
-    const r = await api("DELETE", "/validations/" + encodeURIComponent(v.id));
+    const r = await api("DELETE", "/validations/" + encodeURIComponent(v.id)
+                                  + (reason ? "?reason=" + encodeURIComponent(reason) : ""));
     await validationPage("validation " + r.id + " cancelled.");
   } catch (err) { failed(err); }
 }

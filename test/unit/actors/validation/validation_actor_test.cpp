@@ -393,6 +393,38 @@ TEST_F(ValidationActor, AnAllReduceRankRunsOnTheGpusItsMachineCanGive) {
   EXPECT_EQ(ranks, 2);
 }
 
+// A seventh new-user trial: a pair's server printed a proper result
+// (ib_write_bw is not installed, fix apt install perftest) and failed; the
+// step said only that the server ended before its client started, and the
+// reason was in the logs of a check run the user did not know of.
+TEST_F(ValidationActor, APairWhoseServerEndedEarlySaysWhatTheServerSaid) {
+  w->rdma = true;
+  v1::StartValidation s;
+  s.set_suite("network");
+  s.set_pool("h100");
+  start(val::make_validation("val-20261207-00000a", s, {"gpu-01", "gpu-02"}, "on-demand", 0));
+  ASSERT_EQ(w->submitted.size(), 1u) << "the server first";
+  auto& server = w->runs[w->submitted[0]];
+  server.set_state("Failed");
+  server.set_master_addr("");
+  (*server.add_workers()->mutable_outputs())["astraeus.result"] =
+    R"({"check":"pair","verdict":"fail","summary":"ib_write_bw is not installed",)"
+    R"("findings":[{"severity":"fail","what":"ib_write_bw is not installed",)"
+    R"("fix":"apt install perftest"}]})";
+  for (int i = 0; i < 3; ++i)
+    advance(std::chrono::seconds{1});
+  ASSERT_FALSE(w->ended.empty());
+  const auto& step = w->ended.back();
+  EXPECT_EQ(step.state(), "Failed");
+  EXPECT_NE(step.reason().find("the pair's server ended (Failed) before its client started"),
+            std::string::npos)
+    << step.reason();
+  EXPECT_NE(step.reason().find("; it said: ib_write_bw is not installed (fix: apt install "
+                               "perftest)"),
+            std::string::npos)
+    << step.reason();
+}
+
 // A pair needs both machines' slots: with one held elsewhere it waits,
 // saying why, and holds neither meanwhile.
 TEST_F(ValidationActor, APairWaitsForBothMachinesSlots) {

@@ -583,3 +583,39 @@ TEST_F(Validations, ACancelledValidationStopsItsCheckFreesItsMachineAndKeepsWhat
   EXPECT_EQ(w->submitted.size(), after);
   EXPECT_EQ(ask<v1::Response>(actor_, get).validation().state(), "Cancelled");
 }
+
+// A seventh new-user trial: the waiting reason says to re-run a pool's
+// acceptance with `validate --suite acceptance --machine`; it ran with the
+// default 10m burn-in where the pool's policy said 20m. An acceptance run
+// by hand takes its pool's policy unless the request gives its own.
+TEST_F(Validations, AnAcceptanceRunByHandTakesItsPoolsBurnInAndDcgmLevel) {
+  v1::Request policy;
+  policy.set_id(1);
+  policy.mutable_caller()->set_name("alice");
+  auto* p = policy.mutable_set_validation_policy()->mutable_policy();
+  p->set_pool("h100");
+  p->set_burn_in_seconds(1200);
+  p->set_dcgm_level(3);
+  ASSERT_FALSE(ask<v1::Response>(actor_, policy).has_error());
+  join("gpu-01", "h100");
+  auto resp = validate("acceptance", "gpu-01");
+  ASSERT_FALSE(resp.has_error()) << resp.error().message();
+  EXPECT_EQ(resp.validation().burn_in_seconds(), 1200u);
+  EXPECT_EQ(resp.validation().dcgm_level(), 3u);
+  // Given in the request: the request's.
+  v1::Request own;
+  own.set_id(2);
+  own.mutable_caller()->set_name("alice");
+  own.mutable_start_validation()->set_suite("acceptance");
+  own.mutable_start_validation()->set_machine("gpu-01");
+  own.mutable_start_validation()->set_burn_in_seconds(60);
+  auto mine = ask<v1::Response>(actor_, own);
+  ASSERT_FALSE(mine.has_error()) << mine.error().message();
+  EXPECT_EQ(mine.validation().burn_in_seconds(), 60u);
+  EXPECT_EQ(mine.validation().dcgm_level(), 3u);
+  // A DCGM level dcgmi has not is refused, as a policy's is.
+  own.mutable_start_validation()->set_dcgm_level(9);
+  auto bad = ask<v1::Response>(actor_, own);
+  ASSERT_TRUE(bad.has_error());
+  EXPECT_EQ(bad.error().message(), "dcgm_level 9 is not 1, 2, 3 or 4 (0: the default, 2)");
+}
