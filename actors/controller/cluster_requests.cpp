@@ -268,8 +268,19 @@ result_t get_topology(const cluster_request& r) {
     [rp, id = r.id, pool = r.req.get_topology().pool(),
      clock = r.self->state.config.clock](std::vector<v1::MachineView> views) mutable {
       v1::MachineList list;
-      for (auto& v : views)
+      bool in_pool = pool.empty();
+      for (auto& v : views) {
+        auto p = v.labels().find("pool");
+        in_pool = in_pool || (p != v.labels().end() && p->second == pool);
         *list.add_machines() = std::move(v);
+      }
+      // A pool no machine is in is a typo, said as validate and report say
+      // it (a seventh new-user trial read "No machine reports an RDMA port").
+      if (!in_pool) {
+        rp.deliver(error_response(id, caf::make_error(ec::invalid_request,
+                                                      "no machine in pool " + pool)));
+        return;
+      }
       v1::Response out;
       out.set_id(id);
       *out.mutable_topology() = validation::analyse_topology(list, pool, clock->now_unix_ms());

@@ -205,8 +205,9 @@ void add_validate(CLI::App& app, invocation& inv) {
                                              "the fabric between every pair");
   auto& f = inv.keep<validate_flags>();
   cmd->add_option("--suite", f.suite,
-                  "acceptance (every check, then the pairs), quick, dcgm, burn, copies, disk, "
-                  "network (the pairs alone)")
+                  "acceptance (the default: every check with a 10m burn-in, or its pool's "
+                  "policy, then the pairs), quick, dcgm, burn, copies, disk, network (the "
+                  "pairs alone)")
     ->check(CLI::IsMember({"acceptance", "quick", "dcgm", "burn", "copies", "disk", "network"}));
   cmd->add_option("--pool", f.pool, "every machine of this pool");
   cmd->add_option("--machine", f.machine, "one machine");

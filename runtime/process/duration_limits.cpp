@@ -43,6 +43,12 @@ caf::expected<uint64_t> parse_bounded_seconds(std::string_view text, std::string
     return caf::make_error(ec::invalid_request, quoted + " is not a duration: it is negative");
   auto seconds = parse_seconds(text);
   // parse_seconds refuses a sum that overflows: that is too long, not malformed.
+  // A fraction is a duration a user meant, in whole seconds here (a
+  // seventh new-user trial read "'1.5m' is not a duration").
+  if (!seconds && text.find('.') != std::string_view::npos)
+    return caf::make_error(ec::invalid_request,
+                           quoted + " has a fraction: give whole units (90s, not 1.5m; 1s "
+                                    "at least)");
   if (!seconds && !well_formed(text))
     return caf::make_error(ec::invalid_request,
                            quoted + " is not a duration (use 10m, 90s, 2h, 7d or a number "

@@ -419,6 +419,11 @@ TEST_F(Api, AChangeThroughAstraShowsOnTheNextReadAndTheApiPortIsNotShared) {
   auto cancel_unknown = owner->Delete(base + "/validations/val-nosuch?reason=oops");
   ASSERT_TRUE(cancel_unknown);
   EXPECT_EQ(cancel_unknown->status, 404) << cancel_unknown->body;
+  // The topology of a pool no machine is in is a typo, said so.
+  auto no_pool = owner->Get(base + "/topology?pool=nopool");
+  ASSERT_TRUE(no_pool);
+  EXPECT_EQ(no_pool->status, 400) << no_pool->body;
+  EXPECT_EQ(body_of(no_pool).value("message", ""), "no machine in pool nopool") << no_pool->body;
   // A parameter it does not take is named, before anything is done (a
   // typo of ?reason= cancelled without the reason).
   auto typo = owner->Delete(base + "/validations/val-nosuch?resaon=oops");

@@ -47,7 +47,9 @@ TEST(DurationLimits, GoodValuesParseAndBadOnesSayWhatToUse) {
   for (auto bad : {"5x", "m5", "5m5", "", "ten"})
     EXPECT_EQ(refusal(bad), std::string{"--burn-in: '"} + bad
                               + "' is not a duration (use 10m, 90s, 2h, 7d or a number of "
-                                "seconds)");
+                                "seconds)");  // A seventh new-user trial: a fraction read as "not a duration".
+  EXPECT_EQ(refusal("1.5m"),
+            "--burn-in: '1.5m' has a fraction: give whole units (90s, not 1.5m; 1s at least)");
 }
 
 TEST(DurationLimits, ApiFieldsAreBoundedToo) {
