@@ -1005,7 +1005,11 @@ caf::result<v1::Response> answer_cluster_request(cluster_ptr self,
       auto action = row != nullptr && row->audit_name != nullptr
                       ? std::string{row->audit_name(req)}
                       : request_kind(req);
-      audit(self, caller, action, request_target(req), "refused: " + render_error(err));
+      // A validation request's target as its allowed one reads ("validation
+      // val-…", "acceptance on pool h100").
+      auto target = validation_target(req);
+      audit(self, caller, action, target.empty() ? request_target(req) : target,
+            "refused: " + render_error(err));
     }
     return error_response(req.id(), err);
   }

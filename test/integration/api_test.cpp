@@ -203,11 +203,15 @@ TEST_F(Api, TokensRolesErrorsAndTheSeedsPaths) {
   EXPECT_EQ(r->status, 403);
   EXPECT_EQ(body_of(r)["code"], "PERMISSION_DENIED");
   EXPECT_EQ(member->Get(base + "/audit")->status, 403);
+  // A member's cancel is refused and audited naming it as an admin's reads.
+  EXPECT_EQ(member->Delete(base + "/validations/val-20261207-abcdef")->status, 403);
   // The audit log holds the API's admin actions as astra's.
   r = owner->Get(base + "/audit?limit=10");
   ASSERT_EQ(r->status, 200);
   EXPECT_NE(r->body.find("create join token"), std::string::npos) << r->body;
   EXPECT_NE(r->body.find("refused"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find(R"("target":"validation val-20261207-abcdef")"), std::string::npos)
+    << r->body;
   auto audit = astra({"audit", "-o", "json"});
   EXPECT_NE(audit.out.find("create join token"), std::string::npos) << audit.out << audit.err;
   // Validations (issue 21): one without machines is refused, naming why.
