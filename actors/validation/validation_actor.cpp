@@ -148,6 +148,18 @@ void look_at_run(self_ptr self, int index) {
         auto& step = *st.v.mutable_steps(index);
         if (step.state() != validation::running
             || !validation::apply_run(step, run, st.config.clock->now_unix_ms())) {
+          // A check whose run waits says why (its machine drained, cordoned
+          // or Down: a seventh trial saw "Running" with an empty WHY).
+          if (step.state() == validation::running) {
+            auto why = validation::waiting_words(run);
+            if (why != step.reason() && (why.empty() ? validation::is_waiting_words(step.reason())
+                                                      : step.reason().empty()
+                                                          || validation::is_waiting_words(
+                                                            step.reason()))) {
+              step.set_reason(why);
+              save(self);
+            }
+          }
           st.busy.erase(step.machine());
           return;
         }

@@ -451,6 +451,16 @@ std::vector<int> end_removed(v1::Validation& v, const std::string& machine,
   return ended;
 }
 
+std::string waiting_words(const v1::Run& run) {
+  if (run.state() != "Waiting" || run.waiting_reason().empty())
+    return {};
+  return "its run waits: " + run.waiting_reason();
+}
+
+bool is_waiting_words(const std::string& reason) {
+  return reason.rfind("its run waits: ", 0) == 0;
+}
+
 std::string cancelled_words(const std::string& by, const std::string& why) {
   return "cancelled by " + (by.empty() ? std::string{"an admin"} : by)
          + (why.empty() ? std::string{} : " (" + why + ")");

@@ -218,6 +218,13 @@ std::string removed_reason(const std::string& machine);
 std::vector<int> end_removed(v1::Validation& v, const std::string& machine,
                              int64_t now_unix_ms, std::vector<std::string>& runs);
 
+/// What a Running step says while its run waits to be placed ("its run
+/// waits: waiting: no machine … takes new work"); "" when the run is not
+/// Waiting. is_waiting_words tells these words from a step's other reasons
+/// (which GPUs it left out), so only they are replaced or cleared.
+std::string waiting_words(const v1::Run& run);
+bool is_waiting_words(const std::string& reason);
+
 /// Why a step ended Cancelled: "cancelled by alice (wrong pool)", or
 /// "cancelled by alice" when `why` is empty.
 std::string cancelled_words(const std::string& by, const std::string& why);

@@ -425,6 +425,29 @@ TEST_F(ValidationActor, APairWhoseServerEndedEarlySaysWhatTheServerSaid) {
     << step.reason();
 }
 
+// A seventh new-user trial: a check whose machine was Down showed Running
+// with an empty WHY. While its run waits, the step says why; once placed,
+// the words go.
+TEST_F(ValidationActor, ACheckWhoseRunWaitsSaysWhy) {
+  v1::StartValidation s;
+  s.set_suite("burn");
+  s.set_machine("gpu-01");
+  start(val::make_validation("val-20261207-00000b", s, {"gpu-01"}, "on-demand", 0));
+  ASSERT_EQ(w->submitted.size(), 1u);
+  auto& run = w->runs[w->submitted[0]];
+  run.set_state("Waiting");
+  run.set_waiting_reason("waiting: no machine carrying pool=h100 takes new work");
+  advance(std::chrono::seconds{1});
+  ASSERT_EQ(w->last.steps_size(), 1);
+  EXPECT_EQ(w->last.steps(0).state(), "Running");
+  EXPECT_EQ(w->last.steps(0).reason(),
+            "its run waits: waiting: no machine carrying pool=h100 takes new work");
+  run.set_state("Running");
+  run.clear_waiting_reason();
+  advance(std::chrono::seconds{1});
+  EXPECT_EQ(w->last.steps(0).reason(), "");
+}
+
 // A pair needs both machines' slots: with one held elsewhere it waits,
 // saying why, and holds neither meanwhile.
 TEST_F(ValidationActor, APairWaitsForBothMachinesSlots) {
