@@ -796,6 +796,8 @@ std::string format_run(const v1::Run& r, int64_t now_unix_ms) {
     out << ", pool " << r.spec().pool();
   if (r.spec().rdma())
     out << ", RDMA devices";
+  if (r.spec().one_worker_per_machine())
+    out << ", one per machine";
   out << "\n";
   if (!r.workers().empty()) {
     std::vector<std::vector<std::string>> rows;

@@ -171,6 +171,9 @@ TEST(CliFormat, RunShowNamesTheCoresAndDevicesItsWorkersGot) {
   EXPECT_TRUE(contains(text, "0-15")) << text;
   EXPECT_TRUE(contains(text, "/dev/infiniband/uverbs0,/dev/infiniband/rdma_cm")) << text;
   EXPECT_TRUE(contains(text, ", RDMA devices")) << text;
+  EXPECT_FALSE(contains(text, "one per machine")) << text;
+  run.mutable_spec()->set_one_worker_per_machine(true);  // sbatch --nodes=N
+  EXPECT_TRUE(contains(cli::format_run(run, 0), ", RDMA devices, one per machine"));
   auto json = cli::to_json(run);
   EXPECT_TRUE(contains(json, "\"assigned_gpu_ids\"")) << json;
   EXPECT_TRUE(contains(json, "\"gpu_ids\"")) << json;
