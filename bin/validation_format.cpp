@@ -2,6 +2,7 @@
 
 #include "bin/validation_format.hpp"
 
+#include <algorithm>
 #include <set>
 
 #include "actors/validation/pair_matrix.hpp"
@@ -137,7 +138,15 @@ std::string format_validation_list(const v1::ValidationList& list) {
                          ? "—"
                          : std::to_string(v.machines_passed()) + "/"
                              + std::to_string(v.machines_size());
-    rows.push_back({v.id(), v.suite(), target, v.state(), pass, v.trigger(),
+    // Running with nothing started yet (every check waits for its
+    // machine's slot or GPUs) reads as Queued (a seventh trial).
+    std::string state = v.state();
+    if (state == "Running"
+        && std::none_of(v.steps().begin(), v.steps().end(), [](const v1::ValidationStep& s) {
+             return s.state() != "Queued";
+           }))
+      state = "Queued";
+    rows.push_back({v.id(), v.suite(), target, state, pass, v.trigger(),
                     format_utc(v.created_unix_ms())});
   }
   return render_table({"ID", "SUITE", "ON", "STATE", "PASS", "TRIGGER", "CREATED"}, rows);

@@ -450,3 +450,21 @@ TEST(CliFormat, ALatchedFaultSaysTheProcessItsXidLineNamed) {
     << page;
   EXPECT_NE(page.find(", seen in process 4242 (train.py))"), std::string::npos) << page;
 }
+
+// A seventh new-user trial: `astra astraeus validations` said Running for
+// a validation none of whose checks had started (each waiting for its
+// machine's slot). It reads Queued until one starts.
+TEST(CliFormat, AValidationNoneOfWhoseChecksStartedIsListedQueued) {
+  v1::ValidationList list;
+  auto* v = list.add_validations();
+  v->set_id("val-20261207-0d0d01");
+  v->set_suite("burn");
+  v->add_machines("gpu-01");
+  v->set_state("Running");
+  v->add_steps()->set_state("Queued");
+  auto queued = cli::format_validation_list(list);
+  EXPECT_TRUE(contains(queued, " Queued ")) << queued;
+  v->mutable_steps(0)->set_state("Running");
+  auto running = cli::format_validation_list(list);
+  EXPECT_TRUE(contains(running, " Running ")) << running;
+}
