@@ -461,7 +461,11 @@ void look_at_machines(self_ptr self) {
           if (!is_up)
             continue;
           up.insert(m.name());
-          const int gpus = m.facts().gpus().gpus_size();
+          // The GPUs runs can have: those the scheduler set aside (a UUID
+          // another machine reports too, unknown health) do not count, so
+          // one that comes back brings a new quick check like a GPU that
+          // appears (a quick check failed for GPUs set aside kept its fail).
+          const int gpus = m.facts().gpus().gpus_size() - m.set_aside_gpus_size();
           gpus_seen[m.name()] = gpus;
           auto seen = st.gpus_seen.find(m.name());
           // GPUs that appeared since the last look (a driver loaded after

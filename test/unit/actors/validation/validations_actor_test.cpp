@@ -30,6 +30,7 @@ struct machine_rec {
   std::string reason;
   caf::actor handle;
   int gpus = 0;                       // GPUs its last report listed
+  int set_aside = 0;                  // of them, set aside by the scheduler
 };
 
 struct world {
@@ -51,6 +52,8 @@ v1::MachineView view_of(const std::string& name, const machine_rec& m) {
   out.set_acceptance_requested(m.acceptance_requested && !m.accepted);
   for (int i = 0; i < m.gpus; ++i)
     out.mutable_facts()->mutable_gpus()->add_gpus()->set_id("GPU-" + std::to_string(i));
+  for (int i = 0; i < m.set_aside; ++i)
+    out.add_set_aside_gpus();
   return out;
 }
 
@@ -268,6 +271,16 @@ TEST_F(ValidationsQuick, GpusThatAppearAfterAMachineCameUpGetANewQuickCheck) {
   for (int i = 0; i < 3; ++i)
     advance(std::chrono::seconds{10});
   EXPECT_EQ(quick_checks("gpu-01"), 2);
+  // Two GPUs set aside (another machine reports their UUIDs), then given
+  // back once that is fixed: a new quick check, as for GPUs that appear.
+  w->machines["gpu-01"].set_aside = 2;
+  for (int i = 0; i < 3; ++i)
+    advance(std::chrono::seconds{10});
+  EXPECT_EQ(quick_checks("gpu-01"), 2) << "set aside: fewer, no check";
+  w->machines["gpu-01"].set_aside = 0;
+  for (int i = 0; i < 3; ++i)
+    advance(std::chrono::seconds{10});
+  EXPECT_EQ(quick_checks("gpu-01"), 3) << "given back: a quick check again";
 }
 
 // A new-user trial: a GPU's latched fault failed the quick check; the GPU
