@@ -94,6 +94,12 @@ struct validations_state {
   /// grows (a driver that loaded after it joined, a GPU back) gets a new
   /// quick check, so its badge does not keep a result from before.
   std::map<std::string, int> gpus_seen;
+  /// Of them, the GPUs runs can have (not set aside by the scheduler) at
+  /// the last look: a machine whose latest quick check failed gets a new
+  /// one when this grows (GPUs set aside given back). Not for a machine
+  /// whose quick check passed: set-asides that settle after a restart would
+  /// otherwise run a quick check on every machine.
+  std::map<std::string, int> usable_seen;
   /// After a restart: machines with a stored quick check -> when it was
   /// restored (actor clock). Such a machine seen Up within
   /// `quick_restore_grace` of it is taking up its session again, not coming

@@ -437,7 +437,7 @@ void look_at_machines(self_ptr self) {
       [self](v1::Response& resp) {
         auto& st = self->state;
         std::set<std::string> up;
-        std::map<std::string, int> gpus_seen;
+        std::map<std::string, int> gpus_seen, usable_seen;
         for (const auto& m : resp.machines().machines()) {
           bool is_up = m.state() == v1::Machine::Up || m.state() == v1::Machine::Accepting;
           auto pool = m.labels().find("pool");
@@ -461,19 +461,27 @@ void look_at_machines(self_ptr self) {
           if (!is_up)
             continue;
           up.insert(m.name());
-          // The GPUs runs can have: those the scheduler set aside (a UUID
-          // another machine reports too, unknown health) do not count, so
-          // one that comes back brings a new quick check like a GPU that
-          // appears (a quick check failed for GPUs set aside kept its fail).
-          const int gpus = m.facts().gpus().gpus_size() - m.set_aside_gpus_size();
+          const int gpus = m.facts().gpus().gpus_size();
           gpus_seen[m.name()] = gpus;
           auto seen = st.gpus_seen.find(m.name());
+          // The GPUs runs can have: those the scheduler set aside (a UUID
+          // another machine reports too) given back bring a new quick check
+          // where the last one failed (it kept its fail after the fix).
+          const int usable = gpus - m.set_aside_gpus_size();
+          usable_seen[m.name()] = usable;
+          auto usable_before = st.usable_seen.find(m.name());
+          auto quick = st.latest.find({m.name(), "quick"});
+          const bool given_back = st.up.count(m.name()) && usable_before != st.usable_seen.end()
+                                  && usable > usable_before->second
+                                  && quick != st.latest.end()
+                                  && quick->second.verdict() == "fail";
           // GPUs that appeared since the last look (a driver loaded after
           // the machine joined): the quick check from before them said
           // what no longer is (a new-user trial kept a "fail" from before
           // the driver loaded).
-          const bool more_gpus = st.up.count(m.name()) && seen != st.gpus_seen.end()
-                                 && gpus > seen->second;
+          const bool more_gpus = (st.up.count(m.name()) && seen != st.gpus_seen.end()
+                                  && gpus > seen->second)
+                                 || given_back;
           bool accepting = required && !m.accepted() && m.state() == v1::Machine::Accepting;
           if (accepting && !st.acceptance_started.count(m.name())
               && !pending(self, m.name(), "burn")) {
@@ -485,13 +493,15 @@ void look_at_machines(self_ptr self) {
             start_for(self, m.name(), "quick", nullptr, "automatic");
           } else if (more_gpus && st.config.quick_on_up && !accepting
                      && !pending(self, m.name(), "quick")) {
-            spdlog::info("validations: {} reports {} GPU(s), {} at the last look: a quick "
-                         "check again", m.name(), gpus, seen->second);
+            spdlog::info("validations: {} reports {} GPU(s) runs can have, {} at the last "
+                         "look: a quick check again", m.name(), usable,
+                         usable_before != st.usable_seen.end() ? usable_before->second : 0);
             start_for(self, m.name(), "quick", nullptr, "automatic");
           }
         }
         st.up = std::move(up);
         st.gpus_seen = std::move(gpus_seen);
+        st.usable_seen = std::move(usable_seen);
         tell_removed(self, resp.machines());
         tell_degraded_ports(self, resp.machines());
         start_installer_batch(self, resp.machines());

@@ -272,7 +272,8 @@ TEST_F(ValidationsQuick, GpusThatAppearAfterAMachineCameUpGetANewQuickCheck) {
     advance(std::chrono::seconds{10});
   EXPECT_EQ(quick_checks("gpu-01"), 2);
   // Two GPUs set aside (another machine reports their UUIDs), then given
-  // back once that is fixed: a new quick check, as for GPUs that appear.
+  // back. Where the last quick check passed, nothing runs (set-asides that
+  // settle after a controller restart would run one on every machine)...
   w->machines["gpu-01"].set_aside = 2;
   for (int i = 0; i < 3; ++i)
     advance(std::chrono::seconds{10});
@@ -280,7 +281,22 @@ TEST_F(ValidationsQuick, GpusThatAppearAfterAMachineCameUpGetANewQuickCheck) {
   w->machines["gpu-01"].set_aside = 0;
   for (int i = 0; i < 3; ++i)
     advance(std::chrono::seconds{10});
-  EXPECT_EQ(quick_checks("gpu-01"), 3) << "given back: a quick check again";
+  EXPECT_EQ(quick_checks("gpu-01"), 2) << "its quick check passed: none again";
+  // ... where it failed, a new one once they are given back.
+  w->verdict = "fail";
+  w->machines["gpu-01"].gpus = 8;
+  for (int i = 0; i < 3; ++i)
+    advance(std::chrono::seconds{10});
+  ASSERT_EQ(quick_checks("gpu-01"), 3);
+  w->verdict = "pass";
+  w->machines["gpu-01"].set_aside = 2;
+  for (int i = 0; i < 3; ++i)
+    advance(std::chrono::seconds{10});
+  EXPECT_EQ(quick_checks("gpu-01"), 3);
+  w->machines["gpu-01"].set_aside = 0;
+  for (int i = 0; i < 3; ++i)
+    advance(std::chrono::seconds{10});
+  EXPECT_EQ(quick_checks("gpu-01"), 4) << "given back after a failed check: a quick check again";
 }
 
 // A new-user trial: a GPU's latched fault failed the quick check; the GPU
