@@ -410,16 +410,15 @@ caf::expected<bool> fault_latches::fold_fallen(const gpu_event& ev, const std::s
                                                int64_t now_unix_ms) {
   // "GPU has fallen off the bus" is what Xid 79 means: the notice and the Xid
   // line are several records of one event and fold into one latch, read
-  // "Xid 79 fault" whichever came first.
+  // "Xid 79 fault" whichever came first. The notice is no Xid: it adds
+  // nothing to the latch's count (the driver's Xid lines do), so one fault
+  // that logged an Xid 79 and the notice reads 1x, not 2x.
   auto& rules = rules_[holder];
   auto has = [&](const char* r) {
     return std::find(rules.begin(), rules.end(), r) != rules.end();
   };
-  if (ev.kind == gpu_event_kind::fallen_off_bus && has("xid-79")) {
-    rule = "xid-79";
-    reason = xid_fault_reason(79);
-    return false;
-  }
+  if (ev.kind == gpu_event_kind::fallen_off_bus && has("xid-79"))
+    return true;
   if (ev.kind != gpu_event_kind::xid || !has("driver-fault"))
     return false;
   auto& list = latches_[holder];
@@ -427,13 +426,14 @@ caf::expected<bool> fault_latches::fold_fallen(const gpu_event& ev, const std::s
     std::find(rules.begin(), rules.end(), "driver-fault") - rules.begin());
   if (list[at].evidence().find("fallen off the bus") == std::string::npos)
     return false;
-  // Renamed to the Xid: its count and first sighting carry over.
+  // Renamed to the Xid: its count and first sighting carry over, the notice
+  // counted as this Xid line (one event, 1x).
   auto old_latch = list[at];
   v1::FaultLatch f = old_latch;
   f.set_reason(reason);
   f.set_xid(79);
   f.set_evidence(ev.text);
-  f.set_count(old_latch.count() + 1);
+  f.set_count(std::max<uint64_t>(old_latch.count(), 1));
   f.set_last_seen_unix_ms(now_unix_ms);
   if (auto err = store_->put(family::faults, latch_key(holder, rule), f, true))
     return err;

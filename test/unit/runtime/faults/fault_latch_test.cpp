@@ -258,12 +258,17 @@ TEST_F(FaultLatches, FallenOffTheBusAndXid79AreOneEvent) {
   notice.pci_address = "0000:3b:00.0";
   notice.text = "NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.";
   {
-    // The Xid line first, then the notice: one latch, "Xid 79 fault", 2x.
+    // The Xid line first, then the notice: one latch, "Xid 79 fault", 1x
+    // (the notice is no second Xid), its evidence the Xid line's.
     auto l = open();
     EXPECT_TRUE(*l.on_event(xid(79, "0000:3b:00.0"), two_gpus(), 1000));
     EXPECT_FALSE(*l.on_event(notice, two_gpus(), 1001));
     ASSERT_EQ(l.latches().at("GPU-A").size(), 1u);
     EXPECT_EQ(l.latches().at("GPU-A")[0].reason(), "Xid 79 fault");
+    EXPECT_EQ(l.latches().at("GPU-A")[0].count(), 1u);
+    EXPECT_NE(l.latches().at("GPU-A")[0].evidence().find("Xid"), std::string::npos);
+    // The driver logging the Xid again is a repeat.
+    EXPECT_FALSE(*l.on_event(xid(79, "0000:3b:00.0"), two_gpus(), 1002));
     EXPECT_EQ(l.latches().at("GPU-A")[0].count(), 2u);
   }
   {
@@ -277,7 +282,7 @@ TEST_F(FaultLatches, FallenOffTheBusAndXid79AreOneEvent) {
     EXPECT_FALSE(*l.on_event(xid(79, "0000:3b:00.0"), two_gpus(), 5001));
     ASSERT_EQ(l.latches().at("GPU-A").size(), 1u);
     EXPECT_EQ(l.latches().at("GPU-A")[0].reason(), "Xid 79 fault");
-    EXPECT_EQ(l.latches().at("GPU-A")[0].count(), 2u);
+    EXPECT_EQ(l.latches().at("GPU-A")[0].count(), 1u) << "one event, 1x";
     EXPECT_EQ(l.latches().at("GPU-A")[0].first_seen_unix_ms(), 5000);
     v1::GpuSection out = two_gpus();
     l.annotate(out);
@@ -419,7 +424,7 @@ TEST_F(FaultLatches, ANoticeAndItsXidBeforeDiscoveryAreOneLatch) {
   EXPECT_TRUE(*l.on_event(xid(79, "0000:3b:00.0", 7), none, 1000));
   EXPECT_FALSE(*l.on_event(notice, none, 1000));
   ASSERT_EQ(l.latches().at("0000:3b:00.0").size(), 1u);
-  EXPECT_EQ(l.latches().at("0000:3b:00.0")[0].count(), 2u);
+  EXPECT_EQ(l.latches().at("0000:3b:00.0")[0].count(), 1u);
   ASSERT_TRUE(l.on_readings(two_gpus(), 2000));
   ASSERT_EQ(l.latches().at("GPU-A").size(), 1u);
   EXPECT_EQ(l.latches().at("GPU-A")[0].reason(), "Xid 79 fault");
