@@ -42,6 +42,10 @@ void start_validation(self_ptr self, v1::StartValidation start, std::string trig
                       std::string created_by, started_fn done,
                       std::vector<std::string> batch) {
   auto& st = self->state;
+  // No suite named: a full acceptance, as `astra astraeus validate` without
+  // --suite (the API and the CLI agree).
+  if (start.suite().empty())
+    start.set_suite("acceptance");
   if (!validation::known_suite(start.suite())) {
     done(caf::make_error(ec::invalid_request, "unknown suite '" + start.suite()
                                                 + "': one of " + validation::suite_names()));

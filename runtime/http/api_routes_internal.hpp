@@ -47,9 +47,11 @@ struct api_route {
   const char* body;      ///< the request body's message ("" when none)
   const char* answer;    ///< the answer's message or shape
   /// The query parameters it takes, comma-separated ("reason"); "" takes
-  /// none. nullptr: not checked (the routes whose parameters are read by
-  /// hand). A parameter it does not take is 400, named, before anything is
-  /// done (a typo in `?resaon=` cancelled without the reason).
+  /// none; every route of the table declares its own. nullptr: not checked.
+  /// A parameter it does not take is 400, named, before anything is done (a
+  /// typo in `?resaon=` cancelled without the reason, `?limt=` listed
+  /// everything, `POST /runs?workspace=` submitted to the default
+  /// workspace). openapi.json lists them as the operation's parameters.
   const char* query = nullptr;
 };
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include "messages/error.hpp"
@@ -468,6 +469,19 @@ std::string openapi_document(const api_server_config& cfg) {
                      + json_string(std::string{"astraeus.v1."} + r.answer
                                    + " or {\"code\",\"message\"}")
                      + "}}";
+    // The query parameters it takes (any other is refused with 400).
+    if (r.query != nullptr && *r.query != '\0') {
+      op += ",\"parameters\":[";
+      std::string_view left = r.query;
+      for (bool first = true; !left.empty(); first = false) {
+        auto comma = left.find(',');
+        op += (first ? "" : ",") + std::string{"{\"name\":"}
+              + json_string(std::string{left.substr(0, comma)})
+              + ",\"in\":\"query\",\"schema\":{\"type\":\"string\"}}";
+        left = comma == std::string_view::npos ? std::string_view{} : left.substr(comma + 1);
+      }
+      op += "]";
+    }
     if (*r.body != '\0')
       op += ",\"requestBody\":{\"description\":" + json_string(std::string{"astraeus.v1."} + r.body
                                                                 + " as JSON")

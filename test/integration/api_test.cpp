@@ -221,6 +221,12 @@ TEST_F(Api, TokensRolesErrorsAndTheSeedsPaths) {
   // In the API's own field names, not astra's flags (a new-user trial).
   EXPECT_EQ(body_of(r)["message"], R"(name the machines to check: give "pool" or "machine")")
     << r->body;
+  // No suite: an acceptance, as `astra astraeus validate` without --suite
+  // (refused here for the machines, not as an unknown suite '').
+  r = owner->Post(base + "/validations", "{}", "application/json");
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_EQ(body_of(r)["message"], R"(name the machines to check: give "pool" or "machine")")
+    << r->body;
   // Runs page by name as nodes and GPUs do (no machine: they wait).
   for (auto name : {"page-a", "page-b", "page-c"}) {
     r = owner->Post(base + "/runs",
@@ -346,6 +352,14 @@ TEST_F(Api, OpenApiListsEveryRouteAndEveryListedPathRoutes) {
   for (const auto& [method, path] : seeds)
     EXPECT_TRUE(doc["paths"].contains(path) && doc["paths"][path].contains(method))
       << method << " " << path << " is missing from openapi.json";
+  // The query parameters a route takes are listed as OpenAPI parameters.
+  auto logs = doc["paths"]["/api/v1/orgs/{org}/clusters/{cluster}/runs/{run}/logs"]["get"];
+  std::vector<std::string> names;
+  for (const auto& p : logs.value("parameters", json::array()))
+    names.push_back(p.value("name", "") + "@" + p.value("in", ""));
+  EXPECT_EQ(names, (std::vector<std::string>{"worker@query", "copy@query", "offset@query",
+                                              "follow@query", "workspace@query"}))
+    << logs.dump();
   // Every path the document lists is routed (never the router's NO_ROUTE).
   for (auto& [path, ops] : doc["paths"].items()) {
     std::string concrete = std::regex_replace(path, std::regex{R"(\{org\}|\{cluster\})"}, "default");
@@ -436,6 +450,24 @@ TEST_F(Api, AChangeThroughAstraShowsOnTheNextReadAndTheApiPortIsNotShared) {
   EXPECT_EQ(body_of(typo).value("message", ""),
             "unknown query parameter 'resaon': DELETE /validations/{id} takes reason")
     << typo->body;
+  // So does every route: a list's typo lists nothing, a submission's
+  // workspace in the query (it goes in the spec) submits nothing.
+  auto list_typo = owner->Get(base + "/nodes?limt=1");
+  ASSERT_TRUE(list_typo);
+  EXPECT_EQ(list_typo->status, 400) << list_typo->body;
+  EXPECT_EQ(body_of(list_typo).value("message", ""),
+            "unknown query parameter 'limt': GET /nodes takes limit,cursor,index,wait")
+    << list_typo->body;
+  auto submit_in = owner->Post(base + "/runs?workspace=ml",
+                               R"({"name": "in-query", "image": "busybox", "cpus": 1})",
+                               "application/json");
+  ASSERT_TRUE(submit_in);
+  EXPECT_EQ(submit_in->status, 400) << submit_in->body;
+  EXPECT_EQ(body_of(submit_in).value("message", ""),
+            "unknown query parameter 'workspace': POST /runs takes none")
+    << submit_in->body;
+  EXPECT_EQ(owner->Get(base + "/runs/in-query")->status, 404) << "submitted anyway";
+  EXPECT_EQ(owner->Get(base + "/nodes?limit=1")->status, 200);
   auto no_run = owner->Get(base + "/runs/no-such-run");
   ASSERT_TRUE(no_run);
   EXPECT_EQ(no_run->status, 404) << no_run->body;
