@@ -191,6 +191,7 @@ public:
       extra_env_(std::move(extra_env)),
       out_file_(std::move(out_file)),
       err_file_(std::move(err_file)) {
+    keep_off_the_default_api_port();
     start();
   }
   ~process() {
@@ -339,6 +340,23 @@ private:
     ::close(err_fd);
     ::close(null_fd);
     pid_ = pid;
+  }
+
+  // A controller started without an API address of the test's own serves
+  // it on a free loopback port: the default (0.0.0.0:7451) is the one
+  // `astraeus dev` of the README's first command holds on this machine, and
+  // a test run beside it would fail to start every controller.
+  void keep_off_the_default_api_port() {
+    if (argv_.empty() || fs::path{argv_[0]}.filename() != "astraeus-controller")
+      return;
+    for (const auto& a : argv_)
+      if (a.find("api.listen") != std::string::npos || a == "--api-listen")
+        return;
+    for (const auto& e : extra_env_)
+      if (e.rfind("ASTRAEUS_API_LISTEN=", 0) == 0)
+        return;
+    argv_.push_back("--set");
+    argv_.push_back("api.listen=127.0.0.1:0");
   }
 
   std::vector<std::string> argv_;
