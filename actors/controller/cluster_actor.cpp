@@ -293,16 +293,43 @@ caf::error check_workspace_grants(const v1::Workspace& ws, const v1::RunSpec& sp
   return caf::none;
 }
 
+// What the default workspace refuses a member's run (apply_workspace): the
+// machine's files and host processes are the cluster's own, an admin's.
+caf::error check_member_in_default_workspace(const v1::RunSpec& spec) {
+  const std::string why = ": in the default workspace ";
+  const std::string role = "; you are a member: ";
+  const std::string elsewhere = "use a workspace an admin granted it (astra workspace grant W ";
+  for (int i = 0; i < spec.volumes_size(); ++i)
+    if (spec.volumes(i).type() == "Bind")
+      return caf::make_error(ec::invalid_request,
+                             "volumes[" + std::to_string(i) + "]" + why
+                               + "a machine path (Bind " + spec.volumes(i).host_path()
+                               + ") is an admin's" + role + "use an EmptyDir volume, or "
+                               + elsewhere + "--path PATH)");
+  if (spec.ipc_mode() == "host")
+    return caf::make_error(ec::invalid_request, "security_context.ipc_mode: host" + why
+                                                  + "privileged work is an admin's" + role
+                                                  + elsewhere + "--privileged)");
+  if (spec.runtime() == "process" || spec.image().empty())
+    return caf::make_error(ec::invalid_request,
+                           std::string{spec.runtime() == "process" ? "runtime: process"
+                                                                   : "image: none given"}
+                             + why + "a host process (it runs as the agent, root) is an admin's"
+                             + role + "give an image (--image busybox), or " + elsewhere
+                             + "--privileged)");
+  return caf::none;
+}
+
 } // namespace
 
-caf::error apply_workspace(const v1::Workspace* ws, v1::RunSpec& spec) {
+caf::error apply_workspace(const v1::Workspace* ws, v1::RunSpec& spec, bool admin) {
   if (spec.workspace().empty())
     spec.set_workspace(default_workspace);
   // Full names carry the workspace's namespace; the default workspace has
   // none. Never the client's word.
   spec.set_namespace_(ws == nullptr ? std::string{} : ws->namespace_());
   if (ws == nullptr)
-    return caf::none;
+    return admin ? caf::none : check_member_in_default_workspace(spec);
   for (const auto& [k, v] : ws->grants()) {
     std::string asked;
     if (k == "pool" && !spec.pool().empty())

@@ -128,9 +128,15 @@ caf::error validate_workspace(v1::Workspace& ws);
 /// one ("volumes[0]: workspace vision is not granted /srv (granted: /data;
 /// an admin grants more with astra workspace grant vision --path PATH)"),
 /// and `security_context.ipc_mode: host` needs `ws.allow_privileged`. The
-/// default workspace is the cluster's own (its runs are its members'): it
-/// may bind any machine path and do privileged work.
-caf::error apply_workspace(const v1::Workspace* ws, v1::RunSpec& spec);
+/// default workspace (`ws` null) is the cluster's own: an admin's run there
+/// (`admin`, also when the controller checks no tokens) may bind any
+/// machine path and do privileged work. A member's may not: a Bind volume,
+/// `ipc_mode: host`, `runtime: process` or no image (a host process runs as
+/// the agent, root) is refused naming the role ("runtime: process: in the
+/// default workspace a host process is an admin's; you are a member: give an
+/// image (--image busybox), or use a workspace an admin granted privileged
+/// work"); README "roles": members read, run and stop their own runs.
+caf::error apply_workspace(const v1::Workspace* ws, v1::RunSpec& spec, bool admin = true);
 
 /// Whether machine path `path` (absolute, without "..") is `grant` or under
 /// it, component by component ("/data" grants "/data/x", not "/database");

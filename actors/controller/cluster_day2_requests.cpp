@@ -107,8 +107,10 @@ caf::result<v1::Response> remove_machine(const cluster_request& r) {
         auto sched = self->state.config.scheduler;
         if (!down && !view.drained()) {
           auto refuse = [rp, later, name, view](const std::string& workers) mutable {
+            // The request is right, the machine's state is not (409, as
+            // the other refusals for a state).
             auto err = caf::make_error(
-              ec::invalid_request,
+              ec::failed_precondition,
               "machine " + name + " is " + v1::Machine::State_Name(view.state())
                 + (view.drain_deadline_unix_ms() != 0
                      ? " and still draining" + workers

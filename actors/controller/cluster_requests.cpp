@@ -477,8 +477,11 @@ result_t submit_run(const cluster_request& r) {
                                    "no workspace named " + wname
                                      + "; create it with: astra workspace create "
                                      + wname + " --grant pool=NAME"));
+  // The default workspace's machine paths and host processes are an
+  // admin's (a member there would be root on every machine).
+  const bool admin = !st.config.tokens || has_role(r.caller(), role::admin);
   if (auto err = apply_workspace(w == st.workspaces.end() ? nullptr : &w->second,
-                                 spec))
+                                 spec, admin))
     return r.error(err);
   // The run is its submitter's, whatever the spec says.
   spec.set_owner(r.caller().name());
@@ -554,6 +557,13 @@ result_t list_runs(const cluster_request& r) {
   auto& sched = r.self->state.config.scheduler;
   if (!sched)
     return r.error(no_scheduler());
+  // A workspace that does not exist is named (404 over the API), not an
+  // empty list (a new-user trial's typo read as "no runs").
+  const auto& wanted = r.req.list_runs().workspace();
+  if (!wanted.empty() && wanted != default_workspace
+      && !r.self->state.workspaces.count(wanted))
+    return r.error(caf::make_error(ec::invalid_request, "no workspace named " + wanted
+                                                          + " (astra workspaces lists them)"));
   auto rp = r.self->make_response_promise<v1::Response>();
   r.self->request(sched, r.timeout, atom::runs_v)
     .then(

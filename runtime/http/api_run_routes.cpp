@@ -212,6 +212,11 @@ void get_run_logs(api_context& ctx) {
     copy = static_cast<int32_t>(*n);
   }
   auto follow = ctx.req.get_param_value("follow");
+  if (follow != "" && follow != "true" && follow != "1" && follow != "false" && follow != "0") {
+    reply_error(ctx.res, 400, "invalid_request",
+                "follow: '" + follow + "' is not true or false");
+    return;
+  }
   auto workspace = workspace_param(ctx);
   auto first = read_log(ctx.backend, ctx.caller, workspace, ctx.param("run"),
                         static_cast<int32_t>(*worker), copy, *offset);

@@ -203,6 +203,24 @@ TEST_F(Api, TokensRolesErrorsAndTheSeedsPaths) {
   EXPECT_EQ(r->status, 403);
   EXPECT_EQ(body_of(r)["code"], "PERMISSION_DENIED");
   EXPECT_EQ(member->Get(base + "/audit")->status, 403);
+  // In the default workspace a member runs containers, never a host process
+  // or a machine path (it would be root on every machine; eighth trial).
+  r = member->Post(base + "/runs",
+                   R"({"name": "m-host", "runtime": "process", "command": ["id"], "cpus": 1})",
+                   "application/json");
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(body_of(r).value("message", "").find("you are a member"), std::string::npos)
+    << r->body;
+  r = member->Post(base + "/runs",
+                   R"({"name": "m-bind", "image": "busybox", "cpus": 1, "volumes": [{"name": "h",
+                       "type": "Bind", "host_path": "/etc", "mount_path": "/h"}]})",
+                   "application/json");
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(body_of(r).value("message", "").find("Bind /etc"), std::string::npos) << r->body;
+  r = member->Post(base + "/runs", R"({"name": "m-box", "image": "busybox", "cpus": 1})",
+                   "application/json");
+  EXPECT_EQ(r->status, 201) << r->body;
+  EXPECT_EQ(member->Delete(base + "/runs/m-box")->status, 200);
   // A member's cancel is refused and audited naming it as an admin's reads.
   EXPECT_EQ(member->Delete(base + "/validations/val-20261207-abcdef")->status, 403);
   // The audit log holds the API's admin actions as astra's.
@@ -468,6 +486,16 @@ TEST_F(Api, AChangeThroughAstraShowsOnTheNextReadAndTheApiPortIsNotShared) {
     << submit_in->body;
   EXPECT_EQ(owner->Get(base + "/runs/in-query")->status, 404) << "submitted anyway";
   EXPECT_EQ(owner->Get(base + "/nodes?limit=1")->status, 200);
+  // A workspace that does not exist is named, not an empty list; a follow
+  // that is neither true nor false is a bad parameter.
+  auto no_ws = owner->Get(base + "/runs?workspace=nosuch");
+  ASSERT_TRUE(no_ws);
+  EXPECT_EQ(no_ws->status, 404) << no_ws->body;
+  EXPECT_EQ(body_of(no_ws).value("code", ""), "NOT_FOUND") << no_ws->body;
+  auto maybe = owner->Get(base + "/runs/page-a/logs?follow=maybe");
+  ASSERT_TRUE(maybe);
+  EXPECT_EQ(maybe->status, 400) << maybe->body;
+  EXPECT_EQ(body_of(maybe).value("message", ""), "follow: 'maybe' is not true or false");
   auto no_run = owner->Get(base + "/runs/no-such-run");
   ASSERT_TRUE(no_run);
   EXPECT_EQ(no_run->status, 404) << no_run->body;
@@ -489,7 +517,7 @@ TEST_F(Api, AChangeThroughAstraShowsOnTheNextReadAndTheApiPortIsNotShared) {
 // and `astra astraeus topology`, and what was not checked is said.
 TEST_F(Api, TopologyNamesADegradedPortWithItsFix) {
   auto root = dir_ / "host";
-  fs::copy(dgx_root, root, fs::copy_options::recursive);
+  fs::copy(dgx_root, root, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
   auto rate = root / "sys/class/infiniband/mlx5_5/ports/1/rate";
   fs::remove(rate);
   write_text(rate, "200 Gb/sec (4X HDR)\n");

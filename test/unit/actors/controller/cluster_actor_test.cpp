@@ -332,6 +332,29 @@ TEST(Workspaces, AHostProcessIsPrivilegedWork) {
   v1::RunSpec plain = spec;
   plain.set_workspace("");
   EXPECT_FALSE(apply_workspace(nullptr, plain)) << "the default workspace is the cluster's own";
+  // ...its admins': a member there would be root on every machine.
+  EXPECT_EQ(render_error(apply_workspace(nullptr, plain, false)),
+            "runtime: process: in the default workspace a host process (it runs as the agent, "
+            "root) is an admin's; you are a member: give an image (--image busybox), or use a "
+            "workspace an admin granted it (astra workspace grant W --privileged)");
+  plain.set_runtime("");
+  EXPECT_EQ(render_error(apply_workspace(nullptr, plain, false)).rfind("image: none given", 0),
+            0u);
+  plain.set_image("busybox");
+  EXPECT_FALSE(apply_workspace(nullptr, plain, false)) << "a member's container";
+  auto* bind = plain.add_volumes();
+  bind->set_type("Bind");
+  bind->set_host_path("/etc");
+  EXPECT_EQ(render_error(apply_workspace(nullptr, plain, false)),
+            "volumes[0]: in the default workspace a machine path (Bind /etc) is an admin's; "
+            "you are a member: use an EmptyDir volume, or use a workspace an admin granted it "
+            "(astra workspace grant W --path PATH)");
+  EXPECT_FALSE(apply_workspace(nullptr, plain, true)) << "an admin's";
+  plain.clear_volumes();
+  plain.set_ipc_mode("host");
+  EXPECT_EQ(render_error(apply_workspace(nullptr, plain, false))
+              .rfind("security_context.ipc_mode: host: in the default workspace", 0),
+            0u);
 }
 
 TEST(Workspaces, GrantedPathsCountWholeComponents) {
