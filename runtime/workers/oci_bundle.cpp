@@ -489,11 +489,13 @@ caf::error unpack_image(oci_image& image, const std::string& bundle,
     return caf::make_error(ec::store_failure,
                            "cannot create the bundle " + bundle + ": " + err.message());
   if (image.kind == "rootfs") {
-    fs::copy(image.path, rootfs,
-             fs::copy_options::recursive | fs::copy_options::copy_symlinks, err);
-    if (err)
-      return caf::make_error(ec::store_failure, "cannot copy the root filesystem "
-                                                  + image.path + ": " + err.message());
+    // As the image is: modes (/tmp's 1777 whatever the agent's umask),
+    // owners (a user's 0700 home), links, device nodes and times, as
+    // `cp -a` keeps them (std::filesystem::copy keeps none of the first two).
+    auto [rc, out] = run_tool({"cp", "-a", "--", image.path, rootfs.string()});
+    if (rc != 0)
+      return caf::make_error(ec::store_failure,
+                             "cannot copy the root filesystem " + image.path + ": " + out);
     return caf::none;
   }
   std::string layout = image.path;

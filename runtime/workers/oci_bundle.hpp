@@ -186,7 +186,8 @@ struct oci_worker {
 nlohmann::json oci_config(const oci_worker& w, const std::string& rootfs);
 
 /// Unpacks `image` into `<bundle>/rootfs` (a copy of a root filesystem
-/// folder; `umoci raw unpack` of an OCI layout; a docker archive is first
+/// folder with `cp -a`: its modes, owners, links and device nodes as they
+/// are; `umoci raw unpack` of an OCI layout; a docker archive is first
 /// copied to an OCI layout under `<bundle>/image` with `skopeo`). Blocks
 /// until done; a docker archive's configuration is read into `image`
 /// then. Errors: ec::store_failure naming the step and its output.

@@ -5,6 +5,8 @@
 #include <set>
 
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -57,6 +59,41 @@ TEST(WorkerUser, ResolvesNamesAgainstTheImage) {
   auto bad = resolve_user("bob", dir.path());
   ASSERT_FALSE(bad);
   EXPECT_NE(render_error(bad.error()).find("'bob'"), std::string::npos);
+}
+
+// A root filesystem folder is copied as it is (eighth trial: /tmp came out
+// 1755 under the agent's umask and a user's home root's, so a run with
+// --user could write neither).
+TEST(UnpackImage, ARootFilesystemFolderKeepsItsModesAndOwners) {
+  test::temp_dir dir;
+  auto image_dir = fs::path{dir.path()} / "rfs";
+  write(image_dir / "etc/passwd", "root:x:0:0::/root:/bin/sh\nbob:x:1234:1234::/home/bob:/bin/sh\n");
+  fs::create_directories(image_dir / "tmp");
+  fs::create_directories(image_dir / "home/bob");
+  ASSERT_EQ(::chmod((image_dir / "tmp").c_str(), 01777), 0);
+  ASSERT_EQ(::chmod((image_dir / "home/bob").c_str(), 0700), 0);
+  const bool root = ::geteuid() == 0;
+  if (root)
+    ASSERT_EQ(::chown((image_dir / "home/bob").c_str(), 1234, 1234), 0);
+  fs::create_symlink("/etc/passwd", image_dir / "passwd-link");
+  oci_image img;
+  img.kind = "rootfs";
+  img.path = image_dir.string();
+  auto bundle = fs::path{dir.path()} / "bundle";
+  ASSERT_FALSE(unpack_image(img, bundle.string(), "umoci", "skopeo"));
+  struct stat st {};
+  ASSERT_EQ(::stat((bundle / "rootfs/tmp").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 01777u);
+  ASSERT_EQ(::stat((bundle / "rootfs/home/bob").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  if (root)
+    EXPECT_EQ(st.st_uid, 1234u);
+  EXPECT_EQ(fs::read_symlink(bundle / "rootfs/passwd-link"), "/etc/passwd");
+  EXPECT_EQ(read(bundle / "rootfs/etc/passwd").substr(0, 4), "root");
+  // An unreadable folder is an error naming it.
+  img.path = (fs::path{dir.path()} / "no-such").string();
+  auto err = unpack_image(img, (fs::path{dir.path()} / "b2").string(), "umoci", "skopeo");
+  EXPECT_NE(render_error(err).find("cannot copy the root filesystem"), std::string::npos);
 }
 
 TEST(OciConfig, CarriesLimitsShmAndDevices) {
