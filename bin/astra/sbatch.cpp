@@ -289,38 +289,6 @@ sbatch_parse parse_sbatch(std::string_view text) {
   return {std::move(s), {}};
 }
 
-namespace {
-
-/// `text` inside double quotes for sh, with Slurm's %-patterns of
-/// --output expanded from the worker's environment.
-std::string output_path_for_sh(const sbatch_script& s) {
-  std::string out;
-  auto literal = [&out](char c) {
-    if (c == '"' || c == '\\' || c == '$' || c == '`')
-      out.push_back('\\');
-    out.push_back(c);
-  };
-  for (size_t i = 0; i < s.output.size(); ++i) {
-    char c = s.output[i];
-    if (c != '%' || i + 1 == s.output.size()) {
-      literal(c);
-      continue;
-    }
-    char k = s.output[++i];
-    switch (k) {
-      case 'j': case 'A': out += "${SLURM_JOB_ID}"; break;
-      case 'x': out += "${SLURM_JOB_NAME}"; break;
-      case 'a': out += "${SLURM_ARRAY_TASK_ID:-0}"; break;
-      case 'N': out += "${SLURMD_NODENAME}"; break;
-      case 't': out += "${SLURM_PROCID}"; break;
-      case '%': out += "%"; break;
-      default: literal('%'); literal(k);
-    }
-  }
-  return out;
-}
-
-} // namespace
 
 std::vector<std::string> sbatch_command(const sbatch_script& s,
                                         const std::vector<std::string>& args) {
@@ -328,11 +296,10 @@ std::vector<std::string> sbatch_command(const sbatch_script& s,
     "if [ -n \"${ASTRAEUS_ARRAY_TASK_ID}\" ]; then export "
     "SLURM_ARRAY_TASK_ID=\"${ASTRAEUS_ARRAY_TASK_ID}\" SLURM_ARRAY_JOB_ID=\"${SLURM_JOB_ID}\" "
     "SLURM_ARRAY_TASK_COUNT=\"${ASTRAEUS_ARRAY_SIZE}\"; fi; ";
-  // Only an absolute path (a volume's, say) keeps a file: a relative one
-  // is in the container's own filesystem, lost when it ends, and the
-  // output would be gone from `astra logs` too (a new-user trial lost it).
-  if (!s.output.empty() && s.output[0] == '/')
-    script += "exec >>\"" + output_path_for_sh(s) + "\" 2>&1; ";
+  // --output is not followed: a file would be in the container's own
+  // filesystem (a batch run has no volume), lost when it ends, and the
+  // output gone from `astra logs` too (new-user trials lost it, relative
+  // and absolute): the output stays in the worker's log.
   script += "exec \"$0\" " + std::string{sbatch_mount_path} + " \"$@\"";
   std::vector<std::string> out{"/bin/sh", "-c", script, s.interpreter};
   out.insert(out.end(), args.begin(), args.end());

@@ -37,7 +37,7 @@ struct sbatch_script {
   uint64_t memory_bytes = 0;       ///< --mem in bytes; 0: not given
   uint64_t time_limit_seconds = 0; ///< --time; 0: none
   uint32_t array_size = 0;         ///< --array 0-N: N+1 copies; 0: none
-  std::string output;              ///< --output pattern; empty: the run's log only
+  std::string output;              ///< --output pattern (noted; the output stays in the log)
   std::string interpreter = "/bin/sh"; ///< from the `#!` line, else /bin/sh
 };
 
@@ -64,9 +64,9 @@ std::optional<uint64_t> parse_slurm_mem(std::string_view text);
 
 /// The worker's command: the script (mounted read-only at
 /// `/astra/job.sbatch`) run by its interpreter with `args`, SLURM_ARRAY_*
-/// set in an array, output appended to `--output`'s file when it is an
-/// absolute path; a relative one is left out (it would be in the container's
-/// own filesystem, lost with it): the output stays in `astra logs`.
+/// set in an array. `--output` is left out: its file would be in the
+/// container's own filesystem (a batch run has no volume), lost with it; the
+/// output stays in `astra logs`.
 std::vector<std::string> sbatch_command(const sbatch_script& s,
                                         const std::vector<std::string>& args);
 

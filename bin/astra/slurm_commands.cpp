@@ -68,10 +68,10 @@ bool spec_of_script(const sbatch_flags& f, const std::string& text, v1::RunSpec&
   spec.set_array_size(s.array_size);
   for (auto& word : sbatch_command(s, f.args))
     spec.add_command(std::move(word));
-  if (!s.output.empty() && s.output[0] != '/')
-    std::fprintf(stderr, "astra: slurm sbatch: note: --output=%s is a relative path, which "
-                         "would be inside the container and lost with it: the output is in "
-                         "`astra logs %s` (give an absolute path on a volume to keep a file)\n",
+  if (!s.output.empty())
+    std::fprintf(stderr, "astra: slurm sbatch: note: --output=%s is not written: a file "
+                         "would be inside the container and lost with it; the output is in "
+                         "`astra logs %s`\n",
                  s.output.c_str(), spec.name().c_str());
   auto* config = spec.add_configs();
   config->set_name("sbatch");

@@ -123,15 +123,12 @@ TEST(Sbatch, TheCommandRunsTheMountedScriptWithItsInterpreter) {
   EXPECT_EQ(cmd[2].find("exec >>"), std::string::npos);
   EXPECT_EQ(cmd[3], "/bin/bash");
   EXPECT_EQ(cmd[4], "--lr");
+  // --output is not followed, relative or absolute: its file would be in
+  // the container's own filesystem, lost with it (new-user trials lost a
+  // job's output so): the output stays in the worker's log.
   s.output = "/scratch/out-%x-%j_%a.log";
   cmd = sbatch_command(s, {});
-  EXPECT_NE(cmd[2].find("exec >>\"/scratch/out-${SLURM_JOB_NAME}-${SLURM_JOB_ID}_"
-                        "${SLURM_ARRAY_TASK_ID:-0}.log\" 2>&1"),
-            std::string::npos)
-    << cmd[2];
-  // A relative path would be in the container's own filesystem, lost with
-  // it (a new-user trial lost a job's output so): the output stays in the
-  // worker's log.
+  EXPECT_EQ(cmd[2].find("exec >>"), std::string::npos) << cmd[2];
   s.output = "out-%j.txt";
   cmd = sbatch_command(s, {});
   EXPECT_EQ(cmd[2].find("exec >>"), std::string::npos) << cmd[2];
