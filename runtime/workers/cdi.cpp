@@ -407,9 +407,10 @@ std::string missing_required_node(const cdi_registry& reg,
 
 /// "hand-over failing: /dev/nvidia3 missing (<context>)": the error that
 /// fails the worker and fences its GPU (issue 18, rule 3).
-caf::error hand_over_failing(const std::string& node, const std::string& context) {
+caf::error hand_over_failing(const std::string& node, const std::string& context,
+                             const char* what = " missing") {
   return caf::make_error(ec::invalid_request,
-                         hand_over_failing_prefix + node + " missing (" + context + ")");
+                         hand_over_failing_prefix + node + what + " (" + context + ")");
 }
 
 /// The edits for `names`, checked against the host's nodes: a required node
@@ -427,7 +428,12 @@ caf::expected<cdi_edits> host_checked(const cdi_options& o, const cdi_registry& 
   for (const auto& w : check.warnings)
     spdlog::warn("agent: CDI: {}", w);
   if (!check.missing_required.empty())
-    return hand_over_failing(check.missing_required, "a required device node is not on the host");
+    return check.required_not_char
+             ? hand_over_failing(check.missing_required,
+                                 "a required device node is there but is no device node",
+                                 " is not a character device")
+             : hand_over_failing(check.missing_required,
+                                 "a required device node is not on the host");
   stale = check.stale;
   edits->devices = std::move(check.devices);
   return edits;

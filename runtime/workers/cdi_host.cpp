@@ -70,8 +70,10 @@ cdi_host_check check_nodes_against_host(const std::string& host_root,
     bool usable = node.exists && node.is_char;
     if (!usable) {
       if (node_need(d.path) == cdi_node_need::required) {
-        if (out.missing_required.empty())
+        if (out.missing_required.empty()) {
           out.missing_required = host;
+          out.required_not_char = node.exists;
+        }
         continue;
       }
       out.warnings.push_back(host + (node.exists ? " is not a character device" : " is missing")

@@ -47,6 +47,9 @@ struct cdi_host_check {
   /// The first required node missing or not a character device
   /// ("/dev/nvidia3"); empty when none.
   std::string missing_required;
+  /// Whether that node is there but is not a character device (a regular
+  /// file, a folder): said so, not "missing".
+  bool required_not_char = false;
   /// Why the spec is stale: a node whose major or minor differs from the
   /// host's ("/dev/nvidia-uvm is 511:0 in the spec, 235:0 on the host");
   /// empty when none.

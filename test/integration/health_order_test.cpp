@@ -88,7 +88,7 @@ protected:
   std::string host_with_bus() {
     auto root = dir_ / "host";
     fs::copy(std::string{ASTRAEUS_SOURCE_DIR} + "/test/fixtures/hosts/dgx-h100", root,
-             fs::copy_options::recursive);
+             fs::copy_options::recursive | fs::copy_options::copy_symlinks);
     for (const auto& pci : all_pcis) {
       auto dev = root / "sys/bus/pci/devices" / pci;
       fs::create_directories(dev);

@@ -101,7 +101,7 @@ protected:
     for (const auto& n : names) {
       auto root = dir_ / ("host-" + n);
       fs::copy(ASTRAEUS_SOURCE_DIR "/test/fixtures/hosts/dgx-h100", root,
-               fs::copy_options::recursive);
+               fs::copy_options::recursive | fs::copy_options::copy_symlinks);
       if (n == slow)
         write_text(root / "sys/class/infiniband/mlx5_5/ports/1/rate", "200 Gb/sec (4X HDR)\n");
       start_agent(n, true, false, root.string());

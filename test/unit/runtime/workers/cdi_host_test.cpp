@@ -70,10 +70,12 @@ TEST(CdiHost, NodesAreComparedWithTheHostsUnderItsRoot) {
   EXPECT_NE(optional.warnings[0].find("/dev/nvidia-uvm-tools is missing"), std::string::npos);
   EXPECT_TRUE(optional.missing_required.empty());
   // A required node missing, or not a character device, is named.
-  EXPECT_EQ(check_nodes_against_host(root, {node("/dev/nvidia3", 195, 3)}).missing_required,
-            "/dev/nvidia3");
-  EXPECT_EQ(check_nodes_against_host(root, {node("/dev/nvidia1", 195, 1)}).missing_required,
-            "/dev/nvidia1");
+  auto gone = check_nodes_against_host(root, {node("/dev/nvidia3", 195, 3)});
+  EXPECT_EQ(gone.missing_required, "/dev/nvidia3");
+  EXPECT_FALSE(gone.required_not_char) << "missing";
+  auto file = check_nodes_against_host(root, {node("/dev/nvidia1", 195, 1)});
+  EXPECT_EQ(file.missing_required, "/dev/nvidia1");
+  EXPECT_TRUE(file.required_not_char) << "there, a regular file: not \"missing\"";
   // A stale nvidia-uvm major after a driver reload makes the spec stale.
   auto stale = check_nodes_against_host(root, {node("/dev/nvidia-uvm", 511, 0)});
   EXPECT_EQ(stale.stale, "/dev/nvidia-uvm is 511:0 in the spec, 1:7 on the host");
