@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <thread>
 
 #include "bin/astra/commands.hpp"
@@ -36,7 +37,7 @@ struct run_flags {
 void add_run_options(CLI::App* run, run_flags& f) {
   run->add_option("--name", f.name, "run name");
   run->add_option("--image", f.image, "OCI image or root filesystem");
-  run->add_option("-f,--file", f.file, "run spec file (JSON or YAML)");
+  run->add_option("-f,--file", f.file, "run spec file (JSON or YAML; - reads the standard input)");
   run->add_option("--gpus", f.gpus, "whole GPUs per worker");
   run->add_option("--workers", f.workers, "number of workers (a gang)");
   run->add_option("--cpus", f.cpus, "CPU cores per worker");
@@ -83,7 +84,12 @@ void add_run_options(CLI::App* run, run_flags& f) {
 /// Reads the spec file `path` into `spec`; false (and a message on stderr)
 /// when it cannot be read or does not parse.
 bool read_spec_file(const std::string& path, v1::RunSpec& spec) {
-  std::ifstream in{path};
+  // "-" is the standard input, as kubectl's `-f -` (a spec from a pipe).
+  const bool from_stdin = path == "-";
+  std::ifstream file;
+  if (!from_stdin)
+    file.open(path);
+  std::istream& in = from_stdin ? std::cin : file;
   if (!in) {
     std::fprintf(stderr, "astra: cannot read %s\n", path.c_str());
     return false;
@@ -93,7 +99,7 @@ bool read_spec_file(const std::string& path, v1::RunSpec& spec) {
   std::string text(max_run_spec_bytes + 1, '\0');
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
   text.resize(static_cast<size_t>(in.gcount()));
-  auto parsed = parse_run_spec(text, path);
+  auto parsed = parse_run_spec(text, from_stdin ? "<stdin>" : path);
   if (!parsed) {
     std::fprintf(stderr, "astra: %s\n", render_error(parsed.error()).c_str());
     return false;
@@ -249,6 +255,7 @@ int print_logs(const options& opts, const logs_flags& f) {
     return rc;
   auto timeout = std::chrono::milliseconds{static_cast<int64_t>(opts.timeout_s * 1000)};
   uint64_t offset = 0;
+  bool said_waiting = false;
   for (;;) {
     v1::Request req;
     auto* q = req.mutable_get_logs();
@@ -264,7 +271,18 @@ int print_logs(const options& opts, const logs_flags& f) {
       return 3;
     }
     if (resp->has_error()) {
-      std::fprintf(stderr, "astra: %s\n", resp->error().message().c_str());
+      // --follow on a run not placed yet waits for its worker, as `run`
+      // then `logs -f` is the seed's first look (an eighth-trial refusal).
+      const auto& m = resp->error().message();
+      if (f.follow && m.size() >= 15 && m.compare(m.size() - 15, 15, "not placed yet)") == 0) {
+        if (!said_waiting)
+          std::fprintf(stderr, "astra: %s; following once it starts (Ctrl-C stops)\n",
+                       m.c_str());
+        said_waiting = true;
+        std::this_thread::sleep_for(std::chrono::milliseconds{500});
+        continue;
+      }
+      std::fprintf(stderr, "astra: %s\n", m.c_str());
       return 1;
     }
     const auto& chunk = resp->logs();
@@ -346,7 +364,8 @@ void add_logs_command(CLI::App& parent, invocation& inv,
                    "an array run's copy (as RUN[N]; default: the lowest placed)")
     ->check(CLI::NonNegativeNumber);
   logs->add_flag("-f,--follow", flags.follow, "keep printing new output until the "
-                                             "worker ends");
+                                             "worker ends (a run not placed yet: from "
+                                             "when it starts)");
   add_workspace_option(logs, flags.workspace);
   logs->callback([&inv, &flags, extra] {
     if (refuse_extra_words("logs", extra, inv))

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <string_view>
+#include <vector>
 
 #include "actors/controller/cluster_actor.hpp"
 #include "messages/error.hpp"
@@ -51,11 +53,34 @@ CLI::Validator wait_time_check() {
     "SECONDS");
 }
 
+namespace {
+
+/// Levenshtein's distance with two neighbours swapped counting one edit (the
+/// optimal string alignment distance): "--nmae" is one from "--name", two
+/// from "--image", and the hint names the flag the user meant.
+size_t typo_distance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i)
+    d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j)
+    d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1,
+                          d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+} // namespace
+
 std::string nearest(const std::string& word, const std::vector<std::string>& known) {
   std::string best;
   size_t best_d = std::string::npos;
   for (const auto& k : known) {
-    auto d = edit_distance(word, k);
+    auto d = typo_distance(word, k);
     if (d < best_d) {
       best_d = d;
       best = k;

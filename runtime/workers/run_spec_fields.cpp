@@ -318,6 +318,15 @@ caf::error validate_run_spec(const v1::RunSpec& spec) {
     if (k.find('=') != std::string::npos || k.find('\0') != std::string::npos)
       return spec_error("env: " + quote_short(k) + " is not a variable name "
                         "(it holds '=' or a NUL)");
+    // Kubernetes' rule for a container's variable names: a shell or a
+    // launcher reads nothing else ("BAD KEY" was taken; eighth trial).
+    const bool starts_ok = !(k.front() >= '0' && k.front() <= '9');
+    const bool chars_ok = std::all_of(k.begin(), k.end(), [](char c) {
+      return is_alnum(c) || c == '_' || c == '-' || c == '.';
+    });
+    if (!starts_ok || !chars_ok)
+      return spec_error("env: " + quote_short(k) + " is not a variable name (use letters, "
+                        "digits, '_', '-' and '.', not starting with a digit)");
     if (v.find('\0') != std::string::npos)
       return spec_error("env." + k + ": the value holds a NUL");
   }

@@ -109,6 +109,8 @@ TEST(AstraUsage, NearestAllowsAFewEditsOrAUniquePrefix) {
   EXPECT_EQ(nearest("cordn", {"cordon", "uncordon"}), "cordon");
   EXPECT_EQ(nearest("maint", {"machines", "maintenance"}), "maintenance");
   EXPECT_EQ(nearest("x", {"machines"}), "");
+  // Two letters swapped are one slip (eighth trial: --nmae suggested --image).
+  EXPECT_EQ(nearest("--nmae", {"--image", "--name", "--pool"}), "--name");
 }
 
 TEST(AstraUsage, TimeoutTakesSecondsOrAUnit) {

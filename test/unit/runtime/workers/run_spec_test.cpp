@@ -531,6 +531,11 @@ TEST(RunSpec, ValidationErrorsNameTheField) {
             "env: \"A=B\" is not a variable name (it holds '=' or a NUL)");
   EXPECT_EQ(validation_error(base + "env: {\"\": x}\n"),
             "env: a variable needs a name");
+  EXPECT_EQ(validation_error(base + "env: {\"BAD KEY\": x}\n"),
+            "env: \"BAD KEY\" is not a variable name (use letters, digits, '_', '-' and '.', "
+            "not starting with a digit)");
+  EXPECT_EQ(validation_error(base + "env: {\"1X\": x}\n").rfind("env: \"1X\" is not", 0), 0u);
+  EXPECT_EQ(validation_error(base + "env: {NCCL_IB_HCA: \"=mlx5_0\", my.key-2: x}\n"), "valid");
   EXPECT_EQ(validation_error(base + "labels: {\"\": x}\n"),
             "labels: a label needs a key");
   EXPECT_EQ(validation_error(base + "pool: h100\nlabels: {pool: a100}\n"),
