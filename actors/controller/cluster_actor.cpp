@@ -257,8 +257,29 @@ namespace {
 
 /// Issue 16: a named workspace's runs bind only granted machine paths and
 /// share the machine's /dev/shm only where privileged work is allowed.
+// The machine folder an image given as an absolute path names ("/srv/rfs"
+// of "/srv/rfs:v2", as the agent's find_image reads it); "" for an image
+// of the machine's images folder (a name).
+std::string image_host_path(const std::string& image) {
+  if (image.empty() || image.front() != '/')
+    return {};
+  auto colon = image.rfind(':');
+  auto slash = image.rfind('/');
+  return colon != std::string::npos && colon > slash ? image.substr(0, colon) : image;
+}
+
 caf::error check_workspace_grants(const v1::Workspace& ws, const v1::RunSpec& spec) {
   auto how = "an admin grants it with: astra workspace grant " + ws.name();
+  // An image given as a machine folder is read from the machine as a Bind
+  // volume is (a copy of any folder, root's files included; eighth trial).
+  if (auto path = image_host_path(spec.image()); !path.empty() && !ws.allow_privileged()
+      && std::none_of(ws.bind_grants().begin(), ws.bind_grants().end(),
+                      [&](const std::string& g) { return path_granted(path, g); }))
+    return caf::make_error(ec::invalid_request,
+                           "image: " + spec.image() + ": workspace " + ws.name()
+                             + " is not granted the machine path " + path
+                             + " (name an image of the machine's images folder, e.g. "
+                               "--image busybox; or " + how + " --path PATH)");
   for (int i = 0; i < spec.volumes_size(); ++i) {
     const auto& v = spec.volumes(i);
     if (v.type() != "Bind")
@@ -299,6 +320,11 @@ caf::error check_member_in_default_workspace(const v1::RunSpec& spec) {
   const std::string why = ": in the default workspace ";
   const std::string role = "; you are a member: ";
   const std::string elsewhere = "use a workspace an admin granted it (astra workspace grant W ";
+  if (auto path = image_host_path(spec.image()); !path.empty())
+    return caf::make_error(ec::invalid_request,
+                           "image: " + spec.image() + why + "a machine folder as an image is an "
+                             "admin's" + role + "name an image of the machine's images folder "
+                             "(--image busybox), or " + elsewhere + "--path PATH)");
   for (int i = 0; i < spec.volumes_size(); ++i)
     if (spec.volumes(i).type() == "Bind")
       return caf::make_error(ec::invalid_request,

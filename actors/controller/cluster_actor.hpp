@@ -130,7 +130,9 @@ caf::error validate_workspace(v1::Workspace& ws);
 /// and `security_context.ipc_mode: host` needs `ws.allow_privileged`. The
 /// default workspace (`ws` null) is the cluster's own: an admin's run there
 /// (`admin`, also when the controller checks no tokens) may bind any
-/// machine path and do privileged work. A member's may not: a Bind volume,
+/// machine path and do privileged work. A member's may not: an image given
+/// as a machine folder ("/srv/rootfs"; a workspace needs it granted as a
+/// Bind path), a Bind volume,
 /// `ipc_mode: host`, `runtime: process` or no image (a host process runs as
 /// the agent, root) is refused naming the role ("runtime: process: in the
 /// default workspace a host process is an admin's; you are a member: give an

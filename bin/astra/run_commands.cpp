@@ -291,6 +291,14 @@ int print_logs(const options& opts, const logs_flags& f) {
     offset = chunk.next_offset();
     if (!chunk.data().empty())
       continue;  // more may be there already
+    // Nothing at all yet from a worker still going (`run` then `logs` at
+    // once, the seed's first look): said, not an empty success.
+    if (!f.follow && offset == 0 && !chunk.finished())
+      std::fprintf(stderr, "astra: %s has written nothing yet (%s on %s; astra logs %s -f "
+                           "follows it)\n",
+                   chunk.worker().c_str(),
+                   chunk.state().empty() ? "starting" : chunk.state().c_str(),
+                   chunk.machine().c_str(), f.run.c_str());
     if (!f.follow || chunk.finished())
       break;
     std::this_thread::sleep_for(std::chrono::milliseconds{500});

@@ -493,6 +493,8 @@ caf::error unpack_image(oci_image& image, const std::string& bundle,
     // owners (a user's 0700 home), links, device nodes and times, as
     // `cp -a` keeps them (std::filesystem::copy keeps none of the first two).
     auto [rc, out] = run_tool({"cp", "-a", "--", image.path, rootfs.string()});
+    while (!out.empty() && (out.back() == '\n' || out.back() == '\r'))
+      out.pop_back();
     if (rc != 0)
       return caf::make_error(ec::store_failure,
                              "cannot copy the root filesystem " + image.path + ": " + out);

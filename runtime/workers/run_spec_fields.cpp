@@ -200,6 +200,20 @@ caf::error validate_run_spec(const v1::RunSpec& spec) {
                       "name (" + name_rule + ")");
   if (spec.image().empty() && spec.command().empty())
     return spec_error("image: a run needs an image or a command");
+  // An image name is looked up in the machine's images folder: a ".."
+  // component would leave it (the agent's data folder is its parent).
+  {
+    const auto& img = spec.image();
+    for (size_t start = 0; start <= img.size();) {
+      auto end = std::min(img.find('/', start), img.size());
+      if (img.compare(start, end - start, "..") == 0)
+        return spec_error("image: " + quote_short(img) + " has a '..' component: name an "
+                          "image of the machine's images folder, or give its absolute path");
+      start = end + 1;
+    }
+    if (img.find('\0') != std::string::npos)
+      return spec_error("image: the name holds a NUL");
+  }
   if (!spec.command().empty() && spec.command(0).empty())
     return spec_error("command[0]: the program to run is empty");
   auto& groups = spec.task_groups();

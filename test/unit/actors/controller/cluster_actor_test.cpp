@@ -351,6 +351,24 @@ TEST(Workspaces, AHostProcessIsPrivilegedWork) {
             "(astra workspace grant W --path PATH)");
   EXPECT_FALSE(apply_workspace(nullptr, plain, true)) << "an admin's";
   plain.clear_volumes();
+  // A machine folder given as the image is read as a Bind volume is.
+  plain.set_image("/srv/rootfs:v2");
+  EXPECT_EQ(render_error(apply_workspace(nullptr, plain, false))
+              .rfind("image: /srv/rootfs:v2: in the default workspace a machine folder as an "
+                     "image is an admin's",
+                     0),
+            0u);
+  EXPECT_FALSE(apply_workspace(nullptr, plain, true)) << "an admin's";
+  v1::Workspace granted;
+  granted.set_name("vision");
+  EXPECT_EQ(render_error(apply_workspace(&granted, plain))
+              .rfind("image: /srv/rootfs:v2: workspace vision is not granted the machine path "
+                     "/srv/rootfs",
+                     0),
+            0u);
+  granted.add_bind_grants("/srv");
+  EXPECT_FALSE(apply_workspace(&granted, plain)) << "a granted folder";
+  plain.set_image("busybox");
   plain.set_ipc_mode("host");
   EXPECT_EQ(render_error(apply_workspace(nullptr, plain, false))
               .rfind("security_context.ipc_mode: host: in the default workspace", 0),

@@ -481,6 +481,11 @@ TEST(RunSpec, ValidationErrorsNameTheField) {
   EXPECT_EQ(validation_error("name: Run-1\nimage: busybox\n"), "valid");
   EXPECT_EQ(validation_error("name: r\n"),
             "image: a run needs an image or a command");
+  EXPECT_EQ(validation_error("name: r\nimage: ..\n"),
+            "image: \"..\" has a '..' component: name an image of the machine's images "
+            "folder, or give its absolute path");
+  EXPECT_EQ(validation_error("name: r\nimage: a/../../x\n").rfind("image: ", 0), 0u);
+  EXPECT_EQ(validation_error("name: r\nimage: ghcr.io/acme/llm..x:2.3\n"), "valid");
   EXPECT_EQ(validation_error("name: r\ncommand: [/bin/true]\n"), "valid");
   EXPECT_EQ(validation_error(base + "command: ['', x]\n"),
             "command[0]: the program to run is empty");
