@@ -105,7 +105,7 @@ waiting_reason waiting_for(waiting_code code, std::string message) {
 // none of them takes new work (naming those that would fit but for their
 // state).
 // `blockers(k, need)` and `pools()` are `placement_index::state`'s.
-// `kept_out()` is `placement_index::state::most_gpus_kept_out` for `sel`.
+// `kept_out()` is `placement_index::state::most_kept_out` for `sel`.
 template <class Blockers, class Pools, class KeptOut>
 std::optional<waiting_reason> never_placed(const selector_rec& sel, const shape& sh,
                                            bool gang, unsigned k, uint64_t ask_cpu,
@@ -153,7 +153,18 @@ std::optional<waiting_reason> never_placed(const selector_rec& sel, const shape&
   // Before, a cordoned GPU machine beside a machine without GPUs (the dev
   // cluster's own) made a user's run "cannot fit anywhere now: no machine
   // has a GPU".
-  if (sh.gmax > max_present)
+  // (Unless the worker's cores or memory fit none of them either: then it
+  // cannot fit anywhere, said below.)
+  auto largest = [](const std::map<uint64_t, uint32_t>& caps) -> uint64_t {
+    return caps.empty() || caps.count(0) ? UINT64_MAX : caps.rbegin()->first;
+  };
+  auto fits_kept_out = [&] {
+    if (!ask_cpu && !ask_mem)
+      return true;
+    const auto kept = kept_out();
+    return (!ask_cpu || ask_cpu <= kept.cpu_cap) && (!ask_mem || ask_mem <= kept.mem_cap);
+  };
+  if (sh.gmax > max_present && fits_kept_out())
     if (std::string named = blockers(k, sh.gmax, true); !named.empty())
       return waiting_for(waiting_code::none_schedulable,
                          "waiting: needs " + gpus_text(sh.gmax, false) +
@@ -162,7 +173,7 @@ std::optional<waiting_reason> never_placed(const selector_rec& sel, const shape&
   // cordoned 8-GPU machine and the dev cluster's GPU-less one is "machines
   // have at most 8", not "no machine has a GPU" (a new-user trial).
   if (sh.gmax > max_present) {
-    const unsigned most = std::max(max_present, kept_out());
+    const unsigned most = std::max(max_present, kept_out().gpus);
     if (most == 0)
       return waiting_for(waiting_code::never_fits,
                          now + "no machine" + where + " has a GPU");
@@ -186,16 +197,25 @@ std::optional<waiting_reason> never_placed(const selector_rec& sel, const shape&
                                std::to_string(best_site));
   }
   // More cores or memory than the largest machine has (issue 22; a machine
-  // whose size is unknown, 0, may have any).
-  auto largest = [](const std::map<uint64_t, uint32_t>& caps) -> uint64_t {
-    return caps.empty() || caps.count(0) ? UINT64_MAX : caps.rbegin()->first;
-  };
-  if (ask_cpu && ask_cpu > largest(sel.cpu_caps))
+  // whose size is unknown, 0, may have any; `largest` above).
+  // A machine that only its cordon or acceptance keeps from the run, large
+  // enough, is named as what it waits for (an eighth-trial run asking 200
+  // GiB beside cordoned 2 TiB machines read "cannot fit anywhere now").
+  const bool too_big_cpu = ask_cpu && ask_cpu > largest(sel.cpu_caps);
+  const bool too_big_mem = ask_mem && ask_mem > largest(sel.mem_caps);
+  if (too_big_cpu || too_big_mem) {
+    if (fits_kept_out())
+      if (std::string named = blockers(k, sh.gmax, true); !named.empty())
+        return waiting_for(waiting_code::none_schedulable,
+                           "waiting: needs " + gpus_text(sh.gmax, false) +
+                             (gang ? " per worker" : "") + where + named);
+  }
+  if (too_big_cpu)
     return waiting_for(waiting_code::never_fits,
                        now + "a worker asks for " + cores_text(ask_cpu) +
                          " CPU cores; the largest machine" + where + " has " +
                          cores_text(largest(sel.cpu_caps)));
-  if (ask_mem && ask_mem > largest(sel.mem_caps))
+  if (too_big_mem)
     return waiting_for(waiting_code::never_fits,
                        now + "a worker asks for " + memory_text(ask_mem) +
                          " of memory; the largest machine" + where + " has " +
@@ -397,7 +417,7 @@ placement_result placement_index::place(const placement_request& request) {
   S.one_per_machine = request.one_worker_per_machine && gang;
   S.short_named.clear();
   S.short_more = false;
-  auto kept_out = [&S, &sel] { return S.most_gpus_kept_out(sel); };
+  auto kept_out = [&S, &sel] { return S.most_kept_out(sel); };
   if (auto never =
         never_placed(sel, sh, gang, kind, S.ask_cpu, S.ask_mem, blockers, pools, kept_out))
     return std::move(*never);

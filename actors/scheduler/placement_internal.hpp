@@ -438,11 +438,20 @@ struct placement_index::state {
   /// for 1 worker of 2 GPUs, not 4), though it has room for one.
   std::string blockers(const selector_rec& sel, unsigned k, unsigned need,
                        bool accepting_must_fit = false, bool gang = false) const;
-  /// The most GPUs a machine has among those that only their cordon or
-  /// acceptance keeps from `sel`'s runs (as `blockers` finds them; at most
-  /// 4096 looked at); 0 when none. What "machines have at most N" counts
-  /// beside the matching machines.
-  unsigned most_gpus_kept_out(const selector_rec& sel) const;
+  /// The largest of the machines that only their cordon or acceptance
+  /// keeps from a selector's runs: GPUs (0: none), cores and memory (0:
+  /// none; UINT64_MAX when one's size is unknown, which may have any).
+  struct kept_out_sizes {
+    unsigned gpus = 0;
+    uint64_t cpu_cap = 0;
+    uint64_t mem_cap = 0;
+  };
+  /// Those sizes among the machines `sel`'s runs cannot have but for their
+  /// cordon or acceptance (as `blockers` finds them; at most 4096 looked
+  /// at). What "machines have at most N" and "the largest machine has"
+  /// count beside the matching machines: a cordoned machine large enough
+  /// is a reason to wait, not "cannot fit anywhere now".
+  kept_out_sizes most_kept_out(const selector_rec& sel) const;
   /// " (machines are in pools a100, l4)": at most four pools; empty without.
   std::string pools_text() const;
   /// "; gpu-01 has the GPUs but only 16 free cores": the machines passed

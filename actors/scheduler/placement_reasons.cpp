@@ -140,8 +140,9 @@ std::string placement_index::state::blockers(const selector_rec& sel, unsigned k
   return "; " + named;
 }
 
-unsigned placement_index::state::most_gpus_kept_out(const selector_rec& sel) const {
-  unsigned most = 0;
+placement_index::state::kept_out_sizes
+placement_index::state::most_kept_out(const selector_rec& sel) const {
+  kept_out_sizes most;
   size_t looked = 0;
   for (machine_id id : blocked) {
     if (++looked > look_at_most)
@@ -149,10 +150,13 @@ unsigned placement_index::state::most_gpus_kept_out(const selector_rec& sel) con
     const machine_rec& m = machines[id];
     if (matches(m, sel) || !m.accepting)
       continue;
-    if (std::all_of(sel.label_text.begin(), sel.label_text.end(), [&](const auto& kv) {
+    if (!std::all_of(sel.label_text.begin(), sel.label_text.end(), [&](const auto& kv) {
           return kv.first == accepting_key || has_label(m, kv.first, kv.second);
         }))
-      most = std::max(most, static_cast<unsigned>(popcount(m.present)));
+      continue;
+    most.gpus = std::max(most.gpus, static_cast<unsigned>(popcount(m.present)));
+    most.cpu_cap = m.cpu_cap == 0 ? UINT64_MAX : std::max<uint64_t>(most.cpu_cap, m.cpu_cap);
+    most.mem_cap = m.mem_cap == 0 ? UINT64_MAX : std::max<uint64_t>(most.mem_cap, m.mem_cap);
   }
   return most;
 }
