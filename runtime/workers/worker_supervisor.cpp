@@ -821,10 +821,10 @@ std::vector<hand_over_failure> hand_over_failures_of(const std::string& error,
   auto at = error.find(hand_over_failing_prefix);
   if (at == std::string::npos)
     return {};
-  // "hand-over failing: /dev/nvidia3 missing" without the context after it.
-  auto end = error.find(" missing", at);
-  auto reason = error.substr(at, end == std::string::npos ? std::string::npos
-                                                          : end + 8 - at);
+  // "hand-over failing: /dev/nvidia3 missing" (or "... is not a character
+  // device") without the context in parentheses after it.
+  auto end = error.find(" (", at);
+  auto reason = error.substr(at, end == std::string::npos ? std::string::npos : end - at);
   std::vector<hand_over_failure> out;
   for (const auto& id : gpu_ids)
     if (error.find("=" + id) != std::string::npos)

@@ -270,6 +270,13 @@ TEST(CdiHandOver, AMissingRequiredNodeFailsNamingItAndAMissingOptionalOneIsDropp
   EXPECT_EQ(fenced[0].gpu_id, "GPU-2");
   EXPECT_EQ(fenced[0].reason, "hand-over failing: /dev/nvidia3 missing");
   EXPECT_TRUE(hand_over_failures_of("cannot start: image 'x' not found", {"GPU-2"}).empty());
+  // A node that is there but no device: its own words, without the context.
+  auto not_char = hand_over_failures_of(
+    "cannot start: hand-over failing: /dev/nvidia3 is not a character device (a required "
+    "device node is there but is no device node)",
+    {"GPU-2"});
+  ASSERT_EQ(not_char.size(), 1u);
+  EXPECT_EQ(not_char[0].reason, "hand-over failing: /dev/nvidia3 is not a character device");
   // An optional node (nvidia-uvm-tools) missing: handed over without it.
   ::unsetenv("FAKE_CTK_NODE");
   auto text = spec_of("nvidia.com/gpu", {"GPU-1", "GPU-2"}, "/dev/null");
