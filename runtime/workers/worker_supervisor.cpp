@@ -199,8 +199,21 @@ v1::WorkerProcess worker_supervisor::start(const v1::WorkerOrder& order, int64_t
     err = what ? launch(std::move(*what), rec) : what.error();
   }
   if (err) {
+    // The machine's GPUs of the worker's vendor: a node they all share
+    // fences them all (hand_over_failures_of).
+    std::vector<std::string> vendor_gpus;
+    if (!order.gpu_ids().empty()) {
+      const auto& first = order.gpu_ids(0);
+      if (amd_gpu_ids_.count(first)) {
+        vendor_gpus.assign(amd_gpu_ids_.begin(), amd_gpu_ids_.end());
+      } else {
+        for (const auto& g : nvidia_gpus_)
+          vendor_gpus.push_back(g.uuid);
+      }
+    }
     auto fenced = hand_over_failures_of(render_error(err),
-                                        {order.gpu_ids().begin(), order.gpu_ids().end()});
+                                        {order.gpu_ids().begin(), order.gpu_ids().end()},
+                                        vendor_gpus);
     hand_over_failures_.insert(hand_over_failures_.end(), fenced.begin(), fenced.end());
     set_state(rec, worker_state::failed);
     rec.set_detail("cannot start: " + render_error(err));
@@ -816,8 +829,25 @@ bool worker_supervisor::check(worker_ledger& ledger, const std::string& name, in
   return false;
 }
 
-std::vector<hand_over_failure> hand_over_failures_of(const std::string& error,
-                                                     const std::vector<std::string>& gpu_ids) {
+namespace {
+
+/// Whether device node `path` is one GPU's own (/dev/nvidia3,
+/// /dev/dri/renderD128, /dev/dri/card1), not one its vendor's GPUs share.
+bool one_gpus_node(std::string_view path) {
+  auto digits_after = [&](std::string_view prefix) {
+    return path.size() > prefix.size() && path.compare(0, prefix.size(), prefix) == 0
+           && std::all_of(path.begin() + static_cast<long>(prefix.size()), path.end(),
+                          [](char c) { return c >= '0' && c <= '9'; });
+  };
+  return digits_after("/dev/nvidia") || digits_after("/dev/dri/renderD")
+         || digits_after("/dev/dri/card");
+}
+
+} // namespace
+
+std::vector<hand_over_failure>
+hand_over_failures_of(const std::string& error, const std::vector<std::string>& gpu_ids,
+                      const std::vector<std::string>& machine_gpu_ids) {
   auto at = error.find(hand_over_failing_prefix);
   if (at == std::string::npos)
     return {};
@@ -829,9 +859,14 @@ std::vector<hand_over_failure> hand_over_failures_of(const std::string& error,
   for (const auto& id : gpu_ids)
     if (error.find("=" + id) != std::string::npos)
       out.push_back({id, reason, error});
-  if (out.empty())
-    for (const auto& id : gpu_ids)
-      out.push_back({id, reason, error});
+  if (!out.empty())
+    return out;
+  const auto node_at = at + std::string_view{hand_over_failing_prefix}.size();
+  const auto node = error.substr(node_at, error.find(' ', node_at) - node_at);
+  const auto& fenced = one_gpus_node(node) || machine_gpu_ids.empty() ? gpu_ids
+                                                                       : machine_gpu_ids;
+  for (const auto& id : fenced)
+    out.push_back({id, reason, error});
   return out;
 }
 

@@ -123,12 +123,18 @@ struct hand_over_failure {
   std::string evidence;    ///< the worker's whole error
 };
 
-/// The GPUs of a worker (`gpu_ids`) that hand-over error `error` fences:
-/// those whose CDI device it names ("=<id>"), else all of them (a node they
-/// share, such as /dev/nvidiactl). Empty when `error` is no hand-over
-/// failure.
-std::vector<hand_over_failure> hand_over_failures_of(const std::string& error,
-                                                     const std::vector<std::string>& gpu_ids);
+/// The GPUs that hand-over error `error` of a worker holding `gpu_ids`
+/// fences: those whose CDI device it names ("=<id>"); else, for a GPU's own
+/// node (/dev/nvidiaN, /dev/dri/renderDN or cardN), the worker's GPUs; else,
+/// for a node every GPU of the vendor shares (/dev/nvidiactl,
+/// /dev/nvidia-uvm, /dev/kfd), `machine_gpu_ids` (the machine's GPUs of
+/// that vendor; the worker's when empty): no GPU of the machine can be
+/// handed over, so none is offered to the next run only to fail it (an
+/// eighth-trial machine lost two GPUs per run). Empty when `error` is no
+/// hand-over failure.
+std::vector<hand_over_failure>
+hand_over_failures_of(const std::string& error, const std::vector<std::string>& gpu_ids,
+                      const std::vector<std::string>& machine_gpu_ids = {});
 
 /// Runs `work` away from the caller's actor (it may block: image unpacking,
 /// nvidia-ctk), then `done` on that actor again. The agent's runs each job

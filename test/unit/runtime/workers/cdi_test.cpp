@@ -277,6 +277,21 @@ TEST(CdiHandOver, AMissingRequiredNodeFailsNamingItAndAMissingOptionalOneIsDropp
     {"GPU-2"});
   ASSERT_EQ(not_char.size(), 1u);
   EXPECT_EQ(not_char[0].reason, "hand-over failing: /dev/nvidia3 is not a character device");
+  // A GPU's own node fences the worker's GPUs; a node all of them share
+  // fences every GPU of the machine, not two more with each run.
+  const std::vector<std::string> machine{"GPU-1", "GPU-2", "GPU-3"};
+  EXPECT_EQ(hand_over_failures_of(why, {"GPU-2"}, machine).size(), 1u);
+  auto shared = hand_over_failures_of(
+    "cannot start: hand-over failing: /dev/nvidiactl missing (a required device node is not "
+    "on the host)",
+    {"GPU-2"}, machine);
+  ASSERT_EQ(shared.size(), 3u);
+  EXPECT_EQ(shared[2].gpu_id, "GPU-3");
+  EXPECT_EQ(shared[2].reason, "hand-over failing: /dev/nvidiactl missing");
+  EXPECT_EQ(hand_over_failures_of("hand-over failing: /dev/dri/renderD129 missing (x)",
+                                  {"GPU-2"}, machine)
+              .size(),
+            1u);
   // An optional node (nvidia-uvm-tools) missing: handed over without it.
   ::unsetenv("FAKE_CTK_NODE");
   auto text = spec_of("nvidia.com/gpu", {"GPU-1", "GPU-2"}, "/dev/null");
