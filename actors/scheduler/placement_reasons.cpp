@@ -106,9 +106,17 @@ std::string placement_index::state::blockers(const selector_rec& sel, unsigned k
         continue;
       if (accepting_must_fit && popcount(m.present) < need)
         continue;
+      // One only its cordon keeps out (the machine actor offers it as taking
+      // checks only) is said as the README writes it, "gpu-01 has 8 free but
+      // is cordoned"; an Accepting one by its acceptance.
+      std::string what = m.name + " ";
+      if (m.why_not.rfind("is cordoned", 0) == 0)
+        what += "has " +
+                std::to_string(popcount(k == kind_healthy ? m.free_healthy() : m.free_usable())) +
+                " free but ";
+      what += m.why_not.empty() ? std::string{"is Accepting"} : m.why_not;
       if (++count <= name_at_most)
-        named += (named.empty() ? "" : ", ") + m.name + " " +
-                 (m.why_not.empty() ? std::string{"is Accepting"} : m.why_not);
+        named += (named.empty() ? "" : ", ") + what;
       continue;
     }
     unsigned free = popcount(k == kind_healthy ? m.free_healthy() : m.free_usable());

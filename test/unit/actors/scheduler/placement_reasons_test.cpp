@@ -205,7 +205,7 @@ TEST(PlacementReasons, MachinesThatTakeNoUserWorkAreNamedNotAnEmptyCluster) {
   accepting.not_schedulable = "is Accepting (acceptance val-20261203-000b19 runs there)";
   add(idx, accepting);
   auto res = idx.place(single("g3", 3, {{"astraeus.io/accepting", "false"}}));
-  EXPECT_EQ(why(res), "waiting: needs 3 GPUs; dgx-01 is cordoned, dgx-02 is Accepting "
+  EXPECT_EQ(why(res), "waiting: needs 3 GPUs; dgx-01 has 8 free but is cordoned, dgx-02 is Accepting "
                       "(acceptance val-20261203-000b19 runs there)");
   EXPECT_EQ(std::get<waiting_reason>(res).code, waiting_code::none_schedulable);
 }
@@ -220,7 +220,7 @@ TEST(PlacementReasons, ACordonedGpuMachineBesideOneWithoutGpusIsNamed) {
   cordoned.not_schedulable = "is cordoned";
   add(idx, cordoned);
   auto res = idx.place(single("g1", 1, {{"astraeus.io/accepting", "false"}}));
-  EXPECT_EQ(why(res), "waiting: needs 1 GPU; dgx-01 is cordoned");
+  EXPECT_EQ(why(res), "waiting: needs 1 GPU; dgx-01 has 8 free but is cordoned");
   EXPECT_EQ(std::get<waiting_reason>(res).code, waiting_code::none_schedulable);
   // One it could not take even uncordoned is not named, but its GPUs are
   // counted: "machines have at most 8", not "no machine has a GPU".
@@ -270,9 +270,9 @@ TEST(PlacementReasons, ALargerMachineOnlyItsCordonKeepsOutIsNamedNotCannotFitAny
   add(idx, cordoned);
   auto res = idx.place(asking(single("mem", 1, user), 1, 200));
   EXPECT_EQ(std::get<waiting_reason>(res).code, waiting_code::none_schedulable) << why(res);
-  EXPECT_EQ(why(res), "waiting: needs 1 GPU; dgx-01 is cordoned");
+  EXPECT_EQ(why(res), "waiting: needs 1 GPU; dgx-01 has 8 free but is cordoned");
   res = idx.place(asking(single("cores", 1, user), 64));
-  EXPECT_EQ(why(res), "waiting: needs 1 GPU; dgx-01 is cordoned");
+  EXPECT_EQ(why(res), "waiting: needs 1 GPU; dgx-01 has 8 free but is cordoned");
   // Larger than it too: it cannot fit anywhere.
   res = idx.place(asking(single("huge", 1, user), 1, 4096));
   EXPECT_EQ(std::get<waiting_reason>(res).code, waiting_code::never_fits);
