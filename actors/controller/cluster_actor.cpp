@@ -354,8 +354,19 @@ caf::error apply_workspace(const v1::Workspace* ws, v1::RunSpec& spec, bool admi
   // Full names carry the workspace's namespace; the default workspace has
   // none. Never the client's word.
   spec.set_namespace_(ws == nullptr ? std::string{} : ws->namespace_());
-  if (ws == nullptr)
-    return admin ? caf::none : check_member_in_default_workspace(spec);
+  if (ws == nullptr) {
+    if (admin)
+      return caf::none;
+    if (auto err = check_member_in_default_workspace(spec))
+      return err;
+    // A container, wherever it lands: on a machine without runc (or with
+    // workers.runtime process) the machine's choice would run the image's
+    // command as a host process, root, past the checks above. There it
+    // fails at start instead, as a named workspace's run does.
+    if (spec.runtime().empty())
+      spec.set_runtime("runc");
+    return caf::none;
+  }
   for (const auto& [k, v] : ws->grants()) {
     std::string asked;
     if (k == "pool" && !spec.pool().empty())

@@ -137,7 +137,10 @@ caf::error validate_workspace(v1::Workspace& ws);
 /// the agent, root) is refused naming the role ("runtime: process: in the
 /// default workspace a host process is an admin's; you are a member: give an
 /// image (--image busybox), or use a workspace an admin granted privileged
-/// work"); README "roles": members read, run and stop their own runs.
+/// work"); README "roles": members read, run and stop their own runs. A
+/// member's run there that names no runtime gets `runc`: a machine that
+/// runs workers as host processes fails it at start rather than run it as
+/// root.
 caf::error apply_workspace(const v1::Workspace* ws, v1::RunSpec& spec, bool admin = true);
 
 /// Whether machine path `path` (absolute, without "..") is `grant` or under

@@ -110,10 +110,10 @@ std::string placement_index::state::blockers(const selector_rec& sel, unsigned k
       // checks only) is said as the README writes it, "gpu-01 has 8 free but
       // is cordoned"; an Accepting one by its acceptance.
       std::string what = m.name + " ";
-      if (m.why_not.rfind("is cordoned", 0) == 0)
-        what += "has " +
-                std::to_string(popcount(k == kind_healthy ? m.free_healthy() : m.free_usable())) +
-                " free but ";
+      const unsigned free =
+        popcount(k == kind_healthy ? m.free_healthy() : m.free_usable());
+      if (m.why_not.rfind("is cordoned", 0) == 0 && free >= need)
+        what += "has " + std::to_string(free) + " free but ";
       what += m.why_not.empty() ? std::string{"is Accepting"} : m.why_not;
       if (++count <= name_at_most)
         named += (named.empty() ? "" : ", ") + what;

@@ -342,6 +342,7 @@ TEST(Workspaces, AHostProcessIsPrivilegedWork) {
             0u);
   plain.set_image("busybox");
   EXPECT_FALSE(apply_workspace(nullptr, plain, false)) << "a member's container";
+  EXPECT_EQ(plain.runtime(), "runc") << "never a host process on a machine without runc";
   auto* bind = plain.add_volumes();
   bind->set_type("Bind");
   bind->set_host_path("/etc");
