@@ -616,7 +616,8 @@ TEST_F(Cluster, GateRefusesReportForAnotherMachine) {
   auto real = get_machine(port_, "gpu-01");
   ASSERT_TRUE(real);
   EXPECT_NE(real->facts().hostname(), "spoofed");
-  EXPECT_TRUE(contains(ctl_->err(), "sent a report for machine 'gpu-01'"))
+  EXPECT_TRUE(wait_until(
+    [&] { return contains(ctl_->err(), "sent a report for machine 'gpu-01'"); }, 5s))
     << "the refusal is logged";
   expect_still_serving("gpu-01");
 }
@@ -764,7 +765,9 @@ TEST_F(Cluster, SecondAgentWithSameNameIsRefused) {
     },
     5s))
     << "no log line says the name is registered to another identity";
-  EXPECT_TRUE(contains(impostor->err(), "refused")) << impostor->err();
+  // The controller's line can come before the impostor has written its own.
+  EXPECT_TRUE(wait_until([&] { return contains(impostor->err(), "refused"); }, 5s))
+    << impostor->err();
   // The first machine is untouched, and keeps reporting.
   auto m = get_machine(port_, "gpu-01");
   ASSERT_TRUE(m);
