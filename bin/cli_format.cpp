@@ -167,6 +167,10 @@ v1::JoinToken join_token_for(v1::JoinToken token, const std::string& addr) {
     token.set_install(install_command(token, gates));
   else if (token.controller_address().empty() && addr.find(',') != std::string::npos)
     token.set_install(install_command_naming(token.install(), addr));
+  // The gate the install command names, so `-o json` never says "" where
+  // the controller has no advertise address.
+  if (token.controller_address().empty())
+    token.set_controller_address(gates);
   return token;
 }
 
@@ -253,7 +257,10 @@ std::string format_machine(const v1::MachineView& m, int64_t now_unix_ms) {
                               + ")"
                           : ""));
   // Issue 21: a pool that requires acceptance (its policy).
-  if (m.accepted())
+  if (!m.accepted_reason().empty())
+    // Accepted by an admin without passing (`astra astraeus accept`).
+    row("Acceptance:", "accepted as-is without passing: " + m.accepted_reason());
+  else if (m.accepted())
     row("Acceptance:", "accepted (its pool requires acceptance)");
   else if (m.state() == v1::Machine::Accepting && !m.acceptance_ended().empty())
     // As the waiting runs say it (a new-user trial saw "not yet" here after
@@ -822,7 +829,12 @@ std::string format_run(const v1::Run& r, int64_t now_unix_ms) {
     std::vector<std::vector<std::string>> ends;
     for (const auto& w : r.workers())
       if (w.exit_code() != 0 || !w.detail().empty())
-        ends.push_back({w.name(), w.state(), std::to_string(w.exit_code()),
+        // An exit code only where there is one: a worker stopped with no
+        // word from its agent (kill -9 of the agent) read "Stopped 0".
+        ends.push_back({w.name(), w.state(),
+                        w.exit_code() != 0 || w.state() == "Exited" || w.state() == "Failed"
+                          ? std::to_string(w.exit_code())
+                          : "-",
                         w.detail().empty() ? "-" : w.detail()});
     if (!ends.empty())
       out << "\nHow they ended\n"

@@ -177,17 +177,20 @@ std::string format_report(const v1::ClusterReport& r) {
   for (const auto& row : r.rows())
     rows.push_back(row_cells(row));
   out += render_table(report_header(), rows);
+  // The bring-up seed's order: the machines, what to fix, the pairs'
+  // matrix and the all-reduce curve (on 8+ machines the matrix pushed the
+  // fixes off the screen).
+  out += "\nWhat to fix (" + std::to_string(r.findings_size()) + ")\n";
+  for (const auto& f : r.findings()) {
+    out += "! " + f.what() + "\n";
+    if (!f.fix().empty())
+      out += "  fix: " + f.fix() + "\n";
+  }
   if (r.pairs_size() > 0)
     out += "\n" + validation::pairs_matrix_text(r.pairs());
   const std::vector<v1::AllReducePoint> curve{r.all_reduce().begin(), r.all_reduce().end()};
   if (!curve.empty())
     out += "\n" + validation::all_reduce_curve_text(curve);
-  out += "\nWhat to fix (" + std::to_string(r.findings_size()) + ")\n";
-  for (const auto& f : r.findings()) {
-    out += std::string(f.severity() == "fail" ? "! " : "! ") + f.what() + "\n";
-    if (!f.fix().empty())
-      out += "  fix: " + f.fix() + "\n";
-  }
   return out;
 }
 
@@ -209,13 +212,13 @@ std::string format_report_html(const v1::ClusterReport& r, const std::string& ti
       out += "<td class=\"" + html_escape(c) + "\">" + html_escape(c) + "</td>";
     out += "</tr>\n";
   }
-  out += "</table>\n" + validation::pairs_matrix_html(r.pairs());
-  out += validation::all_reduce_curve_html({r.all_reduce().begin(), r.all_reduce().end()});
-  out += "<h2>What to fix (" + std::to_string(r.findings_size()) + ")</h2>\n<ul>\n";
+  out += "</table>\n<h2>What to fix (" + std::to_string(r.findings_size()) + ")</h2>\n<ul>\n";
   for (const auto& f : r.findings())
     out += "<li class=\"" + html_escape(f.severity()) + "\">" + html_escape(f.what())
            + (f.fix().empty() ? "" : "<br>fix: " + html_escape(f.fix())) + "</li>\n";
-  out += "</ul>\n<p>Generated " + html_escape(format_utc(r.generated_unix_ms()))
+  out += "</ul>\n" + validation::pairs_matrix_html(r.pairs());
+  out += validation::all_reduce_curve_html({r.all_reduce().begin(), r.all_reduce().end()});
+  out += "<p>Generated " + html_escape(format_utc(r.generated_unix_ms()))
          + "</p>\n</body></html>\n";
   return out;
 }

@@ -622,6 +622,11 @@ notes() {
     docker) fail "--runtime docker is not supported yet: workers run with runc (bundled images) or as processes; use --runtime auto, runc or process" ;;
     *) fail "--runtime $RUNTIME: use auto, runc or process" ;;
   esac
+  # Without runc, `auto` runs workers as host processes (the .deb recommends
+  # runc; a tarball install brings nothing).
+  if [ "$RUNTIME" != process ] && ! PATH="$R/usr/sbin:$R/usr/bin:$R/sbin:$R/bin:$PATH" command -v runc >/dev/null 2>&1; then
+    say "runc is not installed: workers run as host processes until it is (apt-get install runc, or your distribution's runc package)"
+  fi
   case "$NETWORK" in
     ''|host) ;;
     *) fail "--network $NETWORK is not supported yet: workers use the host network" ;;

@@ -99,6 +99,26 @@ std::string gpu_fingerprint(const v1::GpuSection& section) {
   return out;
 }
 
+/// The InfiniBand fabric the machine's ports report (shared/seeds/
+/// machines.md, "Topology": "Found from the subnet the ports report; the
+/// label wins"): the subnet prefix ("fe80:0000:0000:0000") most of its
+/// ACTIVE InfiniBand ports carry, the lowest on a tie; "" when none
+/// reports one (RoCE and down ports say nothing of a fabric).
+std::string fabric_from_ports(const google::protobuf::RepeatedPtrField<v1::RdmaPort>& ports) {
+  std::map<std::string, int> count;
+  for (const auto& p : ports)
+    if (p.state() == "ACTIVE" && p.link_layer() != "Ethernet" && !p.subnet_prefix().empty())
+      ++count[p.subnet_prefix()];
+  std::string best;
+  int most = 0;
+  for (const auto& [prefix, n] : count)
+    if (n > most) {
+      best = prefix;
+      most = n;
+    }
+  return best;
+}
+
 } // namespace
 
 std::optional<std::string> data_location_problem(const std::string& path) {
@@ -257,6 +277,8 @@ v1::SchedulerMachine machine_state::scheduler_view() const {
   // "Topology"); a label an admin set wins.
   if (const auto& domain = facts.gpus().capabilities().nvlink_domain(); !domain.empty())
     out.mutable_labels()->insert({topology_label::nvlink_domain, domain});
+  if (auto fabric = fabric_from_ports(facts.rdma_ports()); !fabric.empty())
+    out.mutable_labels()->insert({topology_label::fabric, std::move(fabric)});
   const auto& gpus = facts.gpus().gpus();
   std::map<std::string, uint32_t> index_of;
   for (int i = 0; i < gpus.size(); ++i)
@@ -299,6 +321,8 @@ v1::MachineView machine_state::view() const {
   out.set_quick_summary(quick.result().summary().empty() ? quick.reason()
                                                          : quick.result().summary());
   out.set_accepted(acceptance_required && config.record.accepted());
+  if (rec.accepted())
+    out.set_accepted_reason(rec.accepted_reason());
   // An Accepting machine's acceptance, or the one a machine installed with
   // --accept asked for (it may run while the machine is Up).
   if (shown_state() == v1::Machine::Accepting
@@ -380,7 +404,8 @@ using machine_ptr = machine_actor::stateful_pointer<machine_state>;
 
 /// Whether `a` and `b` agree on every fact `scheduler_view` reads (keep
 /// the two in step): the cores, memory and NUMA nodes (not their free
-/// memory), RDMA port states, the NVLink domain, and each GPU's id, PCI
+/// memory), RDMA port states, subnet prefixes and link layers (the
+/// fabric), the NVLink domain, and each GPU's id, PCI
 /// address, NUMA node, read status and active NVLinks.
 static bool same_scheduler_facts(const v1::HostFacts& a, const v1::HostFacts& b) {
   if (a.cpu().logical_cpus() != b.cpu().logical_cpus()
@@ -398,7 +423,9 @@ static bool same_scheduler_facts(const v1::HostFacts& a, const v1::HostFacts& b)
       return false;
   }
   for (int i = 0; i < a.rdma_ports_size(); ++i)
-    if (a.rdma_ports(i).state() != b.rdma_ports(i).state())
+    if (a.rdma_ports(i).state() != b.rdma_ports(i).state()
+        || a.rdma_ports(i).subnet_prefix() != b.rdma_ports(i).subnet_prefix()
+        || a.rdma_ports(i).link_layer() != b.rdma_ports(i).link_layer())
       return false;
   for (int i = 0; i < a.gpus().gpus_size(); ++i) {
     const auto& x = a.gpus().gpus(i);

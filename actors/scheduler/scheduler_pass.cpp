@@ -435,6 +435,42 @@ void give_degraded_ports(const scheduler_state& st, const v1::RunSpec& spec,
                  "them out would leave no port", w.name(), w.machine(), kept);
 }
 
+namespace {
+
+/// Whether `machines` (a copy of a run, on several machines) share no one
+/// InfiniBand fabric: one of them has no RDMA port up, or two carry
+/// different fabrics (topology.astraeus.io/fabric, an admin's or found from
+/// the ports' subnet; a machine without one matches any). A machine the
+/// scheduler no longer knows is taken as having no fabric to share.
+bool spans_no_one_fabric(const scheduler_state& st, const std::set<std::string>& machines) {
+  std::string fabric;
+  for (const auto& name : machines) {
+    auto f = st.machine_facts_by_name.find(name);
+    if (f == st.machine_facts_by_name.end())
+      return true;
+    auto rdma = f->second.label(rdma_label);
+    if (!rdma || *rdma != "up")
+      return true;
+    if (auto l = f->second.label(topology_label::fabric); l && !l->empty()) {
+      if (fabric.empty())
+        fabric = std::string{*l};
+      else if (fabric != *l)
+        return true;
+    }
+  }
+  return false;
+}
+
+/// The address a worker reaches `machine` at (MASTER_ADDR): the one its
+/// agent reported, else its name (as copy_placed sets the run's).
+std::string address_of(const scheduler_state& st, const std::string& machine) {
+  auto f = st.machine_facts_by_name.find(machine);
+  return f != st.machine_facts_by_name.end() && !f->second.address.empty() ? f->second.address
+                                                                         : machine;
+}
+
+} // namespace
+
 /// The worker set of `machine`: every worker of a live run placed there.
 v1::WorkerOrders orders_for(scheduler_state& st, const std::string& machine) {
   v1::WorkerOrders out;
@@ -458,10 +494,22 @@ v1::WorkerOrders orders_for(scheduler_state& st, const std::string& machine) {
     const auto ended = ended_copies(run);
     std::map<int32_t, uint32_t> world;
     std::map<int32_t, std::set<std::string>> spans;  // machines per copy
+    // Each copy's leader (its rank 0) and so its MASTER_ADDR: a copy of an
+    // array rendezvouses on its own leader's machine, not copy 0's (a
+    // helper's audit: every copy was sent the first copy's address).
+    std::map<int32_t, const std::string*> leader_of;
     for (const auto& w : run.workers()) {
       ++world[w.array_index()];
       spans[w.array_index()].insert(w.machine());
+      if (w.rank() == 0)
+        leader_of[w.array_index()] = &w.machine();
     }
+    // Copies placed over Ethernet (NCCL_IB_DISABLE): worked out once per
+    // copy that spans machines.
+    std::map<int32_t, bool> over_ethernet;
+    for (const auto& [copy, machines] : spans)
+      if (machines.size() > 1)
+        over_ethernet[copy] = spans_no_one_fabric(st, machines);
     for (const auto& w : run.workers()) {
       if (w.machine() != machine || state_of(w) == worker_state::stopped
           || ended.count(w.array_index()))
@@ -475,14 +523,22 @@ v1::WorkerOrders orders_for(scheduler_state& st, const std::string& machine) {
       o->set_world_size(world[w.array_index()]);
       *o->mutable_gpu_ids() = w.gpu_ids();
       o->set_numa_node(w.numa_node());
-      o->set_master_addr(run.master_addr());
+      if (auto l = leader_of.find(w.array_index());
+          run.spec().array_size() > 0 && l != leader_of.end()) {
+        o->set_master_addr(address_of(st, *l->second));
+        o->set_leader_machine(*l->second);
+      } else {
+        o->set_master_addr(run.master_addr());
+        o->set_leader_machine(run.leader_machine());
+      }
       o->set_master_port(master_port);
       *o->mutable_spec() = run.spec();
       o->set_array_index(w.array_index());
-      o->set_leader_machine(run.leader_machine());
       o->set_machine_count(static_cast<uint32_t>(spans[w.array_index()].size()));
       o->set_namespace_(run.spec().namespace_());
       o->set_nvlink_domain(nvlink_domain);
+      if (auto e = over_ethernet.find(w.array_index()); e != over_ethernet.end())
+        o->set_over_ethernet(e->second);
       for (const auto& d : w.degraded_ib_ports())
         if (!d.kept())
           o->add_excluded_ib_ports(d.port());

@@ -355,6 +355,11 @@ v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map
   else if (!any_run)
     summary += "; nothing checked yet: `" + fix_command::validate_pool("acceptance", pool) + "`.";
   else {
+    // Machines an admin shipped as-is (`astra astraeus accept --reason`):
+    // their findings stay below, and why they take work anyway is said.
+    for (const auto* m : rows)
+      if (!m->accepted_reason().empty())
+        summary += "; " + m->name() + " accepted as-is: " + m->accepted_reason();
     bool all_reduce_said = false;
     for (int i = 0; i < out.findings_size() && i < 3; ++i) {
       summary += "; " + out.findings(i).what();

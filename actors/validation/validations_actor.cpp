@@ -347,6 +347,25 @@ void load(self_ptr self) {
     spdlog::error("validations: cannot load: {}", render_error(err));
 }
 
+/// The latest acceptance that ran on `machine` and has ended, when it ended
+/// without passing there (failed, skipped, cancelled): the validation;
+/// nullptr when none did, or the latest passed or still runs.
+const v1::Validation* unpassed_acceptance(const validations_state& st,
+                                          const std::string& machine) {
+  const v1::Validation* latest = nullptr;
+  for (const auto& [id, v] : st.validations) {
+    if (v.suite() != "acceptance"
+        || std::find(v.machines().begin(), v.machines().end(), machine) == v.machines().end())
+      continue;
+    if (!latest || v.created_unix_ms() > latest->created_unix_ms())
+      latest = &v;
+  }
+  if (!latest || latest->state() == "Running")
+    return nullptr;
+  auto verdict = validation::machine_verdict(*latest, machine);
+  return verdict == "pass" || verdict == "warn" ? nullptr : latest;
+}
+
 } // namespace
 
 void accept_machine(self_ptr self, const std::string& machine, const std::string& reason,
@@ -370,12 +389,19 @@ void accept_machine(self_ptr self, const std::string& machine, const std::string
               // A new-user trial: accepting an Up machine said "accepted"
               // and changed nothing.
               bool waiting = (required && !view.accepted()) || view.acceptance_requested();
-              if (only_waiting && !waiting) {
+              // The bring-up seed's troubleshooting: acceptance failed on one
+              // machine, and the admin ships it as-is ("accept it anyway with
+              // a reason"), although with no pool policy it is Up already.
+              // Once only: accepted so already, it is refused as accepted.
+              bool already = view.accepted() || !view.accepted_reason().empty();
+              bool failed = !already && unpassed_acceptance(st, machine) != nullptr;
+              if (only_waiting && !waiting && !failed) {
                 auto state = v1::Machine::State_Name(view.state());
                 done(caf::make_error(ec::failed_precondition,
                                      "machine " + machine + " is not Accepting (it is " + state
-                                       + (view.accepted() ? ", accepted already" : "")
-                                       + "): nothing to accept"));
+                                       + (already ? ", accepted already)"
+                                                  : ") and no acceptance of it failed")
+                                       + ": nothing to accept"));
                 return;
               }
               st.told_required[machine] = required;

@@ -32,6 +32,60 @@ std::optional<v1::GpuView> ask_gpu(invocation& inv, const std::string& machine,
   return *view;
 }
 
+namespace {
+
+/// `astra gpu clear-fault MACHINE --all`: every GPU of `machine` with a
+/// latch, cleared one request each (the controller's rule per GPU: the
+/// machine connected, the caller an admin). A shared node's hand-over
+/// failure (/dev/nvidiactl missing) fences every GPU of the machine; once
+/// the host is fixed this lifts them in one command. Exit 0 when each
+/// clear succeeded (none latched included), else the first failure's.
+void clear_every_latched_gpu(invocation& inv, const std::string& machine) {
+  v1::Request list;
+  list.mutable_list_gpus()->set_machine(machine);
+  auto listed = ask_controller(inv.opts, list, inv.rc);
+  if (!listed)
+    return;
+  std::vector<std::string> latched;
+  for (const auto& g : listed->gpus().gpus())
+    if (g.machine() == machine && g.gpu().latches_size() > 0)
+      latched.push_back(g.gpu().id());
+  const bool json = inv.opts.output == "json";
+  if (latched.empty()) {
+    if (json)
+      std::fputs("[]\n", stdout);
+    else
+      std::printf("No GPU of %s has a latched fault; nothing to clear.\n", machine.c_str());
+    inv.rc = 0;
+    return;
+  }
+  std::string docs;
+  int rc = 0;
+  for (const auto& id : latched) {
+    v1::Request req;
+    req.mutable_clear_fault()->set_machine(machine);
+    req.mutable_clear_fault()->set_gpu(id);
+    int one = 0;
+    auto resp = ask_controller(inv.opts, req, one);
+    if (!resp) {
+      rc = rc ? rc : one;
+      continue;
+    }
+    const auto& c = resp->cleared();
+    if (json)
+      docs += (docs.empty() ? "" : ",") + to_json_compact(c);
+    else
+      std::printf("GPU %s on %s: %s\n", c.uuid().c_str(), machine.c_str(),
+                  c.cleared() ? "fault cleared; new work may land on it again."
+                              : "nothing was latched; nothing to clear.");
+  }
+  if (json)
+    std::fputs(("[" + docs + "]\n").c_str(), stdout);
+  inv.rc = rc;
+}
+
+} // namespace
+
 void add_gpu_commands(CLI::App& app, invocation& inv) {
   auto* gpus = app.add_subcommand("gpus", "list the GPUs of every machine");
   auto& only = inv.keep<std::string>();
@@ -51,10 +105,27 @@ void add_gpu_commands(CLI::App& app, invocation& inv) {
     "machine must be connected");
   auto& machine = inv.keep<std::string>();
   auto& gpu = inv.keep<std::string>();
+  auto& all = inv.keep<bool>();
   clear->add_option("MACHINE", machine, "machine name")->required()->check(machine_name_check());
-  clear->add_option("GPU-ID", gpu, "GPU id (UUID, or the AMD id), PCI address or index")
-    ->required();
-  clear->callback([&inv, &machine, &gpu] {
+  auto* gpu_opt =
+    clear->add_option("GPU-ID", gpu, "GPU id (UUID, or the AMD id), PCI address or index");
+  auto* all_flag = clear->add_flag(
+    "--all", all,
+    "clear every latched GPU of the machine (after a fix that mended them all: a "
+    "driver reload that brought back /dev/nvidiactl, a node reboot)");
+  gpu_opt->excludes(all_flag);
+  clear->callback([&inv, &machine, &gpu, &all] {
+    if (all) {
+      clear_every_latched_gpu(inv, machine);
+      return;
+    }
+    if (gpu.empty()) {
+      std::fprintf(stderr, "astra: gpu clear-fault: give the GPU (GPU-ID: its UUID, PCI "
+                           "address or index) or --all for every latched GPU of %s\n",
+                   machine.c_str());
+      inv.rc = 2;
+      return;
+    }
     // An index, as `astra gpu show` takes it (a new-user trial): the GPU
     // of that index on the machine, by its id.
     std::string target = gpu;

@@ -59,6 +59,8 @@ void create_enrollment_token(api_context& ctx) {
   info.organization = ctx.cfg.organization;
   info.curl_pin = ctx.cfg.curl_pin;
   token.set_install(install_script_command(token, info));
+  // The gate the command names, as the client reaches it (never "").
+  token.set_controller_address(info.gate_address);
   token.set_expires(rfc3339_utc(token.expires_unix_ms()));
   ctx.res.set_header("Location", ctx.prefix + "/enrollment-tokens/" + token.id());
   reply_json(ctx.res, 201, message_to_json(token, false));

@@ -61,6 +61,27 @@ host_device_node read_host_node(const std::string& host_root, const std::string&
   return out;
 }
 
+std::optional<oci_device> imex_channel_device(const std::string& host_root,
+                                              std::string& problem) {
+  auto node = read_host_node(host_root, imex_channel0_path);
+  if (!node.exists || !node.is_char) {
+    problem = std::string{imex_channel0_path}
+              + (node.exists ? " is not a character device" : " is missing")
+              + " on the machine, so the worker has no IMEX channel (CUDA's "
+                "cross-machine memory calls fail); create it as NVIDIA's IMEX guide says: "
+                "mknod " + imex_channel0_path
+              + " c $(awk '$2==\"nvidia-caps-imex-channels\"{print $1}' /proc/devices) 0";
+    return std::nullopt;
+  }
+  oci_device d;
+  d.path = imex_channel0_path;
+  d.type = 'c';
+  d.major = node.major;
+  d.minor = node.minor;
+  d.file_mode = 0666;
+  return d;
+}
+
 cdi_host_check check_nodes_against_host(const std::string& host_root,
                                         const std::vector<oci_device>& devices) {
   cdi_host_check out;

@@ -11,6 +11,7 @@
 /// missing.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,19 @@ struct host_device_node {
 /// Reads the node at `host_path` under `host_root` (without following a
 /// final symbolic link's absence: a dangling link does not exist).
 host_device_node read_host_node(const std::string& host_root, const std::string& host_path);
+
+/// Where the driver's default IMEX channel lives on the host and in a
+/// container (NVIDIA, "IMEX Channels": created by the administrator with
+/// mknod, major from /proc/devices' nvidia-caps-imex-channels, minor 0).
+inline constexpr const char* imex_channel0_path = "/dev/nvidia-caps-imex-channels/channel0";
+
+/// IMEX channel 0 as a container device (gpus.md: "a worker placed in a
+/// domain gets IMEX channel 0"), read under `host_root`: its major and
+/// minor, mode 0666. nullopt, with `problem` saying why ("... is missing on
+/// the machine; create it: mknod ..."), when it is not a character device
+/// there; CUDA's IMEX calls then fail with "insufficient permission".
+std::optional<oci_device> imex_channel_device(const std::string& host_root,
+                                              std::string& problem);
 
 /// The result of checking a spec's device nodes against the host.
 struct cdi_host_check {

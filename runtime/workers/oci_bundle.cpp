@@ -75,7 +75,7 @@ std::vector<std::string> split_fields(const std::string& line, char sep) {
 /// Looks `name` up in an /etc/passwd- or /etc/group-style file: field 0 is
 /// the name, field 2 the id (and field 3 the passwd's gid).
 bool lookup_id(const fs::path& file, const std::string& name, uint32_t& id,
-               uint32_t* gid = nullptr) {
+               uint32_t* gid = nullptr, std::string* found_name = nullptr) {
   std::ifstream in{file};
   std::string line;
   while (std::getline(in, line)) {
@@ -89,6 +89,8 @@ bool lookup_id(const fs::path& file, const std::string& name, uint32_t& id,
       id = static_cast<uint32_t>(std::stoul(f[2]));
       if (gid && f.size() > 3)
         *gid = static_cast<uint32_t>(std::stoul(f[3]));
+      if (found_name)
+        *found_name = f[0];
     } catch (...) {
       return false;
     }
@@ -247,7 +249,10 @@ caf::expected<oci_user> resolve_user(const std::string& user,
   auto etc = fs::path{rootfs} / "etc";
   uint32_t gid_from_passwd = 0;
   bool have_passwd_gid = false;
-  if (lookup_id(etc / "passwd", name, out.uid, &gid_from_passwd)) {
+  // The user's name in /etc/passwd: `--user 0` is root, and /etc/group
+  // lists members by name (a helper's audit: a uid lost its groups).
+  std::string user_name = name;
+  if (lookup_id(etc / "passwd", name, out.uid, &gid_from_passwd, &user_name)) {
     have_passwd_gid = true;
   } else if (all_digits(name)) {
     out.uid = static_cast<uint32_t>(std::stoul(name));
@@ -267,7 +272,7 @@ caf::expected<oci_user> resolve_user(const std::string& user,
       if (f.size() < 4 || !all_digits(f[2]))
         continue;
       for (const auto& member : split_fields(f[3], ','))
-        if (member == name)
+        if (member == user_name)
           out.groups.push_back(static_cast<uint32_t>(std::stoul(f[2])));
     }
   }

@@ -99,7 +99,7 @@ struct spec_failure {
 /// refused as "not supported yet", not as unknown fields.
 const std::set<std::string> not_supported_yet = {
   "datavolume_refs", "secret_refs", "identity", "model", "interactive",
-  "external_accesses", "network.egress"};
+  "external_accesses", "network.egress", "isolation", "task_template.isolation", "tools"};
 
 /// What the reader remembers across fields that spell the same thing.
 struct seed_state {
@@ -283,8 +283,13 @@ private:
       auto key = name.Scalar();
       auto key_path = join(path, key);
       if (not_supported_yet.count(key_path))
-        fail(name, "", "not supported yet: " + key_path + " (see the README's "
-                         "list of run-spec fields)");
+        fail(name, "", "not supported yet: " + key_path
+                         + (key == "isolation"
+                              // gpus.md: "A sandboxed worker (isolation:
+                              // sandbox, gVisor) cannot have GPUs."
+                              ? std::string{" (a gVisor sandbox; a sandboxed worker could not "
+                                            "have GPUs)"}
+                              : std::string{" (see the README's list of run-spec fields)"}));
       if (std::find(known.begin(), known.end(), key) == known.end())
         fail(name, key_path, "unknown field" + hint(key, known));
       if (!seen.insert(key).second)

@@ -13,7 +13,7 @@
 /// image: ghcr.io/acme/train:1.4
 /// command: [torchrun, train.py]   # a list is run as is (no shell);
 ///                                 # a string S means [sh, -c, S]
-/// args: [--epochs, "3"]      # appended to command (needs command)
+/// args: [--epochs, "3"]      # appended to command; without one, the ENTRYPOINT's
 /// env: {NCCL_DEBUG: INFO}    # values: any scalar, kept as written
 /// gpus: 8                    # whole GPUs per worker, 0-64
 /// cpus: 16                   # CPU cores per worker (fractions allowed)
@@ -137,8 +137,8 @@ inline constexpr uint64_t max_run_time_limit_seconds = 30ull * 24 * 3600;
 ///
 /// Fields and where they go: name, image, workspace, pool -> the same;
 /// `command` (a list of strings, or a string S meaning `[sh, -c, S]`) and
-/// `args` (a list, appended to command; an error without command, as the
-/// message has no separate args) -> `command`; env, labels (maps of text)
+/// `args` (a list: appended to `command` when there is one, else `args`,
+/// the image ENTRYPOINT's arguments); env, labels (maps of text)
 /// -> the same; gpus -> `gpus_per_worker`; cpus (a number >= 0) ->
 /// `cpus_per_worker`; memory (`parse_memory_size` text or a number of
 /// bytes) -> `memory_bytes_per_worker`; workers; task_groups (a list of

@@ -127,18 +127,27 @@ worker_environment(const v1::WorkerOrder& order, const worker_env_context& ctx) 
     env["NCCL_DEBUG"] = "WARN";
     env["NCCL_ASYNC_ERROR_HANDLING"] = "1";
     env["NCCL_SOCKET_IFNAME"] = "^lo,docker,virbr,veth,cni,wg";
-    // The IMEX channel of a multi-machine NVLink domain: the NVIDIA runtime
-    // hook hands it over to a container of NVIDIA GPUs (UUIDs GPU-...); a
-    // host process needs no hand-over.
+    // The IMEX channel of a multi-machine NVLink domain: the agent hands
+    // /dev/nvidia-caps-imex-channels/channel0 over to a container of NVIDIA
+    // GPUs (UUIDs GPU-...), as the NVIDIA runtime hook would
+    // (worker_supervisor); a host process needs no hand-over.
     if (!order.nvlink_domain().empty() && !ctx.host_process && nvidia_gpus(order))
       env["NVIDIA_IMEX_CHANNELS"] = "0";
-    auto hca = ib_hca(order, ctx);
+    // Placed over Ethernet (a machine of the copy has no InfiniBand up, or
+    // their fabrics differ: the scheduler says so): NCCL must not try
+    // InfiniBand that cannot reach the other machines (gpus.md).
+    auto hca = order.over_ethernet() ? std::string{} : ib_hca(order, ctx);
     if (!hca.empty())
       env["NCCL_IB_HCA"] = hca;
     else if (order.machine_count() > 1)
       env["NCCL_IB_DISABLE"] = "1";
     env["SLURM_GPUS_ON_NODE"] = std::to_string(gpus);
     env["SLURM_GPUS_PER_TASK"] = std::to_string(gpus);
+  } else if (order.rdma() || spec.rdma()) {
+    // A CPU worker that asks for RDMA (inside-a-worker.md: NCCL_IB_HCA when
+    // "asking for RDMA, on a machine with RDMA ports up"): the same ports.
+    if (auto hca = order.over_ethernet() ? std::string{} : ib_hca(order, ctx); !hca.empty())
+      env["NCCL_IB_HCA"] = hca;
   }
   // Arrays.
   if (order.array_index() >= 0) {

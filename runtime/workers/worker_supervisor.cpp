@@ -516,6 +516,19 @@ worker_supervisor::prepare_runc(const v1::WorkerOrder& order, v1::WorkerProcess&
                          edits->additional_gids.end());
     for (const auto& e : edits->env)
       w.env.push_back(e);
+    // A worker placed in a multi-machine NVLink domain gets IMEX channel 0
+    // (gpus.md), unless the CDI spec handed it over already: with runc and
+    // CDI no NVIDIA runtime hook reads NVIDIA_IMEX_CHANNELS.
+    auto imex = ours.find("NVIDIA_IMEX_CHANNELS");
+    if (imex != ours.end() && imex->second == "0"
+        && std::none_of(w.devices.begin(), w.devices.end(),
+                        [](const oci_device& d) { return d.path == imex_channel0_path; })) {
+      std::string problem;
+      if (auto channel = imex_channel_device(options_.host_root, problem))
+        w.devices.push_back(*channel);
+      else
+        spdlog::warn("agent: worker {}: {}", order.worker(), problem);
+    }
   }
   if (!image->stop_signal.empty()) {
     auto sig = parse_signal(image->stop_signal);

@@ -149,6 +149,10 @@ TEST_F(Api, TokensRolesErrorsAndTheSeedsPaths) {
     EXPECT_TRUE(tok.contains(key)) << key << " in " << r->body;
   EXPECT_EQ(tok["labels"]["pool"], "a100");
   EXPECT_EQ(tok["token"].get<std::string>().rfind("astj_", 0), 0u);
+  // The gate the install command names, never "" (no advertise address here).
+  ASSERT_TRUE(tok.contains("controller_address")) << r->body;
+  EXPECT_NE(tok["install"].get<std::string>().find(tok["controller_address"].get<std::string>()),
+            std::string::npos) << r->body;
   EXPECT_NE(tok["install"].get<std::string>().find(tok["token"].get<std::string>()),
             std::string::npos);
   EXPECT_EQ(r->get_header_value("Location"),

@@ -241,6 +241,17 @@ TEST_F(Console, GpusMachinesAndClearFaultInHeadlessChromium) {
   EXPECT_TRUE(contains(dom, "8 GPUs on 1 machine")) << dom;
   if (const char* shot = std::getenv("ASTRAEUS_CONSOLE_SCREENSHOT"); shot && *shot)
     browse("/o/default/compute/gpus", {}, shot);
+  // In a workspace: the GPUs it can see (gpus.md), those of machines
+  // carrying its granted labels; gpu-01 carries no pool=a100.
+  auto created = astra({"workspace", "create", "vision", "--grant", "pool=a100"});
+  ASSERT_EQ(created.rc, 0) << created.err;
+  dom = browse("/o/default/w/vision/compute/gpus");
+  EXPECT_TRUE(contains(dom, "0 GPUs on 0 machines in ")) << dom;
+  EXPECT_TRUE(contains(dom, "that workspace vision can see (machines labelled pool=a100)")) << dom;
+  EXPECT_FALSE(contains(dom, "data-uuid")) << dom;
+  EXPECT_TRUE(contains(dom, "No GPU is on a machine labelled pool=a100")) << dom;
+  dom = browse("/o/default/w/default/compute/gpus");
+  EXPECT_TRUE(contains(dom, "8 GPUs on 1 machine")) << dom;
 
   // Machines: state, pool and labels, GPUs, conditions, Cordon for the owner.
   dom = browse("/o/default/machines");
@@ -308,6 +319,18 @@ TEST_F(Console, GpusMachinesAndClearFaultInHeadlessChromium) {
   dom = browse("/o/default/machines");
   EXPECT_TRUE(contains(tag_with(dom, "id", "data-location-gpu-01"), "data-location"));
   EXPECT_TRUE(contains(dom, "/mnt/nvme0/astraeus (admin)")) << dom;
+  // The machine's own page (bring-up step 5: "open the machine for the
+  // same, beside its ports and their cabling"), linked from its row.
+  EXPECT_TRUE(contains(dom, "href=\"/o/default/machines/gpu-01\"")) << dom;
+  auto page_of_machine = browse("/o/default/machines/gpu-01");
+  EXPECT_TRUE(contains(page_of_machine, "<h1>gpu-01</h1>")) << page_of_machine;
+  EXPECT_TRUE(contains(page_of_machine, "Ports and their cabling")) << page_of_machine;
+  EXPECT_TRUE(contains(page_of_machine, "id=\"machine-gpus\"")) << page_of_machine;
+  EXPECT_TRUE(std::regex_search(page_of_machine, std::regex{R"(Findings \(\d+\))"}))
+    << page_of_machine;
+  // An admin chooses it on the row (machines.md): a path field and Set.
+  EXPECT_TRUE(contains(dom, "id=\"data-location-path-gpu-01\"")) << dom;
+  EXPECT_TRUE(contains(dom, "id=\"set-data-location-gpu-01\"")) << dom;
 
   // Issue 21: Compute -> Validation, the Cluster Report as a person sees it.
   ASSERT_EQ(astra({"label", "gpu-01", "pool=h100"}).rc, 0);

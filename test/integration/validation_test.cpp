@@ -526,6 +526,13 @@ TEST_F(Validation, ANewMachineInAPolicyPoolIsAcceptingUntilItPasses) {
   auto audit = astra({"audit"});
   EXPECT_TRUE(contains(audit.out, "accept machine")) << audit.out;
   EXPECT_TRUE(contains(audit.out, "ship as-is")) << audit.out;
+  // The reason stays with the machine and the report says why it takes work.
+  auto shown = astra({"machine", "gpu-05"});
+  EXPECT_TRUE(contains(shown.out, "accepted as-is without passing: ship as-is; GPU 3 RMA'd"))
+    << shown.out;
+  auto report = astra({"astraeus", "report"});
+  EXPECT_TRUE(contains(report.out, "gpu-05 accepted as-is: ship as-is; GPU 3 RMA'd"))
+    << report.out;
   // A new-user trial: accepting a machine that waits for nothing said
   // "accepted", exit 0, and changed nothing. It is refused, and audited so.
   auto again = astra({"astraeus", "accept", "gpu-05", "--reason", "already fine"});

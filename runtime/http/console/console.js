@@ -181,8 +181,26 @@ function legend() {
     row("held-example striped", "Striped", "Held by work but nearly idle (below 5 % busy)."));
 }
 
-async function gpusPage() {
-  const list = (await api("GET", "/gpus")).gpus || [];
+// The machines a workspace can see (gpus.md: "Compute → GPUs in a
+// workspace shows every GPU the workspace can see"): those carrying every
+// label it was granted; null for every machine (the default workspace, or
+// one granted no labels). Throws naming a workspace that does not exist.
+async function machinesSeenBy(workspace) {
+  if (!workspace || workspace === "default") return { names: null, grants: "" };
+  const all = (await api("GET", "/workspaces")).workspaces || [];
+  const ws = all.find((w) => w.name === workspace);
+  if (!ws) throw new Error("no workspace named " + workspace + " (astra workspaces lists them)");
+  const grants = Object.entries(ws.grants || {});
+  if (grants.length === 0) return { names: null, grants: "" };
+  const nodes = (await api("GET", "/nodes")).machines || [];
+  const names = new Set(nodes.filter((m) => grants.every(([k, v]) => (m.labels || {})[k] === v))
+                             .map((m) => m.name));
+  return { names, grants: grants.map(([k, v]) => k + "=" + v).join(", ") };
+}
+
+async function gpusPage(workspace) {
+  const [all, seen] = await Promise.all([api("GET", "/gpus"), machinesSeenBy(workspace)]);
+  const list = (all.gpus || []).filter((v) => !seen.names || seen.names.has(v.machine));
   const byMachine = new Map();
   for (const v of list) {
     if (!byMachine.has(v.machine)) byMachine.set(v.machine, []);
@@ -193,7 +211,7 @@ async function gpusPage() {
   const sections = machines.map((m) => {
     const gpus = byMachine.get(m).sort((a, b) => (num(a.gpu.index) || 0) - (num(b.gpu.index) || 0));
     return el("section", { class: "machine", "data-machine": m },
-      el("h2", {}, el("a", { href: base() + "/machines#" + m, text: m }),
+      el("h2", {}, el("a", { href: base() + "/machines/" + encodeURIComponent(m), text: m }),
          el("span", { class: "muted", text: " · " + gpus.length + " GPU" + (gpus.length === 1 ? "" : "s") })),
       el("div", { class: "squares" }, gpus.map(gpuSquare)));
   });
@@ -205,9 +223,16 @@ async function gpusPage() {
            return el("span", { class: "holder" }, s, h + "  ");
          }));
   show(el("h1", { text: "GPUs" }),
-       el("p", { class: "muted", text: list.length + " GPUs on " + machines.length + " machine"
-                                         + (machines.length === 1 ? "" : "s") + " in " + CLUSTER }),
-       list.length ? sections : el("p", { class: "muted", text: "No GPUs yet: add a machine." }),
+       el("p", { class: "muted", id: "gpus-scope",
+                 text: list.length + " GPUs on " + machines.length + " machine"
+                       + (machines.length === 1 ? "" : "s") + " in " + CLUSTER
+                       + (seen.names ? " that workspace " + workspace + " can see (machines labelled "
+                                       + seen.grants + ")" : "") }),
+       list.length ? sections
+         : el("p", { class: "muted", text: seen.names
+             ? "No GPU is on a machine labelled " + seen.grants + ": label machines so (astra label NAME "
+               + seen.grants.split(", ").join(" ") + ")."
+             : "No GPUs yet: add a machine." }),
        holderKey, el("h2", { text: "Legend" }), legend());
 }
 
@@ -228,6 +253,39 @@ async function setCordon(name, on) {
   } catch (err) { failed(err); }
 }
 
+// machines.md, "Where a machine keeps data": an organisation admin chooses
+// it on the machine's row (PUT /nodes/NAME/data-location), as `astra machine
+// data-location NAME PATH` does; the API's error names a bad path.
+async function setDataLocation(name, path) {
+  try {
+    await api("PUT", "/nodes/" + encodeURIComponent(name) + "/data-location", { path });
+    await machinesPage();
+  } catch (err) { failed(err); }
+}
+
+function dataLocationCell(m) {
+  const cell = el("td", { class: "data-location", id: "data-location-" + m.name,
+                          text: m.data_location ? m.data_location + " (" + m.data_location_source + ")"
+                                                : "Choose where to keep data on " + m.name });
+  if (!isAdmin()) return cell;
+  const input = el("input", { type: "text", id: "data-location-path-" + m.name, size: "18",
+                              value: m.data_location || "", placeholder: "/mnt/nvme0/astraeus",
+                              "aria-label": "Data location of " + m.name });
+  cell.append(el("div", {}, input,
+    el("button", { type: "button", id: "set-data-location-" + m.name, text: "Set",
+                   onclick: () => setDataLocation(m.name, input.value.trim()) })));
+  return cell;
+}
+
+// The quick check's badge (bring-up seed: "a bad driver, a GPU off the bus or
+// an unanswering NVML shows at once as a badge"), as `astra machines` shows
+// it; its title says why.
+function quickBadge(m) {
+  if (!m.quick) return "";
+  return el("span", { class: "badge quick-" + m.quick, id: "quick-" + m.name,
+                      title: m.quick_summary || "", text: "quick " + m.quick });
+}
+
 function machineRow(m) {
   const facts = m.facts || {};
   const labels = Object.entries(m.labels || {}).filter(([k]) => k !== "pool")
@@ -238,18 +296,17 @@ function machineRow(m) {
     ? el("button", { type: "button", id: "uncordon-" + m.name, onclick: () => setCordon(m.name, false), text: "Uncordon" })
     : el("button", { type: "button", id: "cordon-" + m.name, onclick: () => setCordon(m.name, true), text: "Cordon" });
   return el("tr", { id: "machine-" + m.name, "data-state": m.state, "data-cordoned": m.cordoned ? "true" : "false" },
-    el("td", {}, el("strong", { text: m.name })),
+    el("td", {}, el("strong", {}, el("a", { href: base() + "/machines/" + encodeURIComponent(m.name),
+                                            text: m.name }))),
     el("td", {}, el("span", { class: "badge " + m.state, text: m.state || "—" }),
-       m.cordoned ? el("span", { class: "badge Cordoned", text: "Cordoned" }) : ""),
+       m.cordoned ? el("span", { class: "badge Cordoned", text: "Cordoned" }) : "", quickBadge(m)),
     el("td", { text: (m.labels || {}).pool || "—" }),
     el("td", { text: labels || "—" }),
     el("td", { text: gpus.length ? gpus.length + " × " + models : "none" },
        el("div", { class: "muted", text: (facts.gpus || {}).read_as || "" })),
     el("td", { text: ((facts.cpu || {}).logical_cpus || "—") + " CPUs" }),
     el("td", { text: bytes((facts.memory || {}).total_bytes) }),
-    el("td", { class: "data-location", id: "data-location-" + m.name,
-               text: m.data_location ? m.data_location + " (" + m.data_location_source + ")"
-                                     : "Choose where to keep data on " + m.name }),
+    dataLocationCell(m),
     el("td", {}, conditionsOf(m)),
     el("td", {}, action));
 }
@@ -407,7 +464,7 @@ async function draw(r, params) {
   let m;
   if (path === "/compute/gpus" || path === "/gpus") {
     markNav("nav-gpus");
-    await gpusPage();
+    await gpusPage(r.workspace);
     clearTimeout(refreshTimer);
     refreshTimer = setTimeout(() => draw(r, new URLSearchParams()).catch(failed), 10000);
   } else if (path === "/machines") {
@@ -432,6 +489,10 @@ async function draw(r, params) {
     // validation.js (issue 21): /o/<org>/w/<workspace>/validation?cluster=&validation=
     markNav("nav-validation");
     await validationPage();
+  } else if ((m = path.match(/^\/machines\/([^/]+)$/))) {
+    // topology.js: one machine, its ports and their cabling, its findings.
+    markNav("nav-machines");
+    await machinePage(decodeURIComponent(m[1]));
   } else if ((m = path.match(/^\/machines\/([^/]+)\/gpus\/([^/]+)$/))) {
     markNav("nav-gpus");
     await gpuPage(decodeURIComponent(m[1]), decodeURIComponent(m[2]));

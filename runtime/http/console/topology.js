@@ -40,3 +40,51 @@ async function topologyPage() {
          : el("div", { id: "not-checked" }, el("h2", { text: "Not checked" }),
               el("ul", {}, notChecked.map((n) => el("li", { class: "muted", text: n })))));
 }
+
+// A machine's page (bring-up-a-gpu-cluster.md, step 5: "open the machine for
+// the same, beside its ports and their cabling"): /o/<org>/machines/<name>.
+// Its state and quick check, its GPUs, its RDMA ports (state, rate, subnet,
+// the leaf switch and port each is cabled to) and the topology findings that
+// name it, as `astra machine NAME` and `astra astraeus topology` say them.
+function portsTable(m) {
+  const ports = (m.facts || {}).rdma_ports || [];
+  if (ports.length === 0) return el("p", { class: "muted", id: "ports", text: "No RDMA port reported." });
+  const leaf = (p) => (p.switch_name || p.switch_guid
+    ? (p.switch_name || p.switch_guid) + (p.switch_port ? " port " + p.switch_port : "") : "—");
+  return el("table", { id: "ports" },
+    el("tr", {}, ["Port", "State", "Rate", "Link layer", "Subnet", "Cabled to", "PCIe link"]
+      .map((h) => el("th", { text: h }))),
+    ports.map((p) => el("tr", { id: "port-" + p.device + "-" + (p.port || 1), "data-state": p.state || "" },
+      el("td", {}, el("strong", { text: p.device + (p.port > 1 ? " port " + p.port : "") })),
+      el("td", { text: p.state || "—" }), el("td", { text: p.rate || "—" }),
+      el("td", { text: p.link_layer || "—" }), el("td", { text: p.subnet_prefix || "—" }),
+      el("td", { text: leaf(p) }),
+      el("td", { text: p.pcie_link_width ? "x" + p.pcie_link_width + (p.pcie_max_link_width
+        && p.pcie_max_link_width !== p.pcie_link_width ? " of x" + p.pcie_max_link_width : "")
+        + (p.pcie_link_speed ? " " + p.pcie_link_speed : "") : "—" }))));
+}
+
+async function machinePage(name) {
+  const [m, t] = await Promise.all([
+    api("GET", "/nodes/" + encodeURIComponent(name)),
+    api("GET", "/topology").catch(() => ({ findings: [] })),
+  ]);
+  const gpus = ((m.facts || {}).gpus || {}).gpus || [];
+  const mine = { findings: (t.findings || []).filter((f) => f.machine === name) };
+  show(el("h1", { text: name }),
+       el("p", { id: "machine-state" },
+          el("span", { class: "badge " + m.state, text: m.state || "—" }),
+          m.cordoned ? el("span", { class: "badge Cordoned", text: "Cordoned" }) : "",
+          m.quick ? el("span", { class: "badge quick-" + m.quick, id: "quick",
+                                 text: "quick " + m.quick }) : "",
+          m.quick_summary ? el("span", { class: "muted", text: " " + m.quick_summary }) : ""),
+       el("h2", { text: "GPUs" }),
+       gpus.length === 0 ? el("p", { class: "muted", text: "No GPU reported." })
+         : el("ul", { id: "machine-gpus" }, gpus.map((g) => el("li", {},
+             el("a", { href: base() + "/machines/" + encodeURIComponent(name) + "/gpus/"
+                             + encodeURIComponent(g.id), text: (g.index !== undefined ? g.index + ": " : "")
+                             + (g.model || "GPU") + " " + g.id })))),
+       el("h2", { text: "Ports and their cabling" }), portsTable(m),
+       ...topologyFindings(mine));
+}
+

@@ -4,7 +4,7 @@
 // report`), "What to fix (N)", a "Run acceptance" offer while no machine is
 // accepted yet, Run checks (suite and pool, then Start: POST /validations),
 // Download as a printable page or JSON, and the pools' Policies; the pairs'
-// matrix as a heat map (issue 12).
+// matrix as a heat map and the all-reduce curve (issue 12).
 // Loaded before console.js, whose helpers (el, api, show, failed, isAdmin)
 // it uses when its page is drawn.
 "use strict";
@@ -61,6 +61,43 @@ function pairsMatrix(report) {
                           title: c.rails.map((r) => r.device + " " + (r.gbps || 0).toFixed(1) + " Gb/s of "
                             + (r.rate_gbps || 0) + " trained").join("; ") });
       }))))];
+}
+
+// The all-reduce curve (issue 12): bus bandwidth (GB/s) by message size for
+// each group of machines, then the expected figure and the verdict, as
+// `astra astraeus report` prints it: 1 MiB and every fourth power of two
+// above it, and the largest size measured.
+function allReduceCurve(report) {
+  const points = report.all_reduce || [];
+  if (points.length === 0) return "";
+  const heading = (p) => (p.machines || 0) + " machines";
+  if (!points.some((p) => (p.curve || []).length > 0)) {
+    return el("p", { id: "all-reduce", text: "All-reduce: not measured (" + points.map((p) =>
+      heading(p) + ": " + (p.verdict || "not run") + (p.note ? ": " + p.note : "")).join("; ") + ")" });
+  }
+  const all = [...new Set(points.flatMap((p) => (p.curve || []).map((c) => Number(c.bytes))))]
+    .sort((a, b) => a - b);
+  const MiB = 1 << 20;
+  const shown = all.filter((b) => {
+    const m = b / MiB;
+    return b === all[all.length - 1]
+      || (b >= MiB && Number.isInteger(m) && (m & (m - 1)) === 0 && Math.log2(m) % 2 === 0);
+  });
+  const sizeText = (b) => (b >= 1 << 30 && b % (1 << 30) === 0 ? b / (1 << 30) + " GiB"
+                         : b >= MiB && b % MiB === 0 ? b / MiB + " MiB"
+                         : b >= 1024 && b % 1024 === 0 ? b / 1024 + " KiB" : b + " B");
+  const at = (p, b) => (p.curve || []).find((c) => Number(c.bytes) === b);
+  return [el("h2", { id: "all-reduce-title", text: "All-reduce: bus bandwidth (GB/s) by message size" }),
+    el("table", { id: "all-reduce" },
+      el("tr", {}, el("th", { text: "SIZE" }),
+         points.map((p) => el("th", { title: (p.group || []).join(", "), text: heading(p) }))),
+      shown.map((b) => el("tr", {}, el("th", { text: sizeText(b) }), points.map((p) => {
+        const c = at(p, b);
+        return el("td", { text: c ? Number(c.busbw_gbs || 0).toFixed(1) : "—" });
+      }))),
+      el("tr", {}, el("th", { text: "expected" }),
+         points.map((p) => el("td", { text: Number(p.expected_gbs || 0).toFixed(1) }))),
+      el("tr", {}, el("th", { text: "verdict" }), points.map((p) => cell(p.verdict))))];
 }
 
 function findingsList(report) {
@@ -169,7 +206,8 @@ function stepWhy(s) {
   return why;
 }
 
-// The report as a page to print: the summary, the table and what to fix.
+// The report as a page to print: the summary, the table, what to fix, the
+// pairs' matrix and the all-reduce curve (the page's own, as drawn).
 function printable(report) {
   const esc = (t) => String(t || "").replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c]));
   const rows = (report.rows || []).map((r) => "<tr>" + REPORT_COLUMNS.map(([, k]) =>
@@ -180,7 +218,9 @@ function printable(report) {
     + "<style>body{font:13px sans-serif}td,th{border-bottom:1px solid #ccc;padding:3px 8px;text-align:left}</style>"
     + "<h1>Cluster Report · " + esc(CLUSTER) + "</h1><p>" + esc(report.summary) + "</p><table><tr>"
     + REPORT_COLUMNS.map(([h]) => "<th>" + h + "</th>").join("") + "</tr>\n" + rows + "</table>"
-    + "<h2>What to fix (" + (report.findings || []).length + ")</h2><ul>" + fixes + "</ul>";
+    + "<h2>What to fix (" + (report.findings || []).length + ")</h2><ul>" + fixes + "</ul>"
+    + [pairsMatrix(report), allReduceCurve(report)].flat()
+      .filter((n) => n && n.outerHTML).map((n) => n.outerHTML).join("\n");
 }
 
 function downloads(report) {
@@ -244,6 +284,7 @@ async function validationPage(notice) {
        el("p", { id: "report-summary", text: report.summary || "No checks have run yet." }),
        offer(report, validations, pools),
        validationSection(one),
-       el("h2", { text: "Cluster Report" }), reportTable(report), pairsMatrix(report), findingsList(report),
+       el("h2", { text: "Cluster Report" }), reportTable(report), findingsList(report), pairsMatrix(report),
+       allReduceCurve(report),
        downloads(report), runChecks(pools), policies(policyList.policies || [], pools));
 }

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include "bin/cli_format.hpp"
 #include "bin/validation_format.hpp"
 #include "messages/gpu_health_state.hpp"
@@ -232,6 +234,19 @@ TEST(CliFormat, RunShowSaysHowADeletedRunsWorkersEnded) {
   EXPECT_TRUE(contains(text, "stopped: killed after the stop grace")) << text;
   EXPECT_TRUE(contains(text, "137")) << text;
   EXPECT_TRUE(contains(text, "Stopping")) << text;
+  // A worker its agent no longer held (the agent was killed -9) has no
+  // exit code: "-", not 0.
+  set_state(*w1, worker_state::stopped);
+  w1->set_detail("its agent no longer holds it");
+  text = cli::format_run(run, 0);
+  auto ended = text.substr(text.find("How they ended"));
+  auto row = ended.substr(ended.find("d-1"));
+  row = row.substr(0, row.find('\n'));
+  std::istringstream cells{row};
+  std::string name, state, code;
+  cells >> name >> state >> code;
+  EXPECT_EQ(state, "Stopped") << text;
+  EXPECT_EQ(code, "-") << text;
 }
 
 // Issue 12: `astra run show` names the degraded ports each worker's
@@ -349,9 +364,13 @@ TEST(JoinTokenForAddr, AnInstallCommandNamesEveryGateAstraWasGiven) {
     << ha.install();
   EXPECT_TRUE(contains(ha.install(), "https://10.0.0.1:7451/api/v1/install.sh")) << ha.install();
   EXPECT_EQ(cli::join_token_for(token, "10.0.0.1:7450").install(), token.install());
+  // `-o json` names the gate the command uses, never "" (a new-user trial).
+  EXPECT_EQ(ha.controller_address(), list);
+  EXPECT_EQ(cli::join_token_for(token, "10.0.0.1:7450").controller_address(), "10.0.0.1:7450");
   auto advertised = token;
   advertised.set_controller_address("gate.example:7450");
   EXPECT_EQ(cli::join_token_for(advertised, list).install(), token.install());
+  EXPECT_EQ(cli::join_token_for(advertised, list).controller_address(), "gate.example:7450");
   // No install site (an older controller): the agent's own command, with
   // the list.
   v1::JoinToken bare = token;

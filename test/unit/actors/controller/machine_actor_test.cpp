@@ -505,6 +505,63 @@ TEST_F(MachineWorkers, TheNvlinkDomainOfItsGpusIsALabelTheSchedulerSeesAndAnAdmi
   EXPECT_EQ(box->snapshots.back().labels().at("topology.astraeus.io/nvlink-domain"), "rack-12");
 }
 
+// machines.md, "Topology": topology.astraeus.io/fabric is "found from the
+// subnet the ports report; the label wins": the prefix most ACTIVE
+// InfiniBand ports carry; a RoCE or down port says nothing of a fabric, and
+// a port that moves to another subnet moves the machine.
+TEST_F(MachineWorkers, TheFabricOfItsInfinibandPortsIsALabelTheSchedulerSeesAndAnAdminsLabelWins) {
+  auto m = spawn_wired();
+  auto port = [&](v1::MachineReport& rep, const std::string& dev, const std::string& state,
+                  const std::string& layer, const std::string& prefix) {
+    auto* p = rep.mutable_facts()->add_rdma_ports();
+    p->set_device(dev);
+    p->set_port(1);
+    p->set_state(state);
+    p->set_link_layer(layer);
+    p->set_subnet_prefix(prefix);
+  };
+  // Two rails up on `rails`, three ports down on another subnet, RoCE.
+  auto dgx_like = [&](const std::string& rails) {
+    auto rep = report_of("gpu-01");
+    port(rep, "mlx5_0", "ACTIVE", "InfiniBand", rails);
+    port(rep, "mlx5_1", "ACTIVE", "InfiniBand", rails);
+    for (const char* dev : {"mlx5_2", "mlx5_3", "mlx5_4"})
+      port(rep, dev, "DOWN", "InfiniBand", "fe80:0000:0000:00bb");
+    port(rep, "mlx5_5", "ACTIVE", "Ethernet", "fe80:0000:0000:0000");
+    return rep;
+  };
+  report(m, dgx_like("fe80:0000:0000:00aa"));
+  ASSERT_FALSE(box->snapshots.empty());
+  EXPECT_EQ(box->snapshots.back().labels().at("topology.astraeus.io/fabric"),
+            "fe80:0000:0000:00aa");
+  // Its ports moved to another subnet: so does the machine.
+  report(m, dgx_like("fe80:0000:0000:00cc"));
+  EXPECT_EQ(box->snapshots.back().labels().at("topology.astraeus.io/fabric"),
+            "fe80:0000:0000:00cc");
+  // Another machine (an admin's fabric label when `label` is given), one
+  // port reported; what the scheduler is told of its fabric.
+  auto fabric_of = [&](const std::string& name, const std::string& label,
+                       const std::string& layer) -> std::string {
+    machine_config mc;
+    mc.record.set_name(name);
+    if (!label.empty())
+      (*mc.record.mutable_labels())["topology.astraeus.io/fabric"] = label;
+    mc.heartbeat_lapse = 60s;
+    mc.scheduler = caf::actor_cast<scheduler_actor>(stub);
+    auto other = spawn(machine, std::move(mc));
+    run();
+    auto rep = report_of(name);
+    port(rep, "mlx5_0", "ACTIVE", layer, "fe80:0000:0000:00aa");
+    report(other, rep);
+    EXPECT_EQ(box->snapshots.back().name(), name);
+    const auto& labels = box->snapshots.back().labels();
+    auto f = labels.find("topology.astraeus.io/fabric");
+    return f == labels.end() ? "(none)" : f->second;
+  };
+  EXPECT_EQ(fabric_of("gpu-03", "", "Ethernet"), "(none)") << "RoCE only: no fabric";
+  EXPECT_EQ(fabric_of("gpu-02", "ib-east", "InfiniBand"), "ib-east") << "an admin's label wins";
+}
+
 // Issue 11: a change the store cannot take is rolled back. Through the
 // store's fault hook: the caller gets the store's error, the actor's state,
 // the stored record and what the scheduler was told are as before.

@@ -455,6 +455,34 @@ TEST_F(SchedulerAssignments, MasterAddrIsTheLeaderMachinesAddress) {
   EXPECT_NE(run.workers(0).machine(), run.workers(1).machine());
 }
 
+// inside-a-worker.md: MASTER_ADDR and ASTRAEUS_LEADER_ADDRESS are "the
+// address of the machine the leader runs on". Each copy of an array has its
+// own leader (its rank 0): a helper's audit found every copy sent copy 0's.
+TEST_F(SchedulerAssignments, EachCopyOfAnArrayRendezvousesOnItsOwnLeadersMachine) {
+  auto s = spawn_scheduler();
+  std::map<std::string, std::shared_ptr<orders_log>> logs;
+  for (auto [name, addr] : {std::pair{"gpu-01", "10.0.0.11"}, std::pair{"gpu-02", "10.0.0.12"}}) {
+    logs[name] = attach(s, name);
+    auto m = machine_of(name, 8);
+    m.set_address(addr);
+    snapshot(s, m);
+  }
+  auto spec = spec_of("sweep", 8);
+  spec.set_array_size(2);
+  ASSERT_EQ(submit(s, spec).state(), "Placed");
+  const std::map<std::string, std::string> address{{"gpu-01", "10.0.0.11"},
+                                                   {"gpu-02", "10.0.0.12"}};
+  std::set<int32_t> copies;
+  for (const auto& [name, log] : logs) {
+    ASSERT_EQ(log->last().workers_size(), 1) << name;
+    const auto& o = log->last().workers(0);
+    copies.insert(o.array_index());
+    EXPECT_EQ(o.master_addr(), address.at(name)) << o.worker() << " on " << name;
+    EXPECT_EQ(o.leader_machine(), name) << o.worker();
+  }
+  EXPECT_EQ(copies, (std::set<int32_t>{0, 1})) << "one copy on each machine";
+}
+
 TEST_F(SchedulerAssignments, OrdersOfAWorkspaceRunCarryItsNamespaceAndDefaultOnesNone) {
   // The cluster actor sets RunSpec.namespace from the workspace
   // (apply_workspace); the agent makes full names of it.
@@ -503,6 +531,51 @@ TEST_F(SchedulerAssignments, OrdersCarryTheMachinesNvlinkDomain) {
   ASSERT_EQ(submit(s, spec).state(), "Placed");
   ASSERT_EQ(log2->last().workers_size(), 1);
   EXPECT_EQ(log2->last().workers(0).nvlink_domain(), "") << "gpu-02 is in no domain";
+}
+
+// gpus.md: NCCL_IB_DISABLE "when a multi-machine run was placed over
+// Ethernet". A copy on machines of one InfiniBand fabric is not; one on two
+// fabrics, or with a machine without RDMA up, is: its orders say so.
+TEST_F(SchedulerAssignments, OrdersSayWhenACopySpansMachinesSharingNoFabric) {
+  auto s = spawn_scheduler();
+  std::map<std::string, std::shared_ptr<orders_log>> logs;
+  // Two machines of each pool: one fabric; two fabrics; one without RDMA
+  // up; one whose fabric is not known (no subnet reported: matches any).
+  auto machine = [&](const std::string& name, const std::string& pool, const std::string& f,
+                     bool up) {
+    logs[name] = attach(s, name);
+    auto m = machine_of(name, 8);
+    (*m.mutable_labels())["pool"] = pool;
+    m.set_rdma_up(up);
+    if (!f.empty())
+      (*m.mutable_labels())["topology.astraeus.io/fabric"] = f;
+    snapshot(s, m);
+  };
+  machine("a1", "one", "fe80:0000:0000:00aa", true);
+  machine("a2", "one", "fe80:0000:0000:00aa", true);
+  machine("b1", "two", "fe80:0000:0000:00aa", true);
+  machine("b2", "two", "fe80:0000:0000:00bb", true);
+  machine("c1", "down", "fe80:0000:0000:00aa", true);
+  machine("c2", "down", "fe80:0000:0000:00aa", false);
+  machine("d1", "unknown", "fe80:0000:0000:00aa", true);
+  machine("d2", "unknown", "", true);
+  const std::pair<const char*, bool> cases[] = {
+    {"one", false}, {"two", true}, {"down", true}, {"unknown", false}};
+  for (const auto& [pool, ethernet] : cases) {
+    auto spec = spec_of(std::string{"gang-"} + pool, 8, 2);
+    spec.set_pool(pool);
+    ASSERT_EQ(submit(s, spec).state(), "Placed") << pool;
+  }
+  for (const auto& [pool, ethernet] : cases)
+    for (const char* n : {"1", "2"}) {
+      std::string name = std::string{pool == std::string{"one"} ? "a"
+                                     : pool == std::string{"two"} ? "b"
+                                     : pool == std::string{"down"} ? "c" : "d"} + n;
+      const auto& orders = logs[name]->last();
+      ASSERT_EQ(orders.workers_size(), 1) << name;
+      EXPECT_EQ(orders.workers(0).machine_count(), 2u) << name;
+      EXPECT_EQ(orders.workers(0).over_ethernet(), ethernet) << pool << " on " << name;
+    }
 }
 
 // Issue 12: a GPU worker placed on a machine with a degraded port is given

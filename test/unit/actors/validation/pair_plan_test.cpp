@@ -238,6 +238,10 @@ gpu-04   Ready  pass     —      —     —     —       —     pass   —
 gpu-05   Ready  pass     —      —     —     —       —     pass   —
 gpu-06   Ready  warn     —      —     —     —       —     pass   —
 
+What to fix (1)
+! gpu-06 mlx5_5 trained at 200 Gb/s, its peers at 400 Gb/s: every collective over rail 5 runs at that pace
+  fix: Reseat or replace the cable and transceiver of gpu-06 mlx5_5 (`mlxlink -d mlx5_5 -m` shows the link's speed and errors); until then NCCL_IB_HCA can leave the port out.
+
 Pairs: % of the best pair (3129.6 Gb/s over 8 rails)
        gpu-03 gpu-04 gpu-05 gpu-06
 gpu-03      ·   100%   100%    94%
@@ -245,10 +249,6 @@ gpu-04   100%      ·    97%    91%
 gpu-05   100%    97%      ·    94%
 gpu-06    94%    91%    94%      ·
 (~ a rail warns, ! a rail fails; What to fix names them)
-
-What to fix (1)
-! gpu-06 mlx5_5 trained at 200 Gb/s, its peers at 400 Gb/s: every collective over rail 5 runs at that pace
-  fix: Reseat or replace the cable and transceiver of gpu-06 mlx5_5 (`mlxlink -d mlx5_5 -m` shows the link's speed and errors); until then NCCL_IB_HCA can leave the port out.
 )");
   auto html = cli::format_report_html(report, "Cluster Report");
   EXPECT_NE(html.find("<table class=\"pairs\">"), std::string::npos);

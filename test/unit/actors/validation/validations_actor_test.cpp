@@ -49,6 +49,8 @@ v1::MachineView view_of(const std::string& name, const machine_rec& m) {
   out.set_state(m.liveness == v1::Machine::Up && accepting ? v1::Machine::Accepting
                                                            : m.liveness);
   out.set_accepted(m.required && m.accepted);
+  if (m.accepted)
+    out.set_accepted_reason(m.reason);
   out.set_acceptance_requested(m.acceptance_requested && !m.accepted);
   for (int i = 0; i < m.gpus; ++i)
     out.mutable_facts()->mutable_gpus()->add_gpus()->set_id("GPU-" + std::to_string(i));
@@ -485,7 +487,8 @@ TEST_F(Validations, AcceptingAMachineThatIsNotAcceptingIsRefusedAndChangesNothin
   auto resp = accept("gpu-01");
   ASSERT_TRUE(resp.has_error());
   EXPECT_EQ(resp.error().code(), "failed_precondition");
-  EXPECT_EQ(resp.error().message(), "machine gpu-01 is not Accepting (it is Up): nothing to accept");
+  EXPECT_EQ(resp.error().message(), "machine gpu-01 is not Accepting (it is Up) and no "
+                                    "acceptance of it failed: nothing to accept");
   EXPECT_FALSE(w->machines["gpu-01"].accepted);
 
   ASSERT_FALSE(set_policy("h100", true).has_error());
@@ -617,6 +620,43 @@ TEST_F(Validations, ACancelledValidationStopsItsCheckFreesItsMachineAndKeepsWhat
 // acceptance with `validate --suite acceptance --machine`; it ran with the
 // default 10m burn-in where the pool's policy said 20m. An acceptance run
 // by hand takes its pool's policy unless the request gives its own.
+// The bring-up seed's troubleshooting: "Acceptance fails on one machine only
+// ... accept it anyway with a reason if you choose to ship it as-is (astra
+// astraeus accept gpu-03 --reason ...)". Run by hand in a pool with no
+// policy, the failed machine is Up, not Accepting: it is accepted all the
+// same, once.
+TEST_F(Validations, AnUpMachineWhoseAcceptanceFailedIsAcceptedAnywayOnce) {
+  join("gpu-03", "h100");
+  w->verdict = "fail";
+  w->checks_end = true;
+  auto started = validate("acceptance", "gpu-03");
+  ASSERT_FALSE(started.has_error()) << started.error().message();
+  const auto id = started.validation().id();
+  for (int i = 0; i < 40; ++i)
+    advance(std::chrono::seconds{1});
+  v1::Request get;
+  get.mutable_get_validation()->set_id(id);
+  ASSERT_EQ(ask<v1::Response>(actor_, get).validation().state(), "Failed");
+  ASSERT_EQ(view_of("gpu-03", w->machines["gpu-03"]).state(), v1::Machine::Up);
+  auto accept = [&] {
+    v1::Request req;
+    req.set_id(6);
+    req.mutable_caller()->set_name("alice");
+    req.mutable_accept_machine()->set_machine("gpu-03");
+    req.mutable_accept_machine()->set_reason("ship as-is; GPU 3 RMA'd");
+    return ask<v1::Response>(actor_, std::move(req));
+  };
+  auto resp = accept();
+  ASSERT_FALSE(resp.has_error()) << resp.error().message();
+  EXPECT_TRUE(w->machines["gpu-03"].accepted);
+  EXPECT_EQ(w->machines["gpu-03"].reason, "ship as-is; GPU 3 RMA'd");
+  EXPECT_EQ(resp.machine().accepted_reason(), "ship as-is; GPU 3 RMA'd");
+  resp = accept();
+  ASSERT_TRUE(resp.has_error());
+  EXPECT_EQ(resp.error().message(),
+            "machine gpu-03 is not Accepting (it is Up, accepted already): nothing to accept");
+}
+
 TEST_F(Validations, AnAcceptanceRunByHandTakesItsPoolsBurnInAndDcgmLevel) {
   v1::Request policy;
   policy.set_id(1);

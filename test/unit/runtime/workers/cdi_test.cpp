@@ -6,7 +6,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+#include <fstream>
+
 #include "runtime/workers/cdi.hpp"
+#include "runtime/workers/cdi_host.hpp"
 #include "runtime/workers/worker_supervisor.hpp"
 #include "worker_test_files.hpp"
 
@@ -396,4 +400,37 @@ TEST(Cdi, TheAmdSpecListsOnlyNodesThatExist) {
   EXPECT_EQ(spec["devices"][0]["containerEdits"]["deviceNodes"][0]["path"],
             "/dev/dri/renderD128");
   EXPECT_TRUE(spec["containerEdits"]["deviceNodes"].empty());
+}
+
+// gpus.md: "a worker placed in a domain gets IMEX channel 0". With runc and
+// CDI no NVIDIA runtime hook reads NVIDIA_IMEX_CHANNELS: the agent hands the
+// host's channel0 over itself, with its own major and minor, or says what is
+// missing and how to create it.
+TEST(CdiHandOver, ImexChannelZeroIsTheHostsNodeOrANamedProblem) {
+  test::temp_dir dir;
+  namespace fs = std::filesystem;
+  const auto root = dir.path() + "/host";
+  std::string problem;
+  EXPECT_FALSE(imex_channel_device(root, problem));
+  EXPECT_EQ(problem.rfind("/dev/nvidia-caps-imex-channels/channel0 is missing on the machine", 0),
+            0u)
+    << problem;
+  EXPECT_NE(problem.find("mknod /dev/nvidia-caps-imex-channels/channel0 c "), std::string::npos)
+    << problem;
+  fs::create_directories(root + "/dev/nvidia-caps-imex-channels");
+  { std::ofstream{root + "/dev/nvidia-caps-imex-channels/channel0"} << "x"; }
+  problem.clear();
+  EXPECT_FALSE(imex_channel_device(root, problem));
+  EXPECT_NE(problem.find("is not a character device"), std::string::npos) << problem;
+  // A character device (the fixture's stands for one: /dev/null, 1:3).
+  fs::remove(root + "/dev/nvidia-caps-imex-channels/channel0");
+  fs::create_symlink("/dev/null", root + "/dev/nvidia-caps-imex-channels/channel0");
+  problem.clear();
+  auto d = imex_channel_device(root, problem);
+  ASSERT_TRUE(d) << problem;
+  EXPECT_EQ(d->path, "/dev/nvidia-caps-imex-channels/channel0");
+  EXPECT_EQ(d->type, 'c');
+  EXPECT_EQ(d->major, 1);
+  EXPECT_EQ(d->minor, 3);
+  EXPECT_EQ(d->file_mode, 0666u);
 }

@@ -52,6 +52,16 @@ TEST(WorkerUser, ResolvesNamesAgainstTheImage) {
   EXPECT_EQ(alice->uid, 1000u);
   EXPECT_EQ(alice->gid, 100u);
   EXPECT_EQ(alice->groups, std::vector<uint32_t>{44});
+  // By uid, as the seed allows (name, uid or uid:gid): the same groups as
+  // by name (a helper's audit: --user 1000 lost alice's video group).
+  auto by_uid = resolve_user("1000", dir.path());
+  ASSERT_TRUE(by_uid);
+  EXPECT_EQ(by_uid->uid, 1000u);
+  EXPECT_EQ(by_uid->gid, 100u);
+  EXPECT_EQ(by_uid->groups, std::vector<uint32_t>{44});
+  auto root_uid = resolve_user("0", dir.path());
+  ASSERT_TRUE(root_uid);
+  EXPECT_EQ(root_uid->groups, std::vector<uint32_t>{10});
   auto numeric = resolve_user("1234:44", dir.path());
   ASSERT_TRUE(numeric);
   EXPECT_EQ(numeric->uid, 1234u);

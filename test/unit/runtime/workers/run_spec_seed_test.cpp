@@ -105,7 +105,7 @@ TEST(RunSpecSeed, BadLimitsAreRefusedNamingTheField) {
 
 TEST(RunSpecSeed, FieldsNotSupportedYetAreSaidSo) {
   for (auto field : {"datavolume_refs", "secret_refs", "identity", "model", "interactive",
-                     "external_accesses"})
+                     "external_accesses", "tools"})
     EXPECT_EQ(outcome(base + field + ": [x]\n"),
               "t.yaml:3: not supported yet: " + std::string{field}
                 + " (see the README's list of run-spec fields)");
@@ -115,6 +115,14 @@ TEST(RunSpecSeed, FieldsNotSupportedYetAreSaidSo) {
          "run-spec fields)"},
       {"network: {mode: host}\n",
        "t.yaml:3: network.mode: unknown field (it has no fields Astraeus runs yet)"},
+      // gpus.md: "A sandboxed worker (isolation: sandbox, gVisor) cannot
+      // have GPUs": not an unknown field.
+      {"isolation: sandbox\n",
+       "t.yaml:3: not supported yet: isolation (a gVisor sandbox; a sandboxed worker could "
+       "not have GPUs)"},
+      {"task_template: {isolation: sandbox}\n",
+       "t.yaml:3: not supported yet: task_template.isolation (a gVisor sandbox; a sandboxed "
+       "worker could not have GPUs)"},
   });
 }
 

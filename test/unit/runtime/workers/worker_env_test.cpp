@@ -219,6 +219,40 @@ TEST(WorkerEnv, MultiMachineRunOverEthernetDisablesIb) {
   EXPECT_EQ(env.count("NCCL_IB_HCA"), 0u);
 }
 
+// gpus.md: "NCCL_IB_DISABLE 1 when a multi-machine run was placed over
+// Ethernet, so NCCL does not try InfiniBand that cannot reach the other
+// machines": this machine's ports are up, but the scheduler placed the copy
+// on machines sharing no fabric (one without InfiniBand, or another subnet).
+TEST(WorkerEnv, ACopyPlacedAcrossFabricsDisablesIbThoughThisMachinesPortsAreUp) {
+  auto o = whoami();
+  o.add_gpu_ids("GPU-a");
+  o.set_machine_count(2);
+  o.set_over_ethernet(true);
+  auto ctx = on_gpu09();
+  ctx.rdma_ports = {port("mlx5_0", 1, "ACTIVE", 400)};
+  auto env = worker_environment(o, ctx);
+  EXPECT_EQ(env["NCCL_IB_DISABLE"], "1");
+  EXPECT_EQ(env.count("NCCL_IB_HCA"), 0u);
+  // The run's own value wins, as for every network variable.
+  (*o.mutable_spec()->mutable_env())["NCCL_IB_DISABLE"] = "0";
+  EXPECT_EQ(worker_environment(o, ctx)["NCCL_IB_DISABLE"], "0");
+}
+
+// inside-a-worker.md: NCCL_IB_HCA when "asking for RDMA, on a machine with
+// RDMA ports up", GPUs or not (a helper's audit: a CPU worker with rdma:
+// true was given the devices but no NCCL_IB_HCA).
+TEST(WorkerEnv, ACpuWorkerAskingForRdmaGetsIbHca) {
+  auto o = whoami();
+  o.mutable_spec()->set_rdma(true);
+  auto ctx = on_gpu09();
+  ctx.rdma_ports = {port("mlx5_0", 1, "ACTIVE", 400), port("mlx5_1", 1, "DOWN", 400)};
+  auto env = worker_environment(o, ctx);
+  EXPECT_EQ(env["NCCL_IB_HCA"], "=mlx5_0:1");
+  EXPECT_EQ(env.count("ASTRAEUS_GPU_COUNT"), 0u);
+  o.mutable_spec()->set_rdma(false);
+  EXPECT_EQ(worker_environment(o, ctx).count("NCCL_IB_HCA"), 0u) << "not asked";
+}
+
 TEST(WorkerEnv, TheRunsEnvWinsOverInjectedValues) {
   // Seed, "Which value wins": {"MASTER_PORT": "1234"} replaces the default
   // port, {"NCCL_DEBUG": "INFO"} turns on NCCL's logging; a network variable

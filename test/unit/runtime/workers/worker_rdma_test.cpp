@@ -88,12 +88,15 @@ TEST(WorkerRdma, OneMachineWorkersGetNoneUnlessTheRunAsks) {
   EXPECT_FALSE(worker_gets_rdma(order, env));
   order.mutable_spec()->set_rdma(true);
   EXPECT_TRUE(worker_gets_rdma(order, env));
-  // A CPU worker that asked gets every ACTIVE port's verbs node.
+  // A CPU worker that asked gets NCCL_IB_HCA as a GPU worker does
+  // (inside-a-worker.md: "or asking for RDMA"): the InfiniBand rails, not
+  // the RoCE storage port beside them, and their verbs nodes.
   v1::WorkerOrder cpu;
   cpu.mutable_spec()->set_rdma(true);
   auto cpu_env = worker_environment(cpu, ctx);
-  EXPECT_FALSE(cpu_env.count("NCCL_IB_HCA"));
+  ASSERT_TRUE(cpu_env.count("NCCL_IB_HCA"));
   ASSERT_TRUE(worker_gets_rdma(cpu, cpu_env));
+  EXPECT_EQ(hcas_in(cpu_env["NCCL_IB_HCA"], ctx.rdma_ports).size(), 8u) << "mlx5_0-7";
   auto hcas = hcas_in("", ctx.rdma_ports);
   EXPECT_EQ(hcas.size(), 9u) << "mlx5_0-7 and mlx5_10 are ACTIVE";
 }
