@@ -210,13 +210,22 @@ std::string format_audit(const v1::AuditList& list) {
 }
 
 std::string format_machine_list(const v1::MachineList& list,
-                                int64_t now_unix_ms) {
+                                int64_t now_unix_ms, const v1::GpuList* gpus) {
   if (list.machines().empty())
     return "No machines yet. Start an agent: astraeus-agent --controller "
            "HOST:PORT\n";
+  // GPUs held by work, by machine (the GPU list's holders).
+  std::map<std::string, int> held;
+  if (gpus)
+    for (const auto& g : gpus->gpus())
+      held[g.machine()] += g.holder().empty() ? 0 : 1;
   std::vector<std::vector<std::string>> rows;
   for (const auto& m : list.machines()) {
     const auto& f = m.facts();
+    auto h = held.find(m.name());
+    // "8 (nvml), 3 held": the free ones are the rest (less those set aside).
+    std::string held_text =
+      h == held.end() || h->second == 0 ? std::string{} : ", " + std::to_string(h->second) + " held";
     rows.push_back({m.name(), v1::Machine::State_Name(m.state()),
                     m.quick().empty() ? "\xE2\x80\x94" : m.quick(),
                     yes_no(m.cordoned()), pressure_cell(m),
@@ -228,7 +237,8 @@ std::string format_machine_list(const v1::MachineList& list,
                       : std::to_string(f.gpus().gpus_size()) + " (" + f.gpus().read_as() + ")"
                           + (m.set_aside_gpus().empty()
                                ? std::string{}
-                               : ", " + std::to_string(m.set_aside_gpus_size()) + " set aside"),
+                               : ", " + std::to_string(m.set_aside_gpus_size()) + " set aside")
+                          + held_text,
                     format_age(m.last_report_unix_ms(), now_unix_ms)});
   }
   return render_table({"NAME", "STATE", "QUICK", "CORDONED", "PRESSURE", "CPUS",

@@ -25,7 +25,8 @@ std::string render_table(const std::vector<std::string>& header,
                          const std::vector<std::vector<std::string>>& rows);
 
 /// `astra machines`: one line per machine.
-std::string format_machine_list(const v1::MachineList& list, int64_t now_unix_ms);
+std::string format_machine_list(const v1::MachineList& list, int64_t now_unix_ms,
+                                const v1::GpuList* gpus = nullptr);
 
 /// `astra machine NAME`: one machine in full.
 std::string format_machine(const v1::MachineView& view, int64_t now_unix_ms);

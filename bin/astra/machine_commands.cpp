@@ -132,8 +132,14 @@ void add_machine_views(CLI::App& app, invocation& inv) {
   machines->callback([&inv] {
     v1::Request req;
     req.mutable_list_machines();
-    inv.rc = call(inv.opts, req, [](const v1::Response& r) {
-      return format_machine_list(r.machines(), now_ms());
+    inv.rc = call(inv.opts, req, [&inv](const v1::Response& r) {
+      // Which GPUs are held (drove-gpu-scheduling.md: "free and used GPU
+      // counts"): the GPU list's holders; without it, the counts alone.
+      v1::Request gpus;
+      gpus.mutable_list_gpus();
+      int rc = 0;
+      auto listed = ask_controller(inv.opts, gpus, rc);
+      return format_machine_list(r.machines(), now_ms(), listed ? &listed->gpus() : nullptr);
     });
   });
   auto* machine = app.add_subcommand("machine", "show one machine in full");

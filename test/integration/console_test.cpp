@@ -202,6 +202,10 @@ TEST_F(Console, GpusMachinesAndClearFaultInHeadlessChromium) {
   ASSERT_TRUE(wait_gpu(uuid_held, [](const json& g) { return !g.value("holder", "").empty(); }))
     << gpu(uuid_held).dump(2);
   auto holder = gpu(uuid_held).value("holder", "");
+  // `astra machines` counts it (drove-gpu-scheduling.md: "free and used GPU
+  // counts ... The UI and APIs show these counts").
+  auto listed = astra({"machines"});
+  EXPECT_TRUE(contains(listed.out, "), 1 held")) << listed.out;
 
   // `/` sends a person to Compute -> GPUs; unknown console files are 404.
   httplib::Client c{"127.0.0.1", api_port_};

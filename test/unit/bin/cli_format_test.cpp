@@ -487,3 +487,35 @@ TEST(CliFormat, AValidationNoneOfWhoseChecksStartedIsListedQueued) {
   auto running = cli::format_validation_list(list);
   EXPECT_TRUE(contains(running, " Running ")) << running;
 }
+
+// drove-gpu-scheduling.md: "The executor reports free and used GPU counts
+// ... The UI and APIs show these counts": `astra machines` says how many of
+// a machine's GPUs are held (the GPU list's holders); none held, nothing.
+TEST(CliFormat, MachinesSaysHowManyOfEachMachinesGpusAreHeld) {
+  v1::MachineList list;
+  for (const char* name : {"gpu-01", "gpu-02"}) {
+    auto* m = list.add_machines();
+    m->set_name(name);
+    m->set_state(v1::Machine::Up);
+    m->mutable_facts()->mutable_gpus()->set_read_as("nvml");
+    for (int i = 0; i < 8; ++i)
+      m->mutable_facts()->mutable_gpus()->add_gpus()->set_id(std::string{name} + "-" +
+                                                            std::to_string(i));
+  }
+  v1::GpuList gpus;
+  for (int i = 0; i < 3; ++i) {
+    auto* g = gpus.add_gpus();
+    g->set_machine("gpu-01");
+    g->set_holder("train-" + std::to_string(i));
+  }
+  gpus.add_gpus()->set_machine("gpu-02");
+  auto text = cli::format_machine_list(list, 0, &gpus);
+  auto line_of = [&text](const std::string& name) {
+    auto at = text.find("\n" + name + " ");
+    return at == std::string::npos ? std::string{} : text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+  };
+  EXPECT_TRUE(contains(line_of("gpu-01"), "8 (nvml), 3 held")) << text;
+  EXPECT_TRUE(contains(line_of("gpu-02"), "8 (nvml) ")) << text;
+  EXPECT_FALSE(contains(line_of("gpu-02"), "held")) << text;
+  EXPECT_FALSE(contains(cli::format_machine_list(list, 0), "held")) << "no GPU list: no count";
+}
