@@ -257,9 +257,14 @@ v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map
         f.set_machine(m->name());
         f.set_check(pair_check);
         f.set_what(pair_label(*s) + " pair check could not run: " + s->reason());
+        auto own_pool = m->labels().find("pool");
         f.set_fix("Check that perftest (ib_write_bw) is installed on both machines and that "
                   "they reach each other, then `"
-                  + fix_command::validate_pool("network", pool) + "`.");
+                  + fix_command::validate_pool(
+                      "network", !pool.empty() || own_pool == m->labels().end()
+                                   ? pool
+                                   : own_pool->second)
+                  + "`.");
         fails.push_back(std::move(f));
       }
     }

@@ -2,6 +2,7 @@
 // poll_all_reduce): the group's slots, rank 0's run, the other ranks' runs
 // naming its address, the judgement of rank 0's result.
 
+#include <cctype>
 #include <memory>
 
 #include <caf/send.hpp>
@@ -12,6 +13,7 @@
 #include "actors/validation/validation_plan.hpp"
 #include "messages/error.hpp"
 #include "runtime/validation/all_reduce_check.hpp"
+#include "runtime/validation/fix_commands.hpp"
 
 namespace astraeus::validation_detail {
 
@@ -120,6 +122,31 @@ void submit_ranks(validation_self self, int index, const std::string& address, i
 
 /// Every rank's run ended or rank 0's did: the step's end. Rank 0's result
 /// carries the figures (judged against the group's expected bus bandwidth);
+
+/// `text` with each "rank N " that names a rank of the group followed by
+/// its machine ("rank 1 on gpu-02 cannot run: ..."), once.
+std::string with_rank_machines(const v1::ValidationStep& step, const std::string& text) {
+  std::string out;
+  size_t at = 0;
+  while (true) {
+    auto r = text.find("rank ", at);
+    if (r == std::string::npos) {
+      out += text.substr(at);
+      return out;
+    }
+    size_t d = r + 5, e = d;
+    while (e < text.size() && std::isdigit(static_cast<unsigned char>(text[e])))
+      ++e;
+    out += text.substr(at, e - at);
+    at = e;
+    if (e == d || text.compare(e, 4, " on ") == 0)
+      continue;
+    auto n = std::stoul(text.substr(d, e - d));
+    if (n < static_cast<size_t>(step.group_machines_size()))
+      out += " on " + step.group_machines(static_cast<int>(n));
+  }
+}
+
 /// another rank that failed fails the step, naming it.
 void conclude_all_reduce(validation_self self, int index, const std::vector<v1::Run>& runs) {
   auto& st = self->state;
@@ -154,6 +181,11 @@ void conclude_all_reduce(validation_self self, int index, const std::vector<v1::
     step.set_verdict("fail");
     step.set_reason(other_failure);
     *step.mutable_result() = rank0.result();
+    // "rank 1 cannot run: ..." says on which machine (a ninth trial's What
+    // to fix named no machine).
+    for (auto& f : *step.mutable_result()->mutable_findings())
+      f.set_what(with_rank_machines(step, f.what()));
+    step.mutable_result()->set_summary(with_rank_machines(step, step.result().summary()));
     all_reduce_ended(self, index);
     return;
   }
@@ -166,9 +198,17 @@ void conclude_all_reduce(validation_self self, int index, const std::vector<v1::
                                       val::check_policy{}.values(),
                                       val::all_reduce_joined(st.v, index));
   judged.set_duration_s(rank0.result().duration_s());
+  // The pairs' command with this validation's pool, so it runs as written
+  // (a ninth trial's copy of "validate --suite network" exited 2).
+  const std::string bare = "`astra astraeus validate --suite network`";
+  const std::string pooled = "`" + fix_command::validate_pool("network", st.v.pool()) + "`";
   for (auto& f : *judged.mutable_findings()) {
     f.set_machine(step.machine());
     f.set_check(val::all_reduce_check);
+    std::string fix = f.fix();
+    for (auto at = fix.find(bare); at != std::string::npos; at = fix.find(bare, at + pooled.size()))
+      fix.replace(at, bare.size(), pooled);
+    f.set_fix(fix);
   }
   step.set_state(val::done);
   step.set_verdict(judged.verdict());

@@ -114,6 +114,19 @@ static std::string said_before_ending(const v1::Run& run, const std::string& che
   return "; it said: " + result->summary() + (fix.empty() ? "" : " (fix: " + fix + ")");
 }
 
+/// Whether the first run ended by itself with a "skipped" result (the pair
+/// check without ib_write_bw, the all-reduce without NCCL): the step is
+/// that result, not a failure of the run.
+static bool skipped_before_starting(const v1::Run& run, const std::string& check) {
+  if (run.state() != "Stopped" || run.workers_size() == 0)
+    return false;
+  auto line = run.workers(0).outputs().find("astraeus.result");
+  if (line == run.workers(0).outputs().end())
+    return false;
+  auto result = val::parse_result(line->second, check);
+  return result && result->verdict() == "skipped";
+}
+
 void watch_first_run(validation_self self, int index, const std::string& name,
                      const std::string& what, const std::string& before,
                      std::function<void(const v1::Run&)> placed,
@@ -127,6 +140,9 @@ void watch_first_run(validation_self self, int index, const std::string& name,
     else if (ended && run.preempted()
              && val::apply_run(step, run, self->state.config.clock->now_unix_ms()))
       gave_way();  // gave way to real work: queued again
+    else if (ended && skipped_before_starting(run, step.check())
+             && val::apply_run(step, run, self->state.config.clock->now_unix_ms()))
+      gave_way();  // it could not run here (no perftest, no NCCL): skipped, saying why
     else if (ended)
       ended_early(what + " ended (" + run.state() + ") before " + before
                   + (run.waiting_reason().empty() ? std::string{} : ": " + run.waiting_reason())

@@ -347,23 +347,25 @@ void load(self_ptr self) {
     spdlog::error("validations: cannot load: {}", render_error(err));
 }
 
-/// The latest acceptance that ran on `machine` and has ended, when it ended
-/// without passing there (failed, skipped, cancelled): the validation;
-/// nullptr when none did, or the latest passed or still runs.
-const v1::Validation* unpassed_acceptance(const validations_state& st,
-                                          const std::string& machine) {
+/// The latest acceptance that judged `machine` (ended, not cancelled),
+/// when it failed there: the validation; nullptr when none did, or the
+/// latest passed, warned or was skipped. A cancelled one judged nothing (a
+/// ninth trial accepted a machine "as-is" whose acceptance had passed,
+/// after cancelling a second one), and one still running is not yet a
+/// verdict.
+const v1::Validation* failed_acceptance(const validations_state& st,
+                                        const std::string& machine) {
   const v1::Validation* latest = nullptr;
   for (const auto& [id, v] : st.validations) {
-    if (v.suite() != "acceptance"
+    if (v.suite() != "acceptance" || v.state() == "Running" || v.state() == "Cancelled"
         || std::find(v.machines().begin(), v.machines().end(), machine) == v.machines().end())
       continue;
     if (!latest || v.created_unix_ms() > latest->created_unix_ms())
       latest = &v;
   }
-  if (!latest || latest->state() == "Running")
+  if (!latest)
     return nullptr;
-  auto verdict = validation::machine_verdict(*latest, machine);
-  return verdict == "pass" || verdict == "warn" ? nullptr : latest;
+  return validation::machine_verdict(*latest, machine) == "fail" ? latest : nullptr;
 }
 
 } // namespace
@@ -394,7 +396,7 @@ void accept_machine(self_ptr self, const std::string& machine, const std::string
               // a reason"), although with no pool policy it is Up already.
               // Once only: accepted so already, it is refused as accepted.
               bool already = view.accepted() || !view.accepted_reason().empty();
-              bool failed = !already && unpassed_acceptance(st, machine) != nullptr;
+              bool failed = !already && failed_acceptance(st, machine) != nullptr;
               if (only_waiting && !waiting && !failed) {
                 auto state = v1::Machine::State_Name(view.state());
                 done(caf::make_error(ec::failed_precondition,

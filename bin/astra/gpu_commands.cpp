@@ -39,7 +39,8 @@ namespace {
 /// machine connected, the caller an admin). A shared node's hand-over
 /// failure (/dev/nvidiactl missing) fences every GPU of the machine; once
 /// the host is fixed this lifts them in one command. Exit 0 when each
-/// clear succeeded (none latched included), else the first failure's.
+/// clear succeeded (none latched included); the first refusal ends it with
+/// its exit code (-o json: its error object alone).
 void clear_every_latched_gpu(invocation& inv, const std::string& machine) {
   v1::Request list;
   list.mutable_list_gpus()->set_machine(machine);
@@ -60,7 +61,6 @@ void clear_every_latched_gpu(invocation& inv, const std::string& machine) {
     return;
   }
   std::string docs;
-  int rc = 0;
   for (const auto& id : latched) {
     v1::Request req;
     req.mutable_clear_fault()->set_machine(machine);
@@ -68,8 +68,11 @@ void clear_every_latched_gpu(invocation& inv, const std::string& machine) {
     int one = 0;
     auto resp = ask_controller(inv.opts, req, one);
     if (!resp) {
-      rc = rc ? rc : one;
-      continue;
+      // The first refusal ends it, as one clear's would (a machine not
+      // connected refuses them all): with -o json its error object alone
+      // is the output (a ninth trial read an error followed by "[]").
+      inv.rc = one;
+      return;
     }
     const auto& c = resp->cleared();
     if (json)
@@ -81,7 +84,7 @@ void clear_every_latched_gpu(invocation& inv, const std::string& machine) {
   }
   if (json)
     std::fputs(("[" + docs + "]\n").c_str(), stdout);
-  inv.rc = rc;
+  inv.rc = 0;
 }
 
 } // namespace

@@ -1,5 +1,7 @@
 #include "bin/astra/invocation.hpp"
 
+#include <cctype>
+
 #include <filesystem>
 
 #include <chrono>
@@ -195,8 +197,16 @@ std::optional<v1::Response> ask_controller(const options& opts, v1::Request req,
     return std::nullopt;
   }
   if (resp->has_error()) {
-    if (opts.output == "json")
-      std::fputs((to_json(resp->error()) + "\n").c_str(), stdout);
+    if (opts.output == "json") {
+      // The code as the API spells it (the seeds' NOT_CONNECTED, not
+      // not_connected): -o json prints the API's objects.
+      auto e = resp->error();
+      std::string code = e.code();
+      for (auto& c : code)
+        c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      e.set_code(code);
+      std::fputs((to_json(e) + "\n").c_str(), stdout);
+    }
     std::fprintf(stderr, "astra: %s\n", resp->error().message().c_str());
     rc = 1;
     return std::nullopt;

@@ -117,7 +117,8 @@ int wait_for_validation(const options& opts, std::optional<gate_client>& client,
         std::fputs((to_json(v) + "\n").c_str(), stdout);
       else
         std::fputs(format_validation_outcome(v).c_str(), stdout);
-      return v.state() == "Passed" ? 0 : 1;
+      // Warned is a pass with findings (as astraeus-check exits 0 on warn).
+      return v.state() == "Passed" || v.state() == "Warned" ? 0 : 1;
     }
     auto line = format_validation_progress(v);
     if (line != last && opts.output != "json") {

@@ -471,6 +471,17 @@ std::string install_script_command(const v1::JoinToken& token, const install_sit
          + install_org_id(token.controller_key()) + " && rm -f ./astraeus-token";
 }
 
+std::string gate_named_in(const std::string& command) {
+  for (const char* flag : {" --apiserver ", " --controller "}) {
+    auto at = command.find(flag);
+    if (at == std::string::npos)
+      continue;
+    auto start = at + std::char_traits<char>::length(flag);
+    return command.substr(start, command.find(' ', start) - start);
+  }
+  return {};
+}
+
 std::string install_command_naming(const std::string& command, const std::string& gates) {
   for (const char* flag : {" --apiserver ", " --controller "}) {
     auto at = command.find(flag);

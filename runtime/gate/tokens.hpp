@@ -207,6 +207,11 @@ std::string install_org_id(const std::string& controller_key_hex);
 /// `--insecure --pinnedpubkey PIN` (a self-signed certificate, pinned).
 std::string install_script_command(const v1::JoinToken& token, const install_site_info& site);
 
+/// The gate(s) an install command names (`--apiserver G` of
+/// `install_script_command`'s, `--controller G` of `install_command`'s):
+/// "HOST:PORT" or a comma-separated list; "" when it names none.
+std::string gate_named_in(const std::string& command);
+
 /// `command` (an install command: `install_script_command`'s, or
 /// `install_command`'s) naming `gates` (HA mode: "HOST:PORT,HOST:PORT,...",
 /// every controller's gate) in place of the one gate it names, so the agent

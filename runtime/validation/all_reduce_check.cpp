@@ -726,11 +726,20 @@ check_result run_all_reduce(const check_options& o) {
     return finish_result(std::move(out), start, "");
   }
   if (!meet.go) {
+    // A rank that cannot drive its GPUs is no network problem (a ninth
+    // trial read "check that every machine reaches :18600" beside "rank 0
+    // cannot run: ... dlopen libcuda.so.1").
+    const bool cannot_run = meet.why.find(" cannot run: ") != std::string::npos;
     out.add_finding(verdict::fail, "", meet.why,
-                    "Check that every machine of the group reaches " + o.allreduce_root
-                      + " (TCP ports " + std::to_string(root->second) + " and "
-                      + std::to_string(root->second + 1)
-                      + ") and read each rank's log (`astra logs RUN`).");
+                    cannot_run
+                      ? std::string{"Make the named rank's machine able to run it: the NVIDIA "
+                                    "driver's libcuda.so.1 and NCCL (libnccl2) installed and its "
+                                    "GPUs answering (`astra gpus --machine NAME`), then run the "
+                                    "network suite again."}
+                      : "Check that every machine of the group reaches " + o.allreduce_root
+                          + " (TCP ports " + std::to_string(root->second) + " and "
+                          + std::to_string(root->second + 1)
+                          + ") and read each rank's log (`astra logs RUN`).");
     return finish_result(std::move(out), start, "");
   }
   const std::string over = "rank " + std::to_string(rank) + " of " + std::to_string(ranks)

@@ -330,6 +330,9 @@ TEST_F(Console, GpusMachinesAndClearFaultInHeadlessChromium) {
   EXPECT_TRUE(contains(page_of_machine, "<h1>gpu-01</h1>")) << page_of_machine;
   EXPECT_TRUE(contains(page_of_machine, "Ports and their cabling")) << page_of_machine;
   EXPECT_TRUE(contains(page_of_machine, "id=\"machine-gpus\"")) << page_of_machine;
+  // Each GPU with its health and why (the Faulty one was cleared above).
+  EXPECT_TRUE(contains(page_of_machine, "data-health=\"Foreign\"")) << page_of_machine;
+  EXPECT_TRUE(contains(page_of_machine, "in use outside Astraeus")) << page_of_machine;
   EXPECT_TRUE(std::regex_search(page_of_machine, std::regex{R"(Findings \(\d+\))"}))
     << page_of_machine;
   // An admin chooses it on the row (machines.md): a path field and Set.

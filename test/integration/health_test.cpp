@@ -754,6 +754,13 @@ TEST_F(Health, ClearFaultWhileNotConnectedFailsAndKeepsTheLatch) {
   EXPECT_TRUE(contains(res.err, "not connected")) << res.err;
   EXPECT_TRUE(contains(res.err, machine_name)) << res.err;
   EXPECT_EQ(astra_gpu(pci_3a).value("health", ""), "Faulty");
+  // Every latched GPU at once, -o json: the refusal's error object alone,
+  // its code as the API spells it (a ninth trial read it followed by "[]").
+  res = astra({"gpu", "clear-fault", machine_name, "--all", "-o", "json"});
+  EXPECT_EQ(res.rc, 1) << res.out << res.err;
+  auto error = json::parse(res.out, nullptr, false);
+  ASSERT_FALSE(error.is_discarded()) << res.out;
+  EXPECT_EQ(error.value("code", ""), "NOT_CONNECTED") << res.out;
   // Back: still latched.
   auto restarted_ms = unix_ms_now();
   start_agent();

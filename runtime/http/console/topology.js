@@ -65,11 +65,20 @@ function portsTable(m) {
 }
 
 async function machinePage(name) {
-  const [m, t] = await Promise.all([
+  const [m, t, views] = await Promise.all([
     api("GET", "/nodes/" + encodeURIComponent(name)),
     api("GET", "/topology").catch(() => ({ findings: [] })),
+    api("GET", "/nodes/" + encodeURIComponent(name) + "/gpus").catch(() => ({ gpus: [] })),
   ]);
   const gpus = ((m.facts || {}).gpus || {}).gpus || [];
+  // Each GPU's health and why, as its square on Compute → GPUs says it.
+  const health = new Map((views.gpus || []).map((v) => [v.gpu.id, v]));
+  const healthOf = (g) => {
+    const v = health.get(g.id);
+    if (!v) return "";
+    return " · " + (v.health || "—") + ((v.health_reasons || []).length ? " (" + v.health_reasons.join("; ") + ")" : "")
+      + (v.holder ? " · held by " + v.holder : "");
+  };
   const mine = { findings: (t.findings || []).filter((f) => f.machine === name) };
   show(el("h1", { text: name }),
        el("p", { id: "machine-state" },
@@ -80,10 +89,13 @@ async function machinePage(name) {
           m.quick_summary ? el("span", { class: "muted", text: " " + m.quick_summary }) : ""),
        el("h2", { text: "GPUs" }),
        gpus.length === 0 ? el("p", { class: "muted", text: "No GPU reported." })
-         : el("ul", { id: "machine-gpus" }, gpus.map((g) => el("li", {},
+         : el("ul", { id: "machine-gpus" }, gpus.map((g) => el("li", { "data-health": (health.get(g.id) || {}).health || "" },
              el("a", { href: base() + "/machines/" + encodeURIComponent(name) + "/gpus/"
                              + encodeURIComponent(g.id), text: (g.index !== undefined ? g.index + ": " : "")
-                             + (g.model || "GPU") + " " + g.id })))),
+                             + (g.model || "GPU") + " " + g.id }),
+             healthOf(g)))),
+       m.accepted_reason ? el("p", { id: "accepted-as-is", text: "Accepted as-is without passing: "
+                                                                 + m.accepted_reason }) : "",
        el("h2", { text: "Ports and their cabling" }), portsTable(m),
        ...topologyFindings(mine));
 }

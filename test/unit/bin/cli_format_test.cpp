@@ -367,6 +367,9 @@ TEST(JoinTokenForAddr, AnInstallCommandNamesEveryGateAstraWasGiven) {
   // `-o json` names the gate the command uses, never "" (a new-user trial).
   EXPECT_EQ(ha.controller_address(), list);
   EXPECT_EQ(cli::join_token_for(token, "10.0.0.1:7450").controller_address(), "10.0.0.1:7450");
+  // The gate the command names, not how astra reached it (a ninth trial:
+  // --addr localhost:7450 beside a command naming 10.0.0.1:7450).
+  EXPECT_EQ(cli::join_token_for(token, "localhost:7450").controller_address(), "10.0.0.1:7450");
   auto advertised = token;
   advertised.set_controller_address("gate.example:7450");
   EXPECT_EQ(cli::join_token_for(advertised, list).install(), token.install());

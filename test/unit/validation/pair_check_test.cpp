@@ -93,7 +93,10 @@ TEST(PairJudge, ARailIsJudgedAgainstItsTrainedRate) {
   EXPECT_EQ(broken.result, verdict::fail);
 }
 
-TEST(PairCheck, WithoutIbWriteBwItFailsWithTheInstallHint) {
+// Without perftest nothing is measured and no link is to blame: skipped, as
+// DCGM's check is without dcgmi, saying how to install it (a ninth trial saw
+// both machines' PAIRS fail for a missing program).
+TEST(PairCheck, WithoutIbWriteBwItIsSkippedWithTheInstallHint) {
   check_options o;
   o.pair_role = "client";
   o.pair_peer = "10.0.0.1";
@@ -101,9 +104,10 @@ TEST(PairCheck, WithoutIbWriteBwItFailsWithTheInstallHint) {
   o.ib_write_bw = "/nonexistent/ib_write_bw";
   auto r = run_pair(o);
   EXPECT_EQ(r.check, "pair");
-  EXPECT_EQ(r.result, verdict::fail);
-  ASSERT_EQ(r.findings.size(), 1u);
-  EXPECT_NE(r.findings[0].fix.find("apt install perftest"), std::string::npos);
+  EXPECT_EQ(r.result, verdict::skipped);
+  EXPECT_TRUE(r.findings.empty());
+  EXPECT_NE(r.summary.find("apt install perftest"), std::string::npos) << r.summary;
+  EXPECT_EQ(exit_status(r.result), 0);
 }
 
 }  // namespace

@@ -655,6 +655,35 @@ TEST_F(Validations, AnUpMachineWhoseAcceptanceFailedIsAcceptedAnywayOnce) {
   ASSERT_TRUE(resp.has_error());
   EXPECT_EQ(resp.error().message(),
             "machine gpu-03 is not Accepting (it is Up, accepted already): nothing to accept");
+
+  // A cancelled acceptance judged nothing: after one that passed, a second
+  // one cancelled leaves nothing to accept (a ninth trial's).
+  join("gpu-04", "h100");
+  w->verdict = "pass";
+  auto passed = validate("acceptance", "gpu-04");
+  ASSERT_FALSE(passed.has_error()) << passed.error().message();
+  for (int i = 0; i < 40; ++i)
+    advance(std::chrono::seconds{1});
+  get.mutable_get_validation()->set_id(passed.validation().id());
+  ASSERT_EQ(ask<v1::Response>(actor_, get).validation().state(), "Passed");
+  w->checks_end = false;
+  auto second = validate("acceptance", "gpu-04");
+  ASSERT_FALSE(second.has_error()) << second.error().message();
+  advance(std::chrono::milliseconds{500});
+  v1::Request cancel;
+  cancel.set_id(9);
+  cancel.mutable_caller()->set_name("alice");
+  cancel.mutable_cancel_validation()->set_id(second.validation().id());
+  ASSERT_FALSE(ask<v1::Response>(actor_, cancel).has_error());
+  v1::Request again;
+  again.set_id(7);
+  again.mutable_caller()->set_name("alice");
+  again.mutable_accept_machine()->set_machine("gpu-04");
+  again.mutable_accept_machine()->set_reason("after cancel");
+  resp = ask<v1::Response>(actor_, std::move(again));
+  ASSERT_TRUE(resp.has_error());
+  EXPECT_EQ(resp.error().message(), "machine gpu-04 is not Accepting (it is Up) and no "
+                                    "acceptance of it failed: nothing to accept");
 }
 
 TEST_F(Validations, AnAcceptanceRunByHandTakesItsPoolsBurnInAndDcgmLevel) {
