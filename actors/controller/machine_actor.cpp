@@ -102,13 +102,23 @@ std::string gpu_fingerprint(const v1::GpuSection& section) {
 /// The InfiniBand fabric the machine's ports report (shared/seeds/
 /// machines.md, "Topology": "Found from the subnet the ports report; the
 /// label wins"): the subnet prefix ("fe80:0000:0000:0000") most of its
-/// ACTIVE InfiniBand ports carry, the lowest on a tie; "" when none
-/// reports one (RoCE and down ports say nothing of a fabric).
+/// ACTIVE InfiniBand ports carry, the lowest on a tie; "ethernet" for a
+/// machine whose only ACTIVE ports are RoCE (as Topology names that
+/// fabric), so a copy across it and an InfiniBand machine is placed over
+/// Ethernet; "" when no ACTIVE port reports one (down ports say nothing).
 std::string fabric_from_ports(const google::protobuf::RepeatedPtrField<v1::RdmaPort>& ports) {
   std::map<std::string, int> count;
-  for (const auto& p : ports)
-    if (p.state() == "ACTIVE" && p.link_layer() != "Ethernet" && !p.subnet_prefix().empty())
+  bool roce = false;
+  for (const auto& p : ports) {
+    if (p.state() != "ACTIVE")
+      continue;
+    if (p.link_layer() == "Ethernet")
+      roce = true;
+    else if (!p.subnet_prefix().empty())
       ++count[p.subnet_prefix()];
+  }
+  if (count.empty() && roce)
+    return "ethernet";
   std::string best;
   int most = 0;
   for (const auto& [prefix, n] : count)

@@ -372,6 +372,15 @@ v1::ClusterReport build_report(const v1::MachineList& machines, const latest_map
     }
     if (auto weakest = weakest_pair_phrase(pairs); !weakest.empty())
       summary += "; " + weakest;
+    else if (!pair_steps_in.empty()
+             && std::all_of(pair_steps_in.begin(), pair_steps_in.end(),
+                            [](const v1::ValidationStep* s) { return s->verdict() == "skipped"; })) {
+      // Nothing measured between the machines, said so (a re-check found the
+      // report silent: no matrix, nothing in What to fix, "3/3 pass").
+      const auto& r = pair_steps_in.front()->result();
+      summary += "; the pairs were not measured ("
+                 + (r.summary().empty() ? pair_steps_in.front()->reason() : r.summary()) + ")";
+    }
     if (auto phrase = all_reduce_phrase(all_reduce); !phrase.empty() && !all_reduce_said)
       summary += "; " + phrase;
     summary += ".";

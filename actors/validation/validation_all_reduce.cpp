@@ -123,6 +123,26 @@ void submit_ranks(validation_self self, int index, const std::string& address, i
 /// Every rank's run ended or rank 0's did: the step's end. Rank 0's result
 /// carries the figures (judged against the group's expected bus bandwidth);
 
+/// `fix` with its "--machine NAME" naming the machine of the first rank
+/// `what` names ("rank 1 cannot run"), so the command runs as printed.
+std::string with_named_machine(const v1::ValidationStep& step, const std::string& what,
+                               std::string fix) {
+  const std::string placeholder = "--machine NAME";
+  auto at = fix.find(placeholder);
+  auto r = what.find("rank ");
+  if (at == std::string::npos || r == std::string::npos)
+    return fix;
+  size_t d = r + 5, e = d;
+  while (e < what.size() && std::isdigit(static_cast<unsigned char>(what[e])))
+    ++e;
+  if (e == d)
+    return fix;
+  auto n = std::stoul(what.substr(d, e - d));
+  if (n < static_cast<size_t>(step.group_machines_size()))
+    fix.replace(at, placeholder.size(), "--machine " + step.group_machines(static_cast<int>(n)));
+  return fix;
+}
+
 /// `text` with each "rank N " that names a rank of the group followed by
 /// its machine ("rank 1 on gpu-02 cannot run: ..."), once.
 std::string with_rank_machines(const v1::ValidationStep& step, const std::string& text) {
@@ -179,13 +199,18 @@ void conclude_all_reduce(validation_self self, int index, const std::vector<v1::
     // It never measured (the ranks did not meet, NCCL failed): its words.
     step.set_state(val::done);
     step.set_verdict("fail");
-    step.set_reason(other_failure);
     *step.mutable_result() = rank0.result();
     // "rank 1 cannot run: ..." says on which machine (a ninth trial's What
-    // to fix named no machine).
-    for (auto& f : *step.mutable_result()->mutable_findings())
+    // to fix named no machine), and its fix names that machine.
+    for (auto& f : *step.mutable_result()->mutable_findings()) {
       f.set_what(with_rank_machines(step, f.what()));
+      f.set_fix(with_named_machine(step, f.what(), f.fix()));
+    }
     step.mutable_result()->set_summary(with_rank_machines(step, step.result().summary()));
+    // Rank 0's own words, which name the rank at fault; another rank's
+    // failure only repeats what rank 0 told it (a re-check read "rank 1 on
+    // m2: rank 0 cannot run", blaming m2 for m1's missing driver).
+    step.set_reason(step.result().summary().empty() ? other_failure : step.result().summary());
     all_reduce_ended(self, index);
     return;
   }

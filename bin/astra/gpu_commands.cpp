@@ -24,8 +24,16 @@ std::optional<v1::GpuView> ask_gpu(invocation& inv, const std::string& machine,
     return std::nullopt;
   const auto* view = find_gpu(listed->gpus(), id);
   if (view == nullptr) {
-    std::fprintf(stderr, "astra: machine %s has no GPU %s (see astra gpus --machine %s)\n",
-                 machine.c_str(), id.c_str(), machine.c_str());
+    const std::string message = "machine " + machine + " has no GPU " + id
+                                + " (see astra gpus --machine " + machine + ")";
+    // -o json: the API's answer to the same question (404 NOT_FOUND).
+    if (inv.opts.output == "json") {
+      v1::Error e;
+      e.set_code("NOT_FOUND");
+      e.set_message(message);
+      std::fputs((to_json(e) + "\n").c_str(), stdout);
+    }
+    std::fprintf(stderr, "astra: %s\n", message.c_str());
     inv.rc = 1;
     return std::nullopt;
   }

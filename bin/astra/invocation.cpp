@@ -1,6 +1,5 @@
 #include "bin/astra/invocation.hpp"
-
-#include <cctype>
+#include "messages/api_error.hpp"
 
 #include <filesystem>
 
@@ -201,10 +200,7 @@ std::optional<v1::Response> ask_controller(const options& opts, v1::Request req,
       // The code as the API spells it (the seeds' NOT_CONNECTED, not
       // not_connected): -o json prints the API's objects.
       auto e = resp->error();
-      std::string code = e.code();
-      for (auto& c : code)
-        c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-      e.set_code(code);
+      e.set_code(api_error_code(e));
       std::fputs((to_json(e) + "\n").c_str(), stdout);
     }
     std::fprintf(stderr, "astra: %s\n", resp->error().message().c_str());

@@ -13,6 +13,7 @@
 
 #include <caf/error.hpp>
 
+#include "messages/api_error.hpp"
 #include "messages/astraeus.pb.h"
 #include "runtime/http/api_server.hpp"
 
@@ -65,10 +66,6 @@ void reply_error(httplib::Response& res, int status, const std::string& code,
                  const std::string& message);
 /// Writes an Astraeus error with the status its code means.
 void reply_error(httplib::Response& res, const caf::error& err);
-/// The HTTP status a cluster error means.
-int http_status_of(const v1::Error& err);
-/// The seeds' spelling of an error code: "not_connected" -> "NOT_CONNECTED".
-std::string api_error_code(const std::string& code);
 
 /// The OpenAPI 3 document of `routes` (api_openapi.cpp).
 std::string openapi_document(const api_server_config& cfg);

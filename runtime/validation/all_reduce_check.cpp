@@ -729,14 +729,21 @@ check_result run_all_reduce(const check_options& o) {
     // A rank that cannot drive its GPUs is no network problem (a ninth
     // trial read "check that every machine reaches :18600" beside "rank 0
     // cannot run: ... dlopen libcuda.so.1").
+    // A rank that never came may never have started: its machine's agent
+    // gone (a re-check's group kept a machine whose agent had stopped).
     const bool cannot_run = meet.why.find(" cannot run: ") != std::string::npos;
+    const bool missing = meet.why.find("(missing: rank ") != std::string::npos;
     out.add_finding(verdict::fail, "", meet.why,
                     cannot_run
                       ? std::string{"Make the named rank's machine able to run it: the NVIDIA "
                                     "driver's libcuda.so.1 and NCCL (libnccl2) installed and its "
                                     "GPUs answering (`astra gpus --machine NAME`), then run the "
                                     "network suite again."}
-                      : "Check that every machine of the group reaches " + o.allreduce_root
+                      : (missing ? std::string{"Check that the missing rank's machine is Up and "
+                                               "connected (`astra machines`) and that its run "
+                                               "started (`astra runs`); then "}
+                                 : std::string{"Check "})
+                          + "that every machine of the group reaches " + o.allreduce_root
                           + " (TCP ports " + std::to_string(root->second) + " and "
                           + std::to_string(root->second + 1)
                           + ") and read each rank's log (`astra logs RUN`).");

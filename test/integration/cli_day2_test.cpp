@@ -413,6 +413,12 @@ TEST_F(CliDay2, RunNamesArePerWorkspaceAndADeletedRunsWorkerShowsStoppingThenHow
   auto shown = astra({"run", "show", "t", "--workspace", "wa"});
   EXPECT_EQ(shown.rc, 1) << shown.out;
   EXPECT_TRUE(has(shown.err, "no run named t in workspace wa")) << shown.err;
+  // -o json: the API's error object, code NOT_FOUND as the API answers 404
+  // (a re-check read INVALID_REQUEST).
+  auto as_json = astra({"run", "show", "t", "--workspace", "wa", "-o", "json"});
+  EXPECT_EQ(as_json.rc, 1);
+  EXPECT_EQ(nlohmann::json::parse(as_json.out, nullptr, false).value("code", ""), "NOT_FOUND")
+    << as_json.out;
   EXPECT_FALSE(has(astra({"runs", "--workspace", "wa"}).out, "Cancelled"));
 }
 

@@ -507,8 +507,9 @@ TEST_F(MachineWorkers, TheNvlinkDomainOfItsGpusIsALabelTheSchedulerSeesAndAnAdmi
 
 // machines.md, "Topology": topology.astraeus.io/fabric is "found from the
 // subnet the ports report; the label wins": the prefix most ACTIVE
-// InfiniBand ports carry; a RoCE or down port says nothing of a fabric, and
-// a port that moves to another subnet moves the machine.
+// InfiniBand ports carry (a machine with RoCE alone is on "ethernet"); a
+// down port says nothing of a fabric, and a port that moves to another
+// subnet moves the machine.
 TEST_F(MachineWorkers, TheFabricOfItsInfinibandPortsIsALabelTheSchedulerSeesAndAnAdminsLabelWins) {
   auto m = spawn_wired();
   auto port = [&](v1::MachineReport& rep, const std::string& dev, const std::string& state,
@@ -558,7 +559,8 @@ TEST_F(MachineWorkers, TheFabricOfItsInfinibandPortsIsALabelTheSchedulerSeesAndA
     auto f = labels.find("topology.astraeus.io/fabric");
     return f == labels.end() ? "(none)" : f->second;
   };
-  EXPECT_EQ(fabric_of("gpu-03", "", "Ethernet"), "(none)") << "RoCE only: no fabric";
+  EXPECT_EQ(fabric_of("gpu-03", "", "Ethernet"), "ethernet")
+    << "RoCE only: Topology's ethernet fabric, never an InfiniBand one";
   EXPECT_EQ(fabric_of("gpu-02", "ib-east", "InfiniBand"), "ib-east") << "an admin's label wins";
 }
 

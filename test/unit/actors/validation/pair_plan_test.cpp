@@ -280,6 +280,11 @@ TEST(PairReport, AMachineWhosePairsWereAllSkippedIsNotCountedAsPassing) {
   EXPECT_EQ(report.passing(), 0u);
   EXPECT_EQ(cli::format_report(report).rfind("0/2 machines pass", 0), 0u)
     << cli::format_report(report);
+  // The summary says the pairs were not measured and why (a re-check found
+  // the report silent about it: no matrix, nothing in What to fix).
+  EXPECT_NE(report.summary().find("; the pairs were not measured (ib_write_bw is not installed)"),
+            std::string::npos)
+    << report.summary();
 }
 
 // Every all-reduce group skipped: no curve of empty columns, one line why.
