@@ -97,8 +97,9 @@ using astraeus::install_command;
 /// `addr`); when the controller advertises no gate (gate.advertise_address
 /// unset) and `addr` names several, the command names all of them, not
 /// only the leader's gate that answered (`install_command_naming`). Its
-/// controller_address is the gate(s) the command names (`addr` when the
-/// controller advertises none), never "".
+/// controller_address, when the controller sent none, is the gate(s) the
+/// install command names (`gate_named_in`; `addr` when it names none),
+/// never "".
 v1::JoinToken join_token_for(v1::JoinToken token, const std::string& addr);
 
 /// What `astra tokens create` prints: the token, its id, expiry and

@@ -18,7 +18,8 @@ namespace astraeus {
 /// 404 no_such_machine or an invalid_request naming a missing thing ("no run
 /// named ..."), 409 not_connected, enrolment used, a failed precondition or
 /// a name in use, 410 an expired enrolment, 501 "this controller ...", 504
-/// timeout or unreachable, 500 a store failure, else 400 (a bad value).
+/// timeout or unreachable, 400 any other invalid_request (a bad value), 500
+/// any other code (a store failure, a corrupt record).
 int http_status_of(const v1::Error& err);
 
 /// "not_connected" -> "NOT_CONNECTED": upper case, as the seeds spell codes.

@@ -120,9 +120,6 @@ void submit_ranks(validation_self self, int index, const std::string& address, i
           });
 }
 
-/// Every rank's run ended or rank 0's did: the step's end. Rank 0's result
-/// carries the figures (judged against the group's expected bus bandwidth);
-
 /// `fix` with its "--machine NAME" naming the machine of the first rank
 /// `what` names ("rank 1 cannot run"), so the command runs as printed.
 std::string with_named_machine(const v1::ValidationStep& step, const std::string& what,
@@ -135,7 +132,7 @@ std::string with_named_machine(const v1::ValidationStep& step, const std::string
   size_t d = r + 5, e = d;
   while (e < what.size() && std::isdigit(static_cast<unsigned char>(what[e])))
     ++e;
-  if (e == d)
+  if (e == d || e - d > 6)  // a check's words, read defensively: no stoul overflow
     return fix;
   auto n = std::stoul(what.substr(d, e - d));
   if (n < static_cast<size_t>(step.group_machines_size()))
@@ -159,7 +156,7 @@ std::string with_rank_machines(const v1::ValidationStep& step, const std::string
       ++e;
     out += text.substr(at, e - at);
     at = e;
-    if (e == d || text.compare(e, 4, " on ") == 0)
+    if (e == d || e - d > 6 || text.compare(e, 4, " on ") == 0)
       continue;
     auto n = std::stoul(text.substr(d, e - d));
     if (n < static_cast<size_t>(step.group_machines_size()))
@@ -167,6 +164,8 @@ std::string with_rank_machines(const v1::ValidationStep& step, const std::string
   }
 }
 
+/// Every rank's run ended or rank 0's did: the step's end. Rank 0's result
+/// carries the figures (judged against the group's expected bus bandwidth);
 /// another rank that failed fails the step, naming it.
 void conclude_all_reduce(validation_self self, int index, const std::vector<v1::Run>& runs) {
   auto& st = self->state;

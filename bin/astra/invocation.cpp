@@ -1,5 +1,4 @@
 #include "bin/astra/invocation.hpp"
-#include "messages/api_error.hpp"
 
 #include <filesystem>
 
@@ -11,6 +10,7 @@
 #include <sstream>
 
 #include "bin/cli_format.hpp"
+#include "messages/api_error.hpp"
 #include "messages/json.hpp"
 #include "messages/error.hpp"
 #include "runtime/gate/frame_codec.hpp"
